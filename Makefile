@@ -1,0 +1,33 @@
+# The README's two commands: `make demo` (the main job) and `make test` (the tests).
+# Each creates .venv and installs what it needs on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+
+.PHONY: demo test lint typecheck check clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/sandbox-ledger demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check adapter lambdas tests benchmarks infra
+	$(BIN)/ruff format --check adapter lambdas tests benchmarks infra
+
+typecheck: $(STAMP)
+	$(BIN)/mypy --strict adapter/sandbox_ledger lambdas
+
+check: lint typecheck test
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

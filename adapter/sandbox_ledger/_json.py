@@ -1,0 +1,51 @@
+"""JSON payload rules shared by every model: what JSON can carry, checked before any write."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+# The TypeScript client's numbers are IEEE doubles; a ts beyond this is not an integer there.
+MAX_SAFE_INTEGER = 2**53 - 1
+
+
+def check_json_value(value: Any, field: str) -> Any:
+    """Return ``value`` with tuples made lists.
+
+    Raises ValueError naming the path of the first part that JSON cannot carry.
+    """
+    return _check(value, field, 0)
+
+
+def _check(value: Any, path: str, depth: int) -> Any:
+    if depth > 200:
+        raise ValueError(f"{path}: nested more than 200 levels deep")
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(
+                f"{path}: {value!r} is not a JSON number (NaN and Infinity are refused)"
+            )
+        return value
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError(f"{path}: object key {key!r} is not a string")
+            out[key] = _check(item, f"{path}.{key}" if key else f"{path}['']", depth + 1)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_check(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]
+    raise ValueError(f"{path}: a {type(value).__name__} cannot be carried by JSON")
+
+
+def dumps(value: Any) -> bytes:
+    """Serialize checked JSON compactly, keeping unicode and refusing NaN."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
+def loads(data: bytes | str) -> Any:
+    """Parse JSON written by :func:`dumps`."""
+    return json.loads(data)

@@ -1,0 +1,95 @@
+"""The package's one error hierarchy.
+
+::
+
+    LedgerError
+    ├── InvalidInputError (a ValueError)        bad input, refused before any request is sent
+    │   └── KeyTooLongError                     a name/sandboxId/id too long for a DynamoDB key
+    └── StorageError                            the backend failed; the botocore error is chained
+        ├── TableNotFoundError                  the table does not exist (or is not ACTIVE yet)
+        ├── ThrottledError                      throughput exceeded after every retry
+        ├── AccessDeniedError                   IAM refused the call
+        └── ConflictError                       a conditional write lost a race
+
+Both adapter twins map botocore errors through :func:`translate_client_error`, so callers
+catch the same types whichever twin they use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class LedgerError(Exception):
+    """Base class of every error raised by sandbox_ledger."""
+
+
+class InvalidInputError(LedgerError, ValueError):
+    """Input that the contract refuses; ``field`` names the offending field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class KeyTooLongError(InvalidInputError):
+    """A key component is too long for DynamoDB's key size limits."""
+
+
+class StorageError(LedgerError):
+    """The storage backend failed; ``code`` is the backend's error code when there is one."""
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class TableNotFoundError(StorageError):
+    """The table does not exist in this account and region (or is still being created)."""
+
+
+class ThrottledError(StorageError):
+    """DynamoDB kept throttling after the configured retries."""
+
+
+class AccessDeniedError(StorageError):
+    """The caller's credentials are not allowed to make this call."""
+
+
+class ConflictError(StorageError):
+    """A conditional write failed because another writer changed the item first."""
+
+
+_THROTTLE_CODES = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "Throttling",
+    }
+)
+
+
+def translate_client_error(exc: BaseException, *, operation: str = "") -> LedgerError:
+    """Map a botocore error (or connection failure) to the package's own type.
+
+    Use as ``raise translate_client_error(exc) from exc`` so the original stays chained.
+    """
+    if isinstance(exc, LedgerError):
+        return exc
+    response: dict[str, Any] = getattr(exc, "response", None) or {}
+    error = response.get("Error", {}) if isinstance(response, dict) else {}
+    code = str(error.get("Code", "")) or None
+    message = str(error.get("Message", "")) or str(exc)
+    where = f"{operation}: " if operation else ""
+    if code == "ResourceNotFoundException":
+        return TableNotFoundError(f"{where}table not found ({message})", code=code)
+    if code in _THROTTLE_CODES:
+        return ThrottledError(f"{where}throttled after retries ({message})", code=code)
+    if code in {"AccessDeniedException", "UnrecognizedClientException"}:
+        return AccessDeniedError(f"{where}access denied ({message})", code=code)
+    if code == "ConditionalCheckFailedException":
+        return ConflictError(f"{where}conditional write failed ({message})", code=code)
+    if code is None:
+        return StorageError(f"{where}{type(exc).__name__}: {exc}")
+    return StorageError(f"{where}{code}: {message}", code=code)

@@ -1,0 +1,161 @@
+"""The in-memory reference adapter: the semantics every other adapter must match."""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sandbox_ledger.errors import InvalidInputError
+from sandbox_ledger.models import EnvironmentRecord, LedgerEntry, LedgerEvent
+from sandbox_ledger.summary import (
+    SessionSummary,
+    apply_list_options,
+    checkpoint_info,
+    validate_list_options,
+)
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from sandbox_ledger.models import CheckpointInfo, ListSandboxOptions, SandboxDetails
+
+
+@dataclass
+class _Session:
+    summary: SessionSummary
+    # (ts, append sequence, entry), kept sorted: ascending ts, equal ts in append order.
+    events: list[tuple[int, int, LedgerEntry]] = field(default_factory=list)
+
+
+def _require(value: str, field_name: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidInputError(field_name, "must be a non-empty string")
+    return value
+
+
+class MemoryAdapter:
+    """Keeps everything in process memory, indexed by session; for tests and examples.
+
+    Unlike the TypeScript example, sessions are keyed by (name, sandboxId), never by
+    sandboxId alone, so two names reusing one sandboxId stay distinct.
+    """
+
+    def __init__(self) -> None:
+        self._sessions: dict[tuple[str, str], _Session] = {}
+        self._environments: dict[str, EnvironmentRecord] = {}
+        self._seq = itertools.count()
+        self._connected = False
+
+    async def connect(self) -> None:
+        """Nothing to open; idempotent."""
+        self._connected = True
+
+    async def close(self) -> None:
+        """Nothing to release; idempotent. The data stays."""
+        self._connected = False
+
+    async def __aenter__(self) -> MemoryAdapter:
+        await self.connect()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def append(self, entry: LedgerEntry) -> None:
+        """Store one entry."""
+        if not isinstance(entry, LedgerEntry):
+            raise InvalidInputError("entry", f"expected a LedgerEntry, got {type(entry).__name__}")
+        key = (entry.name, entry.sandbox_id)
+        session = self._sessions.get(key)
+        if session is None:
+            session = self._sessions[key] = _Session(SessionSummary(entry.name, entry.sandbox_id))
+        bisect.insort(session.events, (entry.ts, next(self._seq), entry), key=lambda t: t[:2])
+        session.summary.apply(entry)
+
+    async def read_all(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
+        """Every event of the session, ascending ts, ties in append order."""
+        session = self._sessions.get((_require(name, "name"), _require(sandbox_id, "sandboxId")))
+        if session is None:
+            return []
+        return [_copy(e) for _, _, e in session.events]
+
+    async def last_checkpoint(self, name: str, sandbox_id: str) -> LedgerEntry | None:
+        """The last checkpoint entry in read_all order, or None."""
+        checkpoints = [e for e in await self.read_all(name, sandbox_id) if _is_checkpoint(e)]
+        return checkpoints[-1] if checkpoints else None
+
+    async def list_sandbox_details(
+        self, name: str, opts: ListSandboxOptions | None = None
+    ) -> list[SandboxDetails]:
+        """Sessions of one name, newest first."""
+        _require(name, "name")
+        return apply_list_options(
+            self._details(lambda s: s.summary.name == name), validate_list_options(opts)
+        )
+
+    async def list_all_sandbox_details(
+        self, opts: ListSandboxOptions | None = None
+    ) -> list[SandboxDetails]:
+        """Sessions of every name, newest first."""
+        return apply_list_options(self._details(lambda s: True), validate_list_options(opts))
+
+    async def get_sandbox_details(self, name: str, sandbox_id: str) -> SandboxDetails | None:
+        """One session's summary, or None."""
+        session = self._sessions.get((_require(name, "name"), _require(sandbox_id, "sandboxId")))
+        return session.summary.details() if session else None
+
+    async def delete_sandbox(self, name: str, sandbox_id: str) -> None:
+        """Forget the session."""
+        self._sessions.pop((_require(name, "name"), _require(sandbox_id, "sandboxId")), None)
+
+    async def list_checkpoints(self, name: str, sandbox_id: str) -> list[CheckpointInfo]:
+        """Checkpoints in creation (read_all) order."""
+        return [
+            checkpoint_info(e) for e in await self.read_all(name, sandbox_id) if _is_checkpoint(e)
+        ]
+
+    async def get_environment(self, name: str) -> EnvironmentRecord | None:
+        """The environment record, or None."""
+        record = self._environments.get(_require(name, "name"))
+        return record.model_copy(deep=True) if record else None
+
+    async def save_environment(self, record: EnvironmentRecord) -> None:
+        """Upsert by name."""
+        if not isinstance(record, EnvironmentRecord):
+            raise InvalidInputError(
+                "record", f"expected an EnvironmentRecord, got {type(record).__name__}"
+            )
+        self._environments[record.name] = record.model_copy(deep=True)
+
+    async def delete_environment(self, name: str) -> None:
+        """Remove the record if present."""
+        self._environments.pop(_require(name, "name"), None)
+
+    async def list_environments(self) -> list[EnvironmentRecord]:
+        """Newest builtAt first; ties in first-saved order."""
+        records = sorted(self._environments.values(), key=lambda r: -r.built_at)
+        return [r.model_copy(deep=True) for r in records]
+
+    def _details(self, keep: Any) -> list[SandboxDetails]:
+        out = []
+        for session in self._sessions.values():
+            if keep(session):
+                details = session.summary.details()
+                if details is not None:
+                    out.append(details)
+        return out
+
+
+def _is_checkpoint(entry: LedgerEntry) -> bool:
+    return entry.event == LedgerEvent.CheckpointCreated
+
+
+def _copy(entry: LedgerEntry) -> LedgerEntry:
+    return entry.model_copy(deep=True)

@@ -1,0 +1,147 @@
+"""The ledger contract's data types, ported from the TypeScript client.
+
+Attributes are snake_case; every model also accepts and emits the client's camelCase names,
+so ``LedgerEntry.model_validate(json_from_the_ts_client)`` works and
+``entry.model_dump(by_alias=True, exclude_none=True)`` gives back the wire shape exactly.
+Timestamps are integer Unix milliseconds.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from sandbox_ledger._json import MAX_SAFE_INTEGER, check_json_value
+
+__all__ = [
+    "CheckpointInfo",
+    "EnvironmentRecord",
+    "LedgerEntry",
+    "LedgerEvent",
+    "ListSandboxOptions",
+    "SandboxDetails",
+    "SandboxStatus",
+]
+
+Millis = Annotated[StrictInt, Field(ge=0, le=MAX_SAFE_INTEGER)]
+"""A Unix timestamp in milliseconds: a non-negative integer the TypeScript client can represent."""
+
+
+class LedgerEvent(StrEnum):
+    """Events the client records. Entries may carry other event strings too (newer clients)."""
+
+    SandboxCreated = "sandbox.created"
+    SandboxClosed = "sandbox.closed"
+    ExecStarted = "exec.started"
+    ExecComplete = "exec.complete"
+    ExecFailed = "exec.failed"
+    CheckpointCreated = "sandbox.checkpoint_created"
+
+
+class SandboxStatus(StrEnum):
+    """A session is completed once a ``sandbox.closed`` event exists, running before."""
+
+    Running = "running"
+    Completed = "completed"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        frozen=True,
+        extra="forbid",
+    )
+
+
+class LedgerEntry(_Model):
+    """One step of a sandbox session, as the client appends it."""
+
+    ts: Millis
+    name: Annotated[str, Field(min_length=1)]
+    sandbox_id: Annotated[str, Field(min_length=1)]
+    step_index: Annotated[StrictInt, Field(ge=-1)]
+    """-1 for sandbox-level events."""
+    branch: StrictInt | None = None
+    """Parallel branch index."""
+    event: Annotated[str, Field(min_length=1)]
+    """A :class:`LedgerEvent` value, or any other string a newer client sends (kept verbatim)."""
+    payload: Any = None
+    """Any JSON value; refused at construction if JSON cannot carry it."""
+    error: str | None = None
+
+    @field_validator("event", mode="before")
+    @classmethod
+    def _event_as_str(cls, value: Any) -> Any:
+        return value.value if isinstance(value, LedgerEvent) else value
+
+    @field_validator("payload")
+    @classmethod
+    def _payload_is_json(cls, value: Any) -> Any:
+        return check_json_value(value, "payload")
+
+    def wire(self) -> dict[str, Any]:
+        """The TypeScript wire shape: camelCase keys, absent optionals left out."""
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
+class SandboxDetails(_Model):
+    """A session's summary, derived from its events."""
+
+    name: str
+    sandbox_id: str
+    status: SandboxStatus
+    started_at: Millis
+    completed_at: Millis | None = None
+    exec_count: Annotated[StrictInt, Field(ge=0)] = 0
+
+
+class ListSandboxOptions(_Model):
+    """Filters for listing sessions, applied as the reference adapter applies them.
+
+    As in the TypeScript reference, a falsy value means "no filter": ``limit=0`` returns every
+    match and ``before=0`` filters nothing.
+    """
+
+    status: SandboxStatus | None = None
+    before: Millis | None = None
+    """Only sessions whose startedAt is strictly less."""
+    limit: Annotated[StrictInt, Field(ge=0)] | None = None
+
+
+class CheckpointInfo(_Model):
+    """A checkpoint of a session: ``snapshotId`` and ``name`` come from the entry's payload."""
+
+    snapshot_id: str | None = None
+    tag: str | None = None
+    created_at: Millis
+
+
+class EnvironmentRecord(BaseModel):
+    """A built environment. ``name`` and ``builtAt`` are required; every other field the client
+    sends is kept and returned unchanged."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        frozen=True,
+        extra="allow",
+    )
+
+    name: Annotated[str, Field(min_length=1)]
+    built_at: Millis
+
+    @model_validator(mode="after")
+    def _extras_are_json(self) -> EnvironmentRecord:
+        for key, value in (self.model_extra or {}).items():
+            check_json_value(value, key)
+        return self
+
+    def wire(self) -> dict[str, Any]:
+        """The TypeScript wire shape."""
+        return self.model_dump(by_alias=True, exclude_none=True)

@@ -1,0 +1,21 @@
+"""The conformance suite every :class:`~sandbox_ledger.StorageAdapter` must pass.
+
+Subclass :class:`StorageAdapterContract` in a test module, name the subclass ``Test...`` and
+override the ``adapter`` fixture to yield a fresh, empty adapter::
+
+    import pytest
+    from sandbox_ledger.testing import StorageAdapterContract
+
+    class TestMyAdapter(StorageAdapterContract):
+        @pytest.fixture
+        async def adapter(self):
+            adapter = MyAdapter(...)
+            yield adapter
+            await adapter.close()
+
+Requires ``pytest`` and ``pytest-asyncio`` (``asyncio_mode = "auto"``).
+"""
+
+from sandbox_ledger.testing.conformance import EXOTIC_PAYLOADS, StorageAdapterContract
+
+__all__ = ["EXOTIC_PAYLOADS", "StorageAdapterContract"]

@@ -1,0 +1,174 @@
+import json
+import math
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+import sandbox_ledger
+from sandbox_ledger import (
+    CheckpointInfo,
+    EnvironmentRecord,
+    LedgerEntry,
+    LedgerEvent,
+    ListSandboxOptions,
+    SandboxDetails,
+    SandboxStatus,
+)
+from sandbox_ledger.testing import EXOTIC_PAYLOADS
+
+WIRE = {
+    "ts": 1700000000000,
+    "name": "build",
+    "sandboxId": "sb-1",
+    "stepIndex": -1,
+    "event": "sandbox.created",
+    "payload": {"image": "python:3.12"},
+}
+
+
+def test_public_api_is_exactly_all() -> None:
+    public = {n for n in dir(sandbox_ledger) if not n.startswith("_")} - {
+        "errors",
+        "models",
+        "protocol",
+        "memory",
+        "summary",
+        "testing",
+        "keys",
+        "dynamodb",
+        "resources",
+        "cli",
+    }
+    assert public == set(sandbox_ledger.__all__) - {"__version__"}
+
+
+def test_entry_from_wire_and_back() -> None:
+    entry = LedgerEntry.model_validate(WIRE)
+    assert entry.sandbox_id == "sb-1" and entry.step_index == -1
+    assert entry.event == LedgerEvent.SandboxCreated
+    assert entry.model_dump(by_alias=True, exclude_none=True) == WIRE
+    assert json.loads(entry.model_dump_json(by_alias=True, exclude_none=True)) == WIRE
+    assert LedgerEntry.model_validate_json(json.dumps(WIRE)) == entry
+
+
+def test_entry_by_snake_case_keywords() -> None:
+    entry = LedgerEntry(
+        ts=1, name="n", sandbox_id="s", step_index=0, branch=1, event=LedgerEvent.ExecComplete
+    )
+    assert entry.wire() == {
+        "ts": 1,
+        "name": "n",
+        "sandboxId": "s",
+        "stepIndex": 0,
+        "branch": 1,
+        "event": "exec.complete",
+    }
+    assert type(entry.wire()["event"]) is str
+
+
+def test_event_enum_values() -> None:
+    assert {e.value for e in LedgerEvent} >= {
+        "sandbox.created",
+        "sandbox.closed",
+        "exec.started",
+        "exec.complete",
+        "exec.failed",
+        "sandbox.checkpoint_created",
+    }
+    assert SandboxStatus.Running == "running" and SandboxStatus.Completed == "completed"
+    assert LedgerEntry.model_validate({**WIRE, "event": "future.thing"}).event == "future.thing"
+
+
+@pytest.mark.parametrize("payload", EXOTIC_PAYLOADS)
+def test_payload_survives_json(payload: Any) -> None:
+    entry = LedgerEntry.model_validate({**WIRE, "payload": payload})
+    again = LedgerEntry.model_validate_json(entry.model_dump_json(by_alias=True))
+    assert again.payload == payload
+
+
+@pytest.mark.parametrize(
+    ("payload", "where"),
+    [
+        (math.nan, "payload"),
+        (math.inf, "payload"),
+        ({"a": [1, -math.inf]}, "payload.a[1]"),
+        ({1, 2}, "payload"),
+        (b"bytes", "payload"),
+        (object(), "payload"),
+        ({"k": Decimal("1.5")}, "payload.k"),
+        ({1: "int key"}, "payload"),
+    ],
+)
+def test_payload_json_cannot_carry_is_refused(payload: Any, where: str) -> None:
+    with pytest.raises(ValueError, match="payload") as info:
+        LedgerEntry.model_validate({**WIRE, "payload": payload})
+    assert where in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"name": ""}, "name"),
+        ({"sandboxId": ""}, "sandboxId"),
+        ({"ts": -1}, "ts"),
+        ({"ts": 1.5}, "ts"),
+        ({"ts": "12"}, "ts"),
+        ({"ts": True}, "ts"),
+        ({"ts": 2**53}, "ts"),
+        ({"stepIndex": -2}, "stepIndex"),
+        ({"event": ""}, "event"),
+        ({"unknown": 1}, "unknown"),
+    ],
+)
+def test_invalid_entries_name_the_field(change: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        LedgerEntry.model_validate({**WIRE, **change})
+
+
+def test_missing_ts_is_refused() -> None:
+    wire = {k: v for k, v in WIRE.items() if k != "ts"}
+    with pytest.raises(ValidationError, match="ts"):
+        LedgerEntry.model_validate(wire)
+
+
+def test_entries_are_immutable() -> None:
+    entry = LedgerEntry.model_validate(WIRE)
+    with pytest.raises(ValidationError):
+        entry.ts = 5  # type: ignore[misc]
+
+
+def test_environment_keeps_unknown_fields() -> None:
+    wire = {"name": "py", "builtAt": 5, "snapshotId": "s", "spec": {"cpu": 2, "tags": ["a"]}}
+    record = EnvironmentRecord.model_validate(wire)
+    assert record.built_at == 5
+    assert record.model_dump(by_alias=True) == wire
+    assert EnvironmentRecord(name="x", built_at=1).wire() == {"name": "x", "builtAt": 1}
+    with pytest.raises(ValueError, match="builtAt"):
+        EnvironmentRecord.model_validate({"name": "py"})
+    with pytest.raises(ValueError, match="spec"):
+        EnvironmentRecord.model_validate({"name": "py", "builtAt": 1, "spec": math.nan})
+
+
+def test_details_options_and_checkpoints_wire_shape() -> None:
+    details = SandboxDetails.model_validate(
+        {
+            "name": "n",
+            "sandboxId": "s",
+            "status": "completed",
+            "startedAt": 1,
+            "completedAt": 2,
+            "execCount": 3,
+        }
+    )
+    assert details.status is SandboxStatus.Completed
+    assert details.model_dump(by_alias=True, exclude_none=True)["completedAt"] == 2
+    opts = ListSandboxOptions.model_validate({"status": "running", "before": 10, "limit": 5})
+    assert (opts.status, opts.before, opts.limit) == (SandboxStatus.Running, 10, 5)
+    with pytest.raises(ValueError, match="limit"):
+        ListSandboxOptions(limit=-1)
+    with pytest.raises(ValueError, match="status"):
+        ListSandboxOptions.model_validate({"status": "paused"})
+    info = CheckpointInfo(snapshot_id="snap", tag="t", created_at=9)
+    assert info.model_dump(by_alias=True) == {"snapshotId": "snap", "tag": "t", "createdAt": 9}
