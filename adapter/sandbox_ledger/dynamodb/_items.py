@@ -1,0 +1,259 @@
+"""Pure conversions between the contract's models and DynamoDB items (low-level wire format).
+
+No I/O here: both adapter twins and the tests use these functions directly.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from sandbox_ledger import _json
+from sandbox_ledger import keys as k
+from sandbox_ledger.models import (
+    CheckpointInfo,
+    EnvironmentRecord,
+    LedgerEntry,
+    LedgerEvent,
+    SandboxDetails,
+    SandboxStatus,
+)
+from sandbox_ledger.summary import checkpoint_info
+
+# A DynamoDB item stops at 400 KB (409,600 bytes) including attribute names and keys (up to
+# 3 KB here). Chunks stay well below that, whatever an emulator would accept.
+CHUNK_BYTES = 350_000
+# Compress only when it pays: small entries stay readable JSON and cheap to decode.
+COMPRESS_MIN_BYTES = 1024
+COMPRESS_MAX_RATIO = 0.9
+
+Item = dict[str, dict[str, Any]]
+
+
+def S(value: str) -> dict[str, str]:
+    return {"S": value}
+
+
+def N(value: int) -> dict[str, str]:
+    return {"N": str(value)}
+
+
+def B(value: bytes) -> dict[str, bytes]:
+    return {"B": value}
+
+
+class _OrderIds:
+    """Strictly increasing per process, unique across processes: the tie-break for equal ts.
+
+    Generated once per append call and reused by every resend, so it doubles as the
+    idempotency key of the write.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last = 0
+
+    def next(self) -> str:
+        with self._lock:
+            self._last = max(self._last + 1, time.time_ns())
+            stamp = self._last
+        return f"{stamp:020d}{secrets.token_hex(4)}"
+
+
+order_ids = _OrderIds()
+
+
+@dataclass(frozen=True)
+class EncodedEntry:
+    """A ledger entry as items: the head (conditional, written last) and any extra parts."""
+
+    head: Item
+    parts: list[Item]
+
+
+def encode_entry(entry: LedgerEntry, order: str) -> EncodedEntry:
+    """Serialize ``entry`` into a head item and, beyond :data:`CHUNK_BYTES`, extra part items."""
+    pk = k.session_pk(entry.name, entry.sandbox_id)
+    body = entry.model_dump(by_alias=True, exclude_none=True, exclude={"name", "sandbox_id"})
+    raw = _json.dumps(body)
+    blob, compressed = raw, False
+    if len(raw) >= COMPRESS_MIN_BYTES:
+        packed = zlib.compress(raw, 6)
+        if len(packed) <= len(raw) * COMPRESS_MAX_RATIO:
+            blob, compressed = packed, True
+    chunks = [blob[i : i + CHUNK_BYTES] for i in range(0, len(blob), CHUNK_BYTES)] or [b""]
+    head_sk = k.event_sk(entry.ts, order)
+    head: Item = {
+        k.PARTITION_KEY: S(pk),
+        k.SORT_KEY: S(head_sk),
+        "ts": N(entry.ts),
+        "ev": S(entry.event),
+        "d": B(chunks[0]),
+    }
+    if compressed:
+        head["z"] = S("zlib")
+    if len(chunks) > 1:
+        head["np"] = N(len(chunks) - 1)
+    parts: list[Item] = [
+        {k.PARTITION_KEY: S(pk), k.SORT_KEY: S(k.part_sk(head_sk, i)), "d": B(chunk)}
+        for i, chunk in enumerate(chunks[1:], start=1)
+    ]
+    return EncodedEntry(head, parts)
+
+
+def decode_entries(name: str, sandbox_id: str, items: list[Item]) -> list[LedgerEntry]:
+    """Rebuild entries from items in sort-key order (heads followed by their parts).
+
+    Parts whose head is missing (a writer that died mid-way) are skipped: the head is
+    written last, so an entry is visible only once all of it is stored.
+    """
+    out: list[LedgerEntry] = []
+    i = 0
+    while i < len(items):
+        item = items[i]
+        i += 1
+        if "ts" not in item:  # an orphaned part
+            continue
+        n_parts = int(item["np"]["N"]) if "np" in item else 0
+        blob = bytes(item["d"]["B"])
+        head_sk = item[k.SORT_KEY]["S"]
+        for p in range(1, n_parts + 1):
+            part = items[i] if i < len(items) else None
+            if part is None or part[k.SORT_KEY]["S"] != k.part_sk(head_sk, p):
+                raise ValueError(f"entry {head_sk!r} is missing part {p} of {n_parts}")
+            blob += bytes(part["d"]["B"])
+            i += 1
+        out.append(decode_blob(name, sandbox_id, blob, "z" in item))
+    return out
+
+
+def decode_blob(name: str, sandbox_id: str, blob: bytes, compressed: bool) -> LedgerEntry:
+    """One entry from its stored bytes."""
+    body = _json.loads(zlib.decompress(blob) if compressed else blob)
+    return LedgerEntry.model_validate({**body, "name": name, "sandboxId": sandbox_id})
+
+
+def summary_key(pk: str) -> Item:
+    return {k.PARTITION_KEY: S(pk), k.SORT_KEY: S(k.SUMMARY_SK)}
+
+
+def _set_if_absent(attribute: str, value: str) -> str:
+    return f"{attribute} = if_not_exists({attribute}, {value})"
+
+
+def summary_update(entry: LedgerEntry, shard_count: int) -> dict[str, Any] | None:
+    """The UpdateItem fields that fold ``entry`` into its session summary, or None.
+
+    Mirrors :meth:`SessionSummary.apply` with ``if_not_exists`` so that the first created and
+    the first closed win in any arrival order, and the status-keyed index partitions end up
+    right whichever of the two came first.
+    """
+    pk = k.session_pk(entry.name, entry.sandbox_id)
+    shard = k.shard_of(pk, shard_count)
+    names = {"#nm": "name"}
+    values: dict[str, Any] = {
+        ":nm": S(entry.name),
+        ":sid": S(entry.sandbox_id),
+        ":ty": S("session"),
+    }
+    sets = ["#nm = :nm", "sandboxId = :sid", "itemType = :ty"]
+    adds: list[str] = []
+    if entry.event == LedgerEvent.SandboxCreated:
+        values |= {
+            ":ts": N(entry.ts),
+            ":g1": S(k.by_name_pk(entry.name)),
+            ":g3": S(k.all_pk(shard)),
+            ":g2": S(k.by_name_status_pk(SandboxStatus.Running, entry.name)),
+            ":g4": S(k.all_status_pk(SandboxStatus.Running, shard)),
+        }
+        sets += [
+            "startedAt = if_not_exists(startedAt, :ts)",
+            _set_if_absent(k.INDEX_SORT_KEY, ":ts"),
+            f"{k.BY_NAME.partition_key} = :g1",
+            f"{k.ALL.partition_key} = :g3",
+            _set_if_absent(k.BY_NAME_STATUS.partition_key, ":g2"),
+            _set_if_absent(k.ALL_STATUS.partition_key, ":g4"),
+        ]
+    elif entry.event == LedgerEvent.SandboxClosed:
+        values |= {
+            ":ts": N(entry.ts),
+            ":g2": S(k.by_name_status_pk(SandboxStatus.Completed, entry.name)),
+            ":g4": S(k.all_status_pk(SandboxStatus.Completed, shard)),
+        }
+        sets += [
+            "completedAt = if_not_exists(completedAt, :ts)",
+            f"{k.BY_NAME_STATUS.partition_key} = :g2",
+            f"{k.ALL_STATUS.partition_key} = :g4",
+        ]
+    elif entry.event == LedgerEvent.ExecComplete:
+        values[":one"] = N(1)
+        adds.append("execCount :one")
+    else:
+        return None
+    expression = "SET " + ", ".join(sets) + (" ADD " + ", ".join(adds) if adds else "")
+    return {
+        "Key": summary_key(pk),
+        "UpdateExpression": expression,
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
+    }
+
+
+def decode_details(item: Item) -> SandboxDetails | None:
+    """A summary item as SandboxDetails, or None before ``sandbox.created``."""
+    if "startedAt" not in item:
+        return None
+    completed = int(item["completedAt"]["N"]) if "completedAt" in item else None
+    return SandboxDetails(
+        name=item["name"]["S"],
+        sandbox_id=item["sandboxId"]["S"],
+        status=SandboxStatus.Completed if completed is not None else SandboxStatus.Running,
+        started_at=int(item["startedAt"]["N"]),
+        completed_at=completed,
+        exec_count=int(item["execCount"]["N"]) if "execCount" in item else 0,
+    )
+
+
+def checkpoint_marker(entry: LedgerEntry, order: str) -> Item:
+    """The small item that indexes a checkpoint entry by time within its session."""
+    info = checkpoint_info(entry)
+    item: Item = {
+        k.PARTITION_KEY: S(k.session_pk(entry.name, entry.sandbox_id)),
+        k.SORT_KEY: S(k.checkpoint_sk(entry.ts, order)),
+        "ts": N(entry.ts),
+        "ref": S(k.event_sk(entry.ts, order)),
+    }
+    if info.snapshot_id is not None:
+        item["snap"] = S(info.snapshot_id)
+    if info.tag is not None:
+        item["tag"] = S(info.tag)
+    return item
+
+
+def decode_checkpoint(item: Item) -> CheckpointInfo:
+    return CheckpointInfo(
+        snapshot_id=item["snap"]["S"] if "snap" in item else None,
+        tag=item["tag"]["S"] if "tag" in item else None,
+        created_at=int(item["ts"]["N"]),
+    )
+
+
+def environment_item(record: EnvironmentRecord) -> Item:
+    return {
+        k.PARTITION_KEY: S(k.ENVIRONMENT_PK),
+        k.SORT_KEY: S(k.environment_sk(record.name)),
+        "builtAt": N(record.built_at),
+        "record": B(_json.dumps(record.wire())),
+    }
+
+
+def environment_key(name: str) -> Item:
+    return {k.PARTITION_KEY: S(k.ENVIRONMENT_PK), k.SORT_KEY: S(k.environment_sk(name))}
+
+
+def decode_environment(item: Item) -> EnvironmentRecord:
+    return EnvironmentRecord.model_validate(_json.loads(bytes(item["record"]["B"])))

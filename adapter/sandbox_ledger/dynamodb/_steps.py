@@ -1,0 +1,122 @@
+"""Multi-step algorithms as generators, driven by a sync and an async runner.
+
+An operation is a generator that yields :class:`Call` (one SDK call; the response is sent
+back, a botocore error is thrown in), :class:`Parallel` (several calls, responses sent back as a
+list; the first error is thrown in) or :class:`Sleep`. Paging, retrying unprocessed items and
+merging shards are written once here; only :func:`run_sync` and :func:`run_async` do I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from sandbox_ledger.errors import translate_client_error
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Call:
+    """One low-level client call, e.g. ``Call("put_item", {...})``."""
+
+    operation: str
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """Independent calls that may run concurrently."""
+
+    calls: tuple[Call, ...]
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """Back off before the next step."""
+
+    seconds: float
+
+
+Step = Call | Parallel | Sleep
+Op = Generator[Step, Any, T]
+
+_SDK_ERRORS = (ClientError, BotoCoreError)
+
+
+def backoff(attempt: int, *, base: float = 0.025, cap: float = 2.0) -> float:
+    """Full-jitter exponential backoff for retry ``attempt`` (1-based)."""
+    return random.uniform(0, min(cap, base * 2**attempt))
+
+
+def error_code(exc: BaseException) -> str:
+    """The AWS error code of a botocore ClientError, or ''."""
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        return str(response.get("Error", {}).get("Code", ""))
+    return ""
+
+
+def run_sync(client: Any, op: Op[T]) -> T:
+    """Drive ``op`` with a boto3 client; SDK errors leave as the package's own types."""
+    value: Any = None
+    error: BaseException | None = None
+    try:
+        while True:
+            try:
+                step = op.throw(error) if error is not None else op.send(value)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            value, error = None, None
+            try:
+                if isinstance(step, Call):
+                    value = getattr(client, step.operation)(**step.params)
+                elif isinstance(step, Parallel):
+                    value = [getattr(client, c.operation)(**c.params) for c in step.calls]
+                else:
+                    time.sleep(step.seconds)
+            except _SDK_ERRORS as exc:
+                error = exc
+    except _SDK_ERRORS as exc:
+        raise translate_client_error(exc) from exc
+    finally:
+        op.close()
+
+
+async def run_async(client: Any, op: Op[T]) -> T:
+    """Drive ``op`` with an aioboto3 client; parallel steps run concurrently."""
+    value: Any = None
+    error: BaseException | None = None
+    try:
+        while True:
+            try:
+                step = op.throw(error) if error is not None else op.send(value)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            value, error = None, None
+            try:
+                if isinstance(step, Call):
+                    value = await getattr(client, step.operation)(**step.params)
+                elif isinstance(step, Parallel):
+                    results = await asyncio.gather(
+                        *(getattr(client, c.operation)(**c.params) for c in step.calls),
+                        return_exceptions=True,
+                    )
+                    failures = [r for r in results if isinstance(r, BaseException)]
+                    if failures:
+                        raise failures[0]
+                    value = results
+                else:
+                    await asyncio.sleep(step.seconds)
+            except _SDK_ERRORS as exc:
+                error = exc
+    except _SDK_ERRORS as exc:
+        raise translate_client_error(exc) from exc
+    finally:
+        op.close()

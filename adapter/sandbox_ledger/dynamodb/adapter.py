@@ -1,0 +1,287 @@
+"""The DynamoDB adapters: :class:`DynamoDBAdapter` (async) and :class:`SyncDynamoDBAdapter`.
+
+Both run the same operations from :mod:`._ops`; only the I/O differs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from sandbox_ledger import keys as k
+from sandbox_ledger.dynamodb import _ops
+from sandbox_ledger.dynamodb._client import AsyncClient, SyncClient
+from sandbox_ledger.dynamodb._items import order_ids
+from sandbox_ledger.dynamodb._steps import Op, run_async, run_sync
+from sandbox_ledger.errors import InvalidInputError
+from sandbox_ledger.models import EnvironmentRecord, LedgerEntry
+from sandbox_ledger.summary import validate_list_options
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from botocore.config import Config
+
+    from sandbox_ledger.models import (
+        CheckpointInfo,
+        ListSandboxOptions,
+        SandboxDetails,
+    )
+
+T = TypeVar("T")
+
+
+def _table_name(table_name: str) -> str:
+    if not isinstance(table_name, str) or not 3 <= len(table_name) <= 255:
+        raise InvalidInputError("table_name", "must be a string of 3 to 255 characters")
+    return table_name
+
+
+def _entry(entry: object) -> LedgerEntry:
+    if not isinstance(entry, LedgerEntry):
+        raise InvalidInputError("entry", f"expected a LedgerEntry, got {type(entry).__name__}")
+    return entry
+
+
+def _record(record: object) -> EnvironmentRecord:
+    if not isinstance(record, EnvironmentRecord):
+        raise InvalidInputError(
+            "record", f"expected an EnvironmentRecord, got {type(record).__name__}"
+        )
+    return record
+
+
+class _Base:
+    def __init__(self, table_name: str, shard_count: int) -> None:
+        self.table_name = _table_name(table_name)
+        self.shard_count = k.check_shard_count(shard_count)
+
+    # Each method returns the operation to run; the twins run it.
+    def _append(self, entry: LedgerEntry) -> Op[None]:
+        return _ops.append(self.table_name, _entry(entry), order_ids.next(), self.shard_count)
+
+    def _list(self, name: str | None, opts: Any) -> Op[list[SandboxDetails]]:
+        if name is not None:
+            k.by_name_pk(name)
+        return _ops.list_details(
+            self.table_name,
+            name=name,
+            opts=validate_list_options(opts),
+            shard_count=self.shard_count,
+        )
+
+
+class DynamoDBAdapter(_Base):
+    """The ledger contract on one DynamoDB table, with aioboto3.
+
+    Args:
+        table_name: the table (``create_table()`` or the CDK stack makes it).
+        endpoint_url: a local endpoint (moto); default from the environment.
+        region_name: AWS region; default from the environment.
+        session: an ``aioboto3.Session`` (credentials, profile).
+        config: a ``botocore.config.Config`` merged over the defaults (standard retries).
+        shard_count: shards of the list-all index key; every reader and writer of one table
+            must use the same value.
+    """
+
+    def __init__(
+        self,
+        table_name: str,
+        *,
+        endpoint_url: str | None = None,
+        region_name: str | None = None,
+        session: Any | None = None,
+        config: Config | None = None,
+        shard_count: int = k.DEFAULT_SHARD_COUNT,
+    ) -> None:
+        super().__init__(table_name, shard_count)
+        self._client = AsyncClient(
+            endpoint_url=endpoint_url, region_name=region_name, session=session, config=config
+        )
+
+    async def client(self) -> Any:
+        """The underlying aiobotocore client (created on first use), e.g. to add event hooks."""
+        return await self._client.get()
+
+    async def _run(self, op: Op[T]) -> T:
+        return await run_async(await self._client.get(), op)
+
+    async def connect(self) -> None:
+        """Create the client now instead of on first use; idempotent."""
+        await self._client.get()
+
+    async def close(self) -> None:
+        """Release the client; idempotent. The adapter reconnects if used again."""
+        await self._client.close()
+
+    async def __aenter__(self) -> DynamoDBAdapter:
+        await self.connect()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def create_table(self) -> bool:
+        """Create the table as the CDK stack provisions it, if absent; wait until ACTIVE.
+
+        Returns True if this call created it.
+        """
+        return await self._run(_ops.create_table(self.table_name))
+
+    async def append(self, entry: LedgerEntry) -> None:
+        """Persist one entry exactly once (one round trip; more only for entries over 350 KB)."""
+        await self._run(self._append(entry))
+
+    async def read_all(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
+        """Every entry of the session, ascending ts, ties in append order."""
+        return await self._run(_ops.read_all(self.table_name, name, sandbox_id))
+
+    async def last_checkpoint(self, name: str, sandbox_id: str) -> LedgerEntry | None:
+        """The last checkpoint entry (two requests), or None."""
+        return await self._run(_ops.last_checkpoint(self.table_name, name, sandbox_id))
+
+    async def list_sandbox_details(
+        self, name: str, opts: ListSandboxOptions | None = None
+    ) -> list[SandboxDetails]:
+        """Sessions of one name, newest first (one query and one batch get per page)."""
+        return await self._run(self._list(name, opts))
+
+    async def list_all_sandbox_details(
+        self, opts: ListSandboxOptions | None = None
+    ) -> list[SandboxDetails]:
+        """Sessions of every name, newest first (one query per shard and one batch get)."""
+        return await self._run(self._list(None, opts))
+
+    async def get_sandbox_details(self, name: str, sandbox_id: str) -> SandboxDetails | None:
+        """One session's summary (one strongly consistent read), or None."""
+        return await self._run(_ops.get_sandbox_details(self.table_name, name, sandbox_id))
+
+    async def delete_sandbox(self, name: str, sandbox_id: str) -> None:
+        """Delete the session's summary, entries and checkpoints."""
+        await self._run(_ops.delete_partition(self.table_name, k.session_pk(name, sandbox_id)))
+
+    async def list_checkpoints(self, name: str, sandbox_id: str) -> list[CheckpointInfo]:
+        """Checkpoints in creation order, from their markers (entries are not read)."""
+        return await self._run(_ops.list_checkpoints(self.table_name, name, sandbox_id))
+
+    async def get_environment(self, name: str) -> EnvironmentRecord | None:
+        """The environment record, or None."""
+        return await self._run(_ops.get_environment(self.table_name, name))
+
+    async def save_environment(self, record: EnvironmentRecord) -> None:
+        """Create or replace the record."""
+        await self._run(_ops.save_environment(self.table_name, _record(record)))
+
+    async def delete_environment(self, name: str) -> None:
+        """Remove the record if present."""
+        await self._run(_ops.delete_environment(self.table_name, name))
+
+    async def list_environments(self) -> list[EnvironmentRecord]:
+        """Every environment record, newest builtAt first."""
+        return await self._run(_ops.list_environments(self.table_name))
+
+
+class SyncDynamoDBAdapter(_Base):
+    """:class:`DynamoDBAdapter` without await, on boto3; safe to share across threads."""
+
+    def __init__(
+        self,
+        table_name: str,
+        *,
+        endpoint_url: str | None = None,
+        region_name: str | None = None,
+        session: Any | None = None,
+        config: Config | None = None,
+        shard_count: int = k.DEFAULT_SHARD_COUNT,
+    ) -> None:
+        super().__init__(table_name, shard_count)
+        self._client = SyncClient(
+            endpoint_url=endpoint_url, region_name=region_name, session=session, config=config
+        )
+
+    def client(self) -> Any:
+        """The underlying botocore client (created on first use), e.g. to add event hooks."""
+        return self._client.get()
+
+    def _run(self, op: Op[T]) -> T:
+        return run_sync(self._client.get(), op)
+
+    def connect(self) -> None:
+        """Create the client now instead of on first use; idempotent."""
+        self._client.get()
+
+    def close(self) -> None:
+        """Release the client; idempotent."""
+        self._client.close()
+
+    def __enter__(self) -> SyncDynamoDBAdapter:
+        self.connect()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def create_table(self) -> bool:
+        """Create the table as the CDK stack provisions it, if absent; wait until ACTIVE."""
+        return self._run(_ops.create_table(self.table_name))
+
+    def append(self, entry: LedgerEntry) -> None:
+        """Persist one entry exactly once."""
+        self._run(self._append(entry))
+
+    def read_all(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
+        """Every entry of the session, ascending ts, ties in append order."""
+        return self._run(_ops.read_all(self.table_name, name, sandbox_id))
+
+    def last_checkpoint(self, name: str, sandbox_id: str) -> LedgerEntry | None:
+        """The last checkpoint entry, or None."""
+        return self._run(_ops.last_checkpoint(self.table_name, name, sandbox_id))
+
+    def list_sandbox_details(
+        self, name: str, opts: ListSandboxOptions | None = None
+    ) -> list[SandboxDetails]:
+        """Sessions of one name, newest first."""
+        return self._run(self._list(name, opts))
+
+    def list_all_sandbox_details(
+        self, opts: ListSandboxOptions | None = None
+    ) -> list[SandboxDetails]:
+        """Sessions of every name, newest first."""
+        return self._run(self._list(None, opts))
+
+    def get_sandbox_details(self, name: str, sandbox_id: str) -> SandboxDetails | None:
+        """One session's summary, or None."""
+        return self._run(_ops.get_sandbox_details(self.table_name, name, sandbox_id))
+
+    def delete_sandbox(self, name: str, sandbox_id: str) -> None:
+        """Delete the session's summary, entries and checkpoints."""
+        self._run(_ops.delete_partition(self.table_name, k.session_pk(name, sandbox_id)))
+
+    def list_checkpoints(self, name: str, sandbox_id: str) -> list[CheckpointInfo]:
+        """Checkpoints in creation order."""
+        return self._run(_ops.list_checkpoints(self.table_name, name, sandbox_id))
+
+    def get_environment(self, name: str) -> EnvironmentRecord | None:
+        """The environment record, or None."""
+        return self._run(_ops.get_environment(self.table_name, name))
+
+    def save_environment(self, record: EnvironmentRecord) -> None:
+        """Create or replace the record."""
+        self._run(_ops.save_environment(self.table_name, _record(record)))
+
+    def delete_environment(self, name: str) -> None:
+        """Remove the record if present."""
+        self._run(_ops.delete_environment(self.table_name, name))
+
+    def list_environments(self) -> list[EnvironmentRecord]:
+        """Every environment record, newest builtAt first."""
+        return self._run(_ops.list_environments(self.table_name))

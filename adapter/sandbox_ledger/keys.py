@@ -1,0 +1,232 @@
+"""The table's key schema: the one place attribute names, key formats, indexes and TTL live.
+
+The DynamoDB adapter builds every key with these functions, ``create_table()`` builds the table
+from :data:`TABLE_SCHEMA`, and the CDK construct imports the same constants. Nothing else in
+the project spells a key attribute or an index name.
+
+Item collections (partition key ``PK``, sort key ``SK``)::
+
+    S#<name>#<sandboxId>   #SUMMARY                     session summary (listing, details)
+                           E#<ts:16>#<order>            one ledger entry (head)
+                           E#<ts:16>#<order>#<part:5>   the rest of an entry too large for one item
+                           K#<ts:16>#<order>            checkpoint marker, points at its entry
+    ENV                    <environment name>           environment record
+    R#<uuid>               RECORD                       resource activity record
+
+Every name and sandboxId is escaped (``%`` -> ``%25``, ``#`` -> ``%23``) before it is joined,
+so no two distinct (name, sandboxId) pairs can produce the same key whatever they contain.
+
+Four global secondary indexes share the numeric sort key ``gsk`` (startedAt for sessions,
+updatedAt in ms for resource records) and project keys only, so frequently changing attributes
+(execCount, operation counts) never cost an index write::
+
+    byName        g1pk  N#<name>                         RP#<phase>#<shard>
+    byNameStatus  g2pk  NS#<status>#<name>               RV#<provider>#<shard>
+    all           g3pk  A#<shard>                        (resources: not indexed)
+    allStatus     g4pk  AS#<status>#<shard>              (resources: not indexed)
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Final
+
+from sandbox_ledger.errors import InvalidInputError, KeyTooLongError
+
+PARTITION_KEY: Final = "PK"
+SORT_KEY: Final = "SK"
+INDEX_SORT_KEY: Final = "gsk"
+TTL_ATTRIBUTE: Final = "expiresAt"
+
+# DynamoDB's limits, in UTF-8 bytes.
+MAX_PARTITION_KEY_BYTES: Final = 2048
+MAX_SORT_KEY_BYTES: Final = 1024
+
+DEFAULT_SHARD_COUNT: Final = 4
+MAX_SHARD_COUNT: Final = 64
+
+SUMMARY_SK: Final = "#SUMMARY"
+EVENT_PREFIX: Final = "E#"
+CHECKPOINT_PREFIX: Final = "K#"
+ENVIRONMENT_PK: Final = "ENV"
+RESOURCE_SK: Final = "RECORD"
+
+
+@dataclass(frozen=True)
+class IndexSpec:
+    """One global secondary index: its name, partition key attribute and sort key attribute."""
+
+    name: str
+    partition_key: str
+    sort_key: str = INDEX_SORT_KEY
+    projection: str = "KEYS_ONLY"
+
+
+BY_NAME: Final = IndexSpec("byName", "g1pk")
+BY_NAME_STATUS: Final = IndexSpec("byNameStatus", "g2pk")
+ALL: Final = IndexSpec("all", "g3pk")
+ALL_STATUS: Final = IndexSpec("allStatus", "g4pk")
+# Resource records reuse the first two indexes under their own key prefixes.
+RESOURCES_BY_PHASE: Final = BY_NAME
+RESOURCES_BY_PROVIDER: Final = BY_NAME_STATUS
+
+INDEXES: Final[tuple[IndexSpec, ...]] = (BY_NAME, BY_NAME_STATUS, ALL, ALL_STATUS)
+
+# Attribute name -> DynamoDB scalar type, for every key attribute of the table and its indexes.
+KEY_ATTRIBUTE_TYPES: Final[dict[str, str]] = {
+    PARTITION_KEY: "S",
+    SORT_KEY: "S",
+    INDEX_SORT_KEY: "N",
+    **{index.partition_key: "S" for index in INDEXES},
+}
+
+
+def _escape(component: str) -> str:
+    return component.replace("%", "%25").replace("#", "%23")
+
+
+def _unescape(component: str) -> str:
+    return component.replace("%23", "#").replace("%25", "%")
+
+
+def _nonempty(value: object, field: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidInputError(field, "must be a non-empty string")
+    return value
+
+
+def _fits(key: str, limit: int, field: str) -> str:
+    size = len(key.encode("utf-8"))
+    if size > limit:
+        raise KeyTooLongError(
+            field,
+            f"too long for a DynamoDB key ({size} bytes encoded, the limit is {limit})",
+        )
+    return key
+
+
+def session_pk(name: str, sandbox_id: str) -> str:
+    """The partition key of a session: its summary, entries and checkpoint markers.
+
+    Raises:
+        InvalidInputError: a component is empty.
+        KeyTooLongError: the escaped pair exceeds DynamoDB's partition key limit.
+    """
+    _nonempty(name, "name")
+    _nonempty(sandbox_id, "sandboxId")
+    key = f"S#{_escape(name)}#{_escape(sandbox_id)}"
+    return _fits(key, MAX_PARTITION_KEY_BYTES, "name/sandboxId")
+
+
+def parse_session_pk(pk: str) -> tuple[str, str]:
+    """The (name, sandboxId) a session partition key was built from."""
+    prefix, name, sandbox_id = pk.split("#")
+    if prefix != "S":
+        raise ValueError(f"not a session key: {pk!r}")
+    return _unescape(name), _unescape(sandbox_id)
+
+
+def _ts(ts: int) -> str:
+    return f"{ts:016d}"
+
+
+def event_sk(ts: int, order: str) -> str:
+    """The sort key of an entry's head item: ascending ts, then append order."""
+    return f"{EVENT_PREFIX}{_ts(ts)}#{order}"
+
+
+def part_sk(head_sk: str, part: int) -> str:
+    """The sort key of part ``part`` (1-based) of a split entry; sorts right after its head."""
+    return f"{head_sk}#{part:05d}"
+
+
+def checkpoint_sk(ts: int, order: str) -> str:
+    """The sort key of a checkpoint marker."""
+    return f"{CHECKPOINT_PREFIX}{_ts(ts)}#{order}"
+
+
+def environment_sk(name: str) -> str:
+    """The sort key of an environment record (all of them share :data:`ENVIRONMENT_PK`)."""
+    return _fits(_nonempty(name, "name"), MAX_SORT_KEY_BYTES, "name")
+
+
+def resource_pk(record_id: str) -> str:
+    """The partition key of a resource activity record."""
+    return f"R#{_nonempty(record_id, 'id')}"
+
+
+def shard_of(key: str, shard_count: int) -> int:
+    """A stable shard in ``range(shard_count)`` for an item's partition key."""
+    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % shard_count
+
+
+def check_shard_count(shard_count: int) -> int:
+    """Validate a shard count (readers and writers of one table must use the same one)."""
+    if not isinstance(shard_count, int) or isinstance(shard_count, bool):
+        raise InvalidInputError("shard_count", "must be an integer")
+    if not 1 <= shard_count <= MAX_SHARD_COUNT:
+        raise InvalidInputError("shard_count", f"must be between 1 and {MAX_SHARD_COUNT}")
+    return shard_count
+
+
+def by_name_pk(name: str) -> str:
+    """``byName`` partition of one name's sessions."""
+    return _fits(f"N#{_escape(_nonempty(name, 'name'))}", MAX_PARTITION_KEY_BYTES, "name")
+
+
+def by_name_status_pk(status: str, name: str) -> str:
+    """``byNameStatus`` partition of one name's sessions in one status."""
+    return _fits(f"NS#{status}#{_escape(name)}", MAX_PARTITION_KEY_BYTES, "name")
+
+
+def all_pk(shard: int) -> str:
+    """``all`` partition of one shard of every session."""
+    return f"A#{shard:03d}"
+
+
+def all_status_pk(status: str, shard: int) -> str:
+    """``allStatus`` partition of one shard of every session in one status."""
+    return f"AS#{status}#{shard:03d}"
+
+
+def resource_phase_pk(phase: str, shard: int) -> str:
+    """Resource records in one phase, one shard (on the ``byName`` index)."""
+    return f"RP#{phase}#{shard:03d}"
+
+
+def resource_provider_pk(provider: str, shard: int) -> str:
+    """Resource records of one sandbox provider, one shard (on the ``byNameStatus`` index)."""
+    return _fits(f"RV#{_escape(provider)}#{shard:03d}", MAX_PARTITION_KEY_BYTES, "sandboxProvider")
+
+
+def table_definition(table_name: str) -> dict[str, object]:
+    """The CreateTable request for the ledger table (on-demand, streams on).
+
+    The CDK construct provisions the same key schema from the same constants.
+    """
+    return {
+        "TableName": table_name,
+        "AttributeDefinitions": [
+            {"AttributeName": name, "AttributeType": kind}
+            for name, kind in KEY_ATTRIBUTE_TYPES.items()
+        ],
+        "KeySchema": [
+            {"AttributeName": PARTITION_KEY, "KeyType": "HASH"},
+            {"AttributeName": SORT_KEY, "KeyType": "RANGE"},
+        ],
+        "GlobalSecondaryIndexes": [
+            {
+                "IndexName": index.name,
+                "KeySchema": [
+                    {"AttributeName": index.partition_key, "KeyType": "HASH"},
+                    {"AttributeName": index.sort_key, "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": index.projection},
+            }
+            for index in INDEXES
+        ],
+        "BillingMode": "PAY_PER_REQUEST",
+        "StreamSpecification": {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+    }

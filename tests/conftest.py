@@ -1,0 +1,44 @@
+"""Shared fixtures: one moto server per test session, a fresh table per test."""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+os.environ.setdefault("AWS_REGION", "us-east-1")
+os.environ.pop("AWS_PROFILE", None)
+os.environ.pop("AWS_ENDPOINT_URL", None)
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def table_name() -> str:
+    return f"ledger-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def sync_table(moto_endpoint: str, table_name: str) -> str:
+    """A fresh ledger table, created through the sync adapter's create_table()."""
+    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+
+    with SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint) as adapter:
+        assert adapter.create_table() is True
+    return table_name

@@ -1,0 +1,104 @@
+"""The shared contract suite against both DynamoDB twins on a moto server."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from sandbox_ledger.dynamodb import DynamoDBAdapter, SyncDynamoDBAdapter
+from sandbox_ledger.testing import StorageAdapterContract
+
+
+class AsyncOverSync:
+    """Presents the sync twin through the async contract (each call in a worker thread)."""
+
+    def __init__(self, sync: SyncDynamoDBAdapter) -> None:
+        self.sync = sync
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.sync, name)
+
+        @functools.wraps(method)
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return await asyncio.to_thread(method, *args, **kwargs)
+
+        return call
+
+    async def connect(self) -> None:
+        await asyncio.to_thread(self.sync.connect)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.sync.close)
+
+    async def append(self, entry: Any) -> None:
+        await asyncio.to_thread(self.sync.append, entry)
+
+    async def read_all(self, name: str, sandbox_id: str) -> Any:
+        return await asyncio.to_thread(self.sync.read_all, name, sandbox_id)
+
+    async def last_checkpoint(self, name: str, sandbox_id: str) -> Any:
+        return await asyncio.to_thread(self.sync.last_checkpoint, name, sandbox_id)
+
+    async def list_sandbox_details(self, name: str, opts: Any = None) -> Any:
+        return await asyncio.to_thread(self.sync.list_sandbox_details, name, opts)
+
+    async def list_all_sandbox_details(self, opts: Any = None) -> Any:
+        return await asyncio.to_thread(self.sync.list_all_sandbox_details, opts)
+
+    async def get_sandbox_details(self, name: str, sandbox_id: str) -> Any:
+        return await asyncio.to_thread(self.sync.get_sandbox_details, name, sandbox_id)
+
+    async def delete_sandbox(self, name: str, sandbox_id: str) -> None:
+        await asyncio.to_thread(self.sync.delete_sandbox, name, sandbox_id)
+
+    async def list_checkpoints(self, name: str, sandbox_id: str) -> Any:
+        return await asyncio.to_thread(self.sync.list_checkpoints, name, sandbox_id)
+
+    async def get_environment(self, name: str) -> Any:
+        return await asyncio.to_thread(self.sync.get_environment, name)
+
+    async def save_environment(self, record: Any) -> None:
+        await asyncio.to_thread(self.sync.save_environment, record)
+
+    async def delete_environment(self, name: str) -> None:
+        await asyncio.to_thread(self.sync.delete_environment, name)
+
+    async def list_environments(self) -> Any:
+        return await asyncio.to_thread(self.sync.list_environments)
+
+    async def __aenter__(self) -> AsyncOverSync:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class TestDynamoDBAdapter(StorageAdapterContract):
+    @pytest.fixture
+    async def adapter(self, moto_endpoint: str, sync_table: str) -> AsyncIterator[DynamoDBAdapter]:
+        adapter = DynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+        yield adapter
+        await adapter.close()
+
+
+class TestSyncDynamoDBAdapter(StorageAdapterContract):
+    @pytest.fixture
+    async def adapter(self, moto_endpoint: str, sync_table: str) -> AsyncIterator[AsyncOverSync]:
+        adapter = AsyncOverSync(SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint))
+        yield adapter
+        await adapter.close()
+
+
+class TestShardedOne(StorageAdapterContract):
+    """The contract holds whatever the shard count (here: one shard, no merge)."""
+
+    @pytest.fixture
+    async def adapter(self, moto_endpoint: str, sync_table: str) -> AsyncIterator[DynamoDBAdapter]:
+        adapter = DynamoDBAdapter(sync_table, endpoint_url=moto_endpoint, shard_count=1)
+        yield adapter
+        await adapter.close()
