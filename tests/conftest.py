@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import uuid
 from collections.abc import Iterator
@@ -19,13 +18,10 @@ os.environ.pop("AWS_ENDPOINT_URL", None)
 
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
+    from sandbox_ledger.local import LocalDynamoDB
 
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
+    server = LocalDynamoDB()
+    yield server.start()
     server.stop()
 
 
@@ -42,3 +38,14 @@ def sync_table(moto_endpoint: str, table_name: str) -> str:
     with SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint) as adapter:
         assert adapter.create_table() is True
     return table_name
+
+
+@pytest.fixture
+def fast_sdk_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep botocore's retry delays tiny, so fault-injection tests stay quick."""
+    from botocore.retries import standard
+
+    from sandbox_ledger.dynamodb import _ops
+
+    monkeypatch.setattr(standard.ExponentialBackoff, "delay_amount", lambda self, ctx: 0.001)
+    monkeypatch.setattr(_ops, "backoff", lambda attempt: 0.001)

@@ -6,22 +6,24 @@ the project spells a key attribute or an index name.
 
 Item collections (partition key ``PK``, sort key ``SK``)::
 
-    S#<name>#<sandboxId>   #SUMMARY                     session summary (listing, details)
+    S#<len>#<name>#<sid>   #SUMMARY                     session summary (listing, details)
                            E#<ts:16>#<order>            one ledger entry (head)
                            E#<ts:16>#<order>#<part:5>   the rest of an entry too large for one item
                            K#<ts:16>#<order>            checkpoint marker, points at its entry
     ENV                    <environment name>           environment record
     R#<uuid>               RECORD                       resource activity record
 
-Every name and sandboxId is escaped (``%`` -> ``%25``, ``#`` -> ``%23``) before it is joined,
-so no two distinct (name, sandboxId) pairs can produce the same key whatever they contain.
+A session key carries the name's length (in characters) before the name, so the boundary
+between name and sandboxId is never ambiguous: no two distinct (name, sandboxId) pairs can
+produce the same key whatever separators they contain, and the key costs only a few bytes
+more than the pair itself (two 1,000-character ASCII components fit DynamoDB's 2,048 bytes).
 
 Four global secondary indexes share the numeric sort key ``gsk`` (startedAt for sessions,
 updatedAt in ms for resource records) and project keys only, so frequently changing attributes
 (execCount, operation counts) never cost an index write::
 
     byName        g1pk  N#<name>                         RP#<phase>#<shard>
-    byNameStatus  g2pk  NS#<status>#<name>               RV#<provider>#<shard>
+    byNameStatus  g2pk  NS#<status>#<name>               RV#<shard>#<provider>
     all           g3pk  A#<shard>                        (resources: not indexed)
     allStatus     g4pk  AS#<status>#<shard>              (resources: not indexed)
 """
@@ -82,14 +84,6 @@ KEY_ATTRIBUTE_TYPES: Final[dict[str, str]] = {
 }
 
 
-def _escape(component: str) -> str:
-    return component.replace("%", "%25").replace("#", "%23")
-
-
-def _unescape(component: str) -> str:
-    return component.replace("%23", "#").replace("%25", "%")
-
-
 def _nonempty(value: object, field: str) -> str:
     if not isinstance(value, str) or not value:
         raise InvalidInputError(field, "must be a non-empty string")
@@ -115,16 +109,17 @@ def session_pk(name: str, sandbox_id: str) -> str:
     """
     _nonempty(name, "name")
     _nonempty(sandbox_id, "sandboxId")
-    key = f"S#{_escape(name)}#{_escape(sandbox_id)}"
+    key = f"S#{len(name)}#{name}#{sandbox_id}"
     return _fits(key, MAX_PARTITION_KEY_BYTES, "name/sandboxId")
 
 
 def parse_session_pk(pk: str) -> tuple[str, str]:
     """The (name, sandboxId) a session partition key was built from."""
-    prefix, name, sandbox_id = pk.split("#")
-    if prefix != "S":
+    prefix, length, rest = pk.split("#", 2)
+    size = int(length)
+    if prefix != "S" or rest[size : size + 1] != "#":
         raise ValueError(f"not a session key: {pk!r}")
-    return _unescape(name), _unescape(sandbox_id)
+    return rest[:size], rest[size + 1 :]
 
 
 def _ts(ts: int) -> str:
@@ -173,12 +168,12 @@ def check_shard_count(shard_count: int) -> int:
 
 def by_name_pk(name: str) -> str:
     """``byName`` partition of one name's sessions."""
-    return _fits(f"N#{_escape(_nonempty(name, 'name'))}", MAX_PARTITION_KEY_BYTES, "name")
+    return _fits(f"N#{_nonempty(name, 'name')}", MAX_PARTITION_KEY_BYTES, "name")
 
 
 def by_name_status_pk(status: str, name: str) -> str:
     """``byNameStatus`` partition of one name's sessions in one status."""
-    return _fits(f"NS#{status}#{_escape(name)}", MAX_PARTITION_KEY_BYTES, "name")
+    return _fits(f"NS#{status}#{name}", MAX_PARTITION_KEY_BYTES, "name")
 
 
 def all_pk(shard: int) -> str:
@@ -198,7 +193,7 @@ def resource_phase_pk(phase: str, shard: int) -> str:
 
 def resource_provider_pk(provider: str, shard: int) -> str:
     """Resource records of one sandbox provider, one shard (on the ``byNameStatus`` index)."""
-    return _fits(f"RV#{_escape(provider)}#{shard:03d}", MAX_PARTITION_KEY_BYTES, "sandboxProvider")
+    return _fits(f"RV#{shard:03d}#{provider}", MAX_PARTITION_KEY_BYTES, "sandboxProvider")
 
 
 def table_definition(table_name: str) -> dict[str, object]:

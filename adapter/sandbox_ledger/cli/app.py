@@ -6,7 +6,7 @@ import asyncio
 
 import typer
 
-from sandbox_ledger.cli.embedded import embedded_dynamodb
+from sandbox_ledger.local import embedded_dynamodb
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Operate sandbox ledgers.")
 

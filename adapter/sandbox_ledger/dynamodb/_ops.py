@@ -6,6 +6,7 @@ driving them with a fake client.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,22 +41,27 @@ _RETRYABLE_CANCELLATIONS = frozenset(
 
 
 def batch_write(table: str, requests: list[dict[str, Any]]) -> Op[None]:
-    """BatchWriteItem in chunks of 25, retrying UnprocessedItems with backoff until done."""
-    for start in range(0, len(requests), BATCH_WRITE_MAX):
-        pending: dict[str, Any] = {table: requests[start : start + BATCH_WRITE_MAX]}
-        attempt = 0
-        while pending:
-            response = yield Call("batch_write_item", {"RequestItems": pending})
-            pending = response.get("UnprocessedItems") or {}
-            if pending:
-                attempt += 1
-                if attempt >= MAX_ATTEMPTS:
-                    left = sum(len(v) for v in pending.values())
-                    raise ThrottledError(
-                        f"BatchWriteItem: {left} writes still unprocessed after {attempt} retries",
-                        code="UnprocessedItems",
-                    )
-                yield Sleep(backoff(attempt))
+    """BatchWriteItem in batches of 25 until every request is processed.
+
+    UnprocessedItems go back to the front of the queue and ride with the next batch (never
+    dropped); each partial batch backs off with jitter, longer while no batch makes progress.
+    """
+    queue = deque(requests)
+    stalled = 0
+    while queue:
+        batch = [queue.popleft() for _ in range(min(BATCH_WRITE_MAX, len(queue)))]
+        response = yield Call("batch_write_item", {"RequestItems": {table: batch}})
+        left = (response.get("UnprocessedItems") or {}).get(table, [])
+        if left:
+            queue.extendleft(reversed(left))
+            stalled = stalled + 1 if len(left) >= len(batch) else 0
+            if stalled >= MAX_ATTEMPTS:
+                raise ThrottledError(
+                    f"BatchWriteItem: no progress after {stalled} retries, "
+                    f"{len(queue)} writes not done",
+                    code="UnprocessedItems",
+                )
+            yield Sleep(backoff(stalled + 1))
 
 
 def append(table: str, entry: LedgerEntry, order: str, shard_count: int) -> Op[None]:
