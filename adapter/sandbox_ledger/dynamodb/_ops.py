@@ -227,6 +227,8 @@ class _Stream:
     buffer: list[it.Item] = field(default_factory=list)
     start: dict[str, Any] | None = None
     done: bool = False
+    position: dict[str, Any] | None = None
+    """The key of the last item handed out (where a later page resumes)."""
 
 
 def newest_first(
@@ -236,17 +238,20 @@ def newest_first(
     *,
     before: int | None,
     want: int | None,
-) -> Op[list[it.Item]]:
+    resume: dict[str, Any] | None = None,
+) -> Op[tuple[list[it.Item], dict[str, Any]]]:
     """Index keys from several partitions, merged newest ``gsk`` first, at most ``want``.
 
     Each partition is queried with ``Limit=want``; one is read further only when the merge
     has used up what it returned, so a page costs one query per partition in the common case.
+    Returns the keys and, per partition, where a next page resumes (``"done"`` when drained);
+    pass that back as ``resume``.
     """
     condition = "#ipk = :ipk" + (" AND #gsk < :before" if before else "")
-    streams = []
     names = {"#ipk": index.partition_key}
     if before:
         names["#gsk"] = index.sort_key
+    streams: dict[str, _Stream] = {}
     for partition in partitions:
         values: dict[str, Any] = {":ipk": it.S(partition)}
         if before:
@@ -261,10 +266,15 @@ def newest_first(
         }
         if want:
             params["Limit"] = min(want, 1000)
-        streams.append(_Stream(params))
+        stream = streams[partition] = _Stream(params)
+        where = (resume or {}).get(partition)
+        if where == "done":
+            stream.done = True
+        elif isinstance(where, dict):
+            stream.start = stream.position = where
     out: list[it.Item] = []
     while want is None or len(out) < want:
-        hungry = [s for s in streams if not s.buffer and not s.done]
+        hungry = [s for s in streams.values() if not s.buffer and not s.done]
         if hungry:
             calls = tuple(
                 Call("query", {**s.params, "ExclusiveStartKey": s.start} if s.start else s.params)
@@ -275,12 +285,18 @@ def newest_first(
                 stream.buffer = list(page.get("Items", []))
                 stream.start = page.get("LastEvaluatedKey")
                 stream.done = not stream.start
-        ready = [s for s in streams if s.buffer]
+        ready = [s for s in streams.values() if s.buffer]
         if not ready:
             break
         best = max(ready, key=lambda s: int(s.buffer[0][index.sort_key]["N"]))
-        out.append(best.buffer.pop(0))
-    return out
+        item = best.buffer.pop(0)
+        best.position = item
+        out.append(item)
+    state = {
+        partition: "done" if s.done and not s.buffer else s.position
+        for partition, s in streams.items()
+    }
+    return out, state
 
 
 def list_details(
@@ -305,7 +321,7 @@ def list_details(
             k.all_status_pk(status, shard) if status else k.all_pk(shard)
             for shard in range(shard_count)
         ]
-    keys = yield from newest_first(table, index, partitions, before=before, want=want)
+    keys, _ = yield from newest_first(table, index, partitions, before=before, want=want)
     summaries = yield from batch_get(
         table,
         [{k.PARTITION_KEY: key[k.PARTITION_KEY], k.SORT_KEY: key[k.SORT_KEY]} for key in keys],

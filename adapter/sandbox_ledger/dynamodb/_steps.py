@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import time
 from collections.abc import Generator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -63,6 +65,22 @@ def error_code(exc: BaseException) -> str:
     return ""
 
 
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _parallel_sync(client: Any, calls: tuple[Call, ...]) -> list[Any]:
+    """Run independent calls on a shared thread pool (boto3 clients are thread-safe)."""
+    global _pool
+    if len(calls) == 1:
+        return [getattr(client, calls[0].operation)(**calls[0].params)]
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="sandbox-ledger")
+    futures = [_pool.submit(getattr(client, c.operation), **c.params) for c in calls]
+    return [f.result() for f in futures]
+
+
 def run_sync(client: Any, op: Op[T]) -> T:
     """Drive ``op`` with a boto3 client; SDK errors leave as the package's own types."""
     value: Any = None
@@ -78,7 +96,7 @@ def run_sync(client: Any, op: Op[T]) -> T:
                 if isinstance(step, Call):
                     value = getattr(client, step.operation)(**step.params)
                 elif isinstance(step, Parallel):
-                    value = [getattr(client, c.operation)(**c.params) for c in step.calls]
+                    value = _parallel_sync(client, step.calls)
                 else:
                     time.sleep(step.seconds)
             except _SDK_ERRORS as exc:

@@ -1,0 +1,41 @@
+"""Resource activity records in the ledger table, their expiry policy and the sweep."""
+
+from sandbox_ledger.resources._items import VersionedRecord
+from sandbox_ledger.resources._ops import Page
+from sandbox_ledger.resources.events import DETAIL_TYPE, SOURCE, EventPublisher, Expiry
+from sandbox_ledger.resources.models import (
+    LocalProcessIdentity,
+    ResourceActivityRecord,
+    ResourceOperation,
+    ResourceOperationResult,
+)
+from sandbox_ledger.resources.owner import current_identity, is_owner_alive
+from sandbox_ledger.resources.policy import ExpiryPolicy, expiry_reason
+from sandbox_ledger.resources.settings import HandlerSettings
+from sandbox_ledger.resources.store import ResourceRecordStore, SyncResourceRecordStore
+from sandbox_ledger.resources.stream import is_ttl_removal, ttl_expiry
+from sandbox_ledger.resources.sweeper import SweepResult, sweep
+
+__all__ = [
+    "DETAIL_TYPE",
+    "SOURCE",
+    "EventPublisher",
+    "Expiry",
+    "ExpiryPolicy",
+    "HandlerSettings",
+    "LocalProcessIdentity",
+    "Page",
+    "ResourceActivityRecord",
+    "ResourceOperation",
+    "ResourceOperationResult",
+    "ResourceRecordStore",
+    "SweepResult",
+    "SyncResourceRecordStore",
+    "VersionedRecord",
+    "current_identity",
+    "expiry_reason",
+    "is_owner_alive",
+    "is_ttl_removal",
+    "sweep",
+    "ttl_expiry",
+]

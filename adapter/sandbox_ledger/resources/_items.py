@@ -1,0 +1,74 @@
+"""Pure conversions between resource records and their DynamoDB items."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sandbox_ledger import keys as k
+from sandbox_ledger.dynamodb._items import Item, N, S
+from sandbox_ledger.resources.models import ResourceActivityRecord
+
+ITEM_TYPE = "resource"
+
+
+@dataclass(frozen=True)
+class VersionedRecord:
+    """A stored record with its revision (the optimistic-concurrency token) and TTL."""
+
+    record: ResourceActivityRecord
+    revision: int
+    expires_at: int
+    """Unix seconds after which DynamoDB TTL may delete it (a backstop)."""
+    expiring: str | None = None
+    """Set once a sweeper has claimed the record for expiry: the reason."""
+
+
+def record_key(record_id: str) -> Item:
+    return {k.PARTITION_KEY: S(k.resource_pk(record_id)), k.SORT_KEY: S(k.RESOURCE_SK)}
+
+
+def index_keys(record: ResourceActivityRecord, shard_count: int) -> dict[str, Any]:
+    shard = k.shard_of(k.resource_pk(record.id), shard_count)
+    return {
+        k.RESOURCES_BY_PHASE.partition_key: S(k.resource_phase_pk(record.phase, shard)),
+        k.RESOURCES_BY_PROVIDER.partition_key: S(
+            k.resource_provider_pk(record.sandbox_provider, shard)
+        ),
+    }
+
+
+def body(record: ResourceActivityRecord) -> str:
+    """The stored JSON: the wire record without updatedAt, which lives in its own attribute
+    so a heartbeat is a single UpdateItem."""
+    wire = record.wire()
+    del wire["updatedAt"]
+    return json.dumps(wire, ensure_ascii=False, separators=(",", ":"))
+
+
+def write_values(
+    record: ResourceActivityRecord, *, horizon_seconds: int, shard_count: int
+) -> dict[str, Any]:
+    """Every attribute a full write sets, except the revision."""
+    return {
+        "itemType": S(ITEM_TYPE),
+        "rec": S(body(record)),
+        "phase": S(record.phase),
+        "updatedAt": S(record.updated_at),
+        k.INDEX_SORT_KEY: N(record.updated_at_ms),
+        k.TTL_ATTRIBUTE: N(record.updated_at_ms // 1000 + horizon_seconds),
+        **index_keys(record, shard_count),
+    }
+
+
+def decode(item: Item) -> VersionedRecord:
+    """A stored item (low-level format) back to a versioned record."""
+    wire = json.loads(item["rec"]["S"])
+    wire["updatedAt"] = item["updatedAt"]["S"]
+    return VersionedRecord(
+        record=ResourceActivityRecord.model_validate(wire),
+        revision=int(item["rev"]["N"]),
+        expires_at=int(item[k.TTL_ATTRIBUTE]["N"]),
+        expiring=item["expiring"]["S"] if "expiring" in item else None,
+    )

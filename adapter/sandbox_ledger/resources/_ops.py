@@ -1,0 +1,359 @@
+"""Resource record operations as generators of SDK calls, shared by both store twins."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from sandbox_ledger import keys as k
+from sandbox_ledger.dynamodb import _ops as ledger_ops
+from sandbox_ledger.dynamodb._items import N, S
+from sandbox_ledger.dynamodb._steps import Call, Op, Sleep, backoff, error_code
+from sandbox_ledger.errors import ConflictError, InvalidInputError
+from sandbox_ledger.resources import _items as ri
+from sandbox_ledger.resources.models import (
+    FAILED_PHASES,
+    LIVE_PHASES,
+    ResourceActivityRecord,
+    ResourceOperation,
+    ResourceOperationResult,
+    to_iso,
+)
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+MAX_RMW_ATTEMPTS = 25
+_PHASES = (*LIVE_PHASES, *FAILED_PHASES)
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of records, newest updatedAt first; pass ``cursor`` back for the next."""
+
+    records: list[ri.VersionedRecord]
+    cursor: str | None
+
+
+def _conflict(exc: ClientError, record_id: str, action: str) -> ConflictError:
+    old = exc.response.get("Item")
+    if old is None:
+        why = "it does not exist"
+    elif "expiring" in old:
+        why = f"a sweeper is expiring it ({old['expiring']['S']})"
+    else:
+        why = f"it changed meanwhile (now revision {old.get('rev', {}).get('N', '?')})"
+    return ConflictError(f"{action} {record_id}: {why}", code="ConditionalCheckFailedException")
+
+
+def put(
+    table: str,
+    record: ResourceActivityRecord,
+    *,
+    expected_revision: int | None,
+    horizon_seconds: int,
+    shard_count: int,
+) -> Op[ri.VersionedRecord]:
+    """Create or replace. With ``expected_revision`` the stored revision must match; without,
+    the write must not go back in time (a stored newer updatedAt wins). Never over a record
+    a sweeper is expiring."""
+    values = ri.write_values(record, horizon_seconds=horizon_seconds, shard_count=shard_count)
+    names = {f"#a{i}": name for i, name in enumerate(values)}
+    assignments = [f"#a{i} = :a{i}" for i in range(len(values))]
+    expr_values: dict[str, Any] = {f":a{i}": v for i, v in enumerate(values.values())}
+    expr_values[":one"] = N(1)
+    expr_values[":zero"] = N(0)
+    names["#rev"] = "rev"
+    names["#exp"] = "expiring"
+    if expected_revision is None:
+        names["#gsk"] = k.INDEX_SORT_KEY
+        names["#pk"] = k.PARTITION_KEY
+        condition = "(attribute_not_exists(#pk) OR #gsk <= :ms) AND attribute_not_exists(#exp)"
+        expr_values[":ms"] = N(record.updated_at_ms)
+    else:
+        condition = "#rev = :expected AND attribute_not_exists(#exp)"
+        expr_values[":expected"] = N(expected_revision)
+    try:
+        response = yield Call(
+            "update_item",
+            {
+                "TableName": table,
+                "Key": ri.record_key(record.id),
+                "UpdateExpression": "SET "
+                + ", ".join(assignments)
+                + ", #rev = if_not_exists(#rev, :zero) + :one",
+                "ConditionExpression": condition,
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": expr_values,
+                "ReturnValues": "ALL_NEW",
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            },
+        )
+    except ClientError as exc:
+        if error_code(exc) == "ConditionalCheckFailedException":
+            raise _conflict(exc, record.id, "put") from exc
+        raise
+    return ri.decode(response["Attributes"])
+
+
+def get(table: str, record_id: str, *, now_s: int) -> Op[ri.VersionedRecord | None]:
+    """The record, or None when absent or past its TTL (DynamoDB may not have deleted it)."""
+    response = yield Call(
+        "get_item", {"TableName": table, "Key": ri.record_key(record_id), "ConsistentRead": True}
+    )
+    item = response.get("Item")
+    if not item:
+        return None
+    stored = ri.decode(item)
+    return None if stored.expires_at <= now_s else stored
+
+
+def touch(
+    table: str, record_id: str, *, now: datetime, horizon_seconds: int
+) -> Op[ri.VersionedRecord]:
+    """The owner's heartbeat: refresh updatedAt (and the TTL) in one conditional UpdateItem."""
+    now_ms = int(now.timestamp() * 1000)
+    try:
+        response = yield Call(
+            "update_item",
+            {
+                "TableName": table,
+                "Key": ri.record_key(record_id),
+                "UpdateExpression": "SET #u = :u, #gsk = :ms, #ttl = :ttl, #rev = #rev + :one",
+                "ConditionExpression": "attribute_exists(#rev) AND attribute_not_exists(#exp) "
+                "AND #gsk <= :ms AND #ttl > :now_s",
+                "ExpressionAttributeNames": {
+                    "#u": "updatedAt",
+                    "#gsk": k.INDEX_SORT_KEY,
+                    "#ttl": k.TTL_ATTRIBUTE,
+                    "#rev": "rev",
+                    "#exp": "expiring",
+                },
+                "ExpressionAttributeValues": {
+                    ":u": S(to_iso(now)),
+                    ":ms": N(now_ms),
+                    ":ttl": N(now_ms // 1000 + horizon_seconds),
+                    ":now_s": N(now_ms // 1000),
+                    ":one": N(1),
+                },
+                "ReturnValues": "ALL_NEW",
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            },
+        )
+    except ClientError as exc:
+        if error_code(exc) == "ConditionalCheckFailedException":
+            raise _conflict(exc, record_id, "touch") from exc
+        raise
+    return ri.decode(response["Attributes"])
+
+
+def _started(record: ResourceActivityRecord, kind: str, at: str) -> ResourceActivityRecord:
+    ops = [o for o in record.operations]
+    for i, op in enumerate(ops):
+        if op.kind == kind:
+            ops[i] = ResourceOperation(kind=kind, count=op.count + 1)
+            break
+    else:
+        ops.append(ResourceOperation(kind=kind, count=1))
+    return record.model_copy(update={"operations": ops, "updated_at": at})
+
+
+def _finished(
+    record: ResourceActivityRecord, kind: str, outcome: str, error: str | None, at: str
+) -> ResourceActivityRecord:
+    ops = []
+    for op in record.operations:
+        if op.kind == kind:
+            if op.count > 1:
+                ops.append(ResourceOperation(kind=kind, count=op.count - 1))
+        else:
+            ops.append(op)
+    result = ResourceOperationResult.model_validate(
+        {"kind": kind, "outcome": outcome, "at": at, "error": error}
+    )
+    update: dict[str, Any] = {"operations": ops, "updated_at": at, "last_operation": result}
+    if outcome == "failed":
+        update["last_failure"] = result
+    return ResourceActivityRecord.model_validate({**record.model_dump(), **update})
+
+
+def record_operation(
+    table: str,
+    record_id: str,
+    *,
+    kind: str,
+    finish: tuple[str, str | None] | None,
+    now: datetime,
+    horizon_seconds: int,
+    shard_count: int,
+) -> Op[ri.VersionedRecord]:
+    """Read, change the operations, write back on the observed revision; retry on a race."""
+    if not isinstance(kind, str) or not kind:
+        raise InvalidInputError("kind", "must be a non-empty string")
+    if finish is not None and finish[0] not in ("completed", "failed"):
+        raise InvalidInputError("outcome", "must be 'completed' or 'failed'")
+    at = to_iso(now)
+    for attempt in range(MAX_RMW_ATTEMPTS):
+        if attempt:
+            yield Sleep(backoff(min(attempt, 6)))
+        current = yield from get(table, record_id, now_s=int(now.timestamp()))
+        if current is None:
+            raise ConflictError(f"record {record_id}: it does not exist")
+        if finish is None:
+            changed = _started(current.record, kind, at)
+        else:
+            changed = _finished(current.record, kind, finish[0], finish[1], at)
+        if changed.updated_at_ms < current.record.updated_at_ms:
+            changed = changed.model_copy(update={"updated_at": current.record.updated_at})
+        try:
+            return (
+                yield from put(
+                    table,
+                    changed,
+                    expected_revision=current.revision,
+                    horizon_seconds=horizon_seconds,
+                    shard_count=shard_count,
+                )
+            )
+        except ConflictError:
+            continue
+    raise ConflictError(f"record {record_id}: still contended after {MAX_RMW_ATTEMPTS} tries")
+
+
+def delete(table: str, record_id: str, *, expected_revision: int | None) -> Op[bool]:
+    """Delete; with ``expected_revision`` only that revision. True if something was deleted."""
+    params: dict[str, Any] = {
+        "TableName": table,
+        "Key": ri.record_key(record_id),
+        "ReturnValues": "ALL_OLD",
+    }
+    if expected_revision is not None:
+        params |= {
+            "ConditionExpression": "#rev = :rev",
+            "ExpressionAttributeNames": {"#rev": "rev"},
+            "ExpressionAttributeValues": {":rev": N(expected_revision)},
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+    try:
+        response = yield Call("delete_item", params)
+    except ClientError as exc:
+        if error_code(exc) == "ConditionalCheckFailedException":
+            raise _conflict(exc, record_id, "delete") from exc
+        raise
+    return bool(response.get("Attributes"))
+
+
+def mark_expiring(table: str, record_id: str, revision: int, reason: str) -> Op[ri.VersionedRecord]:
+    """Claim a record for expiry, if it is still at ``revision``: from here its owner can no
+    longer refresh it, so the event the sweeper publishes next is never contradicted."""
+    try:
+        response = yield Call(
+            "update_item",
+            {
+                "TableName": table,
+                "Key": ri.record_key(record_id),
+                "UpdateExpression": "SET #exp = :reason, #rev = #rev + :one",
+                "ConditionExpression": "#rev = :rev AND attribute_not_exists(#exp)",
+                "ExpressionAttributeNames": {"#exp": "expiring", "#rev": "rev"},
+                "ExpressionAttributeValues": {
+                    ":reason": S(reason),
+                    ":rev": N(revision),
+                    ":one": N(1),
+                },
+                "ReturnValues": "ALL_NEW",
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            },
+        )
+    except ClientError as exc:
+        if error_code(exc) == "ConditionalCheckFailedException":
+            raise _conflict(exc, record_id, "expire") from exc
+        raise
+    return ri.decode(response["Attributes"])
+
+
+def _encode_cursor(state: dict[str, Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(state, separators=(",", ":")).encode()).decode()
+
+
+def _decode_cursor(cursor: str) -> dict[str, Any]:
+    try:
+        state = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+    except (ValueError, TypeError) as exc:
+        raise InvalidInputError("cursor", "not a cursor returned by list()") from exc
+    if not isinstance(state, dict):
+        raise InvalidInputError("cursor", "not a cursor returned by list()")
+    return state
+
+
+def list_records(
+    table: str,
+    *,
+    phase: str | None,
+    provider: str | None,
+    limit: int,
+    cursor: str | None,
+    shard_count: int,
+    now_s: int,
+) -> Op[Page]:
+    """Records newest updatedAt first, by phase or provider (or all phases), one page."""
+    if not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise InvalidInputError("limit", "must be between 1 and 1000")
+    if phase is not None and phase not in _PHASES:
+        raise InvalidInputError("phase", f"must be one of {', '.join(_PHASES)}")
+    if provider is not None and (not isinstance(provider, str) or not provider):
+        raise InvalidInputError("provider", "must be a non-empty string")
+    if provider is not None and phase is None:
+        index = k.RESOURCES_BY_PROVIDER
+        partitions = [k.resource_provider_pk(provider, s) for s in range(shard_count)]
+    else:
+        index = k.RESOURCES_BY_PHASE
+        phases = [phase] if phase else list(_PHASES)
+        partitions = [k.resource_phase_pk(p, s) for p in phases for s in range(shard_count)]
+    resume = _decode_cursor(cursor) if cursor else None
+    keys, state = yield from ledger_ops.newest_first(
+        table, index, partitions, before=None, want=limit, resume=resume
+    )
+    items = yield from ledger_ops.batch_get(
+        table, [{k.PARTITION_KEY: i[k.PARTITION_KEY], k.SORT_KEY: i[k.SORT_KEY]} for i in keys]
+    )
+    records = [ri.decode(item) for item in items if item.get("itemType", {}).get("S") == "resource"]
+    records = [r for r in records if r.expires_at > now_s]
+    if provider is not None:
+        records = [r for r in records if r.record.sandbox_provider == provider]
+    if phase is not None:
+        records = [r for r in records if r.record.phase == phase]
+    records.sort(key=lambda r: -r.record.updated_at_ms)
+    more = any(v != "done" for v in state.values())
+    return Page(records, _encode_cursor(state) if more else None)
+
+
+def candidate_keys(
+    table: str, partition: str, cutoff_ms: int, start: dict[str, Any] | None, page_size: int
+) -> Op[tuple[list[str], dict[str, Any] | None]]:
+    """One page of record ids in ``partition`` (a phase shard) last updated before the cutoff,
+    oldest first, and where the next page starts."""
+    params: dict[str, Any] = {
+        "TableName": table,
+        "IndexName": k.RESOURCES_BY_PHASE.name,
+        "KeyConditionExpression": "#ipk = :p AND #gsk < :cutoff",
+        "ExpressionAttributeNames": {
+            "#ipk": k.RESOURCES_BY_PHASE.partition_key,
+            "#gsk": k.INDEX_SORT_KEY,
+        },
+        "ExpressionAttributeValues": {":p": S(partition), ":cutoff": N(cutoff_ms)},
+        "Limit": page_size,
+    }
+    if start:
+        params["ExclusiveStartKey"] = start
+    page = yield Call("query", params)
+    ids = [item[k.PARTITION_KEY]["S"][2:] for item in page.get("Items", [])]
+    return ids, page.get("LastEvaluatedKey")
+
+
+def batch_get_records(table: str, ids: list[str]) -> Op[list[ri.VersionedRecord]]:
+    items = yield from ledger_ops.batch_get(table, [ri.record_key(i) for i in ids])
+    return [ri.decode(item) for item in items if item.get("itemType", {}).get("S") == "resource"]

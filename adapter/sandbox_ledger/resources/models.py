@@ -1,0 +1,137 @@
+"""Resource activity records: one per provisioned sandbox, in the TypeScript tool's JSON shape."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+__all__ = [
+    "FAILED_PHASES",
+    "LIVE_PHASES",
+    "LocalProcessIdentity",
+    "Phase",
+    "Placement",
+    "ResourceActivityRecord",
+    "ResourceOperation",
+    "ResourceOperationResult",
+    "parse_iso",
+    "to_iso",
+]
+
+Phase = Literal["allocating", "ready", "closing", "cleanup-failed", "allocation-uncertain"]
+Placement = Literal["mounted", "remote", "host"]
+LIVE_PHASES: tuple[Phase, ...] = ("allocating", "ready", "closing")
+FAILED_PHASES: tuple[Phase, ...] = ("cleanup-failed", "allocation-uncertain")
+
+
+def parse_iso(value: str, field: str = "timestamp") -> datetime:
+    """An ISO 8601 timestamp as an aware datetime (naive ones are taken as UTC)."""
+    if not isinstance(value, str):
+        raise ValueError(f"{field}: expected an ISO 8601 string")
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise ValueError(f"{field}: {value!r} is not an ISO 8601 timestamp") from exc
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def to_iso(moment: datetime) -> str:
+    """The JavaScript ``toISOString()`` form: UTC, milliseconds, ``Z``."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        frozen=True,
+        extra="forbid",
+    )
+
+    def wire(self) -> dict[str, Any]:
+        """The TypeScript JSON shape."""
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
+class LocalProcessIdentity(_Model):
+    """Host, boot, PID namespace and start time of the process that wrote a record."""
+
+    host: str
+    boot_id: str
+    pid_namespace: StrictInt | str
+    start_time: StrictInt | str
+
+
+class ResourceOperation(_Model):
+    """Operations of one kind running on the sandbox, with their concurrent count."""
+
+    kind: Annotated[str, Field(min_length=1)]
+    count: Annotated[StrictInt, Field(ge=0)]
+
+
+class ResourceOperationResult(_Model):
+    """A finished operation."""
+
+    kind: Annotated[str, Field(min_length=1)]
+    outcome: Literal["completed", "failed"]
+    at: str
+    error: str | None = None
+
+    @field_validator("at")
+    @classmethod
+    def _iso(cls, value: str) -> str:
+        parse_iso(value, "at")
+        return value
+
+
+class ResourceActivityRecord(_Model):
+    """One provisioned sandbox: who owns it, where its workspace is, what runs on it.
+
+    Timestamps stay the ISO strings the writer produced, so a record file validates and dumps
+    back unchanged; :attr:`updated_at_ms` gives the instant.
+    """
+
+    version: Literal[1]
+    id: str
+    pid: Annotated[StrictInt, Field(ge=0)]
+    identity: LocalProcessIdentity | None = None
+    sandbox_provider: Annotated[str, Field(min_length=1)]
+    placement: Placement
+    workspace: str
+    created_at: str
+    updated_at: str
+    phase: Phase
+    operations: list[ResourceOperation]
+    last_operation: ResourceOperationResult | None = None
+    last_failure: ResourceOperationResult | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _uuid(cls, value: str) -> str:
+        try:
+            uuid.UUID(value)
+        except (ValueError, AttributeError, TypeError) as exc:
+            raise ValueError(f"id: {value!r} is not a UUID") from exc
+        return value
+
+    @field_validator("created_at", "updated_at")
+    @classmethod
+    def _timestamp(cls, value: str) -> str:
+        parse_iso(value)
+        return value
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ResourceActivityRecord:
+        if parse_iso(self.updated_at) < parse_iso(self.created_at):
+            raise ValueError(f"updatedAt: {self.updated_at} is before createdAt {self.created_at}")
+        return self
+
+    @property
+    def updated_at_ms(self) -> int:
+        """updatedAt in Unix milliseconds."""
+        return int(parse_iso(self.updated_at).timestamp() * 1000)

@@ -1,0 +1,293 @@
+"""Resource record stores on the ledger's table: :class:`ResourceRecordStore` (async) and
+:class:`SyncResourceRecordStore`, over the same operations and client plumbing as the ledger
+adapters."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from sandbox_ledger import keys as k
+from sandbox_ledger.dynamodb._client import AsyncClient, SyncClient
+from sandbox_ledger.dynamodb._steps import Op, run_async, run_sync
+from sandbox_ledger.errors import InvalidInputError
+from sandbox_ledger.resources import _ops
+from sandbox_ledger.resources._items import VersionedRecord
+from sandbox_ledger.resources._ops import Page
+from sandbox_ledger.resources.models import ResourceActivityRecord
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import TracebackType
+
+    from botocore.config import Config
+
+T = TypeVar("T")
+
+DEFAULT_TTL_HORIZON = timedelta(days=30)
+
+__all__ = [
+    "DEFAULT_TTL_HORIZON",
+    "Page",
+    "ResourceRecordStore",
+    "SyncResourceRecordStore",
+    "VersionedRecord",
+]
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class _Base:
+    def __init__(
+        self,
+        table_name: str,
+        *,
+        shard_count: int,
+        ttl_horizon: timedelta,
+        clock: Callable[[], datetime] | None,
+    ) -> None:
+        if not isinstance(table_name, str) or not 3 <= len(table_name) <= 255:
+            raise InvalidInputError("table_name", "must be a string of 3 to 255 characters")
+        if ttl_horizon <= timedelta(0):
+            raise InvalidInputError("ttl_horizon", "must be positive")
+        self.table_name = table_name
+        self.shard_count = k.check_shard_count(shard_count)
+        self.ttl_horizon = ttl_horizon
+        self.clock = clock or _utcnow
+
+    @property
+    def _horizon(self) -> int:
+        return int(self.ttl_horizon.total_seconds())
+
+    def _now_s(self) -> int:
+        return int(self.clock().timestamp())
+
+    def _put(
+        self, record: ResourceActivityRecord, expected_revision: int | None
+    ) -> Op[VersionedRecord]:
+        if not isinstance(record, ResourceActivityRecord):
+            raise InvalidInputError(
+                "record", f"expected a ResourceActivityRecord, got {type(record).__name__}"
+            )
+        return _ops.put(
+            self.table_name,
+            record,
+            expected_revision=expected_revision,
+            horizon_seconds=self._horizon,
+            shard_count=self.shard_count,
+        )
+
+    def _operation(
+        self, record_id: str, kind: str, finish: tuple[str, str | None] | None
+    ) -> Op[VersionedRecord]:
+        return _ops.record_operation(
+            self.table_name,
+            record_id,
+            kind=kind,
+            finish=finish,
+            now=self.clock(),
+            horizon_seconds=self._horizon,
+            shard_count=self.shard_count,
+        )
+
+    def _list(
+        self, phase: str | None, provider: str | None, limit: int, cursor: str | None
+    ) -> Op[Page]:
+        return _ops.list_records(
+            self.table_name,
+            phase=phase,
+            provider=provider,
+            limit=limit,
+            cursor=cursor,
+            shard_count=self.shard_count,
+            now_s=self._now_s(),
+        )
+
+
+class ResourceRecordStore(_Base):
+    """Resource activity records in the ledger table, with aioboto3.
+
+    Every write is conditional (a revision counter beside the record), so a sweeper never
+    deletes a record its owner refreshed a moment ago. Each write sets the TTL attribute to
+    updatedAt + ``ttl_horizon`` (default 30 days): a backstop well beyond the sweeper's
+    windows. Reads hide records past their TTL that DynamoDB has not deleted yet.
+    """
+
+    def __init__(
+        self,
+        table_name: str,
+        *,
+        endpoint_url: str | None = None,
+        region_name: str | None = None,
+        session: Any | None = None,
+        config: Config | None = None,
+        shard_count: int = k.DEFAULT_SHARD_COUNT,
+        ttl_horizon: timedelta = DEFAULT_TTL_HORIZON,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        super().__init__(table_name, shard_count=shard_count, ttl_horizon=ttl_horizon, clock=clock)
+        self._client = AsyncClient(
+            endpoint_url=endpoint_url, region_name=region_name, session=session, config=config
+        )
+
+    async def _run(self, op: Op[T]) -> T:
+        return await run_async(await self._client.get(), op)
+
+    async def close(self) -> None:
+        """Release the client; idempotent."""
+        await self._client.close()
+
+    async def __aenter__(self) -> ResourceRecordStore:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def put(
+        self, record: ResourceActivityRecord, *, expected_revision: int | None = None
+    ) -> VersionedRecord:
+        """Create or replace. Raises ConflictError if ``expected_revision`` does not match, if
+        a newer record is stored, or if a sweeper is expiring it."""
+        return await self._run(self._put(record, expected_revision))
+
+    async def get(self, record_id: str) -> ResourceActivityRecord | None:
+        """The record, or None (absent, or past its TTL)."""
+        found = await self.get_versioned(record_id)
+        return found.record if found else None
+
+    async def get_versioned(self, record_id: str) -> VersionedRecord | None:
+        """The record with its revision, or None."""
+        return await self._run(_ops.get(self.table_name, record_id, now_s=self._now_s()))
+
+    async def list(
+        self,
+        *,
+        phase: str | None = None,
+        provider: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page:
+        """Records newest updatedAt first, by phase and/or provider; ``cursor`` pages on."""
+        return await self._run(self._list(phase, provider, limit, cursor))
+
+    async def touch(self, record_id: str) -> VersionedRecord:
+        """Heartbeat: refresh updatedAt now. Raises ConflictError if the record is gone or
+        being expired (the owner should treat its sandbox as reclaimed)."""
+        return await self._run(
+            _ops.touch(self.table_name, record_id, now=self.clock(), horizon_seconds=self._horizon)
+        )
+
+    async def record_operation_start(self, record_id: str, kind: str) -> VersionedRecord:
+        """Count one more running operation of ``kind``."""
+        return await self._run(self._operation(record_id, kind, None))
+
+    async def record_operation_finish(
+        self, record_id: str, kind: str, outcome: str, *, error: str | None = None
+    ) -> VersionedRecord:
+        """Count one fewer running ``kind``; set lastOperation, and lastFailure if failed."""
+        return await self._run(self._operation(record_id, kind, (outcome, error)))
+
+    async def delete(self, record_id: str, *, expected_revision: int | None = None) -> bool:
+        """Delete (only at ``expected_revision`` if given). True if a record was deleted."""
+        return await self._run(
+            _ops.delete(self.table_name, record_id, expected_revision=expected_revision)
+        )
+
+
+class SyncResourceRecordStore(_Base):
+    """:class:`ResourceRecordStore` without await, on boto3; safe to share across threads."""
+
+    def __init__(
+        self,
+        table_name: str,
+        *,
+        endpoint_url: str | None = None,
+        region_name: str | None = None,
+        session: Any | None = None,
+        config: Config | None = None,
+        shard_count: int = k.DEFAULT_SHARD_COUNT,
+        ttl_horizon: timedelta = DEFAULT_TTL_HORIZON,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        super().__init__(table_name, shard_count=shard_count, ttl_horizon=ttl_horizon, clock=clock)
+        self._client = SyncClient(
+            endpoint_url=endpoint_url, region_name=region_name, session=session, config=config
+        )
+
+    def client(self) -> Any:
+        """The underlying botocore client, e.g. to add event hooks."""
+        return self._client.get()
+
+    def run(self, op: Op[T]) -> T:
+        """Run one of :mod:`._ops`' operations on this store's client."""
+        return run_sync(self._client.get(), op)
+
+    def close(self) -> None:
+        """Release the client; idempotent."""
+        self._client.close()
+
+    def __enter__(self) -> SyncResourceRecordStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def put(
+        self, record: ResourceActivityRecord, *, expected_revision: int | None = None
+    ) -> VersionedRecord:
+        """Create or replace (see :meth:`ResourceRecordStore.put`)."""
+        return self.run(self._put(record, expected_revision))
+
+    def get(self, record_id: str) -> ResourceActivityRecord | None:
+        """The record, or None (absent, or past its TTL)."""
+        found = self.get_versioned(record_id)
+        return found.record if found else None
+
+    def get_versioned(self, record_id: str) -> VersionedRecord | None:
+        """The record with its revision, or None."""
+        return self.run(_ops.get(self.table_name, record_id, now_s=self._now_s()))
+
+    def list(
+        self,
+        *,
+        phase: str | None = None,
+        provider: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page:
+        """Records newest updatedAt first, by phase and/or provider; ``cursor`` pages on."""
+        return self.run(self._list(phase, provider, limit, cursor))
+
+    def touch(self, record_id: str) -> VersionedRecord:
+        """Heartbeat: refresh updatedAt now."""
+        return self.run(
+            _ops.touch(self.table_name, record_id, now=self.clock(), horizon_seconds=self._horizon)
+        )
+
+    def record_operation_start(self, record_id: str, kind: str) -> VersionedRecord:
+        """Count one more running operation of ``kind``."""
+        return self.run(self._operation(record_id, kind, None))
+
+    def record_operation_finish(
+        self, record_id: str, kind: str, outcome: str, *, error: str | None = None
+    ) -> VersionedRecord:
+        """Count one fewer running ``kind``; set lastOperation, and lastFailure if failed."""
+        return self.run(self._operation(record_id, kind, (outcome, error)))
+
+    def delete(self, record_id: str, *, expected_revision: int | None = None) -> bool:
+        """Delete (only at ``expected_revision`` if given). True if a record was deleted."""
+        return self.run(
+            _ops.delete(self.table_name, record_id, expected_revision=expected_revision)
+        )

@@ -1,0 +1,75 @@
+"""Builders for resource records and Lambda contexts used by several test modules."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sandbox_ledger.resources import ResourceActivityRecord
+from sandbox_ledger.resources.models import to_iso
+
+TS_RECORD = {
+    "version": 1,
+    "id": "0b8f5a8e-3c1e-4b8e-9f53-7b1c2d3e4f50",
+    "pid": 41235,
+    "identity": {
+        "host": "builder-7",
+        "bootId": "6f1c9a52-2b7e-4c1d-8a3f-0e9d8c7b6a54",
+        "pidNamespace": 4026531836,
+        "startTime": 123456789,
+    },
+    "sandboxProvider": "docker",
+    "placement": "mounted",
+    "workspace": "/home/dev/repo/.outpost/worktrees/feature-x",
+    "createdAt": "2026-11-30T10:00:00.000Z",
+    "updatedAt": "2026-11-30T10:05:12.345Z",
+    "phase": "ready",
+    "operations": [{"kind": "exec", "count": 2}],
+    "lastOperation": {"kind": "sync", "outcome": "completed", "at": "2026-11-30T10:05:00.000Z"},
+    "lastFailure": {
+        "kind": "exec",
+        "outcome": "failed",
+        "at": "2026-11-30T10:04:00.000Z",
+        "error": "exit status 1",
+    },
+}
+
+
+def record(
+    *,
+    age: timedelta = timedelta(0),
+    phase: str = "ready",
+    provider: str = "docker",
+    now: datetime | None = None,
+    **overrides: Any,
+) -> ResourceActivityRecord:
+    now = now or datetime.now(UTC)
+    updated = now - age
+    wire = {
+        **TS_RECORD,
+        "id": str(uuid.uuid4()),
+        "createdAt": to_iso(updated - timedelta(minutes=1)),
+        "updatedAt": to_iso(updated),
+        "phase": phase,
+        "sandboxProvider": provider,
+        **overrides,
+    }
+    return ResourceActivityRecord.model_validate(wire)
+
+
+@dataclass
+class FakeContext:
+    """A Lambda context whose deadline is ``budget_ms`` from its creation."""
+
+    budget_ms: int = 60_000
+    function_name: str = "test-fn"
+    memory_limit_in_mb: int = 256
+    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:test-fn"
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    started: float = field(default_factory=time.monotonic)
+
+    def get_remaining_time_in_millis(self) -> int:
+        return int(self.budget_ms - (time.monotonic() - self.started) * 1000)

@@ -1,0 +1,205 @@
+import json
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from resource_fixtures import TS_RECORD, record
+from sandbox_ledger.resources import (
+    ExpiryPolicy,
+    HandlerSettings,
+    LocalProcessIdentity,
+    ResourceActivityRecord,
+    current_identity,
+    expiry_reason,
+    is_owner_alive,
+    is_ttl_removal,
+    ttl_expiry,
+)
+from sandbox_ledger.resources import _items as ri
+from sandbox_ledger.resources.owner import process_start_time
+
+
+def test_a_typescript_record_file_round_trips_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "resources" / f"{TS_RECORD['id']}.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(TS_RECORD, indent=2))
+    parsed = ResourceActivityRecord.model_validate_json(path.read_text())
+    assert parsed.wire() == TS_RECORD
+    assert parsed.identity is not None and parsed.identity.pid_namespace == 4026531836
+    minimal = {
+        k: v for k, v in TS_RECORD.items() if k not in ("identity", "lastOperation", "lastFailure")
+    }
+    assert ResourceActivityRecord.model_validate(minimal).wire() == minimal
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"version": 2}, "version"),
+        ({"phase": "sleeping"}, "phase"),
+        ({"placement": "cloud"}, "placement"),
+        ({"id": "not-a-uuid"}, "id"),
+        ({"sandboxProvider": ""}, "sandboxProvider"),
+        ({"pid": -1}, "pid"),
+        ({"updatedAt": "2026-11-30T09:00:00.000Z"}, "updatedAt"),
+        ({"createdAt": "yesterday"}, "createdAt"),
+        ({"operations": [{"kind": "exec", "count": -1}]}, "count"),
+        (
+            {"lastOperation": {"kind": "x", "outcome": "maybe", "at": "2026-11-30T10:00:00Z"}},
+            "outcome",
+        ),
+    ],
+)
+def test_invalid_records_name_the_field(change: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        ResourceActivityRecord.model_validate({**TS_RECORD, **change})
+
+
+def test_item_round_trip_keeps_the_wire_shape() -> None:
+    original = ResourceActivityRecord.model_validate(TS_RECORD)
+    values = ri.write_values(original, horizon_seconds=100, shard_count=4)
+    item = {**ri.record_key(original.id), **values, "rev": {"N": "3"}}
+    back = ri.decode(item)
+    assert back.record.wire() == TS_RECORD and back.revision == 3
+    assert back.expires_at == original.updated_at_ms // 1000 + 100
+
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("phase", "age", "policy", "expired"),
+    [
+        ("ready", timedelta(minutes=14), ExpiryPolicy(), False),
+        ("ready", timedelta(minutes=16), ExpiryPolicy(), True),
+        ("allocating", timedelta(minutes=16), ExpiryPolicy(), True),
+        ("closing", timedelta(hours=1), ExpiryPolicy(stale_after=timedelta(hours=2)), False),
+        ("cleanup-failed", timedelta(days=6), ExpiryPolicy(), False),
+        ("cleanup-failed", timedelta(days=8), ExpiryPolicy(), True),
+        ("allocation-uncertain", timedelta(days=8), ExpiryPolicy(), True),
+        (
+            "allocation-uncertain",
+            timedelta(days=800),
+            ExpiryPolicy(retain_failed=timedelta(0)),
+            False,
+        ),
+    ],
+)
+def test_expiry_policy(phase: str, age: timedelta, policy: ExpiryPolicy, expired: bool) -> None:
+    reason = expiry_reason(record(age=age, phase=phase, now=NOW), now=NOW, policy=policy)
+    assert (reason is not None) is expired
+    if reason:
+        assert phase in reason
+
+
+def test_a_live_owner_keeps_a_stale_record() -> None:
+    stale = record(age=timedelta(hours=1), now=NOW)
+    assert expiry_reason(stale, now=NOW, owner_alive=True) is None
+    assert "owner process gone" in (expiry_reason(stale, now=NOW, owner_alive=False) or "")
+
+
+def test_policy_refuses_bad_windows() -> None:
+    with pytest.raises(ValueError, match="stale_after"):
+        ExpiryPolicy(stale_after=timedelta(0))
+    with pytest.raises(ValueError, match="retain_failed"):
+        ExpiryPolicy(retain_failed=timedelta(seconds=-1))
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_owner_liveness_on_this_host() -> None:
+    me = current_identity()
+    assert me is not None
+    assert is_owner_alive(me, os.getpid()) is True
+    # A reused PID: same number, another start time.
+    reused = me.model_copy(update={"start_time": int(me.start_time) + 1})
+    assert is_owner_alive(reused, os.getpid()) is False
+    # A dead owner: no such process.
+    assert is_owner_alive(me, 2**22 + 12345) is False
+    assert process_start_time(2**22 + 12345) is None
+    # Another host or another boot: this host cannot tell.
+    assert is_owner_alive(me.model_copy(update={"host": "elsewhere"}), os.getpid()) is None
+    assert is_owner_alive(me.model_copy(update={"boot_id": "x"}), os.getpid()) is None
+    assert is_owner_alive(None, os.getpid()) is None
+
+
+def test_start_time_parsing_survives_odd_command_names(tmp_path: Path) -> None:
+    (tmp_path / "77").mkdir()
+    fields = ["S"] + [str(i) for i in range(4, 60)]
+    (tmp_path / "77" / "stat").write_text("77 (a) b (c)) " + " ".join(fields))
+    assert process_start_time(77, tmp_path) == 22
+
+
+def test_handler_settings() -> None:
+    settings = HandlerSettings.from_env(
+        {
+            "TABLE_NAME": "t",
+            "DRY_RUN": "true",
+            "STALE_AFTER_SECONDS": "60",
+            "RETAIN_FAILED_SECONDS": "0",
+        }
+    )
+    assert settings.dry_run and settings.event_bus_name == "default"
+    assert settings.policy == ExpiryPolicy(
+        stale_after=timedelta(seconds=60), retain_failed=timedelta(0)
+    )
+    defaults = HandlerSettings.from_env({"TABLE_NAME": "t"})
+    assert defaults.policy == ExpiryPolicy() and not defaults.dry_run
+    for env, name in [
+        ({}, "TABLE_NAME"),
+        ({"TABLE_NAME": "t", "STALE_AFTER_SECONDS": "soon"}, "STALE_AFTER_SECONDS"),
+        ({"TABLE_NAME": "t", "STALE_AFTER_SECONDS": "0"}, "STALE_AFTER_SECONDS"),
+        ({"TABLE_NAME": "t", "RETAIN_FAILED_SECONDS": "-5"}, "RETAIN_FAILED_SECONDS"),
+        ({"TABLE_NAME": "t", "DRY_RUN": "maybe"}, "DRY_RUN"),
+        ({"TABLE_NAME": "t", "SHARD_COUNT": "0"}, "SHARD_COUNT"),
+    ]:
+        with pytest.raises(ValueError, match=name):
+            HandlerSettings.from_env(env)
+
+
+def stream_remove(item: dict[str, Any], *, ttl: bool) -> dict[str, Any]:
+    event: dict[str, Any] = {
+        "eventID": "1",
+        "eventName": "REMOVE",
+        "eventSource": "aws:dynamodb",
+        "awsRegion": "us-east-1",
+        "dynamodb": {
+            "ApproximateCreationDateTime": 1764504000,
+            "Keys": {},
+            "OldImage": item,
+            "SequenceNumber": "111",
+            "SizeBytes": 100,
+            "StreamViewType": "NEW_AND_OLD_IMAGES",
+        },
+        "eventSourceARN": "arn:aws:dynamodb:us-east-1:123456789012:table/t/stream/x",
+    }
+    if ttl:
+        event["userIdentity"] = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
+    return event
+
+
+def test_ttl_removals_are_recognised() -> None:
+    original = ResourceActivityRecord.model_validate(TS_RECORD)
+    item = {
+        **ri.record_key(original.id),
+        **ri.write_values(original, horizon_seconds=10, shard_count=4),
+        "rev": {"N": "2"},
+    }
+    assert is_ttl_removal(stream_remove(item, ttl=True))
+    expiry = ttl_expiry(stream_remove(item, ttl=True))
+    assert expiry is not None and expiry.record.wire() == TS_RECORD
+    assert expiry.trigger == "ttl" and expiry.detail()["record"] == TS_RECORD
+    assert ttl_expiry(stream_remove(item, ttl=False)) is None
+    summary = {"PK": {"S": "S#1#n#s"}, "SK": {"S": "#SUMMARY"}, "itemType": {"S": "session"}}
+    assert ttl_expiry(stream_remove(summary, ttl=True)) is None
+    with pytest.raises(ValueError):
+        ttl_expiry(stream_remove({**item, "rec": {"S": "{}"}}, ttl=True))
+
+
+def test_identity_accepts_strings_and_numbers() -> None:
+    ident = LocalProcessIdentity.model_validate(
+        {"host": "h", "bootId": "b", "pidNamespace": "pid:[4026531836]", "startTime": "42"}
+    )
+    assert ident.wire()["pidNamespace"] == "pid:[4026531836]"

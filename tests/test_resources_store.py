@@ -1,0 +1,202 @@
+"""Resource record stores on a moto server: CRUD, concurrency, TTL, listing."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from resource_fixtures import record
+from sandbox_ledger import ConflictError
+from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+from sandbox_ledger.dynamodb.instrument import RequestCounter
+from sandbox_ledger.resources import ResourceRecordStore, SyncResourceRecordStore
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def store(moto_endpoint: str, sync_table: str, clock: Clock) -> SyncResourceRecordStore:
+    return SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint, clock=clock)
+
+
+def test_put_get_delete(store: SyncResourceRecordStore) -> None:
+    r = record()
+    assert store.get(r.id) is None
+    stored = store.put(r)
+    assert stored.revision == 1 and stored.record == r
+    assert store.get(r.id) == r
+    replaced = r.model_copy(update={"phase": "closing"})
+    assert store.put(replaced).revision == 2
+    assert store.get(r.id) == replaced
+    assert store.delete(r.id) is True
+    assert store.get(r.id) is None
+    assert store.delete(r.id) is False
+
+
+def test_the_ledger_table_serves_both(
+    moto_endpoint: str, sync_table: str, store: SyncResourceRecordStore
+) -> None:
+    from sandbox_ledger import LedgerEntry
+
+    ledger = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    ledger.append(
+        LedgerEntry(ts=1, name="n", sandbox_id="s", step_index=-1, event="sandbox.created")
+    )
+    r = store.put(record())
+    assert [d.sandbox_id for d in ledger.list_all_sandbox_details()] == ["s"]
+    assert [v.record.id for v in store.list().records] == [r.record.id]
+
+
+def test_every_write_is_optimistic(store: SyncResourceRecordStore, clock: Clock) -> None:
+    r = record()
+    first = store.put(r)
+    with pytest.raises(ConflictError, match="revision"):
+        store.put(r.model_copy(update={"phase": "closing"}), expected_revision=first.revision + 5)
+    # A stale writer cannot go back in time over a newer record.
+    older = r.model_copy(update={"updated_at": r.created_at})
+    with pytest.raises(ConflictError):
+        store.put(older)
+    second = store.put(r.model_copy(update={"phase": "closing"}), expected_revision=first.revision)
+    assert second.revision == first.revision + 1
+    with pytest.raises(ConflictError, match="revision"):
+        store.delete(r.id, expected_revision=first.revision)
+    assert store.delete(r.id, expected_revision=second.revision)
+
+
+def test_touch_is_one_request_and_refreshes(store: SyncResourceRecordStore, clock: Clock) -> None:
+    r = store.put(record(age=timedelta(minutes=10), now=clock.now))
+    counter = RequestCounter().attach(store.client())
+    clock.now += timedelta(seconds=5)
+    touched = store.touch(r.record.id)
+    assert dict(counter.calls) == {"UpdateItem": 1}
+    assert touched.revision == r.revision + 1
+    assert touched.record.updated_at_ms == int(clock.now.timestamp() * 1000)
+    assert touched.expires_at == int(clock.now.timestamp()) + 30 * 86400
+    with pytest.raises(ConflictError, match="does not exist"):
+        store.touch("6b0a3c1e-0000-4000-8000-000000000000")
+
+
+def test_operations_follow_the_seed(store: SyncResourceRecordStore, clock: Clock) -> None:
+    r = store.put(record(operations=[]))
+    rid = r.record.id
+    store.record_operation_start(rid, "exec")
+    store.record_operation_start(rid, "exec")
+    store.record_operation_start(rid, "sync")
+    current = store.get(rid)
+    assert current is not None
+    assert [(o.kind, o.count) for o in current.operations] == [("exec", 2), ("sync", 1)]
+    store.record_operation_finish(rid, "exec", "failed", error="exit 2")
+    store.record_operation_finish(rid, "sync", "completed")
+    current = store.get(rid)
+    assert current is not None
+    assert [(o.kind, o.count) for o in current.operations] == [("exec", 1)]
+    assert current.last_operation is not None and current.last_operation.kind == "sync"
+    assert current.last_failure is not None and current.last_failure.error == "exit 2"
+    store.record_operation_finish(rid, "exec", "completed")
+    current = store.get(rid)
+    assert current is not None and current.operations == []
+    assert current.last_failure is not None and current.last_failure.kind == "exec"  # retained
+    with pytest.raises(ValueError, match="outcome"):
+        store.record_operation_finish(rid, "exec", "maybe")
+
+
+def test_concurrent_operations_lose_no_count(store: SyncResourceRecordStore) -> None:
+    rid = store.put(record(operations=[])).record.id
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda _: store.record_operation_start(rid, "exec"), range(16)))
+    current = store.get(rid)
+    assert current is not None and [(o.kind, o.count) for o in current.operations] == [("exec", 16)]
+
+
+def test_reads_hide_records_past_their_ttl(
+    moto_endpoint: str, sync_table: str, clock: Clock
+) -> None:
+    short = SyncResourceRecordStore(
+        sync_table, endpoint_url=moto_endpoint, clock=clock, ttl_horizon=timedelta(hours=1)
+    )
+    r = short.put(record(now=clock.now))
+    assert short.get(r.record.id) is not None
+    clock.now += timedelta(hours=2)  # DynamoDB may take up to two days to delete it
+    assert short.get(r.record.id) is None
+    assert short.list().records == []
+    with pytest.raises(ConflictError):
+        short.touch(r.record.id)
+
+
+def test_list_by_phase_and_provider_newest_first_paginated(
+    store: SyncResourceRecordStore, clock: Clock
+) -> None:
+    made = []
+    for i in range(23):
+        phase = "ready" if i % 2 else "allocating"
+        provider = "docker" if i % 3 else "vercel"
+        made.append(
+            store.put(
+                record(
+                    age=timedelta(seconds=100 - i), phase=phase, provider=provider, now=clock.now
+                )
+            ).record
+        )
+    newest_first = [r.id for r in reversed(made)]
+    pages, cursor = [], None
+    while True:
+        page = store.list(limit=5, cursor=cursor)
+        pages.append([v.record.id for v in page.records])
+        cursor = page.cursor
+        if cursor is None:
+            break
+    assert [i for p in pages for i in p] == newest_first
+    assert all(len(p) <= 5 for p in pages)
+    ready = store.list(phase="ready", limit=100).records
+    assert [v.record.id for v in ready] == [r.id for r in reversed(made) if r.phase == "ready"]
+    vercel = store.list(provider="vercel", limit=100).records
+    assert [v.record.id for v in vercel] == [
+        r.id for r in reversed(made) if r.sandbox_provider == "vercel"
+    ]
+    both = store.list(provider="vercel", phase="ready", limit=100).records
+    assert {v.record.id for v in both} == {
+        r.id for r in made if r.sandbox_provider == "vercel" and r.phase == "ready"
+    }
+    for bad, field in [
+        ({"limit": 0}, "limit"),
+        ({"phase": "nope"}, "phase"),
+        ({"cursor": "%%%"}, "cursor"),
+        ({"provider": ""}, "provider"),
+    ]:
+        with pytest.raises(ValueError, match=field):
+            store.list(**bad)  # type: ignore[arg-type]
+
+
+def test_bad_records_write_nothing(store: SyncResourceRecordStore) -> None:
+    with pytest.raises(ValueError, match="record"):
+        store.put({"id": "x"})  # type: ignore[arg-type]
+    assert store.list().records == []
+
+
+async def test_async_store(moto_endpoint: str, sync_table: str) -> None:
+    async with ResourceRecordStore(sync_table, endpoint_url=moto_endpoint) as store:
+        r = record(operations=[])
+        await store.put(r)
+        await asyncio.gather(*(store.record_operation_start(r.id, "exec") for _ in range(10)))
+        current = await store.get(r.id)
+        assert current is not None and current.operations[0].count == 10
+        touched = await store.touch(r.id)
+        assert touched.record.updated_at_ms >= r.updated_at_ms
+        page = await store.list(phase="ready")
+        assert [v.record.id for v in page.records] == [r.id]
+        assert await store.delete(r.id)
+        assert await store.get(r.id) is None
