@@ -2,34 +2,382 @@
 
 from __future__ import annotations
 
-import asyncio
+import functools
+import json
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path  # noqa: TC003 - typer reads the annotation at run time
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
+from botocore.exceptions import BotoCoreError, ClientError
+from rich.console import Console
+from rich.table import Table
 
-from sandbox_ledger.local import embedded_dynamodb
+from sandbox_ledger import keys as k
+from sandbox_ledger.cli.context import Target, from_environment
+from sandbox_ledger.errors import LedgerError, translate_client_error
+from sandbox_ledger.models import LedgerEntry, ListSandboxOptions, SandboxStatus
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="Operate sandbox ledgers.")
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+    from sandbox_ledger.resources import SyncResourceRecordStore
+
+F = TypeVar("F", bound="Callable[..., Any]")
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+table_app = typer.Typer(no_args_is_help=True, help="Manage the ledger table.")
+resources_app = typer.Typer(no_args_is_help=True, help="Resource activity records.")
+app.add_typer(table_app, name="table")
+app.add_typer(resources_app, name="resources")
+
+# The target of the running command, set by the root callback.
+_state: dict[str, Target] = {}
+# Piped output (files, tests, other tools) gets wide tables, so ids are never cut.
+_WIDTH = None if sys.stdout.isatty() else 200
+out = Console(highlight=False, soft_wrap=True, width=_WIDTH)
+err = Console(stderr=True, highlight=False, width=_WIDTH)
 
 
 @app.callback()
-def _root() -> None:
-    """Operate sandbox ledgers on DynamoDB."""
+def _root(
+    ctx: typer.Context,
+    table: str | None = typer.Option(
+        None, "--table", help="Table name [env SANDBOX_LEDGER_TABLE]."
+    ),
+    endpoint_url: str | None = typer.Option(None, "--endpoint-url", help="[env AWS_ENDPOINT_URL]"),
+    region: str | None = typer.Option(None, "--region", help="[env AWS_REGION]"),
+    profile: str | None = typer.Option(None, "--profile", help="[env AWS_PROFILE]"),
+    shard_count: int = typer.Option(
+        k.DEFAULT_SHARD_COUNT,
+        "--shard-count",
+        help="Shards of the list indexes (same for every client).",
+    ),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Operate sandbox ledgers on DynamoDB. With no table configured, an embedded local
+    DynamoDB (moto) serves the command and is gone when it ends."""
+    target = from_environment(table, endpoint_url, region, profile, shard_count, debug)
+    _state["target"] = target
+    ctx.call_on_close(target.close)
+
+
+def handled(fn: F) -> F:
+    """One clear line on stderr and exit code 1 for expected failures; --debug re-raises."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        target = _state.get("target")
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort):
+            raise
+        except (LedgerError, ValueError, ClientError, BotoCoreError, OSError, RuntimeError) as exc:
+            if target is not None and target.debug:
+                raise
+            error = (
+                translate_client_error(exc) if isinstance(exc, ClientError | BotoCoreError) else exc
+            )
+            err.print(f"error: {error}", markup=False)
+            raise typer.Exit(1) from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _target() -> Target:
+    target = _state["target"]
+    target.resolve()
+    return target
+
+
+def _ledger(target: Target) -> SyncDynamoDBAdapter:
+    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+
+    ledger = SyncDynamoDBAdapter(
+        target.table or "", session=target.boto3_session(), **target.kwargs()
+    )
+    if target.embedded:
+        ledger.create_table()
+    return ledger
+
+
+def _store(target: Target) -> SyncResourceRecordStore:
+    from sandbox_ledger.resources import SyncResourceRecordStore
+
+    if target.embedded:
+        _ledger(target)
+    return SyncResourceRecordStore(
+        target.table or "", session=target.boto3_session(), **target.kwargs()
+    )
+
+
+def _when(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def _clip(value: Any, width: int = 60) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 @app.command()
+@handled
 def demo(
-    sandboxes: int = typer.Option(20, min=1, help="Sandboxes in the simulated fleet."),
-    execs: int = typer.Option(5, min=0, help="Execs per sandbox."),
+    sandboxes: int = typer.Option(24, min=1, max=100_000, help="Sandboxes in the fleet."),
+    execs: int = typer.Option(6, min=1, max=10_000, help="Execs per sandbox."),
+    branches: int = typer.Option(2, min=1, max=16, help="Parallel branches per sandbox."),
+    concurrency: int = typer.Option(16, min=1, max=1000, help="Sandboxes running at once."),
+    dead_owners: float = typer.Option(
+        0.25, min=0.0, max=1.0, help="Share of resource owners that die."
+    ),
 ) -> None:
-    """Simulate a fleet on an embedded DynamoDB and print what the ledger holds."""
-    from sandbox_ledger.cli.demo import run_demo
+    """Simulate a fleet end to end, then sweep expired resource records through the
+    handler; prints a summary of operations, requests, latency and outcomes."""
+    from sandbox_ledger.cli.demo import DemoConfig, render, run_demo
 
-    with embedded_dynamodb() as endpoint:
-        typer.echo(
-            f"Using an embedded DynamoDB at {endpoint}: "
-            "its data lives only as long as this command."
+    target = _target()
+    config = DemoConfig(
+        sandboxes=sandboxes,
+        execs=execs,
+        branches=branches,
+        concurrency=concurrency,
+        dead_owner_share=dead_owners,
+    )
+    report = run_demo(target, config, out)
+    render(report, out)
+
+
+@table_app.command("create")
+@handled
+def table_create() -> None:
+    """Create the table (as the CDK stack does) if it does not exist; wait until ACTIVE."""
+    target = _target()
+    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+
+    created = SyncDynamoDBAdapter(
+        target.table or "", session=target.boto3_session(), **target.kwargs()
+    ).create_table()
+    out.print(f"table {target.table}: {'created' if created else 'already exists'}")
+
+
+@app.command("ls")
+@handled
+def ls(
+    name: str | None = typer.Option(None, "--name", help="Only this sandbox name."),
+    status: SandboxStatus | None = typer.Option(None, "--status"),
+    before: int | None = typer.Option(
+        None, "--before", min=0, help="Only sessions started before (Unix ms)."
+    ),
+    limit: int = typer.Option(50, "--limit", min=0, help="0: no limit."),
+) -> None:
+    """Sessions, newest first."""
+    ledger = _ledger(_target())
+    opts = ListSandboxOptions(status=status, before=before, limit=limit)
+    rows = (
+        ledger.list_sandbox_details(name, opts) if name else ledger.list_all_sandbox_details(opts)
+    )
+    table = Table("name", "sandboxId", "status", "started", "completed", "execs")
+    for d in rows:
+        table.add_row(
+            d.name,
+            d.sandbox_id,
+            str(d.status),
+            _when(d.started_at),
+            _when(d.completed_at),
+            str(d.exec_count),
         )
-        asyncio.run(run_demo(endpoint, sandboxes=sandboxes, execs=execs))
+    out.print(table)
+    out.print(f"{len(rows)} session(s)")
+
+
+@app.command()
+@handled
+def show(
+    name: str,
+    sandbox_id: str,
+    as_json: bool = typer.Option(False, "--json", help="JSON lines in the wire shape."),
+) -> None:
+    """A session's ledger as a timeline."""
+    entries = _ledger(_target()).read_all(name, sandbox_id)
+    if as_json:
+        for e in entries:
+            sys.stdout.write(json.dumps(e.wire(), ensure_ascii=False) + "\n")
+        return
+    if not entries:
+        raise LedgerError(f"no entries for {name}/{sandbox_id}")
+    table = Table("time", "step", "branch", "event", "payload", "error")
+    for e in entries:
+        table.add_row(
+            _when(e.ts),
+            str(e.step_index),
+            "" if e.branch is None else str(e.branch),
+            e.event,
+            "" if e.payload is None else _clip(e.payload),
+            e.error or "",
+        )
+    out.print(table)
+
+
+@app.command()
+@handled
+def checkpoints(name: str, sandbox_id: str) -> None:
+    """A session's checkpoints in creation order."""
+    rows = _ledger(_target()).list_checkpoints(name, sandbox_id)
+    table = Table("created", "snapshotId", "tag")
+    for c in rows:
+        table.add_row(_when(c.created_at), c.snapshot_id or "-", c.tag or "-")
+    out.print(table)
+    out.print(f"{len(rows)} checkpoint(s)")
+
+
+@app.command()
+@handled
+def envs() -> None:
+    """Environment records, newest builtAt first."""
+    rows = _ledger(_target()).list_environments()
+    table = Table("name", "built", "other fields")
+    for r in rows:
+        extra = {key: v for key, v in r.wire().items() if key not in ("name", "builtAt")}
+        table.add_row(r.name, _when(r.built_at), _clip(extra) if extra else "")
+    out.print(table)
+
+
+@app.command()
+@handled
+def rm(
+    name: str, sandbox_id: str, yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask.")
+) -> None:
+    """Delete a session and every entry of it."""
+    ledger = _ledger(_target())
+    if not yes and not typer.confirm(f"Delete {name}/{sandbox_id} and all its entries?"):
+        raise typer.Abort
+    ledger.delete_sandbox(name, sandbox_id)
+    out.print(f"deleted {name}/{sandbox_id}")
+
+
+@app.command("export")
+@handled
+def export(
+    name: str | None = typer.Option(None, "--name", help="Only sessions of this name."),
+    sandbox_id: str | None = typer.Option(None, "--sandbox-id", help="Only this session."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Default: stdout."),
+) -> None:
+    """Entries as JSON lines in the TypeScript wire shape, one entry per line."""
+    if sandbox_id and not name:
+        raise ValueError("--sandbox-id: needs --name")
+    ledger = _ledger(_target())
+
+    def sessions() -> Iterator[tuple[str, str]]:
+        if name and sandbox_id:
+            yield name, sandbox_id
+            return
+        found = ledger.list_sandbox_details(name) if name else ledger.list_all_sandbox_details()
+        for d in found:
+            yield d.name, d.sandbox_id
+
+    stream = output.open("w", encoding="utf-8") if output else sys.stdout
+    count = 0
+    try:
+        for session_name, session_id in sessions():
+            for e in ledger.read_all(session_name, session_id):
+                stream.write(json.dumps(e.wire(), ensure_ascii=False) + "\n")
+                count += 1
+    finally:
+        if output:
+            stream.close()
+    err.print(f"exported {count} entries")
+
+
+@app.command("import")
+@handled
+def import_(path: Path = typer.Argument(..., exists=True, dir_okay=False, readable=True)) -> None:
+    """Append JSON lines (as exported). Idempotent: importing a file twice adds nothing.
+    Malformed lines are reported with their line numbers and not written."""
+    ledger = _ledger(_target())
+    bad = 0
+    written = 0
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                entry = LedgerEntry.model_validate_json(line)
+            except ValueError as exc:
+                bad += 1
+                first = str(exc).splitlines()
+                detail = "; ".join(x.strip() for x in first[1:3]) or first[0]
+                err.print(f"{path}:{number}: skipped malformed line: {detail}", markup=False)
+                continue
+            ledger.append_at(entry, number)
+            written += 1
+    err.print(f"imported {written} entries from {path}" + (f", {bad} malformed" if bad else ""))
+    if bad:
+        raise typer.Exit(1)
+
+
+@resources_app.command("ls")
+@handled
+def resources_ls(
+    phase: str | None = typer.Option(None, "--phase"),
+    provider: str | None = typer.Option(None, "--provider"),
+    limit: int = typer.Option(50, "--limit", min=1, max=1000),
+) -> None:
+    """Resource activity records, newest updatedAt first."""
+    page = _store(_target()).list(phase=phase, provider=provider, limit=limit)
+    table = Table("id", "phase", "provider", "pid", "updated", "operations", "workspace")
+    for v in page.records:
+        r = v.record
+        ops = ", ".join(f"{o.kind} x{o.count}" for o in r.operations) or "-"
+        table.add_row(
+            r.id, r.phase, r.sandbox_provider, str(r.pid), r.updated_at, ops, _clip(r.workspace, 40)
+        )
+    out.print(table)
+    out.print(
+        f"{len(page.records)} record(s)" + (" (more: use a smaller filter)" if page.cursor else "")
+    )
+
+
+@resources_app.command("sweep")
+@handled
+def resources_sweep(
+    dry_run: bool = typer.Option(False, "--dry-run", help="Report, change nothing."),
+    stale_after: int = typer.Option(900, "--stale-after", min=1, help="Seconds."),
+    retain_failed: int = typer.Option(
+        7 * 86400, "--retain-failed", min=0, help="Seconds; 0 keeps failed records forever."
+    ),
+    event_bus: str = typer.Option("default", "--event-bus"),
+) -> None:
+    """Expire stale records now, as the scheduled handler does."""
+    import boto3
+
+    from sandbox_ledger.resources import EventPublisher, ExpiryPolicy, sweep
+
+    target = _target()
+    store = _store(target)
+    session = target.boto3_session() or boto3.session.Session()
+    events = session.client("events", endpoint_url=target.endpoint_url, region_name=target.region)
+    if target.embedded and event_bus != "default":
+        events.create_event_bus(Name=event_bus)
+    policy = ExpiryPolicy(
+        stale_after=timedelta(seconds=stale_after), retain_failed=timedelta(seconds=retain_failed)
+    )
+    result = sweep(
+        store,
+        EventPublisher(events, event_bus),
+        now=datetime.now(UTC),
+        policy=policy,
+        dry_run=dry_run,
+    )
+    verb = "would expire" if dry_run else "expired"
+    for record_id in result.expired:
+        out.print(f"{verb} {record_id}: {result.reasons[record_id]}")
+    out.print(
+        f"{len(result.expired)} {verb}, {len(result.skipped)} skipped, {len(result.failed)} failed"
+    )
 
 
 def main() -> None:

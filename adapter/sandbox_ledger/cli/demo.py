@@ -1,56 +1,360 @@
-"""The demo: a simulated fleet writing ledgers through the DynamoDB adapter."""
+"""The demo: a simulated fleet on the ledger, resource records whose owners sometimes die,
+and the expiry sweep run through the scheduled handler's code."""
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import importlib.util
+import os
+import sys
 import time
+import uuid
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import typer
+from rich.progress import Progress
+from rich.table import Table
 
 from sandbox_ledger.dynamodb import DynamoDBAdapter
-from sandbox_ledger.models import LedgerEntry, LedgerEvent, ListSandboxOptions, SandboxStatus
+from sandbox_ledger.models import EnvironmentRecord, LedgerEntry, LedgerEvent, SandboxStatus
+from sandbox_ledger.resources import ResourceActivityRecord, ResourceRecordStore
+from sandbox_ledger.resources.models import to_iso
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
+    from rich.console import Console
+
+    from sandbox_ledger.cli.context import Target
+
+_current_op: contextvars.ContextVar[str] = contextvars.ContextVar("op", default="other")
+HANDLER = Path(__file__).resolve().parents[3] / "lambdas" / "expire_stale_resources" / "handler.py"
 
 
-async def run_demo(endpoint: str, *, sandboxes: int, execs: int) -> None:
-    async with DynamoDBAdapter("sandbox-ledger-demo", endpoint_url=endpoint) as ledger:
+@dataclass(frozen=True)
+class DemoConfig:
+    sandboxes: int
+    execs: int
+    branches: int
+    concurrency: int
+    dead_owner_share: float
+
+
+@dataclass
+class Report:
+    latencies: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    calls: Counter[str] = field(default_factory=Counter)
+    statuses: Counter[str] = field(default_factory=Counter)
+    resumed: int = 0
+    environments_built: int = 0
+    environments_reused: int = 0
+    sweep: dict[str, Any] = field(default_factory=dict)
+    sweep_via: str = ""
+    elapsed: float = 0.0
+    entries: int = 0
+
+
+class _Stats:
+    def __init__(self, report: Report) -> None:
+        self.report = report
+
+    def on_call(self, **_: Any) -> None:
+        self.report.calls[_current_op.get()] += 1
+
+    async def run(self, op: str, awaitable: Awaitable[Any]) -> Any:
+        token = _current_op.set(op)
+        start = time.perf_counter()
+        try:
+            return await awaitable
+        finally:
+            self.report.latencies[op].append(time.perf_counter() - start)
+            _current_op.reset(token)
+
+
+def run_demo(target: Target, config: DemoConfig, console: Console) -> Report:
+    """Run the whole demo against ``target`` (its table is created if needed)."""
+    return asyncio.run(_run(target, config, console))
+
+
+async def _run(target: Target, config: DemoConfig, console: Console) -> Report:
+    report = Report()
+    stats = _Stats(report)
+    started = time.perf_counter()
+    table = target.table or ""
+    async with DynamoDBAdapter(
+        table, session=target.aioboto3_session(), **target.kwargs()
+    ) as ledger:
         await ledger.create_table()
-        base = int(time.time() * 1000)
+        store = ResourceRecordStore(table, session=target.aioboto3_session(), **target.kwargs())
+        for client in (await ledger.client(), await store._client.get()):
+            client.meta.events.register("before-call.dynamodb", stats.on_call)
+        semaphore = asyncio.Semaphore(config.concurrency)
+        base = int(time.time() * 1000) - config.sandboxes * 10_000
+        with Progress(console=console, transient=True) as progress:
+            task = progress.add_task("fleet", total=config.sandboxes)
 
-        async def fleet_member(i: int) -> None:
-            name, sid = f"job-{i % 3}", f"sb-{i:04d}"
-            ts = base + i * 1000
+            async def one(i: int) -> None:
+                async with semaphore:
+                    await _sandbox(i, base, config, ledger, store, stats, report)
+                progress.advance(task)
 
-            def at(
-                event: LedgerEvent, step: int, offset: int, payload: object = None
-            ) -> LedgerEntry:
-                return LedgerEntry(
-                    ts=ts + offset,
-                    name=name,
-                    sandbox_id=sid,
-                    step_index=step,
-                    event=event,
-                    payload=payload,
-                )
+            await asyncio.gather(*(one(i) for i in range(config.sandboxes)))
+        everything = await stats.run("list_all_sandbox_details", ledger.list_all_sandbox_details())
+        report.statuses.update(str(d.status) for d in everything)
+        await store.close()
+    report.sweep, report.sweep_via = _sweep(target)
+    report.elapsed = time.perf_counter() - started
+    return report
 
-            await ledger.append(at(LedgerEvent.SandboxCreated, -1, 0, {"image": "python:3.12"}))
-            for step in range(execs):
-                await ledger.append(
-                    at(LedgerEvent.ExecStarted, step, 10 * step + 1, {"cmd": f"step {step}"})
-                )
-                await ledger.append(
-                    at(LedgerEvent.ExecComplete, step, 10 * step + 5, {"exitCode": 0})
-                )
-            if i % 4 != 0:
-                await ledger.append(at(LedgerEvent.SandboxClosed, -1, 10 * execs + 9))
 
-        await asyncio.gather(*(fleet_member(i) for i in range(sandboxes)))
-        listed = await ledger.list_all_sandbox_details()
-        running = await ledger.list_all_sandbox_details(
-            ListSandboxOptions(status=SandboxStatus.Running)
+async def _sandbox(
+    i: int,
+    base: int,
+    config: DemoConfig,
+    ledger: DynamoDBAdapter,
+    store: ResourceRecordStore,
+    stats: _Stats,
+    report: Report,
+) -> None:
+    name, sid = f"job-{i % 4}", f"sb-{i:05d}"
+    ts = base + i * 10_000
+    now = datetime.now(UTC)
+
+    def entry(
+        event: str,
+        step: int,
+        offset: int,
+        payload: Any = None,
+        branch: int | None = None,
+        error: str | None = None,
+    ) -> LedgerEntry:
+        return LedgerEntry(
+            ts=ts + offset,
+            name=name,
+            sandbox_id=sid,
+            step_index=step,
+            branch=branch,
+            event=event,
+            payload=payload,
+            error=error,
         )
-        completed = len(listed) - len(running)
-        typer.echo(f"sessions: {len(listed)}, running: {len(running)}, completed: {completed}")
-        for details in listed[:5]:
-            typer.echo(
-                f"  {details.name}/{details.sandbox_id} {details.status} execs={details.exec_count}"
+
+    async def append(e: LedgerEntry) -> None:
+        await stats.run("append", ledger.append(e))
+        report.entries += 1
+
+    # The environment is built once per image and reused by later sandboxes.
+    env_name = f"python-3.{10 + i % 3}"
+    env = await stats.run("get_environment", ledger.get_environment(env_name))
+    if env is None:
+        env = EnvironmentRecord.model_validate(
+            {
+                "name": env_name,
+                "builtAt": ts,
+                "snapshotId": f"snap-env-{env_name}",
+                "packages": ["pytest", "ruff"],
+            }
+        )
+        await stats.run("save_environment", ledger.save_environment(env))
+        report.environments_built += 1
+    else:
+        report.environments_reused += 1
+
+    # The resource record of the provisioned sandbox; some owners will die.
+    dead = (i * 7919 % 100) < config.dead_owner_share * 100
+    failed_cleanup = i % 11 == 5
+    age = timedelta(minutes=25) if dead else timedelta(0)
+    if failed_cleanup:
+        age = timedelta(days=8 if i % 2 else 1)
+    record = ResourceActivityRecord.model_validate(
+        {
+            "version": 1,
+            "id": str(uuid.uuid4()),
+            "pid": 10_000 + i,
+            "sandboxProvider": ["docker", "vercel", "firecracker"][i % 3],
+            "placement": "mounted",
+            "workspace": f"/work/worktrees/{sid}",
+            "createdAt": to_iso(now - age - timedelta(seconds=5)),
+            "updatedAt": to_iso(now - age),
+            "phase": "cleanup-failed" if failed_cleanup else "ready",
+            "operations": [],
+        }
+    )
+    await stats.run("resource.put", store.put(record))
+
+    await append(entry(LedgerEvent.SandboxCreated, -1, 0, {"environment": env_name}))
+    resume_at = config.execs // 2 if i % 5 == 2 else None
+    step = 0
+    while step < config.execs:
+        if resume_at is not None and step == resume_at:
+            # A crash and a resume: read the ledger back and continue after the last step.
+            history = await stats.run("read_all", ledger.read_all(name, sid))
+            await stats.run("last_checkpoint", ledger.last_checkpoint(name, sid))
+            step = max(e.step_index for e in history) + 1
+            report.resumed += 1
+            resume_at = None
+            continue
+        branch = step % config.branches
+        if not dead and not failed_cleanup:
+            await stats.run(
+                "resource.record_operation", store.record_operation_start(record.id, "exec")
             )
+        await append(
+            entry(
+                LedgerEvent.ExecStarted,
+                step,
+                10 * step + 1,
+                {"cmd": f"pytest -k part{step}"},
+                branch,
+            )
+        )
+        if step % 7 == 6:
+            await append(
+                entry(
+                    LedgerEvent.ExecFailed,
+                    step,
+                    10 * step + 4,
+                    {"exitCode": 1},
+                    branch,
+                    error="exit status 1",
+                )
+            )
+        else:
+            await append(
+                entry(
+                    LedgerEvent.ExecComplete,
+                    step,
+                    10 * step + 5,
+                    {"exitCode": 0, "stdout": "ok"},
+                    branch,
+                )
+            )
+        if not dead and not failed_cleanup:
+            await stats.run(
+                "resource.record_operation",
+                store.record_operation_finish(
+                    record.id, "exec", "failed" if step % 7 == 6 else "completed"
+                ),
+            )
+            await stats.run("resource.touch", store.touch(record.id))
+        if step % 3 == 2:
+            await append(
+                entry(
+                    LedgerEvent.CheckpointCreated,
+                    -1,
+                    10 * step + 7,
+                    {"snapshotId": f"snap-{sid}-{step}", "name": f"after-{step}"},
+                )
+            )
+        step += 1
+    await stats.run("get_sandbox_details", ledger.get_sandbox_details(name, sid))
+    await stats.run("list_checkpoints", ledger.list_checkpoints(name, sid))
+    if i % 6 != 0:
+        await append(entry(LedgerEvent.SandboxClosed, -1, 10 * config.execs + 9))
+    await stats.run("list_sandbox_details", ledger.list_sandbox_details(name))
+
+
+def _sweep(target: Target) -> tuple[dict[str, Any], str]:
+    """Run the scheduled handler's code (lambdas/) when this is a source checkout, else the
+    library function it calls."""
+    import boto3
+
+    session = target.boto3_session() or boto3.session.Session()
+    events = session.client("events", endpoint_url=target.endpoint_url, region_name=target.region)
+    bus = "sandbox-ledger-demo"
+    if target.embedded:
+        events.create_event_bus(Name=bus)
+    env = {
+        "TABLE_NAME": target.table or "",
+        "EVENT_BUS_NAME": bus if target.embedded else "default",
+        "SHARD_COUNT": str(target.shard_count),
+        "POWERTOOLS_LOG_LEVEL": "WARNING",
+        "POWERTOOLS_METRICS_DISABLED": "true",
+    }
+    if target.endpoint_url:
+        env["AWS_ENDPOINT_URL"] = target.endpoint_url
+    if target.region:
+        env["AWS_DEFAULT_REGION"] = target.region
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        if HANDLER.exists():
+            spec = importlib.util.spec_from_file_location("demo_sweeper_handler", HANDLER)
+            assert spec and spec.loader
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+            return module.handler(
+                {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}, _Context()
+            ), str(HANDLER.relative_to(HANDLER.parents[2]))
+        from sandbox_ledger.resources import EventPublisher, HandlerSettings, sweep
+        from sandbox_ledger.resources.store import SyncResourceRecordStore
+
+        settings = HandlerSettings.from_env(os.environ)
+        store = SyncResourceRecordStore(settings.table_name, shard_count=settings.shard_count)
+        result = sweep(
+            store,
+            EventPublisher(events, settings.event_bus_name),
+            now=datetime.now(UTC),
+            policy=settings.policy,
+        )
+        return result.to_dict(), "sandbox_ledger.resources.sweep"
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@dataclass
+class _Context:
+    function_name: str = "sandbox-ledger-demo-sweeper"
+    memory_limit_in_mb: int = 256
+    invoked_function_arn: str = "arn:aws:lambda:us-east-1:000000000000:function:demo"
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 300_000
+
+
+def _ms(samples: list[float], q: float) -> str:
+    ordered = sorted(samples)
+    return f"{ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000:.1f}"
+
+
+def render(report: Report, console: Console) -> None:
+    """The summary tables."""
+    ops = Table("operation", "count", "SDK requests/op", "p50 ms", "p99 ms", title="Operations")
+    for op in sorted(report.latencies):
+        samples = report.latencies[op]
+        ops.add_row(
+            op,
+            str(len(samples)),
+            f"{report.calls[op] / len(samples):.2f}",
+            _ms(samples, 0.5),
+            _ms(samples, 0.99),
+        )
+    console.print(ops)
+    sessions = Table("status", "sessions", title="Sessions")
+    for status in (SandboxStatus.Running, SandboxStatus.Completed):
+        sessions.add_row(str(status), str(report.statuses[str(status)]))
+    console.print(sessions)
+    expired = Table("record", "why", title=f"Expired resource records ({report.sweep_via})")
+    for record_id in report.sweep.get("expired", []):
+        expired.add_row(record_id, report.sweep["reasons"].get(record_id, ""))
+    console.print(expired)
+    console.print(
+        f"{report.entries} ledger entries; {report.resumed} sandboxes resumed from their "
+        f"ledger; environments built {report.environments_built}, reused "
+        f"{report.environments_reused}; records expired {len(report.sweep.get('expired', []))}, "
+        f"skipped {len(report.sweep.get('skipped', []))}; {report.elapsed:.1f}s"
+    )
+    console.print(
+        "Latency includes queueing: the embedded server handles one request at a time, as "
+        "many sandboxes call it at once. Requests per operation carry over to DynamoDB."
+    )

@@ -16,6 +16,8 @@ DEFAULT_CONFIG = Config(
     connect_timeout=5,
     read_timeout=30,
     tcp_keepalive=True,
+    # Shard queries run in parallel; keep their connections pooled.
+    max_pool_connections=50,
 )
 
 

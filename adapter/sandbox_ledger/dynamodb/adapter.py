@@ -5,8 +5,10 @@ Both run the same operations from :mod:`._ops`; only the I/O differs.
 
 from __future__ import annotations
 
+import hashlib
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from sandbox_ledger import _json
 from sandbox_ledger import keys as k
 from sandbox_ledger.dynamodb import _ops
 from sandbox_ledger.dynamodb._client import AsyncClient, SyncClient
@@ -58,6 +60,12 @@ class _Base:
     # Each method returns the operation to run; the twins run it.
     def _append(self, entry: LedgerEntry) -> Op[None]:
         return _ops.append(self.table_name, _entry(entry), order_ids.next(), self.shard_count)
+
+    def _append_at(self, entry: LedgerEntry, position: int) -> Op[None]:
+        if not isinstance(position, int) or not 0 <= position < 10**20:
+            raise InvalidInputError("position", "must be an integer from 0 to 10**20 - 1")
+        digest = hashlib.sha256(_json.dumps(_entry(entry).wire())).hexdigest()[:8]
+        return _ops.append(self.table_name, entry, f"{position:020d}{digest}", self.shard_count)
 
     def _list(self, name: str | None, opts: Any) -> Op[list[SandboxDetails]]:
         if name is not None:
@@ -135,6 +143,12 @@ class DynamoDBAdapter(_Base):
     async def append(self, entry: LedgerEntry) -> None:
         """Persist one entry exactly once (one round trip; more only for entries over 350 KB)."""
         await self._run(self._append(entry))
+
+    async def append_at(self, entry: LedgerEntry, position: int) -> None:
+        """Append idempotently at a caller-chosen position (e.g. a line number on import):
+        the same entry at the same position is stored once however often it is appended.
+        Among equal ts, positions sort before entries appended live."""
+        await self._run(self._append_at(entry, position))
 
     async def read_all(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry of the session, ascending ts, ties in append order."""
@@ -237,6 +251,10 @@ class SyncDynamoDBAdapter(_Base):
     def append(self, entry: LedgerEntry) -> None:
         """Persist one entry exactly once."""
         self._run(self._append(entry))
+
+    def append_at(self, entry: LedgerEntry, position: int) -> None:
+        """Append idempotently at a caller-chosen position (see DynamoDBAdapter.append_at)."""
+        self._run(self._append_at(entry, position))
 
     def read_all(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry of the session, ascending ts, ties in append order."""

@@ -1,0 +1,237 @@
+"""Every CLI command through typer's runner, against the test moto server."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from resource_fixtures import record
+from sandbox_ledger import LedgerEntry, LedgerEvent
+from sandbox_ledger.cli import app
+from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+from sandbox_ledger.resources import SyncResourceRecordStore
+
+
+@pytest.fixture
+def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    monkeypatch.delenv("SANDBOX_LEDGER_TABLE", raising=False)
+    return CliRunner()
+
+
+@pytest.fixture
+def args(moto_endpoint: str, sync_table: str) -> list[str]:
+    return ["--table", sync_table, "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
+
+
+@pytest.fixture
+def ledger(moto_endpoint: str, sync_table: str) -> SyncDynamoDBAdapter:
+    adapter = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    for sid, closed in [("sb-1", True), ("sb-2", False)]:
+        adapter.append(
+            LedgerEntry(
+                ts=1000 if sid == "sb-1" else 2000,
+                name="job",
+                sandbox_id=sid,
+                step_index=-1,
+                event=LedgerEvent.SandboxCreated,
+            )
+        )
+        adapter.append(
+            LedgerEntry(
+                ts=3000,
+                name="job",
+                sandbox_id=sid,
+                step_index=0,
+                event=LedgerEvent.ExecComplete,
+                branch=1,
+                payload={"stdout": "x" * 500},
+            )
+        )
+        adapter.append(
+            LedgerEntry(
+                ts=3500,
+                name="job",
+                sandbox_id=sid,
+                step_index=-1,
+                event=LedgerEvent.CheckpointCreated,
+                payload={"snapshotId": f"snap-{sid}", "name": "first"},
+            )
+        )
+        if closed:
+            adapter.append(
+                LedgerEntry(
+                    ts=4000,
+                    name="job",
+                    sandbox_id=sid,
+                    step_index=-1,
+                    event=LedgerEvent.SandboxClosed,
+                )
+            )
+    return adapter
+
+
+def test_table_create_is_idempotent(runner: CliRunner, moto_endpoint: str) -> None:
+    base = ["--table", "cli-made", "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
+    first = runner.invoke(app, [*base, "table", "create"])
+    second = runner.invoke(app, [*base, "table", "create"])
+    assert first.exit_code == 0 and "created" in first.output
+    assert second.exit_code == 0 and "already exists" in second.output
+
+
+def test_ls_with_filters(runner: CliRunner, args: list[str], ledger: SyncDynamoDBAdapter) -> None:
+    result = runner.invoke(app, [*args, "ls"])
+    assert result.exit_code == 0, result.output
+    assert result.output.index("sb-2") < result.output.index("sb-1")  # newest first
+    assert "2 session(s)" in result.output
+    running = runner.invoke(app, [*args, "ls", "--status", "running"])
+    assert "sb-2" in running.output and "sb-1" not in running.output
+    before = runner.invoke(app, [*args, "ls", "--name", "job", "--before", "2000", "--limit", "5"])
+    assert "sb-1" in before.output and "sb-2" not in before.output
+    assert "0 session(s)" in runner.invoke(app, [*args, "ls", "--name", "other"]).output
+
+
+def test_show_checkpoints_envs(
+    runner: CliRunner, args: list[str], ledger: SyncDynamoDBAdapter
+) -> None:
+    shown = runner.invoke(app, [*args, "show", "job", "sb-1"])
+    assert shown.exit_code == 0
+    assert "exec.complete" in shown.output and "…" in shown.output  # payload truncated
+    lines = runner.invoke(app, [*args, "show", "job", "sb-1", "--json"]).output.splitlines()
+    assert [json.loads(x)["event"] for x in lines] == [
+        "sandbox.created",
+        "exec.complete",
+        "sandbox.checkpoint_created",
+        "sandbox.closed",
+    ]
+    assert json.loads(lines[1]) == ledger.read_all("job", "sb-1")[1].wire()
+    ck = runner.invoke(app, [*args, "checkpoints", "job", "sb-1"])
+    assert "snap-sb-1" in ck.output and "1 checkpoint(s)" in ck.output
+    from sandbox_ledger import EnvironmentRecord
+
+    ledger.save_environment(
+        EnvironmentRecord.model_validate({"name": "py", "builtAt": 5, "snapshotId": "s-py"})
+    )
+    envs = runner.invoke(app, [*args, "envs"])
+    assert "py" in envs.output and "s-py" in envs.output
+
+
+def test_rm_asks_first(runner: CliRunner, args: list[str], ledger: SyncDynamoDBAdapter) -> None:
+    declined = runner.invoke(app, [*args, "rm", "job", "sb-1"], input="n\n")
+    assert declined.exit_code != 0 and ledger.get_sandbox_details("job", "sb-1") is not None
+    accepted = runner.invoke(app, [*args, "rm", "job", "sb-1"], input="y\n")
+    assert accepted.exit_code == 0 and ledger.read_all("job", "sb-1") == []
+    forced = runner.invoke(app, [*args, "rm", "job", "sb-2", "--yes"])
+    assert forced.exit_code == 0 and ledger.read_all("job", "sb-2") == []
+
+
+def test_export_import_round_trip_is_idempotent(
+    runner: CliRunner,
+    args: list[str],
+    ledger: SyncDynamoDBAdapter,
+    moto_endpoint: str,
+    tmp_path: Path,
+) -> None:
+    dump = tmp_path / "all.jsonl"
+    exported = runner.invoke(app, [*args, "export", "-o", str(dump)])
+    assert exported.exit_code == 0, exported.output
+    lines = dump.read_text().splitlines()
+    assert len(lines) == 7
+    one = runner.invoke(app, [*args, "export", "--name", "job", "--sandbox-id", "sb-2"])
+    assert len([x for x in one.stdout.splitlines() if x.startswith("{")]) == 3
+    target = ["--table", "cli-import", "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
+    assert runner.invoke(app, [*target, "table", "create"]).exit_code == 0
+    for _ in range(2):
+        imported = runner.invoke(app, [*target, "import", str(dump)])
+        assert imported.exit_code == 0, imported.output
+    copy = SyncDynamoDBAdapter("cli-import", endpoint_url=moto_endpoint)
+    for sid in ("sb-1", "sb-2"):
+        assert copy.read_all("job", sid) == ledger.read_all("job", sid)
+        assert copy.get_sandbox_details("job", sid) == ledger.get_sandbox_details("job", sid)
+
+
+def test_import_reports_malformed_lines(
+    runner: CliRunner, args: list[str], ledger: SyncDynamoDBAdapter, tmp_path: Path
+) -> None:
+    good = {
+        "ts": 9000,
+        "name": "imp",
+        "sandboxId": "x",
+        "stepIndex": -1,
+        "event": "sandbox.created",
+    }
+    path = tmp_path / "mixed.jsonl"
+    path.write_text(
+        "\n".join(
+            [
+                json.dumps(good),
+                "{not json",
+                json.dumps({**good, "ts": -5, "event": "exec.started"}),
+                json.dumps({**good, "ts": 9001, "event": "exec.complete"}),
+            ]
+        )
+        + "\n"
+    )
+    result = runner.invoke(app, [*args, "import", str(path)])
+    assert result.exit_code == 1
+    assert f"{path}:2:" in result.output and f"{path}:3:" in result.output
+    assert "ts" in result.output
+    stored = ledger.read_all("imp", "x")
+    assert [e.event for e in stored] == ["sandbox.created", "exec.complete"]
+
+
+def test_resources_ls_and_sweep(
+    runner: CliRunner, args: list[str], moto_endpoint: str, sync_table: str
+) -> None:
+    store = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint)
+    stale = store.put(record(age=timedelta(hours=1))).record
+    fresh = store.put(record(provider="vercel")).record
+    listed = runner.invoke(app, [*args, "resources", "ls"])
+    assert stale.id in listed.output and fresh.id in listed.output
+    only = runner.invoke(app, [*args, "resources", "ls", "--provider", "vercel"])
+    assert fresh.id in only.output and stale.id not in only.output
+    dry = runner.invoke(app, [*args, "resources", "sweep", "--dry-run"])
+    assert dry.exit_code == 0 and f"would expire {stale.id}" in dry.output
+    assert store.get(stale.id) is not None
+    real = runner.invoke(app, [*args, "resources", "sweep"])
+    assert real.exit_code == 0 and f"expired {stale.id}" in real.output, real.output
+    assert store.get(stale.id) is None and store.get(fresh.id) is not None
+
+
+def test_errors_are_one_line_without_traceback(runner: CliRunner, moto_endpoint: str) -> None:
+    base = ["--table", "does-not-exist", "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
+    result = runner.invoke(app, [*base, "ls"])
+    assert result.exit_code == 1
+    assert result.output.strip().startswith("error:") and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    debug = runner.invoke(app, [*base, "--debug", "ls"])
+    assert debug.exit_code == 1 and debug.exception is not None
+    bad_status = runner.invoke(app, [*base, "ls", "--status", "paused"])
+    assert bad_status.exit_code == 2 and "paused" in bad_status.output
+    empty = runner.invoke(app, [*base, "show", "", "x"])
+    assert empty.exit_code == 1 and "name" in empty.output
+    missing = runner.invoke(app, [*base, "import", "/no/such/file.jsonl"])
+    assert missing.exit_code == 2
+
+
+def test_embedded_default_is_announced(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["ls"])
+    assert result.exit_code == 0, result.output
+    assert "embedded DynamoDB" in result.output and "only as long as this command" in result.output
+
+
+def test_demo_runs_end_to_end(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["demo", "--sandboxes", "6", "--execs", "3", "--concurrency", "3"])
+    assert result.exit_code == 0, result.output
+    for part in (
+        "Operations",
+        "Sessions",
+        "Expired resource records",
+        "append",
+        "expire_stale_resources/handler.py",
+    ):
+        assert part in result.output
+    assert "records expired" in result.output
