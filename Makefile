@@ -25,7 +25,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check adapter lambdas tests benchmarks infra
 
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict adapter/sandbox_ledger lambdas
+	$(BIN)/mypy --strict adapter/sandbox_ledger lambdas infra
 
 check: lint typecheck test
 

@@ -1,0 +1,1 @@
+"""The AWS deployment: the ledger table, the expiry handlers and their wiring (CDK v2)."""

@@ -1,0 +1,69 @@
+"""Lambda bundling without docker: pip with a target platform, run by CDK locally."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsii
+from aws_cdk import ILocalBundling
+
+ROOT = Path(__file__).resolve().parents[1]
+# What the handlers import at run time; boto3/botocore come with the Lambda runtime.
+RUNTIME_REQUIREMENTS = ("pydantic>=2.11", "aws-lambda-powertools>=3.0")
+
+
+@jsii.implements(ILocalBundling)
+class PipBundling:
+    """Installs the handlers' dependencies for ``platform`` and copies the library and the
+    handlers next to them. The asset hash comes from this output, so a library edit changes
+    the asset and redeploys the functions."""
+
+    def __init__(self, *, python_version: str, platform: str = "manylinux2014_aarch64") -> None:
+        self.python_version = python_version
+        self.platform = platform
+
+    def try_bundle(self, output_dir: str, *, image: Any = None, **_: Any) -> bool:
+        out = Path(output_dir)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--platform",
+                self.platform,
+                "--only-binary=:all:",
+                "--python-version",
+                self.python_version,
+                "--implementation",
+                "cp",
+                "--target",
+                str(out),
+                *RUNTIME_REQUIREMENTS,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"pip could not bundle the Lambda dependencies:\n{done.stderr}")
+        shutil.copytree(
+            ROOT / "adapter" / "sandbox_ledger",
+            out / "sandbox_ledger",
+            ignore=shutil.ignore_patterns("__pycache__", "cli", "testing"),
+            dirs_exist_ok=True,
+        )
+        for handler in ("expire_stale_resources", "on_ttl_expiry"):
+            shutil.copytree(
+                ROOT / "lambdas" / handler,
+                out / handler,
+                ignore=shutil.ignore_patterns("__pycache__"),
+                dirs_exist_ok=True,
+            )
+        return True

@@ -1,0 +1,310 @@
+"""The stack: the ledger table, the sweeper and the TTL stream handler, and their wiring."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aws_cdk import (
+    AssetHashType,
+    BundlingOptions,
+    CfnOutput,
+    Duration,
+    Stack,
+)
+from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as sources
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sqs as sqs
+
+from infra.bundling import ROOT, PipBundling
+from infra.table import LedgerTable
+from sandbox_ledger import keys as k
+
+if TYPE_CHECKING:
+    from constructs import Construct
+
+    from infra.config import LedgerConfig
+
+RUNTIME = lambda_.Runtime.PYTHON_3_14
+PYTHON_VERSION = "3.14"
+
+
+class SandboxLedgerStack(Stack):
+    """Wires and grants; the constructs and the library hold the logic."""
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, config: LedgerConfig, **kwargs: Any
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        self.config = config
+        self.ledger = LedgerTable(
+            self,
+            "Ledger",
+            table_name=config.table_name,
+            billing=config.billing,
+            min_capacity=config.min_capacity,
+            max_capacity=config.max_capacity,
+            kms_key=config.kms,
+            replica_regions=config.replica_regions,
+        )
+        table = self.ledger.table
+        self.bus: events.IEventBus = (
+            events.EventBus(self, "Bus", description="ResourceExpired events of sandbox-ledger")
+            if config.event_bus == "create"
+            else events.EventBus.from_event_bus_name(self, "Bus", "default")
+        )
+        code = lambda_.Code.from_asset(
+            str(ROOT),
+            asset_hash_type=AssetHashType.OUTPUT,
+            exclude=["*"],  # bundling copies exactly what the functions need
+            bundling=BundlingOptions(
+                image=RUNTIME.bundling_image,
+                command=["bash", "-c", "echo 'docker bundling is not used' && exit 1"],
+                local=PipBundling(python_version=PYTHON_VERSION),
+            ),
+        )
+        common_env = {
+            "TABLE_NAME": table.table_name,
+            "EVENT_BUS_NAME": self.bus.event_bus_name,
+            "SHARD_COUNT": str(config.shard_count),
+            "POWERTOOLS_METRICS_NAMESPACE": "SandboxLedger",
+        }
+
+        # The sweeper: reads candidates from the phase index, claims (UpdateItem), reads the
+        # records (BatchGetItem), deletes them (BatchWriteItem), publishes (PutEvents).
+        self.sweeper = self._function(
+            "Sweeper",
+            code,
+            "expire_stale_resources.handler.handler",
+            timeout=Duration.minutes(5),
+            reserved_concurrency=1,
+            environment={
+                **common_env,
+                "STALE_AFTER_SECONDS": str(config.stale_after_seconds),
+                "RETAIN_FAILED_SECONDS": str(config.retain_failed_seconds),
+                "DRY_RUN": "true" if config.dry_run else "false",
+            },
+            statements=[
+                iam.PolicyStatement(
+                    actions=["dynamodb:Query"],
+                    resources=[f"{table.table_arn}/index/{k.RESOURCES_BY_PHASE.name}"],
+                ),
+                iam.PolicyStatement(
+                    actions=[
+                        "dynamodb:BatchGetItem",
+                        "dynamodb:UpdateItem",
+                        "dynamodb:BatchWriteItem",
+                    ],
+                    resources=[table.table_arn],
+                ),
+                iam.PolicyStatement(
+                    actions=["events:PutEvents"], resources=[self.bus.event_bus_arn]
+                ),
+            ],
+        )
+        if self.ledger.key is not None:
+            self.ledger.grant_key(self.sweeper)
+        events.Rule(
+            self,
+            "SweepSchedule",
+            schedule=events.Schedule.rate(Duration.minutes(config.sweep_rate_minutes)),
+            targets=[targets.LambdaFunction(self.sweeper, retry_attempts=2)],
+        )
+
+        # The TTL backstop: stream REMOVE records made by the TTL service only.
+        self.dead_letters = sqs.Queue(
+            self,
+            "StreamFailures",
+            retention_period=Duration.days(14),
+            enforce_ssl=True,
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+        )
+        self.ttl_handler = self._function(
+            "TtlExpiry",
+            code,
+            "on_ttl_expiry.handler.handler",
+            timeout=Duration.seconds(60),
+            reserved_concurrency=None,
+            environment=common_env,
+            statements=[
+                iam.PolicyStatement(
+                    actions=["events:PutEvents"], resources=[self.bus.event_bus_arn]
+                )
+            ],
+        )
+        if self.ledger.key is not None:
+            self.ledger.grant_key(self.ttl_handler)
+        self.ttl_handler.add_event_source(
+            sources.DynamoEventSource(
+                table,
+                starting_position=lambda_.StartingPosition.TRIM_HORIZON,
+                batch_size=100,
+                bisect_batch_on_error=True,
+                retry_attempts=5,
+                max_record_age=Duration.days(1),
+                report_batch_item_failures=True,
+                on_failure=sources.SqsDlq(self.dead_letters),
+                filters=[
+                    lambda_.FilterCriteria.filter(
+                        {
+                            "eventName": lambda_.FilterRule.is_equal("REMOVE"),
+                            "userIdentity": {
+                                "type": lambda_.FilterRule.is_equal("Service"),
+                                "principalId": lambda_.FilterRule.is_equal(
+                                    "dynamodb.amazonaws.com"
+                                ),
+                            },
+                        }
+                    )
+                ],
+            )
+        )
+
+        # What users' own worker functions attach to use the adapter and the stores.
+        self.worker_policy = iam.ManagedPolicy(
+            self,
+            "WorkerPolicy",
+            description="Use the sandbox-ledger table through sandbox_ledger (no Scan, no admin)",
+            statements=self.ledger.worker_policy_statements(),
+        )
+        self.alarms = self._alarms()
+        CfnOutput(self, "TableName", value=table.table_name)
+        CfnOutput(self, "TableArn", value=table.table_arn)
+        CfnOutput(self, "WorkerPolicyArn", value=self.worker_policy.managed_policy_arn)
+        CfnOutput(self, "EventBusName", value=self.bus.event_bus_name)
+        CfnOutput(self, "ShardCount", value=str(config.shard_count))
+
+    def _function(
+        self,
+        name: str,
+        code: lambda_.Code,
+        handler: str,
+        *,
+        timeout: Duration,
+        reserved_concurrency: int | None,
+        environment: dict[str, str],
+        statements: list[iam.PolicyStatement],
+    ) -> lambda_.Function:
+        log_group = logs.LogGroup(
+            self, f"{name}Logs", retention=_retention(self.config.log_retention_days)
+        )
+        role = iam.Role(
+            self, f"{name}Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com")
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                resources=[log_group.log_group_arn],
+            )
+        )
+        for statement in statements:
+            role.add_to_policy(statement)
+        return lambda_.Function(
+            self,
+            name,
+            runtime=RUNTIME,
+            architecture=lambda_.Architecture.ARM_64,
+            code=code,
+            handler=handler,
+            timeout=timeout,
+            memory_size=512,
+            role=role,
+            log_group=log_group,
+            reserved_concurrent_executions=reserved_concurrency,
+            environment=environment,
+        )
+
+    def _alarms(self) -> list[cw.Alarm]:
+        table = self.ledger.table
+        alarms = [
+            cw.Alarm(
+                self,
+                "SweeperErrors",
+                metric=self.sweeper.metric_errors(period=Duration.minutes(5)),
+                threshold=1,
+                evaluation_periods=1,
+                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+                alarm_description="The expiry sweeper failed",
+            ),
+            cw.Alarm(
+                self,
+                "TtlHandlerErrors",
+                metric=self.ttl_handler.metric_errors(period=Duration.minutes(5)),
+                threshold=1,
+                evaluation_periods=1,
+                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+                alarm_description="The TTL stream handler failed",
+            ),
+            cw.Alarm(
+                self,
+                "StreamDeadLetters",
+                metric=self.dead_letters.metric_approximate_number_of_messages_visible(
+                    period=Duration.minutes(5)
+                ),
+                threshold=1,
+                evaluation_periods=1,
+                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+                alarm_description="TTL removals that could not be reported",
+            ),
+        ]
+        for kind in ("ReadThrottleEvents", "WriteThrottleEvents"):
+            alarms.append(
+                cw.Alarm(
+                    self,
+                    f"Table{kind}",
+                    metric=cw.Metric(
+                        namespace="AWS/DynamoDB",
+                        metric_name=kind,
+                        dimensions_map={"TableName": table.table_name},
+                        statistic="Sum",
+                        period=Duration.minutes(5),
+                    ),
+                    threshold=1,
+                    evaluation_periods=2,
+                    treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+                    alarm_description=f"The ledger table is throttled ({kind})",
+                )
+            )
+        if self.config.alarm_topic_arn:
+            topic = sns.Topic.from_topic_arn(self, "AlarmTopic", self.config.alarm_topic_arn)
+            for alarm in alarms:
+                alarm.add_alarm_action(cw_actions.SnsAction(topic))
+        return alarms
+
+
+_RETENTION = {
+    1: "ONE_DAY",
+    3: "THREE_DAYS",
+    5: "FIVE_DAYS",
+    7: "ONE_WEEK",
+    14: "TWO_WEEKS",
+    30: "ONE_MONTH",
+    60: "TWO_MONTHS",
+    90: "THREE_MONTHS",
+    120: "FOUR_MONTHS",
+    150: "FIVE_MONTHS",
+    180: "SIX_MONTHS",
+    365: "ONE_YEAR",
+    400: "THIRTEEN_MONTHS",
+    545: "EIGHTEEN_MONTHS",
+    731: "TWO_YEARS",
+    1096: "THREE_YEARS",
+    1827: "FIVE_YEARS",
+    2192: "SIX_YEARS",
+    2557: "SEVEN_YEARS",
+    2922: "EIGHT_YEARS",
+    3288: "NINE_YEARS",
+    3653: "TEN_YEARS",
+}
+
+
+def _retention(days: int) -> logs.RetentionDays:
+    """The shortest CloudWatch Logs retention that keeps at least ``days``."""
+    allowed = next(d for d in sorted(_RETENTION) if d >= days)
+    return getattr(logs.RetentionDays, _RETENTION[allowed])  # type: ignore[no-any-return]

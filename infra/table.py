@@ -1,0 +1,214 @@
+"""The ledger table as a reusable construct, built from the library's key schema."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_dynamodb as ddb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from constructs import Construct
+
+from sandbox_ledger import keys as k
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+_TYPES = {"S": ddb.AttributeType.STRING, "N": ddb.AttributeType.NUMBER}
+_PROJECTIONS = {"KEYS_ONLY": ddb.ProjectionType.KEYS_ONLY, "ALL": ddb.ProjectionType.ALL}
+
+# Everything the adapter and the resource stores call (appends go through TransactWriteItems,
+# which IAM authorizes as the PutItem/UpdateItem it contains).
+WORKER_ACTIONS = (
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:Query",
+    "dynamodb:BatchGetItem",
+    "dynamodb:BatchWriteItem",
+    "dynamodb:ConditionCheckItem",
+)
+
+# A customer-managed table key, named action by action (no wildcards).
+KMS_ACTIONS = (
+    "kms:Decrypt",
+    "kms:Encrypt",
+    "kms:GenerateDataKey",
+    "kms:ReEncryptFrom",
+    "kms:ReEncryptTo",
+    "kms:DescribeKey",
+)
+
+
+def _attribute(name: str) -> ddb.Attribute:
+    return ddb.Attribute(name=name, type=_TYPES[k.KEY_ATTRIBUTE_TYPES[name]])
+
+
+class LedgerTable(Construct):
+    """The single table: keys, the four indexes and the TTL attribute from
+    ``sandbox_ledger.keys``; on-demand (or provisioned with auto scaling), point-in-time
+    recovery, deletion protection, RETAIN, encryption, a NEW_AND_OLD_IMAGES stream, and
+    optional replica regions (a global table)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        table_name: str | None = None,
+        billing: str = "on-demand",
+        min_capacity: int = 5,
+        max_capacity: int = 500,
+        kms_key: str = "aws-owned",
+        replica_regions: Sequence[str] = (),
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.key: kms.IKey | None = None
+        if kms_key == "create":
+            self.key = kms.Key(
+                self,
+                "Key",
+                enable_key_rotation=True,
+                description="sandbox-ledger table encryption",
+                removal_policy=RemovalPolicy.RETAIN,
+            )
+        elif kms_key != "aws-owned":
+            self.key = kms.Key.from_key_arn(self, "Key", kms_key)
+        pitr = ddb.PointInTimeRecoverySpecification(point_in_time_recovery_enabled=True)
+        self.table: ddb.ITable
+        if replica_regions:
+            self.table = self._global_table(table_name, pitr, replica_regions)
+        else:
+            self.table = self._regional_table(table_name, pitr, billing, min_capacity, max_capacity)
+
+    def _regional_table(
+        self,
+        table_name: str | None,
+        pitr: ddb.PointInTimeRecoverySpecification,
+        billing: str,
+        min_capacity: int,
+        max_capacity: int,
+    ) -> ddb.Table:
+        provisioned = billing == "provisioned"
+        table = ddb.Table(
+            self,
+            "Table",
+            table_name=table_name,
+            partition_key=_attribute(k.PARTITION_KEY),
+            sort_key=_attribute(k.SORT_KEY),
+            billing_mode=ddb.BillingMode.PROVISIONED
+            if provisioned
+            else ddb.BillingMode.PAY_PER_REQUEST,
+            read_capacity=min_capacity if provisioned else None,
+            write_capacity=min_capacity if provisioned else None,
+            encryption=ddb.TableEncryption.CUSTOMER_MANAGED
+            if self.key is not None
+            else ddb.TableEncryption.DEFAULT,
+            encryption_key=self.key,
+            point_in_time_recovery_specification=pitr,
+            deletion_protection=True,
+            removal_policy=RemovalPolicy.RETAIN,
+            time_to_live_attribute=k.TTL_ATTRIBUTE,
+            stream=ddb.StreamViewType.NEW_AND_OLD_IMAGES,
+        )
+        for index in k.INDEXES:
+            table.add_global_secondary_index(
+                index_name=index.name,
+                partition_key=_attribute(index.partition_key),
+                sort_key=_attribute(index.sort_key),
+                projection_type=_PROJECTIONS[index.projection],
+                read_capacity=min_capacity if provisioned else None,
+                write_capacity=min_capacity if provisioned else None,
+            )
+        if provisioned:
+            for scaling in (
+                table.auto_scale_read_capacity(
+                    min_capacity=min_capacity, max_capacity=max_capacity
+                ),
+                table.auto_scale_write_capacity(
+                    min_capacity=min_capacity, max_capacity=max_capacity
+                ),
+                *(
+                    fn(index.name, min_capacity=min_capacity, max_capacity=max_capacity)
+                    for index in k.INDEXES
+                    for fn in (
+                        table.auto_scale_global_secondary_index_read_capacity,
+                        table.auto_scale_global_secondary_index_write_capacity,
+                    )
+                ),
+            ):
+                scaling.scale_on_utilization(target_utilization_percent=70)
+        return table
+
+    def _global_table(
+        self,
+        table_name: str | None,
+        pitr: ddb.PointInTimeRecoverySpecification,
+        replica_regions: Sequence[str],
+    ) -> ddb.TableV2:
+        return ddb.TableV2(
+            self,
+            "Table",
+            table_name=table_name,
+            partition_key=_attribute(k.PARTITION_KEY),
+            sort_key=_attribute(k.SORT_KEY),
+            global_secondary_indexes=[
+                ddb.GlobalSecondaryIndexPropsV2(
+                    index_name=index.name,
+                    partition_key=_attribute(index.partition_key),
+                    sort_key=_attribute(index.sort_key),
+                    projection_type=_PROJECTIONS[index.projection],
+                )
+                for index in k.INDEXES
+            ],
+            billing=ddb.Billing.on_demand(),
+            encryption=ddb.TableEncryptionV2.customer_managed_key(self.key)
+            if self.key is not None
+            else ddb.TableEncryptionV2.dynamo_owned_key(),
+            point_in_time_recovery_specification=pitr,
+            deletion_protection=True,
+            removal_policy=RemovalPolicy.RETAIN,
+            time_to_live_attribute=k.TTL_ATTRIBUTE,
+            dynamo_stream=ddb.StreamViewType.NEW_AND_OLD_IMAGES,
+            replicas=[ddb.ReplicaTableProps(region=r) for r in replica_regions],
+        )
+
+    @property
+    def index_arns(self) -> list[str]:
+        return [f"{self.table.table_arn}/index/{index.name}" for index in k.INDEXES]
+
+    def grant_worker(self, grantee: iam.IGrantable) -> iam.Grant:
+        """What a worker using the adapter and the resource stores needs: item and query
+        actions on the table and its indexes, no table management, no Scan."""
+        grant = iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=list(WORKER_ACTIONS),
+            resource_arns=[self.table.table_arn, *self.index_arns],
+        )
+        if self.key is not None:
+            iam.Grant.add_to_principal(
+                grantee=grantee, actions=list(KMS_ACTIONS), resource_arns=[self.key.key_arn]
+            )
+        return grant
+
+    def grant_key(self, grantee: iam.IGrantable) -> None:
+        """Use of the customer-managed key, if the table has one."""
+        if self.key is not None:
+            iam.Grant.add_to_principal(
+                grantee=grantee, actions=list(KMS_ACTIONS), resource_arns=[self.key.key_arn]
+            )
+
+    def worker_policy_statements(self) -> list[iam.PolicyStatement]:
+        """The same permissions as statements, for a managed policy."""
+        statements = [
+            iam.PolicyStatement(
+                actions=list(WORKER_ACTIONS), resources=[self.table.table_arn, *self.index_arns]
+            )
+        ]
+        if self.key is not None:
+            statements.append(
+                iam.PolicyStatement(actions=list(KMS_ACTIONS), resources=[self.key.key_arn])
+            )
+        return statements
