@@ -48,7 +48,9 @@ class SandboxStatus(StrEnum):
     Completed = "completed"
 
 
-class _Model(BaseModel):
+class WireModel(BaseModel):
+    """Base of the package's models: snake_case attributes, camelCase wire names, immutable."""
+
     model_config = ConfigDict(
         alias_generator=to_camel,
         validate_by_name=True,
@@ -57,8 +59,12 @@ class _Model(BaseModel):
         extra="forbid",
     )
 
+    def wire(self) -> dict[str, Any]:
+        """The TypeScript wire shape: camelCase keys, absent optionals left out."""
+        return self.model_dump(by_alias=True, exclude_none=True)
 
-class LedgerEntry(_Model):
+
+class LedgerEntry(WireModel):
     """One step of a sandbox session, as the client appends it."""
 
     ts: Millis
@@ -84,12 +90,8 @@ class LedgerEntry(_Model):
     def _payload_is_json(cls, value: Any) -> Any:
         return check_json_value(value, "payload")
 
-    def wire(self) -> dict[str, Any]:
-        """The TypeScript wire shape: camelCase keys, absent optionals left out."""
-        return self.model_dump(by_alias=True, exclude_none=True)
 
-
-class SandboxDetails(_Model):
+class SandboxDetails(WireModel):
     """A session's summary, derived from its events."""
 
     name: str
@@ -100,7 +102,7 @@ class SandboxDetails(_Model):
     exec_count: Annotated[StrictInt, Field(ge=0)] = 0
 
 
-class ListSandboxOptions(_Model):
+class ListSandboxOptions(WireModel):
     """Filters for listing sessions, applied as the reference adapter applies them.
 
     As in the TypeScript reference, a falsy value means "no filter": ``limit=0`` returns every
@@ -113,7 +115,7 @@ class ListSandboxOptions(_Model):
     limit: Annotated[StrictInt, Field(ge=0)] | None = None
 
 
-class CheckpointInfo(_Model):
+class CheckpointInfo(WireModel):
     """A checkpoint of a session: ``snapshotId`` and ``name`` come from the entry's payload."""
 
     snapshot_id: str | None = None
@@ -121,17 +123,11 @@ class CheckpointInfo(_Model):
     created_at: Millis
 
 
-class EnvironmentRecord(BaseModel):
+class EnvironmentRecord(WireModel):
     """A built environment. ``name`` and ``builtAt`` are required; every other field the client
     sends is kept and returned unchanged."""
 
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        validate_by_name=True,
-        validate_by_alias=True,
-        frozen=True,
-        extra="allow",
-    )
+    model_config = ConfigDict(extra="allow")
 
     name: Annotated[str, Field(min_length=1)]
     built_at: Millis
@@ -141,7 +137,3 @@ class EnvironmentRecord(BaseModel):
         for key, value in (self.model_extra or {}).items():
             check_json_value(value, key)
         return self
-
-    def wire(self) -> dict[str, Any]:
-        """The TypeScript wire shape."""
-        return self.model_dump(by_alias=True, exclude_none=True)

@@ -90,7 +90,7 @@ async def _run(target: Target, config: DemoConfig, console: Console) -> Report:
     ) as ledger:
         await ledger.create_table()
         store = ResourceRecordStore(table, session=target.aioboto3_session(), **target.kwargs())
-        for client in (await ledger.client(), await store._client.get()):
+        for client in (await ledger.client(), await store.client()):
             client.meta.events.register("before-call.dynamodb", stats.on_call)
         semaphore = asyncio.Semaphore(config.concurrency)
         base = int(time.time() * 1000) - config.sandboxes * 10_000

@@ -5,10 +5,17 @@ from __future__ import annotations
 import asyncio
 import threading
 from contextlib import AsyncExitStack
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import boto3
 from botocore.config import Config
+
+from sandbox_ledger.dynamodb._steps import Op, run_async, run_sync
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+T = TypeVar("T")
 
 # Standard retry mode: exponential backoff with jitter on throttling, 5xx and connection errors.
 DEFAULT_CONFIG = Config(
@@ -26,6 +33,17 @@ def client_config(config: Config | None) -> Config:
     return DEFAULT_CONFIG.merge(config) if config is not None else DEFAULT_CONFIG
 
 
+def _client_kwargs(
+    endpoint_url: str | None, region_name: str | None, config: Config | None
+) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"config": client_config(config)}
+    if endpoint_url:
+        kwargs["endpoint_url"] = endpoint_url
+    if region_name:
+        kwargs["region_name"] = region_name
+    return kwargs
+
+
 class SyncClient:
     """A boto3 DynamoDB client, created on first use and shared by every thread."""
 
@@ -37,11 +55,7 @@ class SyncClient:
         session: Any | None,
         config: Config | None,
     ) -> None:
-        self._kwargs: dict[str, Any] = {"config": client_config(config)}
-        if endpoint_url:
-            self._kwargs["endpoint_url"] = endpoint_url
-        if region_name:
-            self._kwargs["region_name"] = region_name
+        self._kwargs = _client_kwargs(endpoint_url, region_name, config)
         self._session = session
         self._client: Any | None = None
         self._lock = threading.Lock()
@@ -76,11 +90,7 @@ class AsyncClient:
         session: Any | None,
         config: Config | None,
     ) -> None:
-        self._kwargs: dict[str, Any] = {"config": client_config(config)}
-        if endpoint_url:
-            self._kwargs["endpoint_url"] = endpoint_url
-        if region_name:
-            self._kwargs["region_name"] = region_name
+        self._kwargs = _client_kwargs(endpoint_url, region_name, config)
         self._session = session
         self._client: Any | None = None
         self._stack: AsyncExitStack | None = None
@@ -109,3 +119,97 @@ class AsyncClient:
         stack, self._stack, self._client = self._stack, None, None
         if stack is not None:
             await stack.aclose()
+
+
+class SyncClientOwner:
+    """Client plumbing of the sync adapter and store: one client, created on first use and
+    shared by every thread, released by ``close()``, and a context manager."""
+
+    _client: SyncClient
+
+    def _open(
+        self,
+        *,
+        endpoint_url: str | None,
+        region_name: str | None,
+        session: Any | None,
+        config: Config | None,
+    ) -> None:
+        self._client = SyncClient(
+            endpoint_url=endpoint_url, region_name=region_name, session=session, config=config
+        )
+
+    def client(self) -> Any:
+        """The underlying botocore client (created on first use), e.g. to add event hooks."""
+        return self._client.get()
+
+    def run(self, op: Op[T]) -> T:
+        """Run one of the package's operations on this client."""
+        return run_sync(self._client.get(), op)
+
+    def connect(self) -> None:
+        """Create the client now instead of on first use; idempotent."""
+        self._client.get()
+
+    def close(self) -> None:
+        """Release the client; idempotent. It is created again if used after."""
+        self._client.close()
+
+    def __enter__(self) -> Self:
+        self.connect()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class AsyncClientOwner:
+    """Client plumbing of the async adapter and store: one aioboto3 client, created on first
+    use and shared by the event loop's tasks, released by ``close()``."""
+
+    _client: AsyncClient
+
+    def _open(
+        self,
+        *,
+        endpoint_url: str | None,
+        region_name: str | None,
+        session: Any | None,
+        config: Config | None,
+    ) -> None:
+        self._client = AsyncClient(
+            endpoint_url=endpoint_url, region_name=region_name, session=session, config=config
+        )
+
+    async def client(self) -> Any:
+        """The underlying aiobotocore client (created on first use), e.g. to add event hooks."""
+        return await self._client.get()
+
+    async def run(self, op: Op[T]) -> T:
+        """Run one of the package's operations on this client."""
+        return await run_async(await self._client.get(), op)
+
+    async def connect(self) -> None:
+        """Create the client now instead of on first use; idempotent."""
+        await self._client.get()
+
+    async def close(self) -> None:
+        """Release the client; idempotent. It is created again if used after."""
+        await self._client.close()
+
+    async def __aenter__(self) -> Self:
+        await self.connect()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

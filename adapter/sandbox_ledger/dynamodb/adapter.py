@@ -6,30 +6,26 @@ Both run the same operations from :mod:`._ops`; only the I/O differs.
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger import _json
 from sandbox_ledger import keys as k
 from sandbox_ledger.dynamodb import _ops
-from sandbox_ledger.dynamodb._client import AsyncClient, SyncClient
+from sandbox_ledger.dynamodb._client import AsyncClientOwner, SyncClientOwner
 from sandbox_ledger.dynamodb._items import order_ids
-from sandbox_ledger.dynamodb._steps import Op, run_async, run_sync
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.models import EnvironmentRecord, LedgerEntry
 from sandbox_ledger.summary import validate_list_options
 
 if TYPE_CHECKING:
-    from types import TracebackType
-
     from botocore.config import Config
 
+    from sandbox_ledger.dynamodb._steps import Op
     from sandbox_ledger.models import (
         CheckpointInfo,
         ListSandboxOptions,
         SandboxDetails,
     )
-
-T = TypeVar("T")
 
 
 def _table_name(table_name: str) -> str:
@@ -78,7 +74,7 @@ class _Base:
         )
 
 
-class DynamoDBAdapter(_Base):
+class DynamoDBAdapter(_Base, AsyncClientOwner):
     """The ledger contract on one DynamoDB table, with aioboto3.
 
     Args:
@@ -102,104 +98,77 @@ class DynamoDBAdapter(_Base):
         shard_count: int = k.DEFAULT_SHARD_COUNT,
     ) -> None:
         super().__init__(table_name, shard_count)
-        self._client = AsyncClient(
+        self._open(
             endpoint_url=endpoint_url, region_name=region_name, session=session, config=config
         )
-
-    async def client(self) -> Any:
-        """The underlying aiobotocore client (created on first use), e.g. to add event hooks."""
-        return await self._client.get()
-
-    async def _run(self, op: Op[T]) -> T:
-        return await run_async(await self._client.get(), op)
-
-    async def connect(self) -> None:
-        """Create the client now instead of on first use; idempotent."""
-        await self._client.get()
-
-    async def close(self) -> None:
-        """Release the client; idempotent. The adapter reconnects if used again."""
-        await self._client.close()
-
-    async def __aenter__(self) -> DynamoDBAdapter:
-        await self.connect()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def create_table(self) -> bool:
         """Create the table as the CDK stack provisions it, if absent; wait until ACTIVE.
 
         Returns True if this call created it.
         """
-        return await self._run(_ops.create_table(self.table_name))
+        return await self.run(_ops.create_table(self.table_name))
 
     async def append(self, entry: LedgerEntry) -> None:
         """Persist one entry exactly once (one round trip; more only for entries over 350 KB)."""
-        await self._run(self._append(entry))
+        await self.run(self._append(entry))
 
     async def append_at(self, entry: LedgerEntry, position: int) -> None:
         """Append idempotently at a caller-chosen position (e.g. a line number on import):
         the same entry at the same position is stored once however often it is appended.
         Among equal ts, positions sort before entries appended live."""
-        await self._run(self._append_at(entry, position))
+        await self.run(self._append_at(entry, position))
 
     async def read_all(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry of the session, ascending ts, ties in append order."""
-        return await self._run(_ops.read_all(self.table_name, name, sandbox_id))
+        return await self.run(_ops.read_all(self.table_name, name, sandbox_id))
 
     async def last_checkpoint(self, name: str, sandbox_id: str) -> LedgerEntry | None:
         """The last checkpoint entry (two requests), or None."""
-        return await self._run(_ops.last_checkpoint(self.table_name, name, sandbox_id))
+        return await self.run(_ops.last_checkpoint(self.table_name, name, sandbox_id))
 
     async def list_sandbox_details(
         self, name: str, opts: ListSandboxOptions | None = None
     ) -> list[SandboxDetails]:
         """Sessions of one name, newest first (one query and one batch get per page)."""
-        return await self._run(self._list(name, opts))
+        return await self.run(self._list(name, opts))
 
     async def list_all_sandbox_details(
         self, opts: ListSandboxOptions | None = None
     ) -> list[SandboxDetails]:
         """Sessions of every name, newest first (one query per shard and one batch get)."""
-        return await self._run(self._list(None, opts))
+        return await self.run(self._list(None, opts))
 
     async def get_sandbox_details(self, name: str, sandbox_id: str) -> SandboxDetails | None:
         """One session's summary (one strongly consistent read), or None."""
-        return await self._run(_ops.get_sandbox_details(self.table_name, name, sandbox_id))
+        return await self.run(_ops.get_sandbox_details(self.table_name, name, sandbox_id))
 
     async def delete_sandbox(self, name: str, sandbox_id: str) -> None:
         """Delete the session's summary, entries and checkpoints."""
-        await self._run(_ops.delete_partition(self.table_name, k.session_pk(name, sandbox_id)))
+        await self.run(_ops.delete_partition(self.table_name, k.session_pk(name, sandbox_id)))
 
     async def list_checkpoints(self, name: str, sandbox_id: str) -> list[CheckpointInfo]:
         """Checkpoints in creation order, from their markers (entries are not read)."""
-        return await self._run(_ops.list_checkpoints(self.table_name, name, sandbox_id))
+        return await self.run(_ops.list_checkpoints(self.table_name, name, sandbox_id))
 
     async def get_environment(self, name: str) -> EnvironmentRecord | None:
         """The environment record, or None."""
-        return await self._run(_ops.get_environment(self.table_name, name))
+        return await self.run(_ops.get_environment(self.table_name, name))
 
     async def save_environment(self, record: EnvironmentRecord) -> None:
         """Create or replace the record."""
-        await self._run(_ops.save_environment(self.table_name, _record(record)))
+        await self.run(_ops.save_environment(self.table_name, _record(record)))
 
     async def delete_environment(self, name: str) -> None:
         """Remove the record if present."""
-        await self._run(_ops.delete_environment(self.table_name, name))
+        await self.run(_ops.delete_environment(self.table_name, name))
 
     async def list_environments(self) -> list[EnvironmentRecord]:
         """Every environment record, newest builtAt first."""
-        return await self._run(_ops.list_environments(self.table_name))
+        return await self.run(_ops.list_environments(self.table_name))
 
 
-class SyncDynamoDBAdapter(_Base):
+class SyncDynamoDBAdapter(_Base, SyncClientOwner):
     """:class:`DynamoDBAdapter` without await, on boto3; safe to share across threads."""
 
     def __init__(
@@ -213,93 +182,66 @@ class SyncDynamoDBAdapter(_Base):
         shard_count: int = k.DEFAULT_SHARD_COUNT,
     ) -> None:
         super().__init__(table_name, shard_count)
-        self._client = SyncClient(
+        self._open(
             endpoint_url=endpoint_url, region_name=region_name, session=session, config=config
         )
 
-    def client(self) -> Any:
-        """The underlying botocore client (created on first use), e.g. to add event hooks."""
-        return self._client.get()
-
-    def _run(self, op: Op[T]) -> T:
-        return run_sync(self._client.get(), op)
-
-    def connect(self) -> None:
-        """Create the client now instead of on first use; idempotent."""
-        self._client.get()
-
-    def close(self) -> None:
-        """Release the client; idempotent."""
-        self._client.close()
-
-    def __enter__(self) -> SyncDynamoDBAdapter:
-        self.connect()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
     def create_table(self) -> bool:
         """Create the table as the CDK stack provisions it, if absent; wait until ACTIVE."""
-        return self._run(_ops.create_table(self.table_name))
+        return self.run(_ops.create_table(self.table_name))
 
     def append(self, entry: LedgerEntry) -> None:
         """Persist one entry exactly once."""
-        self._run(self._append(entry))
+        self.run(self._append(entry))
 
     def append_at(self, entry: LedgerEntry, position: int) -> None:
         """Append idempotently at a caller-chosen position (see DynamoDBAdapter.append_at)."""
-        self._run(self._append_at(entry, position))
+        self.run(self._append_at(entry, position))
 
     def read_all(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry of the session, ascending ts, ties in append order."""
-        return self._run(_ops.read_all(self.table_name, name, sandbox_id))
+        return self.run(_ops.read_all(self.table_name, name, sandbox_id))
 
     def last_checkpoint(self, name: str, sandbox_id: str) -> LedgerEntry | None:
         """The last checkpoint entry, or None."""
-        return self._run(_ops.last_checkpoint(self.table_name, name, sandbox_id))
+        return self.run(_ops.last_checkpoint(self.table_name, name, sandbox_id))
 
     def list_sandbox_details(
         self, name: str, opts: ListSandboxOptions | None = None
     ) -> list[SandboxDetails]:
         """Sessions of one name, newest first."""
-        return self._run(self._list(name, opts))
+        return self.run(self._list(name, opts))
 
     def list_all_sandbox_details(
         self, opts: ListSandboxOptions | None = None
     ) -> list[SandboxDetails]:
         """Sessions of every name, newest first."""
-        return self._run(self._list(None, opts))
+        return self.run(self._list(None, opts))
 
     def get_sandbox_details(self, name: str, sandbox_id: str) -> SandboxDetails | None:
         """One session's summary, or None."""
-        return self._run(_ops.get_sandbox_details(self.table_name, name, sandbox_id))
+        return self.run(_ops.get_sandbox_details(self.table_name, name, sandbox_id))
 
     def delete_sandbox(self, name: str, sandbox_id: str) -> None:
         """Delete the session's summary, entries and checkpoints."""
-        self._run(_ops.delete_partition(self.table_name, k.session_pk(name, sandbox_id)))
+        self.run(_ops.delete_partition(self.table_name, k.session_pk(name, sandbox_id)))
 
     def list_checkpoints(self, name: str, sandbox_id: str) -> list[CheckpointInfo]:
         """Checkpoints in creation order."""
-        return self._run(_ops.list_checkpoints(self.table_name, name, sandbox_id))
+        return self.run(_ops.list_checkpoints(self.table_name, name, sandbox_id))
 
     def get_environment(self, name: str) -> EnvironmentRecord | None:
         """The environment record, or None."""
-        return self._run(_ops.get_environment(self.table_name, name))
+        return self.run(_ops.get_environment(self.table_name, name))
 
     def save_environment(self, record: EnvironmentRecord) -> None:
         """Create or replace the record."""
-        self._run(_ops.save_environment(self.table_name, _record(record)))
+        self.run(_ops.save_environment(self.table_name, _record(record)))
 
     def delete_environment(self, name: str) -> None:
         """Remove the record if present."""
-        self._run(_ops.delete_environment(self.table_name, name))
+        self.run(_ops.delete_environment(self.table_name, name))
 
     def list_environments(self) -> list[EnvironmentRecord]:
         """Every environment record, newest builtAt first."""
-        return self._run(_ops.list_environments(self.table_name))
+        return self.run(_ops.list_environments(self.table_name))

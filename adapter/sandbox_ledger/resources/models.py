@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, StrictInt, field_validator, model_validator
+
+from sandbox_ledger.models import WireModel
 
 __all__ = [
     "FAILED_PHASES",
@@ -44,21 +45,7 @@ def to_iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        validate_by_name=True,
-        validate_by_alias=True,
-        frozen=True,
-        extra="forbid",
-    )
-
-    def wire(self) -> dict[str, Any]:
-        """The TypeScript JSON shape."""
-        return self.model_dump(by_alias=True, exclude_none=True)
-
-
-class LocalProcessIdentity(_Model):
+class LocalProcessIdentity(WireModel):
     """Host, boot, PID namespace and start time of the process that wrote a record."""
 
     host: str
@@ -67,14 +54,14 @@ class LocalProcessIdentity(_Model):
     start_time: StrictInt | str
 
 
-class ResourceOperation(_Model):
+class ResourceOperation(WireModel):
     """Operations of one kind running on the sandbox, with their concurrent count."""
 
     kind: Annotated[str, Field(min_length=1)]
     count: Annotated[StrictInt, Field(ge=0)]
 
 
-class ResourceOperationResult(_Model):
+class ResourceOperationResult(WireModel):
     """A finished operation."""
 
     kind: Annotated[str, Field(min_length=1)]
@@ -89,7 +76,7 @@ class ResourceOperationResult(_Model):
         return value
 
 
-class ResourceActivityRecord(_Model):
+class ResourceActivityRecord(WireModel):
     """One provisioned sandbox: who owns it, where its workspace is, what runs on it.
 
     Timestamps stay the ISO strings the writer produced, so a record file validates and dumps

@@ -5,11 +5,10 @@ adapters."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger import keys as k
-from sandbox_ledger.dynamodb._client import AsyncClient, SyncClient
-from sandbox_ledger.dynamodb._steps import Op, run_async, run_sync
+from sandbox_ledger.dynamodb._client import AsyncClientOwner, SyncClientOwner
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.resources import _ops
 from sandbox_ledger.resources._items import VersionedRecord
@@ -18,11 +17,10 @@ from sandbox_ledger.resources.models import ResourceActivityRecord
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from types import TracebackType
 
     from botocore.config import Config
 
-T = TypeVar("T")
+    from sandbox_ledger.dynamodb._steps import Op
 
 DEFAULT_TTL_HORIZON = timedelta(days=30)
 
@@ -106,7 +104,7 @@ class _Base:
         )
 
 
-class ResourceRecordStore(_Base):
+class ResourceRecordStore(_Base, AsyncClientOwner):
     """Resource activity records in the ledger table, with aioboto3.
 
     Every write is conditional (a revision counter beside the record), so a sweeper never
@@ -128,34 +126,16 @@ class ResourceRecordStore(_Base):
         clock: Callable[[], datetime] | None = None,
     ) -> None:
         super().__init__(table_name, shard_count=shard_count, ttl_horizon=ttl_horizon, clock=clock)
-        self._client = AsyncClient(
+        self._open(
             endpoint_url=endpoint_url, region_name=region_name, session=session, config=config
         )
-
-    async def _run(self, op: Op[T]) -> T:
-        return await run_async(await self._client.get(), op)
-
-    async def close(self) -> None:
-        """Release the client; idempotent."""
-        await self._client.close()
-
-    async def __aenter__(self) -> ResourceRecordStore:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def put(
         self, record: ResourceActivityRecord, *, expected_revision: int | None = None
     ) -> VersionedRecord:
         """Create or replace. Raises ConflictError if ``expected_revision`` does not match, if
         a newer record is stored, or if a sweeper is expiring it."""
-        return await self._run(self._put(record, expected_revision))
+        return await self.run(self._put(record, expected_revision))
 
     async def get(self, record_id: str) -> ResourceActivityRecord | None:
         """The record, or None (absent, or past its TTL)."""
@@ -164,7 +144,7 @@ class ResourceRecordStore(_Base):
 
     async def get_versioned(self, record_id: str) -> VersionedRecord | None:
         """The record with its revision, or None."""
-        return await self._run(_ops.get(self.table_name, record_id, now_s=self._now_s()))
+        return await self.run(_ops.get(self.table_name, record_id, now_s=self._now_s()))
 
     async def list(
         self,
@@ -175,33 +155,33 @@ class ResourceRecordStore(_Base):
         cursor: str | None = None,
     ) -> Page:
         """Records newest updatedAt first, by phase and/or provider; ``cursor`` pages on."""
-        return await self._run(self._list(phase, provider, limit, cursor))
+        return await self.run(self._list(phase, provider, limit, cursor))
 
     async def touch(self, record_id: str) -> VersionedRecord:
         """Heartbeat: refresh updatedAt now. Raises ConflictError if the record is gone or
         being expired (the owner should treat its sandbox as reclaimed)."""
-        return await self._run(
+        return await self.run(
             _ops.touch(self.table_name, record_id, now=self.clock(), horizon_seconds=self._horizon)
         )
 
     async def record_operation_start(self, record_id: str, kind: str) -> VersionedRecord:
         """Count one more running operation of ``kind``."""
-        return await self._run(self._operation(record_id, kind, None))
+        return await self.run(self._operation(record_id, kind, None))
 
     async def record_operation_finish(
         self, record_id: str, kind: str, outcome: str, *, error: str | None = None
     ) -> VersionedRecord:
         """Count one fewer running ``kind``; set lastOperation, and lastFailure if failed."""
-        return await self._run(self._operation(record_id, kind, (outcome, error)))
+        return await self.run(self._operation(record_id, kind, (outcome, error)))
 
     async def delete(self, record_id: str, *, expected_revision: int | None = None) -> bool:
         """Delete (only at ``expected_revision`` if given). True if a record was deleted."""
-        return await self._run(
+        return await self.run(
             _ops.delete(self.table_name, record_id, expected_revision=expected_revision)
         )
 
 
-class SyncResourceRecordStore(_Base):
+class SyncResourceRecordStore(_Base, SyncClientOwner):
     """:class:`ResourceRecordStore` without await, on boto3; safe to share across threads."""
 
     def __init__(
@@ -217,32 +197,9 @@ class SyncResourceRecordStore(_Base):
         clock: Callable[[], datetime] | None = None,
     ) -> None:
         super().__init__(table_name, shard_count=shard_count, ttl_horizon=ttl_horizon, clock=clock)
-        self._client = SyncClient(
+        self._open(
             endpoint_url=endpoint_url, region_name=region_name, session=session, config=config
         )
-
-    def client(self) -> Any:
-        """The underlying botocore client, e.g. to add event hooks."""
-        return self._client.get()
-
-    def run(self, op: Op[T]) -> T:
-        """Run one of :mod:`._ops`' operations on this store's client."""
-        return run_sync(self._client.get(), op)
-
-    def close(self) -> None:
-        """Release the client; idempotent."""
-        self._client.close()
-
-    def __enter__(self) -> SyncResourceRecordStore:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def put(
         self, record: ResourceActivityRecord, *, expected_revision: int | None = None
