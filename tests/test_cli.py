@@ -235,3 +235,5 @@ def test_demo_runs_end_to_end(runner: CliRunner) -> None:
     ):
         assert part in result.output
     assert "records expired" in result.output
+    # Three images among six sandboxes: each built once, then reused.
+    assert "environments built 3, reused 3" in result.output

@@ -56,6 +56,9 @@ class Report:
     sweep_via: str = ""
     elapsed: float = 0.0
     entries: int = 0
+    build_locks: defaultdict[str, asyncio.Lock] = field(
+        default_factory=lambda: defaultdict(asyncio.Lock)
+    )
 
 
 class _Stats:
