@@ -224,7 +224,7 @@ def test_embedded_default_is_announced(runner: CliRunner) -> None:
 
 
 def test_demo_runs_end_to_end(runner: CliRunner) -> None:
-    result = runner.invoke(app, ["demo", "--sandboxes", "6", "--execs", "3", "--concurrency", "3"])
+    result = runner.invoke(app, ["demo", "--sandboxes", "6", "--execs", "3", "--concurrency", "6"])
     assert result.exit_code == 0, result.output
     for part in (
         "Operations",

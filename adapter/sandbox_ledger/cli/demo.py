@@ -150,22 +150,24 @@ async def _sandbox(
         await stats.run("append", ledger.append(e))
         report.entries += 1
 
-    # The environment is built once per image and reused by later sandboxes.
+    # The environment is built once per image and reused by later sandboxes (a sandbox
+    # waits while another one builds the image it needs).
     env_name = f"python-3.{10 + i % 3}"
-    env = await stats.run("get_environment", ledger.get_environment(env_name))
-    if env is None:
-        env = EnvironmentRecord.model_validate(
-            {
-                "name": env_name,
-                "builtAt": ts,
-                "snapshotId": f"snap-env-{env_name}",
-                "packages": ["pytest", "ruff"],
-            }
-        )
-        await stats.run("save_environment", ledger.save_environment(env))
-        report.environments_built += 1
-    else:
-        report.environments_reused += 1
+    async with report.build_locks[env_name]:
+        env = await stats.run("get_environment", ledger.get_environment(env_name))
+        if env is None:
+            env = EnvironmentRecord.model_validate(
+                {
+                    "name": env_name,
+                    "builtAt": ts,
+                    "snapshotId": f"snap-env-{env_name}",
+                    "packages": ["pytest", "ruff"],
+                }
+            )
+            await stats.run("save_environment", ledger.save_environment(env))
+            report.environments_built += 1
+        else:
+            report.environments_reused += 1
 
     # The resource record of the provisioned sandbox; some owners will die.
     dead = (i * 7919 % 100) < config.dead_owner_share * 100
