@@ -91,7 +91,18 @@ def wiring(moto_endpoint: str, sync_table: str, monkeypatch: pytest.MonkeyPatch)
     return w
 
 
-def test_sweeper_expires_stale_records_and_reports_each(wiring: Wiring) -> None:
+def emf(captured: str) -> list[dict[str, Any]]:
+    """The CloudWatch embedded-metric documents a handler printed."""
+    out = []
+    for line in captured.splitlines():
+        if line.startswith("{") and '"_aws"' in line:
+            out.append(json.loads(line))
+    return out
+
+
+def test_sweeper_expires_stale_records_and_reports_each(
+    wiring: Wiring, capsys: pytest.CaptureFixture[str]
+) -> None:
     now = datetime.now(UTC)
     stale = wiring.store.put(record(age=timedelta(minutes=20), now=now)).record
     allocating = wiring.store.put(
@@ -109,6 +120,9 @@ def test_sweeper_expires_stale_records_and_reports_each(wiring: Wiring) -> None:
     assert json.loads(json.dumps(summary)) == summary
     assert sorted(summary["expired"]) == sorted([stale.id, allocating.id, failed_old.id])
     assert summary["remaining"] == 0 and summary["complete"] is True
+    [metrics] = emf(capsys.readouterr().out)
+    assert (metrics["Expired"], metrics["Skipped"], metrics["Failed"]) == ([3.0], [0.0], [0.0])
+    assert metrics["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "SandboxLedgerTest"
     assert wiring.store.get(fresh.id) == fresh
     assert wiring.store.get(failed_recent.id) == failed_recent
     assert wiring.store.get(stale.id) is None

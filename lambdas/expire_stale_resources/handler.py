@@ -27,7 +27,10 @@ STORE = SyncResourceRecordStore(SETTINGS.table_name, shard_count=SETTINGS.shard_
 PUBLISHER = EventPublisher(boto3.client("events"), SETTINGS.event_bus_name)
 
 logger = Logger(service="sandbox-ledger-sweeper")
-metrics = Metrics(namespace="SandboxLedger", service="sandbox-ledger-sweeper")
+metrics = Metrics(
+    namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "SandboxLedger",
+    service="sandbox-ledger-sweeper",
+)
 
 
 @metrics.log_metrics

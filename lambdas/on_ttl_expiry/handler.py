@@ -33,7 +33,10 @@ PUBLISHER = EventPublisher(boto3.client("events"), _BUS)
 
 processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
 logger = Logger(service="sandbox-ledger-ttl")
-metrics = Metrics(namespace="SandboxLedger", service="sandbox-ledger-ttl")
+metrics = Metrics(
+    namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "SandboxLedger",
+    service="sandbox-ledger-ttl",
+)
 
 
 def record_handler(record: DynamoDBRecord) -> None:

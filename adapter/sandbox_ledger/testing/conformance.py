@@ -268,14 +268,16 @@ class StorageAdapterContract:
         assert await adapter.get_sandbox_details("n", "orphan") is None
         assert await adapter.list_sandbox_details("n") == []
         assert await adapter.list_all_sandbox_details() == []
-        assert (
-            await adapter.list_all_sandbox_details(
-                ListSandboxOptions(status=SandboxStatus.Completed)
-            )
-            == []
-        )
+        completed = ListSandboxOptions(status=SandboxStatus.Completed)
+        assert await adapter.list_all_sandbox_details(completed) == []
         # Once created arrives it is listed, with the events that came before it counted.
         await adapter.append(entry("n", "orphan", LedgerEvent.SandboxCreated, 1))
+        # Closed before created: still completed, under every filter.
+        assert ids(await adapter.list_all_sandbox_details(completed)) == ["orphan"]
+        assert ids(await adapter.list_sandbox_details("n", completed)) == ["orphan"]
+        running = ListSandboxOptions(status=SandboxStatus.Running)
+        assert await adapter.list_all_sandbox_details(running) == []
+        assert await adapter.list_sandbox_details("n", running) == []
         [details] = await adapter.list_all_sandbox_details()
         assert (details.status, details.exec_count, details.started_at) == (
             SandboxStatus.Completed,
