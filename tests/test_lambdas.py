@@ -116,6 +116,9 @@ def test_sweeper_expires_stale_records_and_reports_each(
         record(age=timedelta(days=9), phase="allocation-uncertain", now=now)
     ).record
     sweeper = load_handler("expire_stale_resources")
+    # Powertools keeps metrics in state shared by every Metrics instance of the process.
+    sweeper.metrics.clear_metrics()
+    capsys.readouterr()
     summary = sweeper.handler(SCHEDULED_EVENT, FakeContext())
     assert json.loads(json.dumps(summary)) == summary
     assert sorted(summary["expired"]) == sorted([stale.id, allocating.id, failed_old.id])

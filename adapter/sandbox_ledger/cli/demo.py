@@ -293,9 +293,15 @@ def _sweep(target: Target) -> tuple[dict[str, Any], str]:
             module = importlib.util.module_from_spec(spec)
             sys.modules[spec.name] = module
             spec.loader.exec_module(module)
-            return module.handler(
-                {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}, _Context()
-            ), str(HANDLER.relative_to(HANDLER.parents[2]))
+            try:
+                summary = module.handler(
+                    {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}},
+                    _Context(),
+                )
+            finally:
+                # Powertools shares metric state across the process; leave none behind.
+                module.metrics.clear_metrics()
+            return summary, str(HANDLER.relative_to(HANDLER.parents[2]))
         from sandbox_ledger.resources import EventPublisher, HandlerSettings, sweep
         from sandbox_ledger.resources.store import SyncResourceRecordStore
 
