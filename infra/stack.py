@@ -221,54 +221,37 @@ class SandboxLedgerStack(Stack):
         )
 
     def _alarms(self) -> list[cw.Alarm]:
-        table = self.ledger.table
+        five_minutes = Duration.minutes(5)
         alarms = [
-            cw.Alarm(
-                self,
+            self._alarm(
                 "SweeperErrors",
-                metric=self.sweeper.metric_errors(period=Duration.minutes(5)),
-                threshold=1,
-                evaluation_periods=1,
-                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
-                alarm_description="The expiry sweeper failed",
+                self.sweeper.metric_errors(period=five_minutes),
+                "The expiry sweeper failed",
             ),
-            cw.Alarm(
-                self,
+            self._alarm(
                 "TtlHandlerErrors",
-                metric=self.ttl_handler.metric_errors(period=Duration.minutes(5)),
-                threshold=1,
-                evaluation_periods=1,
-                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
-                alarm_description="The TTL stream handler failed",
+                self.ttl_handler.metric_errors(period=five_minutes),
+                "The TTL stream handler failed",
             ),
-            cw.Alarm(
-                self,
+            self._alarm(
                 "StreamDeadLetters",
-                metric=self.dead_letters.metric_approximate_number_of_messages_visible(
-                    period=Duration.minutes(5)
+                self.dead_letters.metric_approximate_number_of_messages_visible(
+                    period=five_minutes
                 ),
-                threshold=1,
-                evaluation_periods=1,
-                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
-                alarm_description="TTL removals that could not be reported",
+                "TTL removals that could not be reported",
             ),
         ]
         for kind in ("ReadThrottleEvents", "WriteThrottleEvents"):
+            metric = cw.Metric(
+                namespace="AWS/DynamoDB",
+                metric_name=kind,
+                dimensions_map={"TableName": self.ledger.table.table_name},
+                statistic="Sum",
+                period=five_minutes,
+            )
             alarms.append(
-                cw.Alarm(
-                    self,
-                    f"Table{kind}",
-                    metric=cw.Metric(
-                        namespace="AWS/DynamoDB",
-                        metric_name=kind,
-                        dimensions_map={"TableName": table.table_name},
-                        statistic="Sum",
-                        period=Duration.minutes(5),
-                    ),
-                    threshold=1,
-                    evaluation_periods=2,
-                    treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
-                    alarm_description=f"The ledger table is throttled ({kind})",
+                self._alarm(
+                    f"Table{kind}", metric, f"The ledger table is throttled ({kind})", periods=2
                 )
             )
         if self.config.alarm_topic_arn:
@@ -276,6 +259,20 @@ class SandboxLedgerStack(Stack):
             for alarm in alarms:
                 alarm.add_alarm_action(cw_actions.SnsAction(topic))
         return alarms
+
+    def _alarm(
+        self, name: str, metric: cw.IMetric, description: str, *, periods: int = 1
+    ) -> cw.Alarm:
+        """Alarm at one or more in ``periods`` consecutive periods; no data is not a breach."""
+        return cw.Alarm(
+            self,
+            name,
+            metric=metric,
+            threshold=1,
+            evaluation_periods=periods,
+            treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+            alarm_description=description,
+        )
 
 
 _RETENTION = {

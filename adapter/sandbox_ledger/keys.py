@@ -166,6 +166,13 @@ def check_shard_count(shard_count: int) -> int:
     return shard_count
 
 
+def check_table_name(table_name: object) -> str:
+    """Validate a table name as DynamoDB bounds it (3 to 255 characters)."""
+    if not isinstance(table_name, str) or not 3 <= len(table_name) <= 255:
+        raise InvalidInputError("table_name", "must be a string of 3 to 255 characters")
+    return table_name
+
+
 def by_name_pk(name: str) -> str:
     """``byName`` partition of one name's sessions."""
     return _fits(f"N#{_nonempty(name, 'name')}", MAX_PARTITION_KEY_BYTES, "name")

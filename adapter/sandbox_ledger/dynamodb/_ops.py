@@ -327,8 +327,6 @@ def list_details(
         [{k.PARTITION_KEY: key[k.PARTITION_KEY], k.SORT_KEY: key[k.SORT_KEY]} for key in keys],
     )
     details = [d for d in map(it.decode_details, summaries) if d is not None]
-    if name is not None:
-        details = [d for d in details if d.name == name]
     # The index is eventually consistent: re-apply the filters to the fresh summaries.
     return apply_list_options(details, opts)
 

@@ -28,12 +28,6 @@ if TYPE_CHECKING:
     )
 
 
-def _table_name(table_name: str) -> str:
-    if not isinstance(table_name, str) or not 3 <= len(table_name) <= 255:
-        raise InvalidInputError("table_name", "must be a string of 3 to 255 characters")
-    return table_name
-
-
 def _entry(entry: object) -> LedgerEntry:
     if not isinstance(entry, LedgerEntry):
         raise InvalidInputError("entry", f"expected a LedgerEntry, got {type(entry).__name__}")
@@ -50,7 +44,7 @@ def _record(record: object) -> EnvironmentRecord:
 
 class _Base:
     def __init__(self, table_name: str, shard_count: int) -> None:
-        self.table_name = _table_name(table_name)
+        self.table_name = k.check_table_name(table_name)
         self.shard_count = k.check_shard_count(shard_count)
 
     # Each method returns the operation to run; the twins run it.

@@ -46,11 +46,9 @@ class _Base:
         ttl_horizon: timedelta,
         clock: Callable[[], datetime] | None,
     ) -> None:
-        if not isinstance(table_name, str) or not 3 <= len(table_name) <= 255:
-            raise InvalidInputError("table_name", "must be a string of 3 to 255 characters")
         if ttl_horizon <= timedelta(0):
             raise InvalidInputError("ttl_horizon", "must be positive")
-        self.table_name = table_name
+        self.table_name = k.check_table_name(table_name)
         self.shard_count = k.check_shard_count(shard_count)
         self.ttl_horizon = ttl_horizon
         self.clock = clock or _utcnow
