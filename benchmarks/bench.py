@@ -23,12 +23,12 @@ from typing import Any
 
 import aioboto3
 import boto3
+from sandbox_ledger.dynamodb._steps import run_sync
 
 from sandbox_ledger import EnvironmentRecord, LedgerEntry, LedgerEvent, ListSandboxOptions
 from sandbox_ledger import keys as k
 from sandbox_ledger.dynamodb import DynamoDBAdapter, SyncDynamoDBAdapter, _ops
 from sandbox_ledger.dynamodb import _items as it
-from sandbox_ledger.dynamodb._steps import run_sync
 from sandbox_ledger.dynamodb.instrument import RequestCounter
 from sandbox_ledger.local import LocalDynamoDB
 

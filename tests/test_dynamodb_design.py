@@ -22,9 +22,12 @@ from sandbox_ledger import (
     TableNotFoundError,
 )
 from sandbox_ledger import keys as k
-from sandbox_ledger.dynamodb import DynamoDBAdapter, SyncDynamoDBAdapter, _ops
+from sandbox_ledger.ddb.attributes import MAX_ITEM_BYTES, item_size
+from sandbox_ledger.ddb.batching import batch_write
+from sandbox_ledger.ddb.paging import query_all
+from sandbox_ledger.ddb.steps import run_sync
+from sandbox_ledger.dynamodb import DynamoDBAdapter, SyncDynamoDBAdapter
 from sandbox_ledger.dynamodb import _items as it
-from sandbox_ledger.dynamodb._steps import run_sync
 from sandbox_ledger.dynamodb.instrument import RequestCounter
 
 PACKAGE = Path(__file__).parents[1] / "adapter" / "sandbox_ledger"
@@ -60,7 +63,7 @@ def seed_fleet(adapter: SyncDynamoDBAdapter, sessions: int, events: int, *, star
                 client.update_item(TableName=adapter.table_name, **update)
             head = it.encode_entry(entry, it.order_ids.next()).head
             requests.append({"PutRequest": {"Item": head}})
-    run_sync(client, _ops.batch_write(adapter.table_name, requests))
+    run_sync(client, batch_write(adapter.table_name, requests))
 
 
 def test_no_scan_anywhere_in_the_package() -> None:
@@ -161,7 +164,7 @@ def test_read_all_grows_with_the_session_only(moto_endpoint: str, sync_table: st
     for j in range(40):
         entry = e("n", "long", LedgerEvent.ExecStarted, j, noisy, j)
         requests.append({"PutRequest": {"Item": it.encode_entry(entry, it.order_ids.next()).head}})
-    run_sync(adapter.client(), _ops.batch_write(adapter.table_name, requests))
+    run_sync(adapter.client(), batch_write(adapter.table_name, requests))
     adapter.append(e("n", "short", LedgerEvent.ExecStarted, 1, big))
     counter.reset()
     assert len(adapter.read_all("n", "short")) == 1
@@ -188,7 +191,7 @@ def test_large_payloads_round_trip(moto_endpoint: str, sync_table: str, size: in
     # Every stored item is under DynamoDB's 400 KB limit, whatever moto would accept.
     items = run_sync(
         adapter.client(),
-        _ops.query_all(
+        query_all(
             {
                 "TableName": sync_table,
                 "KeyConditionExpression": "PK = :pk",
@@ -196,13 +199,13 @@ def test_large_payloads_round_trip(moto_endpoint: str, sync_table: str, size: in
             }
         ),
     )
-    assert max(it.item_size(i) for i in items) <= 360_000 < it.MAX_ITEM_BYTES
+    assert max(item_size(i) for i in items) <= 360_000 < MAX_ITEM_BYTES
     assert max(len(i["d"]["B"]) for i in items if "d" in i) <= it.CHUNK_BYTES
     adapter.delete_sandbox("n", "s")
     assert (
         run_sync(
             adapter.client(),
-            _ops.query_all(
+            query_all(
                 {
                     "TableName": sync_table,
                     "KeyConditionExpression": "PK = :pk",
@@ -250,7 +253,7 @@ def test_a_half_written_entry_is_never_seen(moto_endpoint: str, sync_table: str)
     adapter.delete_sandbox("n", "s")
     leftovers = run_sync(
         client,
-        _ops.query_all(
+        query_all(
             {
                 "TableName": sync_table,
                 "KeyConditionExpression": "PK = :pk",

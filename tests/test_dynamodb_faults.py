@@ -12,9 +12,11 @@ from botocore.config import Config
 
 from faults import FailShare, PartialBatches, ResendAfterSuccess
 from sandbox_ledger import LedgerEntry, LedgerEvent, StorageError, ThrottledError
-from sandbox_ledger.dynamodb import DynamoDBAdapter, SyncDynamoDBAdapter, _ops
+from sandbox_ledger.ddb.batching import batch_write
+from sandbox_ledger.ddb.paging import query_all
+from sandbox_ledger.ddb.steps import run_sync
+from sandbox_ledger.dynamodb import DynamoDBAdapter, SyncDynamoDBAdapter
 from sandbox_ledger.dynamodb import _items as it
-from sandbox_ledger.dynamodb._steps import run_sync
 from sandbox_ledger.dynamodb.instrument import RequestCounter
 from sandbox_ledger.keys import session_pk
 
@@ -266,13 +268,13 @@ def _seed_events(adapter: SyncDynamoDBAdapter, name: str, sandbox_id: str, n: in
             payload={"i": i},
         )
         requests.append({"PutRequest": {"Item": it.encode_entry(entry, it.order_ids.next()).head}})
-    run_sync(adapter.client(), _ops.batch_write(adapter.table_name, requests))
+    run_sync(adapter.client(), batch_write(adapter.table_name, requests))
 
 
 def _count_partition(adapter: SyncDynamoDBAdapter, pk: str) -> int:
     items = run_sync(
         adapter.client(),
-        _ops.query_all(
+        query_all(
             {
                 "TableName": adapter.table_name,
                 "KeyConditionExpression": "PK = :pk",

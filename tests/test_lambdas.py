@@ -16,8 +16,8 @@ import boto3
 import pytest
 
 from resource_fixtures import FakeContext, record
-from sandbox_ledger.dynamodb import _ops as ledger_ops
-from sandbox_ledger.dynamodb._steps import run_sync
+from sandbox_ledger.ddb.batching import batch_write
+from sandbox_ledger.ddb.steps import run_sync
 from sandbox_ledger.resources import DETAIL_TYPE, SOURCE, SyncResourceRecordStore
 from sandbox_ledger.resources import _items as ri
 
@@ -209,7 +209,7 @@ def test_sweep_of_five_thousand_records_over_several_invocations(wiring: Wiring)
         }
         for r in records
     ]
-    run_sync(wiring.store.client(), ledger_ops.batch_write(wiring.table, requests))
+    run_sync(wiring.store.client(), batch_write(wiring.table, requests))
     sweeper = load_handler("expire_stale_resources")
     runs, events = [], []
     for _ in range(60):

@@ -1,4 +1,4 @@
-"""Every contract operation as a generator of SDK calls (see :mod:`._steps`).
+"""Every contract operation as a generator of SDK calls (see :mod:`sandbox_ledger.ddb.steps`).
 
 Shared by :class:`DynamoDBAdapter` and :class:`SyncDynamoDBAdapter`; tested without AWS by
 driving them with a fake client.
@@ -6,16 +6,18 @@ driving them with a fake client.
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from sandbox_ledger import keys as k
+from sandbox_ledger.ddb import steps
+from sandbox_ledger.ddb.attributes import S
+from sandbox_ledger.ddb.batching import batch_get, batch_write
+from sandbox_ledger.ddb.paging import newest_first, query_all
+from sandbox_ledger.ddb.steps import MAX_ATTEMPTS, Call, Op, Sleep, error_code
 from sandbox_ledger.dynamodb import _items as it
-from sandbox_ledger.dynamodb._steps import Call, Op, Parallel, Sleep, backoff, error_code
-from sandbox_ledger.errors import StorageError, ThrottledError
+from sandbox_ledger.errors import StorageError
 from sandbox_ledger.models import (
     CheckpointInfo,
     EnvironmentRecord,
@@ -26,42 +28,12 @@ from sandbox_ledger.models import (
 )
 from sandbox_ledger.summary import apply_list_options
 
-BATCH_WRITE_MAX = 25
-BATCH_GET_MAX = 100
-# Retries of our own, on top of botocore's (which cover throttled and failed requests):
-# partial batches and transaction conflicts, which botocore does not retry.
-MAX_ATTEMPTS = 12
-
 _RETRYABLE_CANCELLATIONS = frozenset(
     {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
 )
 
 
 # -- writes ---------------------------------------------------------------------------------
-
-
-def batch_write(table: str, requests: list[dict[str, Any]]) -> Op[None]:
-    """BatchWriteItem in batches of 25 until every request is processed.
-
-    UnprocessedItems go back to the front of the queue and ride with the next batch (never
-    dropped); each partial batch backs off with jitter, longer while no batch makes progress.
-    """
-    queue = deque(requests)
-    stalled = 0
-    while queue:
-        batch = [queue.popleft() for _ in range(min(BATCH_WRITE_MAX, len(queue)))]
-        response = yield Call("batch_write_item", {"RequestItems": {table: batch}})
-        left = (response.get("UnprocessedItems") or {}).get(table, [])
-        if left:
-            queue.extendleft(reversed(left))
-            stalled = stalled + 1 if len(left) >= len(batch) else 0
-            if stalled >= MAX_ATTEMPTS:
-                raise ThrottledError(
-                    f"BatchWriteItem: no progress after {stalled} retries, "
-                    f"{len(queue)} writes not done",
-                    code="UnprocessedItems",
-                )
-            yield Sleep(backoff(stalled + 1))
 
 
 def append(table: str, entry: LedgerEntry, order: str, shard_count: int) -> Op[None]:
@@ -112,7 +84,7 @@ def append(table: str, entry: LedgerEntry, order: str, shard_count: int) -> Op[N
                     f"append: transaction cancelled {attempt} times ({reasons})",
                     code="TransactionCanceledException",
                 ) from exc
-            yield Sleep(backoff(attempt))
+            yield Sleep(steps.backoff(attempt))
 
 
 def delete_partition(table: str, pk: str) -> Op[None]:
@@ -123,7 +95,7 @@ def delete_partition(table: str, pk: str) -> Op[None]:
             "TableName": table,
             "KeyConditionExpression": "#pk = :pk",
             "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY, "#sk": k.SORT_KEY},
-            "ExpressionAttributeValues": {":pk": it.S(pk)},
+            "ExpressionAttributeValues": {":pk": S(pk)},
             "ProjectionExpression": "#pk, #sk",
             "ConsistentRead": True,
         }
@@ -140,24 +112,12 @@ def delete_partition(table: str, pk: str) -> Op[None]:
 # -- reads ----------------------------------------------------------------------------------
 
 
-def query_all(params: dict[str, Any]) -> Op[list[it.Item]]:
-    """Every item a Query matches, following LastEvaluatedKey."""
-    items: list[it.Item] = []
-    start: dict[str, Any] | None = None
-    while True:
-        page = yield Call("query", {**params, "ExclusiveStartKey": start} if start else params)
-        items.extend(page.get("Items", []))
-        start = page.get("LastEvaluatedKey")
-        if not start:
-            return items
-
-
 def _prefix_query(table: str, pk: str, prefix: str, **extra: Any) -> dict[str, Any]:
     return {
         "TableName": table,
         "KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :prefix)",
         "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY, "#sk": k.SORT_KEY},
-        "ExpressionAttributeValues": {":pk": it.S(pk), ":prefix": it.S(prefix)},
+        "ExpressionAttributeValues": {":pk": S(pk), ":prefix": S(prefix)},
         "ConsistentRead": True,
         **extra,
     }
@@ -194,109 +154,6 @@ def get_sandbox_details(table: str, name: str, sandbox_id: str) -> Op[SandboxDet
     response = yield Call("get_item", {"TableName": table, "Key": key, "ConsistentRead": True})
     item = response.get("Item")
     return it.decode_details(item) if item else None
-
-
-def batch_get(table: str, keys: list[it.Item]) -> Op[list[it.Item]]:
-    """BatchGetItem (strongly consistent) in chunks of 100, retrying UnprocessedKeys."""
-    found: list[it.Item] = []
-    for start in range(0, len(keys), BATCH_GET_MAX):
-        pending: dict[str, Any] = {
-            table: {"Keys": keys[start : start + BATCH_GET_MAX], "ConsistentRead": True}
-        }
-        attempt = 0
-        while pending:
-            response = yield Call("batch_get_item", {"RequestItems": pending})
-            found.extend(response.get("Responses", {}).get(table, []))
-            pending = response.get("UnprocessedKeys") or {}
-            if pending:
-                attempt += 1
-                if attempt >= MAX_ATTEMPTS:
-                    raise ThrottledError(
-                        f"BatchGetItem: keys still unprocessed after {attempt} retries",
-                        code="UnprocessedKeys",
-                    )
-                yield Sleep(backoff(attempt))
-    return found
-
-
-@dataclass
-class _Stream:
-    """One index partition being read newest first."""
-
-    params: dict[str, Any]
-    buffer: list[it.Item] = field(default_factory=list)
-    start: dict[str, Any] | None = None
-    done: bool = False
-    position: dict[str, Any] | None = None
-    """The key of the last item handed out (where a later page resumes)."""
-
-
-def newest_first(
-    table: str,
-    index: k.IndexSpec,
-    partitions: list[str],
-    *,
-    before: int | None,
-    want: int | None,
-    resume: dict[str, Any] | None = None,
-) -> Op[tuple[list[it.Item], dict[str, Any]]]:
-    """Index keys from several partitions, merged newest ``gsk`` first, at most ``want``.
-
-    Each partition is queried with ``Limit=want``; one is read further only when the merge
-    has used up what it returned, so a page costs one query per partition in the common case.
-    Returns the keys and, per partition, where a next page resumes (``"done"`` when drained);
-    pass that back as ``resume``.
-    """
-    condition = "#ipk = :ipk" + (" AND #gsk < :before" if before else "")
-    names = {"#ipk": index.partition_key}
-    if before:
-        names["#gsk"] = index.sort_key
-    streams: dict[str, _Stream] = {}
-    for partition in partitions:
-        values: dict[str, Any] = {":ipk": it.S(partition)}
-        if before:
-            values[":before"] = it.N(before)
-        params: dict[str, Any] = {
-            "TableName": table,
-            "IndexName": index.name,
-            "KeyConditionExpression": condition,
-            "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": values,
-            "ScanIndexForward": False,
-        }
-        if want:
-            params["Limit"] = min(want, 1000)
-        stream = streams[partition] = _Stream(params)
-        where = (resume or {}).get(partition)
-        if where == "done":
-            stream.done = True
-        elif isinstance(where, dict):
-            stream.start = stream.position = where
-    out: list[it.Item] = []
-    while want is None or len(out) < want:
-        hungry = [s for s in streams.values() if not s.buffer and not s.done]
-        if hungry:
-            calls = tuple(
-                Call("query", {**s.params, "ExclusiveStartKey": s.start} if s.start else s.params)
-                for s in hungry
-            )
-            pages = yield Parallel(calls)
-            for stream, page in zip(hungry, pages, strict=True):
-                stream.buffer = list(page.get("Items", []))
-                stream.start = page.get("LastEvaluatedKey")
-                stream.done = not stream.start
-        ready = [s for s in streams.values() if s.buffer]
-        if not ready:
-            break
-        best = max(ready, key=lambda s: int(s.buffer[0][index.sort_key]["N"]))
-        item = best.buffer.pop(0)
-        best.position = item
-        out.append(item)
-    state = {
-        partition: "done" if s.done and not s.buffer else s.position
-        for partition, s in streams.items()
-    }
-    return out, state
 
 
 def list_details(
@@ -355,7 +212,7 @@ def list_environments(table: str) -> Op[list[EnvironmentRecord]]:
             "TableName": table,
             "KeyConditionExpression": "#pk = :pk",
             "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY},
-            "ExpressionAttributeValues": {":pk": it.S(k.ENVIRONMENT_PK)},
+            "ExpressionAttributeValues": {":pk": S(k.ENVIRONMENT_PK)},
             "ConsistentRead": True,
         }
     )

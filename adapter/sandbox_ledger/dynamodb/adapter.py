@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger import _json
 from sandbox_ledger import keys as k
+from sandbox_ledger.ddb.client import AsyncClientOwner, SyncClientOwner
 from sandbox_ledger.dynamodb import _ops
-from sandbox_ledger.dynamodb._client import AsyncClientOwner, SyncClientOwner
 from sandbox_ledger.dynamodb._items import order_ids
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.models import EnvironmentRecord, LedgerEntry
@@ -20,7 +20,7 @@ from sandbox_ledger.summary import validate_list_options
 if TYPE_CHECKING:
     from botocore.config import Config
 
-    from sandbox_ledger.dynamodb._steps import Op
+    from sandbox_ledger.ddb.steps import Op
     from sandbox_ledger.models import (
         CheckpointInfo,
         ListSandboxOptions,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbox_ledger import keys as k
-from sandbox_ledger.dynamodb._items import Item, N, S
+from sandbox_ledger.ddb.attributes import Item, N, S
 from sandbox_ledger.resources.models import ResourceActivityRecord
 
 ITEM_TYPE = "resource"

@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from sandbox_ledger import keys as k
-from sandbox_ledger.dynamodb import _ops as ledger_ops
-from sandbox_ledger.dynamodb._items import N, S
-from sandbox_ledger.dynamodb._steps import Call, Op, Sleep, backoff, error_code
+from sandbox_ledger.ddb import steps
+from sandbox_ledger.ddb.attributes import N, S
+from sandbox_ledger.ddb.batching import batch_get
+from sandbox_ledger.ddb.paging import newest_first
+from sandbox_ledger.ddb.steps import Call, Op, Sleep, error_code
 from sandbox_ledger.errors import ConflictError, InvalidInputError
 from sandbox_ledger.resources import _items as ri
 from sandbox_ledger.resources.models import (
@@ -199,7 +201,7 @@ def record_operation(
     at = to_iso(now)
     for attempt in range(MAX_RMW_ATTEMPTS):
         if attempt:
-            yield Sleep(backoff(min(attempt, 6)))
+            yield Sleep(steps.backoff(min(attempt, 6)))
         current = yield from get(table, record_id, now_s=int(now.timestamp()))
         if current is None:
             raise ConflictError(f"record {record_id}: it does not exist")
@@ -314,10 +316,10 @@ def list_records(
         phases = [phase] if phase else list(_PHASES)
         partitions = [k.resource_phase_pk(p, s) for p in phases for s in range(shard_count)]
     resume = _decode_cursor(cursor) if cursor else None
-    keys, state = yield from ledger_ops.newest_first(
+    keys, state = yield from newest_first(
         table, index, partitions, before=None, want=limit, resume=resume
     )
-    items = yield from ledger_ops.batch_get(
+    items = yield from batch_get(
         table, [{k.PARTITION_KEY: i[k.PARTITION_KEY], k.SORT_KEY: i[k.SORT_KEY]} for i in keys]
     )
     records = [ri.decode(item) for item in items if item.get("itemType", {}).get("S") == "resource"]
@@ -355,5 +357,5 @@ def candidate_keys(
 
 
 def batch_get_records(table: str, ids: list[str]) -> Op[list[ri.VersionedRecord]]:
-    items = yield from ledger_ops.batch_get(table, [ri.record_key(i) for i in ids])
+    items = yield from batch_get(table, [ri.record_key(i) for i in ids])
     return [ri.decode(item) for item in items if item.get("itemType", {}).get("S") == "resource"]

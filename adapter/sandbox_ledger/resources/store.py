@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger import keys as k
-from sandbox_ledger.dynamodb._client import AsyncClientOwner, SyncClientOwner
+from sandbox_ledger.ddb.client import AsyncClientOwner, SyncClientOwner
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.resources import _ops
 from sandbox_ledger.resources._items import VersionedRecord
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from botocore.config import Config
 
-    from sandbox_ledger.dynamodb._steps import Op
+    from sandbox_ledger.ddb.steps import Op
 
 DEFAULT_TTL_HORIZON = timedelta(days=30)
 

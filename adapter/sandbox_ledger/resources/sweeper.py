@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger import keys as k
-from sandbox_ledger.dynamodb import _ops as ledger_ops
+from sandbox_ledger.ddb.batching import batch_write
 from sandbox_ledger.errors import ConflictError
 from sandbox_ledger.resources import _items as ri
 from sandbox_ledger.resources import _ops
@@ -172,7 +172,7 @@ def _publish_and_delete(
     # requires it unclaimed), so the deletes need no condition and go in batches of 25.
     done = [(stored, reason) for stored, reason in claimed if stored.record.id not in failed]
     store.run(
-        ledger_ops.batch_write(
+        batch_write(
             store.table_name,
             [{"DeleteRequest": {"Key": ri.record_key(s.record.id)}} for s, _ in done],
         )

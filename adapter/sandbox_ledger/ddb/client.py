@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 import boto3
 from botocore.config import Config
 
-from sandbox_ledger.dynamodb._steps import Op, run_async, run_sync
+from sandbox_ledger.ddb.steps import Op, run_async, run_sync
 
 if TYPE_CHECKING:
     from types import TracebackType

@@ -51,6 +51,10 @@ Op = Generator[Step, Any, T]
 
 _SDK_ERRORS = (ClientError, BotoCoreError)
 
+# Retries of our own, on top of botocore's (which cover throttled and failed requests):
+# partial batches and transaction conflicts, which botocore does not retry.
+MAX_ATTEMPTS = 12
+
 
 def backoff(attempt: int, *, base: float = 0.025, cap: float = 2.0) -> float:
     """Full-jitter exponential backoff for retry ``attempt`` (1-based)."""

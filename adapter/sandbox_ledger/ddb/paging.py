@@ -1,0 +1,105 @@
+"""Queries followed to the end, and several index partitions merged newest first, as
+operations for :mod:`sandbox_ledger.ddb.steps`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sandbox_ledger.ddb.attributes import Item, N, S
+from sandbox_ledger.ddb.steps import Call, Op, Parallel
+
+if TYPE_CHECKING:
+    from sandbox_ledger.keys import IndexSpec
+
+
+def query_all(params: dict[str, Any]) -> Op[list[Item]]:
+    """Every item a Query matches, following LastEvaluatedKey."""
+    items: list[Item] = []
+    start: dict[str, Any] | None = None
+    while True:
+        page = yield Call("query", {**params, "ExclusiveStartKey": start} if start else params)
+        items.extend(page.get("Items", []))
+        start = page.get("LastEvaluatedKey")
+        if not start:
+            return items
+
+
+@dataclass
+class _Stream:
+    """One index partition being read newest first."""
+
+    params: dict[str, Any]
+    buffer: list[Item] = field(default_factory=list)
+    start: dict[str, Any] | None = None
+    done: bool = False
+    position: dict[str, Any] | None = None
+    """The key of the last item handed out (where a later page resumes)."""
+
+
+def newest_first(
+    table: str,
+    index: IndexSpec,
+    partitions: list[str],
+    *,
+    before: int | None,
+    want: int | None,
+    resume: dict[str, Any] | None = None,
+) -> Op[tuple[list[Item], dict[str, Any]]]:
+    """Index keys from several partitions, merged newest ``gsk`` first, at most ``want``.
+
+    Each partition is queried with ``Limit=want``; one is read further only when the merge
+    has used up what it returned, so a page costs one query per partition in the common case.
+    Returns the keys and, per partition, where a next page resumes (``"done"`` when drained);
+    pass that back as ``resume``.
+    """
+    condition = "#ipk = :ipk" + (" AND #gsk < :before" if before else "")
+    names = {"#ipk": index.partition_key}
+    if before:
+        names["#gsk"] = index.sort_key
+    streams: dict[str, _Stream] = {}
+    for partition in partitions:
+        values: dict[str, Any] = {":ipk": S(partition)}
+        if before:
+            values[":before"] = N(before)
+        params: dict[str, Any] = {
+            "TableName": table,
+            "IndexName": index.name,
+            "KeyConditionExpression": condition,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+            "ScanIndexForward": False,
+        }
+        if want:
+            params["Limit"] = min(want, 1000)
+        stream = streams[partition] = _Stream(params)
+        where = (resume or {}).get(partition)
+        if where == "done":
+            stream.done = True
+        elif isinstance(where, dict):
+            stream.start = stream.position = where
+    out: list[Item] = []
+    while want is None or len(out) < want:
+        hungry = [s for s in streams.values() if not s.buffer and not s.done]
+        if hungry:
+            calls = tuple(
+                Call("query", {**s.params, "ExclusiveStartKey": s.start} if s.start else s.params)
+                for s in hungry
+            )
+            pages = yield Parallel(calls)
+            for stream, page in zip(hungry, pages, strict=True):
+                stream.buffer = list(page.get("Items", []))
+                stream.start = page.get("LastEvaluatedKey")
+                stream.done = not stream.start
+        ready = [s for s in streams.values() if s.buffer]
+        if not ready:
+            break
+        best = max(ready, key=lambda s: int(s.buffer[0][index.sort_key]["N"]))
+        item = best.buffer.pop(0)
+        best.position = item
+        out.append(item)
+    state = {
+        partition: "done" if s.done and not s.buffer else s.position
+        for partition, s in streams.items()
+    }
+    return out, state
