@@ -23,11 +23,12 @@ from typing import Any
 
 import aioboto3
 import boto3
-from sandbox_ledger.dynamodb._steps import run_sync
 
 from sandbox_ledger import EnvironmentRecord, LedgerEntry, LedgerEvent, ListSandboxOptions
 from sandbox_ledger import keys as k
-from sandbox_ledger.dynamodb import DynamoDBAdapter, SyncDynamoDBAdapter, _ops
+from sandbox_ledger.ddb.batching import batch_write
+from sandbox_ledger.ddb.steps import run_sync
+from sandbox_ledger.dynamodb import DynamoDBAdapter, SyncDynamoDBAdapter
 from sandbox_ledger.dynamodb import _items as it
 from sandbox_ledger.dynamodb.instrument import RequestCounter
 from sandbox_ledger.local import LocalDynamoDB
@@ -70,7 +71,7 @@ def bulk_events(adapter: SyncDynamoDBAdapter, name: str, sid: str, n: int, *, ts
         }
         for j in range(n)
     ]
-    run_sync(adapter.client(), _ops.batch_write(adapter.table_name, requests))
+    run_sync(adapter.client(), batch_write(adapter.table_name, requests))
 
 
 def bulk_sessions(adapter: SyncDynamoDBAdapter, sessions: int, *, ts0: int) -> None:

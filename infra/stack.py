@@ -53,13 +53,36 @@ class SandboxLedgerStack(Stack):
             kms_key=config.kms,
             replica_regions=config.replica_regions,
         )
-        table = self.ledger.table
-        self.bus: events.IEventBus = (
-            events.EventBus(self, "Bus", description="ResourceExpired events of sandbox-ledger")
-            if config.event_bus == "create"
-            else events.EventBus.from_event_bus_name(self, "Bus", "default")
+        self.bus = self._event_bus()
+        code = self._lambda_code()
+        common_env = {
+            "TABLE_NAME": self.ledger.table.table_name,
+            "EVENT_BUS_NAME": self.bus.event_bus_name,
+            "SHARD_COUNT": str(config.shard_count),
+            "POWERTOOLS_METRICS_NAMESPACE": "SandboxLedger",
+        }
+        self.sweeper = self._sweeper(code, common_env)
+        self.dead_letters, self.ttl_handler = self._ttl_handler(code, common_env)
+        # What users' own worker functions attach to use the adapter and the stores.
+        self.worker_policy = iam.ManagedPolicy(
+            self,
+            "WorkerPolicy",
+            description="Use the sandbox-ledger table through sandbox_ledger (no Scan, no admin)",
+            statements=self.ledger.worker_policy_statements(),
         )
-        code = lambda_.Code.from_asset(
+        self.alarms = self._alarms()
+        self._outputs()
+
+    def _event_bus(self) -> events.IEventBus:
+        if self.config.event_bus == "create":
+            return events.EventBus(
+                self, "Bus", description="ResourceExpired events of sandbox-ledger"
+            )
+        return events.EventBus.from_event_bus_name(self, "Bus", "default")
+
+    def _lambda_code(self) -> lambda_.Code:
+        """Both functions' code: the library and the handlers, bundled locally with pip."""
+        return lambda_.Code.from_asset(
             str(ROOT),
             asset_hash_type=AssetHashType.OUTPUT,
             exclude=["*"],  # bundling copies exactly what the functions need
@@ -69,16 +92,12 @@ class SandboxLedgerStack(Stack):
                 local=PipBundling(python_version=PYTHON_VERSION),
             ),
         )
-        common_env = {
-            "TABLE_NAME": table.table_name,
-            "EVENT_BUS_NAME": self.bus.event_bus_name,
-            "SHARD_COUNT": str(config.shard_count),
-            "POWERTOOLS_METRICS_NAMESPACE": "SandboxLedger",
-        }
 
-        # The sweeper: reads candidates from the phase index, claims (UpdateItem), reads the
-        # records (BatchGetItem), deletes them (BatchWriteItem), publishes (PutEvents).
-        self.sweeper = self._function(
+    def _sweeper(self, code: lambda_.Code, common_env: dict[str, str]) -> lambda_.Function:
+        """The scheduled sweeper: reads candidates from the phase index, claims (UpdateItem),
+        reads the records (BatchGetItem), deletes them (BatchWriteItem), publishes (PutEvents)."""
+        config, table = self.config, self.ledger.table
+        sweeper = self._function(
             "Sweeper",
             code,
             "expire_stale_resources.handler.handler",
@@ -108,24 +127,28 @@ class SandboxLedgerStack(Stack):
                 ),
             ],
         )
-        if self.ledger.key is not None:
-            self.ledger.grant_key(self.sweeper)
+        self.ledger.grant_key(sweeper)
         events.Rule(
             self,
             "SweepSchedule",
             schedule=events.Schedule.rate(Duration.minutes(config.sweep_rate_minutes)),
-            targets=[targets.LambdaFunction(self.sweeper, retry_attempts=2)],
+            targets=[targets.LambdaFunction(sweeper, retry_attempts=2)],
         )
+        return sweeper
 
-        # The TTL backstop: stream REMOVE records made by the TTL service only.
-        self.dead_letters = sqs.Queue(
+    def _ttl_handler(
+        self, code: lambda_.Code, common_env: dict[str, str]
+    ) -> tuple[sqs.Queue, lambda_.Function]:
+        """The TTL backstop: stream REMOVE records made by the TTL service only, and the queue
+        that receives what could not be reported."""
+        dead_letters = sqs.Queue(
             self,
             "StreamFailures",
             retention_period=Duration.days(14),
             enforce_ssl=True,
             encryption=sqs.QueueEncryption.SQS_MANAGED,
         )
-        self.ttl_handler = self._function(
+        handler = self._function(
             "TtlExpiry",
             code,
             "on_ttl_expiry.handler.handler",
@@ -138,18 +161,17 @@ class SandboxLedgerStack(Stack):
                 )
             ],
         )
-        if self.ledger.key is not None:
-            self.ledger.grant_key(self.ttl_handler)
-        self.ttl_handler.add_event_source(
+        self.ledger.grant_key(handler)
+        handler.add_event_source(
             sources.DynamoEventSource(
-                table,
+                self.ledger.table,
                 starting_position=lambda_.StartingPosition.TRIM_HORIZON,
                 batch_size=100,
                 bisect_batch_on_error=True,
                 retry_attempts=5,
                 max_record_age=Duration.days(1),
                 report_batch_item_failures=True,
-                on_failure=sources.SqsDlq(self.dead_letters),
+                on_failure=sources.SqsDlq(dead_letters),
                 filters=[
                     lambda_.FilterCriteria.filter(
                         {
@@ -165,20 +187,15 @@ class SandboxLedgerStack(Stack):
                 ],
             )
         )
+        return dead_letters, handler
 
-        # What users' own worker functions attach to use the adapter and the stores.
-        self.worker_policy = iam.ManagedPolicy(
-            self,
-            "WorkerPolicy",
-            description="Use the sandbox-ledger table through sandbox_ledger (no Scan, no admin)",
-            statements=self.ledger.worker_policy_statements(),
-        )
-        self.alarms = self._alarms()
+    def _outputs(self) -> None:
+        table = self.ledger.table
         CfnOutput(self, "TableName", value=table.table_name)
         CfnOutput(self, "TableArn", value=table.table_arn)
         CfnOutput(self, "WorkerPolicyArn", value=self.worker_policy.managed_policy_arn)
         CfnOutput(self, "EventBusName", value=self.bus.event_bus_name)
-        CfnOutput(self, "ShardCount", value=str(config.shard_count))
+        CfnOutput(self, "ShardCount", value=str(self.config.shard_count))
 
     def _function(
         self,

@@ -181,16 +181,14 @@ class LedgerTable(Construct):
 
     def grant_worker(self, grantee: iam.IGrantable) -> iam.Grant:
         """What a worker using the adapter and the resource stores needs: item and query
-        actions on the table and its indexes, no table management, no Scan."""
+        actions on the table and its indexes (and the key, if customer-managed); no table
+        management, no Scan."""
         grant = iam.Grant.add_to_principal(
             grantee=grantee,
             actions=list(WORKER_ACTIONS),
             resource_arns=[self.table.table_arn, *self.index_arns],
         )
-        if self.key is not None:
-            iam.Grant.add_to_principal(
-                grantee=grantee, actions=list(KMS_ACTIONS), resource_arns=[self.key.key_arn]
-            )
+        self.grant_key(grantee)
         return grant
 
     def grant_key(self, grantee: iam.IGrantable) -> None:

@@ -196,6 +196,30 @@ def test_least_privilege(synthesized: tuple[dict[str, Any], Path]) -> None:
         assert "ManagedPolicyArns" not in role["Properties"]  # no AWS managed policies
 
 
+def test_grant_worker_gives_item_and_query_actions_on_table_indexes_and_key() -> None:
+    from aws_cdk import aws_iam as iam
+    from infra.table import KMS_ACTIONS, WORKER_ACTIONS, LedgerTable
+
+    app = aws_cdk.App()
+    stack = aws_cdk.Stack(app, "WorkerGrant")
+    ledger = LedgerTable(stack, "Ledger", kms_key="create")
+    role = iam.Role(stack, "Worker", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+    ledger.grant_worker(role)
+    raw = assertions.Template.from_stack(stack).to_json()
+    [policy] = resources(raw, "AWS::IAM::Policy").values()
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert [s["Action"] for s in statements] == [list(WORKER_ACTIONS), list(KMS_ACTIONS)]
+    [table_id] = resources(raw, "AWS::DynamoDB::Table")
+    [key_id] = resources(raw, "AWS::KMS::Key")
+    table_arn = {"Fn::GetAtt": [table_id, "Arn"]}
+    indexes = [{"Fn::Join": ["", [table_arn, f"/index/{index.name}"]]} for index in k.INDEXES]
+    assert statements[0]["Resource"] == [table_arn, *indexes]
+    assert statements[1]["Resource"] == {"Fn::GetAtt": [key_id, "Arn"]}
+    assert not any(
+        "Scan" in a or "Table" in a.split(":")[1] for s in statements for a in s["Action"]
+    )
+
+
 def test_outputs(template: assertions.Template) -> None:
     for output in ("TableName", "TableArn", "WorkerPolicyArn", "EventBusName"):
         template.has_output(output, {})

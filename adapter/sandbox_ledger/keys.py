@@ -55,6 +55,27 @@ ENVIRONMENT_PK: Final = "ENV"
 RESOURCE_SK: Final = "RECORD"
 
 
+class LedgerAttr:
+    """Attribute names of ledger items besides their keys (short where every entry repeats them)."""
+
+    TS: Final = "ts"  # entry head and checkpoint marker: the entry's ts
+    EVENT: Final = "ev"  # entry head: the event name
+    DATA: Final = "d"  # entry head and parts: the serialized entry, maybe compressed, in chunks
+    COMPRESSION: Final = "z"  # entry head: "zlib" when DATA is compressed
+    PARTS: Final = "np"  # entry head: how many part items follow it
+    REF: Final = "ref"  # checkpoint marker: the sort key of its entry's head
+    SNAPSHOT_ID: Final = "snap"  # checkpoint marker
+    TAG: Final = "tag"  # checkpoint marker
+    ITEM_TYPE: Final = "itemType"  # summary: "session"
+    NAME: Final = "name"  # summary
+    SANDBOX_ID: Final = "sandboxId"  # summary
+    STARTED_AT: Final = "startedAt"  # summary
+    COMPLETED_AT: Final = "completedAt"  # summary
+    EXEC_COUNT: Final = "execCount"  # summary
+    BUILT_AT: Final = "builtAt"  # environment
+    RECORD: Final = "record"  # environment: the record's wire JSON
+
+
 @dataclass(frozen=True)
 class IndexSpec:
     """One global secondary index: its name, partition key attribute and sort key attribute."""

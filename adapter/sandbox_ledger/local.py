@@ -11,11 +11,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Callable, Iterable
 
 
 class LocalDynamoDB:
@@ -76,13 +75,3 @@ def _serialized(app: Callable[..., Any]) -> Callable[..., Iterable[bytes]]:
             return list(app(environ, start_response))
 
     return handle
-
-
-@contextmanager
-def embedded_dynamodb() -> Iterator[str]:
-    """Start a :class:`LocalDynamoDB`, yield its endpoint URL, stop it afterwards."""
-    server = LocalDynamoDB()
-    try:
-        yield server.start()
-    finally:
-        server.stop()

@@ -46,15 +46,12 @@ class MemoryAdapter:
         self._sessions: dict[tuple[str, str], _Session] = {}
         self._environments: dict[str, EnvironmentRecord] = {}
         self._seq = itertools.count()
-        self._connected = False
 
     async def connect(self) -> None:
         """Nothing to open; idempotent."""
-        self._connected = True
 
     async def close(self) -> None:
         """Nothing to release; idempotent. The data stays."""
-        self._connected = False
 
     async def __aenter__(self) -> MemoryAdapter:
         await self.connect()

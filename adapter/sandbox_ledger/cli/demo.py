@@ -123,144 +123,176 @@ async def _sandbox(
     stats: _Stats,
     report: Report,
 ) -> None:
-    name, sid = f"job-{i % 4}", f"sb-{i:05d}"
-    ts = base + i * 10_000
-    now = datetime.now(UTC)
+    """One sandbox's life: its environment, its resource record, its execs, its close."""
+    run = _SandboxRun(i, base + i * 10_000, config, ledger, store, stats, report)
+    env_name = await run.environment()
+    record_id = await run.resource_record()
+    await run.append(LedgerEvent.SandboxCreated, -1, 0, {"environment": env_name})
+    await run.execs(record_id)
+    await stats.run("get_sandbox_details", ledger.get_sandbox_details(run.name, run.sid))
+    await stats.run("list_checkpoints", ledger.list_checkpoints(run.name, run.sid))
+    if i % 6 != 0:
+        await run.append(LedgerEvent.SandboxClosed, -1, 10 * config.execs + 9)
+    await stats.run("list_sandbox_details", ledger.list_sandbox_details(run.name))
 
-    def entry(
+
+@dataclass
+class _SandboxRun:
+    i: int
+    ts: int
+    config: DemoConfig
+    ledger: DynamoDBAdapter
+    store: ResourceRecordStore
+    stats: _Stats
+    report: Report
+
+    @property
+    def name(self) -> str:
+        return f"job-{self.i % 4}"
+
+    @property
+    def sid(self) -> str:
+        return f"sb-{self.i:05d}"
+
+    @property
+    def dead(self) -> bool:
+        """This sandbox's owner dies: its resource record stops heartbeating."""
+        return (self.i * 7919 % 100) < self.config.dead_owner_share * 100
+
+    @property
+    def failed_cleanup(self) -> bool:
+        return self.i % 11 == 5
+
+    async def append(
+        self,
         event: str,
         step: int,
         offset: int,
         payload: Any = None,
         branch: int | None = None,
         error: str | None = None,
-    ) -> LedgerEntry:
-        return LedgerEntry(
-            ts=ts + offset,
-            name=name,
-            sandbox_id=sid,
+    ) -> None:
+        entry = LedgerEntry(
+            ts=self.ts + offset,
+            name=self.name,
+            sandbox_id=self.sid,
             step_index=step,
             branch=branch,
             event=event,
             payload=payload,
             error=error,
         )
+        await self.stats.run("append", self.ledger.append(entry))
+        self.report.entries += 1
 
-    async def append(e: LedgerEntry) -> None:
-        await stats.run("append", ledger.append(e))
-        report.entries += 1
+    async def environment(self) -> str:
+        """The environment is built once per image and reused by later sandboxes (a sandbox
+        waits while another one builds the image it needs)."""
+        env_name = f"python-3.{10 + self.i % 3}"
+        async with self.report.build_locks[env_name]:
+            env = await self.stats.run("get_environment", self.ledger.get_environment(env_name))
+            if env is None:
+                env = EnvironmentRecord.model_validate(
+                    {
+                        "name": env_name,
+                        "builtAt": self.ts,
+                        "snapshotId": f"snap-env-{env_name}",
+                        "packages": ["pytest", "ruff"],
+                    }
+                )
+                await self.stats.run("save_environment", self.ledger.save_environment(env))
+                self.report.environments_built += 1
+            else:
+                self.report.environments_reused += 1
+        return env_name
 
-    # The environment is built once per image and reused by later sandboxes (a sandbox
-    # waits while another one builds the image it needs).
-    env_name = f"python-3.{10 + i % 3}"
-    async with report.build_locks[env_name]:
-        env = await stats.run("get_environment", ledger.get_environment(env_name))
-        if env is None:
-            env = EnvironmentRecord.model_validate(
-                {
-                    "name": env_name,
-                    "builtAt": ts,
-                    "snapshotId": f"snap-env-{env_name}",
-                    "packages": ["pytest", "ruff"],
-                }
-            )
-            await stats.run("save_environment", ledger.save_environment(env))
-            report.environments_built += 1
-        else:
-            report.environments_reused += 1
-
-    # The resource record of the provisioned sandbox; some owners will die.
-    dead = (i * 7919 % 100) < config.dead_owner_share * 100
-    failed_cleanup = i % 11 == 5
-    age = timedelta(minutes=25) if dead else timedelta(0)
-    if failed_cleanup:
-        age = timedelta(days=8 if i % 2 else 1)
-    record = ResourceActivityRecord.model_validate(
-        {
-            "version": 1,
-            "id": str(uuid.uuid4()),
-            "pid": 10_000 + i,
-            "sandboxProvider": ["docker", "vercel", "firecracker"][i % 3],
-            "placement": "mounted",
-            "workspace": f"/work/worktrees/{sid}",
-            "createdAt": to_iso(now - age - timedelta(seconds=5)),
-            "updatedAt": to_iso(now - age),
-            "phase": "cleanup-failed" if failed_cleanup else "ready",
-            "operations": [],
-        }
-    )
-    await stats.run("resource.put", store.put(record))
-
-    await append(entry(LedgerEvent.SandboxCreated, -1, 0, {"environment": env_name}))
-    resume_at = config.execs // 2 if i % 5 == 2 else None
-    step = 0
-    while step < config.execs:
-        if resume_at is not None and step == resume_at:
-            # A crash and a resume: read the ledger back and continue after the last step.
-            history = await stats.run("read_all", ledger.read_all(name, sid))
-            await stats.run("last_checkpoint", ledger.last_checkpoint(name, sid))
-            step = max(e.step_index for e in history) + 1
-            report.resumed += 1
-            resume_at = None
-            continue
-        branch = step % config.branches
-        if not dead and not failed_cleanup:
-            await stats.run(
-                "resource.record_operation", store.record_operation_start(record.id, "exec")
-            )
-        await append(
-            entry(
-                LedgerEvent.ExecStarted,
-                step,
-                10 * step + 1,
-                {"cmd": f"pytest -k part{step}"},
-                branch,
-            )
+    async def resource_record(self) -> str:
+        """The resource record of the provisioned sandbox; some owners will die."""
+        now = datetime.now(UTC)
+        age = timedelta(minutes=25) if self.dead else timedelta(0)
+        if self.failed_cleanup:
+            age = timedelta(days=8 if self.i % 2 else 1)
+        record = ResourceActivityRecord.model_validate(
+            {
+                "version": 1,
+                "id": str(uuid.uuid4()),
+                "pid": 10_000 + self.i,
+                "sandboxProvider": ["docker", "vercel", "firecracker"][self.i % 3],
+                "placement": "mounted",
+                "workspace": f"/work/worktrees/{self.sid}",
+                "createdAt": to_iso(now - age - timedelta(seconds=5)),
+                "updatedAt": to_iso(now - age),
+                "phase": "cleanup-failed" if self.failed_cleanup else "ready",
+                "operations": [],
+            }
         )
-        if step % 7 == 6:
-            await append(
-                entry(
-                    LedgerEvent.ExecFailed,
-                    step,
-                    10 * step + 4,
-                    {"exitCode": 1},
-                    branch,
-                    error="exit status 1",
+        await self.stats.run("resource.put", self.store.put(record))
+        return record.id
+
+    async def execs(self, record_id: str) -> None:
+        """The execs on parallel branches, with a checkpoint every third step; one sandbox in
+        five crashes half-way and resumes from what it reads back from the ledger."""
+        resume_at = self.config.execs // 2 if self.i % 5 == 2 else None
+        step = 0
+        while step < self.config.execs:
+            if resume_at is not None and step == resume_at:
+                history = await self.stats.run(
+                    "read_all", self.ledger.read_all(self.name, self.sid)
                 )
-            )
-        else:
-            await append(
-                entry(
-                    LedgerEvent.ExecComplete,
-                    step,
-                    10 * step + 5,
-                    {"exitCode": 0, "stdout": "ok"},
-                    branch,
+                await self.stats.run(
+                    "last_checkpoint", self.ledger.last_checkpoint(self.name, self.sid)
                 )
-            )
-        if not dead and not failed_cleanup:
-            await stats.run(
-                "resource.record_operation",
-                store.record_operation_finish(
-                    record.id, "exec", "failed" if step % 7 == 6 else "completed"
-                ),
-            )
-            await stats.run("resource.touch", store.touch(record.id))
-        if step % 3 == 2:
-            await append(
-                entry(
+                step = max(e.step_index for e in history) + 1
+                self.report.resumed += 1
+                resume_at = None
+                continue
+            await self.one_exec(step, record_id)
+            if step % 3 == 2:
+                await self.append(
                     LedgerEvent.CheckpointCreated,
                     -1,
                     10 * step + 7,
-                    {"snapshotId": f"snap-{sid}-{step}", "name": f"after-{step}"},
+                    {"snapshotId": f"snap-{self.sid}-{step}", "name": f"after-{step}"},
                 )
+            step += 1
+
+    async def one_exec(self, step: int, record_id: str) -> None:
+        branch = step % self.config.branches
+        failed = step % 7 == 6
+        alive = not self.dead and not self.failed_cleanup
+        if alive:
+            await self.stats.run(
+                "resource.record_operation",
+                self.store.record_operation_start(record_id, "exec"),
             )
-        step += 1
-    await stats.run("get_sandbox_details", ledger.get_sandbox_details(name, sid))
-    await stats.run("list_checkpoints", ledger.list_checkpoints(name, sid))
-    if i % 6 != 0:
-        await append(entry(LedgerEvent.SandboxClosed, -1, 10 * config.execs + 9))
-    await stats.run("list_sandbox_details", ledger.list_sandbox_details(name))
+        await self.append(
+            LedgerEvent.ExecStarted, step, 10 * step + 1, {"cmd": f"pytest -k part{step}"}, branch
+        )
+        if failed:
+            await self.append(
+                LedgerEvent.ExecFailed,
+                step,
+                10 * step + 4,
+                {"exitCode": 1},
+                branch,
+                error="exit status 1",
+            )
+        else:
+            await self.append(
+                LedgerEvent.ExecComplete,
+                step,
+                10 * step + 5,
+                {"exitCode": 0, "stdout": "ok"},
+                branch,
+            )
+        if alive:
+            await self.stats.run(
+                "resource.record_operation",
+                self.store.record_operation_finish(
+                    record_id, "exec", "failed" if failed else "completed"
+                ),
+            )
+            await self.stats.run("resource.touch", self.store.touch(record_id))
 
 
 def _sweep(target: Target) -> tuple[dict[str, Any], str]:

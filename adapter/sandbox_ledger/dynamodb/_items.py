@@ -15,6 +15,7 @@ from typing import Any
 from sandbox_ledger import _json
 from sandbox_ledger import keys as k
 from sandbox_ledger.ddb.attributes import B, Item, N, S
+from sandbox_ledger.keys import LedgerAttr as A
 from sandbox_ledger.models import (
     CheckpointInfo,
     EnvironmentRecord,
@@ -77,16 +78,16 @@ def encode_entry(entry: LedgerEntry, order: str) -> EncodedEntry:
     head: Item = {
         k.PARTITION_KEY: S(pk),
         k.SORT_KEY: S(head_sk),
-        "ts": N(entry.ts),
-        "ev": S(entry.event),
-        "d": B(chunks[0]),
+        A.TS: N(entry.ts),
+        A.EVENT: S(entry.event),
+        A.DATA: B(chunks[0]),
     }
     if compressed:
-        head["z"] = S("zlib")
+        head[A.COMPRESSION] = S("zlib")
     if len(chunks) > 1:
-        head["np"] = N(len(chunks) - 1)
+        head[A.PARTS] = N(len(chunks) - 1)
     parts: list[Item] = [
-        {k.PARTITION_KEY: S(pk), k.SORT_KEY: S(k.part_sk(head_sk, i)), "d": B(chunk)}
+        {k.PARTITION_KEY: S(pk), k.SORT_KEY: S(k.part_sk(head_sk, i)), A.DATA: B(chunk)}
         for i, chunk in enumerate(chunks[1:], start=1)
     ]
     return EncodedEntry(head, parts)
@@ -103,18 +104,18 @@ def decode_entries(name: str, sandbox_id: str, items: list[Item]) -> list[Ledger
     while i < len(items):
         item = items[i]
         i += 1
-        if "ts" not in item:  # an orphaned part
+        if A.TS not in item:  # an orphaned part
             continue
-        n_parts = int(item["np"]["N"]) if "np" in item else 0
-        blob = bytes(item["d"]["B"])
+        n_parts = int(item[A.PARTS]["N"]) if A.PARTS in item else 0
+        blob = bytes(item[A.DATA]["B"])
         head_sk = item[k.SORT_KEY]["S"]
         for p in range(1, n_parts + 1):
             part = items[i] if i < len(items) else None
             if part is None or part[k.SORT_KEY]["S"] != k.part_sk(head_sk, p):
                 raise ValueError(f"entry {head_sk!r} is missing part {p} of {n_parts}")
-            blob += bytes(part["d"]["B"])
+            blob += bytes(part[A.DATA]["B"])
             i += 1
-        out.append(decode_blob(name, sandbox_id, blob, "z" in item))
+        out.append(decode_blob(name, sandbox_id, blob, A.COMPRESSION in item))
     return out
 
 
@@ -141,13 +142,13 @@ def summary_update(entry: LedgerEntry, shard_count: int) -> dict[str, Any] | Non
     """
     pk = k.session_pk(entry.name, entry.sandbox_id)
     shard = k.shard_of(pk, shard_count)
-    names = {"#nm": "name"}
+    names = {"#nm": A.NAME}
     values: dict[str, Any] = {
         ":nm": S(entry.name),
         ":sid": S(entry.sandbox_id),
         ":ty": S("session"),
     }
-    sets = ["#nm = :nm", "sandboxId = :sid", "itemType = :ty"]
+    sets = ["#nm = :nm", f"{A.SANDBOX_ID} = :sid", f"{A.ITEM_TYPE} = :ty"]
     adds: list[str] = []
     if entry.event == LedgerEvent.SandboxCreated:
         values |= {
@@ -158,7 +159,7 @@ def summary_update(entry: LedgerEntry, shard_count: int) -> dict[str, Any] | Non
             ":g4": S(k.all_status_pk(SandboxStatus.Running, shard)),
         }
         sets += [
-            "startedAt = if_not_exists(startedAt, :ts)",
+            _set_if_absent(A.STARTED_AT, ":ts"),
             _set_if_absent(k.INDEX_SORT_KEY, ":ts"),
             f"{k.BY_NAME.partition_key} = :g1",
             f"{k.ALL.partition_key} = :g3",
@@ -172,13 +173,13 @@ def summary_update(entry: LedgerEntry, shard_count: int) -> dict[str, Any] | Non
             ":g4": S(k.all_status_pk(SandboxStatus.Completed, shard)),
         }
         sets += [
-            "completedAt = if_not_exists(completedAt, :ts)",
+            _set_if_absent(A.COMPLETED_AT, ":ts"),
             f"{k.BY_NAME_STATUS.partition_key} = :g2",
             f"{k.ALL_STATUS.partition_key} = :g4",
         ]
     elif entry.event == LedgerEvent.ExecComplete:
         values[":one"] = N(1)
-        adds.append("execCount :one")
+        adds.append(f"{A.EXEC_COUNT} :one")
     else:
         return None
     expression = "SET " + ", ".join(sets) + (" ADD " + ", ".join(adds) if adds else "")
@@ -192,16 +193,16 @@ def summary_update(entry: LedgerEntry, shard_count: int) -> dict[str, Any] | Non
 
 def decode_details(item: Item) -> SandboxDetails | None:
     """A summary item as SandboxDetails, or None before ``sandbox.created``."""
-    if "startedAt" not in item:
+    if A.STARTED_AT not in item:
         return None
-    completed = int(item["completedAt"]["N"]) if "completedAt" in item else None
+    completed = int(item[A.COMPLETED_AT]["N"]) if A.COMPLETED_AT in item else None
     return SandboxDetails(
-        name=item["name"]["S"],
-        sandbox_id=item["sandboxId"]["S"],
+        name=item[A.NAME]["S"],
+        sandbox_id=item[A.SANDBOX_ID]["S"],
         status=SandboxStatus.Completed if completed is not None else SandboxStatus.Running,
-        started_at=int(item["startedAt"]["N"]),
+        started_at=int(item[A.STARTED_AT]["N"]),
         completed_at=completed,
-        exec_count=int(item["execCount"]["N"]) if "execCount" in item else 0,
+        exec_count=int(item[A.EXEC_COUNT]["N"]) if A.EXEC_COUNT in item else 0,
     )
 
 
@@ -211,21 +212,21 @@ def checkpoint_marker(entry: LedgerEntry, order: str) -> Item:
     item: Item = {
         k.PARTITION_KEY: S(k.session_pk(entry.name, entry.sandbox_id)),
         k.SORT_KEY: S(k.checkpoint_sk(entry.ts, order)),
-        "ts": N(entry.ts),
-        "ref": S(k.event_sk(entry.ts, order)),
+        A.TS: N(entry.ts),
+        A.REF: S(k.event_sk(entry.ts, order)),
     }
     if info.snapshot_id is not None:
-        item["snap"] = S(info.snapshot_id)
+        item[A.SNAPSHOT_ID] = S(info.snapshot_id)
     if info.tag is not None:
-        item["tag"] = S(info.tag)
+        item[A.TAG] = S(info.tag)
     return item
 
 
 def decode_checkpoint(item: Item) -> CheckpointInfo:
     return CheckpointInfo(
-        snapshot_id=item["snap"]["S"] if "snap" in item else None,
-        tag=item["tag"]["S"] if "tag" in item else None,
-        created_at=int(item["ts"]["N"]),
+        snapshot_id=item[A.SNAPSHOT_ID]["S"] if A.SNAPSHOT_ID in item else None,
+        tag=item[A.TAG]["S"] if A.TAG in item else None,
+        created_at=int(item[A.TS]["N"]),
     )
 
 
@@ -233,8 +234,8 @@ def environment_item(record: EnvironmentRecord) -> Item:
     return {
         k.PARTITION_KEY: S(k.ENVIRONMENT_PK),
         k.SORT_KEY: S(k.environment_sk(record.name)),
-        "builtAt": N(record.built_at),
-        "record": B(_json.dumps(record.wire())),
+        A.BUILT_AT: N(record.built_at),
+        A.RECORD: B(_json.dumps(record.wire())),
     }
 
 
@@ -243,4 +244,4 @@ def environment_key(name: str) -> Item:
 
 
 def decode_environment(item: Item) -> EnvironmentRecord:
-    return EnvironmentRecord.model_validate(_json.loads(bytes(item["record"]["B"])))
+    return EnvironmentRecord.model_validate(_json.loads(bytes(item[A.RECORD]["B"])))

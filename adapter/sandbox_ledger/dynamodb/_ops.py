@@ -137,7 +137,7 @@ def last_checkpoint(table: str, name: str, sandbox_id: str) -> Op[LedgerEntry | 
     )
     if not page.get("Items"):
         return None
-    ref = page["Items"][0]["ref"]["S"]
+    ref = page["Items"][0][k.LedgerAttr.REF]["S"]
     items = yield from query_all(_prefix_query(table, pk, ref))
     entries = it.decode_entries(name, sandbox_id, items)
     return entries[0] if entries else None

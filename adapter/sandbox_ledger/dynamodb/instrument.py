@@ -27,11 +27,6 @@ class RequestCounter:
         client.meta.events.register("before-send.dynamodb", self._on_send)
         return self
 
-    def detach(self, client: Any) -> None:
-        """Stop counting calls of ``client``."""
-        client.meta.events.unregister("before-call.dynamodb", self._on_call)
-        client.meta.events.unregister("before-send.dynamodb", self._on_send)
-
     def _on_call(self, model: Any, **_: Any) -> None:
         with self._lock:
             self.calls[model.name] += 1

@@ -1,0 +1,73 @@
+"""Structure rules the code keeps: a leading underscore means private to its package."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# Shipped code: the library, the handlers and the CDK app. The tests and the benchmarks are
+# white-box tools and may import the private modules of the package they examine.
+SHIPPED = ("adapter", "lambdas", "infra")
+
+
+def _module_name(path: Path, root: Path) -> str:
+    base = root / "adapter" if path.is_relative_to(root / "adapter") else root
+    relative = path.relative_to(base)
+    parts = list(relative.with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imported_modules(tree: ast.AST, importer: str, is_package: bool) -> list[str]:
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = importer.split(".")
+                anchor = anchor[: len(anchor) - node.level + (1 if is_package else 0)]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.append(base)
+            found += [f"{base}.{alias.name}" for alias in node.names]
+    return found
+
+
+def private_import_violations(root: Path = ROOT) -> list[str]:
+    """Imports of an underscore module (or name) from outside the package that owns it."""
+    violations = []
+    for top in SHIPPED:
+        for path in sorted((root / top).rglob("*.py")):
+            importer = _module_name(path, root)
+            tree = ast.parse(path.read_text(), filename=str(path))
+            for module in _imported_modules(tree, importer, path.name == "__init__.py"):
+                parts = module.split(".")
+                for i, part in enumerate(parts):
+                    if part.startswith("_") and not part.startswith("__"):
+                        owner = ".".join(parts[:i])
+                        if not (importer == owner or importer.startswith(owner + ".")):
+                            violations.append(f"{path.relative_to(root)}: imports {module}")
+                        break
+    return violations
+
+
+def test_private_modules_are_imported_only_inside_their_package() -> None:
+    assert private_import_violations() == []
+
+
+def test_the_rule_catches_a_cross_package_private_import(tmp_path: Path) -> None:
+    package = tmp_path / "adapter" / "sandbox_ledger"
+    (package / "resources").mkdir(parents=True)
+    (package / "dynamodb").mkdir()
+    (package / "resources" / "sweep.py").write_text(
+        "from sandbox_ledger.dynamodb import _ops\nfrom sandbox_ledger import _json\n"
+    )
+    (package / "dynamodb" / "adapter.py").write_text("from . import _ops\n")
+    for top in SHIPPED[1:]:
+        (tmp_path / top).mkdir()
+    assert private_import_violations(tmp_path) == [
+        "adapter/sandbox_ledger/resources/sweep.py: imports sandbox_ledger.dynamodb._ops"
+    ]
