@@ -231,7 +231,7 @@ def test_demo_runs_end_to_end(runner: CliRunner) -> None:
         "Sessions",
         "Expired resource records",
         "append",
-        "expire_stale_resources/handler.py",
+        "sandbox_ledger.handlers.expire_stale_resources",
     ):
         assert part in result.output
     assert "records expired" in result.output

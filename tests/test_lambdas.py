@@ -3,12 +3,10 @@ SQS): the ResourceExpired events are read back through a rule and an SQS target.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -18,10 +16,9 @@ import pytest
 from resource_fixtures import FakeContext, record
 from sandbox_ledger.ddb.batching import batch_write
 from sandbox_ledger.ddb.steps import run_sync
+from sandbox_ledger.handlers import expire_stale_resources, on_ttl_expiry
 from sandbox_ledger.resources import DETAIL_TYPE, SOURCE, SyncResourceRecordStore
 from sandbox_ledger.resources import _items as ri
-
-LAMBDAS = Path(__file__).parents[1] / "lambdas"
 
 SCHEDULED_EVENT = {
     "version": "0",
@@ -36,15 +33,23 @@ SCHEDULED_EVENT = {
 }
 
 
+HANDLERS = {"expire_stale_resources": expire_stale_resources, "on_ttl_expiry": on_ttl_expiry}
+
+
 def load_handler(name: str) -> ModuleType:
-    """Import a handler module afresh: a cold start."""
-    module_name = f"handler_{name}_{uuid.uuid4().hex}"
-    spec = importlib.util.spec_from_file_location(module_name, LAMBDAS / name / "handler.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
+    """A handler module after a cold start: its dependencies are built afresh from the
+    environment on the next invocation (and validated now, as the first invocation would)."""
+    module = HANDLERS[name]
+    module.dependencies.cache_clear()  # type: ignore[attr-defined]
+    module.dependencies()  # type: ignore[attr-defined]
     return module
+
+
+@pytest.fixture(autouse=True)
+def _cold_starts() -> Iterator[None]:
+    yield
+    for module in HANDLERS.values():
+        module.dependencies.cache_clear()  # type: ignore[attr-defined]
 
 
 class Wiring:
@@ -167,7 +172,7 @@ def test_owner_touch_between_read_and_delete_wins(wiring: Wiring) -> None:
                 owner.touch(record_id)
                 touched.append(record_id)
 
-    sweeper.STORE.client().meta.events.register(
+    sweeper.dependencies().store.client().meta.events.register(
         "before-parameter-build.dynamodb.UpdateItem", owner_heartbeat_first
     )
     summary = sweeper.handler(SCHEDULED_EVENT, FakeContext())
@@ -185,9 +190,36 @@ def test_cold_start_names_the_missing_variable(monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(ValueError, match="TABLE_NAME"):
         load_handler("on_ttl_expiry")
     monkeypatch.setenv("TABLE_NAME", "t")
+    with pytest.raises(ValueError, match="TABLE_NAME"):
+        load_handler("expire_stale_resources")
+    monkeypatch.setenv("TABLE_NAME", "ledger")
     monkeypatch.setenv("STALE_AFTER_SECONDS", "-1")
     with pytest.raises(ValueError, match="STALE_AFTER_SECONDS"):
         load_handler("expire_stale_resources")
+
+
+def test_each_handler_validates_exactly_the_settings_it_uses() -> None:
+    """build(environ) reads the mapping it is given, not the process environment."""
+    sweeper_only = {"STALE_AFTER_SECONDS": "-1", "SHARD_COUNT": "x", "DRY_RUN": "maybe"}
+    reporter = on_ttl_expiry.build({"TABLE_NAME": "ledger", **sweeper_only})
+    assert reporter.settings.table_name == "ledger"
+    assert reporter.publisher.event_bus_name == "default"
+    for name in sweeper_only:
+        with pytest.raises(ValueError, match=name):
+            expire_stale_resources.build({"TABLE_NAME": "ledger", name: sweeper_only[name]})
+    built = expire_stale_resources.build(
+        {"TABLE_NAME": "ledger", "EVENT_BUS_NAME": "bus", "SHARD_COUNT": "8"}
+    )
+    assert (built.store.table_name, built.store.shard_count) == ("ledger", 8)
+    assert built.publisher.event_bus_name == "bus"
+
+
+def test_dependencies_are_built_once_per_cold_start(wiring: Wiring) -> None:
+    sweeper = load_handler("expire_stale_resources")
+    first = sweeper.dependencies()
+    sweeper.handler(SCHEDULED_EVENT, FakeContext())
+    sweeper.handler(SCHEDULED_EVENT, FakeContext())
+    assert sweeper.dependencies() is first
 
 
 @pytest.mark.slow
@@ -229,7 +261,9 @@ def test_sweep_of_five_thousand_records_over_several_invocations(wiring: Wiring)
     assert {e["detail"]["record"]["id"] for e in events} == {r.id for r in records}
 
 
-def _stream_record(item: dict[str, Any], *, ttl: bool, seq: str) -> dict[str, Any]:
+def _stream_record(
+    item: dict[str, Any], *, ttl: bool, seq: str, table: str = "t"
+) -> dict[str, Any]:
     out: dict[str, Any] = {
         "eventID": seq,
         "eventName": "REMOVE",
@@ -244,7 +278,7 @@ def _stream_record(item: dict[str, Any], *, ttl: bool, seq: str) -> dict[str, An
             "SizeBytes": 512,
             "StreamViewType": "NEW_AND_OLD_IMAGES",
         },
-        "eventSourceARN": "arn:aws:dynamodb:us-east-1:123456789012:table/t/stream/2026",
+        "eventSourceARN": f"arn:aws:dynamodb:us-east-1:123456789012:table/{table}/stream/2026",
     }
     if ttl:
         out["userIdentity"] = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
@@ -260,12 +294,16 @@ def test_ttl_stream_handler(wiring: Wiring) -> None:
     }
     broken = {**item, "rec": {"S": "{not json"}}
     summary = {"PK": {"S": "S#1#n#s"}, "SK": {"S": "#SUMMARY"}, "itemType": {"S": "session"}}
+    own = wiring.table
     event = {
         "Records": [
-            _stream_record(item, ttl=True, seq="100"),
-            _stream_record(item, ttl=False, seq="101"),  # an ordinary delete: ignored
-            _stream_record(summary, ttl=True, seq="102"),  # not a resource record: ignored
-            _stream_record(broken, ttl=True, seq="103"),  # cannot decode: reported as failed
+            _stream_record(item, ttl=True, seq="100", table=own),
+            _stream_record(item, ttl=False, seq="101", table=own),  # an ordinary delete
+            _stream_record(summary, ttl=True, seq="102", table=own),  # not a resource record
+            _stream_record(broken, ttl=True, seq="103", table=own),  # undecodable: failed
+            # Another table's stream wired to this function by mistake: never published.
+            _stream_record(item, ttl=True, seq="104", table=f"{own}-other"),
+            _stream_record(item, ttl=True, seq="105", table=own[:-1]),
         ]
     }
     ttl = load_handler("on_ttl_expiry")

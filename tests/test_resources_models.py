@@ -9,9 +9,9 @@ import pytest
 from resource_fixtures import TS_RECORD, record
 from sandbox_ledger.resources import (
     ExpiryPolicy,
-    HandlerSettings,
     LocalProcessIdentity,
     ResourceActivityRecord,
+    SweeperSettings,
     current_identity,
     expiry_reason,
     is_owner_alive,
@@ -133,9 +133,9 @@ def test_start_time_parsing_survives_odd_command_names(tmp_path: Path) -> None:
 
 
 def test_handler_settings() -> None:
-    settings = HandlerSettings.from_env(
+    settings = SweeperSettings.from_env(
         {
-            "TABLE_NAME": "t",
+            "TABLE_NAME": "tbl",
             "DRY_RUN": "true",
             "STALE_AFTER_SECONDS": "60",
             "RETAIN_FAILED_SECONDS": "0",
@@ -145,18 +145,19 @@ def test_handler_settings() -> None:
     assert settings.policy == ExpiryPolicy(
         stale_after=timedelta(seconds=60), retain_failed=timedelta(0)
     )
-    defaults = HandlerSettings.from_env({"TABLE_NAME": "t"})
+    defaults = SweeperSettings.from_env({"TABLE_NAME": "tbl"})
     assert defaults.policy == ExpiryPolicy() and not defaults.dry_run
     for env, name in [
         ({}, "TABLE_NAME"),
-        ({"TABLE_NAME": "t", "STALE_AFTER_SECONDS": "soon"}, "STALE_AFTER_SECONDS"),
-        ({"TABLE_NAME": "t", "STALE_AFTER_SECONDS": "0"}, "STALE_AFTER_SECONDS"),
-        ({"TABLE_NAME": "t", "RETAIN_FAILED_SECONDS": "-5"}, "RETAIN_FAILED_SECONDS"),
-        ({"TABLE_NAME": "t", "DRY_RUN": "maybe"}, "DRY_RUN"),
-        ({"TABLE_NAME": "t", "SHARD_COUNT": "0"}, "SHARD_COUNT"),
+        ({"TABLE_NAME": "t"}, "TABLE_NAME"),
+        ({"TABLE_NAME": "tbl", "STALE_AFTER_SECONDS": "soon"}, "STALE_AFTER_SECONDS"),
+        ({"TABLE_NAME": "tbl", "STALE_AFTER_SECONDS": "0"}, "STALE_AFTER_SECONDS"),
+        ({"TABLE_NAME": "tbl", "RETAIN_FAILED_SECONDS": "-5"}, "RETAIN_FAILED_SECONDS"),
+        ({"TABLE_NAME": "tbl", "DRY_RUN": "maybe"}, "DRY_RUN"),
+        ({"TABLE_NAME": "tbl", "SHARD_COUNT": "0"}, "SHARD_COUNT"),
     ]:
         with pytest.raises(ValueError, match=name):
-            HandlerSettings.from_env(env)
+            SweeperSettings.from_env(env)
 
 
 def stream_remove(item: dict[str, Any], *, ttl: bool) -> dict[str, Any]:

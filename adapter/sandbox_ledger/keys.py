@@ -11,6 +11,7 @@ Item collections (partition key ``PK``, sort key ``SK``)::
                            E#<ts:16>#<order>#<part:5>   the rest of an entry too large for one item
                            K#<ts:16>#<order>            checkpoint marker, points at its entry
     ENV                    <environment name>           environment record
+    DEPLOYMENT             DESCRIPTOR                   what every client of the table agrees on
     R#<uuid>               RECORD                       resource activity record
 
 A session key carries the name's length (in characters) before the name, so the boundary
@@ -52,7 +53,32 @@ SUMMARY_SK: Final = "#SUMMARY"
 EVENT_PREFIX: Final = "E#"
 CHECKPOINT_PREFIX: Final = "K#"
 ENVIRONMENT_PK: Final = "ENV"
+RESOURCE_PREFIX: Final = "R#"
 RESOURCE_SK: Final = "RECORD"
+
+# The deployment descriptor: one item per table (see sandbox_ledger.deployment).
+DESCRIPTOR_PK: Final = "DEPLOYMENT"
+DESCRIPTOR_SK: Final = "DESCRIPTOR"
+DESCRIPTOR_ITEM_TYPE: Final = "deployment"
+DESCRIPTOR_FORMAT: Final = "format"
+DESCRIPTOR_SHARD_COUNT: Final = "shardCount"
+DESCRIPTOR_EVENT_BUS: Final = "eventBusName"
+DESCRIPTOR_STALE_AFTER: Final = "staleAfterSeconds"
+DESCRIPTOR_RETAIN_FAILED: Final = "retainFailedSeconds"
+
+# Attribute names of resource record items (besides the keys, index keys and TTL above).
+ITEM_TYPE: Final = "itemType"
+"""Which kind of item this is (resource records: :data:`RESOURCE_ITEM_TYPE`)."""
+RESOURCE_ITEM_TYPE: Final = "resource"
+RECORD_BODY: Final = "rec"
+"""The record's JSON, without updatedAt."""
+RECORD_PHASE: Final = "phase"
+RECORD_UPDATED_AT: Final = "updatedAt"
+"""The owner's ISO timestamp (the seed's field), kept apart so a heartbeat is one UpdateItem."""
+REVISION: Final = "rev"
+"""Optimistic-concurrency counter: +1 on every write by an owner or a sweeper claim."""
+CLAIM: Final = "expiring"
+"""Set when a sweeper claims the record for expiry: the reason."""
 
 
 class LedgerAttr:
@@ -90,9 +116,14 @@ BY_NAME: Final = IndexSpec("byName", "g1pk")
 BY_NAME_STATUS: Final = IndexSpec("byNameStatus", "g2pk")
 ALL: Final = IndexSpec("all", "g3pk")
 ALL_STATUS: Final = IndexSpec("allStatus", "g4pk")
-# Resource records reuse the first two indexes under their own key prefixes.
-RESOURCES_BY_PHASE: Final = BY_NAME
-RESOURCES_BY_PROVIDER: Final = BY_NAME_STATUS
+# The first two physical indexes are overloaded: resource records live in them under their own
+# partition prefixes (``RP#``, ``RV#``), which never collide with a session's. Each use has its
+# own spec, named for what it serves; the physical names stay those of the first use, since
+# renaming a GSI of a deployed table means dropping and rebuilding it.
+RESOURCES_BY_PHASE: Final = IndexSpec(BY_NAME.name, BY_NAME.partition_key)
+"""Resource records by phase and shard (``RP#<phase>#<shard>``), on the byName index."""
+RESOURCES_BY_PROVIDER: Final = IndexSpec(BY_NAME_STATUS.name, BY_NAME_STATUS.partition_key)
+"""Resource records by shard and provider (``RV#<shard>#<provider>``), on byNameStatus."""
 
 INDEXES: Final[tuple[IndexSpec, ...]] = (BY_NAME, BY_NAME_STATUS, ALL, ALL_STATUS)
 
@@ -169,7 +200,14 @@ def environment_sk(name: str) -> str:
 
 def resource_pk(record_id: str) -> str:
     """The partition key of a resource activity record."""
-    return f"R#{_nonempty(record_id, 'id')}"
+    return f"{RESOURCE_PREFIX}{_nonempty(record_id, 'id')}"
+
+
+def resource_id(pk: str) -> str:
+    """The record id a resource partition key was built from."""
+    if not pk.startswith(RESOURCE_PREFIX):
+        raise ValueError(f"not a resource record key: {pk!r}")
+    return pk[len(RESOURCE_PREFIX) :]
 
 
 def shard_of(key: str, shard_count: int) -> int:

@@ -5,15 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import importlib.util
-import os
-import sys
 import time
 import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.progress import Progress
@@ -32,7 +28,6 @@ if TYPE_CHECKING:
     from sandbox_ledger.cli.context import Target
 
 _current_op: contextvars.ContextVar[str] = contextvars.ContextVar("op", default="other")
-HANDLER = Path(__file__).resolve().parents[3] / "lambdas" / "expire_stale_resources" / "handler.py"
 
 
 @dataclass(frozen=True)
@@ -296,73 +291,31 @@ class _SandboxRun:
 
 
 def _sweep(target: Target) -> tuple[dict[str, Any], str]:
-    """Run the scheduled handler's code (lambdas/) when this is a source checkout, else the
-    library function it calls."""
-    import boto3
+    """Run the scheduled sweeper's handler code, built with the demo's environment."""
+    from sandbox_ledger.handlers import expire_stale_resources as sweeper_handler
 
-    session = target.boto3_session() or boto3.session.Session()
-    events = session.client("events", endpoint_url=target.endpoint_url, region_name=target.region)
-    bus = "sandbox-ledger-demo"
-    if target.embedded:
-        events.create_event_bus(Name=bus)
+    session = target.boto3_session()
     env = {
         "TABLE_NAME": target.table or "",
-        "EVENT_BUS_NAME": bus if target.embedded else "default",
+        "EVENT_BUS_NAME": "sandbox-ledger-demo" if target.embedded else "default",
         "SHARD_COUNT": str(target.shard_count),
-        "POWERTOOLS_LOG_LEVEL": "WARNING",
-        "POWERTOOLS_METRICS_DISABLED": "true",
     }
     if target.endpoint_url:
         env["AWS_ENDPOINT_URL"] = target.endpoint_url
     if target.region:
-        env["AWS_DEFAULT_REGION"] = target.region
-    saved = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
+        env["AWS_REGION"] = target.region
+    sweeper = sweeper_handler.build(env, session=session)
+    if target.embedded:
+        sweeper.publisher.client.create_event_bus(Name=sweeper.settings.event_bus_name)
+    level = sweeper_handler.logger.log_level
+    sweeper_handler.logger.setLevel("WARNING")  # the summary table reports the run
     try:
-        if HANDLER.exists():
-            spec = importlib.util.spec_from_file_location("demo_sweeper_handler", HANDLER)
-            assert spec and spec.loader
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[spec.name] = module
-            spec.loader.exec_module(module)
-            try:
-                summary = module.handler(
-                    {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}},
-                    _Context(),
-                )
-            finally:
-                # Powertools shares metric state across the process; leave none behind.
-                module.metrics.clear_metrics()
-            return summary, str(HANDLER.relative_to(HANDLER.parents[2]))
-        from sandbox_ledger.resources import EventPublisher, HandlerSettings, sweep
-        from sandbox_ledger.resources.store import SyncResourceRecordStore
-
-        settings = HandlerSettings.from_env(os.environ)
-        store = SyncResourceRecordStore(settings.table_name, shard_count=settings.shard_count)
-        result = sweep(
-            store,
-            EventPublisher(events, settings.event_bus_name),
-            now=datetime.now(UTC),
-            policy=settings.policy,
-        )
-        return result.to_dict(), "sandbox_ledger.resources.sweep"
+        summary = sweeper_handler.run(sweeper, remaining_ms=None)
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-@dataclass
-class _Context:
-    function_name: str = "sandbox-ledger-demo-sweeper"
-    memory_limit_in_mb: int = 256
-    invoked_function_arn: str = "arn:aws:lambda:us-east-1:000000000000:function:demo"
-    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 300_000
+        # Powertools shares metric state across the process; leave none behind.
+        sweeper_handler.metrics.clear_metrics()
+        sweeper_handler.logger.setLevel(level)
+    return summary, sweeper_handler.__name__
 
 
 def _ms(samples: list[float], q: float) -> str:

@@ -11,10 +11,10 @@ from sandbox_ledger.resources.models import (
 )
 from sandbox_ledger.resources.owner import current_identity, is_owner_alive
 from sandbox_ledger.resources.policy import ExpiryPolicy, expiry_reason
-from sandbox_ledger.resources.settings import HandlerSettings
+from sandbox_ledger.resources.settings import StreamSettings, SweeperSettings
 from sandbox_ledger.resources.store import ResourceRecordStore, SyncResourceRecordStore
 from sandbox_ledger.resources.stream import is_ttl_removal, ttl_expiry
-from sandbox_ledger.resources.sweeper import SweepResult, sweep
+from sandbox_ledger.resources.sweeper import SweepResult, SweepStore, sweep
 
 __all__ = [
     "DETAIL_TYPE",
@@ -22,14 +22,16 @@ __all__ = [
     "EventPublisher",
     "Expiry",
     "ExpiryPolicy",
-    "HandlerSettings",
     "LocalProcessIdentity",
     "Page",
     "ResourceActivityRecord",
     "ResourceOperation",
     "ResourceOperationResult",
     "ResourceRecordStore",
+    "StreamSettings",
     "SweepResult",
+    "SweepStore",
+    "SweeperSettings",
     "SyncResourceRecordStore",
     "VersionedRecord",
     "current_identity",

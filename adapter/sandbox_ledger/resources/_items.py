@@ -10,7 +10,7 @@ from sandbox_ledger import keys as k
 from sandbox_ledger.ddb.attributes import Item, N, S
 from sandbox_ledger.resources.models import ResourceActivityRecord
 
-ITEM_TYPE = "resource"
+ITEM_TYPE = k.RESOURCE_ITEM_TYPE
 
 
 @dataclass(frozen=True)
@@ -52,10 +52,10 @@ def write_values(
 ) -> dict[str, Any]:
     """Every attribute a full write sets, except the revision."""
     return {
-        "itemType": S(ITEM_TYPE),
-        "rec": S(body(record)),
-        "phase": S(record.phase),
-        "updatedAt": S(record.updated_at),
+        k.ITEM_TYPE: S(ITEM_TYPE),
+        k.RECORD_BODY: S(body(record)),
+        k.RECORD_PHASE: S(record.phase),
+        k.RECORD_UPDATED_AT: S(record.updated_at),
         k.INDEX_SORT_KEY: N(record.updated_at_ms),
         k.TTL_ATTRIBUTE: N(record.updated_at_ms // 1000 + horizon_seconds),
         **index_keys(record, shard_count),
@@ -64,11 +64,21 @@ def write_values(
 
 def decode(item: Item) -> VersionedRecord:
     """A stored item (low-level format) back to a versioned record."""
-    wire = json.loads(item["rec"]["S"])
-    wire["updatedAt"] = item["updatedAt"]["S"]
+    wire = json.loads(item[k.RECORD_BODY]["S"])
+    wire["updatedAt"] = item[k.RECORD_UPDATED_AT]["S"]
     return VersionedRecord(
         record=ResourceActivityRecord.model_validate(wire),
-        revision=int(item["rev"]["N"]),
+        revision=int(item[k.REVISION]["N"]),
         expires_at=int(item[k.TTL_ATTRIBUTE]["N"]),
-        expiring=item["expiring"]["S"] if "expiring" in item else None,
+        expiring=item[k.CLAIM]["S"] if k.CLAIM in item else None,
     )
+
+
+def is_record(item: Item) -> bool:
+    """True for a resource record item (the table holds other kinds)."""
+    return item.get(k.ITEM_TYPE, {}).get("S") == ITEM_TYPE
+
+
+def record_id_of(item: Item) -> str:
+    """The record id in an item's partition key."""
+    return k.resource_id(item[k.PARTITION_KEY]["S"])

@@ -12,7 +12,7 @@ from botocore.exceptions import ClientError
 from sandbox_ledger import keys as k
 from sandbox_ledger.ddb import steps
 from sandbox_ledger.ddb.attributes import N, S
-from sandbox_ledger.ddb.batching import batch_get
+from sandbox_ledger.ddb.batching import batch_get, batch_write
 from sandbox_ledger.ddb.paging import newest_first
 from sandbox_ledger.ddb.steps import Call, Op, Sleep, error_code
 from sandbox_ledger.errors import ConflictError, InvalidInputError
@@ -45,11 +45,25 @@ def _conflict(exc: ClientError, record_id: str, action: str) -> ConflictError:
     old = exc.response.get("Item")
     if old is None:
         why = "it does not exist"
-    elif "expiring" in old:
-        why = f"a sweeper is expiring it ({old['expiring']['S']})"
+    elif k.CLAIM in old:
+        why = f"a sweeper is expiring it ({old[k.CLAIM]['S']})"
     else:
-        why = f"it changed meanwhile (now revision {old.get('rev', {}).get('N', '?')})"
+        why = f"it changed meanwhile (now revision {old.get(k.REVISION, {}).get('N', '?')})"
     return ConflictError(f"{action} {record_id}: {why}", code="ConditionalCheckFailedException")
+
+
+def _conditional(
+    operation: str, params: dict[str, Any], record_id: str, action: str
+) -> Op[dict[str, Any]]:
+    """One conditional write; a failed condition becomes a ConflictError saying why (the
+    request asks for the old item on failure)."""
+    try:
+        response: dict[str, Any] = yield Call(operation, params)
+    except ClientError as exc:
+        if error_code(exc) == "ConditionalCheckFailedException":
+            raise _conflict(exc, record_id, action) from exc
+        raise
+    return response
 
 
 def put(
@@ -69,8 +83,8 @@ def put(
     expr_values: dict[str, Any] = {f":a{i}": v for i, v in enumerate(values.values())}
     expr_values[":one"] = N(1)
     expr_values[":zero"] = N(0)
-    names["#rev"] = "rev"
-    names["#exp"] = "expiring"
+    names["#rev"] = k.REVISION
+    names["#exp"] = k.CLAIM
     if expected_revision is None:
         names["#gsk"] = k.INDEX_SORT_KEY
         names["#pk"] = k.PARTITION_KEY
@@ -79,26 +93,23 @@ def put(
     else:
         condition = "#rev = :expected AND attribute_not_exists(#exp)"
         expr_values[":expected"] = N(expected_revision)
-    try:
-        response = yield Call(
-            "update_item",
-            {
-                "TableName": table,
-                "Key": ri.record_key(record.id),
-                "UpdateExpression": "SET "
-                + ", ".join(assignments)
-                + ", #rev = if_not_exists(#rev, :zero) + :one",
-                "ConditionExpression": condition,
-                "ExpressionAttributeNames": names,
-                "ExpressionAttributeValues": expr_values,
-                "ReturnValues": "ALL_NEW",
-                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-            },
-        )
-    except ClientError as exc:
-        if error_code(exc) == "ConditionalCheckFailedException":
-            raise _conflict(exc, record.id, "put") from exc
-        raise
+    response = yield from _conditional(
+        "update_item",
+        {
+            "TableName": table,
+            "Key": ri.record_key(record.id),
+            "UpdateExpression": "SET "
+            + ", ".join(assignments)
+            + ", #rev = if_not_exists(#rev, :zero) + :one",
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": expr_values,
+            "ReturnValues": "ALL_NEW",
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        },
+        record.id,
+        "put",
+    )
     return ri.decode(response["Attributes"])
 
 
@@ -119,37 +130,34 @@ def touch(
 ) -> Op[ri.VersionedRecord]:
     """The owner's heartbeat: refresh updatedAt (and the TTL) in one conditional UpdateItem."""
     now_ms = int(now.timestamp() * 1000)
-    try:
-        response = yield Call(
-            "update_item",
-            {
-                "TableName": table,
-                "Key": ri.record_key(record_id),
-                "UpdateExpression": "SET #u = :u, #gsk = :ms, #ttl = :ttl, #rev = #rev + :one",
-                "ConditionExpression": "attribute_exists(#rev) AND attribute_not_exists(#exp) "
-                "AND #gsk <= :ms AND #ttl > :now_s",
-                "ExpressionAttributeNames": {
-                    "#u": "updatedAt",
-                    "#gsk": k.INDEX_SORT_KEY,
-                    "#ttl": k.TTL_ATTRIBUTE,
-                    "#rev": "rev",
-                    "#exp": "expiring",
-                },
-                "ExpressionAttributeValues": {
-                    ":u": S(to_iso(now)),
-                    ":ms": N(now_ms),
-                    ":ttl": N(now_ms // 1000 + horizon_seconds),
-                    ":now_s": N(now_ms // 1000),
-                    ":one": N(1),
-                },
-                "ReturnValues": "ALL_NEW",
-                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+    response = yield from _conditional(
+        "update_item",
+        {
+            "TableName": table,
+            "Key": ri.record_key(record_id),
+            "UpdateExpression": "SET #u = :u, #gsk = :ms, #ttl = :ttl, #rev = #rev + :one",
+            "ConditionExpression": "attribute_exists(#rev) AND attribute_not_exists(#exp) "
+            "AND #gsk <= :ms AND #ttl > :now_s",
+            "ExpressionAttributeNames": {
+                "#u": k.RECORD_UPDATED_AT,
+                "#gsk": k.INDEX_SORT_KEY,
+                "#ttl": k.TTL_ATTRIBUTE,
+                "#rev": k.REVISION,
+                "#exp": k.CLAIM,
             },
-        )
-    except ClientError as exc:
-        if error_code(exc) == "ConditionalCheckFailedException":
-            raise _conflict(exc, record_id, "touch") from exc
-        raise
+            "ExpressionAttributeValues": {
+                ":u": S(to_iso(now)),
+                ":ms": N(now_ms),
+                ":ttl": N(now_ms // 1000 + horizon_seconds),
+                ":now_s": N(now_ms // 1000),
+                ":one": N(1),
+            },
+            "ReturnValues": "ALL_NEW",
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        },
+        record_id,
+        "touch",
+    )
     return ri.decode(response["Attributes"])
 
 
@@ -236,44 +244,36 @@ def delete(table: str, record_id: str, *, expected_revision: int | None) -> Op[b
     if expected_revision is not None:
         params |= {
             "ConditionExpression": "#rev = :rev",
-            "ExpressionAttributeNames": {"#rev": "rev"},
+            "ExpressionAttributeNames": {"#rev": k.REVISION},
             "ExpressionAttributeValues": {":rev": N(expected_revision)},
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
-    try:
-        response = yield Call("delete_item", params)
-    except ClientError as exc:
-        if error_code(exc) == "ConditionalCheckFailedException":
-            raise _conflict(exc, record_id, "delete") from exc
-        raise
+    response = yield from _conditional("delete_item", params, record_id, "delete")
     return bool(response.get("Attributes"))
 
 
 def mark_expiring(table: str, record_id: str, revision: int, reason: str) -> Op[ri.VersionedRecord]:
     """Claim a record for expiry, if it is still at ``revision``: from here its owner can no
     longer refresh it, so the event the sweeper publishes next is never contradicted."""
-    try:
-        response = yield Call(
-            "update_item",
-            {
-                "TableName": table,
-                "Key": ri.record_key(record_id),
-                "UpdateExpression": "SET #exp = :reason, #rev = #rev + :one",
-                "ConditionExpression": "#rev = :rev AND attribute_not_exists(#exp)",
-                "ExpressionAttributeNames": {"#exp": "expiring", "#rev": "rev"},
-                "ExpressionAttributeValues": {
-                    ":reason": S(reason),
-                    ":rev": N(revision),
-                    ":one": N(1),
-                },
-                "ReturnValues": "ALL_NEW",
-                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+    response = yield from _conditional(
+        "update_item",
+        {
+            "TableName": table,
+            "Key": ri.record_key(record_id),
+            "UpdateExpression": "SET #exp = :reason, #rev = #rev + :one",
+            "ConditionExpression": "#rev = :rev AND attribute_not_exists(#exp)",
+            "ExpressionAttributeNames": {"#exp": k.CLAIM, "#rev": k.REVISION},
+            "ExpressionAttributeValues": {
+                ":reason": S(reason),
+                ":rev": N(revision),
+                ":one": N(1),
             },
-        )
-    except ClientError as exc:
-        if error_code(exc) == "ConditionalCheckFailedException":
-            raise _conflict(exc, record_id, "expire") from exc
-        raise
+            "ReturnValues": "ALL_NEW",
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        },
+        record_id,
+        "expire",
+    )
     return ri.decode(response["Attributes"])
 
 
@@ -322,7 +322,7 @@ def list_records(
     items = yield from batch_get(
         table, [{k.PARTITION_KEY: i[k.PARTITION_KEY], k.SORT_KEY: i[k.SORT_KEY]} for i in keys]
     )
-    records = [ri.decode(item) for item in items if item.get("itemType", {}).get("S") == "resource"]
+    records = [ri.decode(item) for item in items if ri.is_record(item)]
     records = [r for r in records if r.expires_at > now_s]
     if provider is not None:
         records = [r for r in records if r.record.sandbox_provider == provider]
@@ -352,10 +352,20 @@ def candidate_keys(
     if start:
         params["ExclusiveStartKey"] = start
     page = yield Call("query", params)
-    ids = [item[k.PARTITION_KEY]["S"][2:] for item in page.get("Items", [])]
+    ids = [ri.record_id_of(item) for item in page.get("Items", [])]
     return ids, page.get("LastEvaluatedKey")
 
 
 def batch_get_records(table: str, ids: list[str]) -> Op[list[ri.VersionedRecord]]:
+    """The stored records among ``ids`` (absent ones left out)."""
     items = yield from batch_get(table, [ri.record_key(i) for i in ids])
-    return [ri.decode(item) for item in items if item.get("itemType", {}).get("S") == "resource"]
+    return [ri.decode(item) for item in items if ri.is_record(item)]
+
+
+def delete_claimed(table: str, ids: list[str]) -> Op[None]:
+    """Delete claimed records in batches of 25. A claimed record can no longer be refreshed
+    or replaced by its owner (every owner write requires it unclaimed), so the deletes need
+    no condition."""
+    yield from batch_write(
+        table, [{"DeleteRequest": {"Key": ri.record_key(record_id)}} for record_id in ids]
+    )

@@ -17,9 +17,37 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
+def _table_name(env: Mapping[str, str]) -> str:
+    table = env.get("TABLE_NAME", "").strip()
+    if not table:
+        raise InvalidInputError("TABLE_NAME", "environment variable is required")
+    try:
+        return k.check_table_name(table)
+    except InvalidInputError as exc:
+        raise InvalidInputError("TABLE_NAME", str(exc).split(": ", 1)[1]) from exc
+
+
+def _bus(env: Mapping[str, str]) -> str:
+    return env.get("EVENT_BUS_NAME", "default").strip() or "default"
+
+
 @dataclass(frozen=True)
-class HandlerSettings:
-    """``TABLE_NAME`` (required), ``EVENT_BUS_NAME`` (default ``default``),
+class StreamSettings:
+    """The TTL stream handler's settings: ``TABLE_NAME`` (required: stream records of any
+    other table are ignored) and ``EVENT_BUS_NAME`` (default ``default``)."""
+
+    table_name: str
+    event_bus_name: str
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> StreamSettings:
+        """Parse and validate; raises InvalidInputError naming the variable."""
+        return cls(table_name=_table_name(env), event_bus_name=_bus(env))
+
+
+@dataclass(frozen=True)
+class SweeperSettings:
+    """The sweeper's settings: ``TABLE_NAME`` (required), ``EVENT_BUS_NAME`` (default ``default``),
     ``STALE_AFTER_SECONDS`` (900), ``RETAIN_FAILED_SECONDS`` (604800; 0 keeps failed records
     forever), ``DRY_RUN`` (false), ``SHARD_COUNT`` (4). ``AWS_ENDPOINT_URL`` is read by the SDK
     itself."""
@@ -31,12 +59,10 @@ class HandlerSettings:
     shard_count: int
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> HandlerSettings:
+    def from_env(cls, env: Mapping[str, str]) -> SweeperSettings:
         """Parse and validate; raises InvalidInputError naming the variable."""
-        table = env.get("TABLE_NAME", "").strip()
-        if not table:
-            raise InvalidInputError("TABLE_NAME", "environment variable is required")
-        bus = env.get("EVENT_BUS_NAME", "default").strip() or "default"
+        table = _table_name(env)
+        bus = _bus(env)
         stale = _seconds(env, "STALE_AFTER_SECONDS", DEFAULT_STALE_AFTER, allow_zero=False)
         retain = _seconds(env, "RETAIN_FAILED_SECONDS", DEFAULT_RETAIN_FAILED, allow_zero=True)
         raw_dry = env.get("DRY_RUN", "false").strip().lower()

@@ -16,7 +16,7 @@ from sandbox_ledger.resources._ops import Page
 from sandbox_ledger.resources.models import ResourceActivityRecord
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     from botocore.config import Config
 
@@ -198,6 +198,40 @@ class SyncResourceRecordStore(_Base, SyncClientOwner):
         self._open(
             endpoint_url=endpoint_url, region_name=region_name, session=session, config=config
         )
+
+    # The sweep's view of the store (see sandbox_ledger.resources.sweeper.SweepStore).
+
+    def candidates(
+        self, phase: str, before: datetime, *, page_size: int = 100
+    ) -> Iterator[list[str]]:
+        """Pages of ids of records in ``phase`` last updated before ``before``, oldest first
+        within each shard, every shard in turn (read from the phase index)."""
+        cutoff_ms = int(before.timestamp() * 1000)
+        for shard in range(self.shard_count):
+            partition = k.resource_phase_pk(phase, shard)
+            start: dict[str, Any] | None = None
+            while True:
+                ids, start = self.run(
+                    _ops.candidate_keys(self.table_name, partition, cutoff_ms, start, page_size)
+                )
+                if ids:
+                    yield ids
+                if not start:
+                    break
+
+    def get_many(self, record_ids: list[str]) -> dict[str, VersionedRecord]:
+        """The stored records among ``record_ids``, by id (strongly consistent)."""
+        found = self.run(_ops.batch_get_records(self.table_name, record_ids))
+        return {v.record.id: v for v in found}
+
+    def claim(self, record_id: str, revision: int, reason: str) -> VersionedRecord:
+        """Claim a record for expiry if it is still at ``revision`` and unclaimed; from then
+        on its owner can no longer refresh it. Raises ConflictError otherwise."""
+        return self.run(_ops.mark_expiring(self.table_name, record_id, revision, reason))
+
+    def delete_claimed(self, record_ids: list[str]) -> None:
+        """Delete records this sweeper claimed (batched)."""
+        self.run(_ops.delete_claimed(self.table_name, record_ids))
 
     def put(
         self, record: ResourceActivityRecord, *, expected_revision: int | None = None

@@ -3,24 +3,48 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from sandbox_ledger import keys as k
-from sandbox_ledger.ddb.batching import batch_write
 from sandbox_ledger.errors import ConflictError
-from sandbox_ledger.resources import _items as ri
-from sandbox_ledger.resources import _ops
 from sandbox_ledger.resources.events import Expiry
 from sandbox_ledger.resources.models import to_iso
 from sandbox_ledger.resources.policy import ExpiryPolicy, expiry_reason
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator, Sequence
     from datetime import datetime
 
     from sandbox_ledger.resources._items import VersionedRecord
-    from sandbox_ledger.resources.events import EventPublisher
-    from sandbox_ledger.resources.store import SyncResourceRecordStore
+
+
+class Publisher(Protocol):
+    """Where expiries go (:class:`~sandbox_ledger.resources.EventPublisher` is one)."""
+
+    def publish(self, expiries: Sequence[Expiry]) -> set[str]:
+        """Publish every expiry; the ids of records whose event could not be published."""
+        ...
+
+
+class SweepStore(Protocol):
+    """What the sweep needs of a record store (:class:`SyncResourceRecordStore` has it)."""
+
+    def candidates(
+        self, phase: str, before: datetime, *, page_size: int = 100
+    ) -> Iterator[list[str]]:
+        """Pages of ids of records in ``phase`` last updated before ``before``."""
+        ...
+
+    def get_many(self, record_ids: list[str]) -> dict[str, VersionedRecord]:
+        """The stored records among ``record_ids``, by id."""
+        ...
+
+    def claim(self, record_id: str, revision: int, reason: str) -> VersionedRecord:
+        """Claim for expiry at ``revision``; ConflictError if it changed or is claimed."""
+        ...
+
+    def delete_claimed(self, record_ids: list[str]) -> None:
+        """Delete claimed records."""
+        ...
 
 
 @dataclass
@@ -53,8 +77,8 @@ class _OutOfTime(Exception):
 
 
 def sweep(
-    store: SyncResourceRecordStore,
-    publisher: EventPublisher | None,
+    store: SweepStore,
+    publisher: Publisher | None,
     *,
     now: datetime,
     policy: ExpiryPolicy = ExpiryPolicy(),  # noqa: B008 - immutable
@@ -84,28 +108,18 @@ def sweep(
         for phase, cutoff in policy.cutoffs(now).items():
             if cutoff is None:
                 continue
-            cutoff_ms = int(cutoff.timestamp() * 1000)
-            for shard in range(store.shard_count):
-                partition = k.resource_phase_pk(phase, shard)
-                start: dict[str, Any] | None = None
-                while True:
-                    check_time()
-                    ids, start = store.run(
-                        _ops.candidate_keys(
-                            store.table_name, partition, cutoff_ms, start, page_size
-                        )
-                    )
-                    _expire_page(store, publisher, ids, now, policy, dry_run, result, check_time)
-                    if not start:
-                        break
+            check_time()
+            for ids in store.candidates(phase, cutoff, page_size=page_size):
+                _expire_page(store, publisher, ids, now, policy, dry_run, result, check_time)
+                check_time()
     except _OutOfTime:
         result.complete = False
     return result
 
 
 def _expire_page(
-    store: SyncResourceRecordStore,
-    publisher: EventPublisher | None,
+    store: SweepStore,
+    publisher: Publisher | None,
     ids: list[str],
     now: datetime,
     policy: ExpiryPolicy,
@@ -115,7 +129,7 @@ def _expire_page(
 ) -> None:
     if not ids:
         return
-    found = {v.record.id: v for v in store.run(_ops.batch_get_records(store.table_name, ids))}
+    found = store.get_many(ids)
     claimed: list[tuple[VersionedRecord, str]] = []
     for position, record_id in enumerate(ids):
         try:
@@ -138,9 +152,7 @@ def _expire_page(
             continue
         if stored.expiring is None:
             try:
-                stored = store.run(
-                    _ops.mark_expiring(store.table_name, record_id, stored.revision, reason)
-                )
+                stored = store.claim(record_id, stored.revision, reason)
             except ConflictError:  # the owner touched it between our read and our claim
                 result.skipped.append(record_id)
                 continue
@@ -149,8 +161,8 @@ def _expire_page(
 
 
 def _publish_and_delete(
-    store: SyncResourceRecordStore,
-    publisher: EventPublisher | None,
+    store: SweepStore,
+    publisher: Publisher | None,
     claimed: list[tuple[VersionedRecord, str]],
     now: datetime,
     result: SweepResult,
@@ -168,15 +180,7 @@ def _publish_and_delete(
         for v, reason in claimed
     ]
     failed = publisher.publish(expiries)
-    # A claimed record can no longer be refreshed or replaced by its owner (every owner write
-    # requires it unclaimed), so the deletes need no condition and go in batches of 25.
-    done = [(stored, reason) for stored, reason in claimed if stored.record.id not in failed]
-    store.run(
-        batch_write(
-            store.table_name,
-            [{"DeleteRequest": {"Key": ri.record_key(s.record.id)}} for s, _ in done],
-        )
-    )
+    store.delete_claimed([s.record.id for s, _ in claimed if s.record.id not in failed])
     for stored, reason in claimed:
         record_id = stored.record.id
         if record_id in failed:  # stays claimed: the next run publishes it again

@@ -1,0 +1,117 @@
+"""The sweep against an in-memory store and publisher: the SweepStore protocol is all the
+sweep needs, so its decisions are tested without DynamoDB."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from resource_fixtures import record
+from sandbox_ledger.errors import ConflictError
+from sandbox_ledger.resources import Expiry, SweepStore, VersionedRecord, sweep
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+@dataclass
+class FakeStore:
+    records: dict[str, VersionedRecord] = field(default_factory=dict)
+    claims: list[str] = field(default_factory=list)
+    before_claim: dict[str, int] = field(default_factory=dict)
+    """Record id -> revision an owner writes just before the sweeper's claim."""
+
+    def add(self, age: timedelta, phase: str = "ready") -> str:
+        r = record(age=age, phase=phase, now=NOW)
+        self.records[r.id] = VersionedRecord(r, revision=1, expires_at=2**40)
+        return r.id
+
+    def candidates(
+        self, phase: str, before: datetime, *, page_size: int = 100
+    ) -> Iterator[list[str]]:
+        ids = sorted(
+            (v.record.updated_at_ms, i)
+            for i, v in self.records.items()
+            if v.record.phase == phase and v.record.updated_at_ms < before.timestamp() * 1000
+        )
+        for start in range(0, len(ids), page_size):
+            yield [i for _, i in ids[start : start + page_size]]
+
+    def get_many(self, record_ids: list[str]) -> dict[str, VersionedRecord]:
+        return {i: self.records[i] for i in record_ids if i in self.records}
+
+    def claim(self, record_id: str, revision: int, reason: str) -> VersionedRecord:
+        if record_id in self.before_claim:
+            current = self.records[record_id]
+            self.records[record_id] = VersionedRecord(
+                current.record, self.before_claim.pop(record_id), current.expires_at
+            )
+        current = self.records[record_id]
+        if current.revision != revision or current.expiring:
+            raise ConflictError(f"expire {record_id}: it changed meanwhile")
+        self.claims.append(record_id)
+        claimed = VersionedRecord(current.record, revision + 1, current.expires_at, reason)
+        self.records[record_id] = claimed
+        return claimed
+
+    def delete_claimed(self, record_ids: list[str]) -> None:
+        for i in record_ids:
+            assert self.records[i].expiring, f"{i} deleted without a claim"
+            del self.records[i]
+
+
+@dataclass
+class FakePublisher:
+    refuse: set[str] = field(default_factory=set)
+    published: list[Expiry] = field(default_factory=list)
+
+    def publish(self, expiries: Sequence[Expiry]) -> set[str]:
+        failed = {e.record.id for e in expiries if e.record.id in self.refuse}
+        self.published += [e for e in expiries if e.record.id not in failed]
+        return failed
+
+
+def test_the_fake_is_a_sweep_store() -> None:
+    store: SweepStore = FakeStore()
+    assert store is not None
+
+
+def test_claims_publishes_then_deletes_only_stale_records() -> None:
+    store = FakeStore()
+    stale = [store.add(timedelta(minutes=20 + i)) for i in range(5)]
+    fresh = store.add(timedelta(minutes=1))
+    kept_failed = store.add(timedelta(days=2), phase="cleanup-failed")
+    publisher = FakePublisher()
+    result = sweep(store, publisher, now=NOW, page_size=2)
+    assert sorted(result.expired) == sorted(stale) and result.complete
+    assert sorted(e.record.id for e in publisher.published) == sorted(stale)
+    assert set(store.records) == {fresh, kept_failed}
+
+
+def test_an_owner_write_before_the_claim_wins() -> None:
+    store = FakeStore()
+    victim, other = store.add(timedelta(hours=1)), store.add(timedelta(hours=1))
+    store.before_claim[victim] = 7
+    publisher = FakePublisher()
+    result = sweep(store, publisher, now=NOW)
+    assert result.skipped == [victim] and result.expired == [other]
+    assert victim in store.records and [e.record.id for e in publisher.published] == [other]
+
+
+def test_an_unpublished_record_stays_claimed_and_the_next_run_reports_it() -> None:
+    store = FakeStore()
+    rid = store.add(timedelta(hours=1))
+    first = sweep(store, FakePublisher(refuse={rid}), now=NOW)
+    assert first.failed == [rid] and store.records[rid].expiring
+    publisher = FakePublisher()
+    second = sweep(store, publisher, now=NOW)
+    assert second.expired == [rid] and rid not in store.records
+    assert [e.record.id for e in publisher.published] == [rid]
+    assert store.claims == [rid]  # claimed once, published by the run after
+
+
+def test_dry_run_claims_nothing() -> None:
+    store = FakeStore()
+    rid = store.add(timedelta(hours=1))
+    result = sweep(store, None, now=NOW, dry_run=True)
+    assert result.expired == [rid] and store.claims == [] and rid in store.records
