@@ -1,7 +1,10 @@
 """sandbox_ledger: the sandbox ledger storage contract, in memory and on DynamoDB."""
 
+import logging
+
 from sandbox_ledger.errors import (
     AccessDeniedError,
+    ConfigurationError,
     ConflictError,
     InvalidInputError,
     KeyTooLongError,
@@ -24,9 +27,14 @@ from sandbox_ledger.protocol import StorageAdapter
 
 __version__ = "0.1.0"
 
+# The library logs retries, conflicts, partial batches and give-ups on the "sandbox_ledger"
+# logger; silent unless the application configures logging.
+logging.getLogger(__name__).addHandler(logging.NullHandler())
+
 __all__ = [
     "AccessDeniedError",
     "CheckpointInfo",
+    "ConfigurationError",
     "ConflictError",
     "EnvironmentRecord",
     "InvalidInputError",

@@ -3,6 +3,7 @@
 ::
 
     LedgerError
+    ├── ConfigurationError                      no region or credentials: the message says the fix
     ├── InvalidInputError (a ValueError)        bad input, refused before any request is sent
     │   └── KeyTooLongError                     a name/sandboxId/id too long for a DynamoDB key
     └── StorageError                            the backend failed; the botocore error is chained
@@ -22,6 +23,20 @@ from typing import Any
 
 class LedgerError(Exception):
     """Base class of every error raised by sandbox_ledger."""
+
+
+class ConfigurationError(LedgerError):
+    """The client cannot be set up (no AWS region, no credentials); the message says the fix."""
+
+
+NO_REGION_FIX = (
+    "no AWS region configured: pass region_name=..., or set AWS_REGION "
+    "(or AWS_DEFAULT_REGION), or give your AWS profile a region"
+)
+NO_CREDENTIALS_FIX = (
+    "no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE "
+    "(run `aws configure` or `aws sso login`), or run with an IAM role"
+)
 
 
 class InvalidInputError(LedgerError, ValueError):
@@ -77,6 +92,12 @@ def translate_client_error(exc: BaseException, *, operation: str = "") -> Ledger
     """
     if isinstance(exc, LedgerError):
         return exc
+    from botocore.exceptions import NoCredentialsError, NoRegionError, PartialCredentialsError
+
+    if isinstance(exc, NoRegionError):
+        return ConfigurationError(NO_REGION_FIX)
+    if isinstance(exc, NoCredentialsError | PartialCredentialsError):
+        return ConfigurationError(f"{NO_CREDENTIALS_FIX} ({exc})")
     response: dict[str, Any] = getattr(exc, "response", None) or {}
     error = response.get("Error", {}) if isinstance(response, dict) else {}
     code = str(error.get("Code", "")) or None

@@ -7,7 +7,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger.ddb import steps
-from sandbox_ledger.ddb.steps import MAX_ATTEMPTS, Call, Op, Sleep
+from sandbox_ledger.ddb.steps import MAX_ATTEMPTS, Call, Op, Sleep, log
 from sandbox_ledger.errors import ThrottledError
 
 if TYPE_CHECKING:
@@ -32,7 +32,15 @@ def batch_write(table: str, requests: list[dict[str, Any]]) -> Op[None]:
         if left:
             queue.extendleft(reversed(left))
             stalled = stalled + 1 if len(left) >= len(batch) else 0
+            log.info(
+                "BatchWriteItem on %s: %d of %d writes unprocessed (stalled %d), retrying",
+                table,
+                len(left),
+                len(batch),
+                stalled,
+            )
             if stalled >= MAX_ATTEMPTS:
+                log.warning("BatchWriteItem on %s: giving up after %d retries", table, stalled)
                 raise ThrottledError(
                     f"BatchWriteItem: no progress after {stalled} retries, "
                     f"{len(queue)} writes not done",
@@ -55,7 +63,9 @@ def batch_get(table: str, keys: list[Item]) -> Op[list[Item]]:
             pending = response.get("UnprocessedKeys") or {}
             if pending:
                 attempt += 1
+                log.info("BatchGetItem on %s: keys unprocessed, retry %d", table, attempt)
                 if attempt >= MAX_ATTEMPTS:
+                    log.warning("BatchGetItem on %s: giving up after %d retries", table, attempt)
                     raise ThrottledError(
                         f"BatchGetItem: keys still unprocessed after {attempt} retries",
                         code="UnprocessedKeys",

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import boto3
 from botocore.config import Config
+from botocore.exceptions import BotoCoreError
 
 from sandbox_ledger.ddb.steps import Op, run_async, run_sync
+from sandbox_ledger.errors import translate_client_error
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -33,14 +36,21 @@ def client_config(config: Config | None) -> Config:
     return DEFAULT_CONFIG.merge(config) if config is not None else DEFAULT_CONFIG
 
 
+def resolve_region(region_name: str | None) -> str | None:
+    """The region as the AWS tools find it: the argument, then ``AWS_REGION``, then (left to
+    botocore) ``AWS_DEFAULT_REGION`` and the profile's region."""
+    return region_name or os.environ.get("AWS_REGION") or None
+
+
 def _client_kwargs(
     endpoint_url: str | None, region_name: str | None, config: Config | None
 ) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"config": client_config(config)}
     if endpoint_url:
         kwargs["endpoint_url"] = endpoint_url
-    if region_name:
-        kwargs["region_name"] = region_name
+    region = resolve_region(region_name)
+    if region:
+        kwargs["region_name"] = region
     return kwargs
 
 
@@ -67,7 +77,10 @@ class SyncClient:
             with self._lock:
                 if self._client is None:
                     session = self._session or boto3.session.Session()
-                    self._client = session.client("dynamodb", **self._kwargs)
+                    try:
+                        self._client = session.client("dynamodb", **self._kwargs)
+                    except BotoCoreError as exc:
+                        raise translate_client_error(exc) from exc
                 client = self._client
         return client
 
@@ -108,9 +121,12 @@ class AsyncClient:
 
                 session = self._session or aioboto3.Session()
                 stack = AsyncExitStack()
-                self._client = await stack.enter_async_context(
-                    session.client("dynamodb", **self._kwargs)
-                )
+                try:
+                    self._client = await stack.enter_async_context(
+                        session.client("dynamodb", **self._kwargs)
+                    )
+                except BotoCoreError as exc:
+                    raise translate_client_error(exc) from exc
                 self._stack = stack
             return self._client
 

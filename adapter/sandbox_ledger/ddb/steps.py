@@ -9,6 +9,7 @@ merging shards are written once here; only :func:`run_sync` and :func:`run_async
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import threading
 import time
@@ -19,9 +20,11 @@ from typing import Any, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from sandbox_ledger.errors import translate_client_error
+from sandbox_ledger.errors import ConflictError, LedgerError, translate_client_error
 
 T = TypeVar("T")
+
+log = logging.getLogger("sandbox_ledger")
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,22 @@ def error_code(exc: BaseException) -> str:
     return ""
 
 
+def _give_up(exc: BaseException, step: Step | None) -> LedgerError:
+    """The package's error for an SDK error that leaves an operation, logged with the call
+    and the SDK's own retry count (a conflict at INFO, anything else at WARNING)."""
+    error = translate_client_error(exc)
+    operation = step.operation if isinstance(step, Call) else type(step).__name__
+    metadata = getattr(exc, "response", {}).get("ResponseMetadata", {})
+    log.log(
+        logging.INFO if isinstance(error, ConflictError) else logging.WARNING,
+        "%s: %s (after %s SDK retries)",
+        operation,
+        error,
+        metadata.get("RetryAttempts", "?"),
+    )
+    return error
+
+
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
@@ -89,6 +108,7 @@ def run_sync(client: Any, op: Op[T]) -> T:
     """Drive ``op`` with a boto3 client; SDK errors leave as the package's own types."""
     value: Any = None
     error: BaseException | None = None
+    step: Step | None = None
     try:
         while True:
             try:
@@ -106,7 +126,7 @@ def run_sync(client: Any, op: Op[T]) -> T:
             except _SDK_ERRORS as exc:
                 error = exc
     except _SDK_ERRORS as exc:
-        raise translate_client_error(exc) from exc
+        raise _give_up(exc, step) from exc
     finally:
         op.close()
 
@@ -115,6 +135,7 @@ async def run_async(client: Any, op: Op[T]) -> T:
     """Drive ``op`` with an aioboto3 client; parallel steps run concurrently."""
     value: Any = None
     error: BaseException | None = None
+    step: Step | None = None
     try:
         while True:
             try:
@@ -139,6 +160,6 @@ async def run_async(client: Any, op: Op[T]) -> T:
             except _SDK_ERRORS as exc:
                 error = exc
     except _SDK_ERRORS as exc:
-        raise translate_client_error(exc) from exc
+        raise _give_up(exc, step) from exc
     finally:
         op.close()

@@ -15,7 +15,7 @@ from sandbox_ledger.ddb import steps
 from sandbox_ledger.ddb.attributes import S
 from sandbox_ledger.ddb.batching import batch_get, batch_write
 from sandbox_ledger.ddb.paging import newest_first, query_all
-from sandbox_ledger.ddb.steps import MAX_ATTEMPTS, Call, Op, Sleep, error_code
+from sandbox_ledger.ddb.steps import MAX_ATTEMPTS, Call, Op, Sleep, error_code, log
 from sandbox_ledger.dynamodb import _items as it
 from sandbox_ledger.errors import StorageError
 from sandbox_ledger.models import (
@@ -64,8 +64,10 @@ def append(table: str, entry: LedgerEntry, order: str, shard_count: int) -> Op[N
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise
+            log.debug("append %s/%s: already stored (a resent write)", entry.name, entry.sandbox_id)
         return
     attempt = 0
+    session = (entry.name, entry.sandbox_id)
     while True:
         try:
             yield Call("transact_write_items", {"TransactItems": actions})
@@ -75,11 +77,15 @@ def append(table: str, entry: LedgerEntry, order: str, shard_count: int) -> Op[N
                 raise
             reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
             if reasons and reasons[0] == "ConditionalCheckFailed":
-                return  # the head is already stored: this was a resend of a landed write
+                # The head is already stored: this was a resend of a landed write.
+                log.debug("append %s/%s: already stored (a resent write)", *session)
+                return
             if not _RETRYABLE_CANCELLATIONS.intersection(reasons):
                 raise
             attempt += 1
+            log.info("append %s/%s: transaction cancelled %s, retry %d", *session, reasons, attempt)
             if attempt >= MAX_ATTEMPTS:
+                log.warning("append %s/%s: giving up after %d attempts", *session, attempt)
                 raise StorageError(
                     f"append: transaction cancelled {attempt} times ({reasons})",
                     code="TransactionCanceledException",

@@ -13,8 +13,18 @@ override the ``adapter`` fixture to yield a fresh, empty adapter::
             yield adapter
             await adapter.close()
 
-Requires ``pytest`` and ``pytest-asyncio`` (``asyncio_mode = "auto"``).
+Requires ``pytest`` and ``pytest-asyncio`` (``asyncio_mode = "auto"``): the ``testing`` extra.
 """
+
+try:
+    import pytest  # noqa: F401
+    import pytest_asyncio  # noqa: F401
+except ModuleNotFoundError as exc:  # pragma: no cover - depends on the install
+    raise ModuleNotFoundError(
+        "sandbox_ledger.testing needs pytest and pytest-asyncio: "
+        f"pip install 'sandbox-ledger-dynamodb[testing]' (missing module: {exc.name})",
+        name=exc.name,
+    ) from exc
 
 from sandbox_ledger.testing.conformance import EXOTIC_PAYLOADS, StorageAdapterContract
 
