@@ -17,7 +17,7 @@ def main() -> None:
     """The console script: one line naming the extra to install if the CLI's packages are
     missing, instead of a traceback."""
     try:
-        from sandbox_ledger.cli.app import main as run
+        run = _app_module().main
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in CLI_MODULES:
             raise
@@ -26,11 +26,19 @@ def main() -> None:
     run()
 
 
+def _app_module() -> Any:
+    """Import the commands (and typer) on first use, so that a missing extra can be named."""
+    import importlib
+
+    module = importlib.import_module("sandbox_ledger.cli.app")
+    # Importing the submodule binds its name on this package: bind the Typer app instead.
+    globals()["app"] = module.app
+    return module
+
+
 def __getattr__(name: str) -> Any:
     if name == "app":
-        from sandbox_ledger.cli.app import app
-
-        return app
+        return _app_module().app
     raise AttributeError(name)
 
 
