@@ -383,3 +383,7 @@ def resources_sweep(
 def main() -> None:
     """Console-script entry point."""
     app()
+
+
+# Commands defined in their own modules register on the apps above.
+from sandbox_ledger.cli import resource_files  # noqa: E402, F401

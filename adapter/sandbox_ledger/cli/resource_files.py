@@ -1,0 +1,89 @@
+"""``resources import|show|export``: Outpost's resources directories and single records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path  # noqa: TC003 - typer reads the annotation at run time
+
+import typer
+
+from sandbox_ledger.cli.app import _state, _store, _target, err, handled, out, resources_app
+from sandbox_ledger.errors import LedgerError
+
+
+def _configured_table() -> None:
+    """Writes go only where data lives: never into a throwaway embedded server."""
+    if not _state["target"].table:
+        raise LedgerError(
+            "this command writes to a table: name one with --table or SANDBOX_LEDGER_TABLE "
+            "(without one, an embedded DynamoDB would keep the data only until the command ends)"
+        )
+
+
+@resources_app.command("import")
+@handled
+def resources_import(
+    directory: Path = typer.Argument(..., help="An Outpost resources directory (*.json)."),
+) -> None:
+    """Load every <id>.json record of DIRECTORY; a newer record in the table is kept."""
+    from sandbox_ledger.resources.files import import_directory
+
+    _configured_table()
+    report = import_directory(_store(_target()), directory)
+    for reason in report.failed.values():
+        err.print(f"error: {reason}", markup=False)
+    err.print(
+        f"{len(report.written)} written, {len(report.unchanged)} unchanged "
+        f"(the table's version is as new or newer), {len(report.failed)} failed",
+        markup=False,
+    )
+    if report.failed:
+        raise typer.Exit(1)
+
+
+@resources_app.command("show")
+@handled
+def resources_show(
+    record_id: str = typer.Argument(..., metavar="ID"),
+    as_json: bool = typer.Option(False, "--json", help="The record file's JSON."),
+) -> None:
+    """One record: its fields, revision and expiry, or its file JSON with --json."""
+    from sandbox_ledger.resources.files import record_file_text
+
+    stored = _store(_target()).get_versioned(record_id)
+    if stored is None:
+        raise LedgerError(f"no resource record {record_id}")
+    if as_json:
+        out.print(record_file_text(stored.record), end="", markup=False)
+        return
+    record = stored.record
+    last_op, last_failure = record.last_operation, record.last_failure
+    rows = {
+        "id": record.id,
+        "phase": record.phase,
+        "provider": record.sandbox_provider,
+        "placement": record.placement,
+        "pid": str(record.pid),
+        "workspace": record.workspace,
+        "created": record.created_at,
+        "updated": record.updated_at,
+        "operations": ", ".join(f"{o.kind} x{o.count}" for o in record.operations) or "-",
+        "last operation": json.dumps(last_op.wire()) if last_op else "-",
+        "last failure": json.dumps(last_failure.wire()) if last_failure else "-",
+        "revision": str(stored.revision),
+        "being expired": stored.expiring or "no",
+    }
+    for key, value in rows.items():
+        out.print(f"{key:>15}  {value}", markup=False)
+
+
+@resources_app.command("export")
+@handled
+def resources_export(
+    directory: Path = typer.Argument(..., help="Where to write <id>.json files."),
+) -> None:
+    """Write every record of the table to DIRECTORY, one <id>.json file each."""
+    from sandbox_ledger.resources.files import export_directory
+
+    written = export_directory(_store(_target()), directory)
+    err.print(f"exported {len(written)} record(s) to {directory}", markup=False)

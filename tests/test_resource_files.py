@@ -1,0 +1,173 @@
+"""Outpost's resources directories: import (idempotent, never back in time), show, export."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from resource_fixtures import TS_RECORD, record
+from sandbox_ledger.cli import app
+from sandbox_ledger.resources import ResourceActivityRecord, SyncResourceRecordStore
+from sandbox_ledger.resources.files import (
+    export_directory,
+    import_directory,
+    read_record_file,
+    record_file_text,
+)
+from sandbox_ledger.resources.models import to_iso
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "resource-record.json"
+
+
+@pytest.fixture
+def store(moto_endpoint: str, sync_table: str) -> SyncResourceRecordStore:
+    return SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint)
+
+
+def _fresh(minutes_ago: float = 1) -> ResourceActivityRecord:
+    return record(age=timedelta(minutes=minutes_ago))
+
+
+@pytest.fixture
+def directory(tmp_path: Path) -> Path:
+    """Good files (the documented example among them, one with a byte-order mark), bad files,
+    and a file that is not a record file at all."""
+    folder = tmp_path / "resources"
+    folder.mkdir()
+    example = json.loads(EXAMPLE.read_text())
+    (folder / f"{example['id']}.json").write_text(EXAMPLE.read_text())
+    for r in (_fresh(), _fresh(2)):
+        (folder / f"{r.id}.json").write_text(record_file_text(r))
+    bom = _fresh(3)
+    (folder / f"{bom.id}.json").write_bytes(b"\xef\xbb\xbf" + record_file_text(bom).encode())
+    (folder / "broken.json").write_text("{ not json")
+    no_phase = {k: v for k, v in TS_RECORD.items() if k != "phase"}
+    (folder / f"{no_phase['id']}.json").write_text(json.dumps(no_phase))
+    misnamed = _fresh(4)
+    (folder / "renamed.json").write_text(record_file_text(misnamed))
+    (folder / "notes.txt").write_text("not a record file")
+    return folder
+
+
+def test_the_documented_example_is_a_valid_record_in_the_seed_shape(tmp_path: Path) -> None:
+    example = json.loads(EXAMPLE.read_text())
+    copy = tmp_path / f"{example['id']}.json"
+    shutil.copy(EXAMPLE, copy)
+    assert json.loads(record_file_text(read_record_file(copy))) == example
+    assert set(example) == {  # every field of the seed's ResourceActivityRecord
+        "version", "id", "pid", "identity", "sandboxProvider", "placement", "workspace",
+        "createdAt", "updatedAt", "phase", "operations", "lastOperation", "lastFailure",
+    }  # fmt: skip
+
+
+def test_import_reports_bad_files_by_name_and_keeps_the_good_ones(
+    store: SyncResourceRecordStore, directory: Path
+) -> None:
+    report = import_directory(store, directory)
+    assert len(report.written) == 4 and report.unchanged == []
+    assert sorted(report.failed) == sorted(
+        ["broken.json", f"{TS_RECORD['id']}.json", "renamed.json"]
+    )
+    assert "not JSON" in report.failed["broken.json"]
+    assert "phase" in report.failed[f"{TS_RECORD['id']}.json"]
+    assert "must be named" in report.failed["renamed.json"]
+    for name in report.written:
+        file_record = read_record_file(directory / name)
+        assert store.get(file_record.id) == file_record
+
+
+def test_import_is_idempotent_and_never_goes_back_in_time(
+    store: SyncResourceRecordStore, directory: Path
+) -> None:
+    first = import_directory(store, directory)
+
+    def revisions() -> dict[str, int]:
+        return {n: store.get_versioned(Path(n).stem).revision for n in first.written}  # type: ignore[union-attr]
+
+    before = revisions()
+    again = import_directory(store, directory)
+    assert again.written == [] and sorted(again.unchanged) == sorted(first.written)
+    assert revisions() == before
+
+    # An owner heartbeats after the import: a re-import must not restore the older file.
+    touched_id = Path(first.written[0]).stem
+    touched = store.touch(touched_id)
+    third = import_directory(store, directory)
+    assert first.written[0] in third.unchanged
+    assert store.get(touched_id) == touched.record
+
+    # A file newer than the table wins.
+    newer = touched.record.model_copy(
+        update={"updated_at": to_iso(datetime.now(UTC) + timedelta(seconds=5))}
+    )
+    (directory / f"{touched_id}.json").write_text(record_file_text(newer))
+    fourth = import_directory(store, directory)
+    assert fourth.written == [f"{touched_id}.json"]
+    assert store.get(touched_id) == newer
+
+
+def test_export_writes_the_seed_shape_and_round_trips(
+    store: SyncResourceRecordStore, directory: Path, tmp_path: Path
+) -> None:
+    imported = import_directory(store, directory).written
+    out = tmp_path / "exported"
+    written = export_directory(store, out)
+    assert sorted(written) == sorted(imported)
+    assert sorted(p.name for p in out.iterdir()) == sorted(imported)  # no temporary files left
+    for name in written:
+        original = json.loads((directory / name).read_bytes().decode("utf-8-sig"))
+        assert json.loads((out / name).read_text()) == original
+    assert import_directory(store, out).written == []
+
+
+def test_import_of_a_missing_directory_is_refused(store: SyncResourceRecordStore) -> None:
+    with pytest.raises(ValueError, match="is not a directory"):
+        import_directory(store, Path("/nonexistent/resources"))
+
+
+def test_cli_import_show_export(
+    moto_endpoint: str, sync_table: str, directory: Path, tmp_path: Path
+) -> None:
+    runner = CliRunner()
+    args = ["--table", sync_table, "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
+    result = runner.invoke(app, [*args, "resources", "import", str(directory)])
+    assert result.exit_code == 1  # three bad files
+    lines = result.stderr.strip().splitlines()
+    assert len([line for line in lines if line.startswith("error: ")]) == 3
+    assert any("broken.json" in line for line in lines)
+    assert lines[-1] == "4 written, 0 unchanged (the table's version is as new or newer), 3 failed"
+
+    example_id = json.loads(EXAMPLE.read_text())["id"]
+    shown = runner.invoke(app, [*args, "resources", "show", example_id, "--json"])
+    assert shown.exit_code == 0
+    assert json.loads(shown.stdout) == json.loads(EXAMPLE.read_text())
+    table = runner.invoke(app, [*args, "resources", "show", example_id])
+    assert table.exit_code == 0 and "being expired" in table.stdout and "revision" in table.stdout
+
+    missing = runner.invoke(
+        app, [*args, "resources", "show", "0" * 8 + "-0000-0000-0000-" + "0" * 12]
+    )
+    assert missing.exit_code == 1
+    assert missing.stderr.strip().splitlines() == [
+        "error: no resource record 00000000-0000-0000-0000-000000000000"
+    ]
+
+    exported = runner.invoke(app, [*args, "resources", "export", str(tmp_path / "out")])
+    assert exported.exit_code == 0
+    assert len(list((tmp_path / "out").glob("*.json"))) == 4
+
+
+def test_cli_import_refuses_without_a_table(
+    directory: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SANDBOX_LEDGER_TABLE", raising=False)
+    result = CliRunner().invoke(app, ["resources", "import", str(directory)])
+    assert result.exit_code == 1
+    [line] = result.stderr.strip().splitlines()
+    assert "--table or SANDBOX_LEDGER_TABLE" in line
