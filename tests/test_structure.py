@@ -36,6 +36,11 @@ def _imported_modules(tree: ast.AST, importer: str, is_package: bool) -> list[st
     return found
 
 
+def _is_module(root: Path, dotted: str) -> bool:
+    relative = Path(*dotted.split("."))
+    return any((base / relative).with_suffix(".py").is_file() for base in (root / "adapter", root))
+
+
 def private_import_violations(root: Path = ROOT) -> list[str]:
     """Imports of an underscore module (or name) from outside the package that owns it."""
     violations = []
@@ -48,6 +53,8 @@ def private_import_violations(root: Path = ROOT) -> list[str]:
                 for i, part in enumerate(parts):
                     if part.startswith("_") and not part.startswith("__"):
                         owner = ".".join(parts[:i])
+                        if _is_module(root, owner):  # a private name of a module belongs to
+                            owner = owner.rpartition(".")[0]  # the module's package
                         if not (importer == owner or importer.startswith(owner + ".")):
                             violations.append(f"{path.relative_to(root)}: imports {module}")
                         break
@@ -66,8 +73,16 @@ def test_the_rule_catches_a_cross_package_private_import(tmp_path: Path) -> None
         "from sandbox_ledger.dynamodb import _ops\nfrom sandbox_ledger import _json\n"
     )
     (package / "dynamodb" / "adapter.py").write_text("from . import _ops\n")
+    (package / "dynamodb" / "_ops.py").write_text("_helper = 1\n")
+    (package / "dynamodb" / "twin.py").write_text(
+        "from sandbox_ledger.dynamodb._ops import _helper\n"
+    )
+    (package / "resources" / "store.py").write_text(
+        "from sandbox_ledger.dynamodb.adapter import _x\n"
+    )
     for top in SHIPPED[1:]:
         (tmp_path / top).mkdir()
     assert private_import_violations(tmp_path) == [
-        "adapter/sandbox_ledger/resources/sweep.py: imports sandbox_ledger.dynamodb._ops"
+        "adapter/sandbox_ledger/resources/store.py: imports sandbox_ledger.dynamodb.adapter._x",
+        "adapter/sandbox_ledger/resources/sweep.py: imports sandbox_ledger.dynamodb._ops",
     ]
