@@ -21,8 +21,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check adapter lambdas tests benchmarks infra
-	$(BIN)/ruff format --check adapter lambdas tests benchmarks infra
+	$(BIN)/ruff check adapter lambdas tests benchmarks infra examples
+	$(BIN)/ruff format --check adapter lambdas tests benchmarks infra examples
 
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict adapter/sandbox_ledger lambdas infra
