@@ -87,15 +87,31 @@ def bulk_sessions(adapter: SyncDynamoDBAdapter, sessions: int, *, ts0: int) -> N
             client.update_item(TableName=adapter.table_name, **update)
 
 
-def operations_table(
-    endpoint: str, n: int
-) -> list[tuple[str, float, float, float, str, float, float, float]]:
+Row = tuple[str, float, float, float, str, float, float, float]
+Case = tuple[str, Callable[[], Any], Callable[[], Any], str]
+
+
+def operations_table(endpoint: str, n: int) -> list[Row]:
+    """Each operation next to the raw SDK call it reduces to: API calls, p50, p99."""
     table = f"bench-ops-{uuid.uuid4().hex[:8]}"
     adapter = SyncDynamoDBAdapter(table, endpoint_url=endpoint)
     adapter.create_table()
     raw = boto3.client("dynamodb", endpoint_url=endpoint)
     counter = RequestCounter().attach(adapter.client())
     raw_counter = RequestCounter().attach(raw)
+    _seed_operations_table(adapter)
+    rows = []
+    for label, ours, theirs, raw_label in _operation_cases(adapter, raw, table):
+        calls, p50, p99 = timed(ours, n, counter)
+        rcalls, rp50, rp99 = timed(theirs, n, raw_counter)
+        rows.append((label, calls, p50, p99, raw_label, rcalls, rp50, rp99))
+    rows.append(_delete_row(adapter, counter))
+    adapter.close()
+    return rows
+
+
+def _seed_operations_table(adapter: SyncDynamoDBAdapter) -> None:
+    """200 sessions, one session of 206 events with 5 checkpoints, 20 environments."""
     bulk_sessions(adapter, 200, ts0=1_000_000)
     adapter.append(entry("bench", "s", LedgerEvent.SandboxCreated, 1))
     bulk_events(adapter, "bench", "s", 200, ts0=10)
@@ -112,6 +128,10 @@ def operations_table(
         )
     for i in range(20):
         adapter.save_environment(EnvironmentRecord(name=f"env-{i}", built_at=i, snapshotId="s"))
+
+
+def _operation_cases(adapter: SyncDynamoDBAdapter, raw: Any, table: str) -> list[Case]:
+    """(label, our call, the raw call it reduces to, the raw call's name)."""
     seq = iter(range(10**9))
     pk = k.session_pk("bench", "s")
     raw_item = lambda: {
@@ -124,7 +144,7 @@ def operations_table(
         "KeyConditionExpression": "PK = :pk",
         "ExpressionAttributeValues": {":pk": {"S": pk}},
     }
-    cases: list[tuple[str, Callable[[], Any], Callable[[], Any], str]] = [
+    return [
         (
             "append exec.started",
             lambda: adapter.append(
@@ -216,31 +236,25 @@ def operations_table(
             "Query",
         ),
     ]
-    rows = []
-    for label, ours, theirs, raw_label in cases:
-        calls, p50, p99 = timed(ours, n, counter)
-        rcalls, rp50, rp99 = timed(theirs, n, raw_counter)
-        rows.append((label, calls, p50, p99, raw_label, rcalls, rp50, rp99))
-    # delete_sandbox of a 1,000-event session: one run, next to raw batch deletes.
+
+
+def _delete_row(adapter: SyncDynamoDBAdapter, counter: RequestCounter) -> Row:
+    """delete_sandbox of a 1,000-event session: one run (no raw equivalent in one call)."""
     bulk_events(adapter, "bench", "del", 1000)
     counter.reset()
     start = time.perf_counter()
     adapter.delete_sandbox("bench", "del")
     elapsed = (time.perf_counter() - start) * 1000
-    rows.append(
-        (
-            "delete_sandbox (1,000 events)",
-            float(counter.total),
-            elapsed,
-            elapsed,
-            "-",
-            0.0,
-            0.0,
-            0.0,
-        )
+    return (
+        "delete_sandbox (1,000 events)",
+        float(counter.total),
+        elapsed,
+        elapsed,
+        "-",
+        0.0,
+        0.0,
+        0.0,
     )
-    adapter.close()
-    return rows
 
 
 async def concurrency(
