@@ -10,7 +10,8 @@
         ├── TableNotFoundError                  the table does not exist (or is not ACTIVE yet)
         ├── ThrottledError                      throughput exceeded after every retry
         ├── AccessDeniedError                   IAM refused the call
-        └── ConflictError                       a conditional write lost a race
+        ├── ConflictError                       a conditional write lost a race
+        └── SchemaVersionError                  a SQL database's schema is newer than this library
 
 Both adapter twins map botocore errors through :func:`translate_client_error`, so callers
 catch the same types whichever twin they use.
@@ -73,6 +74,18 @@ class AccessDeniedError(StorageError):
 
 class ConflictError(StorageError):
     """A conditional write failed because another writer changed the item first."""
+
+
+class SchemaVersionError(StorageError):
+    """The database's ledger schema is newer than this library understands: upgrade it.
+
+    ``found`` is the database's schema version, ``supported`` the newest this library knows.
+    """
+
+    def __init__(self, message: str, *, found: int, supported: int) -> None:
+        super().__init__(message, code="SchemaVersion")
+        self.found = found
+        self.supported = supported
 
 
 _THROTTLE_CODES = frozenset(

@@ -1,0 +1,244 @@
+"""Entries, summaries and environment records as SQL rows, and back (no I/O).
+
+Payloads are stored as the JSON text :func:`sandbox_ledger._json.dumps` writes (compact, UTF-8,
+unicode kept), so a payload reads back equal, of the same type and with the same JSON text,
+big integers and tiny floats included. An absent payload is SQL NULL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sandbox_ledger import _json
+from sandbox_ledger.errors import InvalidInputError
+from sandbox_ledger.models import (
+    CheckpointInfo,
+    EnvironmentRecord,
+    LedgerEntry,
+    LedgerEvent,
+    ListSandboxOptions,
+    SandboxDetails,
+    SandboxStatus,
+)
+from sandbox_ledger.summary import checkpoint_info, validate_list_options
+
+__all__ = [
+    "EventRow",
+    "ListQuery",
+    "append_key",
+    "check_entry",
+    "check_record",
+    "check_text",
+    "decode_details",
+    "decode_entry",
+    "decode_environment",
+    "encode_entry",
+    "encode_environment",
+    "list_query",
+    "row_checkpoint",
+]
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def check_text(value: object, field: str, *, nul_ok: bool = True) -> str:
+    """A non-empty string the database can store as text (valid UTF-8; no NUL for PostgreSQL).
+
+    Raises:
+        InvalidInputError: naming ``field``.
+    """
+    if not isinstance(value, str) or not value:
+        raise InvalidInputError(field, "must be a non-empty string")
+    _encodable(value, field, nul_ok=nul_ok)
+    return value
+
+
+def _encodable(value: str, field: str, *, nul_ok: bool) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(field, f"not valid UTF-8 text ({exc.reason})") from exc
+    if not nul_ok and "\x00" in value:
+        raise InvalidInputError(field, "PostgreSQL text cannot contain NUL (\\x00) characters")
+
+
+def _int64(value: int, field: str) -> int:
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise InvalidInputError(field, "must fit in a signed 64-bit integer")
+    return value
+
+
+def check_entry(entry: object) -> LedgerEntry:
+    """The entry, if it is a LedgerEntry; refuses anything else with InvalidInputError."""
+    if not isinstance(entry, LedgerEntry):
+        raise InvalidInputError("entry", f"expected a LedgerEntry, got {type(entry).__name__}")
+    return entry
+
+
+def check_record(record: object) -> EnvironmentRecord:
+    """The record, if it is an EnvironmentRecord; refuses anything else."""
+    if not isinstance(record, EnvironmentRecord):
+        raise InvalidInputError(
+            "record", f"expected an EnvironmentRecord, got {type(record).__name__}"
+        )
+    return record
+
+
+def _json_text(value: Any, field: str) -> str:
+    try:
+        return _json.dumps(value).decode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(field, f"not valid UTF-8 text ({exc.reason})") from exc
+
+
+@dataclass(frozen=True)
+class EventRow:
+    """One entry as the columns of the events table, plus its summary deltas."""
+
+    name: str
+    sandbox_id: str
+    ts: int
+    step_index: int
+    branch: int | None
+    event: str
+    payload: str | None
+    error: str | None
+    append_key: str
+    started_at: int | None
+    """The entry's ts if it is a ``sandbox.created`` (kept only if the session has none)."""
+    completed_at: int | None
+    """The entry's ts if it is a ``sandbox.closed`` (kept only if the session has none)."""
+    exec_delta: int
+    """1 for ``exec.complete``, else 0."""
+    checkpoint: bool
+
+
+def append_key(entry: LedgerEntry, position: int | None = None) -> str:
+    """The unique key that makes an append idempotent.
+
+    Random for a live append (fixed before the first attempt, so a retried write is seen as
+    done); ``position`` plus a digest of the entry for :meth:`append_at` (an import line), so
+    the same entry at the same position is stored once however often it is appended.
+    """
+    if position is None:
+        return uuid.uuid4().hex
+    if not isinstance(position, int) or isinstance(position, bool) or not 0 <= position < 10**20:
+        raise InvalidInputError("position", "must be an integer from 0 to 10**20 - 1")
+    digest = hashlib.sha256(_json.dumps(entry.wire())).hexdigest()[:16]
+    return f"p{position:020d}-{digest}"
+
+
+def encode_entry(entry: object, *, key: str, nul_ok: bool = True) -> EventRow:
+    """Validate an entry for SQL storage and give its row.
+
+    Raises:
+        InvalidInputError: not a LedgerEntry, text the database cannot hold, or an integer
+            beyond 64 bits (``stepIndex``, ``branch``).
+    """
+    e = check_entry(entry)
+    check_text(e.name, "name", nul_ok=nul_ok)
+    check_text(e.sandbox_id, "sandboxId", nul_ok=nul_ok)
+    check_text(e.event, "event", nul_ok=nul_ok)
+    if e.error is not None:
+        _encodable(e.error, "error", nul_ok=nul_ok)
+    return EventRow(
+        name=e.name,
+        sandbox_id=e.sandbox_id,
+        ts=e.ts,
+        step_index=_int64(e.step_index, "stepIndex"),
+        branch=None if e.branch is None else _int64(e.branch, "branch"),
+        event=e.event,
+        payload=None if e.payload is None else _json_text(e.payload, "payload"),
+        error=e.error,
+        append_key=key,
+        started_at=e.ts if e.event == LedgerEvent.SandboxCreated else None,
+        completed_at=e.ts if e.event == LedgerEvent.SandboxClosed else None,
+        exec_delta=1 if e.event == LedgerEvent.ExecComplete else 0,
+        checkpoint=e.event == LedgerEvent.CheckpointCreated,
+    )
+
+
+def decode_entry(
+    name: str,
+    sandbox_id: str,
+    ts: int,
+    step_index: int,
+    branch: int | None,
+    event: str,
+    payload: str | None,
+    error: str | None,
+) -> LedgerEntry:
+    """An entry from its stored columns (the payload parsed from its JSON text)."""
+    return LedgerEntry(
+        ts=ts,
+        name=name,
+        sandbox_id=sandbox_id,
+        step_index=step_index,
+        branch=branch,
+        event=event,
+        payload=None if payload is None else json.loads(payload),
+        error=error,
+    )
+
+
+def row_checkpoint(ts: int, payload: str | None) -> CheckpointInfo:
+    """The checkpoint view of a stored ``sandbox.checkpoint_created`` row."""
+    entry = LedgerEntry(
+        ts=ts,
+        name="-",
+        sandbox_id="-",
+        step_index=-1,
+        event=LedgerEvent.CheckpointCreated,
+        payload=None if payload is None else json.loads(payload),
+    )
+    return checkpoint_info(entry)
+
+
+def decode_details(
+    name: str, sandbox_id: str, started_at: int, completed_at: int | None, exec_count: int
+) -> SandboxDetails:
+    """A listed session from its summary row."""
+    return SandboxDetails(
+        name=name,
+        sandbox_id=sandbox_id,
+        status=SandboxStatus.Completed if completed_at is not None else SandboxStatus.Running,
+        started_at=started_at,
+        completed_at=completed_at,
+        exec_count=exec_count,
+    )
+
+
+def encode_environment(record: object, *, nul_ok: bool = True) -> tuple[str, int, str]:
+    """(name, builtAt, the record's wire JSON text) of an environment record."""
+    r = check_record(record)
+    check_text(r.name, "name", nul_ok=nul_ok)
+    return r.name, r.built_at, _json_text(r.wire(), "record")
+
+
+def decode_environment(record: str) -> EnvironmentRecord:
+    """An environment record from its stored wire JSON text."""
+    return EnvironmentRecord.model_validate(json.loads(record))
+
+
+@dataclass(frozen=True)
+class ListQuery:
+    """The filters of a listing, as the SQL adapters apply them (falsy options filter nothing)."""
+
+    name: str | None
+    status: SandboxStatus | None
+    before: int | None
+    limit: int | None
+
+
+def list_query(name: str | None, opts: ListSandboxOptions | None) -> ListQuery:
+    """Validate a listing's name and options."""
+    if name is not None:
+        check_text(name, "name")
+    o = validate_list_options(opts)
+    if o is None:
+        return ListQuery(name, None, None, None)
+    return ListQuery(name, o.status or None, o.before or None, o.limit or None)

@@ -1,0 +1,87 @@
+"""Versioned schemas: DDL files shipped as package data, applied forward on ``connect()``.
+
+Each SQL adapter's package holds ``schema/NNNN_title.sql`` files; file ``NNNN`` takes a
+database from version ``NNNN - 1`` to ``NNNN``. The version a database is at is recorded in the
+database itself (table ``ledger_schema``). On ``connect()`` an adapter:
+
+- creates the schema from nothing on an empty database (every file in order);
+- migrates an older schema forward (the missing files in order, in one transaction) and logs
+  ``migrated ledger schema ... from version A to B``;
+- refuses a schema newer than it knows with :class:`~sandbox_ledger.errors.SchemaVersionError`
+  (an older library must not write to a layout it does not understand).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+from sandbox_ledger.errors import SchemaVersionError
+
+__all__ = ["Migration", "load_migrations", "log_migration", "pending", "schema_logger"]
+
+schema_logger = logging.getLogger("sandbox_ledger.schema")
+
+_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One DDL file: it takes the schema to ``version``."""
+
+    version: int
+    title: str
+    sql: str
+
+
+def load_migrations(package: str) -> tuple[Migration, ...]:
+    """Every ``schema/NNNN_title.sql`` of ``package``, by version; versions must be 1, 2, ..."""
+    folder = resources.files(package).joinpath("schema")
+    found = []
+    for item in folder.iterdir():
+        match = _FILE.match(item.name)
+        if match:
+            found.append(Migration(int(match[1]), match[2], item.read_text(encoding="utf-8")))
+    found.sort(key=lambda m: m.version)
+    versions = [m.version for m in found]
+    if versions != list(range(1, len(found) + 1)):
+        raise RuntimeError(f"{package}: schema files must be numbered 1..n, found {versions}")
+    return tuple(found)
+
+
+def pending(
+    current: int | None, migrations: tuple[Migration, ...], *, where: str
+) -> tuple[Migration, ...]:
+    """The migrations to apply to a database at version ``current`` (None: no schema yet).
+
+    Raises:
+        SchemaVersionError: the database is at a version newer than ``migrations`` reach.
+    """
+    latest = migrations[-1].version if migrations else 0
+    have = current or 0
+    if have > latest:
+        raise SchemaVersionError(
+            f"{where}: the ledger schema is at version {have}, newer than this library "
+            f"understands (up to {latest}); upgrade sandbox-ledger to use this database",
+            found=have,
+            supported=latest,
+        )
+    return tuple(m for m in migrations if m.version > have)
+
+
+def log_migration(where: str, current: int | None, applied: tuple[Migration, ...]) -> None:
+    """Say what ``connect()`` did to the schema (nothing is logged when nothing was applied)."""
+    if not applied:
+        return
+    if current:
+        schema_logger.warning(
+            "migrated ledger schema at %s from version %d to %d (%s)",
+            where,
+            current,
+            applied[-1].version,
+            ", ".join(f"{m.version:04d}_{m.title}" for m in applied),
+        )
+    else:
+        schema_logger.info("created ledger schema version %d at %s", applied[-1].version, where)

@@ -1,0 +1,454 @@
+"""The ledger contract on one SQLite file (or ``:memory:``), over aiosqlite.
+
+Concurrency: one connection per adapter, one operation at a time on it; several adapters,
+threads or processes may share one file. WAL mode lets readers run beside the writer; every
+write is one ``BEGIN IMMEDIATE`` transaction that waits ``busy_timeout`` for the file's write
+lock and is retried with backoff while SQLite reports SQLITE_BUSY, so concurrent writers
+lose nothing and, since a busy transaction never commits, duplicate nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sqlite3
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sandbox_ledger.errors import StorageError
+from sandbox_ledger.models import LedgerEvent
+from sandbox_ledger.sql import rows
+from sandbox_ledger.sql.schema import Migration, load_migrations, log_migration, pending
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+    from types import TracebackType
+
+    import aiosqlite
+
+    from sandbox_ledger.models import (
+        CheckpointInfo,
+        EnvironmentRecord,
+        LedgerEntry,
+        ListSandboxOptions,
+        SandboxDetails,
+    )
+
+MIGRATIONS: tuple[Migration, ...] = load_migrations("sandbox_ledger.sqlite")
+"""The schema files shipped with this library, oldest first."""
+SCHEMA_VERSION = MIGRATIONS[-1].version
+"""The schema version this library writes."""
+
+_CHECKPOINT = LedgerEvent.CheckpointCreated.value
+
+_SESSION_UPSERT = """
+INSERT INTO ledger_sessions (name, sandbox_id, started_at, completed_at, status, exec_count)
+VALUES (:name, :sandbox_id, :started_at, :completed_at,
+        CASE WHEN :completed_at IS NULL THEN 'running' ELSE 'completed' END, :exec_delta)
+ON CONFLICT (name, sandbox_id) DO UPDATE SET
+    started_at = coalesce(ledger_sessions.started_at, excluded.started_at),
+    completed_at = coalesce(ledger_sessions.completed_at, excluded.completed_at),
+    status = CASE WHEN coalesce(ledger_sessions.completed_at, excluded.completed_at) IS NULL
+                  THEN 'running' ELSE 'completed' END,
+    exec_count = ledger_sessions.exec_count + excluded.exec_count
+RETURNING id
+"""
+_EVENT_INSERT = """
+INSERT INTO ledger_events (session_id, ts, step_index, branch, event, payload, error, append_key)
+VALUES (:session_id, :ts, :step_index, :branch, :event, :payload, :error, :append_key)
+"""
+_SESSION_ID = "SELECT id FROM ledger_sessions WHERE name = ? AND sandbox_id = ?"
+_READ_ALL = f"""
+SELECT e.ts, e.step_index, e.branch, e.event, e.payload, e.error
+FROM ledger_events AS e
+WHERE e.session_id = ({_SESSION_ID})
+ORDER BY e.ts, e.seq
+"""
+_CHECKPOINTS = f"""
+SELECT e.ts, e.payload FROM ledger_events AS e
+WHERE e.session_id = ({_SESSION_ID}) AND e.event = '{_CHECKPOINT}'
+ORDER BY e.ts, e.seq
+"""
+_LAST_CHECKPOINT = f"""
+SELECT e.ts, e.step_index, e.branch, e.event, e.payload, e.error
+FROM ledger_events AS e
+WHERE e.session_id = ({_SESSION_ID}) AND e.event = '{_CHECKPOINT}'
+ORDER BY e.ts DESC, e.seq DESC
+LIMIT 1
+"""
+_DETAILS = """
+SELECT name, sandbox_id, started_at, completed_at, exec_count FROM ledger_sessions
+WHERE name = ? AND sandbox_id = ? AND started_at IS NOT NULL
+"""
+_ENV_UPSERT = """
+INSERT INTO ledger_environments (name, built_at, record) VALUES (?, ?, ?)
+ON CONFLICT (name) DO UPDATE SET built_at = excluded.built_at, record = excluded.record
+"""
+_VERSION_TABLE = """
+CREATE TABLE IF NOT EXISTS ledger_schema (
+    id      INTEGER PRIMARY KEY CHECK (id = 1),
+    version INTEGER NOT NULL
+)
+"""
+
+
+def list_sql(query: rows.ListQuery) -> tuple[str, list[Any]]:
+    """The one SELECT a listing runs, and its parameters (index-served; see the schema)."""
+    where = ["started_at IS NOT NULL"]
+    params: list[Any] = []
+    if query.name is not None:
+        where.append("name = ?")
+        params.append(query.name)
+    if query.status is not None:
+        where.append("status = ?")
+        params.append(query.status.value)
+    if query.before is not None:
+        where.append("started_at < ?")
+        params.append(query.before)
+    sql = (
+        "SELECT name, sandbox_id, started_at, completed_at, exec_count FROM ledger_sessions "
+        f"WHERE {' AND '.join(where)} ORDER BY started_at DESC, id"
+    )
+    if query.limit is not None:
+        sql += " LIMIT ?"
+        params.append(query.limit)
+    return sql, params
+
+
+def split_statements(script: str) -> list[str]:
+    """The statements of a DDL file, so they can run inside one transaction."""
+    statements, buffer = [], ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            statements.append(buffer.strip())
+            buffer = ""
+    if buffer.strip() and not all(
+        part.strip().startswith("--") or not part.strip() for part in buffer.splitlines()
+    ):
+        raise ValueError(f"incomplete SQL statement at the end of a schema file: {buffer!r}")
+    return statements
+
+
+def _is_busy(exc: BaseException) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    text = str(exc)
+    return "locked" in text or "busy" in text
+
+
+class SQLiteAdapter:
+    """The ledger contract on one SQLite database file.
+
+    Args:
+        path: the database file (created with its schema on first use), or ``":memory:"``
+            for a private in-memory database that lives until :meth:`close`.
+        busy_timeout: seconds one attempt waits for another writer's lock.
+        max_wait: seconds a write keeps retrying SQLITE_BUSY before raising StorageError.
+
+    The file is put in WAL mode. Safe to share between processes and threads (each with its
+    own adapter); one adapter serializes its own operations.
+    """
+
+    def __init__(
+        self, path: str | Path, *, busy_timeout: float = 5.0, max_wait: float = 60.0
+    ) -> None:
+        if isinstance(path, Path):
+            path = str(path)
+        if not isinstance(path, str) or not path:
+            raise ValueError("path: must be a file path or ':memory:'")
+        self.path = path
+        self.busy_timeout = busy_timeout
+        self.max_wait = max_wait
+        self._db: aiosqlite.Connection | None = None
+        self._lock = asyncio.Lock()
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Open the file, switch it to WAL, create or migrate its schema; idempotent.
+
+        Raises:
+            SchemaVersionError: the file's schema is newer than this library.
+        """
+        async with self._lock:
+            await self._open()
+
+    async def close(self) -> None:
+        """Close the connection (an in-memory database is gone); idempotent."""
+        async with self._lock:
+            db, self._db = self._db, None
+            if db is not None:
+                await db.close()
+
+    async def __aenter__(self) -> SQLiteAdapter:
+        await self.connect()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def _open(self) -> aiosqlite.Connection:
+        if self._db is not None:
+            return self._db
+        try:
+            import aiosqlite
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise RuntimeError(
+                "SQLiteAdapter needs aiosqlite: pip install 'sandbox-ledger-dynamodb[sqlite]'"
+            ) from exc
+        if self.path != ":memory:":
+            parent = Path(self.path).expanduser().parent
+            if not parent.is_dir():
+                raise StorageError(f"sqlite: folder {parent} does not exist (for {self.path})")
+        try:
+            db = await aiosqlite.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StorageError(f"sqlite: cannot open {self.path}: {exc}") from exc
+        try:
+            await self._retry(lambda: self._prepare(db), db)
+        except BaseException:
+            await db.close()
+            raise
+        self._db = db
+        return db
+
+    async def _prepare(self, db: aiosqlite.Connection) -> None:
+        await db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        if self.path != ":memory:":
+            async with db.execute("PRAGMA journal_mode = WAL") as cursor:
+                row = await cursor.fetchone()
+            if row is None or str(row[0]).lower() != "wal":
+                raise StorageError(f"sqlite: {self.path} cannot use WAL mode (got {row})")
+        await db.execute("PRAGMA foreign_keys = ON")
+        await self._migrate(db, MIGRATIONS)
+
+    async def _migrate(self, db: aiosqlite.Connection, migrations: tuple[Migration, ...]) -> None:
+        # The usual case (schema current) only reads, so it never waits for a writer.
+        current = await self._schema_version(db)
+        if pending(current, migrations, where=f"sqlite {self.path}") == ():
+            return
+        await db.execute("BEGIN IMMEDIATE")
+        try:
+            await db.execute(_VERSION_TABLE)
+            current = await self._schema_version(db)  # another process may have migrated
+            todo = pending(current, migrations, where=f"sqlite {self.path}")
+            for migration in todo:
+                for statement in split_statements(migration.sql):
+                    await db.execute(statement)
+            if todo:
+                await db.execute(
+                    "INSERT INTO ledger_schema (id, version) VALUES (1, ?) "
+                    "ON CONFLICT (id) DO UPDATE SET version = excluded.version",
+                    (todo[-1].version,),
+                )
+            await db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                await db.execute("ROLLBACK")
+            raise
+        log_migration(f"sqlite {self.path}", current, todo)
+
+    @staticmethod
+    async def _schema_version(db: aiosqlite.Connection) -> int | None:
+        async with db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ledger_schema'"
+        ) as cursor:
+            if await cursor.fetchone() is None:
+                return None
+        async with db.execute("SELECT version FROM ledger_schema WHERE id = 1") as cursor:
+            row = await cursor.fetchone()
+        return int(row[0]) if row else None
+
+    async def _retry(self, attempt: Callable[[], Awaitable[Any]], db: aiosqlite.Connection) -> Any:
+        """Run ``attempt`` until it is not refused by SQLITE_BUSY, up to ``max_wait`` seconds."""
+        deadline = time.monotonic() + self.max_wait
+        tries = 0
+        while True:
+            try:
+                return await attempt()
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc):
+                    raise StorageError(f"sqlite {self.path}: {exc}") from exc
+                if db.in_transaction:
+                    await db.execute("ROLLBACK")
+                tries += 1
+                if time.monotonic() >= deadline:
+                    raise StorageError(
+                        f"sqlite {self.path}: still busy after {tries} attempts "
+                        f"({self.max_wait:g} s): {exc}",
+                        code="SQLITE_BUSY",
+                    ) from exc
+                await asyncio.sleep(random.uniform(0, min(0.5, 0.005 * 2**tries)))
+            except sqlite3.Error as exc:
+                raise StorageError(f"sqlite {self.path}: {exc}") from exc
+
+    async def _run(self, op: Callable[[aiosqlite.Connection], Awaitable[Any]]) -> Any:
+        """One operation on the connection (opened lazily), with SQLITE_BUSY retried."""
+        async with self._lock:
+            db = await self._open()
+            return await self._retry(lambda: op(db), db)
+
+    async def _write(self, op: Callable[[aiosqlite.Connection], Awaitable[Any]]) -> Any:
+        """One write transaction: BEGIN IMMEDIATE, ``op``, COMMIT; rolled back on any error."""
+
+        async def transaction(db: aiosqlite.Connection) -> Any:
+            await db.execute("BEGIN IMMEDIATE")
+            try:
+                result = await op(db)
+                await db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    await db.execute("ROLLBACK")
+                raise
+            return result
+
+        return await self._run(transaction)
+
+    # -- ledger -----------------------------------------------------------------------------
+
+    async def append(self, entry: LedgerEntry) -> None:
+        """Store one entry and fold it into its session's summary, in one transaction."""
+        await self._append(rows.encode_entry(entry, key=""), idempotent=False)
+
+    async def append_at(self, entry: LedgerEntry, position: int) -> None:
+        """Append idempotently at a caller-chosen position (e.g. a line number on import):
+        the same entry at the same position is stored once however often it is appended."""
+        key = rows.append_key(rows.check_entry(entry), position)
+        await self._append(rows.encode_entry(entry, key=key), idempotent=True)
+
+    async def _append(self, row: rows.EventRow, *, idempotent: bool) -> None:
+        async def op(db: aiosqlite.Connection) -> None:
+            if idempotent:
+                async with db.execute(
+                    "SELECT 1 FROM ledger_events WHERE append_key = ?", (row.append_key,)
+                ) as cursor:
+                    if await cursor.fetchone() is not None:
+                        return
+            async with db.execute(
+                _SESSION_UPSERT,
+                {
+                    "name": row.name,
+                    "sandbox_id": row.sandbox_id,
+                    "started_at": row.started_at,
+                    "completed_at": row.completed_at,
+                    "exec_delta": row.exec_delta,
+                },
+            ) as cursor:
+                found = await cursor.fetchone()
+            assert found is not None
+            await db.execute(
+                _EVENT_INSERT,
+                {
+                    "session_id": found[0],
+                    "ts": row.ts,
+                    "step_index": row.step_index,
+                    "branch": row.branch,
+                    "event": row.event,
+                    "payload": row.payload,
+                    "error": row.error,
+                    "append_key": row.append_key or None,
+                },
+            )
+
+        await self._write(op)
+
+    async def _fetchall(self, sql: str, params: Any) -> list[Any]:
+        async def op(db: aiosqlite.Connection) -> list[Any]:
+            async with db.execute(sql, params) as cursor:
+                return list(await cursor.fetchall())
+
+        result: list[Any] = await self._run(op)
+        return result
+
+    async def read_all(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
+        """Every entry of the session, ascending ts, ties in append order (one query)."""
+        key = (rows.check_text(name, "name"), rows.check_text(sandbox_id, "sandboxId"))
+        found = await self._fetchall(_READ_ALL, key)
+        return [rows.decode_entry(name, sandbox_id, *r) for r in found]
+
+    async def last_checkpoint(self, name: str, sandbox_id: str) -> LedgerEntry | None:
+        """The session's last checkpoint entry (one indexed query), or None."""
+        key = (rows.check_text(name, "name"), rows.check_text(sandbox_id, "sandboxId"))
+        found = await self._fetchall(_LAST_CHECKPOINT, key)
+        return rows.decode_entry(name, sandbox_id, *found[0]) if found else None
+
+    async def list_checkpoints(self, name: str, sandbox_id: str) -> list[CheckpointInfo]:
+        """Checkpoints in creation order (only checkpoint rows are read)."""
+        key = (rows.check_text(name, "name"), rows.check_text(sandbox_id, "sandboxId"))
+        return [rows.row_checkpoint(ts, p) for ts, p in await self._fetchall(_CHECKPOINTS, key)]
+
+    async def list_sandbox_details(
+        self, name: str, opts: ListSandboxOptions | None = None
+    ) -> list[SandboxDetails]:
+        """Sessions of one name, newest first (one indexed query)."""
+        rows.check_text(name, "name")
+        return await self._list(rows.list_query(name, opts))
+
+    async def list_all_sandbox_details(
+        self, opts: ListSandboxOptions | None = None
+    ) -> list[SandboxDetails]:
+        """Sessions of every name, newest first (one indexed query)."""
+        return await self._list(rows.list_query(None, opts))
+
+    async def _list(self, query: rows.ListQuery) -> list[SandboxDetails]:
+        sql, params = list_sql(query)
+        return [rows.decode_details(*r) for r in await self._fetchall(sql, params)]
+
+    async def get_sandbox_details(self, name: str, sandbox_id: str) -> SandboxDetails | None:
+        """One session's summary (one row), or None."""
+        key = (rows.check_text(name, "name"), rows.check_text(sandbox_id, "sandboxId"))
+        found = await self._fetchall(_DETAILS, key)
+        return rows.decode_details(*found[0]) if found else None
+
+    async def delete_sandbox(self, name: str, sandbox_id: str) -> None:
+        """Delete the session's entries and summary in one transaction."""
+        key = (rows.check_text(name, "name"), rows.check_text(sandbox_id, "sandboxId"))
+
+        async def op(db: aiosqlite.Connection) -> None:
+            await db.execute(f"DELETE FROM ledger_events WHERE session_id = ({_SESSION_ID})", key)
+            await db.execute("DELETE FROM ledger_sessions WHERE name = ? AND sandbox_id = ?", key)
+
+        await self._write(op)
+
+    # -- environments -----------------------------------------------------------------------
+
+    async def get_environment(self, name: str) -> EnvironmentRecord | None:
+        """The environment record, or None."""
+        found = await self._fetchall(
+            "SELECT record FROM ledger_environments WHERE name = ?",
+            (rows.check_text(name, "name"),),
+        )
+        return rows.decode_environment(found[0][0]) if found else None
+
+    async def save_environment(self, record: EnvironmentRecord) -> None:
+        """Create or replace the record with ``record.name``."""
+        values = rows.encode_environment(record)
+
+        async def op(db: aiosqlite.Connection) -> None:
+            await db.execute(_ENV_UPSERT, values)
+
+        await self._write(op)
+
+    async def delete_environment(self, name: str) -> None:
+        """Remove the record if present."""
+        key = (rows.check_text(name, "name"),)
+
+        async def op(db: aiosqlite.Connection) -> None:
+            await db.execute("DELETE FROM ledger_environments WHERE name = ?", key)
+
+        await self._write(op)
+
+    async def list_environments(self) -> list[EnvironmentRecord]:
+        """Every record, newest builtAt first, ties in first-saved order."""
+        found = await self._fetchall(
+            "SELECT record FROM ledger_environments ORDER BY built_at DESC, id", ()
+        )
+        return [rows.decode_environment(r[0]) for r in found]

@@ -1,0 +1,259 @@
+"""SQLiteAdapter beyond the contract: files, processes, sizes, bad input, schema versions."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from sandbox_ledger import (
+    EnvironmentRecord,
+    InvalidInputError,
+    LedgerEntry,
+    LedgerEvent,
+    SchemaVersionError,
+    StorageError,
+)
+from sandbox_ledger.sql.schema import Migration
+from sandbox_ledger.sqlite import SQLiteAdapter
+from sandbox_ledger.sqlite import adapter as sqlite_module
+
+
+def _entry(
+    event: str,
+    ts: int,
+    *,
+    name: str = "n",
+    sandbox_id: str = "s",
+    step_index: int = -1,
+    **kw: object,
+) -> LedgerEntry:
+    return LedgerEntry(
+        ts=ts, name=name, sandbox_id=sandbox_id, step_index=step_index, event=event, **kw
+    )
+
+
+async def test_creates_file_with_schema_in_wal_mode(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    async with SQLiteAdapter(path) as adapter:
+        await adapter.append(_entry(LedgerEvent.SandboxCreated, 1))
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert db.execute("SELECT version FROM ledger_schema").fetchone() == (
+            sqlite_module.SCHEMA_VERSION,
+        )
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"ledger_sessions", "ledger_events", "ledger_environments"} <= tables
+
+
+async def test_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
+    adapter = SQLiteAdapter(tmp_path / "nope" / "x.db")
+    with pytest.raises(StorageError, match="does not exist"):
+        await adapter.list_environments()
+
+
+async def test_memory_database_lives_until_close() -> None:
+    adapter = SQLiteAdapter(":memory:")
+    await adapter.append(_entry(LedgerEvent.SandboxCreated, 1))
+    assert len(await adapter.read_all("n", "s")) == 1
+    other = SQLiteAdapter(":memory:")
+    assert await other.read_all("n", "s") == []
+    await adapter.close()
+    assert await adapter.read_all("n", "s") == []
+    await adapter.close()
+    await other.close()
+
+
+async def test_ten_megabyte_payload_round_trips_byte_exact(tmp_path: Path) -> None:
+    payload = {"blob": "x" * (10 * 1024 * 1024), "unicode": "✓ 日本語 🚀", "n": 10**40}
+    async with SQLiteAdapter(tmp_path / "big.db") as adapter:
+        await adapter.append(_entry(LedgerEvent.ExecComplete, 1, payload=payload))
+        [back] = await adapter.read_all("n", "s")
+    assert json.dumps(back.payload) == json.dumps(payload)
+    with sqlite3.connect(tmp_path / "big.db") as db:
+        (stored,) = db.execute("SELECT payload FROM ledger_events").fetchone()
+    assert stored == json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+
+
+@pytest.mark.parametrize(
+    ("entry", "field"),
+    [
+        (_entry("e", 1, step_index=2**63), "stepIndex"),
+        (_entry("e", 1, branch=-(2**63) - 1), "branch"),
+        (_entry("e", 1, payload={"x": "\udfff"}), "payload"),
+    ],
+)
+async def test_bad_entries_are_refused_and_nothing_is_written(
+    tmp_path: Path, entry: LedgerEntry, field: str
+) -> None:
+    async with SQLiteAdapter(tmp_path / "bad.db") as adapter:
+        with pytest.raises(InvalidInputError, match=field):
+            await adapter.append(entry)
+        assert await adapter.read_all("n", "s") == []
+        with pytest.raises(InvalidInputError, match="record"):
+            await adapter.save_environment({"name": "x"})  # type: ignore[arg-type]
+        assert await adapter.list_environments() == []
+
+
+async def test_append_at_is_idempotent(tmp_path: Path) -> None:
+    async with SQLiteAdapter(tmp_path / "imp.db") as adapter:
+        created = _entry(LedgerEvent.SandboxCreated, 1)
+        done = _entry(LedgerEvent.ExecComplete, 2)
+        for _ in range(3):
+            await adapter.append_at(created, 1)
+            await adapter.append_at(done, 2)
+        # The same entry at another position is another line: stored.
+        await adapter.append_at(done, 3)
+        assert [e.ts for e in await adapter.read_all("n", "s")] == [1, 2, 2]
+        details = await adapter.get_sandbox_details("n", "s")
+        assert details is not None and details.exec_count == 2
+        with pytest.raises(InvalidInputError, match="position"):
+            await adapter.append_at(done, -1)
+
+
+_WRITER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from sandbox_ledger import LedgerEntry
+    from sandbox_ledger.sqlite import SQLiteAdapter
+
+    async def main(path, worker, count):
+        async with SQLiteAdapter(path, busy_timeout=0.05) as adapter:
+            await adapter.append(LedgerEntry(ts=worker, name="own", sandbox_id=f"w{worker}",
+                                             step_index=-1, event="sandbox.created"))
+            for i in range(count):
+                for sandbox_id in ("shared", f"w{worker}"):
+                    await adapter.append(LedgerEntry(
+                        ts=i, name="own" if sandbox_id != "shared" else "all",
+                        sandbox_id=sandbox_id, step_index=i, event="exec.complete",
+                        payload={"worker": worker, "i": i}))
+
+    asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))
+    """
+)
+
+
+async def test_several_processes_writing_one_file_lose_and_double_nothing(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "shared.db"
+    workers, count = 4, 120
+    async with SQLiteAdapter(path) as adapter:
+        await adapter.append(_entry(LedgerEvent.SandboxCreated, 0, name="all", sandbox_id="shared"))
+    # A tiny busy timeout makes SQLITE_BUSY frequent, so the retry path is exercised.
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _WRITER, str(path), str(w), str(count)])
+        for w in range(workers)
+    ]
+    assert [p.wait(timeout=240) for p in procs] == [0] * workers
+    async with SQLiteAdapter(path) as adapter:
+        shared = await adapter.read_all("all", "shared")
+        got = sorted((e.payload["worker"], e.payload["i"]) for e in shared[1:])
+        assert got == [(w, i) for w in range(workers) for i in range(count)]
+        details = await adapter.get_sandbox_details("all", "shared")
+        assert details is not None and details.exec_count == workers * count
+        for w in range(workers):
+            own = await adapter.get_sandbox_details("own", f"w{w}")
+            assert own is not None and own.exec_count == count
+            assert len(await adapter.read_all("own", f"w{w}")) == count + 1
+
+
+async def test_busy_beyond_max_wait_is_a_storage_error(tmp_path: Path) -> None:
+    path = tmp_path / "locked.db"
+    async with SQLiteAdapter(path) as adapter:
+        await adapter.append(_entry(LedgerEvent.SandboxCreated, 1))
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        adapter = SQLiteAdapter(path, busy_timeout=0.01, max_wait=0.3)
+        with pytest.raises(StorageError, match="busy") as caught:
+            await adapter.append(_entry(LedgerEvent.ExecComplete, 2))
+        assert caught.value.code == "SQLITE_BUSY"
+        # Readers are not blocked by a writer (WAL).
+        assert len(await adapter.read_all("n", "s")) == 1
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    await adapter.append(_entry(LedgerEvent.ExecComplete, 2))
+    details = await adapter.get_sandbox_details("n", "s")
+    assert details is not None and details.exec_count == 1
+    await adapter.close()
+
+
+# -- schema versions ------------------------------------------------------------------------
+
+
+async def test_newer_library_migrates_an_older_schema_forward(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "old.db"
+    async with SQLiteAdapter(path) as adapter:
+        await adapter.append(_entry(LedgerEvent.SandboxCreated, 1))
+        await adapter.save_environment(EnvironmentRecord(name="py", built_at=5))
+    newer = Migration(
+        sqlite_module.SCHEMA_VERSION + 1,
+        "environment_notes",
+        "ALTER TABLE ledger_environments ADD COLUMN note TEXT;\n"
+        "UPDATE ledger_environments SET note = 'migrated';\n",
+    )
+    monkeypatch.setattr(sqlite_module, "MIGRATIONS", (*sqlite_module.MIGRATIONS, newer))
+    caplog.set_level(logging.INFO, logger="sandbox_ledger.schema")
+    async with SQLiteAdapter(path) as adapter:
+        assert len(await adapter.read_all("n", "s")) == 1
+        assert (await adapter.get_environment("py")) == EnvironmentRecord(name="py", built_at=5)
+    assert f"from version {newer.version - 1} to {newer.version}" in caplog.text
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT version FROM ledger_schema").fetchone() == (newer.version,)
+        assert db.execute("SELECT note FROM ledger_environments").fetchone() == ("migrated",)
+    caplog.clear()
+    async with SQLiteAdapter(path) as adapter:  # already current: nothing to do, nothing said
+        await adapter.list_environments()
+    assert "migrated" not in caplog.text
+
+
+async def test_failed_migration_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "fail.db"
+    async with SQLiteAdapter(path) as adapter:
+        await adapter.append(_entry(LedgerEvent.SandboxCreated, 1))
+    broken = Migration(
+        sqlite_module.SCHEMA_VERSION + 1,
+        "broken",
+        "ALTER TABLE ledger_events ADD COLUMN extra TEXT;\nSELECT * FROM no_such_table;\n",
+    )
+    monkeypatch.setattr(sqlite_module, "MIGRATIONS", (*sqlite_module.MIGRATIONS, broken))
+    with pytest.raises(StorageError, match="no_such_table"):
+        await SQLiteAdapter(path).connect()
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT version FROM ledger_schema").fetchone() == (
+            sqlite_module.SCHEMA_VERSION,
+        )
+        columns = [r[1] for r in db.execute("PRAGMA table_info(ledger_events)")]
+    assert "extra" not in columns
+
+
+async def test_older_library_refuses_a_newer_schema(tmp_path: Path) -> None:
+    path = tmp_path / "future.db"
+    async with SQLiteAdapter(path) as adapter:
+        await adapter.append(_entry(LedgerEvent.SandboxCreated, 1))
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE ledger_schema SET version = version + 1")
+    adapter = SQLiteAdapter(path)
+    with pytest.raises(SchemaVersionError, match="newer than this library") as caught:
+        await adapter.read_all("n", "s")
+    assert caught.value.found == sqlite_module.SCHEMA_VERSION + 1
+    assert caught.value.supported == sqlite_module.SCHEMA_VERSION
+    await adapter.close()
+
+
+def test_schema_files_are_package_data() -> None:
+    [first, *_] = sqlite_module.MIGRATIONS
+    assert first.version == 1 and "CREATE TABLE ledger_events" in first.sql
+    assert sqlite_module.split_statements(first.sql)[0].startswith("--")
