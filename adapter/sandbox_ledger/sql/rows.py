@@ -39,10 +39,23 @@ __all__ = [
     "encode_entry",
     "encode_environment",
     "list_query",
+    "list_sql",
     "row_checkpoint",
 ]
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_KEY_BYTES = 2048
+"""Longest (name, sandboxId) pair, and environment name, in UTF-8 bytes: what a PostgreSQL
+btree index row holds with room to spare, and about what a DynamoDB key holds, so a ledger
+moves between the stores."""
+
+
+def _key_size(field: str, *parts: str) -> None:
+    size = sum(len(p.encode("utf-8")) for p in parts)
+    if size > MAX_KEY_BYTES:
+        raise InvalidInputError(
+            field, f"too long for a key ({size} bytes as UTF-8, the limit is {MAX_KEY_BYTES})"
+        )
 
 
 def check_text(value: object, field: str, *, nul_ok: bool = True) -> str:
@@ -142,6 +155,7 @@ def encode_entry(entry: object, *, key: str, nul_ok: bool = True) -> EventRow:
     e = check_entry(entry)
     check_text(e.name, "name", nul_ok=nul_ok)
     check_text(e.sandbox_id, "sandboxId", nul_ok=nul_ok)
+    _key_size("name/sandboxId", e.name, e.sandbox_id)
     check_text(e.event, "event", nul_ok=nul_ok)
     if e.error is not None:
         _encodable(e.error, "error", nul_ok=nul_ok)
@@ -216,6 +230,7 @@ def encode_environment(record: object, *, nul_ok: bool = True) -> tuple[str, int
     """(name, builtAt, the record's wire JSON text) of an environment record."""
     r = check_record(record)
     check_text(r.name, "name", nul_ok=nul_ok)
+    _key_size("name", r.name)
     return r.name, r.built_at, _json_text(r.wire(), "record")
 
 
@@ -242,3 +257,32 @@ def list_query(name: str | None, opts: ListSandboxOptions | None) -> ListQuery:
     if o is None:
         return ListQuery(name, None, None, None)
     return ListQuery(name, o.status or None, o.before or None, o.limit or None)
+
+
+def list_sql(
+    query: ListQuery, *, table: str = "ledger_sessions", param: str = "?"
+) -> tuple[str, list[Any]]:
+    """The one SELECT a listing runs and its parameters (``param``: the driver's placeholder).
+
+    Served by the session indexes on ([name,] [status,] started_at DESC, id): newest first,
+    ties in session creation order.
+    """
+    where = ["started_at IS NOT NULL"]
+    params: list[Any] = []
+    if query.name is not None:
+        where.append(f"name = {param}")
+        params.append(query.name)
+    if query.status is not None:
+        where.append(f"status = {param}")
+        params.append(query.status.value)
+    if query.before is not None:
+        where.append(f"started_at < {param}")
+        params.append(query.before)
+    sql = (
+        f"SELECT name, sandbox_id, started_at, completed_at, exec_count FROM {table} "
+        f"WHERE {' AND '.join(where)} ORDER BY started_at DESC, id"
+    )
+    if query.limit is not None:
+        sql += f" LIMIT {param}"
+        params.append(query.limit)
+    return sql, params

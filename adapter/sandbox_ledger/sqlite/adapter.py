@@ -42,7 +42,13 @@ SCHEMA_VERSION = MIGRATIONS[-1].version
 
 _CHECKPOINT = LedgerEvent.CheckpointCreated.value
 
-_SESSION_UPSERT = """
+_SESSION_ID_SQL = "SELECT id FROM ledger_sessions WHERE name = ? AND sandbox_id = ?"
+
+
+class Queries:
+    """The SQL text the adapter runs (for DBAs and EXPLAIN); names as in the PostgreSQL adapter."""
+
+    upsert_session = """
 INSERT INTO ledger_sessions (name, sandbox_id, started_at, completed_at, status, exec_count)
 VALUES (:name, :sandbox_id, :started_at, :completed_at,
         CASE WHEN :completed_at IS NULL THEN 'running' ELSE 'completed' END, :exec_delta)
@@ -54,66 +60,47 @@ ON CONFLICT (name, sandbox_id) DO UPDATE SET
     exec_count = ledger_sessions.exec_count + excluded.exec_count
 RETURNING id
 """
-_EVENT_INSERT = """
+    insert_event = """
 INSERT INTO ledger_events (session_id, ts, step_index, branch, event, payload, error, append_key)
 VALUES (:session_id, :ts, :step_index, :branch, :event, :payload, :error, :append_key)
 """
-_SESSION_ID = "SELECT id FROM ledger_sessions WHERE name = ? AND sandbox_id = ?"
-_READ_ALL = f"""
+    session_id = _SESSION_ID_SQL
+    read_all = f"""
 SELECT e.ts, e.step_index, e.branch, e.event, e.payload, e.error
 FROM ledger_events AS e
-WHERE e.session_id = ({_SESSION_ID})
+WHERE e.session_id = ({_SESSION_ID_SQL})
 ORDER BY e.ts, e.seq
 """
-_CHECKPOINTS = f"""
+    checkpoints = f"""
 SELECT e.ts, e.payload FROM ledger_events AS e
-WHERE e.session_id = ({_SESSION_ID}) AND e.event = '{_CHECKPOINT}'
+WHERE e.session_id = ({_SESSION_ID_SQL}) AND e.event = '{_CHECKPOINT}'
 ORDER BY e.ts, e.seq
 """
-_LAST_CHECKPOINT = f"""
+    last_checkpoint = f"""
 SELECT e.ts, e.step_index, e.branch, e.event, e.payload, e.error
 FROM ledger_events AS e
-WHERE e.session_id = ({_SESSION_ID}) AND e.event = '{_CHECKPOINT}'
+WHERE e.session_id = ({_SESSION_ID_SQL}) AND e.event = '{_CHECKPOINT}'
 ORDER BY e.ts DESC, e.seq DESC
 LIMIT 1
 """
-_DETAILS = """
+    details = """
 SELECT name, sandbox_id, started_at, completed_at, exec_count FROM ledger_sessions
 WHERE name = ? AND sandbox_id = ? AND started_at IS NOT NULL
 """
-_ENV_UPSERT = """
+    save_environment = """
 INSERT INTO ledger_environments (name, built_at, record) VALUES (?, ?, ?)
 ON CONFLICT (name) DO UPDATE SET built_at = excluded.built_at, record = excluded.record
 """
-_VERSION_TABLE = """
+    version_table = """
 CREATE TABLE IF NOT EXISTS ledger_schema (
     id      INTEGER PRIMARY KEY CHECK (id = 1),
     version INTEGER NOT NULL
 )
 """
 
-
-def list_sql(query: rows.ListQuery) -> tuple[str, list[Any]]:
-    """The one SELECT a listing runs, and its parameters (index-served; see the schema)."""
-    where = ["started_at IS NOT NULL"]
-    params: list[Any] = []
-    if query.name is not None:
-        where.append("name = ?")
-        params.append(query.name)
-    if query.status is not None:
-        where.append("status = ?")
-        params.append(query.status.value)
-    if query.before is not None:
-        where.append("started_at < ?")
-        params.append(query.before)
-    sql = (
-        "SELECT name, sandbox_id, started_at, completed_at, exec_count FROM ledger_sessions "
-        f"WHERE {' AND '.join(where)} ORDER BY started_at DESC, id"
-    )
-    if query.limit is not None:
-        sql += " LIMIT ?"
-        params.append(query.limit)
-    return sql, params
+    def list_sessions(self, query: rows.ListQuery) -> tuple[str, list[Any]]:
+        """The listing SELECT and its parameters."""
+        return rows.list_sql(query)
 
 
 def split_statements(script: str) -> list[str]:
@@ -162,6 +149,7 @@ class SQLiteAdapter:
         self.path = path
         self.busy_timeout = busy_timeout
         self.max_wait = max_wait
+        self.queries = Queries()
         self._db: aiosqlite.Connection | None = None
         self._lock = asyncio.Lock()
 
@@ -237,7 +225,7 @@ class SQLiteAdapter:
             return
         await db.execute("BEGIN IMMEDIATE")
         try:
-            await db.execute(_VERSION_TABLE)
+            await db.execute(self.queries.version_table)
             current = await self._schema_version(db)  # another process may have migrated
             todo = pending(current, migrations, where=f"sqlite {self.path}")
             for migration in todo:
@@ -333,7 +321,7 @@ class SQLiteAdapter:
                     if await cursor.fetchone() is not None:
                         return
             async with db.execute(
-                _SESSION_UPSERT,
+                self.queries.upsert_session,
                 {
                     "name": row.name,
                     "sandbox_id": row.sandbox_id,
@@ -345,7 +333,7 @@ class SQLiteAdapter:
                 found = await cursor.fetchone()
             assert found is not None
             await db.execute(
-                _EVENT_INSERT,
+                self.queries.insert_event,
                 {
                     "session_id": found[0],
                     "ts": row.ts,
@@ -371,19 +359,22 @@ class SQLiteAdapter:
     async def read_all(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry of the session, ascending ts, ties in append order (one query)."""
         key = (rows.check_text(name, "name"), rows.check_text(sandbox_id, "sandboxId"))
-        found = await self._fetchall(_READ_ALL, key)
+        found = await self._fetchall(self.queries.read_all, key)
         return [rows.decode_entry(name, sandbox_id, *r) for r in found]
 
     async def last_checkpoint(self, name: str, sandbox_id: str) -> LedgerEntry | None:
         """The session's last checkpoint entry (one indexed query), or None."""
         key = (rows.check_text(name, "name"), rows.check_text(sandbox_id, "sandboxId"))
-        found = await self._fetchall(_LAST_CHECKPOINT, key)
+        found = await self._fetchall(self.queries.last_checkpoint, key)
         return rows.decode_entry(name, sandbox_id, *found[0]) if found else None
 
     async def list_checkpoints(self, name: str, sandbox_id: str) -> list[CheckpointInfo]:
         """Checkpoints in creation order (only checkpoint rows are read)."""
         key = (rows.check_text(name, "name"), rows.check_text(sandbox_id, "sandboxId"))
-        return [rows.row_checkpoint(ts, p) for ts, p in await self._fetchall(_CHECKPOINTS, key)]
+        return [
+            rows.row_checkpoint(ts, p)
+            for ts, p in await self._fetchall(self.queries.checkpoints, key)
+        ]
 
     async def list_sandbox_details(
         self, name: str, opts: ListSandboxOptions | None = None
@@ -399,13 +390,13 @@ class SQLiteAdapter:
         return await self._list(rows.list_query(None, opts))
 
     async def _list(self, query: rows.ListQuery) -> list[SandboxDetails]:
-        sql, params = list_sql(query)
+        sql, params = self.queries.list_sessions(query)
         return [rows.decode_details(*r) for r in await self._fetchall(sql, params)]
 
     async def get_sandbox_details(self, name: str, sandbox_id: str) -> SandboxDetails | None:
         """One session's summary (one row), or None."""
         key = (rows.check_text(name, "name"), rows.check_text(sandbox_id, "sandboxId"))
-        found = await self._fetchall(_DETAILS, key)
+        found = await self._fetchall(self.queries.details, key)
         return rows.decode_details(*found[0]) if found else None
 
     async def delete_sandbox(self, name: str, sandbox_id: str) -> None:
@@ -413,7 +404,9 @@ class SQLiteAdapter:
         key = (rows.check_text(name, "name"), rows.check_text(sandbox_id, "sandboxId"))
 
         async def op(db: aiosqlite.Connection) -> None:
-            await db.execute(f"DELETE FROM ledger_events WHERE session_id = ({_SESSION_ID})", key)
+            await db.execute(
+                f"DELETE FROM ledger_events WHERE session_id = ({_SESSION_ID_SQL})", key
+            )
             await db.execute("DELETE FROM ledger_sessions WHERE name = ? AND sandbox_id = ?", key)
 
         await self._write(op)
@@ -433,7 +426,7 @@ class SQLiteAdapter:
         values = rows.encode_environment(record)
 
         async def op(db: aiosqlite.Connection) -> None:
-            await db.execute(_ENV_UPSERT, values)
+            await db.execute(self.queries.save_environment, values)
 
         await self._write(op)
 

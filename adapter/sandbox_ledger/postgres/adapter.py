@@ -1,0 +1,433 @@
+"""The ledger contract on PostgreSQL, over psycopg 3 and a psycopg_pool connection pool.
+
+Every method is one statement (one round trip), except ``connect()`` the first time. An
+append inserts the entry and upserts its session's summary in one statement: the summary
+is computed by the database, under the session row's lock, never read and rewritten from
+Python, so concurrent appends from any number of processes lose nothing. Each append carries
+a key fixed before its first attempt; when a connection fails, the append is retried and a
+retry whose first attempt had in fact committed is recognised and stored once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import re
+from typing import TYPE_CHECKING, Any
+
+from sandbox_ledger.errors import StorageError
+from sandbox_ledger.models import LedgerEvent
+from sandbox_ledger.sql import rows
+from sandbox_ledger.sql.schema import Migration, load_migrations, log_migration, pending
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+    from types import TracebackType
+
+    from psycopg import AsyncConnection
+    from psycopg_pool import AsyncConnectionPool
+
+    from sandbox_ledger.models import (
+        CheckpointInfo,
+        EnvironmentRecord,
+        LedgerEntry,
+        ListSandboxOptions,
+        SandboxDetails,
+    )
+
+MIGRATIONS: tuple[Migration, ...] = load_migrations("sandbox_ledger.postgres")
+"""The schema files shipped with this library, oldest first."""
+SCHEMA_VERSION = MIGRATIONS[-1].version
+"""The schema version this library writes."""
+
+DEFAULT_SCHEMA = "sandbox_ledger"
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_CHECKPOINT = LedgerEvent.CheckpointCreated.value
+# Connection failures are retried this many times (the append key keeps that exactly-once).
+MAX_ATTEMPTS = 4
+
+
+class Queries:
+    """The SQL text the adapter runs, with the schema filled in (for DBAs and EXPLAIN)."""
+
+    def __init__(self, schema: str) -> None:
+        s = f'"{schema}"'
+        self.schema = s
+        self.sessions = f"{s}.ledger_sessions"
+        session = (
+            f"SELECT id FROM {s}.ledger_sessions WHERE name = %(name)s "
+            "AND sandbox_id = %(sandbox_id)s"
+        )
+        self.append = f"""
+WITH session AS (
+    INSERT INTO {s}.ledger_sessions AS cur
+        (name, sandbox_id, started_at, completed_at, status, exec_count)
+    VALUES (%(name)s, %(sandbox_id)s, %(started_at)s, %(completed_at)s,
+            CASE WHEN %(completed_at)s::bigint IS NULL THEN 'running' ELSE 'completed' END,
+            %(exec_delta)s)
+    ON CONFLICT (name, sandbox_id) DO UPDATE SET
+        started_at = coalesce(cur.started_at, excluded.started_at),
+        completed_at = coalesce(cur.completed_at, excluded.completed_at),
+        status = CASE WHEN coalesce(cur.completed_at, excluded.completed_at) IS NULL
+                      THEN 'running' ELSE 'completed' END,
+        exec_count = cur.exec_count + excluded.exec_count
+    RETURNING id
+)
+INSERT INTO {s}.ledger_events
+    (session_id, ts, step_index, branch, event, payload, error, append_key)
+SELECT id, %(ts)s, %(step_index)s, %(branch)s, %(event)s, %(payload)s, %(error)s,
+       %(append_key)s
+FROM session
+"""
+        self.read_all = f"""
+SELECT ts, step_index, branch, event, payload, error FROM {s}.ledger_events
+WHERE session_id = ({session})
+ORDER BY ts, seq
+"""
+        self.checkpoints = f"""
+SELECT ts, payload FROM {s}.ledger_events
+WHERE session_id = ({session}) AND event = '{_CHECKPOINT}'
+ORDER BY ts, seq
+"""
+        self.last_checkpoint = f"""
+SELECT ts, step_index, branch, event, payload, error FROM {s}.ledger_events
+WHERE session_id = ({session}) AND event = '{_CHECKPOINT}'
+ORDER BY ts DESC, seq DESC
+LIMIT 1
+"""
+        self.details = f"""
+SELECT name, sandbox_id, started_at, completed_at, exec_count FROM {s}.ledger_sessions
+WHERE name = %(name)s AND sandbox_id = %(sandbox_id)s AND started_at IS NOT NULL
+"""
+        # The events go with their session (ON DELETE CASCADE), in this one statement.
+        self.delete_sandbox = (
+            f"DELETE FROM {s}.ledger_sessions WHERE name = %(name)s AND sandbox_id = %(sandbox_id)s"
+        )
+        self.get_environment = f"SELECT record FROM {s}.ledger_environments WHERE name = %s"
+        self.save_environment = f"""
+INSERT INTO {s}.ledger_environments (name, built_at, record) VALUES (%s, %s, %s)
+ON CONFLICT (name) DO UPDATE SET built_at = excluded.built_at, record = excluded.record
+"""
+        self.delete_environment = f"DELETE FROM {s}.ledger_environments WHERE name = %s"
+        self.list_environments = (
+            f"SELECT record FROM {s}.ledger_environments ORDER BY built_at DESC, id"
+        )
+        self.version_table = f"""
+CREATE TABLE IF NOT EXISTS {s}.ledger_schema (
+    id      integer PRIMARY KEY CHECK (id = 1),
+    version integer NOT NULL
+)
+"""
+        self.version = f"SELECT version FROM {s}.ledger_schema WHERE id = 1"
+        self.set_version = f"""
+INSERT INTO {s}.ledger_schema (id, version) VALUES (1, %s)
+ON CONFLICT (id) DO UPDATE SET version = excluded.version
+"""
+
+    def list_sessions(self, query: rows.ListQuery) -> tuple[str, list[Any]]:
+        """The listing SELECT and its parameters."""
+        return rows.list_sql(query, table=self.sessions, param="%s")
+
+
+def _lock_key(schema: str) -> int:
+    """The advisory lock that serializes schema changes of one schema across processes."""
+    digest = hashlib.sha256(f"sandbox_ledger:{schema}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+class PostgresAdapter:
+    """The ledger contract on PostgreSQL.
+
+    Args:
+        dsn: a libpq connection string or ``postgresql://`` URL; the adapter owns its pool.
+        pool: an existing ``psycopg_pool.AsyncConnectionPool`` instead of ``dsn`` (opened by
+            the caller; ``close()`` leaves it open).
+        schema: the PostgreSQL schema holding the ledger tables (created if absent).
+        min_size, max_size: the size of the pool the adapter creates from ``dsn``.
+        timeout: seconds to wait for a connection from the pool.
+    """
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        pool: AsyncConnectionPool[Any] | None = None,
+        schema: str = DEFAULT_SCHEMA,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 30.0,
+    ) -> None:
+        if (dsn is None) == (pool is None):
+            raise ValueError("dsn, pool: give exactly one")
+        if dsn is not None and (not isinstance(dsn, str) or not dsn):
+            raise ValueError("dsn: must be a non-empty connection string")
+        if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema):
+            raise ValueError(
+                f"schema: {schema!r} is not a plain lowercase identifier ([a-z_][a-z0-9_]*)"
+            )
+        self.dsn = dsn
+        self.schema = schema
+        self.queries = Queries(schema)
+        self._given_pool = pool
+        self._pool: AsyncConnectionPool[Any] | None = None
+        self._sizes = (min_size, max_size)
+        self._timeout = timeout
+        self._lock = asyncio.Lock()
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Open the pool and create or migrate the schema; idempotent, safe when several
+        processes start at once (they take turns on an advisory lock).
+
+        Raises:
+            SchemaVersionError: the database's schema is newer than this library.
+            StorageError: the server cannot be reached (the reason is in the message).
+        """
+        await self._open()
+
+    async def close(self) -> None:
+        """Close the pool the adapter created (a given pool stays open); idempotent."""
+        async with self._lock:
+            pool, self._pool = self._pool, None
+            if pool is not None and pool is not self._given_pool:
+                await pool.close()
+
+    async def __aenter__(self) -> PostgresAdapter:
+        await self.connect()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def _open(self) -> AsyncConnectionPool[Any]:
+        if self._pool is not None:
+            return self._pool
+        async with self._lock:
+            if self._pool is not None:
+                return self._pool
+            pool = self._given_pool or await self._new_pool()
+            try:
+                await self._migrate(pool, MIGRATIONS)
+            except BaseException:
+                if pool is not self._given_pool:
+                    await pool.close()
+                raise
+            self._pool = pool
+            return pool
+
+    async def _new_pool(self) -> AsyncConnectionPool[Any]:
+        try:
+            from psycopg_pool import AsyncConnectionPool
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise RuntimeError(
+                "PostgresAdapter needs psycopg: pip install 'sandbox-ledger-dynamodb[postgres]'"
+            ) from exc
+        min_size, max_size = self._sizes
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            self.dsn or "",
+            min_size=min_size,
+            max_size=max_size,
+            timeout=self._timeout,
+            kwargs={"autocommit": True},
+            open=False,
+        )
+        try:
+            await pool.open(wait=True, timeout=self._timeout)
+        except Exception as exc:
+            await pool.close()
+            raise StorageError(
+                f"postgres: cannot connect to {_redacted(self.dsn or '')}: {exc}"
+            ) from exc
+        return pool
+
+    async def _migrate(
+        self, pool: AsyncConnectionPool[Any], migrations: tuple[Migration, ...]
+    ) -> None:
+        q = self.queries
+        where = f"postgres schema {self.schema}"
+        async with pool.connection() as conn:
+            # The usual case (schema current) takes no lock.
+            cursor = await conn.execute(
+                "SELECT to_regclass(%s)", (f'"{self.schema}".ledger_schema',)
+            )
+            found = await cursor.fetchone()
+            current = None
+            if found and found[0] is not None:
+                row = await (await conn.execute(q.version)).fetchone()
+                current = int(row[0]) if row else None
+            if pending(current, migrations, where=where) == ():
+                return
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(self.schema),))
+                await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {q.schema}")
+                await conn.execute(q.version_table)
+                row = await (await conn.execute(q.version)).fetchone()
+                current = int(row[0]) if row else None  # another process may have migrated
+                todo = pending(current, migrations, where=where)
+                if todo:
+                    await conn.execute(f"SET LOCAL search_path TO {q.schema}")
+                    for migration in todo:
+                        await conn.execute(migration.sql.encode())
+                    await conn.execute(q.set_version, (todo[-1].version,))
+        log_migration(where, current, todo)
+
+    async def _run(self, op: Callable[[AsyncConnection[Any]], Awaitable[Any]]) -> Any:
+        """``op`` on a pooled connection; connection failures retried, errors translated."""
+        import psycopg
+
+        pool = await self._open()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                async with pool.connection() as conn:
+                    return await op(conn)
+            except psycopg.OperationalError as exc:
+                if attempt >= MAX_ATTEMPTS:
+                    raise StorageError(
+                        f"postgres: {exc} (after {attempt} attempts)", code=exc.sqlstate
+                    ) from exc
+                await asyncio.sleep(random.uniform(0, 0.05 * 2**attempt))
+            except psycopg.Error as exc:
+                raise StorageError(f"postgres: {exc}", code=exc.sqlstate) from exc
+            except Exception as exc:
+                if type(exc).__module__.startswith("psycopg_pool"):
+                    raise StorageError(f"postgres pool: {exc}") from exc
+                raise
+
+    async def _fetchall(self, sql: str, params: Any) -> list[Any]:
+        async def op(conn: AsyncConnection[Any]) -> list[Any]:
+            cursor = await conn.execute(sql, params)
+            return list(await cursor.fetchall())
+
+        result: list[Any] = await self._run(op)
+        return result
+
+    async def _execute(self, sql: str, params: Any) -> None:
+        async def op(conn: AsyncConnection[Any]) -> None:
+            await conn.execute(sql, params)
+
+        await self._run(op)
+
+    # -- ledger -----------------------------------------------------------------------------
+
+    async def append(self, entry: LedgerEntry) -> None:
+        """Store one entry and fold it into its session's summary (one statement)."""
+        key = rows.append_key(rows.check_entry(entry))
+        await self._append(rows.encode_entry(entry, key=key, nul_ok=False))
+
+    async def append_at(self, entry: LedgerEntry, position: int) -> None:
+        """Append idempotently at a caller-chosen position (e.g. a line number on import):
+        the same entry at the same position is stored once however often it is appended."""
+        key = rows.append_key(rows.check_entry(entry), position)
+        await self._append(rows.encode_entry(entry, key=key, nul_ok=False))
+
+    async def _append(self, row: rows.EventRow) -> None:
+        import psycopg
+
+        params = {
+            "name": row.name,
+            "sandbox_id": row.sandbox_id,
+            "started_at": row.started_at,
+            "completed_at": row.completed_at,
+            "exec_delta": row.exec_delta,
+            "ts": row.ts,
+            "step_index": row.step_index,
+            "branch": row.branch,
+            "event": row.event,
+            "payload": row.payload,
+            "error": row.error,
+            "append_key": row.append_key,
+        }
+
+        async def op(conn: AsyncConnection[Any]) -> None:
+            try:
+                await conn.execute(self.queries.append, params)
+            except psycopg.errors.UniqueViolation as exc:
+                # Stored already (a retry whose first attempt committed, or a re-imported
+                # line): the whole statement, summary included, was rolled back.
+                if exc.diag.constraint_name != "ledger_events_append_key":
+                    raise
+
+        await self._run(op)
+
+    def _key(self, name: str, sandbox_id: str) -> dict[str, str]:
+        return {
+            "name": rows.check_text(name, "name"),
+            "sandbox_id": rows.check_text(sandbox_id, "sandboxId"),
+        }
+
+    async def read_all(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
+        """Every entry of the session, ascending ts, ties in append order (one query)."""
+        found = await self._fetchall(self.queries.read_all, self._key(name, sandbox_id))
+        return [rows.decode_entry(name, sandbox_id, *r) for r in found]
+
+    async def last_checkpoint(self, name: str, sandbox_id: str) -> LedgerEntry | None:
+        """The session's last checkpoint entry (one indexed query), or None."""
+        found = await self._fetchall(self.queries.last_checkpoint, self._key(name, sandbox_id))
+        return rows.decode_entry(name, sandbox_id, *found[0]) if found else None
+
+    async def list_checkpoints(self, name: str, sandbox_id: str) -> list[CheckpointInfo]:
+        """Checkpoints in creation order (only checkpoint rows are read)."""
+        found = await self._fetchall(self.queries.checkpoints, self._key(name, sandbox_id))
+        return [rows.row_checkpoint(ts, payload) for ts, payload in found]
+
+    async def list_sandbox_details(
+        self, name: str, opts: ListSandboxOptions | None = None
+    ) -> list[SandboxDetails]:
+        """Sessions of one name, newest first (one indexed query)."""
+        rows.check_text(name, "name")
+        return await self._list(rows.list_query(name, opts))
+
+    async def list_all_sandbox_details(
+        self, opts: ListSandboxOptions | None = None
+    ) -> list[SandboxDetails]:
+        """Sessions of every name, newest first (one indexed query)."""
+        return await self._list(rows.list_query(None, opts))
+
+    async def _list(self, query: rows.ListQuery) -> list[SandboxDetails]:
+        sql, params = self.queries.list_sessions(query)
+        return [rows.decode_details(*r) for r in await self._fetchall(sql, params)]
+
+    async def get_sandbox_details(self, name: str, sandbox_id: str) -> SandboxDetails | None:
+        """One session's summary (one row), or None."""
+        found = await self._fetchall(self.queries.details, self._key(name, sandbox_id))
+        return rows.decode_details(*found[0]) if found else None
+
+    async def delete_sandbox(self, name: str, sandbox_id: str) -> None:
+        """Delete the session with its entries (one statement)."""
+        await self._execute(self.queries.delete_sandbox, self._key(name, sandbox_id))
+
+    # -- environments -----------------------------------------------------------------------
+
+    async def get_environment(self, name: str) -> EnvironmentRecord | None:
+        """The environment record, or None."""
+        found = await self._fetchall(self.queries.get_environment, (rows.check_text(name, "name"),))
+        return rows.decode_environment(found[0][0]) if found else None
+
+    async def save_environment(self, record: EnvironmentRecord) -> None:
+        """Create or replace the record with ``record.name``."""
+        await self._execute(
+            self.queries.save_environment, rows.encode_environment(record, nul_ok=False)
+        )
+
+    async def delete_environment(self, name: str) -> None:
+        """Remove the record if present."""
+        await self._execute(self.queries.delete_environment, (rows.check_text(name, "name"),))
+
+    async def list_environments(self) -> list[EnvironmentRecord]:
+        """Every record, newest builtAt first, ties in first-saved order."""
+        found = await self._fetchall(self.queries.list_environments, ())
+        return [rows.decode_environment(r[0]) for r in found]
+
+
+def _redacted(dsn: str) -> str:
+    """The DSN without its password."""
+    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", re.sub(r"password=\S+", "password=***", dsn))

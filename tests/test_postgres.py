@@ -1,0 +1,260 @@
+"""PostgresAdapter beyond the contract: pools, processes, faults, sizes, schema versions."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import subprocess
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg_pool import AsyncConnectionPool
+
+from sandbox_ledger import (
+    InvalidInputError,
+    LedgerEntry,
+    LedgerEvent,
+    SchemaVersionError,
+    StorageError,
+)
+from sandbox_ledger.postgres import PostgresAdapter
+from sandbox_ledger.postgres import adapter as pg_module
+from sandbox_ledger.sql.schema import Migration
+
+
+def _entry(
+    event: str, ts: int, *, name: str = "n", sandbox_id: str = "s", **kw: Any
+) -> LedgerEntry:
+    return LedgerEntry(ts=ts, name=name, sandbox_id=sandbox_id, step_index=-1, event=event, **kw)
+
+
+@pytest.fixture
+async def adapter(postgres_dsn: str, pg_schema: str) -> AsyncIterator[PostgresAdapter]:
+    adapter = PostgresAdapter(postgres_dsn, schema=pg_schema)
+    yield adapter
+    await adapter.close()
+
+
+def _query(dsn: str, sql: str, *params: Any) -> list[Any]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        cursor = conn.execute(sql, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def test_arguments_are_checked() -> None:
+    with pytest.raises(ValueError, match="exactly one"):
+        PostgresAdapter()
+    with pytest.raises(ValueError, match="schema"):
+        PostgresAdapter("postgresql://x", schema="Bad-Name; DROP")
+
+
+async def test_unreachable_server_is_a_clear_storage_error() -> None:
+    adapter = PostgresAdapter("postgresql://postgres:secret@127.0.0.1:1/postgres", timeout=1)
+    with pytest.raises(StorageError, match="cannot connect") as caught:
+        await adapter.list_environments()
+    assert "secret" not in str(caught.value)
+    await adapter.close()
+
+
+async def test_ten_megabyte_payload_is_stored_as_exact_json_text(
+    adapter: PostgresAdapter, postgres_dsn: str, pg_schema: str
+) -> None:
+    payload = {"blob": "x" * (10 * 1024 * 1024), "nul": "a\u0000b", "n": 10**40, "f": 5e-324}
+    await adapter.append(_entry(LedgerEvent.ExecComplete, 1, payload=payload))
+    [back] = await adapter.read_all("n", "s")
+    assert json.dumps(back.payload) == json.dumps(payload)
+    [(stored,)] = _query(postgres_dsn, f"SELECT payload FROM {pg_schema}.ledger_events")
+    assert stored == json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+
+
+@pytest.mark.parametrize(
+    ("entry", "field"),
+    [
+        (_entry("e", 1, name="a\x00b"), "name"),
+        (_entry("e", 1, sandbox_id="\x00"), "sandboxId"),
+        (_entry("e\x00", 1), "event"),
+        (_entry("e", 1, error="boom\x00"), "error"),
+        (_entry("e", 1, branch=2**63), "branch"),
+        (_entry("e", 1, name="n" * 1500, sandbox_id="s" * 600), "name/sandboxId"),
+    ],
+)
+async def test_bad_entries_are_refused_and_nothing_is_written(
+    adapter: PostgresAdapter, entry: LedgerEntry, field: str
+) -> None:
+    with pytest.raises(InvalidInputError, match=field):
+        await adapter.append(entry)
+    assert await adapter.list_all_sandbox_details() == []
+
+
+async def test_concurrent_appends_to_one_session_lose_nothing(adapter: PostgresAdapter) -> None:
+    await adapter.append(_entry(LedgerEvent.SandboxCreated, 0))
+    await asyncio.gather(
+        *(adapter.append(_entry(LedgerEvent.ExecComplete, i, payload=i)) for i in range(200))
+    )
+    details = await adapter.get_sandbox_details("n", "s")
+    assert details is not None and details.exec_count == 200
+    assert sorted(e.payload for e in (await adapter.read_all("n", "s"))[1:]) == list(range(200))
+
+
+class _LoseFirstResponse:
+    """A pool whose connections run the first append, then fail as if the response was lost."""
+
+    def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
+        self.pool = pool
+        self.failed = 0
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[Any]:
+        async with self.pool.connection() as conn:
+            outer = self
+
+            class Conn:
+                async def execute(self, sql: Any, params: Any = None) -> Any:
+                    result = await conn.execute(sql, params)
+                    if (
+                        "INSERT INTO" in str(sql)
+                        and "ledger_events" in str(sql)
+                        and not outer.failed
+                    ):
+                        outer.failed += 1
+                        raise psycopg.OperationalError("server closed the connection unexpectedly")
+                    return result
+
+                def __getattr__(self, name: str) -> Any:
+                    return getattr(conn, name)
+
+            yield Conn()
+
+
+async def test_append_retried_after_a_lost_response_is_stored_once(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    async with AsyncConnectionPool(postgres_dsn, kwargs={"autocommit": True}, open=False) as pool:
+        async with PostgresAdapter(pool=pool, schema=pg_schema) as setup:
+            await setup.append(_entry(LedgerEvent.SandboxCreated, 0))
+        faulty = _LoseFirstResponse(pool)
+        adapter = PostgresAdapter(pool=faulty, schema=pg_schema)  # type: ignore[arg-type]
+        await adapter.append(_entry(LedgerEvent.ExecComplete, 1))
+        assert faulty.failed == 1
+        assert [e.event for e in await adapter.read_all("n", "s")] == [
+            "sandbox.created",
+            "exec.complete",
+        ]
+        details = await adapter.get_sandbox_details("n", "s")
+        assert details is not None and details.exec_count == 1
+        await adapter.close()
+        # A given pool is the caller's: close() leaves it open.
+        assert not pool.closed
+
+
+async def test_append_at_is_idempotent(adapter: PostgresAdapter) -> None:
+    done = _entry(LedgerEvent.ExecComplete, 2)
+    await adapter.append_at(_entry(LedgerEvent.SandboxCreated, 1), 1)
+    for _ in range(3):
+        await adapter.append_at(done, 2)
+    await adapter.append_at(done, 3)
+    details = await adapter.get_sandbox_details("n", "s")
+    assert details is not None and details.exec_count == 2
+    assert len(await adapter.read_all("n", "s")) == 3
+
+
+_STARTER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from sandbox_ledger import LedgerEntry
+    from sandbox_ledger.postgres import PostgresAdapter
+
+    async def main(dsn, schema, worker):
+        async with PostgresAdapter(dsn, schema=schema) as adapter:
+            for i in range(50):
+                await adapter.append(LedgerEntry(ts=i, name="n", sandbox_id="s", step_index=i,
+                                                 event="exec.complete", payload=[worker, i]))
+
+    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+    """
+)
+
+
+async def test_processes_starting_at_once_on_an_empty_database(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _STARTER, postgres_dsn, pg_schema, str(w)])
+        for w in range(3)
+    ]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
+    assert _query(postgres_dsn, f"SELECT version FROM {pg_schema}.ledger_schema") == [
+        (pg_module.SCHEMA_VERSION,)
+    ]
+    async with PostgresAdapter(postgres_dsn, schema=pg_schema) as adapter:
+        got = sorted(tuple(e.payload) for e in await adapter.read_all("n", "s"))
+        assert got == [(w, i) for w in range(3) for i in range(50)]
+        await adapter.append(_entry(LedgerEvent.SandboxCreated, 0))
+        details = await adapter.get_sandbox_details("n", "s")
+        assert details is not None and details.exec_count == 150
+
+
+async def test_newer_library_migrates_an_older_schema_forward(
+    postgres_dsn: str,
+    pg_schema: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with PostgresAdapter(postgres_dsn, schema=pg_schema) as adapter:
+        await adapter.append(_entry(LedgerEvent.SandboxCreated, 1))
+    newer = Migration(
+        pg_module.SCHEMA_VERSION + 1,
+        "session_labels",
+        "ALTER TABLE ledger_sessions ADD COLUMN label text;\n"
+        "UPDATE ledger_sessions SET label = 'migrated';\n",
+    )
+    monkeypatch.setattr(pg_module, "MIGRATIONS", (*pg_module.MIGRATIONS, newer))
+    caplog.set_level(logging.INFO, logger="sandbox_ledger.schema")
+    async with PostgresAdapter(postgres_dsn, schema=pg_schema) as adapter:
+        assert len(await adapter.read_all("n", "s")) == 1
+    assert f"from version {newer.version - 1} to {newer.version}" in caplog.text
+    assert _query(postgres_dsn, f"SELECT version FROM {pg_schema}.ledger_schema") == [
+        (newer.version,)
+    ]
+    assert _query(postgres_dsn, f"SELECT label FROM {pg_schema}.ledger_sessions") == [("migrated",)]
+
+
+async def test_failed_migration_changes_nothing(
+    postgres_dsn: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with PostgresAdapter(postgres_dsn, schema=pg_schema) as adapter:
+        await adapter.append(_entry(LedgerEvent.SandboxCreated, 1))
+    broken = Migration(
+        pg_module.SCHEMA_VERSION + 1,
+        "broken",
+        "ALTER TABLE ledger_events ADD COLUMN extra text;\nSELECT * FROM no_such_table;\n",
+    )
+    monkeypatch.setattr(pg_module, "MIGRATIONS", (*pg_module.MIGRATIONS, broken))
+    with pytest.raises(Exception, match="no_such_table"):
+        await PostgresAdapter(postgres_dsn, schema=pg_schema).connect()
+    assert _query(postgres_dsn, f"SELECT version FROM {pg_schema}.ledger_schema") == [
+        (pg_module.SCHEMA_VERSION,)
+    ]
+    columns = _query(
+        postgres_dsn,
+        "SELECT column_name FROM information_schema.columns "
+        "WHERE table_schema = %s AND table_name = 'ledger_events'",
+        pg_schema,
+    )
+    assert ("extra",) not in columns
+
+
+async def test_older_library_refuses_a_newer_schema(postgres_dsn: str, pg_schema: str) -> None:
+    async with PostgresAdapter(postgres_dsn, schema=pg_schema) as adapter:
+        await adapter.append(_entry(LedgerEvent.SandboxCreated, 1))
+    _query(postgres_dsn, f"UPDATE {pg_schema}.ledger_schema SET version = version + 1")
+    adapter = PostgresAdapter(postgres_dsn, schema=pg_schema)
+    with pytest.raises(SchemaVersionError, match="newer than this library"):
+        await adapter.read_all("n", "s")
+    await adapter.close()
