@@ -25,6 +25,7 @@ from sandbox_ledger.models import (
     SandboxStatus,
 )
 from sandbox_ledger.protocol import StorageAdapter
+from sandbox_ledger.stores import open_store
 
 __version__ = "0.1.0"
 
@@ -53,4 +54,5 @@ __all__ = [
     "TableNotFoundError",
     "ThrottledError",
     "__version__",
+    "open_store",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from contextlib import nullcontext
 from datetime import UTC, datetime, timedelta
 from pathlib import Path  # noqa: TC003 - typer reads the annotation at run time
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -56,10 +57,16 @@ def _root(
         help="Shards of the list indexes (same for every client).",
     ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+    store: str | None = typer.Option(
+        None,
+        "--store",
+        help="Store URL: dynamodb://TABLE, sqlite:///PATH, postgresql://..., memory:// "
+        "[env SANDBOX_LEDGER_STORE].",
+    ),
 ) -> None:
     """Operate sandbox ledgers on DynamoDB. With no table configured, an embedded local
     DynamoDB (moto) serves the command and is gone when it ends."""
-    target = from_environment(table, endpoint_url, region, profile, shard_count, debug)
+    target = from_environment(table, endpoint_url, region, profile, shard_count, debug, store)
     _state["target"] = target
     ctx.call_on_close(target.close)
 
@@ -95,6 +102,11 @@ def _target() -> Target:
 def _ledger(target: Target) -> SyncDynamoDBAdapter:
     from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 
+    other = target.sql_or_memory_store()
+    if other is not None:
+        # Same methods, driven synchronously.
+        return other  # type: ignore[return-value]
+
     ledger = SyncDynamoDBAdapter(
         target.table or "", session=target.boto3_session(), **target.kwargs()
     )
@@ -106,6 +118,7 @@ def _ledger(target: Target) -> SyncDynamoDBAdapter:
 def _store(target: Target) -> SyncResourceRecordStore:
     from sandbox_ledger.resources import SyncResourceRecordStore
 
+    target.require_dynamodb("resource records")
     if target.embedded:
         _ledger(target)
     return SyncResourceRecordStore(
@@ -140,6 +153,7 @@ def demo(
     from sandbox_ledger.cli.demo import DemoConfig, render, run_demo
 
     target = _target()
+    target.require_dynamodb("the demo")
     config = DemoConfig(
         sandboxes=sandboxes,
         execs=execs,
@@ -156,6 +170,7 @@ def demo(
 def table_create() -> None:
     """Create the table (as the CDK stack does) if it does not exist; wait until ACTIVE."""
     target = _target()
+    target.require_dynamodb("table create")
     from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 
     created = SyncDynamoDBAdapter(
@@ -294,13 +309,18 @@ def export(
 
 @app.command("import")
 @handled
-def import_(path: Path = typer.Argument(..., exists=True, dir_okay=False, readable=True)) -> None:
+def import_(
+    path: Path = typer.Argument(..., allow_dash=True, help="JSON lines, or - for standard input."),
+) -> None:
     """Append JSON lines (as exported). Idempotent: importing a file twice adds nothing.
     Malformed lines are reported with their line numbers and not written."""
+    if str(path) != "-" and not path.is_file():
+        raise typer.BadParameter(f"file {str(path)!r} does not exist", param_hint="'PATH'")
     ledger = _ledger(_target())
     bad = 0
     written = 0
-    with path.open(encoding="utf-8") as lines:
+    source = "stdin" if str(path) == "-" else path
+    with nullcontext(sys.stdin) if str(path) == "-" else path.open(encoding="utf-8") as lines:
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
@@ -310,11 +330,11 @@ def import_(path: Path = typer.Argument(..., exists=True, dir_okay=False, readab
                 bad += 1
                 first = str(exc).splitlines()
                 detail = "; ".join(x.strip() for x in first[1:3]) or first[0]
-                err.print(f"{path}:{number}: skipped malformed line: {detail}", markup=False)
+                err.print(f"{source}:{number}: skipped malformed line: {detail}", markup=False)
                 continue
             ledger.append_at(entry, number)
             written += 1
-    err.print(f"imported {written} entries from {path}" + (f", {bad} malformed" if bad else ""))
+    err.print(f"imported {written} entries from {source}" + (f", {bad} malformed" if bad else ""))
     if bad:
         raise typer.Exit(1)
 

@@ -1,7 +1,9 @@
-"""Where the CLI's commands find DynamoDB: flags and environment, or an embedded moto server."""
+"""Where the CLI's commands find their store: a store URL, a DynamoDB table from flags and
+environment, or an embedded moto server."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 from contextlib import ExitStack
@@ -25,10 +27,25 @@ class Target:
     shard_count: int = k.DEFAULT_SHARD_COUNT
     debug: bool = False
     embedded: bool = False
+    store: str | None = None
+    """A store URL (--store / SANDBOX_LEDGER_STORE); see :func:`sandbox_ledger.open_store`."""
     _stack: ExitStack = field(default_factory=ExitStack)
 
     def resolve(self) -> None:
-        """Start the embedded DynamoDB if no table is configured (announced on stderr)."""
+        """Apply a dynamodb:// store URL, or start the embedded DynamoDB if no table or store
+        is configured (announced on stderr)."""
+        if self.store:
+            from sandbox_ledger.stores import parse_store_url
+
+            if self.table:
+                raise ValueError("--store, --table: give one, not both")
+            kind, kwargs = parse_store_url(self.store)
+            if kind != "dynamodb":
+                return
+            self.table = kwargs["table_name"]
+            self.region = kwargs.get("region_name", self.region)
+            self.endpoint_url = kwargs.get("endpoint_url", self.endpoint_url)
+            self.shard_count = kwargs.get("shard_count", self.shard_count)
         if self.table:
             return
         server = LocalDynamoDB()
@@ -43,6 +60,21 @@ class Target:
             "command.",
             file=sys.stderr,
         )
+
+    def sql_or_memory_store(self) -> BlockingStore | None:
+        """The store the URL names, when it is not DynamoDB (whose commands use the table)."""
+        if not self.store or self.table:
+            return None
+        from sandbox_ledger.stores import open_store
+
+        blocking = BlockingStore(open_store(self.store))
+        self._stack.callback(blocking.close)
+        return blocking
+
+    def require_dynamodb(self, what: str) -> None:
+        """Refuse a command that only exists for DynamoDB when another store is named."""
+        if self.store and not self.table:
+            raise ValueError(f"--store: {what} needs a DynamoDB store (dynamodb://TABLE)")
 
     def kwargs(self) -> dict[str, Any]:
         """Constructor arguments for adapters and stores."""
@@ -66,6 +98,36 @@ class Target:
         self._stack.close()
 
 
+class BlockingStore:
+    """An async storage adapter driven by the CLI's synchronous commands (one private loop)."""
+
+    def __init__(self, adapter: Any) -> None:
+        self._adapter = adapter
+        self._runner = asyncio.Runner()
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._adapter, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._runner.run(method(*args, **kwargs))
+
+        return call
+
+    def append_at(self, entry: Any, position: int) -> None:
+        """Idempotent where the adapter can be (SQL stores); the memory store just appends."""
+        method = getattr(self._adapter, "append_at", None)
+        if method is None:
+            self._runner.run(self._adapter.append(entry))
+        else:
+            self._runner.run(method(entry, position))
+
+    def close(self) -> None:
+        try:
+            self._runner.run(self._adapter.close())
+        finally:
+            self._runner.close()
+
+
 def from_environment(
     table: str | None,
     endpoint_url: str | None,
@@ -73,9 +135,12 @@ def from_environment(
     profile: str | None,
     shard_count: int,
     debug: bool,
+    store: str | None = None,
 ) -> Target:
-    """Flags first, then SANDBOX_LEDGER_TABLE, AWS_ENDPOINT_URL, AWS_REGION, AWS_PROFILE."""
+    """Flags first, then SANDBOX_LEDGER_STORE, SANDBOX_LEDGER_TABLE, AWS_ENDPOINT_URL,
+    AWS_REGION, AWS_PROFILE."""
     return Target(
+        store=store or os.environ.get("SANDBOX_LEDGER_STORE") or None,
         table=table or os.environ.get("SANDBOX_LEDGER_TABLE") or None,
         endpoint_url=endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None,
         region=region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"),

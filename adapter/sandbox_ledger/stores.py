@@ -1,0 +1,137 @@
+"""One way to name a store: a URL, opened by :func:`open_store`.
+
+=================================  ==========================================================
+``memory://``                      :class:`~sandbox_ledger.MemoryAdapter` (this process only)
+``sqlite:///ledger.db``            :class:`~sandbox_ledger.sqlite.SQLiteAdapter`, path relative
+                                   to the working folder (three slashes)
+``sqlite:////var/data/ledger.db``  the same with an absolute path (four slashes)
+``sqlite:///:memory:``             a private in-memory SQLite database
+``postgresql://user@host/db``      :class:`~sandbox_ledger.postgres.PostgresAdapter`; also
+                                   ``postgres://``; ``?schema=NAME`` picks the schema (default
+                                   ``sandbox_ledger``), other parameters go to libpq
+``dynamodb://TABLE``               :class:`~sandbox_ledger.dynamodb.DynamoDBAdapter`; region,
+                                   endpoint and credentials from the usual AWS settings, or
+                                   ``?region=...&endpoint_url=...``
+=================================  ==========================================================
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+from sandbox_ledger.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from sandbox_ledger.protocol import StorageAdapter
+
+__all__ = ["SCHEMES", "open_store", "parse_store_url"]
+
+SCHEMES = ("memory", "sqlite", "postgresql", "postgres", "dynamodb")
+
+
+def _bad(url: str, why: str) -> InvalidInputError:
+    return InvalidInputError("store", f"{why} in {_redact(url)!r}")
+
+
+def _redact(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password:
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+        return urlunsplit(parts._replace(netloc=netloc))
+    return url
+
+
+def parse_store_url(url: str) -> tuple[str, dict[str, Any]]:
+    """The store kind (``memory``, ``sqlite``, ``postgresql``, ``dynamodb``) and the
+    constructor arguments of its adapter.
+
+    Raises:
+        InvalidInputError: (field ``store``) not a store URL, or an unknown scheme or option.
+    """
+    if not isinstance(url, str) or "://" not in url:
+        raise InvalidInputError(
+            "store",
+            f"{url!r} is not a store URL (expected one of: memory://, sqlite:///PATH, "
+            "postgresql://..., dynamodb://TABLE)",
+        )
+    scheme = url.split("://", 1)[0].lower()
+    if scheme not in SCHEMES:
+        raise _bad(url, f"unknown scheme {scheme!r} (expected one of {', '.join(SCHEMES)})")
+    parts = urlsplit(url)
+    options = dict(parse_qsl(parts.query, keep_blank_values=True))
+    if scheme == "memory":
+        if parts.netloc or parts.path or parts.query:
+            raise _bad(url, "memory:// takes no name, path or options")
+        return "memory", {}
+    if scheme == "sqlite":
+        if parts.netloc:
+            raise _bad(url, "a SQLite URL has no host (sqlite:///relative.db, sqlite:////abs.db)")
+        path = unquote(parts.path[1:]) if parts.path.startswith("/") else ""
+        if not path:
+            raise _bad(url, "no database path (sqlite:///relative.db, sqlite:////abs.db)")
+        unknown = set(options) - {"busy_timeout"}
+        if unknown:
+            raise _bad(url, f"unknown option(s) {', '.join(sorted(unknown))}")
+        kwargs: dict[str, Any] = {"path": path}
+        if "busy_timeout" in options:
+            kwargs["busy_timeout"] = _number(url, options, "busy_timeout")
+        return "sqlite", kwargs
+    if scheme in ("postgresql", "postgres"):
+        schema = options.pop("schema", None)
+        # postgresql:// alone is allowed: libpq's defaults (PGHOST, PGDATABASE, ...).
+        dsn = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(options)))
+        kwargs = {"dsn": dsn}
+        if schema is not None:
+            kwargs["schema"] = schema
+        return "postgresql", kwargs
+    table = unquote(parts.netloc)
+    if not table:
+        raise _bad(url, "no table name (dynamodb://TABLE)")
+    if parts.path not in ("", "/"):
+        raise _bad(url, "a DynamoDB store is a table name only (dynamodb://TABLE)")
+    unknown = set(options) - {"region", "endpoint_url", "shard_count"}
+    if unknown:
+        raise _bad(url, f"unknown option(s) {', '.join(sorted(unknown))}")
+    kwargs = {"table_name": table}
+    if "region" in options:
+        kwargs["region_name"] = options["region"]
+    if "endpoint_url" in options:
+        kwargs["endpoint_url"] = options["endpoint_url"]
+    if "shard_count" in options:
+        kwargs["shard_count"] = int(_number(url, options, "shard_count"))
+    return "dynamodb", kwargs
+
+
+def _number(url: str, options: dict[str, str], key: str) -> float:
+    try:
+        return float(options[key])
+    except ValueError:
+        raise _bad(url, f"option {key} must be a number") from None
+
+
+def open_store(url: str) -> StorageAdapter:
+    """The async adapter a store URL names (not connected yet: it connects on first use).
+
+    Raises:
+        InvalidInputError: a malformed URL (field ``store``), naming what is wrong.
+    """
+    kind, kwargs = parse_store_url(url)
+    if kind == "memory":
+        from sandbox_ledger.memory import MemoryAdapter
+
+        return MemoryAdapter()
+    if kind == "sqlite":
+        from sandbox_ledger.sqlite import SQLiteAdapter
+
+        return SQLiteAdapter(**kwargs)
+    if kind == "postgresql":
+        from sandbox_ledger.postgres import PostgresAdapter
+
+        try:
+            return PostgresAdapter(**kwargs)
+        except ValueError as exc:
+            raise _bad(url, str(exc)) from exc
+    from sandbox_ledger.dynamodb import DynamoDBAdapter
+
+    return DynamoDBAdapter(**kwargs)

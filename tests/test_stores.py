@@ -1,0 +1,268 @@
+"""Store URLs (open_store) and the CLI on every store: export | import between each pair."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from typer.testing import CliRunner
+
+from sandbox_ledger import (
+    EnvironmentRecord,
+    InvalidInputError,
+    LedgerEntry,
+    LedgerEvent,
+    MemoryAdapter,
+    open_store,
+)
+from sandbox_ledger.cli import app
+from sandbox_ledger.dynamodb import DynamoDBAdapter
+from sandbox_ledger.postgres import PostgresAdapter
+from sandbox_ledger.sqlite import SQLiteAdapter
+from sandbox_ledger.stores import parse_store_url
+from sandbox_ledger.testing import EXOTIC_PAYLOADS
+
+
+@pytest.mark.parametrize(
+    ("url", "kind", "kwargs"),
+    [
+        ("memory://", "memory", {}),
+        ("sqlite:///ledger.db", "sqlite", {"path": "ledger.db"}),
+        ("sqlite:////var/data/ledger.db", "sqlite", {"path": "/var/data/ledger.db"}),
+        ("sqlite:///:memory:", "sqlite", {"path": ":memory:"}),
+        ("sqlite:///a%20b.db?busy_timeout=2", "sqlite", {"path": "a b.db", "busy_timeout": 2.0}),
+        ("postgresql://u@h:5432/db", "postgresql", {"dsn": "postgresql://u@h:5432/db"}),
+        (
+            "postgres://u:pw@h/db?schema=ledger_a&sslmode=require",
+            "postgresql",
+            {"dsn": "postgresql://u:pw@h/db?sslmode=require", "schema": "ledger_a"},
+        ),
+        ("dynamodb://my-table", "dynamodb", {"table_name": "my-table"}),
+        (
+            "dynamodb://t1?region=eu-west-1&endpoint_url=http%3A%2F%2F127.0.0.1%3A4566",
+            "dynamodb",
+            {
+                "table_name": "t1",
+                "region_name": "eu-west-1",
+                "endpoint_url": "http://127.0.0.1:4566",
+            },
+        ),
+    ],
+)
+def test_store_urls(url: str, kind: str, kwargs: dict[str, Any]) -> None:
+    assert parse_store_url(url) == (kind, kwargs)
+
+
+def test_open_store_gives_each_adapter() -> None:
+    assert isinstance(open_store("memory://"), MemoryAdapter)
+    assert isinstance(open_store("sqlite:///:memory:"), SQLiteAdapter)
+    pg = open_store("postgresql://u@127.0.0.1/db?schema=x1")
+    assert isinstance(pg, PostgresAdapter) and pg.schema == "x1"
+    assert isinstance(open_store("dynamodb://tbl?region=us-east-1"), DynamoDBAdapter)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("ledger.db", "not a store URL"),
+        ("mysql://h/db", "unknown scheme 'mysql'"),
+        ("sqlite://", "no database path"),
+        ("sqlite://host/x.db", "no host"),
+        ("sqlite:///x.db?journal=off", "unknown option"),
+        ("sqlite:///x.db?busy_timeout=soon", "busy_timeout must be a number"),
+        ("dynamodb://", "no table name"),
+        ("dynamodb://t/extra", "table name only"),
+        ("dynamodb://t?colour=red", "unknown option"),
+        ("memory://x", "takes no name"),
+        ("postgresql://u:hunter2@h/db?schema=Bad-Name", "not a plain lowercase identifier"),
+    ],
+)
+def test_bad_store_urls_are_clear_errors(url: str, message: str) -> None:
+    with pytest.raises(InvalidInputError, match=message) as caught:
+        open_store(url)
+    assert caught.value.field == "store"
+    assert "hunter2" not in str(caught.value)
+
+
+async def test_memory_store_is_the_reference() -> None:
+    store = open_store("memory://")
+    await store.append(
+        LedgerEntry(ts=1, name="n", sandbox_id="s", step_index=-1, event="sandbox.created")
+    )
+    assert len(await store.list_all_sandbox_details()) == 1
+
+
+# -- the CLI on every store -----------------------------------------------------------------
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path}/ledger.db"
+
+
+@pytest.fixture
+def sqlite_url_2(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path}/other.db"
+
+
+@pytest.fixture
+def postgres_url(postgres_dsn: str, pg_schema: str) -> str:
+    return f"{postgres_dsn}?schema={pg_schema}"
+
+
+@pytest.fixture
+def postgres_url_2(postgres_dsn: str, pg_schema: str) -> str:
+    return f"{postgres_dsn}?schema={pg_schema}_b"
+
+
+@pytest.fixture
+def dynamodb_url(moto_endpoint: str, sync_table: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    # Region and endpoint come from the usual AWS settings.
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    return f"dynamodb://{sync_table}"
+
+
+@pytest.fixture
+def dynamodb_url_2(moto_endpoint: str, table_name: str) -> str:
+    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+
+    with SyncDynamoDBAdapter(table_name + "-b", endpoint_url=moto_endpoint) as adapter:
+        adapter.create_table()
+    return f"dynamodb://{table_name}-b?endpoint_url={quote(moto_endpoint, safe='')}"
+
+
+def _ledger() -> list[LedgerEntry]:
+    out: list[LedgerEntry] = []
+    for n, (name, sandbox_id) in enumerate(
+        [("build", "sb-1"), ("build", "sb-2"), ("名前 ✓#a/b", "🚀#1")]
+    ):
+        start = 1_700_000_000_000 + n * 1000
+
+        def add(
+            event: str, ts: int, name: str = name, sandbox_id: str = sandbox_id, **kw: Any
+        ) -> None:
+            out.append(
+                LedgerEntry(
+                    ts=ts,
+                    name=name,
+                    sandbox_id=sandbox_id,
+                    step_index=kw.pop("step", -1),
+                    event=event,
+                    **kw,
+                )
+            )
+
+        add(LedgerEvent.SandboxCreated, start, payload={"image": "python:3.11"})
+        # A few exotic payloads per session, all of them across the ledger.
+        for i, payload in enumerate(EXOTIC_PAYLOADS[n::3]):
+            add(LedgerEvent.ExecStarted, start + 1, step=i, branch=i % 2)  # equal ts: order kept
+            add(LedgerEvent.ExecComplete, start + 2 + i, step=i, payload=payload)
+        add(LedgerEvent.ExecFailed, start + 40, step=99, error="exit 2")
+        add(LedgerEvent.CheckpointCreated, start + 50, payload={"snapshotId": f"snap-{n}"})
+        if n % 2 == 0:
+            add(LedgerEvent.SandboxClosed, start + 60)
+    return out
+
+
+async def _seed(url: str) -> None:
+    store = open_store(url)
+    try:
+        for entry in _ledger():
+            await store.append(entry)
+        await store.save_environment(EnvironmentRecord(name="py", built_at=1))
+    finally:
+        await store.close()
+
+
+async def _snapshot(url: str) -> Any:
+    store = open_store(url)
+    try:
+        details = await store.list_all_sandbox_details()
+        entries = {
+            (d.name, d.sandbox_id): await store.read_all(d.name, d.sandbox_id) for d in details
+        }
+        checkpoints = {key: await store.list_checkpoints(*key) for key in entries}
+        return details, entries, checkpoints
+    finally:
+        await store.close()
+
+
+STORES = ["sqlite_url", "postgres_url", "dynamodb_url"]
+SECOND = {
+    "sqlite_url": "sqlite_url_2",
+    "postgres_url": "postgres_url_2",
+    "dynamodb_url": "dynamodb_url_2",
+}
+
+
+@pytest.mark.parametrize("source", STORES)
+@pytest.mark.parametrize("destination", STORES)
+def test_export_pipe_import_moves_a_ledger(
+    request: pytest.FixtureRequest, source: str, destination: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SANDBOX_LEDGER_TABLE", raising=False)
+    a = request.getfixturevalue(source)
+    b = request.getfixturevalue(SECOND[destination] if source == destination else destination)
+    asyncio.run(_seed(a))
+    runner = CliRunner()
+    exported = runner.invoke(app, ["--store", a, "export"])
+    assert exported.exit_code == 0, exported.output
+    lines = exported.stdout
+    assert len(lines.splitlines()) == len(_ledger())
+    for _ in range(2):  # a second import of the same lines adds nothing
+        imported = runner.invoke(app, ["--store", b, "import", "-"], input=lines)
+        assert imported.exit_code == 0, imported.output
+        assert f"imported {len(_ledger())} entries from stdin" in imported.stderr
+    before, after = asyncio.run(_snapshot(a)), asyncio.run(_snapshot(b))
+    assert after == before
+    details, entries, _ = after
+    assert len(details) == 3
+    assert sum(len(e) for e in entries.values()) == len(_ledger())
+
+
+@pytest.mark.parametrize("store", [*STORES, "memory"])
+def test_every_ledger_command_works_on_every_store(
+    request: pytest.FixtureRequest, store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SANDBOX_LEDGER_TABLE", raising=False)
+    url = "memory://" if store == "memory" else request.getfixturevalue(store)
+    if store != "memory":
+        asyncio.run(_seed(url))
+    # The environment variable names the store as --store does.
+    monkeypatch.setenv("SANDBOX_LEDGER_STORE", url)
+    runner = CliRunner()
+    expect = 3 if store != "memory" else 0
+    ls = runner.invoke(app, ["ls"])
+    assert ls.exit_code == 0, ls.output
+    assert f"{expect} session(s)" in ls.stdout
+    ls_done = runner.invoke(app, ["ls", "--name", "build", "--status", "completed"])
+    assert ls_done.exit_code == 0 and f"{1 if expect else 0} session(s)" in ls_done.stdout
+    show = runner.invoke(app, ["show", "build", "sb-1", "--json"])
+    assert show.exit_code == 0, show.output
+    sb1 = [e for e in _ledger() if e.sandbox_id == "sb-1"]
+    assert len(show.stdout.splitlines()) == (len(sb1) if expect else 0)
+    checkpoints = runner.invoke(app, ["checkpoints", "build", "sb-1"])
+    assert (
+        checkpoints.exit_code == 0 and f"{1 if expect else 0} checkpoint(s)" in checkpoints.stdout
+    )
+    envs = runner.invoke(app, ["envs"])
+    assert envs.exit_code == 0 and ("py" in envs.stdout) == bool(expect)
+    rm = runner.invoke(app, ["rm", "build", "sb-1", "--yes"])
+    assert rm.exit_code == 0, rm.output
+    after = runner.invoke(app, ["ls"])
+    assert f"{max(expect - 1, 0)} session(s)" in after.stdout
+
+
+def test_dynamodb_only_commands_refuse_other_stores(sqlite_url: str) -> None:
+    runner = CliRunner()
+    for command in (["resources", "ls"], ["table", "create"], ["demo", "--sandboxes", "1"]):
+        result = runner.invoke(app, ["--store", sqlite_url, *command])
+        assert result.exit_code == 1
+        assert "needs a DynamoDB store" in result.output
+    both = runner.invoke(app, ["--store", sqlite_url, "--table", "t", "ls"])
+    assert both.exit_code == 1 and "give one, not both" in both.output
+    bad = runner.invoke(app, ["--store", "mysql://x", "ls"])
+    assert bad.exit_code == 1 and "unknown scheme" in bad.output
