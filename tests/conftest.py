@@ -1,4 +1,5 @@
-"""Shared fixtures: one moto server per test session, a fresh table per test."""
+"""Shared fixtures: one moto server and one PostgreSQL server per test session; a fresh table
+or schema per test."""
 
 from __future__ import annotations
 
