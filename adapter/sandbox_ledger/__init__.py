@@ -1,4 +1,5 @@
-"""sandbox_ledger: the sandbox ledger storage contract, in memory and on DynamoDB."""
+"""sandbox_ledger: the sandbox ledger storage contract, in memory, on SQLite, PostgreSQL and
+DynamoDB (:func:`open_store` opens any of them from a URL)."""
 
 import logging
 

@@ -237,7 +237,12 @@ def _unprivileged_user(folder: Path) -> dict[str, Any]:
         return {}
     import pwd
 
-    nobody = pwd.getpwnam("nobody")
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        raise RuntimeError(
+            "PostgreSQL refuses to run as root, and there is no 'nobody' user to run it as"
+        ) from None
     os.chown(folder, nobody.pw_uid, nobody.pw_gid)
     return {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
 
