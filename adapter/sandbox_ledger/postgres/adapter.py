@@ -280,9 +280,9 @@ class PostgresAdapter:
 
     async def _run(self, op: Callable[[AsyncConnection[Any]], Awaitable[Any]]) -> Any:
         """``op`` on a pooled connection; connection failures retried, errors translated."""
+        pool = await self._open()  # says which extra to install when psycopg is missing
         import psycopg
 
-        pool = await self._open()
         attempt = 0
         while True:
             attempt += 1
@@ -330,6 +330,7 @@ class PostgresAdapter:
         await self._append(rows.encode_entry(entry, key=key, nul_ok=False))
 
     async def _append(self, row: rows.EventRow) -> None:
+        await self._open()  # says which extra to install when psycopg is missing
         import psycopg
 
         params = {
