@@ -266,3 +266,26 @@ def test_dynamodb_only_commands_refuse_other_stores(sqlite_url: str) -> None:
     assert both.exit_code == 1 and "give one, not both" in both.output
     bad = runner.invoke(app, ["--store", "mysql://x", "ls"])
     assert bad.exit_code == 1 and "unknown scheme" in bad.output
+
+
+@pytest.mark.parametrize(
+    ("url", "missing", "extra"),
+    [
+        ("sqlite:///:memory:", "aiosqlite", "sqlite"),
+        ("postgresql://127.0.0.1/db", "psycopg", "postgres"),
+        ("postgresql://127.0.0.1/db", "psycopg_pool", "postgres"),
+    ],
+)
+async def test_a_missing_driver_names_its_extra(
+    url: str, missing: str, extra: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from sandbox_ledger import ConfigurationError
+
+    monkeypatch.setitem(sys.modules, missing, None)  # as if the extra were not installed
+    store = open_store(url)
+    with pytest.raises(
+        ConfigurationError, match=rf"pip install 'sandbox-ledger-dynamodb\[{extra}\]'"
+    ):
+        await store.list_environments()

@@ -16,7 +16,7 @@ import random
 import re
 from typing import TYPE_CHECKING, Any
 
-from sandbox_ledger.errors import StorageError
+from sandbox_ledger.errors import ConfigurationError, StorageError
 from sandbox_ledger.models import LedgerEvent
 from sandbox_ledger.sql import rows
 from sandbox_ledger.sql.schema import Migration, load_migrations, log_migration, pending
@@ -224,10 +224,12 @@ class PostgresAdapter:
 
     async def _new_pool(self) -> AsyncConnectionPool[Any]:
         try:
+            import psycopg  # noqa: F401 - checked here, used by every operation
             from psycopg_pool import AsyncConnectionPool
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise RuntimeError(
-                "PostgresAdapter needs psycopg: pip install 'sandbox-ledger-dynamodb[postgres]'"
+        except ImportError as exc:
+            raise ConfigurationError(
+                "PostgresAdapter needs psycopg: pip install 'sandbox-ledger-dynamodb[postgres]' "
+                f"(missing module: {exc.name})"
             ) from exc
         min_size, max_size = self._sizes
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sandbox_ledger.errors import StorageError
+from sandbox_ledger.errors import ConfigurationError, StorageError
 from sandbox_ledger.models import LedgerEvent
 from sandbox_ledger.sql import rows
 from sandbox_ledger.sql.schema import Migration, load_migrations, log_migration, pending
@@ -188,9 +188,10 @@ class SQLiteAdapter:
             return self._db
         try:
             import aiosqlite
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise RuntimeError(
-                "SQLiteAdapter needs aiosqlite: pip install 'sandbox-ledger-dynamodb[sqlite]'"
+        except ImportError as exc:
+            raise ConfigurationError(
+                "SQLiteAdapter needs aiosqlite: pip install 'sandbox-ledger-dynamodb[sqlite]' "
+                f"(missing module: {exc.name})"
             ) from exc
         if self.path != ":memory:":
             parent = Path(self.path).expanduser().parent
