@@ -208,12 +208,12 @@ def test_export_pipe_import_moves_a_ledger(
     b = request.getfixturevalue(SECOND[destination] if source == destination else destination)
     asyncio.run(_seed(a))
     runner = CliRunner()
-    exported = runner.invoke(app, ["--store", a, "export"])
+    exported = runner.invoke(app, ["export", "--store", a])
     assert exported.exit_code == 0, exported.output
     lines = exported.stdout
     assert len(lines.splitlines()) == len(_ledger())
     for _ in range(2):  # a second import of the same lines adds nothing
-        imported = runner.invoke(app, ["--store", b, "import", "-"], input=lines)
+        imported = runner.invoke(app, ["import", "--store", b, "-"], input=lines)
         assert imported.exit_code == 0, imported.output
         assert f"imported {len(_ledger())} entries from stdin" in imported.stderr
     before, after = asyncio.run(_snapshot(a)), asyncio.run(_snapshot(b))
@@ -289,3 +289,23 @@ async def test_a_missing_driver_names_its_extra(
         ConfigurationError, match=rf"pip install 'sandbox-ledger-dynamodb\[{extra}\]'"
     ):
         await store.list_environments()
+
+
+def test_the_readme_pipe_between_real_processes(tmp_path: Path) -> None:
+    """The shell pipe itself (real stdin and stdout, unicode payloads), SQLite to SQLite."""
+    import shlex
+    import subprocess
+    import sys
+
+    a, b = f"sqlite:///{tmp_path}/a.db", f"sqlite:///{tmp_path}/b.db"
+    asyncio.run(_seed(a))
+    cli = shlex.quote(str(Path(sys.executable).parent / "sandbox-ledger"))
+    done = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", f"{cli} export --store {a} | {cli} import --store {b} -"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"imported {len(_ledger())} entries from stdin" in done.stderr
+    assert asyncio.run(_snapshot(b)) == asyncio.run(_snapshot(a))

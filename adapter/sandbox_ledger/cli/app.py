@@ -93,10 +93,17 @@ def handled(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _target() -> Target:
+def _target(store: str | None = None) -> Target:
+    """The command's target; a ``--store`` given after the command wins over the root's."""
     target = _state["target"]
+    if store:
+        target.store = store
     target.resolve()
     return target
+
+
+# Ledger commands accept --store after their name too (`sandbox-ledger export --store URL`).
+_STORE = typer.Option(None, "--store", help="Store URL, as the root option --store.")
 
 
 def _ledger(target: Target) -> SyncDynamoDBAdapter:
@@ -188,9 +195,10 @@ def ls(
         None, "--before", min=0, help="Only sessions started before (Unix ms)."
     ),
     limit: int = typer.Option(50, "--limit", min=0, help="0: no limit."),
+    store: str | None = _STORE,
 ) -> None:
     """Sessions, newest first."""
-    ledger = _ledger(_target())
+    ledger = _ledger(_target(store))
     opts = ListSandboxOptions(status=status, before=before, limit=limit)
     rows = (
         ledger.list_sandbox_details(name, opts) if name else ledger.list_all_sandbox_details(opts)
@@ -215,9 +223,10 @@ def show(
     name: str,
     sandbox_id: str,
     as_json: bool = typer.Option(False, "--json", help="JSON lines in the wire shape."),
+    store: str | None = _STORE,
 ) -> None:
     """A session's ledger as a timeline."""
-    entries = _ledger(_target()).read_all(name, sandbox_id)
+    entries = _ledger(_target(store)).read_all(name, sandbox_id)
     if as_json:
         for e in entries:
             sys.stdout.write(json.dumps(e.wire(), ensure_ascii=False) + "\n")
@@ -239,9 +248,9 @@ def show(
 
 @app.command()
 @handled
-def checkpoints(name: str, sandbox_id: str) -> None:
+def checkpoints(name: str, sandbox_id: str, store: str | None = _STORE) -> None:
     """A session's checkpoints in creation order."""
-    rows = _ledger(_target()).list_checkpoints(name, sandbox_id)
+    rows = _ledger(_target(store)).list_checkpoints(name, sandbox_id)
     table = Table("created", "snapshotId", "tag")
     for c in rows:
         table.add_row(_when(c.created_at), c.snapshot_id or "-", c.tag or "-")
@@ -251,9 +260,9 @@ def checkpoints(name: str, sandbox_id: str) -> None:
 
 @app.command()
 @handled
-def envs() -> None:
+def envs(store: str | None = _STORE) -> None:
     """Environment records, newest builtAt first."""
-    rows = _ledger(_target()).list_environments()
+    rows = _ledger(_target(store)).list_environments()
     table = Table("name", "built", "other fields")
     for r in rows:
         extra = {key: v for key, v in r.wire().items() if key not in ("name", "builtAt")}
@@ -264,10 +273,13 @@ def envs() -> None:
 @app.command()
 @handled
 def rm(
-    name: str, sandbox_id: str, yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask.")
+    name: str,
+    sandbox_id: str,
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask."),
+    store: str | None = _STORE,
 ) -> None:
     """Delete a session and every entry of it."""
-    ledger = _ledger(_target())
+    ledger = _ledger(_target(store))
     if not yes and not typer.confirm(f"Delete {name}/{sandbox_id} and all its entries?"):
         raise typer.Abort
     ledger.delete_sandbox(name, sandbox_id)
@@ -280,11 +292,12 @@ def export(
     name: str | None = typer.Option(None, "--name", help="Only sessions of this name."),
     sandbox_id: str | None = typer.Option(None, "--sandbox-id", help="Only this session."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Default: stdout."),
+    store: str | None = _STORE,
 ) -> None:
     """Entries as JSON lines in the TypeScript wire shape, one entry per line."""
     if sandbox_id and not name:
         raise ValueError("--sandbox-id: needs --name")
-    ledger = _ledger(_target())
+    ledger = _ledger(_target(store))
 
     def sessions() -> Iterator[tuple[str, str]]:
         if name and sandbox_id:
@@ -311,12 +324,13 @@ def export(
 @handled
 def import_(
     path: Path = typer.Argument(..., allow_dash=True, help="JSON lines, or - for standard input."),
+    store: str | None = _STORE,
 ) -> None:
     """Append JSON lines (as exported). Idempotent: importing a file twice adds nothing.
     Malformed lines are reported with their line numbers and not written."""
     if str(path) != "-" and not path.is_file():
         raise typer.BadParameter(f"file {str(path)!r} does not exist", param_hint="'PATH'")
-    ledger = _ledger(_target())
+    ledger = _ledger(_target(store))
     bad = 0
     written = 0
     source = "stdin" if str(path) == "-" else path
