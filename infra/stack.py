@@ -21,10 +21,12 @@ from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
+from aws_cdk import custom_resources as cr
 
 from infra.bundling import ROOT, PipBundling
 from infra.table import LedgerTable
 from sandbox_ledger import keys as k
+from sandbox_ledger.deployment import TableDescriptor, descriptor_item
 
 if TYPE_CHECKING:
     from constructs import Construct
@@ -54,11 +56,11 @@ class SandboxLedgerStack(Stack):
             replica_regions=config.replica_regions,
         )
         self.bus = self._event_bus()
+        self.descriptor = self._descriptor()
         code = self._lambda_code()
         common_env = {
             "TABLE_NAME": self.ledger.table.table_name,
             "EVENT_BUS_NAME": self.bus.event_bus_name,
-            "SHARD_COUNT": str(config.shard_count),
             "POWERTOOLS_METRICS_NAMESPACE": "SandboxLedger",
         }
         self.sweeper = self._sweeper(code, common_env)
@@ -79,6 +81,56 @@ class SandboxLedgerStack(Stack):
                 self, "Bus", description="ResourceExpired events of sandbox-ledger"
             )
         return events.EventBus.from_event_bus_name(self, "Bus", "default")
+
+    def _descriptor(self) -> cr.AwsCustomResource:
+        """The table's deployment descriptor, written at every deploy (one PutItem by a role
+        that may put only that item): what every client of the table must agree on."""
+        config, table = self.config, self.ledger.table
+        item = descriptor_item(
+            TableDescriptor(
+                shard_count=config.shard_count,
+                event_bus_name=self.bus.event_bus_name,
+                stale_after_seconds=config.stale_after_seconds,
+                retain_failed_seconds=config.retain_failed_seconds,
+            )
+        )
+        call = cr.AwsSdkCall(
+            service="DynamoDB",
+            action="putItem",
+            parameters={"TableName": table.table_name, "Item": item},
+            physical_resource_id=cr.PhysicalResourceId.of("deployment-descriptor"),
+        )
+        log_group = logs.LogGroup(
+            self, "DescriptorLogs", retention=_retention(self.config.log_retention_days)
+        )
+        role = iam.Role(
+            self, "DescriptorRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com")
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                resources=[log_group.log_group_arn],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["dynamodb:PutItem"],
+                resources=[table.table_arn],
+                conditions={
+                    "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [k.DESCRIPTOR_PK]}
+                },
+            )
+        )
+        self.ledger.grant_key(role)
+        return cr.AwsCustomResource(
+            self,
+            "Descriptor",
+            on_create=call,
+            on_update=call,
+            role=role,
+            log_group=log_group,
+            install_latest_aws_sdk=False,
+        )
 
     def _lambda_code(self) -> lambda_.Code:
         """Both functions' code: the library and the handlers, bundled locally with pip."""
@@ -105,6 +157,7 @@ class SandboxLedgerStack(Stack):
             reserved_concurrency=1,
             environment={
                 **common_env,
+                "SHARD_COUNT": str(config.shard_count),
                 "STALE_AFTER_SECONDS": str(config.stale_after_seconds),
                 "RETAIN_FAILED_SECONDS": str(config.retain_failed_seconds),
                 "DRY_RUN": "true" if config.dry_run else "false",
@@ -128,6 +181,7 @@ class SandboxLedgerStack(Stack):
             ],
         )
         self.ledger.grant_key(sweeper)
+        sweeper.node.add_dependency(self.descriptor)  # it reads the descriptor at its first run
         events.Rule(
             self,
             "SweepSchedule",

@@ -193,12 +193,68 @@ def test_resources_ls_and_sweep(
     assert stale.id in listed.output and fresh.id in listed.output
     only = runner.invoke(app, [*args, "resources", "ls", "--provider", "vercel"])
     assert fresh.id in only.output and stale.id not in only.output
-    dry = runner.invoke(app, [*args, "resources", "sweep", "--dry-run"])
+    # A table made by create_table() describes no deployment: the operator must say where
+    # the notices go and which windows apply, or the sweep refuses.
+    refused = runner.invoke(app, [*args, "resources", "sweep", "--dry-run"])
+    assert refused.exit_code == 1 and "event_bus_name" in refused.output, refused.output
+    explicit = ["--event-bus", "default", "--stale-after", "900", "--retain-failed", "604800"]
+    dry = runner.invoke(app, [*args, "resources", "sweep", "--dry-run", *explicit])
     assert dry.exit_code == 0 and f"would expire {stale.id}" in dry.output
     assert store.get(stale.id) is not None
-    real = runner.invoke(app, [*args, "resources", "sweep"])
+    real = runner.invoke(app, [*args, "resources", "sweep", *explicit])
     assert real.exit_code == 0 and f"expired {stale.id}" in real.output, real.output
     assert store.get(stale.id) is None and store.get(fresh.id) is not None
+
+
+def test_resources_sweep_uses_the_deployments_bus_and_windows(
+    runner: CliRunner, args: list[str], moto_endpoint: str, sync_table: str
+) -> None:
+    """A deployed table's descriptor names its bus and windows: the CLI's sweep publishes
+    there (never to the account's default bus) and refuses flags that disagree."""
+    import boto3
+
+    from sandbox_ledger.deployment import TableDescriptor, descriptor_item
+    from sandbox_ledger.resources import DETAIL_TYPE, SOURCE
+
+    dynamodb = boto3.client("dynamodb", endpoint_url=moto_endpoint)
+    bus = f"deployed-{sync_table}"
+    deployed = TableDescriptor(
+        shard_count=4, event_bus_name=bus, stale_after_seconds=1800, retain_failed_seconds=0
+    )
+    dynamodb.put_item(TableName=sync_table, Item=descriptor_item(deployed))
+    events = boto3.client("events", endpoint_url=moto_endpoint)
+    sqs = boto3.client("sqs", endpoint_url=moto_endpoint)
+    events.create_event_bus(Name=bus)
+    queues = {}
+    for name in (bus, "default"):
+        url = sqs.create_queue(QueueName=f"q-{name}")["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
+        pattern = json.dumps({"source": [SOURCE], "detail-type": [DETAIL_TYPE]})
+        events.put_rule(Name=f"r-{sync_table}", EventBusName=name, EventPattern=pattern)
+        events.put_targets(
+            Rule=f"r-{sync_table}", EventBusName=name, Targets=[{"Id": "q", "Arn": arn}]
+        )
+        queues[name] = url
+    store = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint)
+    stale = store.put(record(age=timedelta(hours=1))).record
+    inside_window = store.put(record(age=timedelta(minutes=20))).record  # < 1800 s
+    # Past the default 7-day retention, but this deployment keeps failed records forever.
+    kept = store.put(record(age=timedelta(days=10), phase="cleanup-failed")).record
+
+    mismatch = runner.invoke(app, [*args, "resources", "sweep", "--event-bus", "default"])
+    assert mismatch.exit_code == 1 and "'default'" in mismatch.output and bus in mismatch.output
+    assert store.get(stale.id) is not None
+
+    result = runner.invoke(app, [*args, "resources", "sweep"])
+    assert result.exit_code == 0 and f"expired {stale.id}" in result.output, result.output
+    assert {store.get(i) is not None for i in (inside_window.id, kept.id)} == {True}
+    got = sqs.receive_message(QueueUrl=queues[bus], MaxNumberOfMessages=10).get("Messages", [])
+    assert [json.loads(m["Body"])["detail"]["record"]["id"] for m in got] == [stale.id]
+    assert sqs.receive_message(QueueUrl=queues["default"]).get("Messages", []) == []
+    wrong_shards = runner.invoke(app, [*args, "--shard-count", "8", "resources", "ls"])
+    assert wrong_shards.exit_code == 1 and "shard_count" in wrong_shards.output
 
 
 def test_errors_are_one_line_without_traceback(runner: CliRunner, moto_endpoint: str) -> None:

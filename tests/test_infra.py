@@ -77,7 +77,8 @@ def test_table_matches_the_key_schema_module(synthesized: tuple[dict[str, Any], 
 
 
 def test_functions(template: assertions.Template) -> None:
-    template.resource_count_is("AWS::Lambda::Function", 2)
+    # The two handlers, and the provider of the descriptor's custom resource.
+    template.resource_count_is("AWS::Lambda::Function", 3)
     template.has_resource_properties(
         "AWS::Lambda::Function",
         {
@@ -314,10 +315,18 @@ def test_deployed_stack_serves_the_library(
             source = outdir / asset["source"]["path"]
             body = _zip(source) if source.is_dir() else source.read_bytes()
             s3.put_object(Bucket=bucket, Key=destination["objectKey"], Body=body)
+    # moto runs a custom resource's provider in docker (absent here): create the stack
+    # without the descriptor's custom resource, then make the exact call it describes.
+    deployable = json.loads(json.dumps(raw))
+    [descriptor_id] = resources(raw, "Custom::AWS")
+    descriptor_call = deployable["Resources"].pop(descriptor_id)["Properties"]["Create"]
+    for resource in deployable["Resources"].values():
+        if descriptor_id in resource.get("DependsOn", []):
+            resource["DependsOn"].remove(descriptor_id)
     cfn = boto3.client("cloudformation", endpoint_url=moto_endpoint)
     cfn.create_stack(
         StackName="SandboxLedger",
-        TemplateBody=json.dumps(raw),
+        TemplateBody=json.dumps(deployable),
         Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM"],
     )
     stack = cfn.describe_stacks(StackName="SandboxLedger")["Stacks"][0]
@@ -338,8 +347,14 @@ def test_deployed_stack_serves_the_library(
     ).lambda_event_source_mappings.clear()
 
     from sandbox_ledger import LedgerEntry, ListSandboxOptions
+    from sandbox_ledger.deployment import TableDescriptor
     from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
-    from sandbox_ledger.resources import EventPublisher, SyncResourceRecordStore, sweep
+    from sandbox_ledger.resources import (
+        EventPublisher,
+        SyncResourceRecordStore,
+        resolve_sweep,
+        sweep,
+    )
 
     described = boto3.client("dynamodb", endpoint_url=moto_endpoint).describe_table(
         TableName=table
@@ -358,8 +373,6 @@ def test_deployed_stack_serves_the_library(
 
     from resource_fixtures import record
 
-    store = SyncResourceRecordStore(table, endpoint_url=moto_endpoint)
-    stale = store.put(record(age=timedelta(hours=1))).record
     events = boto3.client("events", endpoint_url=moto_endpoint)
     # moto renders Ref of an EventBus as an object repr; find the bus the stack created.
     [bus] = [
@@ -367,5 +380,50 @@ def test_deployed_stack_serves_the_library(
         for b in events.list_event_buses()["EventBuses"]
         if b["Name"].startswith("SandboxLedger")
     ]
-    result = sweep(store, EventPublisher(events, bus), now=datetime.now(UTC))
+    refs = {"LedgerTable": table, "Bus": bus}
+    call = json.loads(
+        "".join(
+            part
+            if isinstance(part, str)
+            else next(v for prefix, v in refs.items() if part["Ref"].startswith(prefix))
+            for part in descriptor_call["Fn::Join"][1]
+        )
+    )
+    assert (call["service"], call["action"]) == ("DynamoDB", "putItem")
+    boto3.client("dynamodb", endpoint_url=moto_endpoint).put_item(**call["parameters"])
+
+    store = SyncResourceRecordStore(table, endpoint_url=moto_endpoint)
+    assert store.descriptor() == TableDescriptor(
+        shard_count=4, event_bus_name=bus, stale_after_seconds=900, retain_failed_seconds=604800
+    )
+    plan = resolve_sweep(store.descriptor(), table, require_deployment=True)
+    assert plan.event_bus_name == bus
+    stale = store.put(record(age=timedelta(hours=1))).record
+    result = sweep(store, EventPublisher(events, plan.event_bus_name), now=datetime.now(UTC))
     assert result.expired == [stale.id] and store.get(stale.id) is None
+
+
+def test_the_stack_writes_the_descriptor_with_least_privilege(
+    synthesized: tuple[dict[str, Any], Path],
+) -> None:
+    """One PutItem at deploy, by a role that can put only the descriptor item."""
+    raw = synthesized[0]
+    [resource] = resources(raw, "Custom::AWS").values()
+    create = "".join(
+        p if isinstance(p, str) else "<ref>"
+        for p in resource["Properties"]["Create"]["Fn::Join"][1]
+    )
+    assert '"action":"putItem"' in create and f'"PK":{{"S":"{k.DESCRIPTOR_PK}"}}' in create
+    assert resource["Properties"]["Update"] == resource["Properties"]["Create"]
+    statements = [s for n, s in _statements(raw) if n.startswith("DescriptorRole")]
+    put = [s for s in statements if s["Action"] == "dynamodb:PutItem"]
+    assert len(put) == 1
+    assert put[0]["Condition"] == {
+        "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [k.DESCRIPTOR_PK]}
+    }
+    actions = {
+        a
+        for s in statements
+        for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+    }
+    assert actions == {"dynamodb:PutItem", "logs:CreateLogStream", "logs:PutLogEvents"}

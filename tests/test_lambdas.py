@@ -211,7 +211,7 @@ def test_each_handler_validates_exactly_the_settings_it_uses() -> None:
         {"TABLE_NAME": "ledger", "EVENT_BUS_NAME": "bus", "SHARD_COUNT": "8"}
     )
     assert (built.store.table_name, built.store.shard_count) == ("ledger", 8)
-    assert built.publisher.event_bus_name == "bus"
+    assert built.settings.event_bus_name == "bus" and built.settings.explicit == {"EVENT_BUS_NAME"}
 
 
 def test_dependencies_are_built_once_per_cold_start(wiring: Wiring) -> None:

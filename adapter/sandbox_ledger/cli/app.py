@@ -6,7 +6,7 @@ import functools
 import json
 import sys
 from contextlib import nullcontext
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path  # noqa: TC003 - typer reads the annotation at run time
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -15,7 +15,6 @@ from botocore.exceptions import BotoCoreError, ClientError
 from rich.console import Console
 from rich.table import Table
 
-from sandbox_ledger import keys as k
 from sandbox_ledger.cli.context import Target, from_environment
 from sandbox_ledger.errors import LedgerError, translate_client_error
 from sandbox_ledger.models import LedgerEntry, ListSandboxOptions, SandboxStatus
@@ -51,10 +50,10 @@ def _root(
     endpoint_url: str | None = typer.Option(None, "--endpoint-url", help="[env AWS_ENDPOINT_URL]"),
     region: str | None = typer.Option(None, "--region", help="[env AWS_REGION]"),
     profile: str | None = typer.Option(None, "--profile", help="[env AWS_PROFILE]"),
-    shard_count: int = typer.Option(
-        k.DEFAULT_SHARD_COUNT,
+    shard_count: int | None = typer.Option(
+        None,
         "--shard-count",
-        help="Shards of the list indexes (same for every client).",
+        help="Shards of the list indexes; default: the table's descriptor (must agree).",
     ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
     store: str | None = typer.Option(
@@ -379,31 +378,45 @@ def resources_ls(
 @handled
 def resources_sweep(
     dry_run: bool = typer.Option(False, "--dry-run", help="Report, change nothing."),
-    stale_after: int = typer.Option(900, "--stale-after", min=1, help="Seconds."),
-    retain_failed: int = typer.Option(
-        7 * 86400, "--retain-failed", min=0, help="Seconds; 0 keeps failed records forever."
+    stale_after: int | None = typer.Option(
+        None, "--stale-after", min=1, help="Seconds [default: the deployment's]."
     ),
-    event_bus: str = typer.Option("default", "--event-bus"),
+    retain_failed: int | None = typer.Option(
+        None,
+        "--retain-failed",
+        min=0,
+        help="Seconds; 0 keeps failed records forever [default: the deployment's].",
+    ),
+    event_bus: str | None = typer.Option(
+        None, "--event-bus", help="[default: the deployment's bus]"
+    ),
 ) -> None:
-    """Expire stale records now, as the scheduled handler does."""
+    """Expire stale records now, as the scheduled handler does: with the deployment's bus
+    and windows (from the table's descriptor); a flag that disagrees is refused, and a table
+    that describes none needs all three flags."""
     import boto3
 
-    from sandbox_ledger.resources import EventPublisher, ExpiryPolicy, sweep
+    from sandbox_ledger.resources import EventPublisher, resolve_sweep, sweep
 
     target = _target()
     store = _store(target)
+    plan = resolve_sweep(
+        store.descriptor(),
+        store.table_name,
+        event_bus_name=event_bus,
+        stale_after_seconds=stale_after,
+        retain_failed_seconds=retain_failed,
+        require_deployment=True,
+    )
     session = target.boto3_session() or boto3.session.Session()
     events = session.client("events", endpoint_url=target.endpoint_url, region_name=target.region)
-    if target.embedded and event_bus != "default":
-        events.create_event_bus(Name=event_bus)
-    policy = ExpiryPolicy(
-        stale_after=timedelta(seconds=stale_after), retain_failed=timedelta(seconds=retain_failed)
-    )
+    if target.embedded and plan.event_bus_name != "default":
+        events.create_event_bus(Name=plan.event_bus_name)
     result = sweep(
         store,
-        EventPublisher(events, event_bus),
+        EventPublisher(events, plan.event_bus_name),
         now=datetime.now(UTC),
-        policy=policy,
+        policy=plan.policy,
         dry_run=dry_run,
     )
     verb = "would expire" if dry_run else "expired"
@@ -411,6 +424,7 @@ def resources_sweep(
         out.print(f"{verb} {record_id}: {result.reasons[record_id]}")
     out.print(
         f"{len(result.expired)} {verb}, {len(result.skipped)} skipped, {len(result.failed)} failed"
+        f" (bus {plan.event_bus_name})"
     )
 
 

@@ -10,7 +10,6 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox_ledger import keys as k
 from sandbox_ledger.local import LocalDynamoDB
 
 EMBEDDED_TABLE = "sandbox-ledger"
@@ -24,12 +23,14 @@ class Target:
     endpoint_url: str | None
     region: str | None
     profile: str | None
-    shard_count: int = k.DEFAULT_SHARD_COUNT
+    shard_count: int | None = None
+    """Given with --shard-count; None: the table's descriptor says (default 4 without one)."""
     debug: bool = False
     embedded: bool = False
     store: str | None = None
     """A store URL (--store / SANDBOX_LEDGER_STORE); see :func:`sandbox_ledger.open_store`."""
     _stack: ExitStack = field(default_factory=ExitStack)
+    _shards: int | None = None
 
     def resolve(self) -> None:
         """Apply a dynamodb:// store URL, or start the embedded DynamoDB if no table or store
@@ -76,12 +77,30 @@ class Target:
         if self.store and not self.table:
             raise ValueError(f"--store: {what} needs a DynamoDB store (dynamodb://TABLE)")
 
+    def shards(self) -> int:
+        """The shard count every command uses: the table's descriptor's (read once), which a
+        given --shard-count must match (DeploymentMismatchError otherwise)."""
+        if self._shards is None:
+            from sandbox_ledger.deployment import read_descriptor, resolve_shard_count
+            from sandbox_ledger.errors import TableNotFoundError
+
+            session = self.boto3_session()
+            client = (session or _boto3_session()).client(
+                "dynamodb", endpoint_url=self.endpoint_url, region_name=self.region
+            )
+            try:
+                descriptor = read_descriptor(client, self.table or "")
+            except TableNotFoundError:  # no table yet (`table create` makes it): nothing to agree
+                descriptor = None
+            self._shards = resolve_shard_count(descriptor, self.shard_count, self.table or "")
+        return self._shards
+
     def kwargs(self) -> dict[str, Any]:
         """Constructor arguments for adapters and stores."""
         return {
             "endpoint_url": self.endpoint_url,
             "region_name": self.region,
-            "shard_count": self.shard_count,
+            "shard_count": self.shards(),
         }
 
     def boto3_session(self) -> Any:
@@ -128,12 +147,18 @@ class BlockingStore:
             self._runner.close()
 
 
+def _boto3_session() -> Any:
+    import boto3
+
+    return boto3.session.Session()
+
+
 def from_environment(
     table: str | None,
     endpoint_url: str | None,
     region: str | None,
     profile: str | None,
-    shard_count: int,
+    shard_count: int | None,
     debug: bool,
     store: str | None = None,
 ) -> Target:

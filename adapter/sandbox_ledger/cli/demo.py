@@ -298,15 +298,16 @@ def _sweep(target: Target) -> tuple[dict[str, Any], str]:
     env = {
         "TABLE_NAME": target.table or "",
         "EVENT_BUS_NAME": "sandbox-ledger-demo" if target.embedded else "default",
-        "SHARD_COUNT": str(target.shard_count),
     }
+    if target.shard_count is not None:
+        env["SHARD_COUNT"] = str(target.shard_count)
     if target.endpoint_url:
         env["AWS_ENDPOINT_URL"] = target.endpoint_url
     if target.region:
         env["AWS_REGION"] = target.region
     sweeper = sweeper_handler.build(env, session=session)
     if target.embedded:
-        sweeper.publisher.client.create_event_bus(Name=sweeper.settings.event_bus_name)
+        sweeper.events.create_event_bus(Name=sweeper.settings.event_bus_name)
     level = sweeper_handler.logger.log_level
     sweeper_handler.logger.setLevel("WARNING")  # the summary table reports the run
     try:

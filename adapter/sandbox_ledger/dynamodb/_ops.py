@@ -16,6 +16,7 @@ from sandbox_ledger.ddb.attributes import S
 from sandbox_ledger.ddb.batching import batch_get, batch_write
 from sandbox_ledger.ddb.paging import newest_first, query_all
 from sandbox_ledger.ddb.steps import MAX_ATTEMPTS, Call, Op, Sleep, error_code, log
+from sandbox_ledger.deployment import TableDescriptor, put_descriptor, resolve_shard_count
 from sandbox_ledger.dynamodb import _items as it
 from sandbox_ledger.errors import StorageError
 from sandbox_ledger.models import (
@@ -229,8 +230,10 @@ def list_environments(table: str) -> Op[list[EnvironmentRecord]]:
 # -- table ----------------------------------------------------------------------------------
 
 
-def create_table(table: str) -> Op[bool]:
-    """Create the table and its TTL setting if absent, then wait for ACTIVE. True if created."""
+def create_table(table: str, shard_count: int) -> Op[bool]:
+    """Create the table and its TTL setting if absent, wait for ACTIVE, and write its
+    deployment descriptor with ``shard_count`` unless it has one (which must agree: else
+    DeploymentMismatchError). True if created."""
     created = False
     try:
         yield Call("create_table", k.table_definition(table))
@@ -259,4 +262,6 @@ def create_table(table: str) -> Op[bool]:
                 "TimeToLiveSpecification": {"Enabled": True, "AttributeName": k.TTL_ATTRIBUTE},
             },
         )
+    described = yield from put_descriptor(table, TableDescriptor(shard_count=shard_count))
+    resolve_shard_count(described, shard_count, table)
     return created

@@ -101,7 +101,7 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
 
         Returns True if this call created it.
         """
-        return await self.run(_ops.create_table(self.table_name))
+        return await self.run(_ops.create_table(self.table_name, self.shard_count))
 
     async def append(self, entry: LedgerEntry) -> None:
         """Persist one entry exactly once (one round trip; more only for entries over 350 KB)."""
@@ -182,7 +182,7 @@ class SyncDynamoDBAdapter(_Base, SyncClientOwner):
 
     def create_table(self) -> bool:
         """Create the table as the CDK stack provisions it, if absent; wait until ACTIVE."""
-        return self.run(_ops.create_table(self.table_name))
+        return self.run(_ops.create_table(self.table_name, self.shard_count))
 
     def append(self, entry: LedgerEntry) -> None:
         """Persist one entry exactly once."""

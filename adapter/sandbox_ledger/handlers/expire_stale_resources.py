@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,7 @@ from sandbox_ledger.handlers._sdk import sdk_session
 from sandbox_ledger.resources import (
     EventPublisher,
     SweeperSettings,
+    SweepPlan,
     SyncResourceRecordStore,
     sweep,
 )
@@ -34,13 +35,27 @@ metrics = Metrics(
 )
 
 
-@dataclass(frozen=True)
+@dataclass
 class Sweeper:
-    """The sweeper's dependencies: its settings, the record store and the event publisher."""
+    """The sweeper's dependencies: its settings, the record store and the EventBridge client;
+    the bus and windows come from the table's descriptor, read on first use (see
+    :meth:`SweeperSettings.plan`)."""
 
     settings: SweeperSettings
     store: SyncResourceRecordStore
-    publisher: EventPublisher
+    events: Any
+    _plan: SweepPlan | None = field(default=None, repr=False)
+
+    def plan(self) -> SweepPlan:
+        """The bus and windows to sweep with (read once; DeploymentMismatchError if the
+        environment disagrees with the table)."""
+        if self._plan is None:
+            self._plan = self.settings.plan(self.store.descriptor())
+        return self._plan
+
+    def publisher(self) -> EventPublisher:
+        """A publisher to the planned bus."""
+        return EventPublisher(self.events, self.plan().event_bus_name)
 
 
 def build(environ: Mapping[str, str], *, session: Any | None = None) -> Sweeper:
@@ -55,8 +70,7 @@ def build(environ: Mapping[str, str], *, session: Any | None = None) -> Sweeper:
         endpoint_url=endpoint,
         shard_count=settings.shard_count,
     )
-    events = session.client("events", endpoint_url=endpoint)
-    return Sweeper(settings, store, EventPublisher(events, settings.event_bus_name))
+    return Sweeper(settings, store, session.client("events", endpoint_url=endpoint))
 
 
 @functools.cache
@@ -67,13 +81,12 @@ def dependencies() -> Sweeper:
 
 def run(sweeper: Sweeper, remaining_ms: Any) -> dict[str, Any]:
     """One bounded sweep with ``sweeper``'s dependencies; its JSON summary."""
-    settings = sweeper.settings
     result = sweep(
         sweeper.store,
-        sweeper.publisher,
+        sweeper.publisher(),
         now=datetime.now(UTC),
-        policy=settings.policy,
-        dry_run=settings.dry_run,
+        policy=sweeper.plan().policy,
+        dry_run=sweeper.settings.dry_run,
         remaining_ms=remaining_ms,
     )
     metrics.add_metric(name="Expired", unit=MetricUnit.Count, value=len(result.expired))

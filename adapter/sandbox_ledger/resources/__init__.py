@@ -11,7 +11,12 @@ from sandbox_ledger.resources.models import (
 )
 from sandbox_ledger.resources.owner import current_identity, is_owner_alive
 from sandbox_ledger.resources.policy import ExpiryPolicy, expiry_reason
-from sandbox_ledger.resources.settings import StreamSettings, SweeperSettings
+from sandbox_ledger.resources.settings import (
+    StreamSettings,
+    SweeperSettings,
+    SweepPlan,
+    resolve_sweep,
+)
 from sandbox_ledger.resources.store import ResourceRecordStore, SyncResourceRecordStore
 from sandbox_ledger.resources.stream import is_ttl_removal, ttl_expiry
 from sandbox_ledger.resources.sweeper import SweepResult, SweepStore, sweep
@@ -29,6 +34,7 @@ __all__ = [
     "ResourceOperationResult",
     "ResourceRecordStore",
     "StreamSettings",
+    "SweepPlan",
     "SweepResult",
     "SweepStore",
     "SweeperSettings",
@@ -38,6 +44,7 @@ __all__ = [
     "expiry_reason",
     "is_owner_alive",
     "is_ttl_removal",
+    "resolve_sweep",
     "sweep",
     "ttl_expiry",
 ]

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sandbox_ledger import keys as k
+from sandbox_ledger.deployment import DeploymentMismatchError
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.resources.policy import DEFAULT_RETAIN_FAILED, DEFAULT_STALE_AFTER, ExpiryPolicy
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from sandbox_ledger.deployment import TableDescriptor
+
+_T = TypeVar("_T")
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -56,7 +61,30 @@ class SweeperSettings:
     event_bus_name: str
     policy: ExpiryPolicy
     dry_run: bool
-    shard_count: int
+    shard_count: int | None
+    """None when ``SHARD_COUNT`` is unset: the table's descriptor says."""
+    explicit: frozenset[str] = frozenset()
+    """Which of ``EVENT_BUS_NAME``, ``STALE_AFTER_SECONDS``, ``RETAIN_FAILED_SECONDS`` were
+    set: those must agree with the table's descriptor; the others default to it."""
+
+    def plan(self, descriptor: TableDescriptor | None) -> SweepPlan:
+        """The bus and windows to sweep with, given the table's descriptor (which wins; an
+        explicit setting that disagrees raises DeploymentMismatchError)."""
+
+        def given(name: str, value: _T) -> _T | None:
+            return value if name in self.explicit else None
+
+        return resolve_sweep(
+            descriptor,
+            self.table_name,
+            event_bus_name=given("EVENT_BUS_NAME", self.event_bus_name),
+            stale_after_seconds=given(
+                "STALE_AFTER_SECONDS", int(self.policy.stale_after.total_seconds())
+            ),
+            retain_failed_seconds=given(
+                "RETAIN_FAILED_SECONDS", int(self.policy.retain_failed.total_seconds())
+            ),
+        )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> SweeperSettings:
@@ -68,18 +96,78 @@ class SweeperSettings:
         raw_dry = env.get("DRY_RUN", "false").strip().lower()
         if raw_dry not in _TRUE | _FALSE:
             raise InvalidInputError("DRY_RUN", f"must be true or false, got {raw_dry!r}")
-        shards = _integer(env, "SHARD_COUNT", k.DEFAULT_SHARD_COUNT)
-        try:
-            k.check_shard_count(shards)
-        except InvalidInputError as exc:
-            raise InvalidInputError("SHARD_COUNT", str(exc).split(": ", 1)[1]) from exc
+        shards: int | None = None
+        if env.get("SHARD_COUNT", "").strip():
+            shards = _integer(env, "SHARD_COUNT", k.DEFAULT_SHARD_COUNT)
+            try:
+                k.check_shard_count(shards)
+            except InvalidInputError as exc:
+                raise InvalidInputError("SHARD_COUNT", str(exc).split(": ", 1)[1]) from exc
+        named = ("EVENT_BUS_NAME", "STALE_AFTER_SECONDS", "RETAIN_FAILED_SECONDS")
         return cls(
             table_name=table,
             event_bus_name=bus,
             policy=ExpiryPolicy(stale_after=stale, retain_failed=retain),
             dry_run=raw_dry in _TRUE,
             shard_count=shards,
+            explicit=frozenset(n for n in named if env.get(n, "").strip()),
         )
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """Where a sweep publishes and which windows it applies."""
+
+    event_bus_name: str
+    policy: ExpiryPolicy
+
+
+def resolve_sweep(
+    descriptor: TableDescriptor | None,
+    table: str,
+    *,
+    event_bus_name: str | None = None,
+    stale_after_seconds: int | None = None,
+    retain_failed_seconds: int | None = None,
+    require_deployment: bool = False,
+) -> SweepPlan:
+    """The bus and windows of a sweep of ``table``: the descriptor's; an explicit value must
+    agree with it (DeploymentMismatchError names both). What the descriptor does not say
+    comes from the explicit value, else the default, unless ``require_deployment`` (the
+    operator's CLI), which refuses to guess (InvalidInputError naming the setting)."""
+    defaults: dict[str, Any] = {
+        "event_bus_name": "default",
+        "stale_after_seconds": int(DEFAULT_STALE_AFTER.total_seconds()),
+        "retain_failed_seconds": int(DEFAULT_RETAIN_FAILED.total_seconds()),
+    }
+    explicit = {
+        "event_bus_name": event_bus_name,
+        "stale_after_seconds": stale_after_seconds,
+        "retain_failed_seconds": retain_failed_seconds,
+    }
+    chosen: dict[str, Any] = {}
+    for name, default in defaults.items():
+        described = getattr(descriptor, name) if descriptor is not None else None
+        given = explicit[name]
+        if described is not None and given is not None and described != given:
+            raise DeploymentMismatchError(name, given, described, table)
+        value = described if described is not None else given
+        if value is None:
+            if require_deployment:
+                raise InvalidInputError(
+                    name,
+                    f"table {table} does not describe a deployment's {name} (it was not "
+                    "deployed by the stack): give it explicitly",
+                )
+            value = default
+        chosen[name] = value
+    return SweepPlan(
+        event_bus_name=chosen["event_bus_name"],
+        policy=ExpiryPolicy(
+            stale_after=timedelta(seconds=chosen["stale_after_seconds"]),
+            retain_failed=timedelta(seconds=chosen["retain_failed_seconds"]),
+        ),
+    )
 
 
 def _integer(env: Mapping[str, str], name: str, default: int) -> int:

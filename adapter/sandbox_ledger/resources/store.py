@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger import keys as k
 from sandbox_ledger.ddb.client import AsyncClientOwner, SyncClientOwner
+from sandbox_ledger.deployment import get_descriptor, resolve_shard_count
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.resources import _ops
 from sandbox_ledger.resources._items import VersionedRecord
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from botocore.config import Config
 
     from sandbox_ledger.ddb.steps import Op
+    from sandbox_ledger.deployment import TableDescriptor
 
 DEFAULT_TTL_HORIZON = timedelta(days=30)
 
@@ -42,16 +44,30 @@ class _Base:
         self,
         table_name: str,
         *,
-        shard_count: int,
+        shard_count: int | None,
         ttl_horizon: timedelta,
         clock: Callable[[], datetime] | None,
     ) -> None:
         if ttl_horizon <= timedelta(0):
             raise InvalidInputError("ttl_horizon", "must be positive")
         self.table_name = k.check_table_name(table_name)
-        self.shard_count = k.check_shard_count(shard_count)
+        self._explicit_shards = None if shard_count is None else k.check_shard_count(shard_count)
+        self._shards: int | None = None
         self.ttl_horizon = ttl_horizon
         self.clock = clock or _utcnow
+
+    @property
+    def shard_count(self) -> int | None:
+        """The shard count in use: the table descriptor's once read (see
+        :mod:`sandbox_ledger.deployment`), until then the one given, if any."""
+        return self._shards if self._shards is not None else self._explicit_shards
+
+    def _shard_count(self) -> Op[int]:
+        """Read the table's descriptor once; an explicit shard count must agree with it."""
+        if self._shards is None:
+            described = yield from get_descriptor(self.table_name)
+            self._shards = resolve_shard_count(described, self._explicit_shards, self.table_name)
+        return self._shards
 
     @property
     def _horizon(self) -> int:
@@ -67,43 +83,56 @@ class _Base:
             raise InvalidInputError(
                 "record", f"expected a ResourceActivityRecord, got {type(record).__name__}"
             )
-        return _ops.put(
-            self.table_name,
-            record,
-            expected_revision=expected_revision,
-            horizon_seconds=self._horizon,
-            shard_count=self.shard_count,
+        shards = yield from self._shard_count()
+        return (
+            yield from _ops.put(
+                self.table_name,
+                record,
+                expected_revision=expected_revision,
+                horizon_seconds=self._horizon,
+                shard_count=shards,
+            )
         )
 
     def _operation(
         self, record_id: str, kind: str, finish: tuple[str, str | None] | None
     ) -> Op[VersionedRecord]:
-        return _ops.record_operation(
-            self.table_name,
-            record_id,
-            kind=kind,
-            finish=finish,
-            now=self.clock(),
-            horizon_seconds=self._horizon,
-            shard_count=self.shard_count,
+        shards = yield from self._shard_count()
+        return (
+            yield from _ops.record_operation(
+                self.table_name,
+                record_id,
+                kind=kind,
+                finish=finish,
+                now=self.clock(),
+                horizon_seconds=self._horizon,
+                shard_count=shards,
+            )
         )
 
     def _list(
         self, phase: str | None, provider: str | None, limit: int, cursor: str | None
     ) -> Op[Page]:
-        return _ops.list_records(
-            self.table_name,
-            phase=phase,
-            provider=provider,
-            limit=limit,
-            cursor=cursor,
-            shard_count=self.shard_count,
-            now_s=self._now_s(),
+        shards = yield from self._shard_count()
+        return (
+            yield from _ops.list_records(
+                self.table_name,
+                phase=phase,
+                provider=provider,
+                limit=limit,
+                cursor=cursor,
+                shard_count=shards,
+                now_s=self._now_s(),
+            )
         )
 
 
 class ResourceRecordStore(_Base, AsyncClientOwner):
     """Resource activity records in the ledger table, with aioboto3.
+
+    ``shard_count`` (of the list indexes) comes from the table's deployment descriptor, read
+    once on first use; an explicit value must agree with it (DeploymentMismatchError), and is
+    used as is on a table without a descriptor (default 4).
 
     Every write is conditional (a revision counter beside the record), so a sweeper never
     deletes a record its owner refreshed a moment ago. Each write sets the TTL attribute to
@@ -119,7 +148,7 @@ class ResourceRecordStore(_Base, AsyncClientOwner):
         region_name: str | None = None,
         session: Any | None = None,
         config: Config | None = None,
-        shard_count: int = k.DEFAULT_SHARD_COUNT,
+        shard_count: int | None = None,
         ttl_horizon: timedelta = DEFAULT_TTL_HORIZON,
         clock: Callable[[], datetime] | None = None,
     ) -> None:
@@ -190,7 +219,7 @@ class SyncResourceRecordStore(_Base, SyncClientOwner):
         region_name: str | None = None,
         session: Any | None = None,
         config: Config | None = None,
-        shard_count: int = k.DEFAULT_SHARD_COUNT,
+        shard_count: int | None = None,
         ttl_horizon: timedelta = DEFAULT_TTL_HORIZON,
         clock: Callable[[], datetime] | None = None,
     ) -> None:
@@ -198,6 +227,10 @@ class SyncResourceRecordStore(_Base, SyncClientOwner):
         self._open(
             endpoint_url=endpoint_url, region_name=region_name, session=session, config=config
         )
+
+    def descriptor(self) -> TableDescriptor | None:
+        """The table's deployment descriptor, or None (see :mod:`sandbox_ledger.deployment`)."""
+        return self.run(get_descriptor(self.table_name))
 
     # The sweep's view of the store (see sandbox_ledger.resources.sweeper.SweepStore).
 
@@ -207,7 +240,7 @@ class SyncResourceRecordStore(_Base, SyncClientOwner):
         """Pages of ids of records in ``phase`` last updated before ``before``, oldest first
         within each shard, every shard in turn (read from the phase index)."""
         cutoff_ms = int(before.timestamp() * 1000)
-        for shard in range(self.shard_count):
+        for shard in range(self.run(self._shard_count())):
             partition = k.resource_phase_pk(phase, shard)
             start: dict[str, Any] | None = None
             while True:

@@ -1,0 +1,200 @@
+"""The table describes its deployment: one item that every client of the table agrees on.
+
+The descriptor (key ``DEPLOYMENT`` / ``DESCRIPTOR``, attribute names in :mod:`sandbox_ledger.keys`)
+holds the shard count of the list indexes, and, for a deployed stack, the event bus that
+receives ``ResourceExpired`` and the expiry windows. ``create_table()`` writes it with the
+shard count; the CDK stack writes all of it at deploy time. Adapters, stores, handlers and the
+CLI read it; an explicit setting that disagrees with it is refused
+(:class:`DeploymentMismatchError` names both values) instead of silently reading half the data.
+
+Read it with :func:`read_descriptor` (boto3 client) or :func:`aread_descriptor` (aioboto3
+client), or run :func:`get_descriptor` with an adapter's or store's ``run``::
+
+    descriptor = read_descriptor(boto3.client("dynamodb"), "my-table")
+    shards = resolve_shard_count(descriptor, explicit=None)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sandbox_ledger import keys as k
+from sandbox_ledger.ddb.attributes import N, S
+from sandbox_ledger.ddb.steps import Call, run_async, run_sync
+from sandbox_ledger.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from sandbox_ledger.ddb.attributes import Item
+    from sandbox_ledger.ddb.steps import Op
+
+__all__ = [
+    "FORMAT",
+    "DeploymentMismatchError",
+    "TableDescriptor",
+    "aread_descriptor",
+    "descriptor_item",
+    "descriptor_key",
+    "get_descriptor",
+    "put_descriptor",
+    "read_descriptor",
+    "resolve_shard_count",
+]
+
+FORMAT = 1
+"""The descriptor format this library writes and reads."""
+
+
+class DeploymentMismatchError(InvalidInputError):
+    """An explicit setting disagrees with the table's descriptor."""
+
+    def __init__(self, field: str, explicit: object, described: object, table: str) -> None:
+        super().__init__(
+            field,
+            f"{explicit!r} was given but table {table} describes its deployment with "
+            f"{described!r}; every client of one table must agree (omit the setting to use "
+            "the table's)",
+        )
+        self.explicit = explicit
+        self.described = described
+
+
+@dataclass(frozen=True)
+class TableDescriptor:
+    """What every client of one table must agree on.
+
+    ``event_bus_name``, ``stale_after_seconds`` and ``retain_failed_seconds`` (0: failed
+    records are kept forever) are None for a table that is not a deployed stack (one made by
+    ``create_table()``).
+    """
+
+    shard_count: int = k.DEFAULT_SHARD_COUNT
+    event_bus_name: str | None = None
+    stale_after_seconds: int | None = None
+    retain_failed_seconds: int | None = None
+
+    def __post_init__(self) -> None:
+        k.check_shard_count(self.shard_count)
+        if self.event_bus_name is not None and not self.event_bus_name:
+            raise InvalidInputError("event_bus_name", "must be a non-empty string or None")
+        for name in ("stale_after_seconds", "retain_failed_seconds"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 0):
+                raise InvalidInputError(name, "must be a non-negative integer or None")
+        if self.stale_after_seconds == 0:
+            raise InvalidInputError("stale_after_seconds", "must be positive")
+
+    @property
+    def describes_sweep(self) -> bool:
+        """True if it names the bus and the windows an operator's sweep must use."""
+        return (
+            self.event_bus_name is not None
+            and self.stale_after_seconds is not None
+            and self.retain_failed_seconds is not None
+        )
+
+
+def descriptor_key() -> Item:
+    """The descriptor item's key."""
+    return {k.PARTITION_KEY: S(k.DESCRIPTOR_PK), k.SORT_KEY: S(k.DESCRIPTOR_SK)}
+
+
+def descriptor_item(descriptor: TableDescriptor) -> Item:
+    """The descriptor as a DynamoDB item (low-level format)."""
+    item: Item = {
+        **descriptor_key(),
+        k.ITEM_TYPE: S(k.DESCRIPTOR_ITEM_TYPE),
+        k.DESCRIPTOR_FORMAT: N(FORMAT),
+        k.DESCRIPTOR_SHARD_COUNT: N(descriptor.shard_count),
+    }
+    if descriptor.event_bus_name is not None:
+        item[k.DESCRIPTOR_EVENT_BUS] = S(descriptor.event_bus_name)
+    if descriptor.stale_after_seconds is not None:
+        item[k.DESCRIPTOR_STALE_AFTER] = N(descriptor.stale_after_seconds)
+    if descriptor.retain_failed_seconds is not None:
+        item[k.DESCRIPTOR_RETAIN_FAILED] = N(descriptor.retain_failed_seconds)
+    return item
+
+
+def _decode(item: Item, table: str) -> TableDescriptor:
+    def number(name: str) -> int | None:
+        return int(item[name]["N"]) if name in item else None
+
+    try:
+        form = number(k.DESCRIPTOR_FORMAT)
+        if form != FORMAT:
+            raise InvalidInputError(
+                "descriptor", f"format {form} is not {FORMAT}: upgrade sandbox-ledger"
+            )
+        return TableDescriptor(
+            shard_count=int(item[k.DESCRIPTOR_SHARD_COUNT]["N"]),
+            event_bus_name=item[k.DESCRIPTOR_EVENT_BUS]["S"]
+            if k.DESCRIPTOR_EVENT_BUS in item
+            else None,
+            stale_after_seconds=number(k.DESCRIPTOR_STALE_AFTER),
+            retain_failed_seconds=number(k.DESCRIPTOR_RETAIN_FAILED),
+        )
+    except (KeyError, ValueError) as exc:
+        raise InvalidInputError(
+            "descriptor", f"table {table} has an unreadable deployment descriptor: {exc}"
+        ) from exc
+
+
+def get_descriptor(table: str) -> Op[TableDescriptor | None]:
+    """The table's descriptor (strongly consistent read), or None if it has none."""
+    response = yield Call(
+        "get_item", {"TableName": table, "Key": descriptor_key(), "ConsistentRead": True}
+    )
+    item = response.get("Item")
+    return _decode(item, table) if item else None
+
+
+def put_descriptor(table: str, descriptor: TableDescriptor) -> Op[TableDescriptor]:
+    """Write the descriptor unless the table already has one, which is returned instead
+    (an existing deployment is never redescribed by a client)."""
+    from botocore.exceptions import ClientError
+
+    from sandbox_ledger.ddb.steps import error_code
+
+    try:
+        yield Call(
+            "put_item",
+            {
+                "TableName": table,
+                "Item": descriptor_item(descriptor),
+                "ConditionExpression": "attribute_not_exists(#pk)",
+                "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY},
+            },
+        )
+    except ClientError as exc:
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise
+        existing = yield from get_descriptor(table)
+        if existing is not None:
+            return existing
+        raise
+    return descriptor
+
+
+def read_descriptor(client: Any, table: str) -> TableDescriptor | None:
+    """The descriptor of ``table`` through a boto3 DynamoDB client, or None."""
+    return run_sync(client, get_descriptor(table))
+
+
+async def aread_descriptor(client: Any, table: str) -> TableDescriptor | None:
+    """The descriptor of ``table`` through an aioboto3 DynamoDB client, or None."""
+    return await run_async(client, get_descriptor(table))
+
+
+def resolve_shard_count(
+    descriptor: TableDescriptor | None, explicit: int | None, table: str = "?"
+) -> int:
+    """The shard count a client must use: the descriptor's; an explicit value must agree
+    with it (DeploymentMismatchError). Without a descriptor: the explicit value, else 4."""
+    if explicit is not None:
+        k.check_shard_count(explicit)
+    if descriptor is None:
+        return k.DEFAULT_SHARD_COUNT if explicit is None else explicit
+    if explicit is not None and explicit != descriptor.shard_count:
+        raise DeploymentMismatchError("shard_count", explicit, descriptor.shard_count, table)
+    return descriptor.shard_count
