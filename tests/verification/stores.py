@@ -1,0 +1,285 @@
+"""Stores under test, and the fault switchboard attached to their botocore clients.
+
+A :class:`Subject` opens a fresh, empty store and hands out several independent clients of it
+(plus one ``checker`` client that never sees injected faults, for observations). Adding an
+adapter to the model-based runs is one fixture that returns a Subject (see
+``test_ledger_model.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from botocore.config import Config
+from botocore.exceptions import ConnectionClosedError
+
+from faults import FailShare, PartialBatches, ResendAfterSuccess
+from sandbox_ledger import MemoryAdapter
+from sandbox_ledger import keys as k
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+
+class AsyncOverThreads:
+    """A sync adapter seen through the async contract: each call runs in a worker thread."""
+
+    def __init__(self, sync: Any) -> None:
+        self._sync = sync
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._sync, name)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return await asyncio.to_thread(method, *args, **kwargs)
+
+        return call
+
+
+@dataclass
+class Store:
+    """A store opened once per test run and emptied between examples: ``clients`` (faults may be
+    injected into them) and ``checker`` (never faulty)."""
+
+    clients: list[Any]
+    checker: Any
+    botocore_clients: list[Any] = field(default_factory=list)
+    aio: bool = False
+    reset: Callable[[], Awaitable[None]] | None = None
+    dispose: Callable[[], Awaitable[None]] | None = None
+
+
+class Subject(Protocol):
+    """Opens a store of one adapter kind."""
+
+    label: str
+
+    async def open(self, clients: int) -> Store: ...
+
+
+class MemorySubject:
+    """The reference adapter itself (one process: every client shares one instance)."""
+
+    label = "memory"
+
+    async def open(self, clients: int) -> Store:
+        store = Store(clients=[], checker=None)
+
+        async def reset() -> None:
+            adapter = MemoryAdapter()
+            store.clients, store.checker = [adapter] * clients, adapter
+
+        store.reset = reset
+        await reset()
+        return store
+
+
+# Standard retries as the library configures them, fewer attempts so that an injected fault
+# sometimes exhausts them: an exhausted call is checked too (its effect is "in doubt").
+_FAULTY_CONFIG = Config(retries={"mode": "standard", "max_attempts": 6})
+
+# moto keeps every stream record of a table and copies them on each transaction: a table is
+# replaced after this many examples so that a long run does not slow down as it goes.
+_EXAMPLES_PER_TABLE = 10
+
+
+class DynamoDBSubject:
+    """One table on the session's moto server, emptied between examples; async or sync twin."""
+
+    def __init__(self, endpoint: str, *, sync: bool) -> None:
+        self.endpoint, self.sync = endpoint, sync
+        self.label = "dynamodb-sync" if sync else "dynamodb-async"
+
+    async def open(self, clients: int) -> Store:
+        from sandbox_ledger.dynamodb import DynamoDBAdapter, SyncDynamoDBAdapter
+
+        table = f"verify-{uuid.uuid4().hex[:12]}"
+        maker = SyncDynamoDBAdapter(table, endpoint_url=self.endpoint)
+        await asyncio.to_thread(maker.create_table)
+        adapters: list[Any] = []
+        raw: list[Any] = []
+        for i in range(clients + 1):
+            config = None if i == clients else _FAULTY_CONFIG
+            if self.sync:
+                sync = SyncDynamoDBAdapter(table, endpoint_url=self.endpoint, config=config)
+                raw.append(sync.client())
+                adapters.append(AsyncOverThreads(sync))
+            else:
+                adapter = DynamoDBAdapter(table, endpoint_url=self.endpoint, config=config)
+                raw.append(await adapter.client())
+                adapters.append(adapter)
+        resets = 0
+
+        async def reset() -> None:
+            nonlocal resets
+            resets += 1
+            if resets % _EXAMPLES_PER_TABLE == 0:
+                await asyncio.to_thread(_recreate, maker)
+            else:
+                await asyncio.to_thread(_empty, maker.client(), table)
+
+        async def dispose() -> None:
+            for adapter in adapters:
+                await adapter.close()
+            await asyncio.to_thread(maker.client().delete_table, TableName=table)
+            maker.close()
+
+        return Store(
+            clients=adapters[:-1],
+            checker=adapters[-1],
+            botocore_clients=raw[:-1],
+            aio=not self.sync,
+            reset=reset,
+            dispose=dispose,
+        )
+
+
+def _empty(client: Any, table: str) -> None:
+    keys = [k.PARTITION_KEY, k.SORT_KEY]
+    pages = client.get_paginator("scan").paginate(
+        TableName=table,
+        ProjectionExpression="#p, #s",
+        ExpressionAttributeNames={"#p": keys[0], "#s": keys[1]},
+    )
+    items = [item for page in pages for item in page.get("Items", [])]
+    for i in range(0, len(items), 25):
+        requests = [{"DeleteRequest": {"Key": item}} for item in items[i : i + 25]]
+        client.batch_write_item(RequestItems={table: requests})
+
+
+def _recreate(maker: Any) -> None:
+    client = maker.client()
+    client.delete_table(TableName=maker.table_name)
+    client.get_waiter("table_not_exists").wait(
+        TableName=maker.table_name, WaiterConfig={"Delay": 0.05}
+    )
+    maker.create_table()
+
+
+class ClientDied(Exception):
+    """Raised by the crash hook: the client process stopped between two SDK calls."""
+
+
+# Hypothesis favours the first choices: the faults that matter most come first, "none" last.
+FAULT_KINDS = (
+    "lost-response",
+    "transaction-conflict",
+    "throttle",
+    "server-error",
+    "connection-reset",
+    "partial-batch",
+    "none",
+)
+
+
+class FaultBoard:
+    """Every fault the runs inject, attached once to each client, switched by the machine.
+
+    All of them go through botocore's event hooks: the adapters run unchanged.
+    """
+
+    def __init__(self, clients: list[Any], *, aio: bool) -> None:
+        self.kind = "none"
+        self.rng = random.Random(0)
+        self.share = 0.0
+        self.injected: Counter[str] = Counter()
+        self._crash_at: int | None = None
+        self._calls = 0
+        self._lock = threading.Lock()
+        self._errors = {
+            "throttle": FailShare(0, "ProvisionedThroughputExceededException", aio=aio),
+            "server-error": FailShare(0, "InternalServerError", status=500, aio=aio),
+            "transaction-conflict": FailShare(
+                0,
+                "TransactionCanceledException",
+                operations={"TransactWriteItems"},
+                aio=aio,
+                CancellationReasons=[{"Code": "TransactionConflict"}],
+            ),
+        }
+        self._resend = ResendAfterSuccess(
+            0, {"PutItem", "TransactWriteItems", "BatchWriteItem", "DeleteItem", "UpdateItem"}
+        )
+        self._partial = PartialBatches(1.0)
+        for client in clients:
+            events = client.meta.events
+            events.register_first("before-send.dynamodb", self._before_send)
+            events.register("needs-retry.dynamodb", self._resend)
+            events.register("before-call.dynamodb", self._before_call)
+            for op in ("BatchWriteItem", "BatchGetItem"):
+                events.register(f"before-parameter-build.dynamodb.{op}", self._partial_before)
+                events.register(f"after-call.dynamodb.{op}", self._partial._after)
+
+    def reset(self) -> None:
+        """No faults, counters at zero: the start of an example."""
+        self.switch("none", 0.0, 0)
+        self._crash_at = None
+        self.injected.clear()
+        self._resend.resent = 0
+
+    def switch(self, kind: str, share: float, seed: int) -> None:
+        """Inject ``kind`` into a ``share`` of the matching calls from now on."""
+        self.kind, self.share = kind, share
+        self.rng = random.Random(seed)
+        for name, fault in self._errors.items():
+            fault.share = share if name == kind else 0.0
+            fault.rng = random.Random(seed)
+        self._resend.share = share if kind == "lost-response" else 0.0
+        self._resend.rng = random.Random(seed)
+        self._partial.rng = random.Random(seed)
+
+    def crash_on_call(self, k: int) -> None:
+        """The k-th SDK call from now raises :class:`ClientDied` before it is sent."""
+        self._crash_at, self._calls = k, 0
+
+    def disarm(self) -> None:
+        """Stop an armed crash that has not fired."""
+        self._crash_at = None
+
+    def _before_call(self, model: Any, **_: Any) -> None:
+        with self._lock:
+            if self._crash_at is None:
+                return
+            self._calls += 1
+            if self._calls < self._crash_at:
+                return
+            self._crash_at = None
+        self.injected["client-died"] += 1
+        raise ClientDied(f"client died before {model.name}")
+
+    def _before_send(self, request: Any, **kwargs: Any) -> Any:
+        if self.kind == "connection-reset":
+            with self._lock:
+                hit = self.rng.random() < self.share
+            if hit:
+                self.injected["connection-reset"] += 1
+                raise ConnectionClosedError(endpoint_url=str(request.url))
+            return None
+        fault = self._errors.get(self.kind)
+        if fault is None:
+            return None
+        response = fault(request, **kwargs)
+        if response is not None:
+            self.injected[self.kind] += 1
+        return response
+
+    def _partial_before(self, **kwargs: Any) -> None:
+        if self.kind == "partial-batch":
+            with self._lock:
+                hit = self.rng.random() < self.share
+            if hit:
+                self.injected["partial-batch"] += 1
+                self._partial._before(**kwargs)
+
+    def counts(self) -> dict[str, int]:
+        """How often each fault was injected (resent writes included)."""
+        out = dict(self.injected)
+        if self._resend.resent:
+            out["lost-response"] = self._resend.resent
+        return out
