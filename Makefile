@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: demo test lint typecheck check clean
+.PHONY: demo test lint typecheck check clean verify
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# Long model-based verification runs (docs/verification.md); VERIFY_PROFILE=deep for CI's budget.
+VERIFY_PROFILE ?= long
+verify: $(STAMP)
+	SANDBOX_LEDGER_VERIFY=$(VERIFY_PROFILE) $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/verification
 
 lint: $(STAMP)
 	$(BIN)/ruff check adapter lambdas tests benchmarks infra examples

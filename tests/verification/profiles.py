@@ -41,16 +41,19 @@ BUDGETS = {
         "in-process": Budget(6, 20),
         "server": Budget(3, 8),
         "server-plain": Budget(1, 8),
+        "lifecycle": Budget(2, 6),
     },
     "deep": {
-        "in-process": Budget(300, 50),
+        "in-process": Budget(200, 40),
         "server": Budget(25, 40),
         "server-plain": Budget(15, 40),
+        "lifecycle": Budget(15, 30),
     },
     "long": {
         "in-process": Budget(3000, 80),
         "server": Budget(300, 60),
         "server-plain": Budget(200, 60),
+        "lifecycle": Budget(150, 50),
     },
 }
 
@@ -116,3 +119,17 @@ def run_ledger(subject: Subject, kind: str, *, faults: bool, delete_races: bool)
         finally:
             if store.dispose is not None:
                 runner.run(store.dispose())
+
+
+def run_lifecycle(endpoint: str, *, retain_failed: Any = None, strict: bool = False) -> None:
+    """The resource lifecycle machine on a fresh table and bus of the moto server."""
+    from .lifecycle_machine import LifecycleMachine, build_rig
+
+    rig, dispose = build_rig(endpoint)
+    try:
+        attrs: dict[str, Any] = {"rig": rig, "strict": strict}
+        if retain_failed is not None:
+            attrs["retain_failed"] = retain_failed
+        run(type("LifecycleMachine", (LifecycleMachine,), attrs), "lifecycle", "lifecycle")
+    finally:
+        dispose()
