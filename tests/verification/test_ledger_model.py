@@ -3,10 +3,13 @@ fixture (``subject``) returning a :class:`~verification.stores.Subject`."""
 
 from __future__ import annotations
 
+import uuid
+from pathlib import Path
+
 import pytest
 
 from .profiles import PROFILE, run_ledger
-from .stores import DynamoDBSubject, MemorySubject, Subject
+from .stores import DynamoDBSubject, FreshPerExample, MemorySubject, Subject
 
 
 class LedgerModelSuite:
@@ -52,3 +55,35 @@ class TestDynamoDBSync(BotocoreFaultSuite):
     @pytest.fixture
     def subject(self, moto_endpoint: str) -> Subject:
         return DynamoDBSubject(moto_endpoint, sync=True)
+
+
+class TestSQLite(LedgerModelSuite):
+    """Several SQLiteAdapter instances (separate connections) on one database file."""
+
+    kind = plain_kind = "in-process"
+
+    @pytest.fixture
+    def subject(self, tmp_path: Path) -> Subject:
+        from sandbox_ledger.sqlite import SQLiteAdapter
+
+        return FreshPerExample(
+            "sqlite", lambda i, example: SQLiteAdapter(tmp_path / f"ledger-{example}.db")
+        )
+
+
+class TestPostgres(LedgerModelSuite):
+    """Several PostgresAdapter pools on one schema of the test PostgreSQL server."""
+
+    kind = plain_kind = "server-plain"
+
+    @pytest.fixture
+    def subject(self, postgres_dsn: str) -> Subject:
+        from sandbox_ledger.postgres import PostgresAdapter
+
+        run = uuid.uuid4().hex[:8]
+        return FreshPerExample(
+            "postgres",
+            lambda i, example: PostgresAdapter(
+                postgres_dsn, schema=f"v_{run}_{example}", max_size=2
+            ),
+        )
