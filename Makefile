@@ -1,12 +1,14 @@
 # The README's two commands: `make demo` (the main job) and `make test` (the tests).
-# Each creates .venv and installs what it needs on first use.
+# Each creates .venv and installs what it needs on first use: the demo only the CLI (the `cli`
+# extra, with the handlers' runtime), the tests everything (`dev`).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: demo test lint typecheck check clean verify
+.PHONY: demo test test-all lint typecheck check clean verify
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,11 +16,21 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
-demo: $(STAMP)
+$(DEMO_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
+	$(BIN)/python -m pip install --quiet -e ".[cli]"
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/sandbox-ledger demo
 
+# Scale and soak tests carry the `slow` marker: `make test-all` (and CI) runs them too.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not slow" --durations=15
+
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -q --durations=25
 
 # Long model-based verification runs (docs/verification.md); VERIFY_PROFILE=deep for CI's budget.
 VERIFY_PROFILE ?= long

@@ -8,13 +8,13 @@ Timestamps are integer Unix milliseconds.
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import ConfigDict, Field, StrictInt, field_validator, model_validator
 
+from sandbox_ledger._enums import LedgerEvent, SandboxStatus
 from sandbox_ledger._json import MAX_SAFE_INTEGER, check_json_value
+from sandbox_ledger.wire import WireModel
 
 __all__ = [
     "CheckpointInfo",
@@ -28,40 +28,6 @@ __all__ = [
 
 Millis = Annotated[StrictInt, Field(ge=0, le=MAX_SAFE_INTEGER)]
 """A Unix timestamp in milliseconds: a non-negative integer the TypeScript client can represent."""
-
-
-class LedgerEvent(StrEnum):
-    """Events the client records. Entries may carry other event strings too (newer clients)."""
-
-    SandboxCreated = "sandbox.created"
-    SandboxClosed = "sandbox.closed"
-    ExecStarted = "exec.started"
-    ExecComplete = "exec.complete"
-    ExecFailed = "exec.failed"
-    CheckpointCreated = "sandbox.checkpoint_created"
-
-
-class SandboxStatus(StrEnum):
-    """A session is completed once a ``sandbox.closed`` event exists, running before."""
-
-    Running = "running"
-    Completed = "completed"
-
-
-class WireModel(BaseModel):
-    """Base of the package's models: snake_case attributes, camelCase wire names, immutable."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        validate_by_name=True,
-        validate_by_alias=True,
-        frozen=True,
-        extra="forbid",
-    )
-
-    def wire(self) -> dict[str, Any]:
-        """The TypeScript wire shape: camelCase keys, absent optionals left out."""
-        return self.model_dump(by_alias=True, exclude_none=True)
 
 
 class LedgerEntry(WireModel):

@@ -11,13 +11,14 @@ from pathlib import Path  # noqa: TC003 - typer reads the annotation at run time
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+from botocore.exceptions import ConnectionError as SDKConnectionError
 from rich.console import Console
 from rich.table import Table
 
+from sandbox_ledger._enums import SandboxStatus  # noqa: TC001 - typer reads it at run time
 from sandbox_ledger.cli.context import Target, from_environment
 from sandbox_ledger.errors import LedgerError, translate_client_error
-from sandbox_ledger.models import LedgerEntry, ListSandboxOptions, SandboxStatus
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -27,9 +28,19 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound="Callable[..., Any]")
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
-table_app = typer.Typer(no_args_is_help=True, help="Manage the ledger table.")
-resources_app = typer.Typer(no_args_is_help=True, help="Resource activity records.")
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    # Plain help: rich help formatting imports markdown-it and more, tripling --help time.
+    rich_markup_mode=None,
+)
+table_app = typer.Typer(
+    no_args_is_help=True, help="Manage the ledger table.", rich_markup_mode=None
+)
+resources_app = typer.Typer(
+    no_args_is_help=True, help="Resource activity records.", rich_markup_mode=None
+)
 app.add_typer(table_app, name="table")
 app.add_typer(resources_app, name="resources")
 
@@ -83,13 +94,35 @@ def handled(fn: F) -> F:
         except (LedgerError, ValueError, ClientError, BotoCoreError, OSError, RuntimeError) as exc:
             if target is not None and target.debug:
                 raise
-            error = (
-                translate_client_error(exc) if isinstance(exc, ClientError | BotoCoreError) else exc
-            )
-            err.print(f"error: {error}", markup=False)
+            err.print(f"error: {_one_line(exc, target)}", markup=False)
             raise typer.Exit(1) from exc
 
     return wrapper  # type: ignore[return-value]
+
+
+def _one_line(exc: BaseException, target: Target | None) -> str:
+    """The error as one line; for a connection failure or an answer that is not DynamoDB's
+    (an HTML page: a wrong endpoint, or a region it does not serve), name where we called."""
+    sdk = exc if isinstance(exc, ClientError | BotoCoreError) else exc.__cause__
+    error = translate_client_error(sdk) if isinstance(sdk, ClientError | BotoCoreError) else exc
+    text = " ".join(str(error).split())
+    if target is None or not isinstance(sdk, ClientError | BotoCoreError):
+        return text
+    response = getattr(sdk, "response", None) or {}
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+    details = response.get("Error", {})
+    message, code = str(details.get("Message", "")), str(details.get("Code", ""))
+    # botocore uses the HTTP status as the code when the body holds no AWS error (a proxy's
+    # 404, a server's 500 page): the endpoint is not DynamoDB, or not for this region.
+    not_dynamodb = code.isdigit() or message.lstrip().startswith("<") or status >= 500
+    if isinstance(sdk, ClientError) and not_dynamodb:
+        return (
+            f"DynamoDB at {target.where()} answered HTTP {status} with no DynamoDB error in it; "
+            "check the endpoint and the region"
+        )
+    if isinstance(sdk, SDKConnectionError | HTTPClientError):
+        return f"cannot reach DynamoDB at {target.where()}: {' '.join(str(sdk).split())}"
+    return text
 
 
 def _target(store: str | None = None) -> Target:
@@ -105,7 +138,7 @@ def _target(store: str | None = None) -> Target:
 _STORE = typer.Option(None, "--store", help="Store URL, as the root option --store.")
 
 
-def _ledger(target: Target) -> SyncDynamoDBAdapter:
+def _ledger(target: Target, *, interactive: bool = True) -> SyncDynamoDBAdapter:
     from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 
     other = target.sql_or_memory_store()
@@ -114,7 +147,7 @@ def _ledger(target: Target) -> SyncDynamoDBAdapter:
         return other  # type: ignore[return-value]
 
     ledger = SyncDynamoDBAdapter(
-        target.table or "", session=target.boto3_session(), **target.kwargs()
+        target.table or "", session=target.boto3_session(), **target.kwargs(interactive=interactive)
     )
     if target.embedded:
         ledger.create_table()
@@ -197,6 +230,8 @@ def ls(
     store: str | None = _STORE,
 ) -> None:
     """Sessions, newest first."""
+    from sandbox_ledger.models import ListSandboxOptions
+
     ledger = _ledger(_target(store))
     opts = ListSandboxOptions(status=status, before=before, limit=limit)
     rows = (
@@ -329,7 +364,9 @@ def import_(
     Malformed lines are reported with their line numbers and not written."""
     if str(path) != "-" and not path.is_file():
         raise typer.BadParameter(f"file {str(path)!r} does not exist", param_hint="'PATH'")
-    ledger = _ledger(_target(store))
+    from sandbox_ledger.models import LedgerEntry
+
+    ledger = _ledger(_target(store), interactive=False)
     bad = 0
     written = 0
     source = "stdin" if str(path) == "-" else path

@@ -10,7 +10,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox_ledger.local import LocalDynamoDB
+from sandbox_ledger.local import LocalDynamoDBProcess
 
 EMBEDDED_TABLE = "sandbox-ledger"
 
@@ -49,7 +49,9 @@ class Target:
             self.shard_count = kwargs.get("shard_count", self.shard_count)
         if self.table:
             return
-        server = LocalDynamoDB()
+        # In a child process: the server's CPU does not wait on this command's (the demo's
+        # client and the server then run on two cores).
+        server = LocalDynamoDBProcess()
         self.endpoint_url = server.start()
         self._stack.callback(server.stop)
         self.table = EMBEDDED_TABLE
@@ -86,7 +88,10 @@ class Target:
 
             session = self.boto3_session()
             client = (session or _boto3_session()).client(
-                "dynamodb", endpoint_url=self.endpoint_url, region_name=self.region
+                "dynamodb",
+                endpoint_url=self.endpoint_url,
+                region_name=self.region,
+                config=cli_config(),
             )
             try:
                 descriptor = read_descriptor(client, self.table or "")
@@ -95,13 +100,22 @@ class Target:
             self._shards = resolve_shard_count(descriptor, self.shard_count, self.table or "")
         return self._shards
 
-    def kwargs(self) -> dict[str, Any]:
-        """Constructor arguments for adapters and stores."""
+    def kwargs(self, *, interactive: bool = True) -> dict[str, Any]:
+        """Constructor arguments for adapters and stores (see :func:`cli_config`)."""
         return {
             "endpoint_url": self.endpoint_url,
             "region_name": self.region,
             "shard_count": self.shards(),
+            "config": cli_config(interactive=interactive),
         }
+
+    def where(self) -> str:
+        """The endpoint and region this command talks to, for error messages."""
+        region = self.region or "(no region set)"
+        endpoint = self.endpoint_url or (
+            f"https://dynamodb.{self.region}.amazonaws.com" if self.region else "AWS"
+        )
+        return f"{endpoint}, region {region}"
 
     def boto3_session(self) -> Any:
         import boto3
@@ -151,6 +165,22 @@ def _boto3_session() -> Any:
     import boto3
 
     return boto3.session.Session()
+
+
+def cli_config(*, interactive: bool = True) -> Any:
+    """The CLI's budget over the library's defaults (which suit servers and Lambda).
+
+    Someone is waiting on an interactive command: connect within 2 s and try twice at most,
+    so an unreachable endpoint or a wrong region fails in seconds rather than after minutes
+    of retries. Bulk commands (import) keep the library's retries for throttling.
+    """
+    from botocore.config import Config
+
+    if not interactive:
+        return Config(connect_timeout=2)
+    return Config(
+        connect_timeout=2, read_timeout=15, retries={"mode": "standard", "total_max_attempts": 2}
+    )
 
 
 def from_environment(

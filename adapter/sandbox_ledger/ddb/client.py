@@ -54,6 +54,49 @@ def _client_kwargs(
     return kwargs
 
 
+# A new session loads and parses the service model again: about 50-100 ms of CPU per client
+# (each command of the CLI, each adapter of a test suite). Sessions made here stay one per
+# client (credentials, region and profile are resolved per client, as the AWS tools do) but
+# read service models through one shared loader, which parses each model once.
+_shared_loader: Any = None
+_loader_lock = threading.Lock()
+
+
+def _with_shared_loader(botocore_session: Any) -> Any:
+    global _shared_loader
+    with _loader_lock:
+        if _shared_loader is None:
+            _shared_loader = botocore_session.get_component("data_loader")
+    botocore_session.register_component("data_loader", _shared_loader)
+    return botocore_session
+
+
+def _deduplicated(session: Any) -> Any:
+    """boto3 appends its own data path to the loader's search paths on every new session:
+    keep each path once on the shared loader."""
+    with _loader_lock:
+        paths = _shared_loader.search_paths
+        paths[:] = list(dict.fromkeys(paths))
+    return session
+
+
+def _sync_session() -> Any:
+    """A new boto3 session reading service models through the shared loader."""
+    import botocore.session
+
+    botocore_session = _with_shared_loader(botocore.session.get_session())
+    return _deduplicated(boto3.session.Session(botocore_session=botocore_session))
+
+
+def _async_session() -> Any:
+    """A new aioboto3 session reading service models through the shared loader."""
+    import aioboto3
+    from aiobotocore.session import AioSession
+
+    botocore_session = _with_shared_loader(AioSession())
+    return _deduplicated(aioboto3.Session(botocore_session=botocore_session))
+
+
 class SyncClient:
     """A boto3 DynamoDB client, created on first use and shared by every thread."""
 
@@ -76,8 +119,8 @@ class SyncClient:
         if client is None:
             with self._lock:
                 if self._client is None:
-                    session = self._session or boto3.session.Session()
                     try:
+                        session = self._session or _sync_session()
                         self._client = session.client("dynamodb", **self._kwargs)
                     except BotoCoreError as exc:
                         raise translate_client_error(exc) from exc
@@ -117,9 +160,7 @@ class AsyncClient:
             self._lock = asyncio.Lock()
         async with self._lock:
             if self._client is None:
-                import aioboto3
-
-                session = self._session or aioboto3.Session()
+                session = self._session or _async_session()
                 stack = AsyncExitStack()
                 try:
                     self._client = await stack.enter_async_context(

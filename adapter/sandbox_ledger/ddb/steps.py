@@ -14,7 +14,7 @@ import random
 import threading
 import time
 from collections.abc import Generator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -77,7 +77,9 @@ def _give_up(exc: BaseException, step: Step | None) -> LedgerError:
     and the SDK's own retry count (a conflict at INFO, anything else at WARNING)."""
     error = translate_client_error(exc)
     operation = step.operation if isinstance(step, Call) else type(step).__name__
-    metadata = getattr(exc, "response", {}).get("ResponseMetadata", {})
+    # Connection errors carry no response (their ``response`` may be None).
+    response = getattr(exc, "response", None)
+    metadata = response.get("ResponseMetadata", {}) if isinstance(response, dict) else {}
     log.log(
         logging.INFO if isinstance(error, ConflictError) else logging.WARNING,
         "%s: %s (after %s SDK retries)",
@@ -101,6 +103,15 @@ def _parallel_sync(client: Any, calls: tuple[Call, ...]) -> list[Any]:
         if _pool is None:
             _pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="sandbox-ledger")
     futures = [_pool.submit(getattr(client, c.operation), **c.params) for c in calls]
+    # On the first error, calls not yet started are cancelled and the error is raised at
+    # once, instead of after every other call has run out its own retries.
+    done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+    errors = [f.exception() for f in futures if f in done]
+    error = next((e for e in errors if e is not None), None)
+    if error is not None:
+        for future in pending:
+            future.cancel()
+        raise error
     return [f.result() for f in futures]
 
 
@@ -131,6 +142,23 @@ def run_sync(client: Any, op: Op[T]) -> T:
         op.close()
 
 
+async def _parallel_async(client: Any, calls: tuple[Call, ...]) -> list[Any]:
+    """Run independent calls concurrently; the first error cancels the others."""
+    tasks = [asyncio.ensure_future(getattr(client, c.operation)(**c.params)) for c in calls]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        errors = [t.exception() for t in tasks if t in done]
+        error = next((e for e in errors if e is not None), None)
+        if error is not None:
+            raise error
+        return [t.result() for t in tasks]
+    finally:
+        for task in tasks:
+            task.cancel()
+        # Let cancelled calls unwind (release their connections) before going on.
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 async def run_async(client: Any, op: Op[T]) -> T:
     """Drive ``op`` with an aioboto3 client; parallel steps run concurrently."""
     value: Any = None
@@ -147,14 +175,7 @@ async def run_async(client: Any, op: Op[T]) -> T:
                 if isinstance(step, Call):
                     value = await getattr(client, step.operation)(**step.params)
                 elif isinstance(step, Parallel):
-                    results = await asyncio.gather(
-                        *(getattr(client, c.operation)(**c.params) for c in step.calls),
-                        return_exceptions=True,
-                    )
-                    failures = [r for r in results if isinstance(r, BaseException)]
-                    if failures:
-                        raise failures[0]
-                    value = results
+                    value = await _parallel_async(client, step.calls)
                 else:
                     await asyncio.sleep(step.seconds)
             except _SDK_ERRORS as exc:

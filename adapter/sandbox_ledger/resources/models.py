@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StrictInt, field_validator, model_validator
 
-from sandbox_ledger.models import WireModel
+from sandbox_ledger.wire import WireModel
 
 __all__ = [
     "FAILED_PHASES",
