@@ -34,6 +34,7 @@ from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 from sandbox_ledger import ConflictError, LedgerError
 from sandbox_ledger import keys as k
 from sandbox_ledger.resources import SyncResourceRecordStore
+from sandbox_ledger.resources._items import record_key
 from sandbox_ledger.resources.events import EventPublisher
 from sandbox_ledger.resources.models import FAILED_PHASES, LIVE_PHASES, parse_iso, to_iso
 from sandbox_ledger.resources.policy import ExpiryPolicy
@@ -128,6 +129,24 @@ class SweeperDeath:
             raise ClientDied(f"sweeper died before {model.name}")
 
 
+class BeforeClaim:
+    """``before-parameter-build`` hook on a sweeper's client: runs ``action`` once, just before
+    the sweeper's UpdateItem on ``key`` (its claim), i.e. between its read and its claim."""
+
+    def __init__(self, client: Any) -> None:
+        self.key: dict[str, Any] | None = None
+        self.action: Callable[[], None] | None = None
+        client.meta.events.register("before-parameter-build.dynamodb.UpdateItem", self)
+
+    def arm(self, key: dict[str, Any] | None, action: Callable[[], None] | None) -> None:
+        self.key, self.action = key, action
+
+    def __call__(self, params: dict[str, Any], **_: Any) -> None:
+        if self.action is not None and params.get("Key") == self.key:
+            action, self.action = self.action, None
+            action()
+
+
 @dataclass
 class Owner:
     skew: timedelta
@@ -145,6 +164,7 @@ class Rig:
     clock: Clock
     owners: dict[timedelta, SyncResourceRecordStore]
     sweepers: list[tuple[SyncResourceRecordStore, EventPublisher, SweeperDeath]]
+    before_claim: BeforeClaim
     bus: EventBus
     table: str
     empty: Callable[[], None]
@@ -322,6 +342,22 @@ class LifecycleMachine(RuleBasedStateMachine):
         sweeper.join()
         self.messy = True
 
+    @precondition(lambda self: self._live())
+    @rule(data=st.data())
+    def touch_between_read_and_claim(self, data: st.DataObject) -> None:
+        """The owner heartbeats after the sweeper read its record and before it claims it: the
+        claim must lose (it is conditional on the revision the sweeper read)."""
+        record_id = data.draw(st.sampled_from(self._live()))
+        self._note(f"arm: {record_id[:8]} touched just before its claim")
+        self.rig.before_claim.arm(
+            record_key(record_id), lambda: self._owner_write(record_id, "touch")
+        )
+        try:
+            complete = self._sweep(0)
+        finally:
+            self.rig.before_claim.arm(None, None)
+        self._after_sweep(complete)
+
     @rule()
     def two_sweepers_at_once(self) -> None:
         threads = [threading.Thread(target=self._sweep, args=(i,)) for i in (0, 1)]
@@ -416,7 +452,10 @@ def build_rig(endpoint: str) -> tuple[Rig, Callable[[], None]]:
         sweepers.append(
             (store, EventPublisher(events, bus_name, attempts=2), SweeperDeath(store.client()))
         )
-    rig = Rig(clock, owners, sweepers, bus, table, lambda: _empty(ledger.client(), table))
+    before_claim = BeforeClaim(sweepers[0][0].client())
+    rig = Rig(
+        clock, owners, sweepers, before_claim, bus, table, lambda: _empty(ledger.client(), table)
+    )
 
     def dispose() -> None:
         for store in [maker, *owners.values(), *(s for s, _, _ in sweepers)]:
