@@ -146,3 +146,19 @@ def test_the_library_is_silent_unless_logging_is_configured() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0 and result.stderr == ""
+
+
+def test_unknown_profile_is_one_configuration_error(
+    bare_environment: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_PROFILE", "no-such-profile")
+    with pytest.raises(ConfigurationError, match=r"no-such-profile.*AWS_PROFILE"):
+        SyncDynamoDBAdapter("tbl", region_name="us-east-1").get_sandbox_details("n", "s")
+
+
+async def test_unknown_profile_async(
+    bare_environment: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_PROFILE", "no-such-profile")
+    with pytest.raises(ConfigurationError, match="no-such-profile"):
+        await DynamoDBAdapter("tbl", region_name="us-east-1").get_sandbox_details("n", "s")

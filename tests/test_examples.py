@@ -44,6 +44,8 @@ def test_worker_example_appends_and_reports(
     json.dumps(result)  # a Lambda response must serialize
     bad = worker.handler({"ts": "soon", "name": "build"}, None)
     assert bad["ok"] is False and "ts" in bad["error"]
+    too_long = worker.handler({**done, "name": "n" * 3000}, None)  # refused before writing
+    assert too_long["ok"] is False and "too long" in too_long["error"]
     ledger = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
     assert [e.event for e in ledger.read_all("build", "sb-1")] == [
         "sandbox.created",

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -170,4 +172,60 @@ def test_cli_import_refuses_without_a_table(
     result = CliRunner().invoke(app, ["resources", "import", str(directory)])
     assert result.exit_code == 1
     [line] = result.stderr.strip().splitlines()
-    assert "--table or SANDBOX_LEDGER_TABLE" in line
+    assert "--table / SANDBOX_LEDGER_TABLE or --store dynamodb://TABLE" in line
+
+
+def test_hostile_files_are_reported_by_name_and_the_rest_still_loads(
+    store: SyncResourceRecordStore, tmp_path: Path
+) -> None:
+    folder = tmp_path / "hostile"
+    folder.mkdir()
+    good = _fresh()
+    (folder / f"{good.id}.json").write_text(record_file_text(good))
+    (folder / "deep.json").write_text("[" * 100_000)
+    surrogate = _fresh()
+    text = record_file_text(surrogate).replace('"workspace": "', '"workspace": "\\ud800')
+    (folder / f"{surrogate.id}.json").write_text(text)
+    os.mkfifo(folder / "pipe.json")  # reading it would block forever
+    (folder / "dir.json").mkdir()
+    report = import_directory(store, folder)
+    assert report.written == [f"{good.id}.json"]
+    assert sorted(report.failed) == sorted(
+        ["deep.json", f"{surrogate.id}.json", "pipe.json", "dir.json"]
+    )
+    assert "nested too deeply" in report.failed["deep.json"]
+    assert "workspace: unpaired surrogate" in report.failed[f"{surrogate.id}.json"]
+    assert "not a regular file" in report.failed["pipe.json"]
+    assert store.get(surrogate.id) is None  # nothing half-written
+
+
+def test_export_files_are_readable_by_others_and_survive_heartbeats(
+    store: SyncResourceRecordStore, tmp_path: Path
+) -> None:
+    records = [_fresh(minutes_ago=60 - i) for i in range(24)]
+    for r in records:
+        store.put(r)
+    oldest = [r.id for r in records[:6]]
+    touched: list[str] = []
+
+    def heartbeat_the_oldest(name: str) -> None:
+        if not touched:  # after the first file: the six oldest move in front of the cursor
+            touched.extend(store.touch(record_id).record.id for record_id in oldest)
+
+    out = tmp_path / "exported"
+    old_mask = os.umask(0o022)
+    try:
+        written = export_directory(store, out, on_file=heartbeat_the_oldest, page_size=12)
+    finally:
+        os.umask(old_mask)
+    assert touched == oldest
+    assert sorted(written) == sorted(f"{r.id}.json" for r in records)
+    assert {stat.S_IMODE((out / name).stat().st_mode) for name in written} == {0o644}
+
+
+def test_cli_resources_import_through_a_dynamodb_store_url(
+    moto_endpoint: str, sync_table: str, directory: Path
+) -> None:
+    url = f"dynamodb://{sync_table}?endpoint_url={moto_endpoint}&region=us-east-1"
+    result = CliRunner().invoke(app, ["--store", url, "resources", "import", str(directory)])
+    assert result.stderr.strip().splitlines()[-1].startswith("4 written, 0 unchanged")

@@ -309,3 +309,19 @@ def test_the_readme_pipe_between_real_processes(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert f"imported {len(_ledger())} entries from stdin" in done.stderr
     assert asyncio.run(_snapshot(b)) == asyncio.run(_snapshot(a))
+
+
+def test_an_explicit_store_wins_over_an_exported_table(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asyncio.run(_seed(sqlite_url))
+    monkeypatch.setenv("SANDBOX_LEDGER_TABLE", "some-deployed-table")
+    runner = CliRunner()
+    before = runner.invoke(app, ["--store", sqlite_url, "ls"])
+    assert before.exit_code == 0, before.output
+    after = runner.invoke(app, ["ls", "--store", sqlite_url])  # the flag after the command
+    assert after.exit_code == 0, after.output
+    assert "3 session(s)" in before.stdout and "3 session(s)" in after.stdout
+    monkeypatch.setenv("SANDBOX_LEDGER_STORE", sqlite_url)  # both variables: ambiguous
+    both = runner.invoke(app, ["ls"])
+    assert both.exit_code == 1 and "SANDBOX_LEDGER_TABLE" in both.output

@@ -105,10 +105,20 @@ def translate_client_error(exc: BaseException, *, operation: str = "") -> Ledger
     """
     if isinstance(exc, LedgerError):
         return exc
-    from botocore.exceptions import NoCredentialsError, NoRegionError, PartialCredentialsError
+    from botocore.exceptions import (
+        NoCredentialsError,
+        NoRegionError,
+        PartialCredentialsError,
+        ProfileNotFound,
+    )
 
     if isinstance(exc, NoRegionError):
         return ConfigurationError(NO_REGION_FIX)
+    if isinstance(exc, ProfileNotFound):
+        return ConfigurationError(
+            f"{exc}: check AWS_PROFILE (or --profile) against your AWS config file, "
+            "or unset it to use the default credentials"
+        )
     if isinstance(exc, NoCredentialsError | PartialCredentialsError):
         return ConfigurationError(f"{NO_CREDENTIALS_FIX} ({exc})")
     response: dict[str, Any] = getattr(exc, "response", None) or {}

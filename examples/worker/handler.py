@@ -26,8 +26,8 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """Append the entry; a bad event is answered, not retried (retrying cannot fix it)."""
     try:
         entry = LedgerEntry.model_validate(event)
-    except (InvalidInputError, ValueError) as exc:
+        LEDGER.append(entry)  # exactly once, even if the SDK resends after a lost response
+    except (InvalidInputError, ValueError) as exc:  # a key too long is refused before writing
         return {"ok": False, "error": str(exc)}
-    LEDGER.append(entry)  # exactly once, even if the SDK resends after a lost response
     details = LEDGER.get_sandbox_details(entry.name, entry.sandbox_id)
     return {"ok": True, "session": details.wire() if details else None}

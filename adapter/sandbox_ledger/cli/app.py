@@ -130,6 +130,8 @@ def _target(store: str | None = None) -> Target:
     target = _state["target"]
     if store:
         target.store = store
+        if target.table_from_env:
+            target.table = None
     target.resolve()
     return target
 

@@ -29,6 +29,8 @@ class Target:
     embedded: bool = False
     store: str | None = None
     """A store URL (--store / SANDBOX_LEDGER_STORE); see :func:`sandbox_ledger.open_store`."""
+    table_from_env: bool = False
+    """The table came from SANDBOX_LEDGER_TABLE, not --table (a later --store overrides it)."""
     _stack: ExitStack = field(default_factory=ExitStack)
     _shards: int | None = None
 
@@ -39,7 +41,10 @@ class Target:
             from sandbox_ledger.stores import parse_store_url
 
             if self.table:
-                raise ValueError("--store, --table: give one, not both")
+                raise ValueError(
+                    "--store, --table: give one, not both (or SANDBOX_LEDGER_STORE and "
+                    "SANDBOX_LEDGER_TABLE)"
+                )
             kind, kwargs = parse_store_url(self.store)
             if kind != "dynamodb":
                 return
@@ -194,9 +199,14 @@ def from_environment(
 ) -> Target:
     """Flags first, then SANDBOX_LEDGER_STORE, SANDBOX_LEDGER_TABLE, AWS_ENDPOINT_URL,
     AWS_REGION, AWS_PROFILE."""
+    # An explicit flag wins over the environment variable of the other kind, so an exported
+    # SANDBOX_LEDGER_TABLE never breaks a `--store ...` given on the command line.
+    env_store = None if table else os.environ.get("SANDBOX_LEDGER_STORE") or None
+    env_table = None if store else os.environ.get("SANDBOX_LEDGER_TABLE") or None
     return Target(
-        store=store or os.environ.get("SANDBOX_LEDGER_STORE") or None,
-        table=table or os.environ.get("SANDBOX_LEDGER_TABLE") or None,
+        store=store or env_store,
+        table=table or env_table,
+        table_from_env=not table and env_table is not None,
         endpoint_url=endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None,
         region=region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"),
         profile=profile or os.environ.get("AWS_PROFILE") or None,

@@ -13,9 +13,11 @@ from sandbox_ledger.errors import LedgerError
 
 def _configured_table() -> None:
     """Writes go only where data lives: never into a throwaway embedded server."""
-    if not _state["target"].table:
+    target = _state["target"]
+    if not target.table and not target.store:
         raise LedgerError(
-            "this command writes to a table: name one with --table or SANDBOX_LEDGER_TABLE "
+            "this command writes to a table: name one with --table / SANDBOX_LEDGER_TABLE "
+            "or --store dynamodb://TABLE "
             "(without one, an embedded DynamoDB would keep the data only until the command ends)"
         )
 

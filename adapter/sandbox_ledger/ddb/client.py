@@ -160,9 +160,9 @@ class AsyncClient:
             self._lock = asyncio.Lock()
         async with self._lock:
             if self._client is None:
-                session = self._session or _async_session()
                 stack = AsyncExitStack()
                 try:
+                    session = self._session or _async_session()
                     self._client = await stack.enter_async_context(
                         session.client("dynamodb", **self._kwargs)
                     )

@@ -61,23 +61,45 @@ def read_record_file(path: Path) -> ResourceActivityRecord:
             name that is not ``<id>.json`` of the record it holds.
     """
     name = path.name
+    if not path.is_file():  # a directory, a FIFO (reading it would block), a device
+        raise InvalidInputError(name, "not a regular file")
     try:
         text = path.read_bytes().decode("utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInputError(name, f"cannot be read ({exc})") from exc
     try:
         raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidInputError(name, f"not JSON ({exc})") from exc
+    except (json.JSONDecodeError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise InvalidInputError(name, f"not JSON ({reason})") from exc
     try:
         record = ResourceActivityRecord.model_validate(raw)
     except ValidationError as exc:
         raise InvalidInputError(name, f"not a resource record ({_first_error(exc)})") from exc
+    except (ValueError, RecursionError) as exc:  # e.g. an unpaired surrogate in a string
+        raise InvalidInputError(name, f"not a resource record ({exc})") from exc
+    _refuse_lone_surrogates(raw, name)
     if path.stem != record.id:
         raise InvalidInputError(
             name, f"holds record {record.id}; it must be named {record.id}.json"
         )
     return record
+
+
+def _refuse_lone_surrogates(value: object, name: str, where: str = "") -> None:
+    """JSON may escape half a UTF-16 pair (``"\\ud800"``); no store can hold it as text."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidInputError(name, f"{where or 'a string'}: unpaired surrogate") from exc
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_lone_surrogates(key, name, where)
+            _refuse_lone_surrogates(item, name, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _refuse_lone_surrogates(item, name, f"{where}[{i}]")
 
 
 def import_directory(
@@ -131,10 +153,17 @@ def _write_atomically(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a plain open() would not
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def export_directory(
@@ -142,6 +171,7 @@ def export_directory(
     directory: Path,
     *,
     on_file: Callable[[str], None] | None = None,
+    page_size: int = 1000,
 ) -> list[str]:
     """Write every record of the table to ``directory/<id>.json``; returns the file names.
 
@@ -149,16 +179,25 @@ def export_directory(
     leaves a half-written file (files of records already written stay).
     """
     directory.mkdir(parents=True, exist_ok=True)
-    written: list[str] = []
-    cursor: str | None = None
+    written: dict[str, None] = {}
     while True:
-        page = store.list(limit=1000, cursor=cursor)
-        for versioned in page.records:
-            name = f"{versioned.record.id}.json"
-            _write_atomically(directory / name, record_file_text(versioned.record))
-            written.append(name)
-            if on_file is not None:
-                on_file(name)
-        cursor = page.cursor
-        if cursor is None:
-            return written
+        # Listing is newest updatedAt first, so a record heartbeated during a long export
+        # moves in front of the cursor: pass again until a pass finds nothing new.
+        fresh = 0
+        cursor: str | None = None
+        while True:
+            page = store.list(limit=page_size, cursor=cursor)
+            for versioned in page.records:
+                name = f"{versioned.record.id}.json"
+                if name in written:
+                    continue
+                _write_atomically(directory / name, record_file_text(versioned.record))
+                written[name] = None
+                fresh += 1
+                if on_file is not None:
+                    on_file(name)
+            cursor = page.cursor
+            if cursor is None:
+                break
+        if fresh == 0:
+            return list(written)
