@@ -49,6 +49,12 @@ class AsyncOverSync:
     async def list_all_sandbox_details(self, opts: Any = None) -> Any:
         return await asyncio.to_thread(self.sync.list_all_sandbox_details, opts)
 
+    async def list_sandbox_page(self, name: str, opts: Any = None) -> Any:
+        return await asyncio.to_thread(self.sync.list_sandbox_page, name, opts)
+
+    async def list_all_sandbox_page(self, opts: Any = None) -> Any:
+        return await asyncio.to_thread(self.sync.list_all_sandbox_page, opts)
+
     async def get_sandbox_details(self, name: str, sandbox_id: str) -> Any:
         return await asyncio.to_thread(self.sync.get_sandbox_details, name, sandbox_id)
 

@@ -66,9 +66,17 @@ def seed_fleet(adapter: SyncDynamoDBAdapter, sessions: int, events: int, *, star
     run_sync(client, batch_write(adapter.table_name, requests))
 
 
-def test_no_scan_anywhere_in_the_package() -> None:
+def test_no_scan_outside_the_export() -> None:
+    import inspect
+
+    from sandbox_ledger.dynamodb import _ops
+
+    export_scan = inspect.getsource(_ops.scan_sessions)
     for path in PACKAGE.rglob("*.py"):
         text = path.read_text()
+        if path.name == "_ops.py" and path.parent.name == "dynamodb":
+            assert len(re.findall(r"[\"'](scan|Scan)[\"']", text)) == 1
+            text = text.replace(export_scan, "")
         assert not re.search(r"[\"'](scan|Scan)[\"']", text), path
         assert ".scan(" not in text, path
 

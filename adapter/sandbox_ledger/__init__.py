@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         LedgerEvent,
         ListSandboxOptions,
         SandboxDetails,
+        SandboxPage,
         SandboxStatus,
     )
     from sandbox_ledger.protocol import StorageAdapter
@@ -58,6 +59,7 @@ _WHERE = {
     "ListSandboxOptions": "models",
     "MemoryAdapter": "memory",
     "SandboxDetails": "models",
+    "SandboxPage": "models",
     "SandboxStatus": "_enums",
     "SchemaVersionError": "errors",
     "StorageAdapter": "protocol",
@@ -81,6 +83,7 @@ __all__ = [
     "ListSandboxOptions",
     "MemoryAdapter",
     "SandboxDetails",
+    "SandboxPage",
     "SandboxStatus",
     "SchemaVersionError",
     "StorageAdapter",

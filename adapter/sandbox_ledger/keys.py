@@ -10,6 +10,7 @@ Item collections (partition key ``PK``, sort key ``SK``)::
                            E#<ts:16>#<order>            one ledger entry (head)
                            E#<ts:16>#<order>#<part:5>   the rest of an entry too large for one item
                            K#<ts:16>#<order>            checkpoint marker, points at its entry
+                           I#<digest>#<occurrence:6>    import claim: this content's n-th copy
     ENV                    <environment name>           environment record
     DEPLOYMENT             DESCRIPTOR                   what every client of the table agrees on
     R#<uuid>               RECORD                       resource activity record
@@ -52,6 +53,7 @@ MAX_SHARD_COUNT: Final = 64
 SUMMARY_SK: Final = "#SUMMARY"
 EVENT_PREFIX: Final = "E#"
 CHECKPOINT_PREFIX: Final = "K#"
+CLAIM_PREFIX: Final = "I#"
 ENVIRONMENT_PK: Final = "ENV"
 RESOURCE_PREFIX: Final = "R#"
 RESOURCE_SK: Final = "RECORD"
@@ -155,14 +157,44 @@ def _fits(key: str, limit: int, field: str) -> str:
 def session_pk(name: str, sandbox_id: str) -> str:
     """The partition key of a session: its summary, entries and checkpoint markers.
 
+    Applies :func:`check_session_key` first, so a pair that any event of the session could not
+    store is refused by every operation on the session, reads included.
+
     Raises:
         InvalidInputError: a component is empty.
-        KeyTooLongError: the escaped pair exceeds DynamoDB's partition key limit.
+        KeyTooLongError: some key of the session would exceed DynamoDB's limits.
+    """
+    check_session_key(name, sandbox_id)
+    return f"S#{len(name)}#{name}#{sandbox_id}"
+
+
+def session_prefix(name: str) -> str:
+    """The start of every session key of ``name`` (a ``begins_with`` for a filtered Scan)."""
+    return f"S#{len(_nonempty(name, 'name'))}#{name}#"
+
+
+# The longest status word that can appear in a session's index keys ("completed").
+_LONGEST_STATUS: Final = max(("running", "completed"), key=lambda s: len(s.encode()))
+
+
+def check_session_key(name: str, sandbox_id: str) -> tuple[str, str]:
+    """The one key-length rule: accept (name, sandboxId) for every event of a session or none.
+
+    Checked against the longest key any event can produce: the session's partition key and
+    its index keys in the longest status (``completed``), so a session that could be created
+    can always be closed. Every adapter applies it before any write, so the rule is the same
+    on every backend: the encoded pair ``S#<len>#<name>#<sandboxId>`` must fit 2,048 bytes and
+    ``NS#completed#<name>`` too (a name of at most 2,035 UTF-8 bytes).
+
+    Raises:
+        InvalidInputError: a component is empty or not a string.
+        KeyTooLongError: the pair is too long for some key of the session.
     """
     _nonempty(name, "name")
     _nonempty(sandbox_id, "sandboxId")
-    key = f"S#{len(name)}#{name}#{sandbox_id}"
-    return _fits(key, MAX_PARTITION_KEY_BYTES, "name/sandboxId")
+    _fits(f"S#{len(name)}#{name}#{sandbox_id}", MAX_PARTITION_KEY_BYTES, "name/sandboxId")
+    _fits(f"NS#{_LONGEST_STATUS}#{name}", MAX_PARTITION_KEY_BYTES, "name")
+    return name, sandbox_id
 
 
 def parse_session_pk(pk: str) -> tuple[str, str]:
@@ -191,6 +223,11 @@ def part_sk(head_sk: str, part: int) -> str:
 def checkpoint_sk(ts: int, order: str) -> str:
     """The sort key of a checkpoint marker."""
     return f"{CHECKPOINT_PREFIX}{_ts(ts)}#{order}"
+
+
+def claim_sk(digest: str, occurrence: int) -> str:
+    """The sort key of an import claim: occurrence ``occurrence`` of the content ``digest``."""
+    return f"{CLAIM_PREFIX}{digest}#{occurrence:06d}"
 
 
 def environment_sk(name: str) -> str:

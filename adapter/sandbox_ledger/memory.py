@@ -8,23 +8,33 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger.errors import InvalidInputError
+from sandbox_ledger.keys import check_session_key, environment_sk
 from sandbox_ledger.models import EnvironmentRecord, LedgerEntry, LedgerEvent
 from sandbox_ledger.summary import (
     SessionSummary,
-    apply_list_options,
     checkpoint_info,
+    keyset_page,
     validate_list_options,
 )
 
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from sandbox_ledger.models import CheckpointInfo, ListSandboxOptions, SandboxDetails
+    from sandbox_ledger.models import (
+        CheckpointInfo,
+        ListSandboxOptions,
+        SandboxDetails,
+        SandboxPage,
+    )
+
+_CURSOR_KIND = "memory-sessions"
 
 
 @dataclass
 class _Session:
     summary: SessionSummary
+    # When the session began in this adapter: the tie-break of listings and their cursors.
+    seq: int
     # (ts, append sequence, entry), kept sorted: ascending ts, equal ts in append order.
     events: list[tuple[int, int, LedgerEntry]] = field(default_factory=list)
 
@@ -66,13 +76,15 @@ class MemoryAdapter:
         await self.close()
 
     async def append(self, entry: LedgerEntry) -> None:
-        """Store one entry."""
+        """Store one entry (the pair must pass :func:`~sandbox_ledger.keys.check_session_key`)."""
         if not isinstance(entry, LedgerEntry):
             raise InvalidInputError("entry", f"expected a LedgerEntry, got {type(entry).__name__}")
-        key = (entry.name, entry.sandbox_id)
+        key = check_session_key(entry.name, entry.sandbox_id)
         session = self._sessions.get(key)
         if session is None:
-            session = self._sessions[key] = _Session(SessionSummary(entry.name, entry.sandbox_id))
+            session = self._sessions[key] = _Session(
+                SessionSummary(entry.name, entry.sandbox_id), next(self._seq)
+            )
         bisect.insort(session.events, (entry.ts, next(self._seq), entry), key=lambda t: t[:2])
         session.summary.apply(entry)
 
@@ -91,17 +103,26 @@ class MemoryAdapter:
     async def list_sandbox_details(
         self, name: str, opts: ListSandboxOptions | None = None
     ) -> list[SandboxDetails]:
-        """Sessions of one name, newest first."""
-        _require(name, "name")
-        return apply_list_options(
-            self._details(lambda s: s.summary.name == name), validate_list_options(opts)
-        )
+        """Sessions of one name, newest first (ties in the order they began)."""
+        return (await self.list_sandbox_page(name, opts)).sessions
 
     async def list_all_sandbox_details(
         self, opts: ListSandboxOptions | None = None
     ) -> list[SandboxDetails]:
-        """Sessions of every name, newest first."""
-        return apply_list_options(self._details(lambda s: True), validate_list_options(opts))
+        """Sessions of every name, newest first (ties in the order they began)."""
+        return (await self.list_all_sandbox_page(opts)).sessions
+
+    async def list_sandbox_page(
+        self, name: str, opts: ListSandboxOptions | None = None
+    ) -> SandboxPage:
+        """One page of :meth:`list_sandbox_details` and the cursor of the next."""
+        _require(name, "name")
+        rows = self._rows(lambda s: s.summary.name == name)
+        return keyset_page(rows, validate_list_options(opts), _CURSOR_KIND)
+
+    async def list_all_sandbox_page(self, opts: ListSandboxOptions | None = None) -> SandboxPage:
+        """One page of :meth:`list_all_sandbox_details` and the cursor of the next."""
+        return keyset_page(self._rows(lambda s: True), validate_list_options(opts), _CURSOR_KIND)
 
     async def get_sandbox_details(self, name: str, sandbox_id: str) -> SandboxDetails | None:
         """One session's summary, or None."""
@@ -129,6 +150,7 @@ class MemoryAdapter:
             raise InvalidInputError(
                 "record", f"expected an EnvironmentRecord, got {type(record).__name__}"
             )
+        environment_sk(record.name)  # the same key rule as every adapter
         self._environments[record.name] = record.model_copy(deep=True)
 
     async def delete_environment(self, name: str) -> None:
@@ -140,13 +162,13 @@ class MemoryAdapter:
         records = sorted(self._environments.values(), key=lambda r: -r.built_at)
         return [r.model_copy(deep=True) for r in records]
 
-    def _details(self, keep: Any) -> list[SandboxDetails]:
+    def _rows(self, keep: Any) -> list[tuple[SandboxDetails, int]]:
         out = []
         for session in self._sessions.values():
             if keep(session):
                 details = session.summary.details()
                 if details is not None:
-                    out.append(details)
+                    out.append((details, session.seq))
         return out
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "LedgerEvent",
     "ListSandboxOptions",
     "SandboxDetails",
+    "SandboxPage",
     "SandboxStatus",
 ]
 
@@ -79,6 +80,19 @@ class ListSandboxOptions(WireModel):
     before: Millis | None = None
     """Only sessions whose startedAt is strictly less."""
     limit: Annotated[StrictInt, Field(ge=0)] | None = None
+    cursor: str | None = None
+    """Resume after the previous page (its :attr:`SandboxPage.cursor`); an extension of the
+    TypeScript contract. Use it with the same method, name and ``status``/``before``."""
+
+
+class SandboxPage(WireModel):
+    """One page of a session listing and where the next one starts (an extension of the
+    TypeScript contract: see :meth:`StorageAdapter.list_sandbox_page`)."""
+
+    sessions: list[SandboxDetails]
+    cursor: str | None = None
+    """Pass back as ``ListSandboxOptions.cursor`` for the next page; None when no session is
+    left. Opaque: its content is the adapter's own."""
 
 
 class CheckpointInfo(WireModel):

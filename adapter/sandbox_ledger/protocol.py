@@ -1,4 +1,32 @@
-"""The storage contract every adapter implements (the TypeScript ``IStorageAdapter``)."""
+"""The storage contract every adapter implements (the TypeScript ``IStorageAdapter``).
+
+Extensions of the TypeScript contract (additive: a client of the seed's methods sees nothing
+new):
+
+* **The key rule.** ``append`` refuses a (name, sandboxId) pair that fails
+  :func:`sandbox_ledger.keys.check_session_key`, whatever the event, before writing anything.
+* **Paging cursors.** ``list_sandbox_page`` / ``list_all_sandbox_page`` return a
+  :class:`~sandbox_ledger.models.SandboxPage`: the sessions (exactly what the ``list_*_details``
+  method returns for the same arguments) and ``cursor``, the position after the page's last
+  session. The cursor contract, for an adapter author:
+
+  - Sessions are listed newest ``startedAt`` first in an order the adapter makes total by a
+    tie-break of its own that never changes while a session exists (an insertion sequence,
+    a row id, an index position). ``before`` keeps the seed's meaning (strictly less).
+  - ``opts.cursor`` set to a previous page's ``cursor`` (same method, same name, same
+    ``status`` and ``before``) returns, at most ``limit``, the sessions strictly after that
+    page's last one in that order. Paging from no cursor until ``cursor`` is None yields
+    every session that exists and keeps its status throughout exactly once, however many
+    share a ``startedAt``; sessions that appear meanwhile are listed at most once.
+  - ``cursor`` is None when no session is left; a non-None cursor may lead to an empty page.
+    With no ``limit`` (None or 0) the page holds every remaining session and ``cursor`` is None.
+  - Cursors are opaque URL-safe strings (:mod:`sandbox_ledger.cursor` builds them); a
+    malformed one, or one from another listing, raises ``InvalidInputError`` (field
+    ``cursor``). ``list_*_details`` honour ``opts.cursor`` the same way.
+
+  :func:`sandbox_ledger.summary.keyset_page` implements it for an adapter that can hand over
+  (details, tie-break) rows.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +39,7 @@ if TYPE_CHECKING:
         LedgerEntry,
         ListSandboxOptions,
         SandboxDetails,
+        SandboxPage,
     )
 
 
@@ -29,7 +58,13 @@ class StorageAdapter(Protocol):
         """Release connections; safe to call more than once."""
 
     async def append(self, entry: LedgerEntry) -> None:
-        """Persist one ledger event exactly once."""
+        """Persist one ledger event exactly once.
+
+        Raises:
+            KeyTooLongError: the (name, sandboxId) pair fails
+                :func:`sandbox_ledger.keys.check_session_key` (the same rule on every adapter,
+                checked before anything is written, whatever the event).
+        """
 
     async def read_all(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every event of a session, ascending by ts, equal ts in append order."""
@@ -49,6 +84,16 @@ class StorageAdapter(Protocol):
         self, opts: ListSandboxOptions | None = None
     ) -> list[SandboxDetails]:
         """Sessions of every name, newest first, filtered by ``opts``."""
+        ...
+
+    async def list_sandbox_page(
+        self, name: str, opts: ListSandboxOptions | None = None
+    ) -> SandboxPage:
+        """One page of ``list_sandbox_details`` and the cursor of the next (see the module)."""
+        ...
+
+    async def list_all_sandbox_page(self, opts: ListSandboxOptions | None = None) -> SandboxPage:
+        """One page of ``list_all_sandbox_details`` and the cursor of the next."""
         ...
 
     async def get_sandbox_details(self, name: str, sandbox_id: str) -> SandboxDetails | None:

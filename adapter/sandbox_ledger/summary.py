@@ -11,12 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sandbox_ledger.cursor import decode_cursor, encode_cursor
+from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.models import (
     CheckpointInfo,
     LedgerEntry,
     LedgerEvent,
     ListSandboxOptions,
     SandboxDetails,
+    SandboxPage,
     SandboxStatus,
 )
 
@@ -77,6 +80,36 @@ def apply_list_options(
     if opts.limit:
         out = out[: opts.limit]
     return out
+
+
+def keyset_page(
+    rows: Iterable[tuple[SandboxDetails, int]], opts: ListSandboxOptions | None, kind: str
+) -> SandboxPage:
+    """One page of sessions in the total order (newest startedAt, then ascending ``tiebreak``).
+
+    ``rows`` pairs each session with an integer unique among them and fixed for the
+    session's life (an insertion sequence, a row id): the tie-break that makes the order
+    total, so a cursor (the last row's startedAt and tie-break) resumes exactly after it,
+    whatever sessions share its startedAt. Filters apply as in :func:`apply_list_options`.
+    """
+    ordered = sorted(rows, key=lambda row: (-row[0].started_at, row[1]))
+    if opts is not None and opts.status:
+        ordered = [row for row in ordered if row[0].status == opts.status]
+    if opts is not None and opts.before:
+        before = opts.before
+        ordered = [row for row in ordered if row[0].started_at < before]
+    if opts is not None and opts.cursor is not None:
+        state = decode_cursor(kind, opts.cursor)
+        after, tie = state.get("t"), state.get("q")
+        if not isinstance(after, int) or not isinstance(tie, int):
+            raise InvalidInputError("cursor", "not a cursor returned by a listing")
+        ordered = [row for row in ordered if (-row[0].started_at, row[1]) > (-after, tie)]
+    limit = opts.limit if opts is not None and opts.limit else None
+    if limit is None or len(ordered) <= limit:
+        return SandboxPage(sessions=[row[0] for row in ordered])
+    last_details, last_tie = ordered[limit - 1]
+    cursor = encode_cursor(kind, {"t": last_details.started_at, "q": last_tie})
+    return SandboxPage(sessions=[row[0] for row in ordered[:limit]], cursor=cursor)
 
 
 def checkpoint_info(entry: LedgerEntry) -> CheckpointInfo:

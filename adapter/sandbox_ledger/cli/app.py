@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import sys
-from contextlib import nullcontext
 from datetime import UTC, datetime
-from pathlib import Path  # noqa: TC003 - typer reads the annotation at run time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
@@ -21,7 +21,7 @@ from sandbox_ledger.cli.context import Target, from_environment
 from sandbox_ledger.errors import LedgerError, translate_client_error
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
     from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
     from sandbox_ledger.resources import SyncResourceRecordStore
@@ -125,13 +125,19 @@ def _one_line(exc: BaseException, target: Target | None) -> str:
     return text
 
 
-def _target(store: str | None = None) -> Target:
-    """The command's target; a ``--store`` given after the command wins over the root's."""
+def _target(store: str | None = None, writes: str | None = None) -> Target:
+    """The command's target; a ``--store`` given after the command wins over the root's; a
+    command that ``writes`` refuses the embedded server."""
     target = _state["target"]
     if store:
         target.store = store
         if target.table_from_env:
             target.table = None
+    if writes is not None and not target.table and not target.store:
+        raise LedgerError(
+            f"{writes} writes data: name a table with --table NAME or SANDBOX_LEDGER_TABLE "
+            "(the embedded DynamoDB would lose it when the command ends)"
+        )
     target.resolve()
     return target
 
@@ -210,7 +216,7 @@ def demo(
 @handled
 def table_create() -> None:
     """Create the table (as the CDK stack does) if it does not exist; wait until ACTIVE."""
-    target = _target()
+    target = _target(writes="table create")
     target.require_dynamodb("table create")
     from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 
@@ -230,15 +236,17 @@ def ls(
     ),
     limit: int = typer.Option(50, "--limit", min=0, help="0: no limit."),
     store: str | None = _STORE,
+    cursor: str | None = typer.Option(
+        None, "--cursor", help="Resume where the previous page ended (it prints the cursor)."
+    ),
 ) -> None:
-    """Sessions, newest first."""
+    """Sessions, newest first, one page; prints the cursor of the next page."""
     from sandbox_ledger.models import ListSandboxOptions
 
     ledger = _ledger(_target(store))
-    opts = ListSandboxOptions(status=status, before=before, limit=limit)
-    rows = (
-        ledger.list_sandbox_details(name, opts) if name else ledger.list_all_sandbox_details(opts)
-    )
+    opts = ListSandboxOptions(status=status, before=before, limit=limit, cursor=cursor)
+    page = ledger.list_sandbox_page(name, opts) if name else ledger.list_all_sandbox_page(opts)
+    rows = page.sessions
     table = Table("name", "sandboxId", "status", "started", "completed", "execs")
     for d in rows:
         table.add_row(
@@ -251,6 +259,8 @@ def ls(
         )
     out.print(table)
     out.print(f"{len(rows)} session(s)")
+    if page.cursor:
+        out.print(f"next page: --cursor {page.cursor}", markup=False)
 
 
 @app.command()
@@ -263,12 +273,12 @@ def show(
 ) -> None:
     """A session's ledger as a timeline."""
     entries = _ledger(_target(store)).read_all(name, sandbox_id)
+    if not entries:
+        raise LedgerError(f"no session {name}/{sandbox_id}: it has no entries")
     if as_json:
         for e in entries:
             sys.stdout.write(json.dumps(e.wire(), ensure_ascii=False) + "\n")
         return
-    if not entries:
-        raise LedgerError(f"no entries for {name}/{sandbox_id}")
     table = Table("time", "step", "branch", "event", "payload", "error")
     for e in entries:
         table.add_row(
@@ -315,7 +325,11 @@ def rm(
     store: str | None = _STORE,
 ) -> None:
     """Delete a session and every entry of it."""
-    ledger = _ledger(_target(store))
+    ledger = _ledger(_target(store, writes="rm"))
+    if ledger.get_sandbox_details(name, sandbox_id) is None and not ledger.read_all(
+        name, sandbox_id
+    ):
+        raise LedgerError(f"no session {name}/{sandbox_id}: nothing to delete")
     if not yes and not typer.confirm(f"Delete {name}/{sandbox_id} and all its entries?"):
         raise typer.Abort
     ledger.delete_sandbox(name, sandbox_id)
@@ -330,64 +344,40 @@ def export(
     output: Path | None = typer.Option(None, "--output", "-o", help="Default: stdout."),
     store: str | None = _STORE,
 ) -> None:
-    """Entries as JSON lines in the TypeScript wire shape, one entry per line."""
+    """Entries as JSON lines in the TypeScript wire shape, one entry per line: every session
+    that has entries, listed or not (a parallel Scan of the table), each in append order.
+    A file is replaced only when the export succeeds."""
+    from sandbox_ledger.cli.transfer import export_to
+
     if sandbox_id and not name:
         raise ValueError("--sandbox-id: needs --name")
-    ledger = _ledger(_target(store))
-
-    def sessions() -> Iterator[tuple[str, str]]:
-        if name and sandbox_id:
-            yield name, sandbox_id
-            return
-        found = ledger.list_sandbox_details(name) if name else ledger.list_all_sandbox_details()
-        for d in found:
-            yield d.name, d.sandbox_id
-
-    stream = output.open("w", encoding="utf-8") if output else sys.stdout
-    count = 0
-    try:
-        for session_name, session_id in sessions():
-            for e in ledger.read_all(session_name, session_id):
-                stream.write(json.dumps(e.wire(), ensure_ascii=False) + "\n")
-                count += 1
-    finally:
-        if output:
-            stream.close()
-    err.print(f"exported {count} entries")
+    sessions, count = export_to(
+        _ledger(_target(store)), name=name, sandbox_id=sandbox_id, output=output, err=err
+    )
+    err.print(f"exported {count} entries of {sessions} session(s)")
 
 
 @app.command("import")
 @handled
 def import_(
-    path: Path = typer.Argument(..., allow_dash=True, help="JSON lines, or - for standard input."),
+    path: str = typer.Argument(..., metavar="PATH", help="JSON lines as exported; - for stdin."),
     store: str | None = _STORE,
 ) -> None:
-    """Append JSON lines (as exported). Idempotent: importing a file twice adds nothing.
-    Malformed lines are reported with their line numbers and not written."""
-    if str(path) != "-" and not path.is_file():
-        raise typer.BadParameter(f"file {str(path)!r} does not exist", param_hint="'PATH'")
-    from sandbox_ledger.models import LedgerEntry
+    """Reconcile JSON lines (as exported) into the table: each entry of the file is stored
+    exactly once however often, in whatever order or overlap it is imported; entries the
+    table holds are not duplicated. Failed lines are reported with their numbers; the valid
+    ones are kept; the exit code is 1 when any line failed."""
+    from sandbox_ledger.cli.transfer import import_from
 
-    ledger = _ledger(_target(store), interactive=False)
-    bad = 0
-    written = 0
-    source = "stdin" if str(path) == "-" else path
-    with nullcontext(sys.stdin) if str(path) == "-" else path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                entry = LedgerEntry.model_validate_json(line)
-            except ValueError as exc:
-                bad += 1
-                first = str(exc).splitlines()
-                detail = "; ".join(x.strip() for x in first[1:3]) or first[0]
-                err.print(f"{source}:{number}: skipped malformed line: {detail}", markup=False)
-                continue
-            ledger.append_at(entry, number)
-            written += 1
-    err.print(f"imported {written} entries from {source}" + (f", {bad} malformed" if bad else ""))
-    if bad:
+    if path != "-" and not Path(path).is_file():
+        raise typer.BadParameter(f"{path}: no such file", param_hint="PATH")
+    ledger = _ledger(_target(store, writes="import"), interactive=False)
+    label = "<stdin>" if path == "-" else path
+    with contextlib.ExitStack() as stack:
+        source = sys.stdin.buffer if path == "-" else stack.enter_context(Path(path).open("rb"))
+        report = import_from(ledger, source, label=label, err=err)
+    err.print(f"imported {label}: {report.summary()}")
+    if report.failed:
         raise typer.Exit(1)
 
 
@@ -397,9 +387,12 @@ def resources_ls(
     phase: str | None = typer.Option(None, "--phase"),
     provider: str | None = typer.Option(None, "--provider"),
     limit: int = typer.Option(50, "--limit", min=1, max=1000),
+    cursor: str | None = typer.Option(
+        None, "--cursor", help="Resume where the previous page ended (it prints the cursor)."
+    ),
 ) -> None:
-    """Resource activity records, newest updatedAt first."""
-    page = _store(_target()).list(phase=phase, provider=provider, limit=limit)
+    """Resource activity records, newest updatedAt first, one page."""
+    page = _store(_target()).list(phase=phase, provider=provider, limit=limit, cursor=cursor)
     table = Table("id", "phase", "provider", "pid", "updated", "operations", "workspace")
     for v in page.records:
         r = v.record
@@ -408,9 +401,9 @@ def resources_ls(
             r.id, r.phase, r.sandbox_provider, str(r.pid), r.updated_at, ops, _clip(r.workspace, 40)
         )
     out.print(table)
-    out.print(
-        f"{len(page.records)} record(s)" + (" (more: use a smaller filter)" if page.cursor else "")
-    )
+    out.print(f"{len(page.records)} record(s)")
+    if page.cursor:
+        out.print(f"next page: --cursor {page.cursor}", markup=False)
 
 
 @resources_app.command("sweep")
@@ -437,7 +430,7 @@ def resources_sweep(
 
     from sandbox_ledger.resources import EventPublisher, resolve_sweep, sweep
 
-    target = _target()
+    target = _target(writes="resources sweep")
     store = _store(target)
     plan = resolve_sweep(
         store.descriptor(),

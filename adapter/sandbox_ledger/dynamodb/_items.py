@@ -99,7 +99,20 @@ def decode_entries(name: str, sandbox_id: str, items: list[Item]) -> list[Ledger
     Parts whose head is missing (a writer that died mid-way) are skipped: the head is
     written last, so an entry is visible only once all of it is stored.
     """
-    out: list[LedgerEntry] = []
+    return [entry for _, entry in decode_keyed_entries(name, sandbox_id, items)]
+
+
+def append_order(head_sk: str) -> str:
+    """The order id inside an entry's sort key (``E#<ts:16>#<order>``): sorting by it gives
+    the order the entries were appended in."""
+    return head_sk[len(k.EVENT_PREFIX) + 17 :]
+
+
+def decode_keyed_entries(
+    name: str, sandbox_id: str, items: list[Item]
+) -> list[tuple[str, LedgerEntry]]:
+    """As :func:`decode_entries`, each entry with its head's sort key."""
+    out: list[tuple[str, LedgerEntry]] = []
     i = 0
     while i < len(items):
         item = items[i]
@@ -115,7 +128,7 @@ def decode_entries(name: str, sandbox_id: str, items: list[Item]) -> list[Ledger
                 raise ValueError(f"entry {head_sk!r} is missing part {p} of {n_parts}")
             blob += bytes(part[A.DATA]["B"])
             i += 1
-        out.append(decode_blob(name, sandbox_id, blob, A.COMPRESSION in item))
+        out.append((head_sk, decode_blob(name, sandbox_id, blob, A.COMPRESSION in item)))
     return out
 
 

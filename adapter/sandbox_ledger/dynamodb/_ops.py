@@ -11,14 +11,15 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from sandbox_ledger import keys as k
+from sandbox_ledger.cursor import decode_cursor, encode_cursor
 from sandbox_ledger.ddb import steps
 from sandbox_ledger.ddb.attributes import S
 from sandbox_ledger.ddb.batching import batch_get, batch_write
 from sandbox_ledger.ddb.paging import newest_first, query_all
-from sandbox_ledger.ddb.steps import MAX_ATTEMPTS, Call, Op, Sleep, error_code, log
+from sandbox_ledger.ddb.steps import MAX_ATTEMPTS, Call, Op, Parallel, Sleep, error_code, log
 from sandbox_ledger.deployment import TableDescriptor, put_descriptor, resolve_shard_count
 from sandbox_ledger.dynamodb import _items as it
-from sandbox_ledger.errors import StorageError
+from sandbox_ledger.errors import InvalidInputError, StorageError
 from sandbox_ledger.models import (
     CheckpointInfo,
     EnvironmentRecord,
@@ -26,6 +27,7 @@ from sandbox_ledger.models import (
     LedgerEvent,
     ListSandboxOptions,
     SandboxDetails,
+    SandboxPage,
 )
 from sandbox_ledger.summary import apply_list_options
 
@@ -37,24 +39,38 @@ _RETRYABLE_CANCELLATIONS = frozenset(
 # -- writes ---------------------------------------------------------------------------------
 
 
-def append(table: str, entry: LedgerEntry, order: str, shard_count: int) -> Op[None]:
+def append(
+    table: str,
+    entry: LedgerEntry,
+    order: str,
+    shard_count: int,
+    *,
+    claim: str | None = None,
+) -> Op[bool]:
     """Store ``entry`` exactly once: parts first, then the head in one conditional write.
 
     The head's key contains ``order``, fixed before the first attempt, so a resent write
     (the first one landed but its response was lost) fails its condition and is recognised
     as already done, without a second event or a second execCount increment.
+
+    With ``claim`` (an import identity, see :func:`sandbox_ledger.keys.claim_sk`), a claim
+    item is put in the same transaction under the condition that it does not exist yet:
+    returns False, writing nothing, when another write already holds that identity.
     """
     encoded = it.encode_entry(entry, order)
     summary = it.summary_update(entry, shard_count)
     if encoded.parts:
         yield from batch_write(table, [{"PutRequest": {"Item": part}} for part in encoded.parts])
-    put = {
-        "TableName": table,
-        "Item": encoded.head,
+    absent = {
         "ConditionExpression": "attribute_not_exists(#pk)",
         "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY},
     }
+    put = {"TableName": table, "Item": encoded.head, **absent}
     actions: list[dict[str, Any]] = [{"Put": put}]
+    if claim is not None:
+        claim_item = {**it.summary_key(encoded.head[k.PARTITION_KEY]["S"]), "ord": S(order)}
+        claim_item[k.SORT_KEY] = S(claim)
+        actions.append({"Put": {"TableName": table, "Item": claim_item, **absent}})
     if summary is not None:
         actions.append({"Update": {"TableName": table, **summary}})
     if entry.event == LedgerEvent.CheckpointCreated:
@@ -66,13 +82,13 @@ def append(table: str, entry: LedgerEntry, order: str, shard_count: int) -> Op[N
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise
             log.debug("append %s/%s: already stored (a resent write)", entry.name, entry.sandbox_id)
-        return
+        return True
     attempt = 0
     session = (entry.name, entry.sandbox_id)
     while True:
         try:
             yield Call("transact_write_items", {"TransactItems": actions})
-            return
+            return True
         except ClientError as exc:
             if error_code(exc) != "TransactionCanceledException":
                 raise
@@ -80,7 +96,9 @@ def append(table: str, entry: LedgerEntry, order: str, shard_count: int) -> Op[N
             if reasons and reasons[0] == "ConditionalCheckFailed":
                 # The head is already stored: this was a resend of a landed write.
                 log.debug("append %s/%s: already stored (a resent write)", *session)
-                return
+                return True
+            if claim is not None and len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed":
+                return False  # another write stored this identity first
             if not _RETRYABLE_CANCELLATIONS.intersection(reasons):
                 raise
             attempt += 1
@@ -136,6 +154,61 @@ def read_all(table: str, name: str, sandbox_id: str) -> Op[list[LedgerEntry]]:
     return it.decode_entries(name, sandbox_id, items)
 
 
+def read_in_append_order(table: str, name: str, sandbox_id: str) -> Op[list[LedgerEntry]]:
+    """Every entry of a session in the order it was appended (by the order id in its key)."""
+    pk = k.session_pk(name, sandbox_id)
+    items = yield from query_all(_prefix_query(table, pk, k.EVENT_PREFIX))
+    keyed = it.decode_keyed_entries(name, sandbox_id, items)
+    keyed.sort(key=lambda pair: it.append_order(pair[0]))
+    return [entry for _, entry in keyed]
+
+
+def scan_sessions(table: str, *, name: str | None, segments: int) -> Op[list[tuple[str, str]]]:
+    """Every session that has at least one entry, listed or not, by a parallel Scan.
+
+    The one Scan of the adapter: it reads the whole table (every item, 4 KB per read unit
+    at half a unit, eventually consistent), so it serves exports, never a hot path.
+    ``name`` keeps only that name's sessions (a filter: the Scan costs the same).
+    """
+    names = {"#pk": k.PARTITION_KEY, "#sk": k.SORT_KEY}
+    values: dict[str, Any] = {":e": S(k.EVENT_PREFIX)}
+    condition = "begins_with(#sk, :e)"
+    if name is not None:
+        values[":p"] = S(k.session_prefix(name))
+        condition += " AND begins_with(#pk, :p)"
+    base = {
+        "TableName": table,
+        "ProjectionExpression": "#pk",
+        "FilterExpression": condition,
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
+        "TotalSegments": segments,
+    }
+    starts: dict[int, dict[str, Any] | None] = dict.fromkeys(range(segments))
+    found: set[str] = set()
+    while starts:
+        order = sorted(starts)
+        calls = tuple(
+            Call(
+                "scan",
+                {**base, "Segment": s, **({"ExclusiveStartKey": starts[s]} if starts[s] else {})},
+            )
+            for s in order
+        )
+        pages = yield Parallel(calls)
+        for segment, page in zip(order, pages, strict=True):
+            found.update(item[k.PARTITION_KEY]["S"] for item in page.get("Items", []))
+            start = page.get("LastEvaluatedKey")
+            if start:
+                starts[segment] = start
+            else:
+                del starts[segment]
+    sessions = [k.parse_session_pk(pk) for pk in found if pk.startswith("S#")]
+    if name is not None:
+        sessions = [s for s in sessions if s[0] == name]
+    return sorted(sessions)
+
+
 def last_checkpoint(table: str, name: str, sandbox_id: str) -> Op[LedgerEntry | None]:
     """The newest checkpoint marker (one request), then its entry (one more)."""
     pk = k.session_pk(name, sandbox_id)
@@ -163,14 +236,22 @@ def get_sandbox_details(table: str, name: str, sandbox_id: str) -> Op[SandboxDet
     return it.decode_details(item) if item else None
 
 
+_CURSOR_KIND = "dynamodb-sessions"
+
+
 def list_details(
     table: str,
     *,
     name: str | None,
     opts: ListSandboxOptions | None,
     shard_count: int,
-) -> Op[list[SandboxDetails]]:
-    """Sessions newest first from the status-appropriate index; never reads events."""
+) -> Op[SandboxPage]:
+    """Sessions newest first from the status-appropriate index; never reads events.
+
+    The cursor holds, per index partition, the key of the last item the page took from it:
+    a Query resumes exactly after it (ExclusiveStartKey), so sessions sharing a startedAt
+    across a page boundary are neither skipped nor repeated.
+    """
     status = opts.status if opts else None
     before = opts.before if opts else None
     want = opts.limit if opts and opts.limit else None
@@ -185,14 +266,29 @@ def list_details(
             k.all_status_pk(status, shard) if status else k.all_pk(shard)
             for shard in range(shard_count)
         ]
-    keys, _ = yield from newest_first(table, index, partitions, before=before, want=want)
+    resume = None
+    if opts is not None and opts.cursor is not None:
+        resume = decode_cursor(_CURSOR_KIND, opts.cursor).get("p")
+        if not isinstance(resume, dict) or set(resume) != set(partitions):
+            raise InvalidInputError(
+                "cursor", "belongs to another listing (name, status or shard count differ)"
+            )
+    keys, state = yield from newest_first(
+        table, index, partitions, before=before, want=want, resume=resume
+    )
     summaries = yield from batch_get(
         table,
         [{k.PARTITION_KEY: key[k.PARTITION_KEY], k.SORT_KEY: key[k.SORT_KEY]} for key in keys],
     )
+    # Summaries come back in any order: restore the index order (the cursor's order).
+    rank = {(key[k.PARTITION_KEY]["S"]): i for i, key in enumerate(keys)}
+    summaries.sort(key=lambda item: rank.get(item[k.PARTITION_KEY]["S"], len(rank)))
     details = [d for d in map(it.decode_details, summaries) if d is not None]
     # The index is eventually consistent: re-apply the filters to the fresh summaries.
-    return apply_list_options(details, opts)
+    sessions = apply_list_options(details, opts)
+    more = want is not None and any(where != "done" for where in state.values())
+    cursor = encode_cursor(_CURSOR_KIND, {"p": state}) if more else None
+    return SandboxPage(sessions=sessions, cursor=cursor)
 
 
 # -- environments ---------------------------------------------------------------------------

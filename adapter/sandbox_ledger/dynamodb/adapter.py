@@ -5,10 +5,8 @@ Both run the same operations from :mod:`._ops`; only the I/O differs.
 
 from __future__ import annotations
 
-import hashlib
 from typing import TYPE_CHECKING, Any
 
-from sandbox_ledger import _json
 from sandbox_ledger import keys as k
 from sandbox_ledger.ddb.client import AsyncClientOwner, SyncClientOwner
 from sandbox_ledger.dynamodb import _ops
@@ -16,6 +14,7 @@ from sandbox_ledger.dynamodb._items import order_ids
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.models import EnvironmentRecord, LedgerEntry
 from sandbox_ledger.summary import validate_list_options
+from sandbox_ledger.transfer import content_digest
 
 if TYPE_CHECKING:
     from botocore.config import Config
@@ -25,6 +24,7 @@ if TYPE_CHECKING:
         CheckpointInfo,
         ListSandboxOptions,
         SandboxDetails,
+        SandboxPage,
     )
 
 
@@ -48,16 +48,29 @@ class _Base:
         self.shard_count = k.check_shard_count(shard_count)
 
     # Each method returns the operation to run; the twins run it.
-    def _append(self, entry: LedgerEntry) -> Op[None]:
+    def _append(self, entry: LedgerEntry) -> Op[Any]:
         return _ops.append(self.table_name, _entry(entry), order_ids.next(), self.shard_count)
 
-    def _append_at(self, entry: LedgerEntry, position: int) -> Op[None]:
-        if not isinstance(position, int) or not 0 <= position < 10**20:
-            raise InvalidInputError("position", "must be an integer from 0 to 10**20 - 1")
-        digest = hashlib.sha256(_json.dumps(_entry(entry).wire())).hexdigest()[:8]
-        return _ops.append(self.table_name, entry, f"{position:020d}{digest}", self.shard_count)
+    def _append_once(self, entry: LedgerEntry, occurrence: int) -> Op[bool]:
+        if isinstance(occurrence, bool) or not isinstance(occurrence, int):
+            raise InvalidInputError("occurrence", "must be an integer from 1 to 999999")
+        if not 1 <= occurrence <= 999_999:
+            raise InvalidInputError("occurrence", "must be an integer from 1 to 999999")
+        claim = k.claim_sk(content_digest(_entry(entry)), occurrence)
+        return _ops.append(self.table_name, entry, order_ids.next(), self.shard_count, claim=claim)
+
+    def _scan(self, name: str | None, segments: int) -> Op[list[tuple[str, str]]]:
+        if name is not None:
+            k.by_name_pk(name)
+        if isinstance(segments, bool) or not isinstance(segments, int) or not 1 <= segments <= 64:
+            raise InvalidInputError("segments", "must be an integer from 1 to 64")
+        return _ops.scan_sessions(self.table_name, name=name, segments=segments)
 
     def _list(self, name: str | None, opts: Any) -> Op[list[SandboxDetails]]:
+        page = yield from self._page(name, opts)
+        return page.sessions
+
+    def _page(self, name: str | None, opts: Any) -> Op[SandboxPage]:
         if name is not None:
             k.by_name_pk(name)
         return _ops.list_details(
@@ -107,11 +120,22 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
         """Persist one entry exactly once (one round trip; more only for entries over 350 KB)."""
         await self.run(self._append(entry))
 
-    async def append_at(self, entry: LedgerEntry, position: int) -> None:
-        """Append idempotently at a caller-chosen position (e.g. a line number on import):
-        the same entry at the same position is stored once however often it is appended.
-        Among equal ts, positions sort before entries appended live."""
-        await self.run(self._append_at(entry, position))
+    async def append_once(self, entry: LedgerEntry, occurrence: int) -> bool:
+        """Append the ``occurrence``-th copy (1-based) of this content in its session unless
+        a previous ``append_once`` stored it: the import identity (see
+        :mod:`sandbox_ledger.transfer`). True if this call stored it. One transaction."""
+        return await self.run(self._append_once(entry, occurrence))
+
+    async def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
+        """Every entry of the session in the order it was appended (what an export replays)."""
+        return await self.run(_ops.read_in_append_order(self.table_name, name, sandbox_id))
+
+    async def scan_sessions(
+        self, name: str | None = None, *, segments: int = 4
+    ) -> list[tuple[str, str]]:
+        """Every (name, sandboxId) with at least one entry, listed or not, sorted: a parallel
+        Scan of the whole table (see docs/table-design.md for its cost); for exports."""
+        return await self.run(self._scan(name, segments))
 
     async def read_all(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry of the session, ascending ts, ties in append order."""
@@ -132,6 +156,16 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
     ) -> list[SandboxDetails]:
         """Sessions of every name, newest first (one query per shard and one batch get)."""
         return await self.run(self._list(None, opts))
+
+    async def list_sandbox_page(
+        self, name: str, opts: ListSandboxOptions | None = None
+    ) -> SandboxPage:
+        """One page of sessions of one name and the cursor of the next."""
+        return await self.run(self._page(name, opts))
+
+    async def list_all_sandbox_page(self, opts: ListSandboxOptions | None = None) -> SandboxPage:
+        """One page of sessions of every name and the cursor of the next."""
+        return await self.run(self._page(None, opts))
 
     async def get_sandbox_details(self, name: str, sandbox_id: str) -> SandboxDetails | None:
         """One session's summary (one strongly consistent read), or None."""
@@ -188,9 +222,17 @@ class SyncDynamoDBAdapter(_Base, SyncClientOwner):
         """Persist one entry exactly once."""
         self.run(self._append(entry))
 
-    def append_at(self, entry: LedgerEntry, position: int) -> None:
-        """Append idempotently at a caller-chosen position (see DynamoDBAdapter.append_at)."""
-        self.run(self._append_at(entry, position))
+    def append_once(self, entry: LedgerEntry, occurrence: int) -> bool:
+        """Append one identified copy unless stored (see DynamoDBAdapter.append_once)."""
+        return self.run(self._append_once(entry, occurrence))
+
+    def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
+        """Every entry of the session in the order it was appended."""
+        return self.run(_ops.read_in_append_order(self.table_name, name, sandbox_id))
+
+    def scan_sessions(self, name: str | None = None, *, segments: int = 4) -> list[tuple[str, str]]:
+        """Every (name, sandboxId) with at least one entry (a parallel Scan; for exports)."""
+        return self.run(self._scan(name, segments))
 
     def read_all(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry of the session, ascending ts, ties in append order."""
@@ -211,6 +253,14 @@ class SyncDynamoDBAdapter(_Base, SyncClientOwner):
     ) -> list[SandboxDetails]:
         """Sessions of every name, newest first."""
         return self.run(self._list(None, opts))
+
+    def list_sandbox_page(self, name: str, opts: ListSandboxOptions | None = None) -> SandboxPage:
+        """One page of sessions of one name and the cursor of the next."""
+        return self.run(self._page(name, opts))
+
+    def list_all_sandbox_page(self, opts: ListSandboxOptions | None = None) -> SandboxPage:
+        """One page of sessions of every name and the cursor of the next."""
+        return self.run(self._page(None, opts))
 
     def get_sandbox_details(self, name: str, sandbox_id: str) -> SandboxDetails | None:
         """One session's summary, or None."""

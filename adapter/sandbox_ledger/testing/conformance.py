@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from sandbox_ledger.errors import InvalidInputError, KeyTooLongError
 from sandbox_ledger.models import (
     CheckpointInfo,
     EnvironmentRecord,
@@ -217,6 +218,38 @@ class StorageAdapterContract:
         [details] = await adapter.list_sandbox_details(name)
         assert (details.name, details.sandbox_id) == (name, sandbox_id)
 
+    async def test_key_rule_accepts_a_pair_for_every_event_at_the_limit(
+        self, adapter: StorageAdapter
+    ) -> None:
+        # The longest accepted name: "NS#completed#" + name fits DynamoDB's 2,048 bytes.
+        name, sandbox_id = "n" * 2035, "s"
+        await session(adapter, name, sandbox_id, 1, execs=1, closed=2)
+        await adapter.append(
+            entry(name, sandbox_id, LedgerEvent.CheckpointCreated, 3, payload={"snapshotId": "x"})
+        )
+        details = await adapter.get_sandbox_details(name, sandbox_id)
+        assert details is not None and details.status == SandboxStatus.Completed
+        assert len(await adapter.read_all(name, sandbox_id)) == 5
+
+    @pytest.mark.parametrize(
+        ("name", "sandbox_id"),
+        [
+            ("n" * 2036, "s"),  # fits while running, not once completed
+            ("n" * 2037, "s"),
+            ("n" * 1000, "s" * 1043),  # the session key itself
+            ("é" * 1018, "s"),  # bytes, not characters
+        ],
+    )
+    async def test_key_rule_refuses_a_pair_for_every_event(
+        self, adapter: StorageAdapter, name: str, sandbox_id: str
+    ) -> None:
+        for event in LedgerEvent:
+            with pytest.raises(KeyTooLongError):
+                await adapter.append(entry(name, sandbox_id, event, 1))
+        assert await adapter.list_all_sandbox_details() == []
+        completed = ListSandboxOptions(status=SandboxStatus.Completed)
+        assert await adapter.list_all_sandbox_details(completed) == []
+
     # -- details ----------------------------------------------------------------------------
 
     async def test_details_follow_the_events(self, adapter: StorageAdapter) -> None:
@@ -375,6 +408,100 @@ class StorageAdapterContract:
         assert all(d.status == SandboxStatus.Running for d in page)
         assert len(page) == 4
         assert all(d.started_at < everything[5].started_at for d in page)
+
+    # -- paging (an extension of the TypeScript contract) ------------------------------------
+
+    async def _pages(
+        self, adapter: StorageAdapter, name: str | None, **opts: Any
+    ) -> list[list[str]]:
+        pages: list[list[str]] = []
+        cursor: str | None = None
+        while True:
+            options = ListSandboxOptions(cursor=cursor, **opts)
+            if name is None:
+                page = await adapter.list_all_sandbox_page(options)
+                listed = await adapter.list_all_sandbox_details(options)
+            else:
+                page = await adapter.list_sandbox_page(name, options)
+                listed = await adapter.list_sandbox_details(name, options)
+            assert ids(listed) == ids(page.sessions)
+            assert len(page.sessions) <= opts.get("limit", 0) or not opts.get("limit")
+            pages.append(ids(page.sessions))
+            if page.cursor is None:
+                return pages
+            assert isinstance(page.cursor, str)
+            cursor = page.cursor
+            assert len(pages) < 100, "paging does not end"
+
+    async def test_paging_through_ties_yields_each_session_exactly_once(
+        self, adapter: StorageAdapter
+    ) -> None:
+        started = [500, 500, 500, 400, 500, 300, 400, 500, 500, 200, 500]
+        for i, ts in enumerate(started):
+            await session(
+                adapter, "a" if i % 3 else "b", f"s{i:02d}", ts, closed=ts + 1 if i % 2 else None
+            )
+        expected = sorted(range(len(started)), key=lambda i: -started[i])
+
+        def sids(keep: Any) -> list[str]:
+            return sorted(f"s{i:02d}" for i in expected if keep(i))
+
+        for limit in (1, 3):
+            pages = await self._pages(adapter, None, limit=limit)
+            flat = [sid for page in pages for sid in page]
+            assert sorted(flat) == sids(lambda i: True), (limit, pages)
+            assert [started[int(sid[1:])] for sid in flat] == [started[i] for i in expected]
+        by_name = await self._pages(adapter, "a", limit=2)
+        assert sorted(sid for page in by_name for sid in page) == sids(lambda i: i % 3)
+        completed = await self._pages(adapter, None, limit=2, status="completed")
+        assert sorted(sid for page in completed for sid in page) == sids(lambda i: i % 2)
+        running = await self._pages(adapter, "b", limit=1, status="running")
+        assert sorted(sid for page in running for sid in page) == sids(
+            lambda i: i % 2 == 0 and i % 3 == 0
+        )
+        # before keeps the seed's meaning (strictly less) and combines with the cursor.
+        older = await self._pages(adapter, "a", limit=2, before=500)
+        assert sorted(sid for page in older for sid in page) == sids(
+            lambda i: i % 3 and started[i] < 500
+        )
+
+    async def test_three_tied_sessions_two_per_page(self, adapter: StorageAdapter) -> None:
+        for sid in ("t1", "t2", "t3"):
+            await session(adapter, "a", sid, 700)
+        first = await adapter.list_all_sandbox_page(ListSandboxOptions(limit=2))
+        assert len(first.sessions) == 2 and first.cursor is not None
+        second = await adapter.list_all_sandbox_page(
+            ListSandboxOptions(limit=2, cursor=first.cursor)
+        )
+        assert sorted(ids(first.sessions) + ids(second.sessions)) == ["t1", "t2", "t3"]
+        if second.cursor is not None:
+            third = await adapter.list_all_sandbox_page(
+                ListSandboxOptions(limit=2, cursor=second.cursor)
+            )
+            assert third.sessions == [] and third.cursor is None
+
+    async def test_a_page_without_limit_has_no_cursor(self, adapter: StorageAdapter) -> None:
+        for i in range(3):
+            await session(adapter, "a", f"s{i}", 100 + i)
+        page = await adapter.list_sandbox_page("a")
+        assert (ids(page.sessions), page.cursor) == (["s2", "s1", "s0"], None)
+        page = await adapter.list_all_sandbox_page(ListSandboxOptions(limit=0))
+        assert (len(page.sessions), page.cursor) == (3, None)
+        empty = await adapter.list_all_sandbox_page(ListSandboxOptions(limit=5))
+        assert empty.cursor is None
+
+    async def test_bad_cursors_are_refused(self, adapter: StorageAdapter) -> None:
+        for i in range(3):
+            await session(adapter, "a", f"s{i}", 100 + i)
+        for bad in ("%%%", "bm90IGEgY3Vyc29y", "e30", "W10"):
+            with pytest.raises(InvalidInputError, match="cursor"):
+                await adapter.list_all_sandbox_details(ListSandboxOptions(limit=1, cursor=bad))
+        first = await adapter.list_all_sandbox_page(ListSandboxOptions(limit=1))
+        assert first.cursor is not None
+        with pytest.raises(InvalidInputError, match="cursor"):
+            await adapter.list_sandbox_page(
+                "a", ListSandboxOptions(limit=1, cursor=first.cursor[:-4])
+            )
 
     # -- delete -----------------------------------------------------------------------------
 

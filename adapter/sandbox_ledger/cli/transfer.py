@@ -1,0 +1,95 @@
+"""The bodies of ``sandbox-ledger export`` and ``import``: files, progress and reports around
+:mod:`sandbox_ledger.transfer`."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import TYPE_CHECKING, BinaryIO
+
+from sandbox_ledger.transfer import ImportReport, export_lines, import_entries, parse_lines
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+
+
+LISTED_ONLY = (
+    "note: this store finds sessions through their sandbox.created event: sessions without "
+    "one are not exported, and entries are in ts order (a DynamoDB store exports every "
+    "session in append order)"
+)
+
+
+def export_to(
+    ledger: SyncDynamoDBAdapter,
+    *,
+    name: str | None,
+    sandbox_id: str | None,
+    output: Path | None,
+    err: Console,
+) -> tuple[int, int]:
+    """Write the export to ``output`` (or stdout); returns (sessions, entries).
+
+    A file is written beside its destination and renamed into place only once complete, so
+    a failed export leaves an existing file untouched.
+    """
+    scan = getattr(ledger, "scan_sessions", None)
+    if name is not None and sandbox_id is not None:
+        sessions = [(name, sandbox_id)]
+    elif scan is not None:
+        sessions = scan(name)
+    else:
+        err.print(LISTED_ONLY, markup=False)
+        found = ledger.list_sandbox_details(name) if name else ledger.list_all_sandbox_details()
+        sessions = [(d.name, d.sandbox_id) for d in found]
+    lines = export_lines(ledger, sessions)
+    if output is None:
+        count = _write(sys.stdout, lines)
+        sys.stdout.flush()
+        return len(sessions), count
+    temporary = output.with_name(f".{output.name}.{os.getpid()}.partial")
+    try:
+        with temporary.open("w", encoding="utf-8", newline="\n") as stream:
+            count = _write(stream, lines)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, output)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise
+    return len(sessions), count
+
+
+def _write(stream: object, lines: Iterator[str]) -> int:
+    count = 0
+    write = stream.write  # type: ignore[attr-defined]
+    for line in lines:
+        write(line)
+        count += 1
+    return count
+
+
+def import_from(
+    ledger: SyncDynamoDBAdapter, source: BinaryIO, *, label: str, err: Console
+) -> ImportReport:
+    """Reconcile the JSON lines of ``source`` into ``ledger``; failed lines are printed to
+    ``err`` as ``label:line: reason``, with a progress bar when ``err`` is a terminal."""
+    parsed = parse_lines(source)
+    if err.is_terminal and parsed.entries:
+        from rich.progress import Progress
+
+        with Progress(console=err, transient=True) as progress:
+            task = progress.add_task(f"importing {label}", total=len(parsed.entries))
+            report = import_entries(ledger, parsed, progress=lambda n: progress.advance(task, n))
+    else:
+        report = import_entries(ledger, parsed)
+    for failure in report.failed:
+        err.print(f"{label}:{failure.number}: {failure.reason}", markup=False)
+    return report

@@ -1,0 +1,330 @@
+"""Export and import: reconcile, never replay; complete, atomic exports; CLI paging and guards."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from resource_fixtures import record
+from sandbox_ledger import LedgerEntry
+from sandbox_ledger.cli import app
+from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+from sandbox_ledger.resources import SyncResourceRecordStore
+from sandbox_ledger.transfer import content_digest, import_entries, parse_lines, plan_session
+
+
+def e(
+    name: str, sid: str, event: str, ts: int, payload: object = None, step: int = -1
+) -> LedgerEntry:
+    return LedgerEntry(
+        ts=ts, name=name, sandbox_id=sid, step_index=step, event=event, payload=payload
+    )
+
+
+def line(entry: LedgerEntry) -> str:
+    return json.dumps(entry.wire(), ensure_ascii=False)
+
+
+@pytest.fixture
+def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    monkeypatch.delenv("SANDBOX_LEDGER_TABLE", raising=False)
+    return CliRunner()
+
+
+@pytest.fixture
+def args(moto_endpoint: str, sync_table: str) -> list[str]:
+    return ["--table", sync_table, "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
+
+
+@pytest.fixture
+def ledger(moto_endpoint: str, sync_table: str) -> SyncDynamoDBAdapter:
+    return SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+
+
+def fill(ledger: SyncDynamoDBAdapter) -> None:
+    """Two sessions, the second with its created events out of time order, and an orphan."""
+    ledger.append(e("job", "a", "sandbox.created", 100))
+    ledger.append(e("job", "a", "exec.complete", 110, {"out": "x"}, step=0))
+    ledger.append(e("job", "a", "exec.complete", 110, {"out": "x"}, step=0))  # a genuine repeat
+    ledger.append(e("job", "a", "exec.started", 110, "tie-1", step=1))
+    ledger.append(e("job", "a", "exec.started", 110, "tie-2", step=1))
+    ledger.append(e("job", "a", "sandbox.closed", 200))
+    ledger.append(e("job", "b", "sandbox.created", 500))
+    ledger.append(e("job", "b", "sandbox.created", 300))  # appended later, earlier ts
+    ledger.append(e("job", "b", "exec.complete", 510, step=0))
+    ledger.append(e("job", "b", "sandbox.closed", 900))
+    ledger.append(e("job", "b", "sandbox.closed", 600))
+    ledger.append(e("other", "orphan", "exec.complete", 50, step=0))  # never created
+
+
+def export(runner: CliRunner, args: list[str], path: Path, *extra: str) -> list[str]:
+    result = runner.invoke(app, [*args, "export", "-o", str(path), *extra])
+    assert result.exit_code == 0, result.output
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def imported(runner: CliRunner, args: list[str], path: str, code: int = 0, **kw: object) -> str:
+    result = runner.invoke(app, [*args, "import", path], **kw)  # type: ignore[arg-type]
+    assert result.exit_code == code, result.output
+    return result.output
+
+
+def other_table(moto_endpoint: str, name: str) -> tuple[list[str], SyncDynamoDBAdapter]:
+    adapter = SyncDynamoDBAdapter(name, endpoint_url=moto_endpoint)
+    adapter.create_table()
+    return ["--table", name, "--endpoint-url", moto_endpoint, "--region", "us-east-1"], adapter
+
+
+def exec_counts(ledger: SyncDynamoDBAdapter, name: str, sid: str) -> tuple[int, int]:
+    details = ledger.get_sandbox_details(name, sid)
+    entries = ledger.read_all(name, sid)
+    return (details.exec_count if details else 0), sum(x.event == "exec.complete" for x in entries)
+
+
+# -- reconciliation, pure -------------------------------------------------------------------
+
+
+def test_plan_counts_identical_entries_as_a_multiset() -> None:
+    x, y = e("n", "s", "exec.complete", 1, {"a": 1}), e("n", "s", "exec.complete", 1, {"a": 2})
+    writes, present = plan_session([x], [(1, x), (2, y), (3, x), (4, x)])
+    assert present == 1
+    assert [(n, occ) for n, _, occ in writes] == [(2, 1), (3, 2), (4, 3)]
+    # Key order inside objects is not content.
+    same = LedgerEntry.model_validate_json(
+        '{"payload":{"b":1,"a":2},"ts":1,"name":"n","sandboxId":"s","stepIndex":-1,"event":"x"}'
+    )
+    other = LedgerEntry.model_validate_json(
+        '{"ts":1,"name":"n","sandboxId":"s","stepIndex":-1,"event":"x","payload":{"a":2,"b":1}}'
+    )
+    assert content_digest(same) == content_digest(other)
+
+
+def test_parse_accepts_bom_crlf_and_reports_every_bad_line() -> None:
+    good = line(e("n", "s", "sandbox.created", 1)).encode()
+    lines = [
+        b"\xef\xbb\xbf" + good + b"\r\n",
+        b"\r\n",
+        b'{"ts": 2, "name": "n", "sandboxId": "s", "stepIndex": -1, "event": "caf\xe9"}\r\n',
+        line(e("n" * 2036, "s", "exec.started", 3)).encode() + b"\n",
+        b"[1, 2]\n",
+        good.replace(b'"ts":1', b'"ts":5'),
+    ]
+    parsed = parse_lines(lines)
+    assert [n for n, _ in parsed.entries] == [1, 6]
+    reasons = {err.number: err.reason for err in parsed.errors}
+    assert set(reasons) == {3, 4, 5}
+    assert "UTF-8" in reasons[3] and "too long" in reasons[4]
+
+
+# -- import through the CLI -----------------------------------------------------------------
+
+
+def test_import_into_the_table_it_came_from_adds_nothing(
+    runner: CliRunner, args: list[str], ledger: SyncDynamoDBAdapter, tmp_path: Path
+) -> None:
+    fill(ledger)
+    dump = tmp_path / "all.jsonl"
+    lines = export(runner, args, dump)
+    before = {sid: ledger.read_all("job", sid) for sid in ("a", "b")}
+    out = imported(runner, args, str(dump))
+    assert f"0 new, {len(lines)} already present, 0 failed" in out
+    for sid in ("a", "b"):
+        assert ledger.read_all("job", sid) == before[sid]
+        assert exec_counts(ledger, "job", sid)[0] == exec_counts(ledger, "job", sid)[1]
+    assert exec_counts(ledger, "job", "a") == (2, 2)
+
+
+def test_overlapping_reordered_and_padded_imports_store_each_entry_once(
+    runner: CliRunner,
+    args: list[str],
+    ledger: SyncDynamoDBAdapter,
+    moto_endpoint: str,
+    tmp_path: Path,
+) -> None:
+    fill(ledger)
+    full = export(runner, args, tmp_path / "full.jsonl")
+    target, copy = other_table(moto_endpoint, f"{ledger.table_name}-copy")
+    older = tmp_path / "older.jsonl"
+    older.write_text("\n".join(full[:5]) + "\n")
+    assert "5 new, 0 already present" in imported(runner, target, str(older))
+    padded = tmp_path / "padded.jsonl"
+    padded.write_text("\n\n" + "\n".join(full) + "\n")
+    out = imported(runner, target, str(padded))
+    assert f"{len(full) - 5} new, 5 already present, 0 failed" in out
+    shuffled = tmp_path / "shuffled.jsonl"
+    shuffled.write_text("\n".join(reversed(full)) + "\n")
+    assert f"0 new, {len(full)} already present" in imported(runner, target, str(shuffled))
+    for sid in ("a", "b"):
+        assert copy.read_all("job", sid) == ledger.read_all("job", sid)
+        assert copy.get_sandbox_details("job", sid) == ledger.get_sandbox_details("job", sid)
+    assert copy.read_all("other", "orphan") == ledger.read_all("other", "orphan")
+
+
+def test_concurrent_imports_store_each_entry_once(
+    ledger: SyncDynamoDBAdapter, moto_endpoint: str
+) -> None:
+    entries = [e("job", "c", "sandbox.created", 1)]
+    entries += [e("job", "c", "exec.complete", 10 + i % 3, {"i": i % 4}, step=i) for i in range(12)]
+    entries += [e("job", "c", "exec.complete", 10, {"i": 0}, step=0)]  # a repeat of one above
+    raw = [line(x).encode() + b"\n" for x in entries]
+    reports = []
+
+    def run(order: list[bytes]) -> None:
+        importer = SyncDynamoDBAdapter(ledger.table_name, endpoint_url=moto_endpoint)
+        reports.append(import_entries(importer, parse_lines(order)))
+
+    threads = [
+        threading.Thread(target=run, args=(raw if i % 2 else list(reversed(raw)),))
+        for i in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stored = ledger.read_all("job", "c")
+    assert sorted(map(content_digest, stored)) == sorted(map(content_digest, entries))
+    assert sum(r.new for r in reports) == len(entries)
+    assert all(r.new + r.present == len(entries) and not r.failed for r in reports)
+    assert exec_counts(ledger, "job", "c") == (13, 13)
+
+
+def test_import_keeps_valid_lines_and_reports_failed_ones(
+    runner: CliRunner, args: list[str], ledger: SyncDynamoDBAdapter, tmp_path: Path
+) -> None:
+    path = tmp_path / "mixed.jsonl"
+    rows = [
+        b"\xef\xbb\xbf" + line(e("imp", "x", "sandbox.created", 1)).encode(),
+        b'{"ts": 2, "name": "imp", "sandboxId": "x", "stepIndex": 0, "event": "\xff"}',
+        line(e("imp" * 700, "x", "sandbox.created", 1)).encode(),
+        line(e("imp", "x", "exec.complete", 3, step=0)).encode(),
+        line(e("imp", "x", "sandbox.closed", 4)).encode(),
+    ]
+    path.write_bytes(b"\r\n".join(rows) + b"\r\n")
+    out = imported(runner, args, str(path), code=1)
+    assert f"{path}:2: invalid UTF-8" in out and f"{path}:3:" in out and "too long" in out
+    assert "3 new, 0 already present, 2 failed" in out
+    details = ledger.get_sandbox_details("imp", "x")
+    assert details is not None and (details.exec_count, details.status) == (1, "completed")
+    [listed] = ledger.list_sandbox_details("imp")
+    assert listed == details
+
+
+def test_import_reads_stdin(
+    runner: CliRunner, args: list[str], ledger: SyncDynamoDBAdapter
+) -> None:
+    text = "\n".join(
+        line(e("in", "s", ev, i)) for i, ev in enumerate(["sandbox.created", "exec.complete"])
+    )
+    out = imported(runner, args, "-", input=text + "\n")
+    assert "<stdin>: 2 new, 0 already present, 0 failed" in out
+    assert len(ledger.read_all("in", "s")) == 2
+
+
+# -- export ---------------------------------------------------------------------------------
+
+
+def test_round_trip_is_byte_identical_with_out_of_order_created(
+    runner: CliRunner,
+    args: list[str],
+    ledger: SyncDynamoDBAdapter,
+    moto_endpoint: str,
+    tmp_path: Path,
+) -> None:
+    fill(ledger)
+    first = export(runner, args, tmp_path / "first.jsonl")
+    assert any('"sandboxId": "orphan"' in x for x in first)  # never listed, still exported
+    target, copy = other_table(moto_endpoint, f"{ledger.table_name}-rt")
+    imported(runner, target, str(tmp_path / "first.jsonl"))
+    second = export(runner, target, tmp_path / "second.jsonl")
+    assert (tmp_path / "first.jsonl").read_bytes() == (tmp_path / "second.jsonl").read_bytes()
+    b = copy.get_sandbox_details("job", "b")
+    assert b == ledger.get_sandbox_details("job", "b")
+    assert b is not None and (b.started_at, b.completed_at, b.exec_count) == (500, 900, 1)
+    assert len(second) == 12
+
+
+def test_export_by_name_includes_sessions_never_created(
+    runner: CliRunner, args: list[str], ledger: SyncDynamoDBAdapter, tmp_path: Path
+) -> None:
+    fill(ledger)
+    lines = export(runner, args, tmp_path / "other.jsonl", "--name", "other")
+    assert [json.loads(x)["sandboxId"] for x in lines] == ["orphan"]
+    job = export(runner, args, tmp_path / "job.jsonl", "--name", "job")
+    assert {json.loads(x)["sandboxId"] for x in job} == {"a", "b"}
+
+
+def test_failed_export_leaves_the_file_untouched(
+    runner: CliRunner, moto_endpoint: str, tmp_path: Path
+) -> None:
+    backup = tmp_path / "backup.jsonl"
+    backup.write_text("yesterday\n")
+    missing = ["--table", "no-such-table", "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
+    result = runner.invoke(app, [*missing, "export", "-o", str(backup)])
+    assert result.exit_code == 1 and "error:" in result.output
+    assert backup.read_text() == "yesterday\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["backup.jsonl"]
+
+
+# -- paging and guards in the CLI -----------------------------------------------------------
+
+
+def test_ls_pages_through_ties_with_the_printed_cursor(
+    runner: CliRunner, args: list[str], ledger: SyncDynamoDBAdapter
+) -> None:
+    for sid in ("t1", "t2", "t3"):
+        ledger.append(e("job", sid, "sandbox.created", 700))
+    seen: list[str] = []
+    extra: list[str] = []
+    for _ in range(4):
+        result = runner.invoke(app, [*args, "ls", "--limit", "2", *extra])
+        assert result.exit_code == 0, result.output
+        seen += [sid for sid in ("t1", "t2", "t3") if sid in result.output]
+        cursor = [x for x in result.output.splitlines() if x.startswith("next page: --cursor ")]
+        if not cursor:
+            break
+        extra = ["--cursor", cursor[0].split()[-1]]
+    assert sorted(seen) == ["t1", "t2", "t3"]
+    bad = runner.invoke(app, [*args, "ls", "--cursor", "nonsense"])
+    assert bad.exit_code == 1 and "cursor" in bad.output
+
+
+def test_resources_ls_prints_and_takes_a_cursor(
+    runner: CliRunner, args: list[str], moto_endpoint: str, sync_table: str
+) -> None:
+    store = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint)
+    ids = {store.put(record(age=timedelta(minutes=i))).record.id for i in range(3)}
+    first = runner.invoke(app, [*args, "resources", "ls", "--limit", "2"])
+    [cursor] = [x.split()[-1] for x in first.output.splitlines() if x.startswith("next page:")]
+    second = runner.invoke(app, [*args, "resources", "ls", "--limit", "2", "--cursor", cursor])
+    assert second.exit_code == 0, second.output
+    assert {i for i in ids if i in first.output + second.output} == ids
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["import", "-"], ["rm", "n", "s", "--yes"], ["table", "create"], ["resources", "sweep"]],
+)
+def test_write_commands_refuse_the_embedded_server(runner: CliRunner, command: list[str]) -> None:
+    result = runner.invoke(app, command, input="")
+    assert result.exit_code == 1
+    [message] = result.output.strip().splitlines()
+    assert "--table" in message and "SANDBOX_LEDGER_TABLE" in message
+
+
+def test_rm_and_show_of_a_missing_session_fail(
+    runner: CliRunner, args: list[str], ledger: SyncDynamoDBAdapter
+) -> None:
+    for command in (
+        ["rm", "job", "nope", "--yes"],
+        ["show", "job", "nope", "--json"],
+        ["show", "job", "nope"],
+    ):
+        result = runner.invoke(app, [*args, *command])
+        assert result.exit_code == 1, command
+        [message] = result.output.strip().splitlines()
+        assert "job/nope" in message
