@@ -113,12 +113,19 @@ def test_payload_json_cannot_carry_is_refused(payload: Any, where: str) -> None:
         ({"ts": 2**53}, "ts"),
         ({"stepIndex": -2}, "stepIndex"),
         ({"event": ""}, "event"),
-        ({"unknown": 1}, "unknown"),
+        ({"unknown": math.nan}, "unknown"),
     ],
 )
 def test_invalid_entries_name_the_field(change: dict[str, Any], field: str) -> None:
     with pytest.raises(ValueError, match=field):
         LedgerEntry.model_validate({**WIRE, **change})
+
+
+def test_entries_keep_fields_of_a_newer_client() -> None:
+    wire = {**WIRE, "traceId": "abc", "sampled": None}
+    entry = LedgerEntry.model_validate(wire)
+    assert entry.wire() == wire
+    assert entry.model_extra == {"traceId": "abc", "sampled": None}
 
 
 def test_missing_ts_is_refused() -> None:

@@ -41,6 +41,34 @@ def _check(value: Any, path: str, depth: int) -> Any:
     raise ValueError(f"{path}: a {type(value).__name__} cannot be carried by JSON")
 
 
+def find_surrogate(value: Any, path: str) -> str | None:
+    """The path of the first string (or object key) in ``value`` holding a lone UTF-16
+    surrogate, which UTF-8, and so DynamoDB and PostgreSQL, cannot store; None if none."""
+    if isinstance(value, str):
+        return path if _has_surrogate(value) else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and _has_surrogate(key):
+                return f"{path} (an object key)"
+            found = find_surrogate(item, f"{path}.{key}")
+            if found:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            found = find_surrogate(item, f"{path}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def dumps(value: Any) -> bytes:
     """Serialize checked JSON compactly, keeping unicode and refusing NaN."""
     return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()

@@ -36,6 +36,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Final
 
+from sandbox_ledger._json import find_surrogate
 from sandbox_ledger.errors import InvalidInputError, KeyTooLongError
 
 PARTITION_KEY: Final = "PK"
@@ -141,7 +142,19 @@ KEY_ATTRIBUTE_TYPES: Final[dict[str, str]] = {
 def _nonempty(value: object, field: str) -> str:
     if not isinstance(value, str) or not value:
         raise InvalidInputError(field, "must be a non-empty string")
+    if find_surrogate(value, field):
+        raise InvalidInputError(field, "contains a lone UTF-16 surrogate (not storable as UTF-8)")
     return value
+
+
+def check_component(value: object, field: str) -> str:
+    """A key component (name, sandboxId, environment name): a non-empty string that UTF-8 can
+    encode (no lone surrogate). Every adapter checks its key arguments with it.
+
+    Raises:
+        InvalidInputError: empty, not a string, or holding a lone UTF-16 surrogate.
+    """
+    return _nonempty(value, field)
 
 
 def _fits(key: str, limit: int, field: str) -> str:

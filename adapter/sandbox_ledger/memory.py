@@ -8,8 +8,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger.errors import InvalidInputError
-from sandbox_ledger.keys import check_session_key, environment_sk
-from sandbox_ledger.models import EnvironmentRecord, LedgerEntry, LedgerEvent
+from sandbox_ledger.keys import check_component, check_session_key, environment_sk
+from sandbox_ledger.models import (
+    EnvironmentRecord,
+    LedgerEntry,
+    LedgerEvent,
+    require_storable,
+)
 from sandbox_ledger.summary import (
     SessionSummary,
     checkpoint_info,
@@ -40,9 +45,7 @@ class _Session:
 
 
 def _require(value: str, field_name: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise InvalidInputError(field_name, "must be a non-empty string")
-    return value
+    return check_component(value, field_name)
 
 
 class MemoryAdapter:
@@ -80,6 +83,7 @@ class MemoryAdapter:
         if not isinstance(entry, LedgerEntry):
             raise InvalidInputError("entry", f"expected a LedgerEntry, got {type(entry).__name__}")
         key = check_session_key(entry.name, entry.sandbox_id)
+        require_storable(entry)
         session = self._sessions.get(key)
         if session is None:
             session = self._sessions[key] = _Session(
@@ -151,6 +155,7 @@ class MemoryAdapter:
                 "record", f"expected an EnvironmentRecord, got {type(record).__name__}"
             )
         environment_sk(record.name)  # the same key rule as every adapter
+        require_storable(record)
         self._environments[record.name] = record.model_copy(deep=True)
 
     async def delete_environment(self, name: str) -> None:

@@ -13,7 +13,8 @@ from typing import Annotated, Any
 from pydantic import ConfigDict, Field, StrictInt, field_validator, model_validator
 
 from sandbox_ledger._enums import LedgerEvent, SandboxStatus
-from sandbox_ledger._json import MAX_SAFE_INTEGER, check_json_value
+from sandbox_ledger._json import MAX_SAFE_INTEGER, check_json_value, find_surrogate
+from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.wire import WireModel
 
 __all__ = [
@@ -32,7 +33,14 @@ Millis = Annotated[StrictInt, Field(ge=0, le=MAX_SAFE_INTEGER)]
 
 
 class LedgerEntry(WireModel):
-    """One step of a sandbox session, as the client appends it."""
+    """One step of a sandbox session, as the client appends it.
+
+    Fields this version does not know (a newer client's ``traceId``) are kept and returned
+    unchanged, null values included, as the TypeScript adapters keep them: refusing them would
+    stop ingestion from a newer writer. Their values must be JSON.
+    """
+
+    model_config = ConfigDict(extra="allow")
 
     ts: Millis
     name: Annotated[str, Field(min_length=1)]
@@ -56,6 +64,33 @@ class LedgerEntry(WireModel):
     @classmethod
     def _payload_is_json(cls, value: Any) -> Any:
         return check_json_value(value, "payload")
+
+    @model_validator(mode="after")
+    def _extras_are_json(self) -> LedgerEntry:
+        for key, value in (self.model_extra or {}).items():
+            check_json_value(value, key)
+        return self
+
+    def wire(self) -> dict[str, Any]:
+        """The TypeScript wire shape: absent optionals left out, unknown fields kept as given."""
+        out = self.model_dump(by_alias=True, exclude_none=True)
+        out.update(self.model_extra or {})
+        return out
+
+    def unstorable(self) -> str | None:
+        """The first field that no UTF-8 store can hold (a lone surrogate), or None."""
+        return find_surrogate(self.wire(), "entry")
+
+
+def require_storable(value: LedgerEntry | EnvironmentRecord) -> None:
+    """Refuse what no UTF-8 store can hold, before any write; every adapter calls it.
+
+    Raises:
+        InvalidInputError: a string or object key holds a lone UTF-16 surrogate.
+    """
+    where = value.unstorable()
+    if where is not None:
+        raise InvalidInputError(where, "contains a lone UTF-16 surrogate (not storable as UTF-8)")
 
 
 class SandboxDetails(WireModel):
@@ -117,3 +152,11 @@ class EnvironmentRecord(WireModel):
         for key, value in (self.model_extra or {}).items():
             check_json_value(value, key)
         return self
+
+    def wire(self) -> dict[str, Any]:
+        """The record as the client sent it: every field kept, null values included."""
+        return self.model_dump(by_alias=True)
+
+    def unstorable(self) -> str | None:
+        """The first field that no UTF-8 store can hold (a lone surrogate), or None."""
+        return find_surrogate(self.wire(), "record")

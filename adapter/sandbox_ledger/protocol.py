@@ -101,7 +101,12 @@ class StorageAdapter(Protocol):
         ...
 
     async def delete_sandbox(self, name: str, sandbox_id: str) -> None:
-        """Delete every event of a session; unknown sessions are not an error."""
+        """Delete every event of a session; unknown sessions are not an error.
+
+        Under a concurrent writer, an append either lands before the delete (and is deleted)
+        or after it (a new session whose summary counts exactly its own entries): the summary
+        never disagrees with the entries that exist.
+        """
 
     async def list_checkpoints(self, name: str, sandbox_id: str) -> list[CheckpointInfo]:
         """Every checkpoint of a session in creation order."""

@@ -66,7 +66,7 @@ class EncodedEntry:
 def encode_entry(entry: LedgerEntry, order: str) -> EncodedEntry:
     """Serialize ``entry`` into a head item and, beyond :data:`CHUNK_BYTES`, extra part items."""
     pk = k.session_pk(entry.name, entry.sandbox_id)
-    body = entry.model_dump(by_alias=True, exclude_none=True, exclude={"name", "sandbox_id"})
+    body = {key: v for key, v in entry.wire().items() if key not in ("name", "sandboxId")}
     raw = _json.dumps(body)
     blob, compressed = raw, False
     if len(raw) >= COMPRESS_MIN_BYTES:

@@ -6,6 +6,8 @@ driving them with a fake client.
 
 from __future__ import annotations
 
+import secrets
+import time
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -13,13 +15,13 @@ from botocore.exceptions import ClientError
 from sandbox_ledger import keys as k
 from sandbox_ledger.cursor import decode_cursor, encode_cursor
 from sandbox_ledger.ddb import steps
-from sandbox_ledger.ddb.attributes import S
+from sandbox_ledger.ddb.attributes import N, S
 from sandbox_ledger.ddb.batching import batch_get, batch_write
 from sandbox_ledger.ddb.paging import newest_first, query_all
 from sandbox_ledger.ddb.steps import MAX_ATTEMPTS, Call, Op, Parallel, Sleep, error_code, log
 from sandbox_ledger.deployment import TableDescriptor, put_descriptor, resolve_shard_count
 from sandbox_ledger.dynamodb import _items as it
-from sandbox_ledger.errors import InvalidInputError, StorageError
+from sandbox_ledger.errors import ConflictError, InvalidInputError, StorageError
 from sandbox_ledger.models import (
     CheckpointInfo,
     EnvironmentRecord,
@@ -71,6 +73,7 @@ def append(
         claim_item = {**it.summary_key(encoded.head[k.PARTITION_KEY]["S"]), "ord": S(order)}
         claim_item[k.SORT_KEY] = S(claim)
         actions.append({"Put": {"TableName": table, "Item": claim_item, **absent}})
+    summary_at = len(actions) if summary is not None else -1
     if summary is not None:
         actions.append({"Update": {"TableName": table, **summary}})
     if entry.event == LedgerEvent.CheckpointCreated:
@@ -86,6 +89,8 @@ def append(
     attempt = 0
     session = (entry.name, entry.sandbox_id)
     while True:
+        if summary is not None:
+            actions[summary_at]["Update"].update(_not_being_deleted(summary, _now_ms()))
         try:
             yield Call("transact_write_items", {"TransactItems": actions})
             return True
@@ -99,12 +104,21 @@ def append(
                 return True
             if claim is not None and len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed":
                 return False  # another write stored this identity first
-            if not _RETRYABLE_CANCELLATIONS.intersection(reasons):
+            deleting = 0 <= summary_at < len(reasons) and (
+                reasons[summary_at] == "ConditionalCheckFailed"
+            )
+            if not deleting and not _RETRYABLE_CANCELLATIONS.intersection(reasons):
                 raise
             attempt += 1
             log.info("append %s/%s: transaction cancelled %s, retry %d", *session, reasons, attempt)
             if attempt >= MAX_ATTEMPTS:
                 log.warning("append %s/%s: giving up after %d attempts", *session, attempt)
+                if deleting:
+                    raise ConflictError(
+                        "append: the session is being deleted (retry once delete_sandbox "
+                        "has returned)",
+                        code="TransactionCanceledException",
+                    ) from exc
                 raise StorageError(
                     f"append: transaction cancelled {attempt} times ({reasons})",
                     code="TransactionCanceledException",
@@ -112,8 +126,55 @@ def append(
             yield Sleep(steps.backoff(attempt))
 
 
-def delete_partition(table: str, pk: str) -> Op[None]:
-    """Delete every item of one partition, page by page, summary first."""
+# How long a delete_sandbox holds off appends that would change the summary; a delete that
+# dies leaves its mark for at most this long (a new delete_sandbox call clears it at once).
+DELETE_LEASE_MS = 60_000
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _not_being_deleted(summary: dict[str, Any], now_ms: int) -> dict[str, Any]:
+    """The summary update's condition: no delete_sandbox holds the session (or its lease is
+    over). Appends that would change the summary wait for a running delete."""
+    return {
+        "ConditionExpression": "attribute_not_exists(#dl) OR #dl < :now",
+        "ExpressionAttributeNames": {**summary["ExpressionAttributeNames"], "#dl": "deleting"},
+        "ExpressionAttributeValues": {**summary["ExpressionAttributeValues"], ":now": N(now_ms)},
+    }
+
+
+def delete_session(table: str, pk: str) -> Op[None]:
+    """Delete every item of a session so that its summary always agrees with its entries.
+
+    1. Mark the summary ``deleting`` (a lease until now + :data:`DELETE_LEASE_MS`): from then
+       on, appends that would change the summary (created, closed, exec.complete) are refused
+       by their transaction's condition and retry after a backoff.
+    2. Delete every other item of the partition (consistent Query, keys only): everything
+       that changed the summary landed before step 1 and is found here.
+    3. Delete the summary, if it still carries this delete's mark.
+
+    An append racing the delete therefore either landed before step 1 (and is deleted) or
+    lands after step 3, into a new session whose summary counts exactly its own entries.
+    Appends that never touch the summary (exec.started, exec.failed, checkpoints) are not
+    held off: one that lands during step 2 may survive, which leaves no summary disagreeing.
+    """
+    token = secrets.token_hex(8)
+    summary_key = it.summary_key(pk)
+    yield Call(
+        "update_item",
+        {
+            "TableName": table,
+            "Key": summary_key,
+            "UpdateExpression": "SET #dl = :until, #dt = :token",
+            "ExpressionAttributeNames": {"#dl": "deleting", "#dt": "deletingToken"},
+            "ExpressionAttributeValues": {
+                ":until": N(_now_ms() + DELETE_LEASE_MS),
+                ":token": S(token),
+            },
+        },
+    )
     start: dict[str, Any] | None = None
     while True:
         params: dict[str, Any] = {
@@ -127,11 +188,30 @@ def delete_partition(table: str, pk: str) -> Op[None]:
         if start:
             params["ExclusiveStartKey"] = start
         page = yield Call("query", params)
-        requests = [{"DeleteRequest": {"Key": item}} for item in page.get("Items", [])]
+        requests = [
+            {"DeleteRequest": {"Key": item}}
+            for item in page.get("Items", [])
+            if item[k.SORT_KEY]["S"] != k.SUMMARY_SK
+        ]
         yield from batch_write(table, requests)
         start = page.get("LastEvaluatedKey")
         if not start:
-            return
+            break
+    try:
+        yield Call(
+            "delete_item",
+            {
+                "TableName": table,
+                "Key": summary_key,
+                "ConditionExpression": "#dt = :token",
+                "ExpressionAttributeNames": {"#dt": "deletingToken"},
+                "ExpressionAttributeValues": {":token": S(token)},
+            },
+        )
+    except ClientError as exc:
+        # Another delete_sandbox of the same session took over; it removes the summary.
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise
 
 
 # -- reads ----------------------------------------------------------------------------------
@@ -301,8 +381,25 @@ def get_environment(table: str, name: str) -> Op[EnvironmentRecord | None]:
     return it.decode_environment(item) if item else None
 
 
-def save_environment(table: str, record: EnvironmentRecord) -> Op[None]:
-    yield Call("put_item", {"TableName": table, "Item": it.environment_item(record)})
+def save_environment(table: str, record: EnvironmentRecord, order: str) -> Op[None]:
+    """Replace the record's content; ``order`` is kept from the first save (``if_not_exists``),
+    so equal ``builtAt`` list in first-saved order, as a JavaScript Map keeps them."""
+    item = it.environment_item(record)
+    yield Call(
+        "update_item",
+        {
+            "TableName": table,
+            "Key": it.environment_key(record.name),
+            "UpdateExpression": "SET builtAt = :b, #rec = :r, firstSaved = "
+            "if_not_exists(firstSaved, :o)",
+            "ExpressionAttributeNames": {"#rec": "record"},
+            "ExpressionAttributeValues": {
+                ":b": item["builtAt"],
+                ":r": item["record"],
+                ":o": S(order),
+            },
+        },
+    )
 
 
 def delete_environment(table: str, name: str) -> Op[None]:
@@ -319,8 +416,10 @@ def list_environments(table: str) -> Op[list[EnvironmentRecord]]:
             "ConsistentRead": True,
         }
     )
-    records = [it.decode_environment(item) for item in items]
-    return sorted(records, key=lambda r: -r.built_at)
+    items.sort(
+        key=lambda item: (-int(item["builtAt"]["N"]), item.get("firstSaved", {}).get("S", ""))
+    )
+    return [it.decode_environment(item) for item in items]
 
 
 # -- table ----------------------------------------------------------------------------------

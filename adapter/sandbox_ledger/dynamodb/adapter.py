@@ -12,7 +12,7 @@ from sandbox_ledger.ddb.client import AsyncClientOwner, SyncClientOwner
 from sandbox_ledger.dynamodb import _ops
 from sandbox_ledger.dynamodb._items import order_ids
 from sandbox_ledger.errors import InvalidInputError
-from sandbox_ledger.models import EnvironmentRecord, LedgerEntry
+from sandbox_ledger.models import EnvironmentRecord, LedgerEntry, require_storable
 from sandbox_ledger.summary import validate_list_options
 from sandbox_ledger.transfer import content_digest
 
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 def _entry(entry: object) -> LedgerEntry:
     if not isinstance(entry, LedgerEntry):
         raise InvalidInputError("entry", f"expected a LedgerEntry, got {type(entry).__name__}")
+    require_storable(entry)
     return entry
 
 
@@ -39,6 +40,7 @@ def _record(record: object) -> EnvironmentRecord:
         raise InvalidInputError(
             "record", f"expected an EnvironmentRecord, got {type(record).__name__}"
         )
+    require_storable(record)
     return record
 
 
@@ -172,8 +174,9 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
         return await self.run(_ops.get_sandbox_details(self.table_name, name, sandbox_id))
 
     async def delete_sandbox(self, name: str, sandbox_id: str) -> None:
-        """Delete the session's summary, entries and checkpoints."""
-        await self.run(_ops.delete_partition(self.table_name, k.session_pk(name, sandbox_id)))
+        """Delete the session's summary, entries and checkpoints; appends racing it land
+        either before (deleted) or after (a new session counting exactly its own entries)."""
+        await self.run(_ops.delete_session(self.table_name, k.session_pk(name, sandbox_id)))
 
     async def list_checkpoints(self, name: str, sandbox_id: str) -> list[CheckpointInfo]:
         """Checkpoints in creation order, from their markers (entries are not read)."""
@@ -185,14 +188,14 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
 
     async def save_environment(self, record: EnvironmentRecord) -> None:
         """Create or replace the record."""
-        await self.run(_ops.save_environment(self.table_name, _record(record)))
+        await self.run(_ops.save_environment(self.table_name, _record(record), order_ids.next()))
 
     async def delete_environment(self, name: str) -> None:
         """Remove the record if present."""
         await self.run(_ops.delete_environment(self.table_name, name))
 
     async def list_environments(self) -> list[EnvironmentRecord]:
-        """Every environment record, newest builtAt first."""
+        """Every environment record, newest builtAt first, ties in first-saved order."""
         return await self.run(_ops.list_environments(self.table_name))
 
 
@@ -268,7 +271,7 @@ class SyncDynamoDBAdapter(_Base, SyncClientOwner):
 
     def delete_sandbox(self, name: str, sandbox_id: str) -> None:
         """Delete the session's summary, entries and checkpoints."""
-        self.run(_ops.delete_partition(self.table_name, k.session_pk(name, sandbox_id)))
+        self.run(_ops.delete_session(self.table_name, k.session_pk(name, sandbox_id)))
 
     def list_checkpoints(self, name: str, sandbox_id: str) -> list[CheckpointInfo]:
         """Checkpoints in creation order."""
@@ -280,7 +283,7 @@ class SyncDynamoDBAdapter(_Base, SyncClientOwner):
 
     def save_environment(self, record: EnvironmentRecord) -> None:
         """Create or replace the record."""
-        self.run(_ops.save_environment(self.table_name, _record(record)))
+        self.run(_ops.save_environment(self.table_name, _record(record), order_ids.next()))
 
     def delete_environment(self, name: str) -> None:
         """Remove the record if present."""

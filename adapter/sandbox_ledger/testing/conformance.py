@@ -631,6 +631,85 @@ class StorageAdapterContract:
         assert got is not None and got.built_at == 1
         assert [e.name for e in await adapter.list_environments()] == ["a", "a#b/c ✓"]
 
+    async def test_equal_built_at_list_in_first_saved_order(self, adapter: StorageAdapter) -> None:
+        for name in ("zeta", "alpha", "mid"):
+            await adapter.save_environment(EnvironmentRecord(name=name, built_at=5))
+        await adapter.save_environment(EnvironmentRecord(name="new", built_at=9))
+        assert [e.name for e in await adapter.list_environments()] == [
+            "new",
+            "zeta",
+            "alpha",
+            "mid",
+        ]
+        # An upsert keeps the first save's place (a JavaScript Map's set); delete forgets it.
+        await adapter.save_environment(
+            EnvironmentRecord.model_validate({"name": "zeta", "builtAt": 5, "v": 2})
+        )
+        await adapter.delete_environment("alpha")
+        await adapter.save_environment(EnvironmentRecord(name="alpha", built_at=5))
+        assert [e.name for e in await adapter.list_environments()] == [
+            "new",
+            "zeta",
+            "mid",
+            "alpha",
+        ]
+
+    async def test_environment_fields_with_null_are_kept(self, adapter: StorageAdapter) -> None:
+        wire = {"name": "py", "builtAt": 1, "snapshotId": None, "spec": {"gpu": None}}
+        await adapter.save_environment(EnvironmentRecord.model_validate(wire))
+        got = await adapter.get_environment("py")
+        assert got is not None and got.wire() == wire
+        [listed] = await adapter.list_environments()
+        assert listed.wire() == wire
+
+    async def test_entry_fields_of_a_newer_client_round_trip(self, adapter: StorageAdapter) -> None:
+        wire = {
+            "ts": 5,
+            "name": "n",
+            "sandboxId": "s",
+            "stepIndex": 0,
+            "event": "exec.complete",
+            "traceId": "4bf92f3577b34da6",
+            "span": {"id": 7, "parent": None},
+            "sampled": None,
+        }
+        await adapter.append(LedgerEntry.model_validate(wire))
+        [back] = await adapter.read_all("n", "s")
+        assert back.wire() == wire
+        assert back.model_extra == {
+            "traceId": "4bf92f3577b34da6",
+            "span": {"id": 7, "parent": None},
+            "sampled": None,
+        }
+        details = await adapter.get_sandbox_details("n", "s")
+        assert details is None  # still no created event: unknown fields change nothing else
+
+    async def test_lone_surrogates_are_refused_before_any_write(
+        self, adapter: StorageAdapter
+    ) -> None:
+        bad_entries = [
+            entry("n", "s", LedgerEvent.SandboxCreated, 1, payload="\ud800"),
+            entry("n", "s", LedgerEvent.SandboxCreated, 1, payload={"k\udfff": 1}),
+            entry("n", "s", LedgerEvent.SandboxCreated, 1, payload=[{"x": ["ok", "\udc00"]}]),
+            entry("n", "s", LedgerEvent.SandboxCreated, 1, traceId="\ud83d"),
+        ]
+        for bad in bad_entries:
+            with pytest.raises(InvalidInputError, match="surrogate"):
+                await adapter.append(bad)
+        assert await adapter.read_all("n", "s") == []
+        assert await adapter.list_all_sandbox_details() == []
+        with pytest.raises(InvalidInputError, match="surrogate"):
+            await adapter.save_environment(
+                EnvironmentRecord.model_validate({"name": "py", "builtAt": 1, "x": "\ud800"})
+            )
+        assert await adapter.list_environments() == []
+        for name, sandbox_id in (("n\ud800", "s"), ("n", "\udfff")):
+            with pytest.raises(InvalidInputError, match="surrogate"):
+                await adapter.read_all(name, sandbox_id)
+        # Astral characters (valid surrogate pairs in JavaScript) are fine.
+        await adapter.append(entry("n", "s", LedgerEvent.SandboxCreated, 1, payload="🚀"))
+        assert [e.payload for e in await adapter.read_all("n", "s")] == ["🚀"]
+
     # -- bad input --------------------------------------------------------------------------
 
     async def test_empty_keys_are_refused(self, adapter: StorageAdapter) -> None:

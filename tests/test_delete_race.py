@@ -1,0 +1,95 @@
+"""delete_sandbox under a concurrent writer, on the serialized local server (moto_endpoint).
+
+The promise: after delete_sandbox returns, an append that raced it either landed before it
+(and is deleted) or after it (and belongs to a new session whose summary counts exactly its
+own entries). So whatever the interleaving, re-creating the session shows an execCount equal
+to the number of exec.complete entries that exist.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from sandbox_ledger import LedgerEntry, LedgerEvent
+from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+
+
+def e(sid: str, event: str, ts: int, step: int = -1) -> LedgerEntry:
+    return LedgerEntry(ts=ts, name="race", sandbox_id=sid, step_index=step, event=event)
+
+
+def agrees(ledger: SyncDynamoDBAdapter, sid: str) -> tuple[int, int]:
+    """Re-create the session, then (execCount, number of exec.complete entries)."""
+    ledger.append(e(sid, LedgerEvent.SandboxCreated, 10**9))
+    details = ledger.get_sandbox_details("race", sid)
+    assert details is not None
+    entries = ledger.read_all("race", sid)
+    return details.exec_count, sum(x.event == LedgerEvent.ExecComplete for x in entries)
+
+
+def test_an_append_between_the_delete_query_and_its_writes(
+    moto_endpoint: str, sync_table: str, fast_sdk_backoff: None
+) -> None:
+    """The interleaving that broke the summary: an exec.complete lands after the delete has
+    read the partition and before it deletes the summary."""
+    deleter = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    writer = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    deleter.append(e("s", LedgerEvent.SandboxCreated, 1))
+    deleter.append(e("s", LedgerEvent.ExecComplete, 2, step=0))
+    landed = threading.Event()
+    threads: list[threading.Thread] = []
+
+    def race(**_: Any) -> None:
+        if threads:
+            return
+        thread = threading.Thread(
+            target=lambda: (
+                writer.append(e("s", LedgerEvent.ExecComplete, 3, step=1)),
+                landed.set(),
+            )
+        )
+        threads.append(thread)
+        thread.start()
+        landed.wait(timeout=1.0)  # the old delete let it land here; the new one holds it off
+
+    deleter.client().meta.events.register("after-call.dynamodb.Query", race)
+    deleter.delete_sandbox("race", "s")
+    threads[0].join()
+    assert landed.is_set()
+    count, entries = agrees(deleter, "s")
+    assert count == entries == 1  # the raced append formed the new session alone
+
+
+@pytest.mark.parametrize("trial", range(4))
+def test_a_concurrent_writer_never_leaves_a_disagreeing_summary(
+    moto_endpoint: str, sync_table: str, trial: int
+) -> None:
+    sid = f"w{trial}"
+    ledger = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    writer = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    ledger.append(e(sid, LedgerEvent.SandboxCreated, 1))
+    started = threading.Event()
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            for i in range(24):
+                writer.append(e(sid, LedgerEvent.ExecStarted, 10 + i, step=i))
+                writer.append(e(sid, LedgerEvent.ExecComplete, 10 + i, step=i))
+                if i == 2 + trial:
+                    started.set()
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+            started.set()
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    started.wait(timeout=30)
+    ledger.delete_sandbox("race", sid)
+    thread.join()
+    assert errors == []
+    count, entries = agrees(ledger, sid)
+    assert count == entries
