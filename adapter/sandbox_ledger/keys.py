@@ -103,6 +103,10 @@ class LedgerAttr:
     EXEC_COUNT: Final = "execCount"  # summary
     BUILT_AT: Final = "builtAt"  # environment
     RECORD: Final = "record"  # environment: the record's wire JSON
+    FIRST_SAVED: Final = "firstSaved"  # environment: order id of its first save (tie order)
+    CLAIM_ORDER: Final = "ord"  # import claim: the order id of the entry it stored
+    DELETING: Final = "deleting"  # summary: a running delete_sandbox's lease end (ms)
+    DELETING_TOKEN: Final = "deletingToken"  # summary: which delete_sandbox holds the lease
 
 
 @dataclass(frozen=True)

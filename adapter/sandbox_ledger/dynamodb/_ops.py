@@ -22,6 +22,7 @@ from sandbox_ledger.ddb.steps import MAX_ATTEMPTS, Call, Op, Parallel, Sleep, er
 from sandbox_ledger.deployment import TableDescriptor, put_descriptor, resolve_shard_count
 from sandbox_ledger.dynamodb import _items as it
 from sandbox_ledger.errors import ConflictError, InvalidInputError, StorageError
+from sandbox_ledger.keys import LedgerAttr as A
 from sandbox_ledger.models import (
     CheckpointInfo,
     EnvironmentRecord,
@@ -70,7 +71,7 @@ def append(
     put = {"TableName": table, "Item": encoded.head, **absent}
     actions: list[dict[str, Any]] = [{"Put": put}]
     if claim is not None:
-        claim_item = {**it.summary_key(encoded.head[k.PARTITION_KEY]["S"]), "ord": S(order)}
+        claim_item = {**it.summary_key(encoded.head[k.PARTITION_KEY]["S"]), A.CLAIM_ORDER: S(order)}
         claim_item[k.SORT_KEY] = S(claim)
         actions.append({"Put": {"TableName": table, "Item": claim_item, **absent}})
     summary_at = len(actions) if summary is not None else -1
@@ -140,7 +141,7 @@ def _not_being_deleted(summary: dict[str, Any], now_ms: int) -> dict[str, Any]:
     over). Appends that would change the summary wait for a running delete."""
     return {
         "ConditionExpression": "attribute_not_exists(#dl) OR #dl < :now",
-        "ExpressionAttributeNames": {**summary["ExpressionAttributeNames"], "#dl": "deleting"},
+        "ExpressionAttributeNames": {**summary["ExpressionAttributeNames"], "#dl": A.DELETING},
         "ExpressionAttributeValues": {**summary["ExpressionAttributeValues"], ":now": N(now_ms)},
     }
 
@@ -168,7 +169,7 @@ def delete_session(table: str, pk: str) -> Op[None]:
             "TableName": table,
             "Key": summary_key,
             "UpdateExpression": "SET #dl = :until, #dt = :token",
-            "ExpressionAttributeNames": {"#dl": "deleting", "#dt": "deletingToken"},
+            "ExpressionAttributeNames": {"#dl": A.DELETING, "#dt": A.DELETING_TOKEN},
             "ExpressionAttributeValues": {
                 ":until": N(_now_ms() + DELETE_LEASE_MS),
                 ":token": S(token),
@@ -204,7 +205,7 @@ def delete_session(table: str, pk: str) -> Op[None]:
                 "TableName": table,
                 "Key": summary_key,
                 "ConditionExpression": "#dt = :token",
-                "ExpressionAttributeNames": {"#dt": "deletingToken"},
+                "ExpressionAttributeNames": {"#dt": A.DELETING_TOKEN},
                 "ExpressionAttributeValues": {":token": S(token)},
             },
         )
@@ -390,12 +391,11 @@ def save_environment(table: str, record: EnvironmentRecord, order: str) -> Op[No
         {
             "TableName": table,
             "Key": it.environment_key(record.name),
-            "UpdateExpression": "SET builtAt = :b, #rec = :r, firstSaved = "
-            "if_not_exists(firstSaved, :o)",
-            "ExpressionAttributeNames": {"#rec": "record"},
+            "UpdateExpression": "SET #b = :b, #r = :r, #f = if_not_exists(#f, :o)",
+            "ExpressionAttributeNames": {"#b": A.BUILT_AT, "#r": A.RECORD, "#f": A.FIRST_SAVED},
             "ExpressionAttributeValues": {
-                ":b": item["builtAt"],
-                ":r": item["record"],
+                ":b": item[A.BUILT_AT],
+                ":r": item[A.RECORD],
                 ":o": S(order),
             },
         },
@@ -417,7 +417,7 @@ def list_environments(table: str) -> Op[list[EnvironmentRecord]]:
         }
     )
     items.sort(
-        key=lambda item: (-int(item["builtAt"]["N"]), item.get("firstSaved", {}).get("S", ""))
+        key=lambda item: (-int(item[A.BUILT_AT]["N"]), item.get(A.FIRST_SAVED, {}).get("S", ""))
     )
     return [it.decode_environment(item) for item in items]
 
