@@ -31,7 +31,7 @@ def agrees(ledger: SyncDynamoDBAdapter, sid: str) -> tuple[int, int]:
 
 
 def test_an_append_between_the_delete_query_and_its_writes(
-    moto_endpoint: str, sync_table: str, fast_sdk_backoff: None
+    moto_endpoint: str, sync_table: str
 ) -> None:
     """The interleaving that broke the summary: an exec.complete lands after the delete has
     read the partition and before it deletes the summary."""
@@ -41,24 +41,27 @@ def test_an_append_between_the_delete_query_and_its_writes(
     deleter.append(e("s", LedgerEvent.ExecComplete, 2, step=0))
     landed = threading.Event()
     threads: list[threading.Thread] = []
+    failures: list[BaseException] = []
+
+    def append_late() -> None:
+        try:
+            writer.append(e("s", LedgerEvent.ExecComplete, 3, step=1))
+            landed.set()
+        except BaseException as exc:  # pragma: no cover - reported below
+            failures.append(exc)
 
     def race(**_: Any) -> None:
         if threads:
             return
-        thread = threading.Thread(
-            target=lambda: (
-                writer.append(e("s", LedgerEvent.ExecComplete, 3, step=1)),
-                landed.set(),
-            )
-        )
+        thread = threading.Thread(target=append_late)
         threads.append(thread)
         thread.start()
-        landed.wait(timeout=1.0)  # the old delete let it land here; the new one holds it off
+        landed.wait(timeout=0.5)  # the old delete let it land here; the new one holds it off
 
     deleter.client().meta.events.register("after-call.dynamodb.Query", race)
     deleter.delete_sandbox("race", "s")
     threads[0].join()
-    assert landed.is_set()
+    assert failures == [] and landed.is_set()
     count, entries = agrees(deleter, "s")
     assert count == entries == 1  # the raced append formed the new session alone
 
