@@ -135,8 +135,8 @@ def _target(store: str | None = None, writes: str | None = None) -> Target:
             target.table = None
     if writes is not None and not target.table and not target.store:
         raise LedgerError(
-            f"{writes} writes data: name a table with --table NAME or SANDBOX_LEDGER_TABLE "
-            "(the embedded DynamoDB would lose it when the command ends)"
+            f"{writes} writes data: name a table with --table NAME or SANDBOX_LEDGER_TABLE, or a "
+            "store with --store URL (the embedded DynamoDB would lose it when the command ends)"
         )
     target.resolve()
     return target

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbox_ledger import _json
+from sandbox_ledger.cursor import decode_cursor, encode_cursor
 from sandbox_ledger.errors import InvalidInputError
+from sandbox_ledger.keys import check_session_key
 from sandbox_ledger.models import (
     CheckpointInfo,
     EnvironmentRecord,
@@ -22,7 +24,9 @@ from sandbox_ledger.models import (
     LedgerEvent,
     ListSandboxOptions,
     SandboxDetails,
+    SandboxPage,
     SandboxStatus,
+    require_storable,
 )
 from sandbox_ledger.summary import checkpoint_info, validate_list_options
 
@@ -155,6 +159,14 @@ def encode_entry(entry: object, *, key: str, nul_ok: bool = True) -> EventRow:
     e = check_entry(entry)
     check_text(e.name, "name", nul_ok=nul_ok)
     check_text(e.sandbox_id, "sandboxId", nul_ok=nul_ok)
+    check_session_key(e.name, e.sandbox_id)
+    require_storable(e)
+    for field in e.model_extra or {}:
+        raise InvalidInputError(
+            field,
+            "this SQL store keeps only the contract's fields (the DynamoDB and memory stores "
+            "keep fields of newer clients)",
+        )
     _key_size("name/sandboxId", e.name, e.sandbox_id)
     check_text(e.event, "event", nul_ok=nul_ok)
     if e.error is not None:
@@ -247,16 +259,40 @@ class ListQuery:
     status: SandboxStatus | None
     before: int | None
     limit: int | None
+    after: tuple[int, int] | None = None
+    """The cursor's position: (startedAt, session id) of the previous page's last session."""
+
+
+CURSOR_KIND = "sql-sessions"
 
 
 def list_query(name: str | None, opts: ListSandboxOptions | None) -> ListQuery:
-    """Validate a listing's name and options."""
+    """Validate a listing's name and options (the cursor included)."""
     if name is not None:
         check_text(name, "name")
     o = validate_list_options(opts)
     if o is None:
         return ListQuery(name, None, None, None)
-    return ListQuery(name, o.status or None, o.before or None, o.limit or None)
+    after = None
+    if o.cursor is not None:
+        state = decode_cursor(CURSOR_KIND, o.cursor)
+        started, tie = state.get("t"), state.get("q")
+        if not isinstance(started, int) or not isinstance(tie, int):
+            raise InvalidInputError("cursor", "not a cursor returned by a listing")
+        after = (started, tie)
+    return ListQuery(name, o.status or None, o.before or None, o.limit or None, after)
+
+
+def page_of(found: list[Any], query: ListQuery) -> SandboxPage:
+    """A page from the listing's rows (name, sandbox_id, started_at, completed_at, exec_count,
+    id); :func:`list_sql` asks for one row beyond ``limit`` to know whether more follow."""
+    sessions = [decode_details(*r[:5]) for r in found[: query.limit or len(found)]]
+    if query.limit is None or len(found) <= query.limit:
+        return SandboxPage(sessions=sessions)
+    last = found[query.limit - 1]
+    return SandboxPage(
+        sessions=sessions, cursor=encode_cursor(CURSOR_KIND, {"t": last[2], "q": last[5]})
+    )
 
 
 def list_sql(
@@ -278,11 +314,15 @@ def list_sql(
     if query.before is not None:
         where.append(f"started_at < {param}")
         params.append(query.before)
+    if query.after is not None:
+        # The cursor: strictly after (startedAt, id) in the listing's order.
+        where.append(f"(started_at < {param} OR (started_at = {param} AND id > {param}))")
+        params += [query.after[0], query.after[0], query.after[1]]
     sql = (
-        f"SELECT name, sandbox_id, started_at, completed_at, exec_count FROM {table} "
+        f"SELECT name, sandbox_id, started_at, completed_at, exec_count, id FROM {table} "
         f"WHERE {' AND '.join(where)} ORDER BY started_at DESC, id"
     )
     if query.limit is not None:
         sql += f" LIMIT {param}"
-        params.append(query.limit)
+        params.append(query.limit + 1)  # one more: does a next page exist?
     return sql, params

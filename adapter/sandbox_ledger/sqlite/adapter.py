@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         LedgerEntry,
         ListSandboxOptions,
         SandboxDetails,
+        SandboxPage,
     )
 
 MIGRATIONS: tuple[Migration, ...] = load_migrations("sandbox_ledger.sqlite")
@@ -390,9 +391,24 @@ class SQLiteAdapter:
         """Sessions of every name, newest first (one indexed query)."""
         return await self._list(rows.list_query(None, opts))
 
+    async def list_sandbox_page(
+        self, name: str, opts: ListSandboxOptions | None = None
+    ) -> SandboxPage:
+        """One page of sessions of one name and the cursor of the next (keyset on
+        (startedAt, session id), one indexed query)."""
+        rows.check_text(name, "name")
+        return await self._page(rows.list_query(name, opts))
+
+    async def list_all_sandbox_page(self, opts: ListSandboxOptions | None = None) -> SandboxPage:
+        """One page of sessions of every name and the cursor of the next."""
+        return await self._page(rows.list_query(None, opts))
+
     async def _list(self, query: rows.ListQuery) -> list[SandboxDetails]:
+        return (await self._page(query)).sessions
+
+    async def _page(self, query: rows.ListQuery) -> SandboxPage:
         sql, params = self.queries.list_sessions(query)
-        return [rows.decode_details(*r) for r in await self._fetchall(sql, params)]
+        return rows.page_of(await self._fetchall(sql, params), query)
 
     async def get_sandbox_details(self, name: str, sandbox_id: str) -> SandboxDetails | None:
         """One session's summary (one row), or None."""
