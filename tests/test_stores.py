@@ -308,7 +308,7 @@ def test_the_readme_pipe_between_real_processes(tmp_path: Path) -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    assert f"imported {len(_ledger())} entries from stdin" in done.stderr
+    assert f"imported <stdin>: {len(_ledger())} new, 0 already present, 0 failed" in done.stderr
     assert asyncio.run(_snapshot(b)) == asyncio.run(_snapshot(a))
 
 
