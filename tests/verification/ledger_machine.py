@@ -33,7 +33,7 @@ from sandbox_ledger import (
 
 from . import checks
 from .stores import FAULT_KINDS, ClientDied, FaultBoard
-from .strategies import ENV_NAMES, big_entries, entries, environments, list_options, sessions
+from .strategies import ENV_NAMES, NAMES, big_entries, entries, environments, list_options, sessions
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -464,6 +464,30 @@ class LedgerMachine(RuleBasedStateMachine):
             self.run(checker.list_environments()),
             self.run(self.model.list_environments()),
         )
+        self._check_paging(None)
+        for name in NAMES:
+            self._check_paging(name)
+
+    def _check_paging(self, name: str | None) -> None:
+        """Paging with the contract's cursors (limit 2, ties included) lists every session
+        exactly once, newest first."""
+        checker = self.store.checker
+        pages, cursor = [], None
+        for _ in range(50):
+            opts = ListSandboxOptions(limit=2, cursor=cursor)
+            if name is None:
+                page = self.run(checker.list_all_sandbox_page(opts))
+            else:
+                page = self.run(checker.list_sandbox_page(name, opts))
+            pages.append(page.sessions)
+            cursor = page.cursor
+            if cursor is None:
+                break
+        if name is None:
+            expected = self.run(self.model.list_all_sandbox_details())
+        else:
+            expected = self.run(self.model.list_sandbox_details(name))
+        checks.check_pages(f"pages of {name or 'every name'}", pages, expected)
 
 
 async def _as_coroutine(awaitable: Awaitable[T]) -> T:
