@@ -72,6 +72,7 @@ class SandboxLedgerStack(Stack):
             description="Use the sandbox-ledger table through sandbox_ledger (no Scan, no admin)",
             statements=self.ledger.worker_policy_statements(),
         )
+        self._bus_policy()
         self.alarms = self._alarms()
         self._outputs()
 
@@ -132,6 +133,25 @@ class SandboxLedgerStack(Stack):
             install_latest_aws_sdk=False,
         )
 
+    def _bus_policy(self) -> None:
+        """A created bus accepts ResourceExpired only from the stack's two functions: nobody
+        else in the account can forge one (and have a live sandbox reclaimed)."""
+        if not isinstance(self.bus, events.EventBus):
+            return  # the account's default bus is shared; it is not ours to lock
+        roles = [self.sweeper.role, self.ttl_handler.role]
+        self.bus.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="OnlyTheStacksFunctionsPutEvents",
+                effect=iam.Effect.DENY,
+                principals=[iam.AnyPrincipal()],
+                actions=["events:PutEvents"],
+                resources=[self.bus.event_bus_arn],
+                conditions={
+                    "StringNotEquals": {"aws:PrincipalArn": [r.role_arn for r in roles if r]}
+                },
+            )
+        )
+
     def _lambda_code(self) -> lambda_.Code:
         """Both functions' code: the library and the handlers, bundled locally with pip."""
         return lambda_.Code.from_asset(
@@ -167,6 +187,7 @@ class SandboxLedgerStack(Stack):
                     actions=["dynamodb:Query"],
                     resources=[f"{table.table_arn}/index/{k.RESOURCES_BY_PHASE.name}"],
                 ),
+                # Items: resource records only (their partition keys start with R#).
                 iam.PolicyStatement(
                     actions=[
                         "dynamodb:BatchGetItem",
@@ -174,6 +195,19 @@ class SandboxLedgerStack(Stack):
                         "dynamodb:BatchWriteItem",
                     ],
                     resources=[table.table_arn],
+                    conditions={
+                        "ForAllValues:StringLike": {
+                            "dynamodb:LeadingKeys": [f"{k.RESOURCE_PREFIX}*"]
+                        }
+                    },
+                ),
+                # The deployment descriptor, read at the first run.
+                iam.PolicyStatement(
+                    actions=["dynamodb:GetItem"],
+                    resources=[table.table_arn],
+                    conditions={
+                        "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [k.DESCRIPTOR_PK]}
+                    },
                 ),
                 iam.PolicyStatement(
                     actions=["events:PutEvents"], resources=[self.bus.event_bus_arn]

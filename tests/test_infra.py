@@ -175,6 +175,7 @@ def test_least_privilege(synthesized: tuple[dict[str, Any], Path]) -> None:
     }
     assert sweeper == {
         "dynamodb:Query",
+        "dynamodb:GetItem",
         "dynamodb:BatchGetItem",
         "dynamodb:UpdateItem",
         "dynamodb:BatchWriteItem",
@@ -427,3 +428,41 @@ def test_the_stack_writes_the_descriptor_with_least_privilege(
         for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
     }
     assert actions == {"dynamodb:PutItem", "logs:CreateLogStream", "logs:PutLogEvents"}
+
+
+def test_sweeper_and_ttl_roles_touch_only_resource_records(
+    synthesized: tuple[dict[str, Any], Path],
+) -> None:
+    raw = synthesized[0]
+    item_actions = {
+        "dynamodb:GetItem",
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:DeleteItem",
+        "dynamodb:BatchGetItem",
+        "dynamodb:BatchWriteItem",
+    }
+    for role, allowed in (("SweeperRole", f"{k.RESOURCE_PREFIX}*"), ("TtlExpiryRole", None)):
+        for _, statement in [(n, s) for n, s in _statements(raw) if n.startswith(role)]:
+            actions = statement["Action"]
+            actions = {actions} if isinstance(actions, str) else set(actions)
+            if not actions & item_actions:
+                continue
+            assert allowed is not None, (role, actions)  # the TTL role has no item actions
+            keys = next(iter(statement["Condition"].values()))["dynamodb:LeadingKeys"]
+            assert keys in ([allowed], [k.DESCRIPTOR_PK]), (role, statement)
+            if keys == [k.DESCRIPTOR_PK]:
+                assert actions == {"dynamodb:GetItem"}
+
+
+def test_only_the_stacks_functions_can_put_events_on_its_bus(
+    synthesized: tuple[dict[str, Any], Path],
+) -> None:
+    raw = synthesized[0]
+    [policy] = resources(raw, "AWS::Events::EventBusPolicy").values()
+    statement = policy["Properties"]["Statement"]
+    assert statement["Effect"] == "Deny" and statement["Action"] == "events:PutEvents"
+    assert statement["Principal"] == {"AWS": "*"}
+    arns = statement["Condition"]["StringNotEquals"]["aws:PrincipalArn"]
+    roles = sorted(a["Fn::GetAtt"][0] for a in arns)
+    assert [r.rstrip("0123456789ABCDEF") for r in roles] == ["SweeperRole", "TtlExpiryRole"]

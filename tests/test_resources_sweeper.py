@@ -40,19 +40,33 @@ class FakeStore:
     def get_many(self, record_ids: list[str]) -> dict[str, VersionedRecord]:
         return {i: self.records[i] for i in record_ids if i in self.records}
 
-    def claim(self, record_id: str, revision: int, reason: str) -> VersionedRecord:
+    def claim(
+        self, record_id: str, revision: int, reason: str, *, owner: str, now_ms: int, until_ms: int
+    ) -> VersionedRecord:
         if record_id in self.before_claim:
             current = self.records[record_id]
             self.records[record_id] = VersionedRecord(
                 current.record, self.before_claim.pop(record_id), current.expires_at
             )
         current = self.records[record_id]
-        if current.revision != revision or current.expiring:
+        held = current.expiring and (current.claim_until_ms or 0) >= now_ms
+        if current.revision != revision or held:
             raise ConflictError(f"expire {record_id}: it changed meanwhile")
         self.claims.append(record_id)
-        claimed = VersionedRecord(current.record, revision + 1, current.expires_at, reason)
+        claimed = VersionedRecord(
+            current.record, revision + 1, current.expires_at, reason, owner, until_ms
+        )
         self.records[record_id] = claimed
         return claimed
+
+    def release(self, record_id: str, owner: str) -> bool:
+        current = self.records[record_id]
+        if current.claimed_by != owner:
+            return False
+        self.records[record_id] = VersionedRecord(
+            current.record, current.revision + 1, current.expires_at
+        )
+        return True
 
     def delete_claimed(self, record_ids: list[str]) -> None:
         for i in record_ids:
@@ -98,16 +112,30 @@ def test_an_owner_write_before_the_claim_wins() -> None:
     assert victim in store.records and [e.record.id for e in publisher.published] == [other]
 
 
-def test_an_unpublished_record_stays_claimed_and_the_next_run_reports_it() -> None:
+def test_an_unpublished_record_is_released_and_the_next_run_reports_it() -> None:
     store = FakeStore()
     rid = store.add(timedelta(hours=1))
     first = sweep(store, FakePublisher(refuse={rid}), now=NOW)
-    assert first.failed == [rid] and store.records[rid].expiring
+    # The claim is given back at once: the owner is not locked out by a bus that is down.
+    assert first.failed == [rid] and store.records[rid].expiring is None
     publisher = FakePublisher()
     second = sweep(store, publisher, now=NOW)
     assert second.expired == [rid] and rid not in store.records
     assert [e.record.id for e in publisher.published] == [rid]
-    assert store.claims == [rid]  # claimed once, published by the run after
+    assert store.claims == [rid, rid]
+
+
+def test_a_live_claim_of_another_run_is_left_to_it_and_a_dead_ones_taken_over() -> None:
+    store = FakeStore()
+    live, dead = store.add(timedelta(hours=1)), store.add(timedelta(hours=1))
+    now_ms = int(NOW.timestamp() * 1000)
+    for rid, until in ((live, now_ms + 60_000), (dead, now_ms - 1)):
+        v = store.records[rid]
+        store.records[rid] = VersionedRecord(v.record, 2, v.expires_at, "stale", "other", until)
+    publisher = FakePublisher()
+    result = sweep(store, publisher, now=NOW)
+    assert result.skipped == [live] and result.expired == [dead]
+    assert [e.record.id for e in publisher.published] == [dead] and live in store.records
 
 
 def test_dry_run_claims_nothing() -> None:

@@ -82,6 +82,11 @@ REVISION: Final = "rev"
 """Optimistic-concurrency counter: +1 on every write by an owner or a sweeper claim."""
 CLAIM: Final = "expiring"
 """Set when a sweeper claims the record for expiry: the reason."""
+CLAIM_OWNER: Final = "claimedBy"
+"""The run id of the sweeper holding the claim."""
+CLAIM_UNTIL: Final = "claimUntil"
+"""When the claim's lease ends (Unix ms, the claiming sweeper's clock); a later sweeper may
+take over an expired claim."""
 
 
 class LedgerAttr:

@@ -400,8 +400,13 @@ def resources_ls(
         table.add_row(
             r.id, r.phase, r.sandbox_provider, str(r.pid), r.updated_at, ops, _clip(r.workspace, 40)
         )
+    for bad in page.unreadable:
+        table.add_row(bad.record_id, "unreadable", "-", "-", "-", "-", _clip(bad.reason, 80))
     out.print(table)
-    out.print(f"{len(page.records)} record(s)")
+    out.print(
+        f"{len(page.records)} record(s)"
+        + (f", {len(page.unreadable)} unreadable" if page.unreadable else "")
+    )
     if page.cursor:
         out.print(f"next page: --cursor {page.cursor}", markup=False)
 

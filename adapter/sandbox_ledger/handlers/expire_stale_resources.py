@@ -92,6 +92,9 @@ def run(sweeper: Sweeper, remaining_ms: Any) -> dict[str, Any]:
     metrics.add_metric(name="Expired", unit=MetricUnit.Count, value=len(result.expired))
     metrics.add_metric(name="Skipped", unit=MetricUnit.Count, value=len(result.skipped))
     metrics.add_metric(name="Failed", unit=MetricUnit.Count, value=len(result.failed))
+    metrics.add_metric(name="Unreadable", unit=MetricUnit.Count, value=len(result.unreadable))
+    for record_id, why in result.unreadable.items():  # the id and why, never the payload
+        logger.warning("unreadable resource record", extra={"recordId": record_id, "why": why})
     summary = result.to_dict()
     logger.info(
         "sweep finished",

@@ -10,7 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sandbox_ledger.resources._items import VersionedRecord
+    from sandbox_ledger.resources._items import Unreadable, VersionedRecord
     from sandbox_ledger.resources._ops import Page
     from sandbox_ledger.resources.events import DETAIL_TYPE, SOURCE, EventPublisher, Expiry
     from sandbox_ledger.resources.models import (
@@ -49,6 +49,7 @@ _WHERE = {
     "SweepStore": "sweeper",
     "SweeperSettings": "settings",
     "SyncResourceRecordStore": "store",
+    "Unreadable": "_items",
     "VersionedRecord": "_items",
     "current_identity": "owner",
     "expiry_reason": "policy",
@@ -77,6 +78,7 @@ __all__ = [
     "SweepStore",
     "SweeperSettings",
     "SyncResourceRecordStore",
+    "Unreadable",
     "VersionedRecord",
     "current_identity",
     "expiry_reason",

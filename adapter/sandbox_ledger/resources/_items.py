@@ -23,6 +23,50 @@ class VersionedRecord:
     """Unix seconds after which DynamoDB TTL may delete it (a backstop)."""
     expiring: str | None = None
     """Set once a sweeper has claimed the record for expiry: the reason."""
+    claimed_by: str | None = None
+    """The run id of the sweeper holding the claim."""
+    claim_until_ms: int | None = None
+    """When that claim's lease ends (None: a claim without a lease, taken over at once)."""
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A stored resource item this version cannot decode: its id and why (never its payload).
+
+    Forward compatibility: a record written by a newer writer (an unknown field, another
+    ``version``) is refused like a damaged one: reported, never expired or deleted by this
+    version, so no information a newer reclaimer needs is dropped.
+    """
+
+    record_id: str
+    reason: str
+
+
+def _why(exc: Exception) -> str:
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        parts = [
+            f"{'.'.join(str(p) for p in e['loc']) or 'record'}: {e['msg']}" for e in exc.errors()
+        ]
+        return "invalid record: " + "; ".join(parts)[:300]
+    if isinstance(exc, KeyError):
+        return f"missing attribute {exc.args[0]!r}"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"record body is not JSON ({exc.msg})"
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+
+
+def decode_or_unreadable(item: Item) -> VersionedRecord | Unreadable:
+    """:func:`decode`, or an :class:`Unreadable` saying why it cannot be decoded."""
+    try:
+        return decode(item)
+    except (KeyError, ValueError, TypeError) as exc:  # pydantic's ValidationError included
+        try:
+            record_id = record_id_of(item)
+        except (KeyError, ValueError):
+            record_id = str(item.get(k.PARTITION_KEY, {}).get("S", "?"))
+        return Unreadable(record_id, _why(exc))
 
 
 def record_key(record_id: str) -> Item:
@@ -67,10 +111,12 @@ def decode(item: Item) -> VersionedRecord:
     wire = json.loads(item[k.RECORD_BODY]["S"])
     wire["updatedAt"] = item[k.RECORD_UPDATED_AT]["S"]
     return VersionedRecord(
-        record=ResourceActivityRecord.model_validate(wire),
+        record=ResourceActivityRecord.model_validate(wire, context={"stored": True}),
         revision=int(item[k.REVISION]["N"]),
         expires_at=int(item[k.TTL_ATTRIBUTE]["N"]),
         expiring=item[k.CLAIM]["S"] if k.CLAIM in item else None,
+        claimed_by=item[k.CLAIM_OWNER]["S"] if k.CLAIM_OWNER in item else None,
+        claim_until_ms=int(item[k.CLAIM_UNTIL]["N"]) if k.CLAIM_UNTIL in item else None,
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
@@ -15,7 +15,7 @@ from sandbox_ledger.ddb.attributes import N, S
 from sandbox_ledger.ddb.batching import batch_get, batch_write
 from sandbox_ledger.ddb.paging import newest_first
 from sandbox_ledger.ddb.steps import Call, Op, Sleep, error_code
-from sandbox_ledger.errors import ConflictError, InvalidInputError
+from sandbox_ledger.errors import ConflictError, InvalidInputError, StorageError
 from sandbox_ledger.resources import _items as ri
 from sandbox_ledger.resources.models import (
     FAILED_PHASES,
@@ -39,6 +39,8 @@ class Page:
 
     records: list[ri.VersionedRecord]
     cursor: str | None
+    unreadable: list[ri.Unreadable] = field(default_factory=list)
+    """Records on this page that cannot be decoded (see :class:`Unreadable`)."""
 
 
 def _conflict(exc: ClientError, record_id: str, action: str) -> ConflictError:
@@ -121,7 +123,9 @@ def get(table: str, record_id: str, *, now_s: int) -> Op[ri.VersionedRecord | No
     item = response.get("Item")
     if not item:
         return None
-    stored = ri.decode(item)
+    stored = ri.decode_or_unreadable(item)
+    if isinstance(stored, ri.Unreadable):
+        raise StorageError(f"record {record_id} is unreadable: {stored.reason}", code="Unreadable")
     return None if stored.expires_at <= now_s else stored
 
 
@@ -136,8 +140,9 @@ def touch(
             "TableName": table,
             "Key": ri.record_key(record_id),
             "UpdateExpression": "SET #u = :u, #gsk = :ms, #ttl = :ttl, #rev = #rev + :one",
-            "ConditionExpression": "attribute_exists(#rev) AND attribute_not_exists(#exp) "
-            "AND #gsk <= :ms AND #ttl > :now_s",
+            # Only the record's state decides, never the owner's clock: a heartbeat succeeds
+            # whatever its timestamp, unless the record is gone or claimed by a sweeper.
+            "ConditionExpression": "attribute_exists(#rev) AND attribute_not_exists(#exp)",
             "ExpressionAttributeNames": {
                 "#u": k.RECORD_UPDATED_AT,
                 "#gsk": k.INDEX_SORT_KEY,
@@ -149,7 +154,6 @@ def touch(
                 ":u": S(to_iso(now)),
                 ":ms": N(now_ms),
                 ":ttl": N(now_ms // 1000 + horizon_seconds),
-                ":now_s": N(now_ms // 1000),
                 ":one": N(1),
             },
             "ReturnValues": "ALL_NEW",
@@ -252,21 +256,41 @@ def delete(table: str, record_id: str, *, expected_revision: int | None) -> Op[b
     return bool(response.get("Attributes"))
 
 
-def mark_expiring(table: str, record_id: str, revision: int, reason: str) -> Op[ri.VersionedRecord]:
-    """Claim a record for expiry, if it is still at ``revision``: from here its owner can no
-    longer refresh it, so the event the sweeper publishes next is never contradicted."""
+def mark_expiring(
+    table: str,
+    record_id: str,
+    revision: int,
+    reason: str,
+    *,
+    owner: str,
+    now_ms: int,
+    until_ms: int,
+) -> Op[ri.VersionedRecord]:
+    """Claim a record for expiry, if it is still at ``revision`` and unclaimed or its claim's
+    lease ended before ``now_ms``: from here its owner can no longer refresh it, so the event
+    the sweeper publishes next is never contradicted. The lease runs until ``until_ms``."""
     response = yield from _conditional(
         "update_item",
         {
             "TableName": table,
             "Key": ri.record_key(record_id),
-            "UpdateExpression": "SET #exp = :reason, #rev = #rev + :one",
-            "ConditionExpression": "#rev = :rev AND attribute_not_exists(#exp)",
-            "ExpressionAttributeNames": {"#exp": k.CLAIM, "#rev": k.REVISION},
+            "UpdateExpression": "SET #exp = :reason, #by = :owner, #until = :until, "
+            "#rev = #rev + :one",
+            "ConditionExpression": "#rev = :rev AND (attribute_not_exists(#exp) OR "
+            "attribute_not_exists(#until) OR #until < :now)",
+            "ExpressionAttributeNames": {
+                "#exp": k.CLAIM,
+                "#rev": k.REVISION,
+                "#by": k.CLAIM_OWNER,
+                "#until": k.CLAIM_UNTIL,
+            },
             "ExpressionAttributeValues": {
                 ":reason": S(reason),
                 ":rev": N(revision),
                 ":one": N(1),
+                ":owner": S(owner),
+                ":now": N(now_ms),
+                ":until": N(until_ms),
             },
             "ReturnValues": "ALL_NEW",
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
@@ -275,6 +299,34 @@ def mark_expiring(table: str, record_id: str, revision: int, reason: str) -> Op[
         "expire",
     )
     return ri.decode(response["Attributes"])
+
+
+def release_claim(table: str, record_id: str, owner: str) -> Op[bool]:
+    """Give back ``owner``'s claim (its event could not be published): the owner may refresh
+    the record again. False if the claim is no longer ``owner``'s."""
+    try:
+        yield from _conditional(
+            "update_item",
+            {
+                "TableName": table,
+                "Key": ri.record_key(record_id),
+                "UpdateExpression": "REMOVE #exp, #by, #until SET #rev = #rev + :one",
+                "ConditionExpression": "#by = :owner",
+                "ExpressionAttributeNames": {
+                    "#exp": k.CLAIM,
+                    "#rev": k.REVISION,
+                    "#by": k.CLAIM_OWNER,
+                    "#until": k.CLAIM_UNTIL,
+                },
+                "ExpressionAttributeValues": {":owner": S(owner), ":one": N(1)},
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            },
+            record_id,
+            "release",
+        )
+    except ConflictError:
+        return False
+    return True
 
 
 def _encode_cursor(state: dict[str, Any]) -> str:
@@ -322,15 +374,16 @@ def list_records(
     items = yield from batch_get(
         table, [{k.PARTITION_KEY: i[k.PARTITION_KEY], k.SORT_KEY: i[k.SORT_KEY]} for i in keys]
     )
-    records = [ri.decode(item) for item in items if ri.is_record(item)]
-    records = [r for r in records if r.expires_at > now_s]
+    decoded = [ri.decode_or_unreadable(item) for item in items if ri.is_record(item)]
+    unreadable = [r for r in decoded if isinstance(r, ri.Unreadable)]
+    records = [r for r in decoded if isinstance(r, ri.VersionedRecord) and r.expires_at > now_s]
     if provider is not None:
         records = [r for r in records if r.record.sandbox_provider == provider]
     if phase is not None:
         records = [r for r in records if r.record.phase == phase]
     records.sort(key=lambda r: -r.record.updated_at_ms)
     more = any(v != "done" for v in state.values())
-    return Page(records, _encode_cursor(state) if more else None)
+    return Page(records, _encode_cursor(state) if more else None, unreadable)
 
 
 def candidate_keys(
@@ -356,10 +409,10 @@ def candidate_keys(
     return ids, page.get("LastEvaluatedKey")
 
 
-def batch_get_records(table: str, ids: list[str]) -> Op[list[ri.VersionedRecord]]:
-    """The stored records among ``ids`` (absent ones left out)."""
+def batch_get_records(table: str, ids: list[str]) -> Op[list[ri.VersionedRecord | ri.Unreadable]]:
+    """The stored records among ``ids`` (absent ones left out; undecodable ones reported)."""
     items = yield from batch_get(table, [ri.record_key(i) for i in ids])
-    return [ri.decode(item) for item in items if ri.is_record(item)]
+    return [ri.decode_or_unreadable(item) for item in items if ri.is_record(item)]
 
 
 def delete_claimed(table: str, ids: list[str]) -> Op[None]:

@@ -18,7 +18,52 @@ if TYPE_CHECKING:
 
 SOURCE = "sandbox-ledger.resources"
 DETAIL_TYPE = "ResourceExpired"
-_PUT_EVENTS_MAX = 10
+PUT_EVENTS_MAX_ENTRIES = 10
+PUT_EVENTS_MAX_BYTES = 256 * 1024
+"""EventBridge's limit on a PutEvents request, entries included."""
+_ENTRY_OVERHEAD = 14  # the Time field EventBridge counts for every entry
+# Free text a writer does not bound, as paths into the detail: shrunk first when an event
+# would not fit, longest first.
+_FREE_TEXT = (
+    ("record", "lastFailure", "error"),
+    ("record", "lastOperation", "error"),
+    ("record", "workspace"),
+    ("reason",),
+)
+TRUNCATION_MARKER = "…[truncated: {n} characters in all]"
+
+
+def entry_size(entry: dict[str, Any]) -> int:
+    """The size EventBridge counts for one PutEvents entry (UTF-8 bytes)."""
+    size = _ENTRY_OVERHEAD
+    for key in ("Source", "DetailType", "Detail", "EventBusName"):
+        size += len(str(entry.get(key, "")).encode("utf-8"))
+    return size + sum(len(r.encode("utf-8")) for r in entry.get("Resources", []))
+
+
+def _shrink(detail: dict[str, Any], excess: int) -> bool:
+    """Truncate free-text fields of ``detail`` (in place) by at least ``excess`` bytes, each
+    with a visible marker and its original length. False if they are too short to."""
+    fields = []
+    for path in _FREE_TEXT:
+        parent: Any = detail
+        for key in path[:-1]:
+            parent = parent.get(key) if isinstance(parent, dict) else None
+        if isinstance(parent, dict) and isinstance(parent.get(path[-1]), str):
+            fields.append((parent, path[-1]))
+    fields.sort(key=lambda f: -len(f[0][f[1]].encode("utf-8")))
+    for parent, key in fields:
+        if excess <= 0:
+            break
+        text: str = parent[key]
+        marker = TRUNCATION_MARKER.format(n=len(text))
+        # Each character cut frees at least one byte of the encoded detail (more when JSON
+        # escapes it); the bytes actually freed are counted below.
+        keep = max(0, len(text) - excess - len(marker.encode("utf-8")) - 16)
+        before = len(json.dumps(text, ensure_ascii=False).encode("utf-8"))
+        parent[key] = text[:keep] + marker
+        excess -= before - len(json.dumps(parent[key], ensure_ascii=False).encode("utf-8"))
+    return excess <= 0
 
 
 @dataclass(frozen=True)
@@ -50,26 +95,51 @@ class EventPublisher:
         self.event_bus_name = event_bus_name
         self.attempts = attempts
 
+    def entry(self, expiry: Expiry) -> dict[str, Any] | None:
+        """The PutEvents entry of one expiry, its free text truncated (with a marker) if the
+        whole would not fit a request; None if even that cannot make it fit."""
+        detail = expiry.detail()
+        entry = {
+            "Source": SOURCE,
+            "DetailType": DETAIL_TYPE,
+            "Detail": json.dumps(detail, ensure_ascii=False),
+            "Resources": [],
+            "EventBusName": self.event_bus_name,
+        }
+        excess = entry_size(entry) - PUT_EVENTS_MAX_BYTES
+        if excess > 0:
+            if not _shrink(detail, excess):
+                return None
+            entry["Detail"] = json.dumps(detail, ensure_ascii=False)
+        return entry if entry_size(entry) <= PUT_EVENTS_MAX_BYTES else None
+
     def publish(self, expiries: Sequence[Expiry]) -> set[str]:
-        """Publish every expiry; returns the ids of records whose event could not be put."""
+        """Publish every expiry in requests within EventBridge's limits (10 entries, 256 KB);
+        returns the ids of records whose event could not be put."""
         failed: set[str] = set()
-        for start in range(0, len(expiries), _PUT_EVENTS_MAX):
-            failed |= self._put_batch(list(expiries[start : start + _PUT_EVENTS_MAX]))
+        batch: list[tuple[Expiry, dict[str, Any]]] = []
+        size = 0
+        for expiry in expiries:
+            entry = self.entry(expiry)
+            if entry is None:
+                failed.add(expiry.record.id)
+                continue
+            cost = entry_size(entry)
+            if batch and (
+                len(batch) == PUT_EVENTS_MAX_ENTRIES or size + cost > PUT_EVENTS_MAX_BYTES
+            ):
+                failed |= self._put_batch(batch)
+                batch, size = [], 0
+            batch.append((expiry, entry))
+            size += cost
+        if batch:
+            failed |= self._put_batch(batch)
         return failed
 
-    def _put_batch(self, batch: list[Expiry]) -> set[str]:
+    def _put_batch(self, batch: list[tuple[Expiry, dict[str, Any]]]) -> set[str]:
         pending = batch
         for attempt in range(self.attempts):
-            entries = [
-                {
-                    "Source": SOURCE,
-                    "DetailType": DETAIL_TYPE,
-                    "Detail": json.dumps(e.detail(), ensure_ascii=False),
-                    "Resources": [],
-                    "EventBusName": self.event_bus_name,
-                }
-                for e in pending
-            ]
+            entries = [entry for _, entry in pending]
             try:
                 response = self.client.put_events(Entries=entries)
             except (ClientError, BotoCoreError) as exc:
@@ -82,4 +152,4 @@ class EventPublisher:
             if not pending:
                 return set()
             time.sleep(0.05 * 2**attempt)
-        return {e.record.id for e in pending}
+        return {e.record.id for e, _ in pending}

@@ -12,7 +12,7 @@ from sandbox_ledger.ddb.client import AsyncClientOwner, SyncClientOwner
 from sandbox_ledger.deployment import get_descriptor, resolve_shard_count
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.resources import _ops
-from sandbox_ledger.resources._items import VersionedRecord
+from sandbox_ledger.resources._items import Unreadable, VersionedRecord
 from sandbox_ledger.resources._ops import Page
 from sandbox_ledger.resources.models import ResourceActivityRecord
 
@@ -252,15 +252,33 @@ class SyncResourceRecordStore(_Base, SyncClientOwner):
                 if not start:
                     break
 
-    def get_many(self, record_ids: list[str]) -> dict[str, VersionedRecord]:
-        """The stored records among ``record_ids``, by id (strongly consistent)."""
+    def get_many(self, record_ids: list[str]) -> dict[str, VersionedRecord | Unreadable]:
+        """The stored records among ``record_ids``, by id (strongly consistent); one that
+        cannot be decoded comes back as an :class:`Unreadable`."""
         found = self.run(_ops.batch_get_records(self.table_name, record_ids))
-        return {v.record.id: v for v in found}
+        return {v.record_id if isinstance(v, Unreadable) else v.record.id: v for v in found}
 
-    def claim(self, record_id: str, revision: int, reason: str) -> VersionedRecord:
-        """Claim a record for expiry if it is still at ``revision`` and unclaimed; from then
-        on its owner can no longer refresh it. Raises ConflictError otherwise."""
-        return self.run(_ops.mark_expiring(self.table_name, record_id, revision, reason))
+    def claim(
+        self, record_id: str, revision: int, reason: str, *, owner: str, now_ms: int, until_ms: int
+    ) -> VersionedRecord:
+        """Claim a record for expiry, for ``owner`` until ``until_ms``, if it is still at
+        ``revision`` and unclaimed (or its claim's lease ended before ``now_ms``); from then on
+        its owner can no longer refresh it. Raises ConflictError otherwise."""
+        return self.run(
+            _ops.mark_expiring(
+                self.table_name,
+                record_id,
+                revision,
+                reason,
+                owner=owner,
+                now_ms=now_ms,
+                until_ms=until_ms,
+            )
+        )
+
+    def release(self, record_id: str, owner: str) -> bool:
+        """Give back ``owner``'s claim; False if it is no longer ``owner``'s."""
+        return self.run(_ops.release_claim(self.table_name, record_id, owner))
 
     def delete_claimed(self, record_ids: list[str]) -> None:
         """Delete records this sweeper claimed (batched)."""
