@@ -17,7 +17,7 @@ class LedgerModelSuite:
 
     kind = "server"
     plain_kind = "server-plain"
-    delete_races = False
+    delete_races = True  # delete_sandbox is consistent under concurrent writers (83af102)
 
     @pytest.fixture
     def subject(self) -> Subject:
