@@ -50,11 +50,14 @@ def test_wheel_with_runtime_dependencies_only(tmp_path: Path) -> None:
     assert probe.returncode == 0, probe.stderr
     needing_extras = dict(line.split("\t", 1) for line in probe.stdout.splitlines())
     for module, message in needing_extras.items():
-        assert module.startswith(("sandbox_ledger.cli.", "sandbox_ledger.testing")), module
+        assert module.startswith(
+            ("sandbox_ledger.cli.", "sandbox_ledger.testing", "sandbox_ledger.handlers")
+        ), module
         assert "pip install 'sandbox-ledger-dynamodb[" in message or module.startswith(
             "sandbox_ledger.cli."
         ), (module, message)
     assert "[testing]" in needing_extras["sandbox_ledger.testing"]
+    assert "[lambda]" in needing_extras["sandbox_ledger.handlers"]
 
     command = subprocess.run(
         [venv / "bin" / "sandbox-ledger", "--help"], capture_output=True, text=True
