@@ -229,3 +229,17 @@ def test_cli_resources_import_through_a_dynamodb_store_url(
     url = f"dynamodb://{sync_table}?endpoint_url={moto_endpoint}&region=us-east-1"
     result = CliRunner().invoke(app, ["--store", url, "resources", "import", str(directory)])
     assert result.stderr.strip().splitlines()[-1].startswith("4 written, 0 unchanged")
+
+
+def test_a_file_older_than_the_ttl_horizon_is_refused_not_hidden(
+    store: SyncResourceRecordStore, tmp_path: Path
+) -> None:
+    folder = tmp_path / "old"
+    folder.mkdir()
+    old, recent = record(age=timedelta(days=31)), record(age=timedelta(days=29))
+    for r in (old, recent):
+        (folder / f"{r.id}.json").write_text(record_file_text(r))
+    report = import_directory(store, folder)
+    assert report.written == [f"{recent.id}.json"]
+    assert "older than the store's TTL horizon (30 days)" in report.failed[f"{old.id}.json"]
+    assert store.get(old.id) is None and store.get(recent.id) == recent

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
@@ -99,15 +100,27 @@ def parse_store_url(url: str) -> tuple[str, dict[str, Any]]:
     if "endpoint_url" in options:
         kwargs["endpoint_url"] = options["endpoint_url"]
     if "shard_count" in options:
-        kwargs["shard_count"] = int(_number(url, options, "shard_count"))
+        kwargs["shard_count"] = _whole(url, options, "shard_count")
     return "dynamodb", kwargs
 
 
 def _number(url: str, options: dict[str, str], key: str) -> float:
+    """A finite, non-negative number (``inf``, ``nan`` and ``-5`` are refused)."""
     try:
-        return float(options[key])
+        value = float(options[key])
     except ValueError:
         raise _bad(url, f"option {key} must be a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise _bad(url, f"option {key} must be a finite number of at least 0")
+    return value
+
+
+def _whole(url: str, options: dict[str, str], key: str) -> int:
+    """A positive whole number (``2.9`` is refused, not cut to 2)."""
+    value = _number(url, options, key)
+    if value != int(value) or value < 1:
+        raise _bad(url, f"option {key} must be a whole number of at least 1")
+    return int(value)
 
 
 def open_store(url: str) -> StorageAdapter:
