@@ -7,19 +7,8 @@ from pathlib import Path  # noqa: TC003 - typer reads the annotation at run time
 
 import typer
 
-from sandbox_ledger.cli.app import _state, _store, _target, err, handled, out, resources_app
+from sandbox_ledger.cli.app import _store, _target, err, handled, out, resources_app
 from sandbox_ledger.errors import LedgerError
-
-
-def _configured_table() -> None:
-    """Writes go only where data lives: never into a throwaway embedded server."""
-    target = _state["target"]
-    if not target.table and not target.store:
-        raise LedgerError(
-            "this command writes to a table: name one with --table / SANDBOX_LEDGER_TABLE "
-            "or --store dynamodb://TABLE "
-            "(without one, an embedded DynamoDB would keep the data only until the command ends)"
-        )
 
 
 @resources_app.command("import")
@@ -30,8 +19,7 @@ def resources_import(
     """Load every <id>.json record of DIRECTORY; a newer record in the table is kept."""
     from sandbox_ledger.resources.files import import_directory
 
-    _configured_table()
-    report = import_directory(_store(_target()), directory)
+    report = import_directory(_store(_target(writes="resources import")), directory)
     for reason in report.failed.values():
         err.print(f"error: {reason}", markup=False)
     err.print(
