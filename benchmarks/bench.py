@@ -82,7 +82,7 @@ def bulk_sessions(adapter: SyncDynamoDBAdapter, sessions: int, *, ts0: int) -> N
         for e in [entry(name, sid, LedgerEvent.SandboxCreated, ts0 + i)] + (
             [entry(name, sid, LedgerEvent.SandboxClosed, ts0 + i + 5)] if i % 2 else []
         ):
-            update = it.summary_update(e, adapter.shard_count)
+            update = it.summary_update(e, adapter.table_shard_count())
             assert update is not None
             client.update_item(TableName=adapter.table_name, **update)
 
@@ -318,7 +318,7 @@ def growth(
         while stored < target:
             sid = f"grow-{stored}"
             bulk_sessions_one = entry("job-1", sid, LedgerEvent.SandboxCreated, 6_000_000 + stored)
-            update = it.summary_update(bulk_sessions_one, adapter.shard_count)
+            update = it.summary_update(bulk_sessions_one, adapter.table_shard_count())
             assert update is not None
             adapter.client().update_item(TableName=table, **update)
             bulk_events(adapter, "job-1", sid, per_session, ts0=6_000_000 + stored)

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from urllib.parse import quote
+
 import boto3
 import pytest
 
 from resource_fixtures import record
+from sandbox_ledger import (
+    LedgerEntry,
+    LedgerEvent,
+    ListSandboxOptions,
+    SandboxStatus,
+    open_store,
+)
 from sandbox_ledger import keys as k
 from sandbox_ledger.deployment import (
     DeploymentMismatchError,
@@ -16,6 +27,7 @@ from sandbox_ledger.deployment import (
     resolve_shard_count,
 )
 from sandbox_ledger.dynamodb import DynamoDBAdapter, SyncDynamoDBAdapter
+from sandbox_ledger.dynamodb.instrument import RequestCounter
 from sandbox_ledger.resources import SyncResourceRecordStore
 
 
@@ -84,3 +96,202 @@ def test_descriptor_round_trip_and_bad_items() -> None:
         TableDescriptor(shard_count=0)
     with pytest.raises(ValueError, match="stale_after_seconds"):
         TableDescriptor(stale_after_seconds=0)
+
+
+# -- the ledger adapters follow the descriptor ----------------------------------------------
+
+
+def _fleet(sessions: int) -> list[LedgerEntry]:
+    """``sessions`` created sessions (every third one closed), spread over the shards."""
+    entries = []
+    for i in range(sessions):
+        entries.append(_e(f"job-{i % 3}", f"sb-{i:02d}", LedgerEvent.SandboxCreated, 1_000 + i))
+        if i % 3 == 0:
+            entries.append(_e(f"job-{i % 3}", f"sb-{i:02d}", LedgerEvent.SandboxClosed, 5_000 + i))
+    return entries
+
+
+def _e(name: str, sid: str, event: str, ts: int) -> LedgerEntry:
+    return LedgerEntry(ts=ts, name=name, sandbox_id=sid, step_index=-1, event=event, payload=None)
+
+
+def _expected(sessions: int) -> list[tuple[str, str]]:
+    return sorted((f"job-{i % 3}", f"sb-{i:02d}") for i in range(sessions))
+
+
+@pytest.mark.parametrize("shards", [4, 8])
+def test_a_ledger_client_without_a_shard_count_lists_every_session(
+    moto_endpoint: str, table_name: str, shards: int
+) -> None:
+    with SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, shard_count=shards) as made:
+        made.create_table()
+        for entry in _fleet(24):
+            made.append(entry)
+    with SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint) as ledger:
+        assert ledger.shard_count is None  # not read yet
+        listed = ledger.list_all_sandbox_details()
+        assert sorted((d.name, d.sandbox_id) for d in listed) == _expected(24)
+        assert ledger.shard_count == shards == ledger.table_shard_count()
+        running = ledger.list_all_sandbox_details(ListSandboxOptions(status=SandboxStatus.Running))
+        assert len(running) == 16
+        # Writes by this client land on the table's shards too.
+        ledger.append(_e("late", "sb-late", LedgerEvent.SandboxCreated, 9_000))
+    with SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, shard_count=shards) as same:
+        assert len(same.list_all_sandbox_details()) == 25
+
+
+async def test_an_async_ledger_client_without_a_shard_count_lists_every_session(
+    moto_endpoint: str, table_name: str
+) -> None:
+    async with DynamoDBAdapter(table_name, endpoint_url=moto_endpoint, shard_count=4) as made:
+        await made.create_table()
+        for entry in _fleet(20):
+            await made.append(entry)
+    async with DynamoDBAdapter(table_name, endpoint_url=moto_endpoint) as ledger:
+        listed = await ledger.list_all_sandbox_details()
+        assert sorted((d.name, d.sandbox_id) for d in listed) == _expected(20)
+        assert ledger.shard_count == 4
+
+
+def _refused(caught: pytest.ExceptionInfo[DeploymentMismatchError], table: str) -> None:
+    message = str(caught.value)
+    assert "shard_count" in message and "2" in message and "4" in message and table in message
+    assert (caught.value.explicit, caught.value.described) == (2, 4)
+
+
+def test_a_ledger_client_with_a_disagreeing_shard_count_is_refused(
+    moto_endpoint: str, table_name: str
+) -> None:
+    with SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, shard_count=4) as made:
+        made.create_table()
+        for entry in _fleet(12):
+            made.append(entry)
+    wrong = SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, shard_count=2)
+    with pytest.raises(DeploymentMismatchError) as caught:
+        wrong.list_all_sandbox_details()
+    _refused(caught, table_name)
+    # Refused before any write: a created or closed event would index on the wrong shard.
+    for event in (LedgerEvent.SandboxCreated, LedgerEvent.SandboxClosed):
+        with pytest.raises(DeploymentMismatchError):
+            wrong.append(_e("other", "sb-x", event, 1))
+    with pytest.raises(DeploymentMismatchError):
+        wrong.table_shard_count()
+    with pytest.raises(DeploymentMismatchError):
+        wrong.create_table()
+    assert wrong.read_all("other", "sb-x") == []
+    wrong.close()
+
+
+async def test_an_async_ledger_client_with_a_disagreeing_shard_count_is_refused(
+    moto_endpoint: str, table_name: str
+) -> None:
+    async with DynamoDBAdapter(table_name, endpoint_url=moto_endpoint, shard_count=4) as made:
+        await made.create_table()
+    async with DynamoDBAdapter(table_name, endpoint_url=moto_endpoint, shard_count=2) as wrong:
+        with pytest.raises(DeploymentMismatchError) as caught:
+            await wrong.list_all_sandbox_details()
+        _refused(caught, table_name)
+        with pytest.raises(DeploymentMismatchError):
+            await wrong.append(_e("other", "sb-x", LedgerEvent.SandboxCreated, 1))
+        assert await wrong.read_all("other", "sb-x") == []
+
+
+def test_the_descriptor_is_read_once_per_client(moto_endpoint: str, table_name: str) -> None:
+    """One GetItem per client lifetime, on its first operation that needs the shard count;
+    operations that do not depend on it never read it."""
+    with SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint) as made:
+        made.create_table()
+        made.append(_e("n", "s0", LedgerEvent.SandboxCreated, 1))
+    ledger = SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint)
+    counter = RequestCounter().attach(ledger.client())
+    ledger.append(_e("n", "s1", LedgerEvent.ExecStarted, 2))
+    ledger.list_sandbox_details("n")
+    assert ledger.get_sandbox_details("n", "s0") is not None
+    assert counter.calls["GetItem"] == 1  # the details, not the descriptor
+    counter.reset()
+    ledger.append(_e("n", "s1", LedgerEvent.SandboxCreated, 3))
+    assert dict(counter.calls) == {"GetItem": 1, "TransactWriteItems": 1}
+    counter.reset()
+    ledger.append(_e("n", "s1", LedgerEvent.SandboxClosed, 4))
+    ledger.list_all_sandbox_details()
+    assert counter.calls["GetItem"] == 0
+    ledger.close()
+    fresh = SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint)
+    counter = RequestCounter().attach(fresh.client())
+    fresh.list_all_sandbox_details()
+    assert dict(counter.calls) == {"GetItem": 1, "Query": 4, "BatchGetItem": 1}
+    counter.reset()
+    fresh.list_all_sandbox_details()
+    assert dict(counter.calls) == {"Query": 4, "BatchGetItem": 1}
+    fresh.close()
+
+
+def test_a_table_without_descriptor_uses_the_given_count_and_says_so(
+    moto_endpoint: str, table_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    raw = client(moto_endpoint)
+    raw.create_table(**k.table_definition(table_name))  # type: ignore[attr-defined]
+    old = SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, shard_count=8)
+    with caplog.at_level(logging.WARNING, logger="sandbox_ledger"):
+        old.append(_e("n", "s", LedgerEvent.SandboxCreated, 1))
+        assert [d.sandbox_id for d in old.list_all_sandbox_details()] == ["s"]
+    warnings = [r.getMessage() for r in caplog.records if "no deployment descriptor" in r.message]
+    assert len(warnings) == 1, warnings  # once per client
+    assert table_name in warnings[0] and "shard_count 8 (as given)" in warnings[0]
+    assert old.shard_count == 8
+    caplog.clear()
+    default = SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint)
+    with caplog.at_level(logging.WARNING, logger="sandbox_ledger"):
+        assert default.table_shard_count() == k.DEFAULT_SHARD_COUNT
+    assert "shard_count 4 (the default)" in caplog.text
+    # create_table() on the existing table records the count: every client follows it.
+    assert old.create_table() is False
+    assert read_descriptor(raw, table_name) == TableDescriptor(shard_count=8)
+    follower = SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint)
+    assert [d.sandbox_id for d in follower.list_all_sandbox_details()] == ["s"]
+    assert follower.shard_count == 8
+    for adapter in (old, default, follower):
+        adapter.close()
+
+
+def test_store_urls_and_the_cli_follow_the_descriptor(
+    moto_endpoint: str, table_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from sandbox_ledger.cli import app
+
+    with SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, shard_count=8) as made:
+        made.create_table()
+        for entry in _fleet(16):
+            made.append(entry)
+    endpoint = quote(moto_endpoint, safe="")
+    store = open_store(f"dynamodb://{table_name}?endpoint_url={endpoint}")
+    assert isinstance(store, DynamoDBAdapter)
+    listed = asyncio.run(_list_and_close(store))
+    assert sorted(listed) == _expected(16)
+    wrong = open_store(f"dynamodb://{table_name}?endpoint_url={endpoint}&shard_count=2")
+    with pytest.raises(DeploymentMismatchError, match=r"2 .* 8"):
+        asyncio.run(_list_and_close(wrong))
+
+    monkeypatch.delenv("SANDBOX_LEDGER_TABLE", raising=False)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    runner = CliRunner()
+    url = f"dynamodb://{table_name}?endpoint_url={endpoint}"
+    result = runner.invoke(app, ["ls", "--store", url, "--limit", "0"])
+    assert result.exit_code == 0, result.output
+    assert all(sid in result.output for _, sid in _expected(16))
+    refused = runner.invoke(app, ["--shard-count", "2", "ls", "--store", url])
+    assert refused.exit_code == 1
+    assert "shard_count" in refused.output and "2" in refused.output and "8" in refused.output
+    table_args = ["--table", table_name, "--endpoint-url", moto_endpoint, "--shard-count", "4"]
+    refused = runner.invoke(app, [*table_args, "ls"])
+    assert refused.exit_code == 1 and "8" in refused.output
+
+
+async def _list_and_close(store: object) -> list[tuple[str, str]]:
+    assert isinstance(store, DynamoDBAdapter)
+    try:
+        return [(d.name, d.sandbox_id) for d in await store.list_all_sandbox_details()]
+    finally:
+        await store.close()

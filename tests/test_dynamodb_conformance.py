@@ -104,7 +104,8 @@ class TestShardedOne(StorageAdapterContract):
     """The contract holds whatever the shard count (here: one shard, no merge)."""
 
     @pytest.fixture
-    async def adapter(self, moto_endpoint: str, sync_table: str) -> AsyncIterator[DynamoDBAdapter]:
-        adapter = DynamoDBAdapter(sync_table, endpoint_url=moto_endpoint, shard_count=1)
+    async def adapter(self, moto_endpoint: str, table_name: str) -> AsyncIterator[DynamoDBAdapter]:
+        adapter = DynamoDBAdapter(table_name, endpoint_url=moto_endpoint, shard_count=1)
+        await adapter.create_table()  # a one-shard table: its descriptor says 1
         yield adapter
         await adapter.close()

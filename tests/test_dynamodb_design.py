@@ -58,7 +58,7 @@ def seed_fleet(adapter: SyncDynamoDBAdapter, sessions: int, events: int, *, star
             for j in range(events)
         ]
         for entry in lifecycle:
-            update = it.summary_update(entry, adapter.shard_count)
+            update = it.summary_update(entry, adapter.table_shard_count())
             if update is not None:
                 client.update_item(TableName=adapter.table_name, **update)
             head = it.encode_entry(entry, it.order_ids.next()).head
@@ -91,7 +91,7 @@ def test_listing_cost_is_flat_in_the_table_size(
     requests again after 500 more sessions and 15,000 events."""
     adapter = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
     counter = RequestCounter().attach(adapter.client())
-    shards = adapter.shard_count
+    shards = adapter.table_shard_count()  # reads the descriptor once, before any count
     queries = [
         ("all", None, ListSandboxOptions(limit=10)),
         ("all-running", None, ListSandboxOptions(limit=10, status=SandboxStatus.Running)),

@@ -165,7 +165,7 @@ def test_cancelled_transaction_is_all_or_nothing_through_the_adapter(
 def _summary_update(adapter: SyncDynamoDBAdapter, entry: LedgerEntry) -> dict[str, Any]:
     from sandbox_ledger.dynamodb import _items as it
 
-    update = it.summary_update(entry, adapter.shard_count)
+    update = it.summary_update(entry, adapter.table_shard_count())
     assert update is not None
     return update
 

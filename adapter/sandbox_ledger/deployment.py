@@ -16,6 +16,7 @@ client), or run :func:`get_descriptor` with an adapter's or store's ``run``::
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FORMAT",
     "DeploymentMismatchError",
+    "ShardCount",
     "TableDescriptor",
     "aread_descriptor",
     "descriptor_item",
@@ -43,6 +45,8 @@ __all__ = [
 
 FORMAT = 1
 """The descriptor format this library writes and reads."""
+
+log = logging.getLogger("sandbox_ledger.deployment")
 
 
 class DeploymentMismatchError(InvalidInputError):
@@ -190,11 +194,53 @@ def resolve_shard_count(
     descriptor: TableDescriptor | None, explicit: int | None, table: str = "?"
 ) -> int:
     """The shard count a client must use: the descriptor's; an explicit value must agree
-    with it (DeploymentMismatchError). Without a descriptor: the explicit value, else 4."""
+    with it (DeploymentMismatchError). Without a descriptor (a table made before descriptors
+    existed): the explicit value, else 4, with a warning on the ``sandbox_ledger`` logger
+    saying how to record it."""
     if explicit is not None:
         k.check_shard_count(explicit)
     if descriptor is None:
-        return k.DEFAULT_SHARD_COUNT if explicit is None else explicit
+        shards = k.DEFAULT_SHARD_COUNT if explicit is None else explicit
+        log.warning(
+            "table %s has no deployment descriptor: using shard_count %d (%s); record the "
+            "count its writers use with create_table() or `sandbox-ledger --shard-count N "
+            "table create`",
+            table,
+            shards,
+            "the default" if explicit is None else "as given",
+        )
+        return shards
     if explicit is not None and explicit != descriptor.shard_count:
         raise DeploymentMismatchError("shard_count", explicit, descriptor.shard_count, table)
     return descriptor.shard_count
+
+
+class ShardCount:
+    """One client's shard count: the table descriptor's, read once when first needed (one
+    GetItem per client; concurrent first uses may each read it) and cached.
+
+    An explicit value must agree with the descriptor (:class:`DeploymentMismatchError`
+    names both); it is used as is on a table without a descriptor (default 4).
+    """
+
+    def __init__(self, table: str, explicit: int | None) -> None:
+        self.table = table
+        self.explicit = None if explicit is None else k.check_shard_count(explicit)
+        self.resolved: int | None = None
+
+    @property
+    def known(self) -> int | None:
+        """The resolved count once read, until then the explicit one, if any."""
+        return self.resolved if self.resolved is not None else self.explicit
+
+    def resolve(self) -> Op[int]:
+        """The table's shard count (reads the descriptor on the first call only)."""
+        if self.resolved is None:
+            described = yield from get_descriptor(self.table)
+            self.resolved = resolve_shard_count(described, self.explicit, self.table)
+        return self.resolved
+
+    def agree(self, described: TableDescriptor) -> int:
+        """Adopt the descriptor a client just wrote or found (``create_table``)."""
+        self.resolved = resolve_shard_count(described, self.explicit, self.table)
+        return self.resolved

@@ -32,7 +32,6 @@ class Target:
     table_from_env: bool = False
     """The table came from SANDBOX_LEDGER_TABLE, not --table (a later --store overrides it)."""
     _stack: ExitStack = field(default_factory=ExitStack)
-    _shards: int | None = None
 
     def resolve(self) -> None:
         """Apply a dynamodb:// store URL, or start the embedded DynamoDB if no table or store
@@ -84,33 +83,13 @@ class Target:
         if self.store and not self.table:
             raise ValueError(f"--store: {what} needs a DynamoDB store (dynamodb://TABLE)")
 
-    def shards(self) -> int:
-        """The shard count every command uses: the table's descriptor's (read once), which a
-        given --shard-count must match (DeploymentMismatchError otherwise)."""
-        if self._shards is None:
-            from sandbox_ledger.deployment import read_descriptor, resolve_shard_count
-            from sandbox_ledger.errors import TableNotFoundError
-
-            session = self.boto3_session()
-            client = (session or _boto3_session()).client(
-                "dynamodb",
-                endpoint_url=self.endpoint_url,
-                region_name=self.region,
-                config=cli_config(),
-            )
-            try:
-                descriptor = read_descriptor(client, self.table or "")
-            except TableNotFoundError:  # no table yet (`table create` makes it): nothing to agree
-                descriptor = None
-            self._shards = resolve_shard_count(descriptor, self.shard_count, self.table or "")
-        return self._shards
-
     def kwargs(self, *, interactive: bool = True) -> dict[str, Any]:
         """Constructor arguments for adapters and stores (see :func:`cli_config`)."""
         return {
             "endpoint_url": self.endpoint_url,
             "region_name": self.region,
-            "shard_count": self.shards(),
+            # None: each adapter or store reads the table's descriptor; a given value must agree.
+            "shard_count": self.shard_count,
             "config": cli_config(interactive=interactive),
         }
 

@@ -146,6 +146,10 @@ def _set_if_absent(attribute: str, value: str) -> str:
     return f"{attribute} = if_not_exists({attribute}, {value})"
 
 
+SHARDED_EVENTS = frozenset({LedgerEvent.SandboxCreated, LedgerEvent.SandboxClosed})
+"""The events whose summary update writes a sharded index key (needs the shard count)."""
+
+
 def summary_update(entry: LedgerEntry, shard_count: int) -> dict[str, Any] | None:
     """The UpdateItem fields that fold ``entry`` into its session summary, or None.
 
@@ -154,7 +158,8 @@ def summary_update(entry: LedgerEntry, shard_count: int) -> dict[str, Any] | Non
     right whichever of the two came first.
     """
     pk = k.session_pk(entry.name, entry.sandbox_id)
-    shard = k.shard_of(pk, shard_count)
+    # Only created and closed write a sharded key (SHARDED_EVENTS): others pass 0.
+    shard = k.shard_of(pk, shard_count) if entry.event in SHARDED_EVENTS else 0
     names = {"#nm": A.NAME}
     values: dict[str, Any] = {
         ":nm": S(entry.name),

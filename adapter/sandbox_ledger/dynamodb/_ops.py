@@ -19,7 +19,7 @@ from sandbox_ledger.ddb.attributes import N, S
 from sandbox_ledger.ddb.batching import batch_get, batch_write
 from sandbox_ledger.ddb.paging import newest_first, query_all
 from sandbox_ledger.ddb.steps import MAX_ATTEMPTS, Call, Op, Parallel, Sleep, error_code, log
-from sandbox_ledger.deployment import TableDescriptor, put_descriptor, resolve_shard_count
+from sandbox_ledger.deployment import TableDescriptor, put_descriptor
 from sandbox_ledger.dynamodb import _items as it
 from sandbox_ledger.errors import ConflictError, InvalidInputError, StorageError
 from sandbox_ledger.keys import LedgerAttr as A
@@ -425,10 +425,11 @@ def list_environments(table: str) -> Op[list[EnvironmentRecord]]:
 # -- table ----------------------------------------------------------------------------------
 
 
-def create_table(table: str, shard_count: int) -> Op[bool]:
+def create_table(table: str, shard_count: int) -> Op[tuple[bool, TableDescriptor]]:
     """Create the table and its TTL setting if absent, wait for ACTIVE, and write its
-    deployment descriptor with ``shard_count`` unless it has one (which must agree: else
-    DeploymentMismatchError). True if created."""
+    deployment descriptor with ``shard_count`` unless it has one. Returns whether this call
+    created the table, and the table's descriptor (the existing one wins: the caller checks
+    that it agrees)."""
     created = False
     try:
         yield Call("create_table", k.table_definition(table))
@@ -458,5 +459,4 @@ def create_table(table: str, shard_count: int) -> Op[bool]:
             },
         )
     described = yield from put_descriptor(table, TableDescriptor(shard_count=shard_count))
-    resolve_shard_count(described, shard_count, table)
-    return created
+    return created, described

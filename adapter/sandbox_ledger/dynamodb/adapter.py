@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger import keys as k
 from sandbox_ledger.ddb.client import AsyncClientOwner, SyncClientOwner
+from sandbox_ledger.deployment import ShardCount
+from sandbox_ledger.dynamodb import _items as it
 from sandbox_ledger.dynamodb import _ops
 from sandbox_ledger.dynamodb._items import order_ids
 from sandbox_ledger.errors import InvalidInputError
@@ -45,13 +47,34 @@ def _record(record: object) -> EnvironmentRecord:
 
 
 class _Base:
-    def __init__(self, table_name: str, shard_count: int) -> None:
+    def __init__(self, table_name: str, shard_count: int | None) -> None:
         self.table_name = k.check_table_name(table_name)
-        self.shard_count = k.check_shard_count(shard_count)
+        self._shards = ShardCount(self.table_name, shard_count)
+
+    @property
+    def shard_count(self) -> int | None:
+        """The shard count in use: the table descriptor's once read (see
+        :mod:`sandbox_ledger.deployment`), until then the one given, if any."""
+        return self._shards.known
 
     # Each method returns the operation to run; the twins run it.
-    def _append(self, entry: LedgerEntry) -> Op[Any]:
-        return _ops.append(self.table_name, _entry(entry), order_ids.next(), self.shard_count)
+    def _resolve_shards(self) -> Op[int]:
+        return self._shards.resolve()
+
+    def _create_table(self) -> Op[bool]:
+        shards = self._shards.explicit or k.DEFAULT_SHARD_COUNT
+        created, described = yield from _ops.create_table(self.table_name, shards)
+        self._shards.agree(described)
+        return created
+
+    def _append(self, entry: LedgerEntry, claim: str | None = None) -> Op[bool]:
+        # Only the index keys of created and closed depend on the shard count: the other
+        # events never read the descriptor; a refused key is refused before reading it.
+        k.check_session_key(entry.name, entry.sandbox_id)
+        shards = (yield from self._shards.resolve()) if entry.event in it.SHARDED_EVENTS else 0
+        return (
+            yield from _ops.append(self.table_name, entry, order_ids.next(), shards, claim=claim)
+        )
 
     def _append_once(self, entry: LedgerEntry, occurrence: int) -> Op[bool]:
         if isinstance(occurrence, bool) or not isinstance(occurrence, int):
@@ -59,7 +82,7 @@ class _Base:
         if not 1 <= occurrence <= 999_999:
             raise InvalidInputError("occurrence", "must be an integer from 1 to 999999")
         claim = k.claim_sk(content_digest(_entry(entry)), occurrence)
-        return _ops.append(self.table_name, entry, order_ids.next(), self.shard_count, claim=claim)
+        return self._append(entry, claim)
 
     def _scan(self, name: str | None, segments: int) -> Op[list[tuple[str, str]]]:
         if name is not None:
@@ -75,11 +98,13 @@ class _Base:
     def _page(self, name: str | None, opts: Any) -> Op[SandboxPage]:
         if name is not None:
             k.by_name_pk(name)
-        return _ops.list_details(
-            self.table_name,
-            name=name,
-            opts=validate_list_options(opts),
-            shard_count=self.shard_count,
+        checked = validate_list_options(opts)
+        # Listing one name reads its own index partition: no shard count needed.
+        shards = 0 if name is not None else (yield from self._shards.resolve())
+        return (
+            yield from _ops.list_details(
+                self.table_name, name=name, opts=checked, shard_count=shards
+            )
         )
 
 
@@ -92,8 +117,12 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
         region_name: AWS region; default from the environment.
         session: an ``aioboto3.Session`` (credentials, profile).
         config: a ``botocore.config.Config`` merged over the defaults (standard retries).
-        shard_count: shards of the list-all index key; every reader and writer of one table
-            must use the same value.
+        shard_count: shards of the list-all index key. Default: the table's, from its
+            deployment descriptor (read once, on the first append of a created or closed
+            event or the first list of every name; see :mod:`sandbox_ledger.deployment`);
+            a value given must agree with it (``DeploymentMismatchError`` names both). On a
+            table without a descriptor, the value given (default 4) is used and a warning
+            logged; ``create_table()`` records it.
     """
 
     def __init__(
@@ -104,7 +133,7 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
         region_name: str | None = None,
         session: Any | None = None,
         config: Config | None = None,
-        shard_count: int = k.DEFAULT_SHARD_COUNT,
+        shard_count: int | None = None,
     ) -> None:
         super().__init__(table_name, shard_count)
         self._open(
@@ -116,11 +145,16 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
 
         Returns True if this call created it.
         """
-        return await self.run(_ops.create_table(self.table_name, self.shard_count))
+        return await self.run(self._create_table())
+
+    async def table_shard_count(self) -> int:
+        """The table's shard count: its descriptor's, read once per client (see
+        ``shard_count`` above). Raises DeploymentMismatchError if the given one disagrees."""
+        return await self.run(self._resolve_shards())
 
     async def append(self, entry: LedgerEntry) -> None:
         """Persist one entry exactly once (one round trip; more only for entries over 350 KB)."""
-        await self.run(self._append(entry))
+        await self.run(self._append(_entry(entry)))
 
     async def append_once(self, entry: LedgerEntry, occurrence: int) -> bool:
         """Append the ``occurrence``-th copy (1-based) of this content in its session unless
@@ -210,7 +244,7 @@ class SyncDynamoDBAdapter(_Base, SyncClientOwner):
         region_name: str | None = None,
         session: Any | None = None,
         config: Config | None = None,
-        shard_count: int = k.DEFAULT_SHARD_COUNT,
+        shard_count: int | None = None,
     ) -> None:
         super().__init__(table_name, shard_count)
         self._open(
@@ -219,11 +253,15 @@ class SyncDynamoDBAdapter(_Base, SyncClientOwner):
 
     def create_table(self) -> bool:
         """Create the table as the CDK stack provisions it, if absent; wait until ACTIVE."""
-        return self.run(_ops.create_table(self.table_name, self.shard_count))
+        return self.run(self._create_table())
+
+    def table_shard_count(self) -> int:
+        """The table's shard count, read once per client (see DynamoDBAdapter)."""
+        return self.run(self._resolve_shards())
 
     def append(self, entry: LedgerEntry) -> None:
         """Persist one entry exactly once."""
-        self.run(self._append(entry))
+        self.run(self._append(_entry(entry)))
 
     def append_once(self, entry: LedgerEntry, occurrence: int) -> bool:
         """Append one identified copy unless stored (see DynamoDBAdapter.append_once)."""
