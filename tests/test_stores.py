@@ -169,6 +169,19 @@ def _ledger() -> list[LedgerEntry]:
         add(LedgerEvent.CheckpointCreated, start + 50, payload={"snapshotId": f"snap-{n}"})
         if n % 2 == 0:
             add(LedgerEvent.SandboxClosed, start + 60)
+        if n == 1:
+            # A second created, earlier in time but appended later: startedAt stays the
+            # first appended, so only an export in append order moves it unchanged.
+            add(LedgerEvent.SandboxCreated, start - 500, payload={"again": True})
+    # A session that was never created: not listed, yet its entries are exported and moved.
+    for step in range(2):
+        orphan = {"name": "orphan ✓", "sandbox_id": "never-created"}
+        out.append(LedgerEntry(ts=5, step_index=step, event=LedgerEvent.ExecStarted, **orphan))
+        out.append(
+            LedgerEntry(
+                ts=4, step_index=step, event=LedgerEvent.ExecComplete, payload=[step], **orphan
+            )
+        )
     return out
 
 
@@ -185,14 +198,20 @@ async def _seed(url: str) -> None:
 async def _snapshot(url: str) -> Any:
     store = open_store(url)
     try:
-        details = await store.list_all_sandbox_details()
-        entries = {
-            (d.name, d.sandbox_id): await store.read_all(d.name, d.sandbox_id) for d in details
-        }
-        checkpoints = {key: await store.list_checkpoints(*key) for key in entries}
-        return details, entries, checkpoints
+        return await _snapshot_of(store)
     finally:
         await store.close()
+
+
+async def _snapshot_of(store: Any) -> Any:
+    """Everything a store holds: listed sessions, every session with entries (listed or not)
+    with its entries in read order and in append order, and its checkpoints."""
+    details = await store.list_all_sandbox_details()
+    sessions = await store.scan_sessions()
+    entries = {key: await store.read_all(*key) for key in sessions}
+    appended = {key: await store.read_in_append_order(*key) for key in sessions}
+    checkpoints = {key: await store.list_checkpoints(*key) for key in entries}
+    return details, entries, appended, checkpoints
 
 
 STORES = ["sqlite_url", "postgres_url", "dynamodb_url"]
@@ -224,9 +243,44 @@ def test_export_pipe_import_moves_a_ledger(
         assert f"<stdin>: {new} new, {present} already present, 0 failed" in imported.stderr
     before, after = asyncio.run(_snapshot(a)), asyncio.run(_snapshot(b))
     assert after == before
-    details, entries, _ = after
-    assert len(details) == 3
+    details, entries, appended, _ = after
+    assert len(details) == 3  # the never-created session is not listed ...
+    assert len(entries) == 4  # ... but it moved with the others
     assert sum(len(e) for e in entries.values()) == len(_ledger())
+    for key, in_order in appended.items():
+        assert in_order == [e for e in _ledger() if (e.name, e.sandbox_id) == key]
+    again = runner.invoke(app, ["export", "--store", b])
+    assert again.exit_code == 0 and again.stdout == lines  # byte-identical round trip
+    by_name = runner.invoke(app, ["export", "--store", a, "--name", "orphan ✓"])
+    assert by_name.exit_code == 0 and len(by_name.stdout.splitlines()) == 4
+
+
+def test_the_memory_store_exports_every_session(tmp_path: Path) -> None:
+    """The memory store (one process, so no pipe): sessions without sandbox.created are
+    exported in append order and re-imported equal."""
+    from rich.console import Console
+
+    from sandbox_ledger.cli.context import BlockingStore
+    from sandbox_ledger.cli.transfer import export_to, import_from
+
+    source, destination = MemoryAdapter(), MemoryAdapter()
+
+    async def seed() -> None:
+        for entry in _ledger():
+            await source.append(entry)
+
+    asyncio.run(seed())
+    err = Console(stderr=True)
+    path = tmp_path / "ledger.jsonl"
+    sessions, count = export_to(
+        BlockingStore(source), name=None, sandbox_id=None, output=path, err=err
+    )
+    assert (sessions, count) == (4, len(_ledger()))
+    with path.open("rb") as stream:
+        report = import_from(BlockingStore(destination), stream, label="x", err=err)
+    assert report.summary() == f"{len(_ledger())} new, 0 already present, 0 failed"
+    before, after = asyncio.run(_snapshot_of(source)), asyncio.run(_snapshot_of(destination))
+    assert after == before and len(after[1]) == 4
 
 
 @pytest.mark.parametrize("store", [*STORES, "memory"])
@@ -331,3 +385,43 @@ def test_an_explicit_store_wins_over_an_exported_table(
     monkeypatch.setenv("SANDBOX_LEDGER_STORE", sqlite_url)  # both variables: ambiguous
     both = runner.invoke(app, ["ls"])
     assert both.exit_code == 1 and "SANDBOX_LEDGER_TABLE" in both.output
+
+
+def test_an_adapter_without_scan_sessions_exports_listed_sessions_and_says_so(
+    tmp_path: Path,
+) -> None:
+    """A third-party adapter with the contract's methods only: the export says what it
+    cannot include."""
+    import io
+
+    from rich.console import Console
+
+    from sandbox_ledger.cli.context import BlockingStore
+    from sandbox_ledger.cli.transfer import export_to
+
+    memory = MemoryAdapter()
+    asyncio.run(_seed_adapter(memory))
+    inner = BlockingStore(memory)
+
+    class ContractOnly:
+        def list_all_sandbox_details(self) -> Any:
+            return inner.list_all_sandbox_details()
+
+        def read_all(self, name: str, sandbox_id: str) -> Any:
+            return inner.read_all(name, sandbox_id)
+
+    stderr = io.StringIO()
+    sessions, count = export_to(
+        ContractOnly(),  # type: ignore[arg-type]
+        name=None,
+        sandbox_id=None,
+        output=tmp_path / "out.jsonl",
+        err=Console(file=stderr),
+    )
+    assert sessions == 3 and count == len(_ledger()) - 4
+    assert "sessions without one are not exported" in stderr.getvalue()
+
+
+async def _seed_adapter(adapter: Any) -> None:
+    for entry in _ledger():
+        await adapter.append(entry)

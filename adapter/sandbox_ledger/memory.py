@@ -99,6 +99,24 @@ class MemoryAdapter:
             return []
         return [_copy(e) for _, _, e in session.events]
 
+    async def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
+        """Every entry of the session in the order it was appended (what an export replays)."""
+        session = self._sessions.get((_require(name, "name"), _require(sandbox_id, "sandboxId")))
+        if session is None:
+            return []
+        return [_copy(e) for _, _, e in sorted(session.events, key=lambda t: t[1])]
+
+    async def scan_sessions(self, name: str | None = None) -> list[tuple[str, str]]:
+        """Every (name, sandboxId) with at least one entry, listed or not (sessions without
+        ``sandbox.created`` included), sorted; for exports."""
+        if name is not None:
+            _require(name, "name")
+        return sorted(
+            key
+            for key, session in self._sessions.items()
+            if session.events and (name is None or key[0] == name)
+        )
+
     async def last_checkpoint(self, name: str, sandbox_id: str) -> LedgerEntry | None:
         """The last checkpoint entry in read_all order, or None."""
         checkpoints = [e for e in await self.read_all(name, sandbox_id) if _is_checkpoint(e)]

@@ -26,6 +26,11 @@ new):
 
   :func:`sandbox_ledger.summary.keyset_page` implements it for an adapter that can hand over
   (details, tie-break) rows.
+* **Export helpers** (optional; every adapter of this library has them).
+  ``scan_sessions(name=None)`` returns every (name, sandboxId) with at least one entry,
+  sorted, sessions never created included; ``read_in_append_order(name, sandbox_id)`` returns
+  a session's entries in the order they were appended. ``sandbox-ledger export`` uses them;
+  without them it exports listed sessions only, in ``read_all`` order, and says so.
 """
 
 from __future__ import annotations

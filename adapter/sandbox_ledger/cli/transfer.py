@@ -20,9 +20,9 @@ if TYPE_CHECKING:
 
 
 LISTED_ONLY = (
-    "note: this store finds sessions through their sandbox.created event: sessions without "
-    "one are not exported, and entries are in ts order (a DynamoDB store exports every "
-    "session in append order)"
+    "note: this adapter has no scan_sessions(): sessions are found through their "
+    "sandbox.created event, so sessions without one are not exported (every store this "
+    "library ships exports them all)"
 )
 
 

@@ -86,6 +86,16 @@ SELECT ts, step_index, branch, event, payload, error FROM {s}.ledger_events
 WHERE session_id = ({session})
 ORDER BY ts, seq
 """
+        self.read_in_append_order = f"""
+SELECT ts, step_index, branch, event, payload, error FROM {s}.ledger_events
+WHERE session_id = ({session})
+ORDER BY seq
+"""
+        self.sessions_with_entries = f"""
+SELECT s.name, s.sandbox_id FROM {s}.ledger_sessions AS s
+WHERE (%(name)s::text IS NULL OR s.name = %(name)s)
+  AND EXISTS (SELECT 1 FROM {s}.ledger_events AS e WHERE e.session_id = s.id)
+"""
         self.checkpoints = f"""
 SELECT ts, payload FROM {s}.ledger_events
 WHERE session_id = ({session}) AND event = '{_CHECKPOINT}'
@@ -372,6 +382,20 @@ class PostgresAdapter:
         """Every entry of the session, ascending ts, ties in append order (one query)."""
         found = await self._fetchall(self.queries.read_all, self._key(name, sandbox_id))
         return [rows.decode_entry(name, sandbox_id, *r) for r in found]
+
+    async def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
+        """Every entry of the session in the order it was appended (what an export replays)."""
+        key = self._key(name, sandbox_id)
+        found = await self._fetchall(self.queries.read_in_append_order, key)
+        return [rows.decode_entry(name, sandbox_id, *r) for r in found]
+
+    async def scan_sessions(self, name: str | None = None) -> list[tuple[str, str]]:
+        """Every (name, sandboxId) with at least one entry, listed or not (sessions without
+        ``sandbox.created`` included), sorted; for exports (reads every session row)."""
+        if name is not None:
+            rows.check_text(name, "name")
+        found = await self._fetchall(self.queries.sessions_with_entries, {"name": name})
+        return sorted((n, sid) for n, sid in found)
 
     async def last_checkpoint(self, name: str, sandbox_id: str) -> LedgerEntry | None:
         """The session's last checkpoint entry (one indexed query), or None."""

@@ -72,6 +72,17 @@ FROM ledger_events AS e
 WHERE e.session_id = ({_SESSION_ID_SQL})
 ORDER BY e.ts, e.seq
 """
+    read_in_append_order = f"""
+SELECT e.ts, e.step_index, e.branch, e.event, e.payload, e.error
+FROM ledger_events AS e
+WHERE e.session_id = ({_SESSION_ID_SQL})
+ORDER BY e.seq
+"""
+    sessions_with_entries = """
+SELECT s.name, s.sandbox_id FROM ledger_sessions AS s
+WHERE (:name IS NULL OR s.name = :name)
+  AND EXISTS (SELECT 1 FROM ledger_events AS e WHERE e.session_id = s.id)
+"""
     checkpoints = f"""
 SELECT e.ts, e.payload FROM ledger_events AS e
 WHERE e.session_id = ({_SESSION_ID_SQL}) AND e.event = '{_CHECKPOINT}'
@@ -363,6 +374,20 @@ class SQLiteAdapter:
         key = (rows.check_text(name, "name"), rows.check_text(sandbox_id, "sandboxId"))
         found = await self._fetchall(self.queries.read_all, key)
         return [rows.decode_entry(name, sandbox_id, *r) for r in found]
+
+    async def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
+        """Every entry of the session in the order it was appended (what an export replays)."""
+        key = (rows.check_text(name, "name"), rows.check_text(sandbox_id, "sandboxId"))
+        found = await self._fetchall(self.queries.read_in_append_order, key)
+        return [rows.decode_entry(name, sandbox_id, *r) for r in found]
+
+    async def scan_sessions(self, name: str | None = None) -> list[tuple[str, str]]:
+        """Every (name, sandboxId) with at least one entry, listed or not (sessions without
+        ``sandbox.created`` included), sorted; for exports (reads every session row)."""
+        if name is not None:
+            rows.check_text(name, "name")
+        found = await self._fetchall(self.queries.sessions_with_entries, {"name": name})
+        return sorted((n, sid) for n, sid in found)
 
     async def last_checkpoint(self, name: str, sandbox_id: str) -> LedgerEntry | None:
         """The session's last checkpoint entry (one indexed query), or None."""
