@@ -185,12 +185,25 @@ def _ledger() -> list[LedgerEntry]:
     return out
 
 
+def _environments() -> list[EnvironmentRecord]:
+    """Records as a builder saves them: extra fields (null values, nested, unicode), and
+    equal builtAt saved out of name order (their listing order is first-saved)."""
+    wire: list[dict[str, Any]] = [
+        {"name": "py", "builtAt": 1},
+        {"name": "node", "builtAt": 7, "snapshotId": None, "image": {"tag": "20", "layers": []}},
+        {"name": "zeta ✓", "builtAt": 7, "note": "ünïcode 🚀", "size": 1.5e-7, "ok": True},
+        {"name": "alpha", "builtAt": 7, "snapshotId": "snap-a", "extra": [None, 1, "x"]},
+    ]
+    return [EnvironmentRecord.model_validate(w) for w in wire]
+
+
 async def _seed(url: str) -> None:
     store = open_store(url)
     try:
         for entry in _ledger():
             await store.append(entry)
-        await store.save_environment(EnvironmentRecord(name="py", built_at=1))
+        for record in _environments():
+            await store.save_environment(record)
     finally:
         await store.close()
 
@@ -211,7 +224,8 @@ async def _snapshot_of(store: Any) -> Any:
     entries = {key: await store.read_all(*key) for key in sessions}
     appended = {key: await store.read_in_append_order(*key) for key in sessions}
     checkpoints = {key: await store.list_checkpoints(*key) for key in entries}
-    return details, entries, appended, checkpoints
+    environments = [r.wire() for r in await store.list_environments()]
+    return details, entries, appended, checkpoints, environments
 
 
 STORES = ["sqlite_url", "postgres_url", "dynamodb_url"]
@@ -235,15 +249,28 @@ def test_export_pipe_import_moves_a_ledger(
     exported = runner.invoke(app, ["export", "--store", a])
     assert exported.exit_code == 0, exported.output
     lines = exported.stdout
-    assert len(lines.splitlines()) == len(_ledger())
-    n = len(_ledger())
-    for new, present in ((n, 0), (0, n)):  # a second import of the same lines adds nothing
+    n, envs = len(_ledger()), len(_environments())
+    assert len(lines.splitlines()) == n + envs
+    assert f"exported {n} entries of 4 session(s) and {envs} environment record(s)" in (
+        exported.stderr
+    )
+    # A second import of the same lines adds nothing, environments included.
+    for new, present, env in (
+        (n, 0, f"{envs} new, 0 updated, 0 already present"),
+        (0, n, f"0 new, 0 updated, {envs} already present"),
+    ):
         imported = runner.invoke(app, ["import", "--store", b, "-"], input=lines)
         assert imported.exit_code == 0, imported.output
         assert f"<stdin>: {new} new, {present} already present, 0 failed" in imported.stderr
+        assert f"; environments: {env}, 0 not newer than the store's" in imported.stderr
     before, after = asyncio.run(_snapshot(a)), asyncio.run(_snapshot(b))
     assert after == before
-    details, entries, appended, _ = after
+    details, entries, appended, _, environments = after
+    # Exactly as saved (null values and nested extras kept), in the same listing order.
+    assert sorted(environments, key=lambda w: w["name"]) == sorted(
+        (r.wire() for r in _environments()), key=lambda w: w["name"]
+    )
+    assert [w["name"] for w in environments] == ["node", "zeta ✓", "alpha", "py"]
     assert len(details) == 3  # the never-created session is not listed ...
     assert len(entries) == 4  # ... but it moved with the others
     assert sum(len(e) for e in entries.values()) == len(_ledger())
@@ -268,17 +295,20 @@ def test_the_memory_store_exports_every_session(tmp_path: Path) -> None:
     async def seed() -> None:
         for entry in _ledger():
             await source.append(entry)
+        for record in _environments():
+            await source.save_environment(record)
 
     asyncio.run(seed())
     err = Console(stderr=True)
     path = tmp_path / "ledger.jsonl"
-    sessions, count = export_to(
-        BlockingStore(source), name=None, sandbox_id=None, output=path, err=err
-    )
-    assert (sessions, count) == (4, len(_ledger()))
+    counts = export_to(BlockingStore(source), name=None, sandbox_id=None, output=path, err=err)
+    assert counts == (4, len(_ledger()), len(_environments()))
     with path.open("rb") as stream:
         report = import_from(BlockingStore(destination), stream, label="x", err=err)
-    assert report.summary() == f"{len(_ledger())} new, 0 already present, 0 failed"
+    assert report.summary() == (
+        f"{len(_ledger())} new, 0 already present, 0 failed; "
+        "environments: 4 new, 0 updated, 0 already present, 0 not newer than the store's"
+    )
     before, after = asyncio.run(_snapshot_of(source)), asyncio.run(_snapshot_of(destination))
     assert after == before and len(after[1]) == 4
 
@@ -410,8 +440,11 @@ def test_an_adapter_without_scan_sessions_exports_listed_sessions_and_says_so(
         def read_all(self, name: str, sandbox_id: str) -> Any:
             return inner.read_all(name, sandbox_id)
 
+        def list_environments(self) -> Any:
+            return inner.list_environments()
+
     stderr = io.StringIO()
-    sessions, count = export_to(
+    sessions, count, _ = export_to(
         ContractOnly(),  # type: ignore[arg-type]
         name=None,
         sandbox_id=None,

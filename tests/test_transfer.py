@@ -11,11 +11,17 @@ import pytest
 from typer.testing import CliRunner
 
 from resource_fixtures import record
-from sandbox_ledger import LedgerEntry
+from sandbox_ledger import EnvironmentRecord, LedgerEntry
 from sandbox_ledger.cli import app
 from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 from sandbox_ledger.resources import SyncResourceRecordStore
-from sandbox_ledger.transfer import content_digest, import_entries, parse_lines, plan_session
+from sandbox_ledger.transfer import (
+    content_digest,
+    environment_line,
+    import_entries,
+    parse_lines,
+    plan_session,
+)
 
 
 def e(
@@ -328,3 +334,125 @@ def test_rm_and_show_of_a_missing_session_fail(
         assert result.exit_code == 1, command
         [message] = result.output.strip().splitlines()
         assert "job/nope" in message
+
+
+# -- environment records in the export ------------------------------------------------------
+
+
+def env(name: str, built_at: int, **extra: object) -> EnvironmentRecord:
+    return EnvironmentRecord.model_validate({"name": name, "builtAt": built_at, **extra})
+
+
+def test_environment_lines_parse_and_unknown_kinds_are_reported() -> None:
+    record = env("py", 5, snapshotId=None, layers=[1, {"a": None}])
+    rows = [
+        line(e("n", "s", "sandbox.created", 1)),
+        environment_line(record),
+        '{"kind": "retention-policy", "record": {"days": 3}}',
+        '{"kind": "environment", "record": {"name": "no-built-at"}}',
+        '{"kind": "environment", "record": {"name": "x", "builtAt": 1}, "more": 1}',
+        # An entry whose extra field is called "kind" is still an entry (it has "event").
+        '{"ts": 2, "name": "n", "sandboxId": "s", "stepIndex": -1, "event": "x", "kind": "k"}',
+        '{"kind": "environment"}',
+    ]
+    parsed = parse_lines(r.encode() + b"\n" for r in rows)
+    assert [n for n, _ in parsed.entries] == [1, 6]
+    assert parsed.entries[1][1].wire()["kind"] == "k"
+    assert [(n, r.wire()) for n, r in parsed.environments] == [(2, record.wire())]
+    reasons = {err.number: err.reason for err in parsed.errors}
+    assert set(reasons) == {3, 4, 5, 7}
+    assert "line kind 'retention-policy' is unknown" in reasons[3] and "newer" in reasons[3]
+    assert "environment record" in reasons[4] and "builtAt" in reasons[4]
+    assert "more" in reasons[5]
+
+
+def test_an_importer_without_typed_lines_refuses_an_environment_line() -> None:
+    """What an importer older than typed lines did with every line: validate it as an entry.
+    An environment line fails there (no ts, name, sandboxId), so it is reported, not lost."""
+    with pytest.raises(ValueError, match="ts") as caught:
+        LedgerEntry.model_validate_json(environment_line(env("py", 1)))
+    assert "sandboxId" in str(caught.value)
+
+
+class Envs:
+    """A store's environment methods (sync), counting saves."""
+
+    def __init__(self, *held: EnvironmentRecord) -> None:
+        self.held = {r.name: r for r in held}
+        self.saves = 0
+
+    def read_all(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
+        return []
+
+    def append(self, entry: LedgerEntry) -> None:
+        raise AssertionError("no entries in these files")
+
+    def get_environment(self, name: str) -> EnvironmentRecord | None:
+        return self.held.get(name)
+
+    def save_environment(self, record: EnvironmentRecord) -> None:
+        self.saves += 1
+        self.held[record.name] = record
+
+
+def test_environments_reconcile_by_built_at() -> None:
+    store = Envs(env("older", 5, v="store"), env("newer", 9, v="store"), env("tie", 7, v="store"))
+    same = env("same", 3, v=None)
+    store.held["same"] = same
+    incoming = [
+        env("older", 6, v="file"),  # newer than the store's: replaces it
+        env("newer", 8, v="file"),  # older than the store's: the store's is kept
+        env("tie", 7, v="file"),  # same builtAt, other content: the store's is kept
+        same,  # identical: already present
+        env("fresh", 1, v="file"),  # absent: saved
+    ]
+    parsed = parse_lines(environment_line(r).encode() for r in incoming)
+    report = import_entries(store, parsed)
+    counts = report.environments
+    assert (counts.new, counts.updated, counts.present, counts.kept) == (1, 1, 1, 2)
+    assert {n: r.wire().get("v") for n, r in store.held.items()} == {
+        "older": "file",
+        "newer": "store",
+        "tie": "store",
+        "same": None,
+        "fresh": "file",
+    }
+    assert store.saves == 2
+    again = import_entries(store, parsed)  # re-import: nothing changes, nothing is saved
+    assert (again.environments.new, again.environments.updated) == (0, 0)
+    assert store.saves == 2
+    assert again.summary().endswith(
+        "; environments: 0 new, 0 updated, 3 already present, 2 not newer than the store's"
+    )
+
+
+def test_an_export_without_environment_lines_imports_as_before() -> None:
+    report = import_entries(Envs(), parse_lines([b"\n"]))
+    assert report.summary() == "0 new, 0 already present, 0 failed"
+
+
+def test_a_table_export_carries_environments_and_a_refused_record_is_a_failed_line(
+    runner: CliRunner,
+    args: list[str],
+    ledger: SyncDynamoDBAdapter,
+    moto_endpoint: str,
+    tmp_path: Path,
+) -> None:
+    fill(ledger)
+    ledger.save_environment(env("py", 5, snapshotId=None, tags={"a": None}))
+    lines = export(runner, args, tmp_path / "all.jsonl")
+    assert lines[-1] == environment_line(env("py", 5, snapshotId=None, tags={"a": None}))
+    # Per-name exports are about sessions: no environment records.
+    assert not any(
+        '"kind"' in x for x in export(runner, args, tmp_path / "job.jsonl", "--name", "job")
+    )
+    target, copy = other_table(moto_endpoint, f"{ledger.table_name}-env")
+    path = tmp_path / "plus.jsonl"
+    bad = environment_line(env("e" * 1100, 1))  # longer than any store's key allows
+    path.write_text("\n".join([*lines, bad, '{"kind": "future"}']) + "\n", encoding="utf-8")
+    out = imported(runner, target, str(path), code=1)
+    assert f"{path}:{len(lines) + 1}:" in out and f"{path}:{len(lines) + 2}: line kind" in out
+    assert "12 new, 0 already present, 2 failed; environments: 1 new" in out
+    assert [r.wire() for r in copy.list_environments()] == [
+        {"name": "py", "builtAt": 5, "snapshotId": None, "tags": {"a": None}}
+    ]

@@ -12,6 +12,23 @@ each write carries its identity and is conditional on it (a claim item in the sa
 transaction on DynamoDB), so repeated, overlapping, reordered and concurrent imports store
 every entry of the file exactly once and never duplicate an entry the table already holds,
 while genuinely repeated events (two identical lines) survive as two entries.
+
+**Environment records** travel in the same file, after the entries, one line each:
+``{"kind": "environment", "record": {...}}`` with the record's wire shape (every field,
+null values included). A line with ``kind`` and no ``event`` is a typed line; every entry line
+has ``event``. An importer that meets a kind it does not know reports that line as failed,
+naming the kind (written by a newer version), and imports the rest; an importer older than
+typed lines reports them as failed lines too (no ``ts``, ``name``, ``sandboxId``), so an
+export never loses data silently in either direction, and a file without typed lines (an
+older export) imports as before.
+
+Environment records are reconciled by ``builtAt``: a record the store does not hold is
+saved; one whose ``builtAt`` is newer than the store's replaces it; an identical one is
+already present; otherwise (the store's is as new or newer) the store's is kept. Importing
+the same file again therefore changes nothing, and importing an older export never rolls a
+rebuilt environment back. The comparison and the save are two steps: a builder saving the
+same record between them can be overwritten by the file's record when the file's is newer
+than what the builder read, as any two writers of one record.
 """
 
 from __future__ import annotations
@@ -24,22 +41,28 @@ from typing import TYPE_CHECKING, Protocol
 
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.keys import check_session_key
-from sandbox_ledger.models import LedgerEntry
+from sandbox_ledger.models import EnvironmentRecord, LedgerEntry
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
 
 __all__ = [
+    "ENVIRONMENT_KIND",
+    "EnvironmentCounts",
     "ImportReport",
     "LineError",
     "ParsedFile",
     "content_digest",
+    "environment_line",
     "export_lines",
     "import_entries",
     "parse_lines",
 ]
 
 _BOM = b"\xef\xbb\xbf"
+
+ENVIRONMENT_KIND = "environment"
+"""The ``kind`` of an environment record's line in an export."""
 
 
 def content_digest(entry: LedgerEntry) -> str:
@@ -58,6 +81,12 @@ def entry_line(entry: LedgerEntry) -> str:
     return json.dumps(entry.wire(), ensure_ascii=False)
 
 
+def environment_line(record: EnvironmentRecord) -> str:
+    """One exported environment line (without its newline): its kind and the record's wire
+    shape, every field kept (null values included)."""
+    return json.dumps({"kind": ENVIRONMENT_KIND, "record": record.wire()}, ensure_ascii=False)
+
+
 @dataclass(frozen=True)
 class LineError:
     """A line that was not imported: its 1-based number and why."""
@@ -72,6 +101,7 @@ class ParsedFile:
 
     entries: list[tuple[int, LedgerEntry]] = field(default_factory=list)
     errors: list[LineError] = field(default_factory=list)
+    environments: list[tuple[int, EnvironmentRecord]] = field(default_factory=list)
 
 
 def _reason(exc: Exception) -> str:
@@ -86,11 +116,12 @@ def _reason(exc: Exception) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
-def parse_line(raw: bytes) -> LedgerEntry | None:
-    """One line as an entry, None when blank.
+def parse_line(raw: bytes) -> LedgerEntry | EnvironmentRecord | None:
+    """One line as an entry or an environment record, None when blank.
 
     Raises:
-        ValueError: not UTF-8, not JSON, not an entry, or keys too long (the reason says which).
+        ValueError: not UTF-8, not JSON, not an entry, keys too long, or a typed line of an
+            unknown kind or with an invalid record (the reason says which).
     """
     raw = raw.rstrip(b"\r\n")
     if not raw.strip():
@@ -102,9 +133,44 @@ def parse_line(raw: bytes) -> LedgerEntry | None:
     try:
         entry = LedgerEntry.model_validate_json(text)
     except ValueError as exc:
+        typed = _typed_line(text)
+        if typed is not None:
+            return typed
         raise ValueError(_reason(exc)) from exc
     check_session_key(entry.name, entry.sandbox_id)
     return entry
+
+
+def _typed_line(text: str) -> EnvironmentRecord | None:
+    """The record of a typed line (an object with ``kind`` and no ``event``), None if the
+    line is not one (then it is a bad entry line).
+
+    Raises:
+        ValueError: an unknown kind, or an invalid record.
+    """
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or "kind" not in value or "event" in value:
+        return None
+    kind = value["kind"]
+    if kind != ENVIRONMENT_KIND:
+        raise ValueError(
+            f"line kind {kind!r} is unknown to this version of sandbox-ledger (written by a "
+            "newer one? upgrade to import it)"
+        )
+    unknown = set(value) - {"kind", "record"}
+    if unknown:
+        raise ValueError(f"environment line: unknown field(s) {', '.join(sorted(unknown))}")
+    try:
+        record = EnvironmentRecord.model_validate(value.get("record"))
+    except ValueError as exc:
+        raise ValueError(f"environment record: {_reason(exc)}") from exc
+    from sandbox_ledger.keys import environment_sk
+
+    environment_sk(record.name)  # the key rule every adapter applies
+    return record
 
 
 def parse_lines(lines: Iterable[bytes]) -> ParsedFile:
@@ -116,12 +182,14 @@ def parse_lines(lines: Iterable[bytes]) -> ParsedFile:
         if number == 1 and raw.startswith(_BOM):
             raw = raw[len(_BOM) :]
         try:
-            entry = parse_line(raw)
+            item = parse_line(raw)
         except ValueError as exc:
             parsed.errors.append(LineError(number, str(exc)))
             continue
-        if entry is not None:
-            parsed.entries.append((number, entry))
+        if isinstance(item, LedgerEntry):
+            parsed.entries.append((number, item))
+        elif item is not None:
+            parsed.environments.append((number, item))
     return parsed
 
 
@@ -135,18 +203,48 @@ class ImportTarget(Protocol):
 
     def append(self, entry: LedgerEntry) -> object: ...
 
+    def get_environment(self, name: str) -> EnvironmentRecord | None: ...
+
+    def save_environment(self, record: EnvironmentRecord) -> object: ...
+
+
+@dataclass
+class EnvironmentCounts:
+    """What an import did with the file's environment records (see the module)."""
+
+    new: int = 0
+    updated: int = 0
+    present: int = 0
+    kept: int = 0
+    """The store's record was as new or newer (same ``builtAt``, other content, or later)."""
+
+    @property
+    def total(self) -> int:
+        return self.new + self.updated + self.present + self.kept
+
 
 @dataclass
 class ImportReport:
-    """How many entries were new, already present, and which lines failed."""
+    """How many entries were new, already present, and which lines failed; what happened to
+    the environment records, if the file had any."""
 
     new: int = 0
     present: int = 0
     failed: list[LineError] = field(default_factory=list)
+    environments: EnvironmentCounts = field(default_factory=EnvironmentCounts)
 
     def summary(self) -> str:
-        """One line: ``N new, M already present, F failed``."""
-        return f"{self.new} new, {self.present} already present, {len(self.failed)} failed"
+        """One line: ``N new, M already present, F failed``, then, for a file with
+        environment records, ``; environments: N new, U updated, P already present, K not
+        newer than the store's``."""
+        line = f"{self.new} new, {self.present} already present, {len(self.failed)} failed"
+        env = self.environments
+        if env.total:
+            line += (
+                f"; environments: {env.new} new, {env.updated} updated, {env.present} already "
+                f"present, {env.kept} not newer than the store's"
+            )
+        return line
 
 
 def plan_session(
@@ -206,21 +304,53 @@ def import_entries(
                 report.present += 1
             if progress is not None:
                 progress(1)
+    for number, record in parsed.environments:
+        try:
+            _reconcile_environment(target, record, report.environments)
+        except InvalidInputError as exc:
+            report.failed.append(LineError(number, str(exc)))
+        if progress is not None:
+            progress(1)
     report.failed.sort(key=lambda e: e.number)
     return report
 
 
+def _reconcile_environment(
+    target: ImportTarget, record: EnvironmentRecord, counts: EnvironmentCounts
+) -> None:
+    """Save ``record`` unless the store holds it or a record at least as new (see the module)."""
+    held = target.get_environment(record.name)
+    if held is not None and held.wire() == record.wire():
+        counts.present += 1
+    elif held is not None and held.built_at >= record.built_at:
+        counts.kept += 1
+    else:
+        target.save_environment(record)
+        if held is None:
+            counts.new += 1
+        else:
+            counts.updated += 1
+
+
 class ExportSource(Protocol):
     """What the exporter needs from a (sync) adapter; ``read_in_append_order`` is used when
-    the adapter has it (DynamoDB), ``read_all`` (ts order) otherwise."""
+    the adapter has it (every adapter of this library), ``read_all`` (ts order) otherwise."""
 
     def read_all(self, name: str, sandbox_id: str) -> list[LedgerEntry]: ...
 
 
-def export_lines(source: ExportSource, sessions: Iterable[tuple[str, str]]) -> Iterator[str]:
+def export_lines(
+    source: ExportSource,
+    sessions: Iterable[tuple[str, str]],
+    environments: Iterable[EnvironmentRecord] = (),
+) -> Iterator[str]:
     """Every entry of the sessions, in (name, sandboxId) order and append order within each,
-    as lines with their newline: deterministic, so exporting twice gives the same bytes."""
+    then the environment records in the order given (``list_environments()``: newest
+    ``builtAt`` first, ties in first-saved order, which an import reproduces), as lines with
+    their newline: deterministic, so exporting twice gives the same bytes."""
     read = getattr(source, "read_in_append_order", None) or source.read_all
     for name, sandbox_id in sorted(set(sessions)):
         for entry in read(name, sandbox_id):
             yield entry_line(entry) + "\n"
+    for record in environments:
+        yield environment_line(record) + "\n"

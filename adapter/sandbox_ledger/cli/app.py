@@ -345,16 +345,20 @@ def export(
     store: str | None = _STORE,
 ) -> None:
     """Entries as JSON lines in the TypeScript wire shape, one entry per line: every session
-    that has entries, listed or not (a parallel Scan of the table), each in append order.
-    A file is replaced only when the export succeeds."""
+    that has entries, listed or not (a parallel Scan of the table), each in append order;
+    without --name, the environment records follow. A file is replaced only when the export
+    succeeds."""
     from sandbox_ledger.cli.transfer import export_to
 
     if sandbox_id and not name:
         raise ValueError("--sandbox-id: needs --name")
-    sessions, count = export_to(
+    sessions, count, environments = export_to(
         _ledger(_target(store)), name=name, sandbox_id=sandbox_id, output=output, err=err
     )
-    err.print(f"exported {count} entries of {sessions} session(s)")
+    err.print(
+        f"exported {count} entries of {sessions} session(s)"
+        + (f" and {environments} environment record(s)" if environments else "")
+    )
 
 
 @app.command("import")

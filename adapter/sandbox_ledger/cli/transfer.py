@@ -33,8 +33,9 @@ def export_to(
     sandbox_id: str | None,
     output: Path | None,
     err: Console,
-) -> tuple[int, int]:
-    """Write the export to ``output`` (or stdout); returns (sessions, entries).
+) -> tuple[int, int, int]:
+    """Write the export to ``output`` (or stdout); returns (sessions, entries, environment
+    records). A whole-store export (no ``name``) carries the environment records too.
 
     A file is written beside its destination and renamed into place only once complete, so
     a failed export leaves an existing file untouched.
@@ -48,11 +49,12 @@ def export_to(
         err.print(LISTED_ONLY, markup=False)
         found = ledger.list_sandbox_details(name) if name else ledger.list_all_sandbox_details()
         sessions = [(d.name, d.sandbox_id) for d in found]
-    lines = export_lines(ledger, sessions)
+    environments = ledger.list_environments() if name is None else []
+    lines = export_lines(ledger, sessions, environments)
     if output is None:
         count = _write(sys.stdout, lines)
         sys.stdout.flush()
-        return len(sessions), count
+        return len(sessions), count - len(environments), len(environments)
     temporary = output.with_name(f".{output.name}.{os.getpid()}.partial")
     try:
         with temporary.open("w", encoding="utf-8", newline="\n") as stream:
@@ -64,7 +66,7 @@ def export_to(
         with contextlib.suppress(OSError):
             temporary.unlink()
         raise
-    return len(sessions), count
+    return len(sessions), count - len(environments), len(environments)
 
 
 def _write(stream: object, lines: Iterator[str]) -> int:
@@ -82,11 +84,12 @@ def import_from(
     """Reconcile the JSON lines of ``source`` into ``ledger``; failed lines are printed to
     ``err`` as ``label:line: reason``, with a progress bar when ``err`` is a terminal."""
     parsed = parse_lines(source)
-    if err.is_terminal and parsed.entries:
+    total = len(parsed.entries) + len(parsed.environments)
+    if err.is_terminal and total:
         from rich.progress import Progress
 
         with Progress(console=err, transient=True) as progress:
-            task = progress.add_task(f"importing {label}", total=len(parsed.entries))
+            task = progress.add_task(f"importing {label}", total=total)
             report = import_entries(ledger, parsed, progress=lambda n: progress.advance(task, n))
     else:
         report = import_entries(ledger, parsed)
