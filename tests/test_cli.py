@@ -176,7 +176,7 @@ def test_import_reports_malformed_lines(
         + "\n"
     )
     result = runner.invoke(app, [*args, "import", str(path)])
-    assert result.exit_code == 1
+    assert result.exit_code == 4  # partly failed: the valid lines are kept
     assert f"{path}:2:" in result.output and f"{path}:3:" in result.output
     assert "ts" in result.output
     stored = ledger.read_all("imp", "x")
@@ -196,7 +196,7 @@ def test_resources_ls_and_sweep(
     # A table made by create_table() describes no deployment: the operator must say where
     # the notices go and which windows apply, or the sweep refuses.
     refused = runner.invoke(app, [*args, "resources", "sweep", "--dry-run"])
-    assert refused.exit_code == 1 and "event_bus_name" in refused.output, refused.output
+    assert refused.exit_code == 2 and "event_bus_name" in refused.output, refused.output
     explicit = ["--event-bus", "default", "--stale-after", "900", "--retain-failed", "604800"]
     dry = runner.invoke(app, [*args, "resources", "sweep", "--dry-run", *explicit])
     assert dry.exit_code == 0 and f"would expire {stale.id}" in dry.output
@@ -244,7 +244,7 @@ def test_resources_sweep_uses_the_deployments_bus_and_windows(
     kept = store.put(record(age=timedelta(days=10), phase="cleanup-failed")).record
 
     mismatch = runner.invoke(app, [*args, "resources", "sweep", "--event-bus", "default"])
-    assert mismatch.exit_code == 1 and "'default'" in mismatch.output and bus in mismatch.output
+    assert mismatch.exit_code == 2 and "'default'" in mismatch.output and bus in mismatch.output
     assert store.get(stale.id) is not None
 
     result = runner.invoke(app, [*args, "resources", "sweep"])
@@ -254,21 +254,25 @@ def test_resources_sweep_uses_the_deployments_bus_and_windows(
     assert [json.loads(m["Body"])["detail"]["record"]["id"] for m in got] == [stale.id]
     assert sqs.receive_message(QueueUrl=queues["default"]).get("Messages", []) == []
     wrong_shards = runner.invoke(app, [*args, "--shard-count", "8", "resources", "ls"])
-    assert wrong_shards.exit_code == 1 and "shard_count" in wrong_shards.output
+    assert wrong_shards.exit_code == 2 and "shard_count" in wrong_shards.output
 
 
 def test_errors_are_one_line_without_traceback(runner: CliRunner, moto_endpoint: str) -> None:
     base = ["--table", "does-not-exist", "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
     result = runner.invoke(app, [*base, "ls"])
-    assert result.exit_code == 1
-    assert result.output.strip().startswith("error:") and "Traceback" not in result.output
+    assert result.exit_code == 3  # not found
+    assert result.stderr.strip().startswith("error:") and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
+    assert result.stderr.strip() == (
+        f"error: table does-not-exist not found in region us-east-1 at endpoint {moto_endpoint}; "
+        "create it with `sandbox-ledger --table does-not-exist table create` (or deploy the stack)"
+    )
     debug = runner.invoke(app, [*base, "--debug", "ls"])
     assert debug.exit_code == 1 and debug.exception is not None
     bad_status = runner.invoke(app, [*base, "ls", "--status", "paused"])
     assert bad_status.exit_code == 2 and "paused" in bad_status.output
     empty = runner.invoke(app, [*base, "show", "", "x"])
-    assert empty.exit_code == 1 and "name" in empty.output
+    assert empty.exit_code == 2 and "name" in empty.output
     missing = runner.invoke(app, [*base, "import", "/no/such/file.jsonl"])
     assert missing.exit_code == 2
 

@@ -139,7 +139,7 @@ def test_cli_import_show_export(
     runner = CliRunner()
     args = ["--table", sync_table, "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
     result = runner.invoke(app, [*args, "resources", "import", str(directory)])
-    assert result.exit_code == 1  # three bad files
+    assert result.exit_code == 4  # three bad files: partly failed
     lines = result.stderr.strip().splitlines()
     assert len([line for line in lines if line.startswith("error: ")]) == 3
     assert any("broken.json" in line for line in lines)
@@ -155,10 +155,10 @@ def test_cli_import_show_export(
     missing = runner.invoke(
         app, [*args, "resources", "show", "0" * 8 + "-0000-0000-0000-" + "0" * 12]
     )
-    assert missing.exit_code == 1
-    assert missing.stderr.strip().splitlines() == [
-        "error: no resource record 00000000-0000-0000-0000-000000000000"
-    ]
+    assert missing.exit_code == 3
+    [line] = missing.stderr.strip().splitlines()
+    assert line.startswith("error: no resource record 00000000-0000-0000-0000-000000000000 in ")
+    assert "resources ls" in line  # names where it looked and the next command
 
     exported = runner.invoke(app, [*args, "resources", "export", str(tmp_path / "out")])
     assert exported.exit_code == 0
@@ -170,7 +170,7 @@ def test_cli_import_refuses_without_a_table(
 ) -> None:
     monkeypatch.delenv("SANDBOX_LEDGER_TABLE", raising=False)
     result = CliRunner().invoke(app, ["resources", "import", str(directory)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # usage: no table named
     [line] = result.stderr.strip().splitlines()
     assert "--table NAME or SANDBOX_LEDGER_TABLE, or a store with --store URL" in line
 

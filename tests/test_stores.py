@@ -331,7 +331,7 @@ def test_every_ledger_command_works_on_every_store(
     ls_done = runner.invoke(app, ["ls", "--name", "build", "--status", "completed"])
     assert ls_done.exit_code == 0 and f"{1 if expect else 0} session(s)" in ls_done.stdout
     show = runner.invoke(app, ["show", "build", "sb-1", "--json"])
-    assert show.exit_code == (0 if expect else 1), show.output  # a missing session fails
+    assert show.exit_code == (0 if expect else 3), show.output  # a missing session fails
     sb1 = [e for e in _ledger() if e.sandbox_id == "sb-1"]
     assert len(show.stdout.splitlines()) == (len(sb1) if expect else 0)
     checkpoints = runner.invoke(app, ["checkpoints", "build", "sb-1"])
@@ -341,7 +341,7 @@ def test_every_ledger_command_works_on_every_store(
     envs = runner.invoke(app, ["envs"])
     assert envs.exit_code == 0 and ("py" in envs.stdout) == bool(expect)
     rm = runner.invoke(app, ["rm", "build", "sb-1", "--yes"])
-    assert rm.exit_code == (0 if expect else 1), rm.output
+    assert rm.exit_code == (0 if expect else 3), rm.output
     after = runner.invoke(app, ["ls"])
     assert f"{max(expect - 1, 0)} session(s)" in after.stdout
 
@@ -350,12 +350,12 @@ def test_dynamodb_only_commands_refuse_other_stores(sqlite_url: str) -> None:
     runner = CliRunner()
     for command in (["resources", "ls"], ["table", "create"], ["demo", "--sandboxes", "1"]):
         result = runner.invoke(app, ["--store", sqlite_url, *command])
-        assert result.exit_code == 1
+        assert result.exit_code == 2
         assert "needs a DynamoDB store" in result.output
     both = runner.invoke(app, ["--store", sqlite_url, "--table", "t", "ls"])
-    assert both.exit_code == 1 and "give one, not both" in both.output
+    assert both.exit_code == 2 and "give one, not both" in both.output
     bad = runner.invoke(app, ["--store", "mysql://x", "ls"])
-    assert bad.exit_code == 1 and "unknown scheme" in bad.output
+    assert bad.exit_code == 2 and "unknown scheme" in bad.output
 
 
 @pytest.mark.parametrize(
@@ -414,7 +414,7 @@ def test_an_explicit_store_wins_over_an_exported_table(
     assert "3 session(s)" in before.stdout and "3 session(s)" in after.stdout
     monkeypatch.setenv("SANDBOX_LEDGER_STORE", sqlite_url)  # both variables: ambiguous
     both = runner.invoke(app, ["ls"])
-    assert both.exit_code == 1 and "SANDBOX_LEDGER_TABLE" in both.output
+    assert both.exit_code == 2 and "SANDBOX_LEDGER_TABLE" in both.output
 
 
 def test_an_adapter_without_scan_sessions_exports_listed_sessions_and_says_so(

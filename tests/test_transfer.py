@@ -211,7 +211,7 @@ def test_import_keeps_valid_lines_and_reports_failed_ones(
         line(e("imp", "x", "sandbox.closed", 4)).encode(),
     ]
     path.write_bytes(b"\r\n".join(rows) + b"\r\n")
-    out = imported(runner, args, str(path), code=1)
+    out = imported(runner, args, str(path), code=4)  # partly failed
     assert f"{path}:2: invalid UTF-8" in out and f"{path}:3:" in out and "too long" in out
     assert "3 new, 0 already present, 2 failed" in out
     details = ledger.get_sandbox_details("imp", "x")
@@ -271,7 +271,7 @@ def test_failed_export_leaves_the_file_untouched(
     backup.write_text("yesterday\n")
     missing = ["--table", "no-such-table", "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
     result = runner.invoke(app, [*missing, "export", "-o", str(backup)])
-    assert result.exit_code == 1 and "error:" in result.output
+    assert result.exit_code == 3 and "error:" in result.output
     assert backup.read_text() == "yesterday\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["backup.jsonl"]
 
@@ -296,7 +296,7 @@ def test_ls_pages_through_ties_with_the_printed_cursor(
         extra = ["--cursor", cursor[0].split()[-1]]
     assert sorted(seen) == ["t1", "t2", "t3"]
     bad = runner.invoke(app, [*args, "ls", "--cursor", "nonsense"])
-    assert bad.exit_code == 1 and "cursor" in bad.output
+    assert bad.exit_code == 2 and "cursor" in bad.output
 
 
 def test_resources_ls_prints_and_takes_a_cursor(
@@ -317,7 +317,7 @@ def test_resources_ls_prints_and_takes_a_cursor(
 )
 def test_write_commands_refuse_the_embedded_server(runner: CliRunner, command: list[str]) -> None:
     result = runner.invoke(app, command, input="")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     [message] = result.output.strip().splitlines()
     assert "--table" in message and "SANDBOX_LEDGER_TABLE" in message
 
@@ -331,7 +331,7 @@ def test_rm_and_show_of_a_missing_session_fail(
         ["show", "job", "nope"],
     ):
         result = runner.invoke(app, [*args, *command])
-        assert result.exit_code == 1, command
+        assert result.exit_code == 3, command  # not found
         [message] = result.output.strip().splitlines()
         assert "job/nope" in message
 

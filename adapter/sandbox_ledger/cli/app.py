@@ -1,4 +1,8 @@
-"""Commands of the ``sandbox-ledger`` console script."""
+"""Commands of the ``sandbox-ledger`` console script.
+
+Imports are lazy: ``--help`` and ``--version`` load typer alone; each command loads what it
+uses (boto3, rich, pydantic, moto) when it runs.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +10,25 @@ import contextlib
 import functools
 import json
 import sys
-from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
-from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
-from botocore.exceptions import ConnectionError as SDKConnectionError
-from rich.console import Console
-from rich.table import Table
 
 from sandbox_ledger._enums import SandboxStatus  # noqa: TC001 - typer reads it at run time
 from sandbox_ledger.cli.context import Target, from_environment
-from sandbox_ledger.errors import LedgerError, translate_client_error
+from sandbox_ledger.cli.output import (
+    CommandError,
+    ExitCode,
+    emit,
+    err,
+    out,
+    parse_time,
+    quiet_stdout,
+    when,
+)
+from sandbox_ledger.errors import InvalidInputError, LedgerError, TableNotFoundError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -28,11 +38,13 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound="Callable[..., Any]")
 
+PACKAGE = "sandbox-ledger-dynamodb"
+
 app = typer.Typer(
     no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_enable=False,
-    # Plain help: rich help formatting imports markdown-it and more, tripling --help time.
+    # Plain help: rich help formatting imports markdown-it and more, tripling --help time, and
+    # would read "[env ...]" in help texts as markup.
     rich_markup_mode=None,
 )
 table_app = typer.Typer(
@@ -46,68 +58,133 @@ app.add_typer(resources_app, name="resources")
 
 # The target of the running command, set by the root callback.
 _state: dict[str, Target] = {}
-# Piped output (files, tests, other tools) gets wide tables, so ids are never cut.
-_WIDTH = None if sys.stdout.isatty() else 200
-out = Console(highlight=False, soft_wrap=True, width=_WIDTH)
-err = Console(stderr=True, highlight=False, width=_WIDTH)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"sandbox-ledger {version(PACKAGE)}")
+        raise typer.Exit
+
+
+def _from_command_line(ctx: typer.Context, name: str, value: Any) -> Any:
+    """The value if it was given on the command line (not read from its variable): the
+    environment is applied by :func:`from_environment`, with its precedence rules."""
+    source = ctx.get_parameter_source(name)
+    return value if source is not None and source.name == "COMMANDLINE" else None
 
 
 @app.callback()
 def _root(
     ctx: typer.Context,
     table: str | None = typer.Option(
-        None, "--table", help="Table name [env SANDBOX_LEDGER_TABLE]."
+        None, "--table", envvar="SANDBOX_LEDGER_TABLE", help="DynamoDB table of the ledger."
     ),
-    endpoint_url: str | None = typer.Option(None, "--endpoint-url", help="[env AWS_ENDPOINT_URL]"),
-    region: str | None = typer.Option(None, "--region", help="[env AWS_REGION]"),
-    profile: str | None = typer.Option(None, "--profile", help="[env AWS_PROFILE]"),
+    endpoint_url: str | None = typer.Option(
+        None,
+        "--endpoint-url",
+        envvar="AWS_ENDPOINT_URL",
+        help="DynamoDB endpoint (a local server); default: AWS's for the region.",
+    ),
+    region: str | None = typer.Option(
+        None,
+        "--region",
+        envvar=["AWS_REGION", "AWS_DEFAULT_REGION"],
+        help="AWS region; default: the profile's.",
+    ),
+    profile: str | None = typer.Option(
+        None, "--profile", envvar="AWS_PROFILE", help="AWS profile for credentials and region."
+    ),
     shard_count: int | None = typer.Option(
         None,
         "--shard-count",
         help="Shards of the list indexes; default: the table's descriptor (must agree).",
     ),
-    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks instead of one line."),
     store: str | None = typer.Option(
         None,
         "--store",
-        help="Store URL: dynamodb://TABLE, sqlite:///PATH, postgresql://..., memory:// "
-        "[env SANDBOX_LEDGER_STORE].",
+        envvar="SANDBOX_LEDGER_STORE",
+        help="Store URL instead of a table: dynamodb://TABLE, sqlite:///PATH, "
+        "postgresql://..., memory://.",
+    ),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_version,
+        is_eager=True,
+        help="Print the version and exit.",
     ),
 ) -> None:
-    """Operate sandbox ledgers on DynamoDB. With no table configured, an embedded local
-    DynamoDB (moto) serves the command and is gone when it ends."""
-    target = from_environment(table, endpoint_url, region, profile, shard_count, debug, store)
+    """Operate sandbox ledgers on DynamoDB, SQLite or PostgreSQL. With no table or store
+    configured, an embedded local DynamoDB (moto) serves the command and is gone when it
+    ends. Exit codes: 0 ok, 1 failed, 2 usage, 3 not found, 4 partly failed (docs/cli.md)."""
+    target = from_environment(
+        _from_command_line(ctx, "table", table),
+        _from_command_line(ctx, "endpoint_url", endpoint_url),
+        _from_command_line(ctx, "region", region),
+        _from_command_line(ctx, "profile", profile),
+        shard_count,
+        debug,
+        _from_command_line(ctx, "store", store),
+    )
     _state["target"] = target
     ctx.call_on_close(target.close)
 
 
 def handled(fn: F) -> F:
-    """One clear line on stderr and exit code 1 for expected failures; --debug re-raises."""
+    """One clear line on stderr and the documented exit code for expected failures (--debug
+    re-raises); a closed stdout ends the command quietly."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from botocore.exceptions import BotoCoreError, ClientError
+
         target = _state.get("target")
         try:
             return fn(*args, **kwargs)
         except (typer.Exit, typer.Abort):
             raise
+        except BrokenPipeError:
+            quiet_stdout()
+            raise typer.Exit(ExitCode.CLOSED_PIPE) from None
         except (LedgerError, ValueError, ClientError, BotoCoreError, OSError, RuntimeError) as exc:
             if target is not None and target.debug:
                 raise
-            err.print(f"error: {_one_line(exc, target)}", markup=False)
-            raise typer.Exit(1) from exc
+            code, line = _failure(exc, target)
+            err().print(f"error: {line}", markup=False, soft_wrap=True)
+            raise typer.Exit(code) from exc
 
     return wrapper  # type: ignore[return-value]
 
 
-def _one_line(exc: BaseException, target: Target | None) -> str:
-    """The error as one line; for a connection failure or an answer that is not DynamoDB's
-    (an HTML page: a wrong endpoint, or a region it does not serve), name where we called."""
+def _failure(exc: BaseException, target: Target | None) -> tuple[ExitCode, str]:
+    """The exit code and the one line for a failure."""
+    from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+    from botocore.exceptions import ConnectionError as SDKConnectionError
+
+    from sandbox_ledger.errors import translate_client_error
+
     sdk = exc if isinstance(exc, ClientError | BotoCoreError) else exc.__cause__
-    error = translate_client_error(sdk) if isinstance(sdk, ClientError | BotoCoreError) else exc
+    if isinstance(exc, LedgerError) or not isinstance(sdk, ClientError | BotoCoreError):
+        error: BaseException = exc
+    else:
+        error = translate_client_error(sdk)
     text = " ".join(str(error).split())
+    if isinstance(error, CommandError):
+        return error.exit_code, text
+    if isinstance(error, TableNotFoundError) and target is not None and target.table:
+        return ExitCode.NOT_FOUND, (
+            f"table {target.table} not found {target.place()}; create it with "
+            f"`{target.command('table create')}` (or deploy the stack)"
+        )
+    if isinstance(error, InvalidInputError) and error.field == "table_name" and target:
+        return ExitCode.USAGE, f"{target.table_source()}: {text.split(': ', 1)[-1]}"
+    if isinstance(error, ValueError):
+        return ExitCode.USAGE, text
     if target is None or not isinstance(sdk, ClientError | BotoCoreError):
-        return text
+        return ExitCode.FAILED, text
     response = getattr(sdk, "response", None) or {}
     status = response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
     details = response.get("Error", {})
@@ -116,13 +193,15 @@ def _one_line(exc: BaseException, target: Target | None) -> str:
     # 404, a server's 500 page): the endpoint is not DynamoDB, or not for this region.
     not_dynamodb = code.isdigit() or message.lstrip().startswith("<") or status >= 500
     if isinstance(sdk, ClientError) and not_dynamodb:
-        return (
+        return ExitCode.FAILED, (
             f"DynamoDB at {target.where()} answered HTTP {status} with no DynamoDB error in it; "
             "check the endpoint and the region"
         )
     if isinstance(sdk, SDKConnectionError | HTTPClientError):
-        return f"cannot reach DynamoDB at {target.where()}: {' '.join(str(sdk).split())}"
-    return text
+        return ExitCode.FAILED, (
+            f"cannot reach DynamoDB at {target.where()}: {' '.join(str(sdk).split())}"
+        )
+    return ExitCode.FAILED, text
 
 
 def _target(store: str | None = None, writes: str | None = None) -> Target:
@@ -131,12 +210,14 @@ def _target(store: str | None = None, writes: str | None = None) -> Target:
     target = _state["target"]
     if store:
         target.store = store
+        target.store_from_env = False
         if target.table_from_env:
             target.table = None
     if writes is not None and not target.table and not target.store:
-        raise LedgerError(
+        raise CommandError(
             f"{writes} writes data: name a table with --table NAME or SANDBOX_LEDGER_TABLE, or a "
-            "store with --store URL (the embedded DynamoDB would lose it when the command ends)"
+            "store with --store URL (the embedded DynamoDB would lose it when the command ends)",
+            ExitCode.USAGE,
         )
     target.resolve()
     return target
@@ -144,6 +225,9 @@ def _target(store: str | None = None, writes: str | None = None) -> Target:
 
 # Ledger commands accept --store after their name too (`sandbox-ledger export --store URL`).
 _STORE = typer.Option(None, "--store", help="Store URL, as the root option --store.")
+_JSON = typer.Option(False, "--json", help="Print JSON (the wire shape, camelCase).")
+_NAME = typer.Argument(..., metavar="NAME", help="The sandbox name of the session.")
+_SANDBOX_ID = typer.Argument(..., metavar="SANDBOX_ID", help="The session's sandboxId.")
 
 
 def _ledger(target: Target, *, interactive: bool = True) -> SyncDynamoDBAdapter:
@@ -173,15 +257,29 @@ def _store(target: Target) -> SyncResourceRecordStore:
     )
 
 
-def _when(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+def _missing_session(target: Target, name: str, sandbox_id: str, what: str) -> CommandError:
+    return CommandError(
+        f"no session {name}/{sandbox_id} in {target.describe()}{what}; list the sessions of "
+        f"{name} with `{target.command('ls', '--name', _quote(name))}`",
+        ExitCode.NOT_FOUND,
+    )
+
+
+def _quote(word: str) -> str:
+    import shlex
+
+    return shlex.quote(word)
 
 
 def _clip(value: Any, width: int = 60) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _table(*columns: str, title: str | None = None) -> Any:
+    from rich.table import Table
+
+    return Table(*columns, title=title)
 
 
 @app.command()
@@ -194,10 +292,13 @@ def demo(
     dead_owners: float = typer.Option(
         0.25, min=0.0, max=1.0, help="Share of resource owners that die."
     ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the summary as JSON instead of tables."
+    ),
 ) -> None:
     """Simulate a fleet end to end, then sweep expired resource records through the
     handler; prints a summary of operations, requests, latency and outcomes."""
-    from sandbox_ledger.cli.demo import DemoConfig, render, run_demo
+    from sandbox_ledger.cli.demo import DemoConfig, render, report_json, run_demo
 
     target = _target()
     target.require_dynamodb("the demo")
@@ -208,13 +309,16 @@ def demo(
         concurrency=concurrency,
         dead_owner_share=dead_owners,
     )
-    report = run_demo(target, config, out)
-    render(report, out)
+    report = run_demo(target, config, err() if as_json else out())
+    if as_json:
+        emit(report_json(report))
+    else:
+        render(report, out())
 
 
 @table_app.command("create")
 @handled
-def table_create() -> None:
+def table_create(as_json: bool = _JSON) -> None:
     """Create the table (as the CDK stack does) if it does not exist; wait until ACTIVE."""
     target = _target(writes="table create")
     target.require_dynamodb("table create")
@@ -223,125 +327,174 @@ def table_create() -> None:
     created = SyncDynamoDBAdapter(
         target.table or "", session=target.boto3_session(), **target.kwargs()
     ).create_table()
-    out.print(f"table {target.table}: {'created' if created else 'already exists'}")
+    if as_json:
+        emit({"table": target.table, "created": created})
+    else:
+        out().print(f"table {target.table}: {'created' if created else 'already exists'}")
 
 
 @app.command("ls")
 @handled
 def ls(
-    name: str | None = typer.Option(None, "--name", help="Only this sandbox name."),
-    status: SandboxStatus | None = typer.Option(None, "--status"),
-    before: int | None = typer.Option(
-        None, "--before", min=0, help="Only sessions started before (Unix ms)."
+    name: str | None = typer.Option(None, "--name", help="Only sessions of this sandbox name."),
+    status: SandboxStatus | None = typer.Option(None, "--status", help="Only this status."),
+    before: str | None = typer.Option(
+        None,
+        "--before",
+        metavar="TIME",
+        help="Only sessions started before TIME: Unix milliseconds, or ISO 8601 with a zone "
+        "(2026-12-01T12:00:00Z, ...+02:00; a time without a zone is refused).",
     ),
-    limit: int = typer.Option(50, "--limit", min=0, help="0: no limit."),
+    limit: int = typer.Option(50, "--limit", min=0, help="Sessions per page; 0: no limit."),
     store: str | None = _STORE,
     cursor: str | None = typer.Option(
         None, "--cursor", help="Resume where the previous page ended (it prints the cursor)."
     ),
+    as_json: bool = typer.Option(
+        False, "--json", help='Print {"sessions": [...], "cursor": ...} in the wire shape.'
+    ),
 ) -> None:
-    """Sessions, newest first, one page; prints the cursor of the next page."""
+    """Sessions, newest first, one page; prints the cursor of the next page. Times are UTC."""
     from sandbox_ledger.models import ListSandboxOptions
 
+    before_ms = None if before is None else parse_time(before)
     ledger = _ledger(_target(store))
-    opts = ListSandboxOptions(status=status, before=before, limit=limit, cursor=cursor)
+    opts = ListSandboxOptions(status=status, before=before_ms, limit=limit, cursor=cursor)
     page = ledger.list_sandbox_page(name, opts) if name else ledger.list_all_sandbox_page(opts)
     rows = page.sessions
-    table = Table("name", "sandboxId", "status", "started", "completed", "execs")
+    if as_json:
+        emit({"sessions": [d.wire() for d in rows], "cursor": page.cursor})
+        return
+    table = _table("name", "sandboxId", "status", "started", "completed", "execs")
     for d in rows:
         table.add_row(
             d.name,
             d.sandbox_id,
             str(d.status),
-            _when(d.started_at),
-            _when(d.completed_at),
+            when(d.started_at),
+            when(d.completed_at),
             str(d.exec_count),
         )
-    out.print(table)
-    out.print(f"{len(rows)} session(s)")
+    out().print(table)
+    out().print(f"{len(rows)} session(s)")
     if page.cursor:
-        out.print(f"next page: --cursor {page.cursor}", markup=False)
+        out().print(f"next page: --cursor {page.cursor}", markup=False)
 
 
 @app.command()
 @handled
 def show(
-    name: str,
-    sandbox_id: str,
-    as_json: bool = typer.Option(False, "--json", help="JSON lines in the wire shape."),
+    name: str = _NAME,
+    sandbox_id: str = _SANDBOX_ID,
+    as_json: bool = typer.Option(
+        False, "--json", help="JSON lines: one entry per line in the wire shape, as export."
+    ),
     store: str | None = _STORE,
 ) -> None:
-    """A session's ledger as a timeline."""
-    entries = _ledger(_target(store)).read_all(name, sandbox_id)
+    """A session's ledger as a timeline (times in UTC)."""
+    target = _target(store)
+    entries = _ledger(target).read_all(name, sandbox_id)
     if not entries:
-        raise LedgerError(f"no session {name}/{sandbox_id}: it has no entries")
+        raise _missing_session(target, name, sandbox_id, "")
     if as_json:
         for e in entries:
             sys.stdout.write(json.dumps(e.wire(), ensure_ascii=False) + "\n")
         return
-    table = Table("time", "step", "branch", "event", "payload", "error")
+    table = _table("time", "step", "branch", "event", "payload", "error")
     for e in entries:
         table.add_row(
-            _when(e.ts),
+            when(e.ts),
             str(e.step_index),
             "" if e.branch is None else str(e.branch),
             e.event,
             "" if e.payload is None else _clip(e.payload),
             e.error or "",
         )
-    out.print(table)
+    out().print(table)
 
 
 @app.command()
 @handled
-def checkpoints(name: str, sandbox_id: str, store: str | None = _STORE) -> None:
+def checkpoints(
+    name: str = _NAME,
+    sandbox_id: str = _SANDBOX_ID,
+    store: str | None = _STORE,
+    as_json: bool = typer.Option(
+        False, "--json", help="Print a JSON array of checkpoints in the wire shape."
+    ),
+) -> None:
     """A session's checkpoints in creation order."""
     rows = _ledger(_target(store)).list_checkpoints(name, sandbox_id)
-    table = Table("created", "snapshotId", "tag")
+    if as_json:
+        emit([c.wire() for c in rows])
+        return
+    table = _table("created", "snapshotId", "tag")
     for c in rows:
-        table.add_row(_when(c.created_at), c.snapshot_id or "-", c.tag or "-")
-    out.print(table)
-    out.print(f"{len(rows)} checkpoint(s)")
+        table.add_row(when(c.created_at), c.snapshot_id or "-", c.tag or "-")
+    out().print(table)
+    out().print(f"{len(rows)} checkpoint(s)")
 
 
 @app.command()
 @handled
-def envs(store: str | None = _STORE) -> None:
+def envs(
+    store: str | None = _STORE,
+    as_json: bool = typer.Option(
+        False, "--json", help="Print a JSON array of environment records in the wire shape."
+    ),
+) -> None:
     """Environment records, newest builtAt first."""
     rows = _ledger(_target(store)).list_environments()
-    table = Table("name", "built", "other fields")
+    if as_json:
+        emit([r.wire() for r in rows])
+        return
+    table = _table("name", "built", "other fields")
     for r in rows:
         extra = {key: v for key, v in r.wire().items() if key not in ("name", "builtAt")}
-        table.add_row(r.name, _when(r.built_at), _clip(extra) if extra else "")
-    out.print(table)
+        table.add_row(r.name, when(r.built_at), _clip(extra) if extra else "")
+    out().print(table)
 
 
 @app.command()
 @handled
 def rm(
-    name: str,
-    sandbox_id: str,
-    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask."),
+    name: str = _NAME,
+    sandbox_id: str = _SANDBOX_ID,
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
     store: str | None = _STORE,
+    as_json: bool = typer.Option(
+        False, "--json", help='Print {"name", "sandboxId", "deleted": true} when done.'
+    ),
 ) -> None:
     """Delete a session and every entry of it."""
-    ledger = _ledger(_target(store, writes="rm"))
+    target = _target(store, writes="rm")
+    ledger = _ledger(target)
     if ledger.get_sandbox_details(name, sandbox_id) is None and not ledger.read_all(
         name, sandbox_id
     ):
-        raise LedgerError(f"no session {name}/{sandbox_id}: nothing to delete")
+        raise _missing_session(target, name, sandbox_id, ": nothing to delete")
     if not yes and not typer.confirm(f"Delete {name}/{sandbox_id} and all its entries?"):
         raise typer.Abort
-    ledger.delete_sandbox(name, sandbox_id)
-    out.print(f"deleted {name}/{sandbox_id}")
+    from sandbox_ledger.cli.progress import deleting
+
+    with deleting(ledger, f"deleting {name}/{sandbox_id}", err()):
+        ledger.delete_sandbox(name, sandbox_id)
+    if as_json:
+        emit({"name": name, "sandboxId": sandbox_id, "deleted": True})
+    else:
+        out().print(f"deleted {name}/{sandbox_id}", markup=False)
 
 
 @app.command("export")
 @handled
 def export(
     name: str | None = typer.Option(None, "--name", help="Only sessions of this name."),
-    sandbox_id: str | None = typer.Option(None, "--sandbox-id", help="Only this session."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Default: stdout."),
+    sandbox_id: str | None = typer.Option(
+        None, "--sandbox-id", help="Only this session (with --name)."
+    ),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="Write to this file (replaced on success); default: stdout."
+    ),
     store: str | None = _STORE,
 ) -> None:
     """Entries as JSON lines in the TypeScript wire shape, one entry per line: every session
@@ -353,9 +506,9 @@ def export(
     if sandbox_id and not name:
         raise ValueError("--sandbox-id: needs --name")
     sessions, count, environments = export_to(
-        _ledger(_target(store)), name=name, sandbox_id=sandbox_id, output=output, err=err
+        _ledger(_target(store)), name=name, sandbox_id=sandbox_id, output=output, err=err()
     )
-    err.print(
+    err().print(
         f"exported {count} entries of {sessions} session(s)"
         + (f" and {environments} environment record(s)" if environments else "")
     )
@@ -366,11 +519,16 @@ def export(
 def import_(
     path: str = typer.Argument(..., metavar="PATH", help="JSON lines as exported; - for stdin."),
     store: str | None = _STORE,
+    as_json: bool = typer.Option(
+        False,
+        "--json",
+        help='Print {"new", "present", "failed": [{"line", "reason"}], "environments": {...}}.',
+    ),
 ) -> None:
     """Reconcile JSON lines (as exported) into the table: each entry of the file is stored
     exactly once however often, in whatever order or overlap it is imported; entries the
     table holds are not duplicated. Failed lines are reported with their numbers; the valid
-    ones are kept; the exit code is 1 when any line failed."""
+    ones are kept; the exit code is 4 when any line failed."""
     from sandbox_ledger.cli.transfer import import_from
 
     if path != "-" and not Path(path).is_file():
@@ -379,25 +537,72 @@ def import_(
     label = "<stdin>" if path == "-" else path
     with contextlib.ExitStack() as stack:
         source = sys.stdin.buffer if path == "-" else stack.enter_context(Path(path).open("rb"))
-        report = import_from(ledger, source, label=label, err=err)
-    err.print(f"imported {label}: {report.summary()}")
+        report = import_from(ledger, source, label=label, err=err())
+    err().print(f"imported {label}: {report.summary()}", markup=False)
+    if as_json:
+        failed = [{"line": f.number, "reason": f.reason} for f in report.failed]
+        env = report.environments
+        environments = {
+            "new": env.new,
+            "updated": env.updated,
+            "present": env.present,
+            "kept": env.kept,
+        }
+        emit(
+            {
+                "new": report.new,
+                "present": report.present,
+                "failed": failed,
+                "environments": environments,
+            }
+        )
     if report.failed:
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.PARTIAL)
+
+
+class PhaseChoice(StrEnum):
+    """The seed's phases (``sandbox_ledger.resources.models.Phase``), for option parsing
+    without loading the models."""
+
+    allocating = "allocating"
+    ready = "ready"
+    closing = "closing"
+    cleanup_failed = "cleanup-failed"
+    allocation_uncertain = "allocation-uncertain"
 
 
 @resources_app.command("ls")
 @handled
 def resources_ls(
-    phase: str | None = typer.Option(None, "--phase"),
-    provider: str | None = typer.Option(None, "--provider"),
-    limit: int = typer.Option(50, "--limit", min=1, max=1000),
+    phase: PhaseChoice | None = typer.Option(None, "--phase", help="Only records in this phase."),
+    provider: str | None = typer.Option(
+        None, "--provider", help="Only records of this sandboxProvider (docker, vercel, ...)."
+    ),
+    limit: int = typer.Option(50, "--limit", min=1, max=1000, help="Records per page."),
     cursor: str | None = typer.Option(
         None, "--cursor", help="Resume where the previous page ended (it prints the cursor)."
     ),
+    as_json: bool = typer.Option(
+        False,
+        "--json",
+        help='Print {"records": [...], "unreadable": [{"id", "reason"}], "cursor": ...}; '
+        "records in the seed's file shape.",
+    ),
 ) -> None:
     """Resource activity records, newest updatedAt first, one page."""
-    page = _store(_target()).list(phase=phase, provider=provider, limit=limit, cursor=cursor)
-    table = Table("id", "phase", "provider", "pid", "updated", "operations", "workspace")
+    page = _store(_target()).list(
+        phase=None if phase is None else phase.value, provider=provider, limit=limit, cursor=cursor
+    )
+    if as_json:
+        emit(
+            {
+                "records": [v.record.wire() for v in page.records],
+                "unreadable": [{"id": u.record_id, "reason": u.reason} for u in page.unreadable],
+                "cursor": page.cursor,
+            }
+        )
+        return
+    table = _table("id", "phase", "provider", "pid", "updated", "operations", "workspace")
     for v in page.records:
         r = v.record
         ops = ", ".join(f"{o.kind} x{o.count}" for o in r.operations) or "-"
@@ -406,13 +611,13 @@ def resources_ls(
         )
     for bad in page.unreadable:
         table.add_row(bad.record_id, "unreadable", "-", "-", "-", "-", _clip(bad.reason, 80))
-    out.print(table)
-    out.print(
+    out().print(table)
+    out().print(
         f"{len(page.records)} record(s)"
         + (f", {len(page.unreadable)} unreadable" if page.unreadable else "")
     )
     if page.cursor:
-        out.print(f"next page: --cursor {page.cursor}", markup=False)
+        out().print(f"next page: --cursor {page.cursor}", markup=False)
 
 
 @resources_app.command("sweep")
@@ -420,23 +625,34 @@ def resources_ls(
 def resources_sweep(
     dry_run: bool = typer.Option(False, "--dry-run", help="Report, change nothing."),
     stale_after: int | None = typer.Option(
-        None, "--stale-after", min=1, help="Seconds [default: the deployment's]."
+        None,
+        "--stale-after",
+        min=1,
+        help="Seconds without heartbeat before a live record expires; default: the deployment's.",
     ),
     retain_failed: int | None = typer.Option(
         None,
         "--retain-failed",
         min=0,
-        help="Seconds; 0 keeps failed records forever [default: the deployment's].",
+        help="Seconds failed records are kept; 0 keeps them forever; default: the deployment's.",
     ),
     event_bus: str | None = typer.Option(
-        None, "--event-bus", help="[default: the deployment's bus]"
+        None,
+        "--event-bus",
+        help="EventBridge bus for ResourceExpired events; default: the deployment's.",
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the sweep's result as JSON (as the scheduled handler's)."
     ),
 ) -> None:
     """Expire stale records now, as the scheduled handler does: with the deployment's bus
     and windows (from the table's descriptor); a flag that disagrees is refused, and a table
-    that describes none needs all three flags."""
+    that describes none needs all three flags. Exit code 4 when any record failed."""
+    from datetime import UTC, datetime
+
     import boto3
 
+    from sandbox_ledger.cli.progress import sweeping
     from sandbox_ledger.resources import EventPublisher, resolve_sweep, sweep
 
     target = _target(writes="resources sweep")
@@ -453,25 +669,65 @@ def resources_sweep(
     events = session.client("events", endpoint_url=target.endpoint_url, region_name=target.region)
     if target.embedded and plan.event_bus_name != "default":
         events.create_event_bus(Name=plan.event_bus_name)
-    result = sweep(
-        store,
-        EventPublisher(events, plan.event_bus_name),
-        now=datetime.now(UTC),
-        policy=plan.policy,
-        dry_run=dry_run,
-    )
-    verb = "would expire" if dry_run else "expired"
-    for record_id in result.expired:
-        out.print(f"{verb} {record_id}: {result.reasons[record_id]}")
-    out.print(
-        f"{len(result.expired)} {verb}, {len(result.skipped)} skipped, {len(result.failed)} failed"
-        f" (bus {plan.event_bus_name})"
-    )
+    if not dry_run:
+        _require_bus(events, plan.event_bus_name, target)
+    with sweeping(store, err()) as counted:
+        result = sweep(
+            counted,
+            EventPublisher(events, plan.event_bus_name),
+            now=datetime.now(UTC),
+            policy=plan.policy,
+            dry_run=dry_run,
+        )
+    if as_json:
+        emit({**result.to_dict(), "eventBus": plan.event_bus_name})
+    else:
+        verb = "would expire" if dry_run else "expired"
+        for record_id in result.expired:
+            out().print(f"{verb} {record_id}: {result.reasons[record_id]}", markup=False)
+        out().print(
+            f"{len(result.expired)} {verb}, {len(result.skipped)} skipped, "
+            f"{len(result.failed)} failed (bus {plan.event_bus_name})",
+            markup=False,
+        )
+    if result.failed:
+        raise typer.Exit(ExitCode.PARTIAL)
+
+
+def _require_bus(events: Any, name: str, target: Target) -> None:
+    """A missing event bus is named as such (not as a missing table), before any claim."""
+    from botocore.exceptions import ClientError
+
+    try:
+        events.describe_event_bus(Name=name)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
+            raise
+        endpoint = target.endpoint_url or f"https://events.{target.region}.amazonaws.com"
+        raise CommandError(
+            f"event bus {name} not found in region {target.region or '(no region set)'} at "
+            f"endpoint {endpoint}: deploy the stack (it creates the bus), or name another bus "
+            f"with `{target.command('resources sweep', '--event-bus', 'NAME')}`",
+            ExitCode.NOT_FOUND,
+        ) from exc
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point: a closed stdout (``| head``) ends it quietly with 141."""
+    try:
+        try:
+            app()
+        finally:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        quiet_stdout()
+        raise SystemExit(ExitCode.CLOSED_PIPE) from None
+    except SystemExit as done:
+        # click ends a closed pipe met while it prints (--help) with 1, its stdout wrapped.
+        if done.code == 1 and type(sys.stdout).__name__ == "PacifyFlushWrapper":
+            quiet_stdout()
+            raise SystemExit(ExitCode.CLOSED_PIPE) from None
+        raise
 
 
 # Commands defined in their own modules register on the apps above.

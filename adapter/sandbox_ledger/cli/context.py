@@ -3,14 +3,11 @@ environment, or an embedded moto server."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
-
-from sandbox_ledger.local import LocalDynamoDBProcess
 
 EMBEDDED_TABLE = "sandbox-ledger"
 
@@ -31,6 +28,8 @@ class Target:
     """A store URL (--store / SANDBOX_LEDGER_STORE); see :func:`sandbox_ledger.open_store`."""
     table_from_env: bool = False
     """The table came from SANDBOX_LEDGER_TABLE, not --table (a later --store overrides it)."""
+    store_from_env: bool = False
+    """The store came from SANDBOX_LEDGER_STORE, not --store."""
     _stack: ExitStack = field(default_factory=ExitStack)
 
     def resolve(self) -> None:
@@ -55,6 +54,8 @@ class Target:
             return
         # In a child process: the server's CPU does not wait on this command's (the demo's
         # client and the server then run on two cores).
+        from sandbox_ledger.local import LocalDynamoDBProcess
+
         server = LocalDynamoDBProcess()
         self.endpoint_url = server.start()
         self._stack.callback(server.stop)
@@ -101,6 +102,37 @@ class Target:
         )
         return f"{endpoint}, region {region}"
 
+    def describe(self) -> str:
+        """What this command works on, for messages: the table with its region and endpoint,
+        or the store URL (without a password)."""
+        if self.store and not self.table:
+            return f"store {redact(self.store)}"
+        return f"table {self.table} {self.place()}"
+
+    def place(self) -> str:
+        """``in region R at endpoint E``."""
+        region = self.region or "(no region set)"
+        endpoint = self.endpoint_url or (
+            f"https://dynamodb.{self.region}.amazonaws.com" if self.region else "AWS"
+        )
+        return f"in region {region} at endpoint {endpoint}"
+
+    def command(self, *words: str) -> str:
+        """A command line that names this same store, for suggestions."""
+        if self.store:
+            naming = f" --store {redact(self.store)}"
+        elif self.table and not self.table_from_env:
+            naming = f" --table {self.table}"
+        else:
+            naming = ""
+        return " ".join(("sandbox-ledger" + naming, *words))
+
+    def table_source(self) -> str:
+        """Where the table name came from, to name it in an error about the name."""
+        if self.store:
+            return "SANDBOX_LEDGER_STORE" if self.store_from_env else "--store"
+        return "SANDBOX_LEDGER_TABLE" if self.table_from_env else "--table"
+
     def boto3_session(self) -> Any:
         import boto3
 
@@ -119,6 +151,8 @@ class BlockingStore:
     """An async storage adapter driven by the CLI's synchronous commands (one private loop)."""
 
     def __init__(self, adapter: Any) -> None:
+        import asyncio
+
         self._adapter = adapter
         self._runner = asyncio.Runner()
 
@@ -184,6 +218,7 @@ def from_environment(
     env_table = None if store else os.environ.get("SANDBOX_LEDGER_TABLE") or None
     return Target(
         store=store or env_store,
+        store_from_env=not store and env_store is not None,
         table=table or env_table,
         table_from_env=not table and env_table is not None,
         endpoint_url=endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None,
@@ -192,3 +227,17 @@ def from_environment(
         shard_count=shard_count,
         debug=debug,
     )
+
+
+def redact(url: str) -> str:
+    """A store URL without its password (``postgresql://user:***@host/db``)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        host = parts.netloc.rsplit("@", 1)[1]
+        return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+    except ValueError:
+        return url

@@ -355,3 +355,31 @@ def render(report: Report, console: Console) -> None:
         "Latency includes queueing: the embedded server handles one request at a time, as "
         "many sandboxes call it at once. Requests per operation carry over to DynamoDB."
     )
+
+
+def report_json(report: Report) -> dict[str, Any]:
+    """The summary as JSON (``demo --json``): what :func:`render` shows, as numbers."""
+    operations = {
+        op: {
+            "count": len(samples),
+            "requestsPerOp": round(report.calls[op] / len(samples), 2),
+            "p50Ms": float(_ms(samples, 0.5)),
+            "p99Ms": float(_ms(samples, 0.99)),
+        }
+        for op, samples in sorted(report.latencies.items())
+    }
+    return {
+        "operations": operations,
+        "sessions": {str(s): report.statuses[str(s)] for s in SandboxStatus},
+        "expired": {
+            record_id: report.sweep.get("reasons", {}).get(record_id, "")
+            for record_id in report.sweep.get("expired", [])
+        },
+        "skipped": len(report.sweep.get("skipped", [])),
+        "sweptBy": report.sweep_via,
+        "entries": report.entries,
+        "resumed": report.resumed,
+        "environmentsBuilt": report.environments_built,
+        "environmentsReused": report.environments_reused,
+        "elapsedSeconds": round(report.elapsed, 3),
+    }

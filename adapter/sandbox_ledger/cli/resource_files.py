@@ -7,44 +7,59 @@ from pathlib import Path  # noqa: TC003 - typer reads the annotation at run time
 
 import typer
 
-from sandbox_ledger.cli.app import _store, _target, err, handled, out, resources_app
-from sandbox_ledger.errors import LedgerError
+from sandbox_ledger.cli.app import _store, _target, handled, resources_app
+from sandbox_ledger.cli.output import CommandError, ExitCode, emit, err, out
 
 
 @resources_app.command("import")
 @handled
 def resources_import(
     directory: Path = typer.Argument(..., help="An Outpost resources directory (*.json)."),
+    as_json: bool = typer.Option(
+        False,
+        "--json",
+        help='Print {"written": [...], "unchanged": [...], "failed": {file: reason}}.',
+    ),
 ) -> None:
-    """Load every <id>.json record of DIRECTORY; a newer record in the table is kept."""
+    """Load every <id>.json record of DIRECTORY; a newer record in the table is kept.
+    Exit code 4 when any file failed (the others are loaded)."""
     from sandbox_ledger.resources.files import import_directory
 
     report = import_directory(_store(_target(writes="resources import")), directory)
     for reason in report.failed.values():
-        err.print(f"error: {reason}", markup=False)
-    err.print(
+        err().print(f"error: {reason}", markup=False)
+    err().print(
         f"{len(report.written)} written, {len(report.unchanged)} unchanged "
         f"(the table's version is as new or newer), {len(report.failed)} failed",
         markup=False,
     )
+    if as_json:
+        emit({"written": report.written, "unchanged": report.unchanged, "failed": report.failed})
     if report.failed:
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.PARTIAL)
 
 
 @resources_app.command("show")
 @handled
 def resources_show(
-    record_id: str = typer.Argument(..., metavar="ID"),
-    as_json: bool = typer.Option(False, "--json", help="The record file's JSON."),
+    record_id: str = typer.Argument(..., metavar="ID", help="The record's id."),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the record file's JSON (the seed's exact shape)."
+    ),
 ) -> None:
     """One record: its fields, revision and expiry, or its file JSON with --json."""
     from sandbox_ledger.resources.files import record_file_text
 
-    stored = _store(_target()).get_versioned(record_id)
+    target = _target()
+    stored = _store(target).get_versioned(record_id)
     if stored is None:
-        raise LedgerError(f"no resource record {record_id}")
+        raise CommandError(
+            f"no resource record {record_id} in {target.describe()}; list the records with "
+            f"`{target.command('resources ls')}`",
+            ExitCode.NOT_FOUND,
+        )
     if as_json:
-        out.print(record_file_text(stored.record), end="", markup=False)
+        out().print(record_file_text(stored.record), end="", markup=False)
         return
     record = stored.record
     last_op, last_failure = record.last_operation, record.last_failure
@@ -64,16 +79,21 @@ def resources_show(
         "being expired": stored.expiring or "no",
     }
     for key, value in rows.items():
-        out.print(f"{key:>15}  {value}", markup=False)
+        out().print(f"{key:>15}  {value}", markup=False)
 
 
 @resources_app.command("export")
 @handled
 def resources_export(
     directory: Path = typer.Argument(..., help="Where to write <id>.json files."),
+    as_json: bool = typer.Option(
+        False, "--json", help='Print {"directory": ..., "files": [...]} of what was written.'
+    ),
 ) -> None:
     """Write every record of the table to DIRECTORY, one <id>.json file each."""
     from sandbox_ledger.resources.files import export_directory
 
     written = export_directory(_store(_target()), directory)
-    err.print(f"exported {len(written)} record(s) to {directory}", markup=False)
+    err().print(f"exported {len(written)} record(s) to {directory}", markup=False)
+    if as_json:
+        emit({"directory": str(directory), "files": written})

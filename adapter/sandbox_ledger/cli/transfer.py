@@ -50,11 +50,19 @@ def export_to(
         found = ledger.list_sandbox_details(name) if name else ledger.list_all_sandbox_details()
         sessions = [(d.name, d.sandbox_id) for d in found]
     environments = ledger.list_environments() if name is None else []
-    lines = export_lines(ledger, sessions, environments)
+    from sandbox_ledger.cli.progress import reading
+
+    with reading(ledger, "exporting", err, total=len(set(sessions))) as source:
+        count = _export(export_lines(source, sessions, environments), output)
+    return len(sessions), count - len(environments), len(environments)
+
+
+def _export(lines: Iterator[str], output: Path | None) -> int:
+    """Write the lines to ``output`` (or stdout); returns how many."""
     if output is None:
         count = _write(sys.stdout, lines)
         sys.stdout.flush()
-        return len(sessions), count - len(environments), len(environments)
+        return count
     temporary = output.with_name(f".{output.name}.{os.getpid()}.partial")
     try:
         with temporary.open("w", encoding="utf-8", newline="\n") as stream:
@@ -66,7 +74,7 @@ def export_to(
         with contextlib.suppress(OSError):
             temporary.unlink()
         raise
-    return len(sessions), count - len(environments), len(environments)
+    return count
 
 
 def _write(stream: object, lines: Iterator[str]) -> int:

@@ -1,0 +1,132 @@
+"""Progress on stderr for long work (export, rm, resources sweep; import has its own bar),
+shown only when stderr is a terminal: piped or redirected, the commands stay silent."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from rich.console import Console
+    from rich.progress import Progress, TaskID
+
+
+def _bar(console: Console, *, total: bool) -> Progress:
+    """A bar with a known total, or a spinner with a ``detail`` field (counts so far)."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    if total:
+        return Progress(console=console, transient=True)
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TextColumn("{task.fields[detail]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+
+
+class _CountingReader:
+    """A ledger whose session reads advance a bar (export reads each session once)."""
+
+    def __init__(self, ledger: Any, progress: Progress, task: TaskID) -> None:
+        self._ledger = ledger
+        self._progress = progress
+        self._task = task
+        if hasattr(ledger, "read_in_append_order"):
+            self.read_in_append_order = self._counting(ledger.read_in_append_order)
+        self.read_all = self._counting(ledger.read_all)
+
+    def _counting(self, read: Any) -> Any:
+        def call(name: str, sandbox_id: str) -> Any:
+            entries = read(name, sandbox_id)
+            self._progress.advance(self._task)
+            return entries
+
+        return call
+
+
+@contextlib.contextmanager
+def reading(ledger: Any, label: str, console: Console, total: int) -> Iterator[Any]:
+    """The ledger to export from: itself, or (on a terminal) one that shows a bar of the
+    ``total`` sessions read."""
+    if not console.is_terminal or not total:
+        yield ledger
+        return
+    with _bar(console, total=True) as progress:
+        yield _CountingReader(ledger, progress, progress.add_task(label, total=total))
+
+
+@contextlib.contextmanager
+def deleting(ledger: Any, label: str, console: Console) -> Iterator[None]:
+    """A spinner counting the items a DynamoDB ``delete_sandbox`` removes (its batches are
+    watched through botocore's event hooks); other stores delete in one statement."""
+    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+
+    if not console.is_terminal or not isinstance(ledger, SyncDynamoDBAdapter):
+        yield
+        return
+    events = ledger.client().meta.events
+    with _bar(console, total=False) as progress:
+        task = progress.add_task(label, total=None, detail="0 items deleted")
+        deleted = 0
+
+        def before(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+            context["sandbox_ledger_sent"] = sum(len(v) for v in params["RequestItems"].values())
+
+        def after(parsed: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+            nonlocal deleted
+            left = sum(len(v) for v in (parsed.get("UnprocessedItems") or {}).values())
+            deleted += context.get("sandbox_ledger_sent", 0) - left
+            progress.update(task, detail=f"{deleted} items deleted")
+
+        events.register("before-parameter-build.dynamodb.BatchWriteItem", before)
+        events.register("after-call.dynamodb.BatchWriteItem", after)
+        try:
+            yield
+        finally:
+            events.unregister("before-parameter-build.dynamodb.BatchWriteItem", before)
+            events.unregister("after-call.dynamodb.BatchWriteItem", after)
+
+
+class _CountingStore:
+    """The sweep's store, counting the records examined and deleted for the progress line."""
+
+    def __init__(self, store: Any, progress: Progress, task: TaskID) -> None:
+        self._store = store
+        self._progress = progress
+        self._task = task
+        self._examined = 0
+        self._deleted = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def _show(self) -> None:
+        detail = f"{self._examined} records examined, {self._deleted} deleted"
+        self._progress.update(self._task, detail=detail)
+
+    def get_many(self, record_ids: list[str]) -> Any:
+        found = self._store.get_many(record_ids)
+        self._examined += len(record_ids)
+        self._show()
+        return found
+
+    def delete_claimed(self, record_ids: list[str]) -> None:
+        self._store.delete_claimed(record_ids)
+        self._deleted += len(record_ids)
+        self._show()
+
+
+@contextlib.contextmanager
+def sweeping(store: Any, console: Console) -> Iterator[Any]:
+    """The store to sweep: itself, or (on a terminal) a wrapper that shows its progress."""
+    if not console.is_terminal:
+        yield store
+        return
+    with _bar(console, total=False) as progress:
+        task = progress.add_task("sweeping", total=None, detail="0 records examined")
+        yield _CountingStore(store, progress, task)
