@@ -450,7 +450,7 @@ def test_a_table_export_carries_environments_and_a_refused_record_is_a_failed_li
     path = tmp_path / "plus.jsonl"
     bad = environment_line(env("e" * 1100, 1))  # longer than any store's key allows
     path.write_text("\n".join([*lines, bad, '{"kind": "future"}']) + "\n", encoding="utf-8")
-    out = imported(runner, target, str(path), code=1)
+    out = imported(runner, target, str(path), code=4)  # partly failed
     assert f"{path}:{len(lines) + 1}:" in out and f"{path}:{len(lines) + 2}: line kind" in out
     assert "12 new, 0 already present, 2 failed; environments: 1 new" in out
     assert [r.wire() for r in copy.list_environments()] == [
