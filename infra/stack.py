@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 
 RUNTIME = lambda_.Runtime.PYTHON_3_14
 PYTHON_VERSION = "3.14"
+BUS_POLICY_SID = "OnlyTheStacksFunctionsPutEvents"
+"""Not the ``cdk-`` id the bus policy had as its own resource: removing that resource on an
+update removes its statement id from the bus, which must not be this one."""
 
 
 class SandboxLedgerStack(Stack):
@@ -135,22 +138,30 @@ class SandboxLedgerStack(Stack):
 
     def _bus_policy(self) -> None:
         """A created bus accepts ResourceExpired only from the stack's two functions: nobody
-        else in the account can forge one (and have a live sandbox reclaimed)."""
+        else in the account can forge one (and have a live sandbox reclaimed).
+
+        The policy is the bus's own ``Policy`` (a full policy document), not an
+        ``AWS::Events::EventBusPolicy``: that resource's deprecated ``Principal`` property is
+        read by cdk-nag's EVB1 rule on every synth, which prints a deprecation warning even
+        when only ``Statement`` is set. The bus's ARN is spelled from its synthesized name,
+        since a resource cannot refer to its own ``Arn``."""
         if not isinstance(self.bus, events.EventBus):
             return  # the account's default bus is shared; it is not ours to lock
+        bus = self.bus.node.default_child
+        assert isinstance(bus, events.CfnEventBus)
+        name = self.resolve(bus.name)
+        assert isinstance(name, str), "the bus's name is known at synth"
+        arn = self.format_arn(service="events", resource="event-bus", resource_name=name)
         roles = [self.sweeper.role, self.ttl_handler.role]
-        self.bus.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="OnlyTheStacksFunctionsPutEvents",
-                effect=iam.Effect.DENY,
-                principals=[iam.AnyPrincipal()],
-                actions=["events:PutEvents"],
-                resources=[self.bus.event_bus_arn],
-                conditions={
-                    "StringNotEquals": {"aws:PrincipalArn": [r.role_arn for r in roles if r]}
-                },
-            )
+        statement = iam.PolicyStatement(
+            sid=BUS_POLICY_SID,
+            effect=iam.Effect.DENY,
+            principals=[iam.AnyPrincipal()],
+            actions=["events:PutEvents"],
+            resources=[arn],
+            conditions={"StringNotEquals": {"aws:PrincipalArn": [r.role_arn for r in roles if r]}},
         )
+        bus.policy = iam.PolicyDocument(statements=[statement]).to_json()
 
     def _lambda_code(self) -> lambda_.Code:
         """Both functions' code: the library and the handlers, bundled locally with pip."""

@@ -458,11 +458,41 @@ def test_sweeper_and_ttl_roles_touch_only_resource_records(
 def test_only_the_stacks_functions_can_put_events_on_its_bus(
     synthesized: tuple[dict[str, Any], Path],
 ) -> None:
+    """The bus's own policy denies PutEvents to every principal but the two functions' roles
+    (no AWS::Events::EventBusPolicy, whose deprecated Principal cdk-nag reads)."""
     raw = synthesized[0]
-    [policy] = resources(raw, "AWS::Events::EventBusPolicy").values()
-    statement = policy["Properties"]["Statement"]
+    assert resources(raw, "AWS::Events::EventBusPolicy") == {}
+    [bus] = resources(raw, "AWS::Events::EventBus").values()
+    policy = bus["Properties"]["Policy"]
+    assert policy["Version"] == "2012-10-17"
+    [statement] = policy["Statement"]
     assert statement["Effect"] == "Deny" and statement["Action"] == "events:PutEvents"
     assert statement["Principal"] == {"AWS": "*"}
+    resource = json.dumps(statement["Resource"])
+    assert f"event-bus/{bus['Properties']['Name']}" in resource and "GetAtt" not in resource
     arns = statement["Condition"]["StringNotEquals"]["aws:PrincipalArn"]
     roles = sorted(a["Fn::GetAtt"][0] for a in arns)
     assert [r.rstrip("0123456789ABCDEF") for r in roles] == ["SweeperRole", "TtlExpiryRole"]
+
+
+@pytest.mark.slow  # a second synth, in a fresh process (about 25 s)
+def test_synth_prints_no_deprecation_warning(tmp_path: Path) -> None:
+    """A fresh process synthesizes the stack (cdk-nag included) without a jsii deprecation
+    warning on stderr."""
+    script = (
+        "import json, sys; sys.path[:0] = ['.', 'adapter']\n"
+        "import aws_cdk; from infra.app import build\n"
+        "ctx = json.load(open('cdk.json'))['context']\n"
+        f"app = aws_cdk.App(context={{**ctx, 'local': True}}, outdir={str(tmp_path)!r})\n"
+        "build(app); app.synth()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "deprecated" not in done.stdout + done.stderr
