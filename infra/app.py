@@ -37,7 +37,7 @@ def build(app: cdk.App) -> SandboxLedgerStack:
         else None,
     )
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
-    acknowledge(stack)
+    acknowledge(stack, tracing=config.tracing)
     return stack
 
 

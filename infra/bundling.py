@@ -14,6 +14,9 @@ from aws_cdk import ILocalBundling
 ROOT = Path(__file__).resolve().parents[1]
 # What the handlers import at run time; boto3/botocore come with the Lambda runtime.
 RUNTIME_REQUIREMENTS = ("pydantic>=2.11", "aws-lambda-powertools>=3.0")
+# What Powertools' Tracer imports when tracing is on, without the botocore the X-Ray SDK
+# depends on (the runtime has it).
+TRACING_REQUIREMENTS = ("aws-xray-sdk>=2.12", "wrapt>=1.14")
 
 
 @jsii.implements(ILocalBundling)
@@ -22,12 +25,38 @@ class PipBundling:
     handlers next to them. The asset hash comes from this output, so a library edit changes
     the asset and redeploys the functions."""
 
-    def __init__(self, *, python_version: str, platform: str = "manylinux2014_aarch64") -> None:
+    def __init__(
+        self,
+        *,
+        python_version: str,
+        platform: str = "manylinux2014_aarch64",
+        tracing: bool = False,
+    ) -> None:
         self.python_version = python_version
         self.platform = platform
+        self.tracing = tracing
 
     def try_bundle(self, output_dir: str, *, image: Any = None, **_: Any) -> bool:
         out = Path(output_dir)
+        self._pip(out, RUNTIME_REQUIREMENTS)
+        if self.tracing:
+            self._pip(out, TRACING_REQUIREMENTS, "--no-deps")
+        shutil.copytree(
+            ROOT / "adapter" / "sandbox_ledger",
+            out / "sandbox_ledger",
+            ignore=shutil.ignore_patterns("__pycache__", "cli", "testing"),
+            dirs_exist_ok=True,
+        )
+        for handler in ("expire_stale_resources", "on_ttl_expiry"):
+            shutil.copytree(
+                ROOT / "lambdas" / handler,
+                out / handler,
+                ignore=shutil.ignore_patterns("__pycache__"),
+                dirs_exist_ok=True,
+            )
+        return True
+
+    def _pip(self, out: Path, requirements: tuple[str, ...], *options: str) -> None:
         done = subprocess.run(
             [
                 sys.executable,
@@ -45,7 +74,8 @@ class PipBundling:
                 "cp",
                 "--target",
                 str(out),
-                *RUNTIME_REQUIREMENTS,
+                *options,
+                *requirements,
             ],
             capture_output=True,
             text=True,
@@ -53,17 +83,3 @@ class PipBundling:
         )
         if done.returncode != 0:
             raise RuntimeError(f"pip could not bundle the Lambda dependencies:\n{done.stderr}")
-        shutil.copytree(
-            ROOT / "adapter" / "sandbox_ledger",
-            out / "sandbox_ledger",
-            ignore=shutil.ignore_patterns("__pycache__", "cli", "testing"),
-            dirs_exist_ok=True,
-        )
-        for handler in ("expire_stale_resources", "on_ttl_expiry"):
-            shutil.copytree(
-                ROOT / "lambdas" / handler,
-                out / handler,
-                ignore=shutil.ignore_patterns("__pycache__"),
-                dirs_exist_ok=True,
-            )
-        return True

@@ -37,6 +37,8 @@ class LedgerConfig:
     event_bus: str = "create"
     """``create`` a dedicated bus, or ``default`` for the account's default bus."""
     dry_run: bool = False
+    tracing: bool = False
+    """Powertools Tracer on both functions: X-Ray active tracing, its grant and the SDK."""
     log_retention_days: int = 30
     alarm_topic_arn: str | None = None
 
@@ -74,12 +76,26 @@ class LedgerConfig:
         for region in regions:
             if not _REGION.match(region):
                 raise ConfigError(f"replica_regions: not a region name: {region!r}")
+        consistency = str(get("multi_region_consistency") or "eventual")
+        if consistency == "strong":
+            raise ConfigError(
+                "multi_region_consistency: strong (MRSC) cannot serve this design: MRSC global "
+                "tables support neither transactions (the ledger's appends) nor TTL (the "
+                "resource records' backstop); see docs/resource-expiry.md, Global tables"
+            )
+        if consistency != "eventual":
+            raise ConfigError(
+                f"multi_region_consistency: must be eventual (the default), got {consistency!r}"
+            )
         kms = str(get("kms") or defaults.kms)
         if kms not in ("aws-owned", "create") and not _KMS_ARN.match(kms):
             raise ConfigError(f"kms: must be aws-owned, create or a KMS key ARN, got {kms!r}")
         dry = str(get("dry_run") if get("dry_run") is not None else "false").lower()
         if dry not in ("true", "false"):
             raise ConfigError(f"dry_run: must be true or false, got {dry!r}")
+        tracing = str(get("tracing") if get("tracing") is not None else "false").lower()
+        if tracing not in ("true", "false"):
+            raise ConfigError(f"tracing: must be true or false, got {tracing!r}")
         config = cls(
             table_name=None if table_name is None else str(table_name),
             stale_after_seconds=integer(
@@ -97,6 +113,7 @@ class LedgerConfig:
             max_capacity=integer("max_capacity", defaults.max_capacity, 1, 40_000),
             event_bus=choice("event_bus", defaults.event_bus, ("create", "default")),
             dry_run=dry == "true",
+            tracing=tracing == "true",
             log_retention_days=integer("log_retention_days", defaults.log_retention_days, 1, 3653),
             alarm_topic_arn=get("alarm_topic_arn"),
         )

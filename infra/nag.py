@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 import aws_cdk as cdk
@@ -9,12 +10,26 @@ import aws_cdk as cdk
 if TYPE_CHECKING:
     from constructs import IConstruct
 
-# (construct path under the stack, rule id, why the finding does not apply there)
+# (construct path under the stack, rule id, why the finding does not apply there); ``{Path}``
+# in a rule id stands for the logical id of the resource at that path.
 ACKNOWLEDGED: list[tuple[str, str, str]] = [
     (
-        "StreamFailures",
-        "AwsSolutions::AwsSolutions-SQS3",
-        "This queue is the on-failure destination (DLQ) of the stream mapping itself.",
+        "UnreportedExpiries",
+        "AwsSolutions::AwsSolutions-S1",
+        "Only the TTL handler's role writes and reads this bucket, under two prefixes; "
+        "an access-log bucket would be one more retained bucket to secure for no reader.",
+    ),
+    (
+        "TtlExpiryRole",
+        "AwsSolutions::AwsSolutions-IAM5[Resource::<{UnreportedExpiries}.Arn>/unreported/*]",
+        "The handler keeps (and a replay reads back and removes) one object per unreported "
+        "TTL removal, named when it happens; the grant is this bucket's unreported/ prefix.",
+    ),
+    (
+        "TtlExpiryRole",
+        "AwsSolutions::AwsSolutions-IAM5[Resource::<{UnreportedExpiries}.Arn>/aws/lambda/*]",
+        "Lambda writes the stream mapping's discarded batches with this role under aws/lambda/ "
+        "(names it chooses); the replay reads and removes them. Only that prefix is granted.",
     ),
     (
         "TtlExpiryRole",
@@ -23,11 +38,32 @@ ACKNOWLEDGED: list[tuple[str, str, str]] = [
     ),
 ]
 
+# With the ``tracing`` option: active tracing grants X-Ray's two write actions.
+TRACING_ACKNOWLEDGED: list[tuple[str, str, str]] = [
+    (
+        "SweeperRole",
+        "AwsSolutions::AwsSolutions-IAM5[Resource::*]",
+        "xray:PutTraceSegments and xray:PutTelemetryRecords (active tracing) have no "
+        "resource-level scope.",
+    ),
+]
 
-def acknowledge(stack: IConstruct) -> None:
-    """Acknowledge each finding of :data:`ACKNOWLEDGED` on its construct only."""
-    for path, rule, reason in ACKNOWLEDGED:
-        scope = stack
-        for part in path.split("/"):
-            scope = scope.node.find_child(part)
+
+def acknowledge(stack: IConstruct, *, tracing: bool = False) -> None:
+    """Acknowledge each finding of :data:`ACKNOWLEDGED` (and, with ``tracing``, of
+    :data:`TRACING_ACKNOWLEDGED`) on its construct only."""
+    for path, rule, reason in ACKNOWLEDGED + (TRACING_ACKNOWLEDGED if tracing else []):
+        scope = _find(stack, path)
+        # A rule naming a resource by its logical id: ``{Path}`` stands for it.
+        for name in re.findall(r"\{(\w+)\}", rule):
+            cfn = _find(stack, name).node.default_child
+            assert isinstance(cfn, cdk.CfnElement)
+            rule = rule.replace(f"{{{name}}}", cdk.Stack.of(cfn).resolve(cfn.logical_id))
         cdk.Validations.of(scope).acknowledge(cdk.Acknowledgment(id=rule, reason=reason))
+
+
+def _find(stack: IConstruct, path: str) -> IConstruct:
+    scope = stack
+    for part in path.split("/"):
+        scope = scope.node.find_child(part)
+    return scope

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import jsii
 from aws_cdk import (
     AssetHashType,
     BundlingOptions,
     CfnOutput,
     Duration,
+    RemovalPolicy,
     Stack,
 )
 from aws_cdk import aws_cloudwatch as cw
@@ -19,14 +21,16 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sns as sns
-from aws_cdk import aws_sqs as sqs
 from aws_cdk import custom_resources as cr
 
 from infra.bundling import ROOT, PipBundling
 from infra.table import LedgerTable
 from sandbox_ledger import keys as k
 from sandbox_ledger.deployment import TableDescriptor, descriptor_item
+from sandbox_ledger.handlers.tracing import TRACING_VARIABLE
+from sandbox_ledger.resources.unreported import ON_FAILURE_PREFIX, REPLAY_PREFIXES
 
 if TYPE_CHECKING:
     from constructs import Construct
@@ -35,9 +39,24 @@ if TYPE_CHECKING:
 
 RUNTIME = lambda_.Runtime.PYTHON_3_14
 PYTHON_VERSION = "3.14"
+ON_FAILURE_METRICS_ID = "OnFailureBatches"
 BUS_POLICY_SID = "OnlyTheStacksFunctionsPutEvents"
 """Not the ``cdk-`` id the bus policy had as its own resource: removing that resource on an
 update removes its statement id from the bus, which must not be this one."""
+
+
+@jsii.implements(lambda_.IEventSourceDlq)
+class _BucketOnFailure:
+    """The stream mapping's S3 on-failure destination, without the read-write grant on the
+    whole bucket that ``S3OnFailureDestination`` adds (the stack grants the prefixes)."""
+
+    def __init__(self, bucket: s3.IBucket) -> None:
+        self.bucket = bucket
+
+    def bind(
+        self, target: lambda_.IEventSourceMapping, target_handler: lambda_.IFunction
+    ) -> lambda_.DlqDestinationConfig:
+        return lambda_.DlqDestinationConfig(destination=self.bucket.bucket_arn)
 
 
 class SandboxLedgerStack(Stack):
@@ -65,9 +84,10 @@ class SandboxLedgerStack(Stack):
             "TABLE_NAME": self.ledger.table.table_name,
             "EVENT_BUS_NAME": self.bus.event_bus_name,
             "POWERTOOLS_METRICS_NAMESPACE": "SandboxLedger",
+            TRACING_VARIABLE: "true" if config.tracing else "false",
         }
         self.sweeper = self._sweeper(code, common_env)
-        self.dead_letters, self.ttl_handler = self._ttl_handler(code, common_env)
+        self.unreported, self.ttl_handler = self._ttl_handler(code, common_env)
         # What users' own worker functions attach to use the adapter and the stores.
         self.worker_policy = iam.ManagedPolicy(
             self,
@@ -172,7 +192,7 @@ class SandboxLedgerStack(Stack):
             bundling=BundlingOptions(
                 image=RUNTIME.bundling_image,
                 command=["bash", "-c", "echo 'docker bundling is not used' && exit 1"],
-                local=PipBundling(python_version=PYTHON_VERSION),
+                local=PipBundling(python_version=PYTHON_VERSION, tracing=self.config.tracing),
             ),
         )
 
@@ -237,15 +257,31 @@ class SandboxLedgerStack(Stack):
 
     def _ttl_handler(
         self, code: lambda_.Code, common_env: dict[str, str]
-    ) -> tuple[sqs.Queue, lambda_.Function]:
-        """The TTL backstop: stream REMOVE records made by the TTL service only, and the queue
-        that receives what could not be reported."""
-        dead_letters = sqs.Queue(
+    ) -> tuple[s3.Bucket, lambda_.Function]:
+        """The TTL backstop: stream REMOVE records made by the TTL service only, and the
+        retained bucket that keeps what could not be reported (the handler's own writes
+        under ``unreported/``, the mapping's S3 on-failure destination under ``aws/lambda/``)
+        until an operator replays it."""
+        bucket = s3.Bucket(
             self,
-            "StreamFailures",
-            retention_period=Duration.days(14),
+            "UnreportedExpiries",
+            removal_policy=RemovalPolicy.RETAIN,
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             enforce_ssl=True,
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            versioned=True,
+            # What is kept stays until replayed (that is the point); a replayed object's
+            # noncurrent version is an audit trail for 90 days.
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    id="ReplayedVersions",
+                    noncurrent_version_expiration=Duration.days(90),
+                    expired_object_delete_marker=True,
+                    abort_incomplete_multipart_upload_after=Duration.days(7),
+                )
+            ],
+            # Request metrics for the objects Lambda writes there (the alarm's data).
+            metrics=[s3.BucketMetrics(id=ON_FAILURE_METRICS_ID, prefix=ON_FAILURE_PREFIX)],
         )
         handler = self._function(
             "TtlExpiry",
@@ -253,11 +289,18 @@ class SandboxLedgerStack(Stack):
             "on_ttl_expiry.handler.handler",
             timeout=Duration.seconds(60),
             reserved_concurrency=None,
-            environment=common_env,
+            environment={**common_env, "UNREPORTED_BUCKET": bucket.bucket_name},
             statements=[
                 iam.PolicyStatement(
                     actions=["events:PutEvents"], resources=[self.bus.event_bus_arn]
-                )
+                ),
+                # Keep, read back and remove (replay) objects under the two prefixes only;
+                # Lambda writes the on-failure objects with this role too.
+                iam.PolicyStatement(
+                    actions=["s3:PutObject", "s3:GetObject", "s3:DeleteObject"],
+                    resources=[bucket.arn_for_objects(f"{p}*") for p in REPLAY_PREFIXES],
+                ),
+                iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket.bucket_arn]),
             ],
         )
         self.ledger.grant_key(handler)
@@ -270,7 +313,7 @@ class SandboxLedgerStack(Stack):
                 retry_attempts=5,
                 max_record_age=Duration.days(1),
                 report_batch_item_failures=True,
-                on_failure=sources.SqsDlq(dead_letters),
+                on_failure=_BucketOnFailure(bucket),
                 filters=[
                     lambda_.FilterCriteria.filter(
                         {
@@ -286,7 +329,7 @@ class SandboxLedgerStack(Stack):
                 ],
             )
         )
-        return dead_letters, handler
+        return bucket, handler
 
     def _outputs(self) -> None:
         table = self.ledger.table
@@ -295,6 +338,8 @@ class SandboxLedgerStack(Stack):
         CfnOutput(self, "WorkerPolicyArn", value=self.worker_policy.managed_policy_arn)
         CfnOutput(self, "EventBusName", value=self.bus.event_bus_name)
         CfnOutput(self, "ShardCount", value=str(self.config.shard_count))
+        CfnOutput(self, "UnreportedBucketName", value=self.unreported.bucket_name)
+        CfnOutput(self, "TtlFunctionName", value=self.ttl_handler.function_name)
 
     def _function(
         self,
@@ -334,6 +379,8 @@ class SandboxLedgerStack(Stack):
             log_group=log_group,
             reserved_concurrent_executions=reserved_concurrency,
             environment=environment,
+            # Active tracing also grants xray:PutTraceSegments and PutTelemetryRecords.
+            tracing=lambda_.Tracing.ACTIVE if self.config.tracing else None,
         )
 
     def _alarms(self) -> list[cw.Alarm]:
@@ -350,11 +397,29 @@ class SandboxLedgerStack(Stack):
                 "The TTL stream handler failed",
             ),
             self._alarm(
-                "StreamDeadLetters",
-                self.dead_letters.metric_approximate_number_of_messages_visible(
-                    period=five_minutes
+                "UnreportedExpiriesKept",
+                cw.Metric(
+                    namespace="SandboxLedger",
+                    metric_name="Unreported",
+                    dimensions_map={"service": "sandbox-ledger-ttl"},
+                    statistic="Sum",
+                    period=five_minutes,
                 ),
-                "TTL removals that could not be reported",
+                "TTL removals kept in the unreported bucket: replay them (docs/resource-expiry.md)",
+            ),
+            self._alarm(
+                "StreamFailureBatches",
+                cw.Metric(
+                    namespace="AWS/S3",
+                    metric_name="PutRequests",
+                    dimensions_map={
+                        "BucketName": self.unreported.bucket_name,
+                        "FilterId": ON_FAILURE_METRICS_ID,
+                    },
+                    statistic="Sum",
+                    period=five_minutes,
+                ),
+                "Stream batches the TTL handler failed on, kept by Lambda: replay them",
             ),
         ]
         for kind in ("ReadThrottleEvents", "WriteThrottleEvents"):

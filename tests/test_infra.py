@@ -119,6 +119,7 @@ def test_stream_mapping(template: assertions.Template) -> None:
             "MaximumRetryAttempts": 5,
             "FunctionResponseTypes": ["ReportBatchItemFailures"],
             "DestinationConfig": {"OnFailure": {"Destination": assertions.Match.any_value()}},
+            "MaximumRecordAgeInSeconds": 86400,
             "FilterCriteria": {
                 "Filters": [
                     {
@@ -140,14 +141,87 @@ def test_stream_mapping(template: assertions.Template) -> None:
 
 
 def test_alarms(template: assertions.Template) -> None:
-    template.resource_count_is("AWS::CloudWatch::Alarm", 5)
-    for metric in (
-        "Errors",
-        "ApproximateNumberOfMessagesVisible",
-        "ReadThrottleEvents",
-        "WriteThrottleEvents",
-    ):
+    template.resource_count_is("AWS::CloudWatch::Alarm", 6)
+    for metric in ("Errors", "ReadThrottleEvents", "WriteThrottleEvents"):
         template.has_resource_properties("AWS::CloudWatch::Alarm", {"MetricName": metric})
+
+
+def test_unreported_ttl_removals_are_kept_in_a_retained_locked_bucket(
+    synthesized: tuple[dict[str, Any], Path],
+) -> None:
+    """The bucket that keeps TTL removals the handler could not publish, and the stream
+    mapping's S3 on-failure destination: retained, encrypted, private, TLS only, versioned,
+    alarmed; only the TTL handler's role may touch it, and only under its two prefixes."""
+    raw = synthesized[0]
+    [(bucket_id, bucket)] = resources(raw, "AWS::S3::Bucket").items()
+    props = bucket["Properties"]
+    assert bucket["DeletionPolicy"] == "Retain" and bucket["UpdateReplacePolicy"] == "Retain"
+    [sse] = props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert sse["ServerSideEncryptionByDefault"]["SSEAlgorithm"] in ("AES256", "aws:kms")
+    assert set(props["PublicAccessBlockConfiguration"].values()) == {True}
+    assert len(props["PublicAccessBlockConfiguration"]) == 4
+    assert props["VersioningConfiguration"] == {"Status": "Enabled"}
+    [rule] = props["LifecycleConfiguration"]["Rules"]
+    assert "ExpirationInDays" not in rule  # kept until replayed, never expired unreported
+    assert rule["NoncurrentVersionExpiration"]["NoncurrentDays"] >= 30
+    [bucket_policy] = resources(raw, "AWS::S3::BucketPolicy").values()
+    [tls] = bucket_policy["Properties"]["PolicyDocument"]["Statement"]
+    assert tls["Effect"] == "Deny" and tls["Condition"] == {
+        "Bool": {"aws:SecureTransport": "false"}
+    }
+    # The mapping hands discarded batches (with their records) to this bucket.
+    [mapping] = resources(raw, "AWS::Lambda::EventSourceMapping").values()
+    destination = mapping["Properties"]["DestinationConfig"]["OnFailure"]["Destination"]
+    assert destination == {"Fn::GetAtt": [bucket_id, "Arn"]}
+    [handler] = [
+        r
+        for r in resources(raw, "AWS::Lambda::Function").values()
+        if r["Properties"]["Handler"] == "on_ttl_expiry.handler.handler"
+    ]
+    env = handler["Properties"]["Environment"]["Variables"]
+    assert env["UNREPORTED_BUCKET"] == {"Ref": bucket_id}
+    # Grants: the TTL role only, on the two prefixes; no one else names the bucket.
+    s3_statements = [
+        (n, s)
+        for n, s in _statements(raw)
+        if any(a.startswith("s3:") for a in _actions(s)) and n != "UnreportedExpiriesPolicy"
+    ]
+    assert s3_statements and all(n.startswith("TtlExpiryRole") for n, _ in s3_statements)
+    arn = {"Fn::GetAtt": [bucket_id, "Arn"]}
+    objects = {
+        "s3:PutObject": ["/unreported/*", "/aws/lambda/*"],
+        "s3:GetObject": ["/unreported/*", "/aws/lambda/*"],
+        "s3:DeleteObject": ["/unreported/*", "/aws/lambda/*"],
+    }
+    for _, statement in s3_statements:
+        for action in _actions(statement):
+            if action == "s3:ListBucket":
+                assert statement["Resource"] == arn
+            else:
+                suffixes = [r["Fn::Join"][1][1] for r in statement["Resource"]]
+                assert [r["Fn::Join"][1][0] for r in statement["Resource"]] == [arn, arn]
+                assert suffixes == objects[action], (action, suffixes)
+    granted = {a for _, s in s3_statements for a in _actions(s)}
+    assert granted == {"s3:PutObject", "s3:GetObject", "s3:DeleteObject", "s3:ListBucket"}
+    # Alarms: what the handler kept (its Unreported metric) and what Lambda wrote there.
+    alarms = resources(raw, "AWS::CloudWatch::Alarm").values()
+    kept = [a for a in alarms if a["Properties"].get("MetricName") == "Unreported"]
+    assert [a["Properties"]["Namespace"] for a in kept] == ["SandboxLedger"]
+    assert kept[0]["Properties"]["Dimensions"] == [
+        {"Name": "service", "Value": "sandbox-ledger-ttl"}
+    ]
+    [written] = [a for a in alarms if a["Properties"].get("MetricName") == "PutRequests"]
+    dimensions = {d["Name"]: d["Value"] for d in written["Properties"]["Dimensions"]}
+    assert dimensions == {"BucketName": {"Ref": bucket_id}, "FilterId": "OnFailureBatches"}
+    assert props["MetricsConfigurations"] == [{"Id": "OnFailureBatches", "Prefix": "aws/lambda/"}]
+    for alarm in (kept[0], written):
+        assert alarm["Properties"]["Threshold"] == 1
+        assert alarm["Properties"]["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+
+
+def _actions(statement: dict[str, Any]) -> list[str]:
+    action = statement["Action"]
+    return [action] if isinstance(action, str) else list(action)
 
 
 def _statements(raw: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -223,7 +297,14 @@ def test_grant_worker_gives_item_and_query_actions_on_table_indexes_and_key() ->
 
 
 def test_outputs(template: assertions.Template) -> None:
-    for output in ("TableName", "TableArn", "WorkerPolicyArn", "EventBusName"):
+    for output in (
+        "TableName",
+        "TableArn",
+        "WorkerPolicyArn",
+        "EventBusName",
+        "UnreportedBucketName",
+        "TtlFunctionName",
+    ):
         template.has_output(output, {})
 
 
@@ -249,6 +330,7 @@ def test_options_synthesize(tmp_path: Path) -> None:
         sweep_rate_minutes=15,
         min_capacity=2,
         max_capacity=40,
+        tracing=True,
     )
     table = next(iter(resources(raw, "AWS::DynamoDB::Table").values()))["Properties"]
     assert table["SSESpecification"]["SSEType"] == "KMS"
@@ -258,6 +340,35 @@ def test_options_synthesize(tmp_path: Path) -> None:
     assert resources(raw, "AWS::KMS::Key")
     worker = [s for n, s in _statements(raw) if n.startswith("WorkerPolicy")]
     assert any("kms:Decrypt" in s["Action"] for s in worker)
+    # tracing=true: active tracing on both handlers, the X-Ray grant, the handlers' setting.
+    _check_tracing(raw, on=True)
+
+
+def test_tracing_is_off_by_default(synthesized: tuple[dict[str, Any], Path]) -> None:
+    _check_tracing(synthesized[0], on=False)
+
+
+def _check_tracing(raw: dict[str, Any], *, on: bool) -> None:
+    handlers = [
+        r["Properties"]
+        for r in resources(raw, "AWS::Lambda::Function").values()
+        if r["Properties"]["Handler"].endswith(".handler.handler")
+    ]
+    assert len(handlers) == 2
+    for props in handlers:
+        assert props["Environment"]["Variables"]["SANDBOX_LEDGER_TRACING"] == str(on).lower()
+        assert props.get("TracingConfig") == ({"Mode": "Active"} if on else None)
+    for role in ("SweeperRole", "TtlExpiryRole"):
+        xray = [
+            s
+            for n, s in _statements(raw)
+            if n.startswith(role) and any(a.startswith("xray:") for a in _actions(s))
+        ]
+        if not on:
+            assert xray == [], role
+            continue
+        [statement] = xray
+        assert set(_actions(statement)) == {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
 
 
 def test_replicas_make_a_global_table(tmp_path: Path) -> None:
@@ -280,6 +391,9 @@ def test_replicas_make_a_global_table(tmp_path: Path) -> None:
         ({"event_bus": "other"}, "event_bus"),
         ({"min_capacity": 10, "max_capacity": 5}, "min_capacity"),
         ({"dry_run": "maybe"}, "dry_run"),
+        ({"tracing": "maybe"}, "tracing"),
+        ({"multi_region_consistency": "strong"}, "support neither transactions"),
+        ({"multi_region_consistency": "weak"}, "multi_region_consistency"),
     ],
 )
 def test_bad_context_is_refused_with_the_key(context: dict[str, Any], key: str) -> None:

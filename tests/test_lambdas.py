@@ -4,6 +4,7 @@ SQS): the ResourceExpired events are read back through a rule and an SQS target.
 from __future__ import annotations
 
 import json
+import subprocess
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -312,3 +313,234 @@ def test_ttl_stream_handler(wiring: Wiring) -> None:
     [published] = wiring.received()
     assert published["detail"]["record"] == r.wire()
     assert published["detail"]["trigger"] == "ttl"
+
+
+def _bus_down(**_: Any) -> tuple[Any, dict[str, Any]]:
+    """``before-call`` hook: EventBridge answers every PutEvents with a 503."""
+    from botocore.awsrequest import AWSResponse
+
+    error = {"Code": "ServiceUnavailable", "Message": "injected: the bus is down"}
+    return AWSResponse("https://injected", 503, {}, None), {
+        "Error": error,
+        "ResponseMetadata": {"HTTPStatusCode": 503},
+    }
+
+
+def _ttl_item(age_days: int = 40) -> tuple[Any, dict[str, Any]]:
+    r = record(age=timedelta(days=age_days))
+    item = {
+        **ri.record_key(r.id),
+        "rev": {"N": "4"},
+        **ri.write_values(r, horizon_seconds=30 * 86400, shard_count=4),
+    }
+    return r, item
+
+
+class Unreported:
+    def __init__(self, wiring: Wiring, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.s3 = boto3.client("s3", endpoint_url=wiring.endpoint)
+        self.bucket = f"unreported-{uuid.uuid4().hex[:8]}"
+        self.s3.create_bucket(Bucket=self.bucket)
+        monkeypatch.setenv("UNREPORTED_BUCKET", self.bucket)
+
+    def objects(self, prefix: str = "") -> dict[str, dict[str, Any]]:
+        listed = self.s3.list_objects_v2(Bucket=self.bucket, Prefix=prefix).get("Contents", [])
+        return {
+            o["Key"]: json.loads(
+                self.s3.get_object(Bucket=self.bucket, Key=o["Key"])["Body"].read()
+            )
+            for o in listed
+        }
+
+
+@pytest.fixture
+def unreported(wiring: Wiring, monkeypatch: pytest.MonkeyPatch) -> Unreported:
+    return Unreported(wiring, monkeypatch)
+
+
+def test_the_stream_handler_with_the_bus_down_leaves_the_images_recoverable(
+    wiring: Wiring, unreported: Unreported
+) -> None:
+    own = wiring.table
+    expired = [_ttl_item() for _ in range(12)]
+    _, broken = _ttl_item()
+    broken["rec"] = {"S": "{not json"}
+    batch = [
+        _stream_record(item, ttl=True, seq=str(200 + i), table=own)
+        for i, (_, item) in enumerate(expired)
+    ]
+    batch += [
+        _stream_record(broken, ttl=True, seq="299", table=own),  # undecodable: kept too
+        _stream_record(expired[0][1], ttl=False, seq="300", table=own),  # an ordinary delete
+    ]
+    ttl = load_handler("on_ttl_expiry")
+    events = ttl.dependencies().publisher.client
+    events.meta.events.register("before-call.events.PutEvents", _bus_down)
+    # Every removal is kept before the batch is acknowledged: nothing for Lambda to retry.
+    assert ttl.handler({"Records": batch}, FakeContext()) == {"batchItemFailures": []}
+    assert wiring.received() == []
+    kept = unreported.objects("unreported/")
+    assert len(kept) == 13
+    by_sequence = {
+        body["streamRecord"]["dynamodb"]["SequenceNumber"]: body for body in kept.values()
+    }
+    for i, (_, item) in enumerate(expired):
+        body = by_sequence[str(200 + i)]
+        assert body["streamRecord"]["dynamodb"]["OldImage"] == item  # the whole final image
+        assert body["table"] == own and "the bus is down" in body["why"]
+    assert by_sequence["299"]["why"].startswith("undecodable")
+    # Lambda retrying the same batch overwrites the same objects: none added.
+    ttl.handler({"Records": batch}, FakeContext())
+    assert set(unreported.objects("unreported/")) == set(kept)
+
+    # The bus is back: the replay publishes each expiry once and removes its object; the
+    # undecodable one stays, reported.
+    events.meta.events.unregister("before-call.events.PutEvents", _bus_down)
+    summary = ttl.handler({"action": "replay-unreported"}, FakeContext())
+    published = wiring.received()
+    assert sorted(e["detail"]["record"]["id"] for e in published) == sorted(
+        r.id for r, _ in expired
+    )
+    assert {e["detail"]["trigger"] for e in published} == {"ttl"}
+    assert {e["detail"]["record"]["id"]: e["detail"]["record"] for e in published} == {
+        r.id: r.wire() for r, _ in expired
+    }
+    assert len(summary["replayed"]) == 12 and summary["complete"] is True
+    [(broken_key, why)] = summary["failed"].items()
+    assert why.startswith("cannot be replayed: ") and broken_key in unreported.objects()
+    # A second replay publishes nothing again.
+    again = ttl.handler({"action": "replay-unreported"}, FakeContext())
+    assert again["published"] == [] and wiring.received() == []
+    assert list(unreported.objects()) == [broken_key]
+
+
+def test_a_removal_neither_published_nor_kept_is_a_batch_item_failure(
+    wiring: Wiring, unreported: Unreported
+) -> None:
+    """With S3 refusing too, the records are reported failed (by sequence number), for
+    Lambda to retry and then hand to the mapping's on-failure destination."""
+    own = wiring.table
+    items = [_ttl_item() for _ in range(3)]
+    batch = [
+        _stream_record(item, ttl=True, seq=str(400 + i), table=own)
+        for i, (_, item) in enumerate(items)
+    ]
+    ttl = load_handler("on_ttl_expiry")
+    reporter = ttl.dependencies()
+    reporter.publisher.client.meta.events.register("before-call.events.PutEvents", _bus_down)
+    assert reporter.unreported is not None
+    reporter.unreported.client.meta.events.register("before-call.s3.PutObject", _bus_down)
+    response = ttl.handler({"Records": batch}, FakeContext())
+    assert response == {"batchItemFailures": [{"itemIdentifier": str(400 + i)} for i in range(3)]}
+    assert unreported.objects() == {}
+
+
+def test_replay_reads_the_mappings_on_failure_objects_and_is_at_least_once(
+    wiring: Wiring, unreported: Unreported
+) -> None:
+    """An S3 on-failure destination object (Lambda's invocation record with the batch in
+    ``payload``) is replayed like a kept record; one with metadata only is reported. A replay
+    that cannot remove an object publishes it again next time, with the same idempotency key."""
+    from sandbox_ledger.resources import EventPublisher, replay_failed_expiries
+
+    own = wiring.table
+    (r1, item1), (r2, item2) = _ttl_item(), _ttl_item()
+    batch_info = {"shardId": "shardId-1", "startSequenceNumber": "500", "batchSize": 2}
+    invocation = {
+        "requestContext": {"condition": "RetryAttemptsExhausted", "approximateInvokeCount": 6},
+        "responseContext": {"statusCode": 200, "functionError": "Unhandled"},
+        "version": "1.0",
+        "DDBStreamBatchInfo": batch_info,
+        "payload": json.dumps(
+            {
+                "Records": [
+                    _stream_record(item1, ttl=True, seq="500", table=own),
+                    _stream_record(item2, ttl=True, seq="501", table=own),
+                    _stream_record(item1, ttl=False, seq="502", table=own),
+                ]
+            }
+        ),
+    }
+    esm_key = "aws/lambda/0f1e2d3c/shardId-1/2026/11/30/2026-11-30T12.00.00-9a8b7c"
+    meta_key = "aws/lambda/0f1e2d3c/shardId-1/2026/11/30/2026-11-30T12.05.00-1a2b3c"
+    put = unreported.s3.put_object
+    put(Bucket=unreported.bucket, Key=esm_key, Body=json.dumps(invocation).encode())
+    metadata_only = {k: v for k, v in invocation.items() if k != "payload"}
+    put(Bucket=unreported.bucket, Key=meta_key, Body=json.dumps(metadata_only).encode())
+
+    publisher = EventPublisher(wiring.events, wiring.bus)
+    s3 = unreported.s3
+
+    def no_delete(**_: Any) -> tuple[Any, dict[str, Any]]:
+        return _bus_down()
+
+    s3.meta.events.register("before-call.s3.DeleteObject", no_delete)
+    first = replay_failed_expiries(s3, publisher, unreported.bucket, table_name=own)
+    assert first.ignored == 1 and first.replayed == []
+    assert first.failed[esm_key].startswith("published, but not removed")
+    assert "metadata only" in first.failed[meta_key]
+    s3.meta.events.unregister("before-call.s3.DeleteObject", no_delete)
+    second = replay_failed_expiries(s3, publisher, unreported.bucket, table_name=own)
+    assert second.replayed == [esm_key] and second.published == first.published
+    events = wiring.received()
+    assert len(events) == 4  # at least once: each expiry twice, with one key each
+    keys = [e["detail"]["idempotencyKey"] for e in events]
+    assert sorted(set(keys)) == sorted(first.published) and len(set(keys)) == 2
+    assert {e["detail"]["record"]["id"] for e in events} == {r1.id, r2.id}
+    third = replay_failed_expiries(s3, publisher, unreported.bucket, table_name=own, dry_run=True)
+    assert third.published == [] and list(third.failed) == [meta_key]
+
+
+def test_replay_needs_the_bucket_and_checks_its_event(wiring: Wiring) -> None:
+    from sandbox_ledger.errors import InvalidInputError
+
+    ttl = load_handler("on_ttl_expiry")
+    with pytest.raises(InvalidInputError, match="UNREPORTED_BUCKET"):
+        ttl.handler({"action": "replay-unreported"}, FakeContext())
+    with pytest.raises(InvalidInputError, match="event"):
+        ttl.handler({"detail": {}}, FakeContext())
+
+
+def _import_in_fresh_process(env: dict[str, str], code: str) -> subprocess.CompletedProcess[str]:
+    import os
+    import sys
+
+    base = {k: v for k, v in os.environ.items() if k != "SANDBOX_LEDGER_TRACING"}
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={**base, "AWS_REGION": "us-east-1", **env},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+
+TRACING_PROBE = (
+    "import sys\n"
+    "from sandbox_ledger.handlers import expire_stale_resources as s, on_ttl_expiry as t\n"
+    "def tracer_wraps(f):\n"
+    "    return f.__code__.co_filename.endswith('tracing/tracer.py')\n"
+    "print('aws_xray_sdk' in sys.modules, tracer_wraps(s.handler), tracer_wraps(t.handler))\n"
+)
+
+
+@pytest.mark.parametrize(("setting", "traced"), [(None, False), ("false", False), ("true", True)])
+def test_tracing_is_behind_its_setting(setting: str | None, traced: bool) -> None:
+    """Off (unset or false), neither handler loads the X-Ray SDK nor wraps itself in the
+    Tracer; on, in a Lambda environment, both do."""
+    env = {"AWS_LAMBDA_FUNCTION_NAME": "fn"}
+    if setting is not None:
+        env["SANDBOX_LEDGER_TRACING"] = setting
+    done = _import_in_fresh_process(env, TRACING_PROBE)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(traced)] * 3
+
+
+def test_a_bad_tracing_setting_names_the_variable() -> None:
+    done = _import_in_fresh_process(
+        {"SANDBOX_LEDGER_TRACING": "maybe"},
+        "import sandbox_ledger.handlers.on_ttl_expiry",
+    )
+    assert done.returncode != 0
+    assert "SANDBOX_LEDGER_TRACING: must be true or false, got 'maybe'" in done.stderr

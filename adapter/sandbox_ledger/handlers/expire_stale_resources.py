@@ -16,6 +16,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from sandbox_ledger.handlers._sdk import sdk_session
+from sandbox_ledger.handlers.tracing import traced
 from sandbox_ledger.resources import (
     EventPublisher,
     SweeperSettings,
@@ -104,6 +105,7 @@ def run(sweeper: Sweeper, remaining_ms: Any) -> dict[str, Any]:
     return summary
 
 
+@traced("sandbox-ledger-sweeper", os.environ)
 @metrics.log_metrics
 @logger.inject_lambda_context
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:

@@ -30,8 +30,20 @@ if TYPE_CHECKING:
     from sandbox_ledger.resources.store import ResourceRecordStore, SyncResourceRecordStore
     from sandbox_ledger.resources.stream import is_ttl_removal, ttl_expiry
     from sandbox_ledger.resources.sweeper import SweepResult, SweepStore, sweep
+    from sandbox_ledger.resources.unreported import (
+        BatchReport,
+        ReplayResult,
+        UnreportedStore,
+        replay_failed_expiries,
+        report_ttl_removals,
+    )
 
 _WHERE = {
+    "BatchReport": "unreported",
+    "ReplayResult": "unreported",
+    "UnreportedStore": "unreported",
+    "replay_failed_expiries": "unreported",
+    "report_ttl_removals": "unreported",
     "DETAIL_TYPE": "events",
     "EventPublisher": "events",
     "Expiry": "events",
@@ -63,11 +75,13 @@ _WHERE = {
 __all__ = [
     "DETAIL_TYPE",
     "SOURCE",
+    "BatchReport",
     "EventPublisher",
     "Expiry",
     "ExpiryPolicy",
     "LocalProcessIdentity",
     "Page",
+    "ReplayResult",
     "ResourceActivityRecord",
     "ResourceOperation",
     "ResourceOperationResult",
@@ -79,11 +93,14 @@ __all__ = [
     "SweeperSettings",
     "SyncResourceRecordStore",
     "Unreadable",
+    "UnreportedStore",
     "VersionedRecord",
     "current_identity",
     "expiry_reason",
     "is_owner_alive",
     "is_ttl_removal",
+    "replay_failed_expiries",
+    "report_ttl_removals",
     "resolve_sweep",
     "sweep",
     "ttl_expiry",

@@ -76,14 +76,25 @@ class Expiry:
     revision: int | None
     expired_at: str
 
+    @property
+    def idempotency_key(self) -> str:
+        """The same for every publication of this expiry (a sweeper's takeover of a dead
+        one's claim, a replay of a kept TTL removal), different for any other: the record's
+        id, its ``createdAt`` (a record made again under the same id is another) and the
+        revision that expired."""
+        revision = "-" if self.revision is None else str(self.revision)
+        return f"{self.record.id}/{self.record.created_at}/{revision}"
+
     def detail(self) -> dict[str, Any]:
-        """The event detail: the full final record (wire shape) and the reason."""
+        """The event detail: the full final record (wire shape), the reason, and the key a
+        consumer drops repeats by (delivery is at least once)."""
         return {
             "record": self.record.wire(),
             "reason": self.reason,
             "trigger": self.trigger,
             "revision": self.revision,
             "expiredAt": self.expired_at,
+            "idempotencyKey": self.idempotency_key,
         }
 
 

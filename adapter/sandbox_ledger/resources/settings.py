@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -36,18 +37,27 @@ def _bus(env: Mapping[str, str]) -> str:
     return env.get("EVENT_BUS_NAME", "default").strip() or "default"
 
 
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
 @dataclass(frozen=True)
 class StreamSettings:
     """The TTL stream handler's settings: ``TABLE_NAME`` (required: stream records of any
-    other table are ignored) and ``EVENT_BUS_NAME`` (default ``default``)."""
+    other table are ignored), ``EVENT_BUS_NAME`` (default ``default``) and
+    ``UNREPORTED_BUCKET`` (the S3 bucket that keeps TTL removals the handler could not
+    publish; unset, such a removal is a batch item failure, left to Lambda's retries)."""
 
     table_name: str
     event_bus_name: str
+    unreported_bucket: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> StreamSettings:
         """Parse and validate; raises InvalidInputError naming the variable."""
-        return cls(table_name=_table_name(env), event_bus_name=_bus(env))
+        bucket = env.get("UNREPORTED_BUCKET", "").strip() or None
+        if bucket is not None and not _BUCKET.match(bucket):
+            raise InvalidInputError("UNREPORTED_BUCKET", f"not an S3 bucket name: {bucket!r}")
+        return cls(table_name=_table_name(env), event_bus_name=_bus(env), unreported_bucket=bucket)
 
 
 @dataclass(frozen=True)
