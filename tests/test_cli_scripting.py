@@ -484,3 +484,37 @@ def test_progress_only_on_a_terminal(
         assert done.returncode == 0, done.stderr
         assert progress not in done.stderr and "\x1b" not in done.stderr, (argv, done.stderr)
         assert len(done.stderr.splitlines()) <= 1
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("AccessDeniedException", "the credentials' IAM policy must allow it"),
+        ("ProvisionedThroughputExceededException", "throttled after retries"),
+    ],
+)
+def test_store_failures_name_the_place(
+    runner: CliRunner,
+    args: list[str],
+    moto_endpoint: str,
+    monkeypatch: pytest.MonkeyPatch,
+    code: str,
+    expected: str,
+) -> None:
+    """DynamoDB refusing a call: one line naming the table, region and endpoint, exit 1."""
+    from botocore.client import BaseClient
+    from botocore.exceptions import ClientError
+
+    real = BaseClient._make_api_call
+
+    def refuse(self: BaseClient, operation: str, params: dict[str, Any]) -> Any:
+        if operation == "GetItem":
+            raise ClientError({"Error": {"Code": code, "Message": "no"}}, operation)
+        return real(self, operation, params)
+
+    monkeypatch.setattr(BaseClient, "_make_api_call", refuse)
+    result = runner.invoke(app, [*args, "rm", "job", "sb-1", "--yes"])
+    assert result.exit_code == ExitCode.FAILED
+    [line] = result.stderr.strip().splitlines()
+    assert expected in line
+    assert f"table {args[1]} in region us-east-1 at endpoint {moto_endpoint}" in line

@@ -28,7 +28,12 @@ from sandbox_ledger.cli.output import (
     quiet_stdout,
     when,
 )
-from sandbox_ledger.errors import InvalidInputError, LedgerError, TableNotFoundError
+from sandbox_ledger.errors import (
+    AccessDeniedError,
+    InvalidInputError,
+    LedgerError,
+    TableNotFoundError,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -201,6 +206,13 @@ def _failure(exc: BaseException, target: Target | None) -> tuple[ExitCode, str]:
         return ExitCode.FAILED, (
             f"cannot reach DynamoDB at {target.where()}: {' '.join(str(sdk).split())}"
         )
+    if isinstance(error, AccessDeniedError) and target.table:
+        return ExitCode.FAILED, (
+            f"{text} on {target.describe()}: the credentials' IAM policy must allow it (the "
+            "stack's WorkerPolicyArn covers the ledger); check AWS_PROFILE or --profile"
+        )
+    if target.table:
+        return ExitCode.FAILED, f"{text} ({target.describe()})"
     return ExitCode.FAILED, text
 
 
