@@ -73,3 +73,11 @@ class FakeContext:
 
     def get_remaining_time_in_millis(self) -> int:
         return int(self.budget_ms - (time.monotonic() - self.started) * 1000)
+
+
+def observed_earlier(store: Any, stored: Any, ago: timedelta) -> None:
+    """Record a sweeper's observation of ``stored``'s revision ``ago`` before now, as an
+    earlier scheduled run would have (staleness is judged from observations on the
+    sweeper's clock, never from updatedAt alone)."""
+    at_ms = int((datetime.now(UTC) - ago).timestamp() * 1000)
+    assert store.observe(stored.record.id, stored.revision, at_ms), "already observed or changed"

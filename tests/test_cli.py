@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from resource_fixtures import record
+from resource_fixtures import observed_earlier, record
 from sandbox_ledger import LedgerEntry, LedgerEvent
 from sandbox_ledger.cli import app
 from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
@@ -187,7 +187,9 @@ def test_resources_ls_and_sweep(
     runner: CliRunner, args: list[str], moto_endpoint: str, sync_table: str
 ) -> None:
     store = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint)
-    stale = store.put(record(age=timedelta(hours=1))).record
+    stored = store.put(record(age=timedelta(hours=1)))
+    stale = stored.record
+    observed_earlier(store, stored, timedelta(minutes=16))  # by an earlier sweep
     fresh = store.put(record(provider="vercel")).record
     listed = runner.invoke(app, [*args, "resources", "ls"])
     assert stale.id in listed.output and fresh.id in listed.output
@@ -238,8 +240,12 @@ def test_resources_sweep_uses_the_deployments_bus_and_windows(
         )
         queues[name] = url
     store = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint)
-    stale = store.put(record(age=timedelta(hours=1))).record
-    inside_window = store.put(record(age=timedelta(minutes=20))).record  # < 1800 s
+    stored = store.put(record(age=timedelta(hours=1)))
+    stale = stored.record
+    observed_earlier(store, stored, timedelta(minutes=31))  # unchanged for more than 1800 s
+    inside = store.put(record(age=timedelta(hours=1)))
+    inside_window = inside.record
+    observed_earlier(store, inside, timedelta(minutes=20))  # unchanged for less than 1800 s
     # Past the default 7-day retention, but this deployment keeps failed records forever.
     kept = store.put(record(age=timedelta(days=10), phase="cleanup-failed")).record
 

@@ -486,7 +486,7 @@ def test_deployed_stack_serves_the_library(
     assert (details.exec_count, str(details.status)) == (1, "completed")
     assert len(ledger.read_all("deployed", "sb")) == 3
 
-    from resource_fixtures import record
+    from resource_fixtures import observed_earlier, record
 
     events = boto3.client("events", endpoint_url=moto_endpoint)
     # moto renders Ref of an EventBus as an object repr; find the bus the stack created.
@@ -513,7 +513,9 @@ def test_deployed_stack_serves_the_library(
     )
     plan = resolve_sweep(store.descriptor(), table, require_deployment=True)
     assert plan.event_bus_name == bus
-    stale = store.put(record(age=timedelta(hours=1))).record
+    stored = store.put(record(age=timedelta(hours=1)))
+    stale = stored.record
+    observed_earlier(store, stored, timedelta(minutes=16))  # by an earlier scheduled run
     result = sweep(store, EventPublisher(events, plan.event_bus_name), now=datetime.now(UTC))
     assert result.expired == [stale.id] and store.get(stale.id) is None
 

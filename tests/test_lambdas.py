@@ -14,7 +14,8 @@ from typing import Any
 import boto3
 import pytest
 
-from resource_fixtures import FakeContext, record
+from resource_fixtures import FakeContext, observed_earlier, record
+from sandbox_ledger import keys as k
 from sandbox_ledger.ddb.batching import batch_write
 from sandbox_ledger.ddb.steps import run_sync
 from sandbox_ledger.handlers import expire_stale_resources, on_ttl_expiry
@@ -107,7 +108,7 @@ def emf(captured: str) -> list[dict[str, Any]]:
 
 
 def test_sweeper_expires_stale_records_and_reports_each(
-    wiring: Wiring, capsys: pytest.CaptureFixture[str]
+    wiring: Wiring, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     now = datetime.now(UTC)
     stale = wiring.store.put(record(age=timedelta(minutes=20), now=now)).record
@@ -124,13 +125,22 @@ def test_sweeper_expires_stale_records_and_reports_each(
     sweeper = load_handler("expire_stale_resources")
     # Powertools keeps metrics in state shared by every Metrics instance of the process.
     sweeper.metrics.clear_metrics()
+    # The first run observes the candidates on its own clock and expires nothing.
+    first = sweeper.handler(SCHEDULED_EVENT, FakeContext())
+    assert sorted(first["observed"]) == sorted([stale.id, allocating.id, failed_old.id])
+    assert first["expired"] == [] and wiring.received() == []
     capsys.readouterr()
+    # One window (stale_after) later by the sweeper's clock, the unchanged ones expire; the
+    # failed one waits for its own window (retain_failed, seven days).
+    monkeypatch.setattr(sweeper, "clock", lambda: now + timedelta(minutes=15, seconds=5))
     summary = sweeper.handler(SCHEDULED_EVENT, FakeContext())
     assert json.loads(json.dumps(summary)) == summary
-    assert sorted(summary["expired"]) == sorted([stale.id, allocating.id, failed_old.id])
+    assert sorted(summary["expired"]) == sorted([stale.id, allocating.id])
     assert summary["remaining"] == 0 and summary["complete"] is True
     [metrics] = emf(capsys.readouterr().out)
-    assert (metrics["Expired"], metrics["Skipped"], metrics["Failed"]) == ([3.0], [0.0], [0.0])
+    # Skipped: failed_old (within its window) and fresh (now a candidate: observed).
+    assert (metrics["Expired"], metrics["Skipped"], metrics["Failed"]) == ([2.0], [2.0], [0.0])
+    assert metrics["Observed"] == [1.0] and summary["observed"] == [fresh.id]
     assert metrics["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "SandboxLedgerTest"
     assert wiring.store.get(fresh.id) == fresh
     assert wiring.store.get(failed_recent.id) == failed_recent
@@ -141,8 +151,16 @@ def test_sweeper_expires_stale_records_and_reports_each(
     assert by_id[stale.id]["detail"]["record"] == stale.wire()
     assert by_id[stale.id]["detail-type"] == DETAIL_TYPE
     assert "stale" in by_id[stale.id]["detail"]["reason"]
-    assert "retention" in by_id[failed_old.id]["detail"]["reason"]
-    # A second run finds nothing more to do.
+    week = now + timedelta(days=7, minutes=1)
+    monkeypatch.setattr(sweeper, "clock", lambda: week)
+    kept = sweeper.handler(SCHEDULED_EVENT, FakeContext())
+    # fresh was never touched again: unchanged for a week since observed, it expires too.
+    assert sorted(kept["expired"]) == sorted([failed_old.id, fresh.id])
+    reasons = {e["detail"]["record"]["id"]: e["detail"]["reason"] for e in wiring.received()}
+    assert "retention" in reasons[failed_old.id] and "stale" in reasons[fresh.id]
+    assert wiring.store.get(failed_recent.id) == failed_recent
+    assert kept["observed"] == [failed_recent.id]
+    # A further run finds nothing more to do.
     again = sweeper.handler(SCHEDULED_EVENT, FakeContext())
     assert again["expired"] == [] and wiring.received() == []
 
@@ -151,18 +169,28 @@ def test_dry_run_reports_and_changes_nothing(
     wiring: Wiring, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DRY_RUN", "true")
+    new = wiring.store.put(record(age=timedelta(hours=1)))
     stale = wiring.store.put(record(age=timedelta(hours=1)))
+    observed_earlier(wiring.store, stale, timedelta(minutes=16))
+    observed = wiring.store.get_versioned(stale.record.id)
     sweeper = load_handler("expire_stale_resources")
     summary = sweeper.handler(SCHEDULED_EVENT, FakeContext())
     assert summary["dryRun"] is True and summary["expired"] == [stale.record.id]
-    assert wiring.store.get_versioned(stale.record.id) == stale
+    assert summary["observed"] == [new.record.id]  # would observe: nothing written
+    assert wiring.store.get_versioned(stale.record.id) == observed
+    assert wiring.store.get_versioned(new.record.id) == new
     assert wiring.received() == []
 
 
-def test_owner_touch_between_read_and_delete_wins(wiring: Wiring) -> None:
+def test_owner_touch_between_read_and_delete_wins(
+    wiring: Wiring, monkeypatch: pytest.MonkeyPatch
+) -> None:
     victim = wiring.store.put(record(age=timedelta(hours=1))).record
     other = wiring.store.put(record(age=timedelta(hours=1))).record
     sweeper = load_handler("expire_stale_resources")
+    assert len(sweeper.handler(SCHEDULED_EVENT, FakeContext())["observed"]) == 2
+    later = datetime.now(UTC) + timedelta(minutes=16)
+    monkeypatch.setattr(sweeper, "clock", lambda: later)
     owner = SyncResourceRecordStore(wiring.table, endpoint_url=wiring.endpoint)
     touched: list[str] = []
 
@@ -237,6 +265,9 @@ def test_sweep_of_five_thousand_records_over_several_invocations(wiring: Wiring)
                     **ri.record_key(r.id),
                     "rev": {"N": "1"},
                     **ri.write_values(r, horizon_seconds=30 * 86400, shard_count=4),
+                    # Observed unchanged by an earlier run, more than a window ago.
+                    k.OBSERVED_REV: {"N": "1"},
+                    k.OBSERVED_AT: {"N": str(int(now.timestamp() * 1000) - 20 * 60_000)},
                 }
             }
         }

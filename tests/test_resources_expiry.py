@@ -1,4 +1,5 @@
-"""Issue 9: a sweep that always makes progress, and claims that are short leases."""
+"""Issue 9: a sweep that always makes progress, claims that are short leases, and staleness
+judged by the sweeper's own clock."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from typer.testing import CliRunner
 from resource_fixtures import record
 from sandbox_ledger import keys as k
 from sandbox_ledger.cli import app
-from sandbox_ledger.errors import StorageError
-from sandbox_ledger.resources import Expiry, SyncResourceRecordStore, sweep
+from sandbox_ledger.errors import ConflictError, StorageError
+from sandbox_ledger.resources import Expiry, ExpiryPolicy, SyncResourceRecordStore, sweep
 from sandbox_ledger.resources import _items as ri
 
 
@@ -32,6 +33,9 @@ class Collector:
         with self.lock:
             self.published += list(expiries)
         return set()
+
+
+WINDOW = timedelta(minutes=15, seconds=1)  # the default stale_after, and a second
 
 
 def _raw_item(age: timedelta, **change: Any) -> tuple[str, dict[str, Any]]:
@@ -74,7 +78,10 @@ def test_a_poison_record_among_good_ones_is_reported_and_the_sweep_goes_on(
         client.put_item(TableName=sync_table, Item=item)
         poison[record_id] = label
     publisher = Collector()
-    result = sweep(store, publisher, now=datetime.now(UTC))
+    observing = sweep(store, publisher, now=datetime.now(UTC))
+    assert sorted(observing.observed) == sorted(good) and observing.complete
+    assert sorted(observing.unreadable) == sorted(poison)
+    result = sweep(store, publisher, now=datetime.now(UTC) + WINDOW)
     assert sorted(result.expired) == sorted(good) and result.complete
     assert sorted(result.failed) == sorted(poison) == sorted(result.unreadable)
     assert "rev" in result.unreadable[next(i for i, w in poison.items() if w == "no rev")]
@@ -82,7 +89,7 @@ def test_a_poison_record_among_good_ones_is_reported_and_the_sweep_goes_on(
     assert "gpu" in result.unreadable[newer] and "a100" not in result.unreadable[newer]
     assert sorted(e.record.id for e in publisher.published) == sorted(good)
     # Reported, never deleted: the next run reports them again, and expires nothing else.
-    again = sweep(store, publisher, now=datetime.now(UTC))
+    again = sweep(store, publisher, now=datetime.now(UTC) + 2 * WINDOW)
     assert sorted(again.unreadable) == sorted(poison) and again.expired == []
     # Listing shows each as one line, never a traceback; a direct read says why.
     page = store.list()
@@ -99,18 +106,91 @@ def test_a_poison_record_among_good_ones_is_reported_and_the_sweep_goes_on(
     assert "4 unreadable" in listed.output
 
 
-@pytest.mark.parametrize("skew", [timedelta(minutes=5), timedelta(minutes=-5)])
-def test_an_owner_heartbeat_never_fails_because_of_its_clock(
+class SimClock:
+    """The true time of a simulation; the sweeper reads it exactly, owners with a skew."""
+
+    def __init__(self) -> None:
+        self.now = datetime(2026, 12, 1, tzinfo=UTC)
+
+    def skewed(self, skew: timedelta) -> Any:
+        return lambda: self.now + skew
+
+
+SWEEP_EVERY = timedelta(minutes=5)
+STALE_AFTER = timedelta(minutes=15)
+# docs/resource-expiry.md ("Clocks"): a dead record expires no sooner than one window after
+# its owner's last write and no later than two windows and three sweep intervals after it.
+LATEST = 2 * STALE_AFTER + 3 * SWEEP_EVERY
+TWENTY_YEARS = timedelta(days=365 * 20)
+
+
+def _stores(endpoint: str, table: str, skew: timedelta) -> tuple[Any, Any, SimClock]:
+    clock = SimClock()
+    sweeper = SyncResourceRecordStore(table, endpoint_url=endpoint, clock=clock.skewed(ZERO))
+    owner = SyncResourceRecordStore(table, endpoint_url=endpoint, clock=clock.skewed(skew))
+    return sweeper, owner, clock
+
+
+ZERO = timedelta(0)
+
+
+@pytest.mark.parametrize(
+    "skew",
+    [timedelta(minutes=5), timedelta(minutes=-5), -TWENTY_YEARS],
+    ids=["ahead-5min", "behind-5min", "behind-20y"],
+)
+def test_a_live_owner_is_never_expired_nor_refused_whatever_its_clock(
     moto_endpoint: str, sync_table: str, skew: timedelta
 ) -> None:
-    writer = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint)
-    r = writer.put(record()).record
-    owner = SyncResourceRecordStore(
-        sync_table, endpoint_url=moto_endpoint, clock=lambda: datetime.now(UTC) + skew
-    )
-    for _ in range(3):
-        owner.touch(r.id)
-    assert writer.get_versioned(r.id) is not None
+    """An owner heartbeating within its window (every 12 minutes for a 15-minute window),
+    its clock 5 minutes ahead, 5 minutes behind or 20 years behind: every touch succeeds and
+    no sweep (every 5 minutes, on the sweeper's clock) expires it. By updatedAt alone, the
+    record looks 17 minutes stale before each heartbeat (5 minutes behind) or 20 years stale."""
+    sweeper, owner, clock = _stores(moto_endpoint, sync_table, skew)
+    policy = ExpiryPolicy(stale_after=STALE_AFTER)
+    live = owner.put(record(now=owner.clock())).record
+    publisher = Collector()
+    for minute in range(1, 62):
+        clock.now += timedelta(minutes=1)
+        if minute % 12 == 0:
+            owner.touch(live.id)  # never a ConflictError
+        if minute % 5 == 0:
+            result = sweep(sweeper, publisher, now=clock.now, policy=policy)
+            assert result.expired == [] and result.failed == [], (minute, result)
+    assert publisher.published == []
+    assert owner.get_versioned(live.id) is not None
+
+
+@pytest.mark.parametrize(
+    "skew",
+    [ZERO, TWENTY_YEARS, timedelta(minutes=5), -TWENTY_YEARS],
+    ids=["right", "ahead-20y", "ahead-5min", "behind-20y"],
+)
+def test_a_dead_record_expires_within_the_documented_latency_by_the_sweepers_clock(
+    moto_endpoint: str, sync_table: str, skew: timedelta
+) -> None:
+    """The owner's last write, then silence: the record expires no sooner than a window and
+    no later than two windows and three sweep intervals after it, by the sweeper's clock,
+    whether the owner's clock was right, 20 years ahead (updatedAt in the future), a few
+    minutes ahead, or 20 years behind."""
+    sweeper, owner, clock = _stores(moto_endpoint, sync_table, skew)
+    policy = ExpiryPolicy(stale_after=STALE_AFTER)
+    dead = owner.put(record(now=owner.clock())).record
+    last_write = clock.now
+    publisher = Collector()
+    expired_at = None
+    while clock.now - last_write <= LATEST + SWEEP_EVERY:
+        clock.now += SWEEP_EVERY
+        result = sweep(sweeper, publisher, now=clock.now, policy=policy)
+        if result.expired:
+            assert result.expired == [dead.id]
+            expired_at = clock.now
+            break
+    assert expired_at is not None, "never expired"
+    assert STALE_AFTER <= expired_at - last_write <= LATEST
+    assert [e.record.id for e in publisher.published] == [dead.id]
+    with pytest.raises(ConflictError, match="does not exist"):
+        owner.touch(dead.id)
 
 
 def test_two_sweepers_at_once_publish_each_record_once(moto_endpoint: str, sync_table: str) -> None:
@@ -119,15 +199,23 @@ def test_two_sweepers_at_once_publish_each_record_once(moto_endpoint: str, sync_
     publisher = Collector()
     results = []
 
-    def one() -> None:
-        store = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint)
-        results.append(sweep(store, publisher, now=datetime.now(UTC), page_size=10))
+    start = datetime.now(UTC)
 
-    threads = [threading.Thread(target=one) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    def one(now: datetime) -> None:
+        store = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint)
+        results.append(sweep(store, publisher, now=now, page_size=10))
+
+    # Both observe at once (each record observed once), then both expire at once.
+    for now in (start, start + WINDOW):
+        results.clear()
+        threads = [threading.Thread(target=one, args=(now,)) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if now == start:
+            observed = [i for r in results for i in r.observed]
+            assert sorted(observed) == sorted(ids) and publisher.published == []
     counts = Counter(e.record.id for e in publisher.published)
     assert set(counts) == ids and set(counts.values()) == {1}, counts.most_common(3)
     assert sorted(i for r in results for i in r.expired) == sorted(ids)
@@ -177,7 +265,8 @@ def test_events_stay_within_eventbridge_limits_with_a_300_kb_record(
     bus = f"limits-{sync_table}"  # its own bus: other tests' rules on "default" stay out
     events.create_event_bus(Name=bus)
     events.meta.events.register("before-parameter-build.events.PutEvents", enforce)
-    result = sweep(store, EventPublisher(events, bus), now=datetime.now(UTC))
+    sweep(store, EventPublisher(events, bus), now=datetime.now(UTC))
+    result = sweep(store, EventPublisher(events, bus), now=datetime.now(UTC) + WINDOW)
     assert sorted(result.expired) == sorted([big.id, *others]) and result.failed == []
     details = {
         json.loads(e["Detail"])["record"]["id"]: json.loads(e["Detail"]) for b in sent for e in b
@@ -193,8 +282,6 @@ def test_claim_protocol_b_and_c_on_dynamodb(moto_endpoint: str, sync_table: str)
     """(b) a claimed (being published) record is never revived by a touch: its owner gets a
     ConflictError saying a sweeper is expiring it; (c) the claim of a sweeper that died is
     taken over by a later run once its lease ends, and not before."""
-    from sandbox_ledger.errors import ConflictError
-
     store = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint)
     stored = store.put(record(age=timedelta(hours=1)))
     now_ms = int(datetime.now(UTC).timestamp() * 1000)

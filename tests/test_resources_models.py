@@ -89,16 +89,20 @@ NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
     ],
 )
 def test_expiry_policy(phase: str, age: timedelta, policy: ExpiryPolicy, expired: bool) -> None:
-    reason = expiry_reason(record(age=age, phase=phase, now=NOW), now=NOW, policy=policy)
+    """``age``: how long the sweeper has seen the revision unchanged (its clock); the record's
+    own updatedAt plays no part."""
+    r = record(age=timedelta(days=365 * 20), phase=phase, now=NOW)
+    reason = expiry_reason(r, unchanged_for=age, policy=policy)
     assert (reason is not None) is expired
     if reason:
         assert phase in reason
 
 
 def test_a_live_owner_keeps_a_stale_record() -> None:
-    stale = record(age=timedelta(hours=1), now=NOW)
-    assert expiry_reason(stale, now=NOW, owner_alive=True) is None
-    assert "owner process gone" in (expiry_reason(stale, now=NOW, owner_alive=False) or "")
+    stale, hour = record(age=timedelta(hours=1), now=NOW), timedelta(hours=1)
+    assert expiry_reason(stale, unchanged_for=hour, owner_alive=True) is None
+    gone = expiry_reason(stale, unchanged_for=hour, owner_alive=False)
+    assert "owner process gone" in (gone or "")
 
 
 def test_policy_refuses_bad_windows() -> None:

@@ -87,6 +87,12 @@ CLAIM_OWNER: Final = "claimedBy"
 CLAIM_UNTIL: Final = "claimUntil"
 """When the claim's lease ends (Unix ms, the claiming sweeper's clock); a later sweeper may
 take over an expired claim."""
+OBSERVED_REV: Final = "observedRev"
+"""The revision a sweeper last saw unchanged (its observation; written without bumping
+``rev``, so owners never conflict with it)."""
+OBSERVED_AT: Final = "observedAt"
+"""When that sweeper made the observation (Unix ms, on the sweeper's clock): the record expires
+once its ``rev`` is still ``observedRev`` a whole window later by the sweeper's clock."""
 
 
 class LedgerAttr:

@@ -36,7 +36,7 @@ from sandbox_ledger import keys as k
 from sandbox_ledger.resources import SyncResourceRecordStore
 from sandbox_ledger.resources._items import record_key
 from sandbox_ledger.resources.events import EventPublisher
-from sandbox_ledger.resources.models import FAILED_PHASES, LIVE_PHASES, parse_iso, to_iso
+from sandbox_ledger.resources.models import FAILED_PHASES, LIVE_PHASES, to_iso
 from sandbox_ledger.resources.policy import ExpiryPolicy
 from sandbox_ledger.resources.stream import TTL_PRINCIPAL, ttl_expiry
 from sandbox_ledger.resources.sweeper import sweep
@@ -301,18 +301,17 @@ class LifecycleMachine(RuleBasedStateMachine):
             owner = self.owners.get(record_id)
             if owner is None:
                 raise self._fail(f"published {record_id[:8]}, which no owner created")
-            age = now - parse_iso(record["updatedAt"])
+            # The true time since its owner's last acknowledged write: the owner's clock (and
+            # so updatedAt) may be skewed, the policy is judged on the sweeper's clock.
+            age = now - owner.last_ack
             phase = record["phase"]
             # L1: the policy no longer keeps it.
-            if phase in LIVE_PHASES:
-                kept = age <= self.policy.stale_after
-            else:
-                kept = not self.policy.retain_failed or age <= self.policy.retain_failed
-            if kept:
+            window = self.policy.window(phase)
+            if window is None or age < window:
                 raise self._fail(f"L1: {record_id[:8]} ({phase}, age {age}) published while kept")
             # L2: an owner with a right clock who heartbeated in time is never published.
             right_clock = owner.skew == ZERO or self.strict
-            if right_clock and owner.alive and now - owner.last_ack <= STALE_AFTER:
+            if right_clock and owner.alive and now - owner.last_ack < STALE_AFTER:
                 raise self._fail(f"L2: {record_id[:8]} heartbeated {now - owner.last_ack} ago")
             # L3: nothing the owner wrote after the claim was acknowledged.
             if owner.revisions and max(owner.revisions) >= detail["revision"]:

@@ -311,7 +311,12 @@ def _sweep(target: Target) -> tuple[dict[str, Any], str]:
     level = sweeper_handler.logger.log_level
     sweeper_handler.logger.setLevel("WARNING")  # the summary table reports the run
     try:
-        summary = sweeper_handler.run(sweeper, remaining_ms=None)
+        # Staleness is judged on the sweeper's clock: a run observes the candidates and the
+        # scheduled run one window later expires those still unchanged. The demo runs that
+        # later run at once, its clock moved on by the window.
+        sweeper_handler.run(sweeper, remaining_ms=None)
+        later = datetime.now(UTC) + sweeper.plan().policy.stale_after
+        summary = sweeper_handler.run(sweeper, remaining_ms=None, now=later)
     finally:
         # Powertools shares metric state across the process; leave none behind.
         sweeper_handler.metrics.clear_metrics()

@@ -74,24 +74,31 @@ def build(environ: Mapping[str, str], *, session: Any | None = None) -> Sweeper:
     return Sweeper(settings, store, session.client("events", endpoint_url=endpoint))
 
 
+def clock() -> datetime:
+    """The sweeper's own clock, by which staleness is judged (tests replace it)."""
+    return datetime.now(UTC)
+
+
 @functools.cache
 def dependencies() -> Sweeper:
     """The dependencies built from ``os.environ``, once per cold start."""
     return build(os.environ)
 
 
-def run(sweeper: Sweeper, remaining_ms: Any) -> dict[str, Any]:
-    """One bounded sweep with ``sweeper``'s dependencies; its JSON summary."""
+def run(sweeper: Sweeper, remaining_ms: Any, *, now: datetime | None = None) -> dict[str, Any]:
+    """One bounded sweep with ``sweeper``'s dependencies (at ``now``, the sweeper's clock by
+    default); its JSON summary."""
     result = sweep(
         sweeper.store,
         sweeper.publisher(),
-        now=datetime.now(UTC),
+        now=now or clock(),
         policy=sweeper.plan().policy,
         dry_run=sweeper.settings.dry_run,
         remaining_ms=remaining_ms,
     )
     metrics.add_metric(name="Expired", unit=MetricUnit.Count, value=len(result.expired))
     metrics.add_metric(name="Skipped", unit=MetricUnit.Count, value=len(result.skipped))
+    metrics.add_metric(name="Observed", unit=MetricUnit.Count, value=len(result.observed))
     metrics.add_metric(name="Failed", unit=MetricUnit.Count, value=len(result.failed))
     metrics.add_metric(name="Unreadable", unit=MetricUnit.Count, value=len(result.unreadable))
     for record_id, why in result.unreadable.items():  # the id and why, never the payload
@@ -100,7 +107,11 @@ def run(sweeper: Sweeper, remaining_ms: Any) -> dict[str, Any]:
     logger.info(
         "sweep finished",
         extra={key: summary[key] for key in ("dryRun", "remaining", "complete", "failed")}
-        | {"expiredCount": len(result.expired), "skippedCount": len(result.skipped)},
+        | {
+            "expiredCount": len(result.expired),
+            "skippedCount": len(result.skipped),
+            "observedCount": len(result.observed),
+        },
     )
     return summary
 

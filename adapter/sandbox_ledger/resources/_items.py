@@ -27,6 +27,16 @@ class VersionedRecord:
     """The run id of the sweeper holding the claim."""
     claim_until_ms: int | None = None
     """When that claim's lease ends (None: a claim without a lease, taken over at once)."""
+    observed_rev: int | None = None
+    """The revision a sweeper last observed (see :data:`sandbox_ledger.keys.OBSERVED_REV`)."""
+    observed_at_ms: int | None = None
+    """When, on that sweeper's clock (Unix ms)."""
+
+    @property
+    def observed_ms(self) -> int | None:
+        """When a sweeper observed the current revision (None: not observed, or the owner
+        wrote since, which voids the observation)."""
+        return self.observed_at_ms if self.observed_rev == self.revision else None
 
 
 @dataclass(frozen=True)
@@ -117,6 +127,8 @@ def decode(item: Item) -> VersionedRecord:
         expiring=item[k.CLAIM]["S"] if k.CLAIM in item else None,
         claimed_by=item[k.CLAIM_OWNER]["S"] if k.CLAIM_OWNER in item else None,
         claim_until_ms=int(item[k.CLAIM_UNTIL]["N"]) if k.CLAIM_UNTIL in item else None,
+        observed_rev=int(item[k.OBSERVED_REV]["N"]) if k.OBSERVED_REV in item else None,
+        observed_at_ms=int(item[k.OBSERVED_AT]["N"]) if k.OBSERVED_AT in item else None,
     )
 
 

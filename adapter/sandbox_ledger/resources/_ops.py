@@ -387,19 +387,27 @@ def list_records(
 
 
 def candidate_keys(
-    table: str, partition: str, cutoff_ms: int, start: dict[str, Any] | None, page_size: int
+    table: str,
+    partition: str,
+    bound_ms: int,
+    start: dict[str, Any] | None,
+    page_size: int,
+    *,
+    after: bool = False,
 ) -> Op[tuple[list[str], dict[str, Any] | None]]:
-    """One page of record ids in ``partition`` (a phase shard) last updated before the cutoff,
-    oldest first, and where the next page starts."""
+    """One page of record ids in ``partition`` (a phase shard) last updated before
+    ``bound_ms`` (oldest first), or with ``after`` later than it (newest first), and where
+    the next page starts."""
     params: dict[str, Any] = {
         "TableName": table,
         "IndexName": k.RESOURCES_BY_PHASE.name,
-        "KeyConditionExpression": "#ipk = :p AND #gsk < :cutoff",
+        "KeyConditionExpression": f"#ipk = :p AND #gsk {'>' if after else '<'} :bound",
         "ExpressionAttributeNames": {
             "#ipk": k.RESOURCES_BY_PHASE.partition_key,
             "#gsk": k.INDEX_SORT_KEY,
         },
-        "ExpressionAttributeValues": {":p": S(partition), ":cutoff": N(cutoff_ms)},
+        "ExpressionAttributeValues": {":p": S(partition), ":bound": N(bound_ms)},
+        "ScanIndexForward": not after,
         "Limit": page_size,
     }
     if start:
@@ -407,6 +415,36 @@ def candidate_keys(
     page = yield Call("query", params)
     ids = [ri.record_id_of(item) for item in page.get("Items", [])]
     return ids, page.get("LastEvaluatedKey")
+
+
+def observe(table: str, record_id: str, revision: int, at_ms: int) -> Op[bool]:
+    """Record that a sweeper saw ``revision`` at ``at_ms`` (its clock), if the record is still
+    at that revision, unclaimed, and that revision is not observed already (an earlier
+    observation of it is kept: the window runs from the first). The revision is not bumped, so
+    no owner write ever conflicts with an observation. False if the condition failed."""
+    try:
+        yield from _conditional(
+            "update_item",
+            {
+                "TableName": table,
+                "Key": ri.record_key(record_id),
+                "UpdateExpression": "SET #orev = :rev, #oat = :at",
+                "ConditionExpression": "#rev = :rev AND attribute_not_exists(#exp) AND "
+                "(attribute_not_exists(#orev) OR #orev <> :rev)",
+                "ExpressionAttributeNames": {
+                    "#rev": k.REVISION,
+                    "#exp": k.CLAIM,
+                    "#orev": k.OBSERVED_REV,
+                    "#oat": k.OBSERVED_AT,
+                },
+                "ExpressionAttributeValues": {":rev": N(revision), ":at": N(at_ms)},
+            },
+            record_id,
+            "observe",
+        )
+    except ConflictError:
+        return False
+    return True
 
 
 def batch_get_records(table: str, ids: list[str]) -> Op[list[ri.VersionedRecord | ri.Unreadable]]:

@@ -1,4 +1,14 @@
-"""When a resource activity record expires: a pure function of the record and the clock."""
+"""When a resource activity record expires: pure functions of the record, what the sweeper
+observed of it and the sweeper's clock.
+
+Staleness is judged by the sweeper's own clock, never the owner's (the way the awslabs
+DynamoDB lock client judges a lease: a record version that has not changed for the lease
+period, as measured by the observer). The owner's ``updatedAt`` only *hints* which records to
+look at: one more than half a window away from the sweeper's clock, either way. The sweeper
+records in the item the revision it saw and when (its clock); the record expires once a later
+sweep finds that same revision a whole window after the observation. Any owner write changes
+the revision, which voids the observation. See docs/resource-expiry.md ("Clocks").
+"""
 
 from __future__ import annotations
 
@@ -7,7 +17,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from sandbox_ledger.errors import InvalidInputError
-from sandbox_ledger.resources.models import FAILED_PHASES, LIVE_PHASES, parse_iso
+from sandbox_ledger.resources.models import FAILED_PHASES, LIVE_PHASES
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -16,12 +26,19 @@ if TYPE_CHECKING:
 
 DEFAULT_STALE_AFTER = timedelta(minutes=15)
 DEFAULT_RETAIN_FAILED = timedelta(days=7)
+HINT_FRACTION = 0.5
+"""A record is a candidate when its ``updatedAt`` is more than this fraction of its window
+away from the sweeper's clock (before or after)."""
+EXPIRY_BOUND = 2
+"""A dead record expires at most this many windows (plus three sweep intervals) after its
+owner's last write, whatever the owner's clock (docs/resource-expiry.md, "Clocks")."""
 
 
 @dataclass(frozen=True)
 class ExpiryPolicy:
     """``stale_after``: how long a live-phase record may go without a heartbeat.
-    ``retain_failed``: how long a failed-phase record is kept for attention (0: forever)."""
+    ``retain_failed``: how long a failed-phase record is kept for attention (0: forever).
+    Both are measured by the sweeper's clock, from its observation of an unchanged revision."""
 
     stale_after: timedelta = DEFAULT_STALE_AFTER
     retain_failed: timedelta = DEFAULT_RETAIN_FAILED
@@ -32,38 +49,61 @@ class ExpiryPolicy:
         if self.retain_failed < timedelta(0):
             raise InvalidInputError("retain_failed", "must be zero (keep forever) or positive")
 
-    def cutoffs(self, now: datetime) -> dict[str, datetime | None]:
-        """For each phase, the updatedAt before which a record expires (None: never)."""
-        out: dict[str, datetime | None] = {p: now - self.stale_after for p in LIVE_PHASES}
-        for phase in FAILED_PHASES:
-            out[phase] = now - self.retain_failed if self.retain_failed else None
+    def window(self, phase: str) -> timedelta | None:
+        """How long a record in ``phase`` must stay unchanged to expire (None: never)."""
+        if phase in LIVE_PHASES:
+            return self.stale_after
+        return self.retain_failed or None
+
+    def hint_bands(self, now: datetime) -> dict[str, tuple[datetime, datetime] | None]:
+        """For each phase, ``(older, newer)``: candidates are the records whose updatedAt is
+        before ``older`` or after ``newer`` (None: the phase never expires)."""
+        out: dict[str, tuple[datetime, datetime] | None] = {}
+        for phase in (*LIVE_PHASES, *FAILED_PHASES):
+            window = self.window(phase)
+            out[phase] = None if window is None else (now - window / 2, now + window / 2)
         return out
+
+    def is_hint(self, record: ResourceActivityRecord, now: datetime) -> bool:
+        """True if ``record`` is worth observing at ``now`` (see :meth:`hint_bands`)."""
+        band = self.hint_bands(now)[record.phase]
+        if band is None:
+            return False
+        ms = record.updated_at_ms
+        return ms < band[0].timestamp() * 1000 or ms > band[1].timestamp() * 1000
+
+    def latest_expiry(self, phase: str) -> timedelta | None:
+        """How long after its last write a record in ``phase`` may still be kept by the
+        policy, sweep intervals aside (None: forever): ``EXPIRY_BOUND`` windows."""
+        window = self.window(phase)
+        return None if window is None else window * EXPIRY_BOUND
 
 
 def expiry_reason(
     record: ResourceActivityRecord,
     *,
-    now: datetime,
+    unchanged_for: timedelta,
     policy: ExpiryPolicy = ExpiryPolicy(),
     owner_alive: bool | None = None,
 ) -> str | None:
-    """Why ``record`` has expired at ``now``, or None if it has not.
+    """Why ``record`` has expired, given that a sweeper has seen its revision unchanged for
+    ``unchanged_for`` (on the sweeper's clock), or None if it has not.
 
-    A record in ``allocating``, ``ready`` or ``closing`` expires once its updatedAt is older
-    than ``stale_after`` (its owner stopped refreshing it), unless ``owner_alive`` is True (a
+    A record in ``allocating``, ``ready`` or ``closing`` expires once unchanged for
+    ``stale_after`` (its owner stopped refreshing it), unless ``owner_alive`` is True (a
     same-host check proved the owner still runs). A record in ``cleanup-failed`` or
     ``allocation-uncertain`` names a resource that still needs attention: it expires only
     after ``retain_failed``, never when that is zero.
     """
-    age = now - parse_iso(record.updated_at)
-    if record.phase in LIVE_PHASES:
-        if age > policy.stale_after and owner_alive is not True:
-            owner = "owner process gone" if owner_alive is False else "no heartbeat"
-            return f"stale: {owner} for {_human(age)} in phase {record.phase}"
+    window = policy.window(record.phase)
+    if window is None or unchanged_for < window:
         return None
-    if policy.retain_failed and age > policy.retain_failed:
-        return f"retention elapsed: {record.phase} for {_human(age)}"
-    return None
+    if record.phase in LIVE_PHASES:
+        if owner_alive is True:
+            return None
+        owner = "owner process gone" if owner_alive is False else "no heartbeat"
+        return f"stale: {owner} for {_human(unchanged_for)} in phase {record.phase}"
+    return f"retention elapsed: {record.phase} unchanged for {_human(unchanged_for)}"
 
 
 def _human(delta: timedelta) -> str:

@@ -235,22 +235,39 @@ class SyncResourceRecordStore(_Base, SyncClientOwner):
     # The sweep's view of the store (see sandbox_ledger.resources.sweeper.SweepStore).
 
     def candidates(
-        self, phase: str, before: datetime, *, page_size: int = 100
+        self,
+        phase: str,
+        before: datetime,
+        after: datetime | None = None,
+        *,
+        page_size: int = 100,
     ) -> Iterator[list[str]]:
-        """Pages of ids of records in ``phase`` last updated before ``before``, oldest first
-        within each shard, every shard in turn (read from the phase index)."""
-        cutoff_ms = int(before.timestamp() * 1000)
+        """Pages of ids of records in ``phase`` last updated before ``before`` (oldest first)
+        or, if given, after ``after`` (dated ahead of the sweeper's clock), shard by shard
+        (read from the phase index)."""
+        bounds = [(int(before.timestamp() * 1000), False)]
+        if after is not None:
+            bounds.append((int(after.timestamp() * 1000), True))
         for shard in range(self.run(self._shard_count())):
             partition = k.resource_phase_pk(phase, shard)
-            start: dict[str, Any] | None = None
-            while True:
-                ids, start = self.run(
-                    _ops.candidate_keys(self.table_name, partition, cutoff_ms, start, page_size)
-                )
-                if ids:
-                    yield ids
-                if not start:
-                    break
+            for bound_ms, later in bounds:
+                start: dict[str, Any] | None = None
+                while True:
+                    ids, start = self.run(
+                        _ops.candidate_keys(
+                            self.table_name, partition, bound_ms, start, page_size, after=later
+                        )
+                    )
+                    if ids:
+                        yield ids
+                    if not start:
+                        break
+
+    def observe(self, record_id: str, revision: int, at_ms: int) -> bool:
+        """Note that the sweeper saw ``revision`` unchanged at ``at_ms`` (its clock), without
+        bumping the revision; False if the record changed or that revision is observed
+        already."""
+        return self.run(_ops.observe(self.table_name, record_id, revision, at_ms))
 
     def get_many(self, record_ids: list[str]) -> dict[str, VersionedRecord | Unreadable]:
         """The stored records among ``record_ids``, by id (strongly consistent); one that

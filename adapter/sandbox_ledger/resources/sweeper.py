@@ -1,4 +1,5 @@
-"""The expiry sweep: find stale records through the phase index, claim, report, delete."""
+"""The expiry sweep: find candidates through the phase index, observe them on the sweeper's
+clock, and claim, report and delete those whose observed revision outlived the window."""
 
 from __future__ import annotations
 
@@ -32,9 +33,20 @@ class SweepStore(Protocol):
     """What the sweep needs of a record store (:class:`SyncResourceRecordStore` has it)."""
 
     def candidates(
-        self, phase: str, before: datetime, *, page_size: int = 100
+        self,
+        phase: str,
+        before: datetime,
+        after: datetime | None = None,
+        *,
+        page_size: int = 100,
     ) -> Iterator[list[str]]:
-        """Pages of ids of records in ``phase`` last updated before ``before``."""
+        """Pages of ids of records in ``phase`` last updated before ``before`` or after
+        ``after``."""
+        ...
+
+    def observe(self, record_id: str, revision: int, at_ms: int) -> bool:
+        """Record the sweeper's observation of ``revision`` at ``at_ms`` (its clock) without
+        bumping the revision; False if the record changed or it is observed already."""
         ...
 
     def get_many(self, record_ids: list[str]) -> dict[str, VersionedRecord | Unreadable]:
@@ -64,6 +76,11 @@ class SweepResult:
     dry_run: bool
     expired: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    """Candidates not expired by this run (refreshed, observed, still within their window,
+    or claimed by another run)."""
+    observed: list[str] = field(default_factory=list)
+    """Candidates whose revision this run started watching (also in ``skipped``): they expire
+    if a later run finds the same revision a whole window later by the sweeper's clock."""
     failed: list[str] = field(default_factory=list)
     reasons: dict[str, str] = field(default_factory=dict)
     unreadable: dict[str, str] = field(default_factory=dict)
@@ -78,6 +95,7 @@ class SweepResult:
             "dryRun": self.dry_run,
             "expired": self.expired,
             "skipped": self.skipped,
+            "observed": self.observed,
             "failed": self.failed,
             "reasons": self.reasons,
             "unreadable": self.unreadable,
@@ -128,6 +146,13 @@ def sweep(
     """Expire every record the policy says is stale, until done or ``safety_ms`` before the
     deadline ``remaining_ms()`` reports (the rest is left to the next run).
 
+    Staleness is judged on this sweeper's clock (``now``, advanced by the run's own elapsed
+    time): candidates are the records whose ``updatedAt`` is more than half their window away
+    from ``now`` (either way); a candidate is first *observed* (its revision and this clock's
+    time noted in the item, the revision not bumped) and expires only when a later run finds
+    the same revision at least a window after that observation. An owner's write changes the
+    revision and voids the observation, whatever the owner's clock says.
+
     Each expiry follows the claim protocol (docs/resource-expiry.md): claim the record with a
     conditional write on the revision read, as a lease of ``lease`` on this run's clock (if
     the owner touched it meanwhile the claim fails: skipped; a live claim of another run is
@@ -155,11 +180,11 @@ def sweep(
         check_time,
     )
     try:
-        for phase, cutoff in policy.cutoffs(now).items():
-            if cutoff is None:
+        for phase, band in policy.hint_bands(now).items():
+            if band is None:
                 continue
             check_time()
-            for ids in store.candidates(phase, cutoff, page_size=page_size):
+            for ids in store.candidates(phase, band[0], band[1], page_size=page_size):
                 _expire_page(run, ids)
                 check_time()
     except _OutOfTime:
@@ -191,8 +216,8 @@ def _expire_page(run: _Run, ids: list[str]) -> None:
         if _held_by_another(run, stored):  # its run publishes it, or a later one takes over
             result.skipped.append(record_id)
             continue
-        reason = stored.expiring or expiry_reason(stored.record, now=run.now, policy=run.policy)
-        if reason is None:  # refreshed since the index was read
+        reason = stored.expiring or _judge(run, stored)
+        if reason is None:  # refreshed, observed now, or still within its window
             result.skipped.append(record_id)
             continue
         if run.dry_run:
@@ -214,6 +239,23 @@ def _expire_page(run: _Run, ids: list[str]) -> None:
             continue
         claimed.append((stored, reason, time.monotonic()))
     _publish_and_delete(run, claimed)
+
+
+def _judge(run: _Run, stored: VersionedRecord) -> str | None:
+    """Why ``stored`` expires now, by this sweeper's clock; None if it does not (and then,
+    unless it is refreshed or already observed, observe it)."""
+    now_ms = run.clock_ms()
+    observed = stored.observed_ms
+    if observed is not None:
+        unchanged = timedelta(milliseconds=max(0, now_ms - observed))
+        return expiry_reason(stored.record, unchanged_for=unchanged, policy=run.policy)
+    now = datetime.fromtimestamp(now_ms / 1000, UTC)
+    if not run.policy.is_hint(stored.record, now):  # refreshed since the index was read
+        return None
+    record_id = stored.record.id
+    if run.dry_run or run.store.observe(record_id, stored.revision, now_ms):
+        run.result.observed.append(record_id)
+    return None
 
 
 def _held_by_another(run: _Run, stored: VersionedRecord) -> bool:
