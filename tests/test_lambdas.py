@@ -264,7 +264,7 @@ def test_sweep_of_five_thousand_records_over_several_invocations(wiring: Wiring)
                 "Item": {
                     **ri.record_key(r.id),
                     "rev": {"N": "1"},
-                    **ri.write_values(r, horizon_seconds=30 * 86400, shard_count=4),
+                    **ri.write_values(r, expires_at=2**31, shard_count=4),
                     # Observed unchanged by an earlier run, more than a window ago.
                     k.OBSERVED_REV: {"N": "1"},
                     k.OBSERVED_AT: {"N": str(int(now.timestamp() * 1000) - 20 * 60_000)},
@@ -322,7 +322,7 @@ def test_ttl_stream_handler(wiring: Wiring) -> None:
     item = {
         **ri.record_key(r.id),
         "rev": {"N": "4"},
-        **ri.write_values(r, horizon_seconds=30 * 86400, shard_count=4),
+        **ri.write_values(r, expires_at=2**31, shard_count=4),
     }
     broken = {**item, "rec": {"S": "{not json"}}
     summary = {"PK": {"S": "S#1#n#s"}, "SK": {"S": "#SUMMARY"}, "itemType": {"S": "session"}}

@@ -231,15 +231,19 @@ def test_cli_resources_import_through_a_dynamodb_store_url(
     assert result.stderr.strip().splitlines()[-1].startswith("4 written, 0 unchanged")
 
 
-def test_a_file_older_than_the_ttl_horizon_is_refused_not_hidden(
+def test_a_file_older_than_the_ttl_horizon_is_imported_and_readable(
     store: SyncResourceRecordStore, tmp_path: Path
 ) -> None:
+    """The TTL runs from the importing store's clock, beyond the policy's own expiry, never
+    from the record's updatedAt: an old record is stored, readable, and left to the sweep."""
     folder = tmp_path / "old"
     folder.mkdir()
     old, recent = record(age=timedelta(days=31)), record(age=timedelta(days=29))
     for r in (old, recent):
         (folder / f"{r.id}.json").write_text(record_file_text(r))
     report = import_directory(store, folder)
-    assert report.written == [f"{recent.id}.json"]
-    assert "older than the store's TTL horizon (30 days)" in report.failed[f"{old.id}.json"]
-    assert store.get(old.id) is None and store.get(recent.id) == recent
+    assert sorted(report.written) == sorted([f"{old.id}.json", f"{recent.id}.json"])
+    assert store.get(old.id) == old and store.get(recent.id) == recent
+    stored = store.get_versioned(old.id)
+    assert stored is not None and stored.expires_at is not None
+    assert stored.expires_at > store.clock().timestamp() + 30 * 86400

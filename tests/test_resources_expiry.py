@@ -43,7 +43,7 @@ def _raw_item(age: timedelta, **change: Any) -> tuple[str, dict[str, Any]]:
     item = {
         **ri.record_key(r.id),
         k.REVISION: {"N": "1"},
-        **ri.write_values(r, horizon_seconds=30 * 86400, shard_count=4),
+        **ri.write_values(r, expires_at=2**31, shard_count=4),
     }
     body = json.loads(item[k.RECORD_BODY]["S"])
     for key, value in change.items():

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from resource_fixtures import TS_RECORD, record
+from sandbox_ledger import keys as k
 from sandbox_ledger.resources import (
     ExpiryPolicy,
     LocalProcessIdentity,
@@ -60,11 +61,13 @@ def test_invalid_records_name_the_field(change: dict[str, Any], field: str) -> N
 
 def test_item_round_trip_keeps_the_wire_shape() -> None:
     original = ResourceActivityRecord.model_validate(TS_RECORD)
-    values = ri.write_values(original, horizon_seconds=100, shard_count=4)
+    values = ri.write_values(original, expires_at=1_800_000_000, shard_count=4)
     item = {**ri.record_key(original.id), **values, "rev": {"N": "3"}}
     back = ri.decode(item)
     assert back.record.wire() == TS_RECORD and back.revision == 3
-    assert back.expires_at == original.updated_at_ms // 1000 + 100
+    assert back.expires_at == 1_800_000_000
+    forever = ri.write_values(original, expires_at=None, shard_count=4)
+    assert k.TTL_ATTRIBUTE not in forever
 
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -189,7 +192,7 @@ def test_ttl_removals_are_recognised() -> None:
     original = ResourceActivityRecord.model_validate(TS_RECORD)
     item = {
         **ri.record_key(original.id),
-        **ri.write_values(original, horizon_seconds=10, shard_count=4),
+        **ri.write_values(original, expires_at=10, shard_count=4),
         "rev": {"N": "2"},
     }
     assert is_ttl_removal(stream_remove(item, ttl=True))

@@ -85,7 +85,8 @@ def test_touch_is_one_request_and_refreshes(store: SyncResourceRecordStore, cloc
     assert dict(counter.calls) == {"UpdateItem": 1}
     assert touched.revision == r.revision + 1
     assert touched.record.updated_at_ms == int(clock.now.timestamp() * 1000)
-    assert touched.expires_at == int(clock.now.timestamp()) + 30 * 86400
+    # Two windows of its phase (the latest the sweep expires it) plus the 30-day horizon.
+    assert touched.expires_at == int(clock.now.timestamp()) + 30 * 60 + 30 * 86400
     with pytest.raises(ConflictError, match="does not exist"):
         store.touch("6b0a3c1e-0000-4000-8000-000000000000")
 
@@ -136,7 +137,7 @@ def test_reads_hide_records_past_their_ttl(
     # A heartbeat is judged by the record's state, never the owner's clock: while DynamoDB has
     # not removed it (and so nothing reported it expired), the owner's touch keeps it.
     touched = short.touch(r.record.id)
-    assert touched.expires_at == int(clock.now.timestamp()) + 3600
+    assert touched.expires_at == int(clock.now.timestamp()) + 30 * 60 + 3600
     assert short.get(r.record.id) is not None
 
 
@@ -203,3 +204,118 @@ async def test_async_store(moto_endpoint: str, sync_table: str) -> None:
         assert [v.record.id for v in page.records] == [r.id]
         assert await store.delete(r.id)
         assert await store.get(r.id) is None
+
+
+DAY = timedelta(days=1)
+
+
+def _ttl_attribute(store: SyncResourceRecordStore, record_id: str) -> int | None:
+    item = store.client().get_item(
+        TableName=store.table_name,
+        Key={"PK": {"S": f"R#{record_id}"}, "SK": {"S": "RECORD"}},
+        ConsistentRead=True,
+    )["Item"]
+    return int(item["expiresAt"]["N"]) if "expiresAt" in item else None
+
+
+def test_a_record_kept_forever_has_no_ttl_and_is_readable_40_days_later(
+    moto_endpoint: str, sync_table: str, clock: Clock
+) -> None:
+    """retain_failed 0 keeps failed records forever: no TTL attribute for DynamoDB to act on,
+    through put, touch and operations, and every read (get, list, ls) shows it 40 days on.
+    A record that goes back to a live phase gets a TTL again."""
+    from typer.testing import CliRunner
+
+    from sandbox_ledger.cli import app
+    from sandbox_ledger.resources import ExpiryPolicy, sweep
+
+    forever = ExpiryPolicy(retain_failed=timedelta(0))
+    store = SyncResourceRecordStore(
+        sync_table, endpoint_url=moto_endpoint, clock=clock, policy=forever
+    )
+    written = clock.now
+    kept = store.put(record(phase="cleanup-failed", now=clock.now))
+    rid = kept.record.id
+    assert kept.expires_at is None and _ttl_attribute(store, rid) is None
+    counter = RequestCounter().attach(store.client())
+    store.touch(rid)  # assumes a live phase first, then writes the failed phase's (none)
+    assert dict(counter.calls) == {"UpdateItem": 2}
+    store.record_operation_start(rid, "cleanup")
+    assert _ttl_attribute(store, rid) is None
+    clock.now += 40 * DAY
+    assert store.get(rid) is not None
+    assert [r.record.id for r in store.list(phase="cleanup-failed").records] == [rid]
+    result = sweep(store, None, now=clock.now, policy=forever, dry_run=True)
+    assert result.expired == [] and result.observed == []
+    # `resources ls` (the real clock: the record was written 40 days before it).
+    old = SyncResourceRecordStore(
+        sync_table, endpoint_url=moto_endpoint, clock=lambda: written - 40 * DAY, policy=forever
+    )
+    ancient = old.put(record(phase="allocation-uncertain", now=written - 40 * DAY)).record
+    args = ["--table", sync_table, "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
+    listed = CliRunner().invoke(app, [*args, "resources", "ls"])
+    assert listed.exit_code == 0 and ancient.id in listed.output, listed.output
+    # Back to a live phase: a TTL again (two stale windows and the horizon after the write).
+    live = store.put(kept.record.model_copy(update={"phase": "ready"}))
+    assert live.expires_at == int(clock.now.timestamp()) + 30 * 60 + 30 * 86400
+
+
+def test_retention_longer_than_the_horizon_is_honoured_by_the_ttl(
+    moto_endpoint: str, sync_table: str, clock: Clock
+) -> None:
+    """retain_failed 60 days: a failed record's TTL lies beyond the latest the sweep could
+    expire it (two windows after its last write), plus the horizon, never at 30 days."""
+    from sandbox_ledger.resources import ExpiryPolicy
+
+    policy = ExpiryPolicy(retain_failed=timedelta(days=60))
+    store = SyncResourceRecordStore(
+        sync_table, endpoint_url=moto_endpoint, clock=clock, policy=policy
+    )
+    failed = store.put(record(phase="cleanup-failed", now=clock.now))
+    updated_s = failed.record.updated_at_ms // 1000
+    assert failed.expires_at is not None and failed.expires_at > updated_s + 60 * 86400
+    assert failed.expires_at == int(clock.now.timestamp()) + (120 + 30) * 86400
+    clock.now += 59 * DAY
+    touched = store.touch(failed.record.id)
+    assert touched.expires_at == int(clock.now.timestamp()) + (120 + 30) * 86400
+    clock.now += 59 * DAY
+    assert store.get(failed.record.id) is not None
+
+
+def test_the_writer_takes_the_policy_from_the_deployment_and_refuses_another(
+    moto_endpoint: str, sync_table: str, clock: Clock
+) -> None:
+    """A deployed table's descriptor names the windows: a store without a policy writes TTLs
+    by them; one given a policy that disagrees is refused before it writes anything."""
+    import boto3
+
+    from sandbox_ledger.deployment import DeploymentMismatchError, TableDescriptor, descriptor_item
+    from sandbox_ledger.resources import ExpiryPolicy
+
+    client = boto3.client("dynamodb", endpoint_url=moto_endpoint)
+    client.delete_item(
+        TableName=sync_table, Key={"PK": {"S": "DEPLOYMENT"}, "SK": {"S": "DESCRIPTOR"}}
+    )
+    deployed = TableDescriptor(
+        shard_count=4, event_bus_name="b", stale_after_seconds=600, retain_failed_seconds=0
+    )
+    client.put_item(TableName=sync_table, Item=descriptor_item(deployed))
+    store = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint, clock=clock)
+    kept = store.put(record(phase="cleanup-failed", now=clock.now))
+    assert kept.expires_at is None and store.policy == ExpiryPolicy(
+        stale_after=timedelta(seconds=600), retain_failed=timedelta(0)
+    )
+    live = store.put(record(now=clock.now))
+    assert live.expires_at == int(clock.now.timestamp()) + 2 * 600 + 30 * 86400
+    other = SyncResourceRecordStore(
+        sync_table, endpoint_url=moto_endpoint, clock=clock, policy=ExpiryPolicy()
+    )
+    with pytest.raises(DeploymentMismatchError, match="stale_after_seconds"):
+        other.put(record(phase="cleanup-failed", now=clock.now))
+    agreeing = SyncResourceRecordStore(
+        sync_table,
+        endpoint_url=moto_endpoint,
+        clock=clock,
+        policy=ExpiryPolicy(stale_after=timedelta(minutes=10), retain_failed=timedelta(0)),
+    )
+    assert agreeing.put(record(phase="allocation-uncertain", now=clock.now)).expires_at is None

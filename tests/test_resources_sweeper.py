@@ -35,14 +35,14 @@ class FakeStore:
     def candidates(
         self,
         phase: str,
-        before: datetime,
-        after: datetime | None = None,
         *,
+        before: datetime | None = None,
+        after: datetime | None = None,
         page_size: int = 100,
     ) -> Iterator[list[str]]:
         def hint(ms: int) -> bool:
             later = after is not None and ms > after.timestamp() * 1000
-            return ms < before.timestamp() * 1000 or later
+            return (before is not None and ms < before.timestamp() * 1000) or later
 
         ids = sorted(
             (v.record.updated_at_ms, i)

@@ -19,8 +19,9 @@ class VersionedRecord:
 
     record: ResourceActivityRecord
     revision: int
-    expires_at: int
-    """Unix seconds after which DynamoDB TTL may delete it (a backstop)."""
+    expires_at: int | None
+    """Unix seconds after which DynamoDB TTL may delete it (a backstop later than the expiry
+    policy's own); None for a record the policy keeps forever."""
     expiring: str | None = None
     """Set once a sweeper has claimed the record for expiry: the reason."""
     claimed_by: str | None = None
@@ -102,18 +103,21 @@ def body(record: ResourceActivityRecord) -> str:
 
 
 def write_values(
-    record: ResourceActivityRecord, *, horizon_seconds: int, shard_count: int
+    record: ResourceActivityRecord, *, expires_at: int | None, shard_count: int
 ) -> dict[str, Any]:
-    """Every attribute a full write sets, except the revision."""
-    return {
+    """Every attribute a full write sets, except the revision (and the TTL attribute when
+    ``expires_at`` is None: the write removes it)."""
+    values: dict[str, Any] = {
         k.ITEM_TYPE: S(ITEM_TYPE),
         k.RECORD_BODY: S(body(record)),
         k.RECORD_PHASE: S(record.phase),
         k.RECORD_UPDATED_AT: S(record.updated_at),
         k.INDEX_SORT_KEY: N(record.updated_at_ms),
-        k.TTL_ATTRIBUTE: N(record.updated_at_ms // 1000 + horizon_seconds),
         **index_keys(record, shard_count),
     }
+    if expires_at is not None:
+        values[k.TTL_ATTRIBUTE] = N(expires_at)
+    return values
 
 
 def decode(item: Item) -> VersionedRecord:
@@ -123,13 +127,18 @@ def decode(item: Item) -> VersionedRecord:
     return VersionedRecord(
         record=ResourceActivityRecord.model_validate(wire, context={"stored": True}),
         revision=int(item[k.REVISION]["N"]),
-        expires_at=int(item[k.TTL_ATTRIBUTE]["N"]),
+        expires_at=int(item[k.TTL_ATTRIBUTE]["N"]) if k.TTL_ATTRIBUTE in item else None,
         expiring=item[k.CLAIM]["S"] if k.CLAIM in item else None,
         claimed_by=item[k.CLAIM_OWNER]["S"] if k.CLAIM_OWNER in item else None,
         claim_until_ms=int(item[k.CLAIM_UNTIL]["N"]) if k.CLAIM_UNTIL in item else None,
         observed_rev=int(item[k.OBSERVED_REV]["N"]) if k.OBSERVED_REV in item else None,
         observed_at_ms=int(item[k.OBSERVED_AT]["N"]) if k.OBSERVED_AT in item else None,
     )
+
+
+def hidden(stored: VersionedRecord, now_s: int) -> bool:
+    """True past its TTL (DynamoDB may take days to delete it); never without a TTL."""
+    return stored.expires_at is not None and stored.expires_at <= now_s
 
 
 def is_record(item: Item) -> bool:

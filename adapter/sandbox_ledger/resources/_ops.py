@@ -27,6 +27,7 @@ from sandbox_ledger.resources.models import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from datetime import datetime
 
 MAX_RMW_ATTEMPTS = 25
@@ -73,13 +74,13 @@ def put(
     record: ResourceActivityRecord,
     *,
     expected_revision: int | None,
-    horizon_seconds: int,
+    expires_at: int | None,
     shard_count: int,
 ) -> Op[ri.VersionedRecord]:
     """Create or replace. With ``expected_revision`` the stored revision must match; without,
     the write must not go back in time (a stored newer updatedAt wins). Never over a record
-    a sweeper is expiring."""
-    values = ri.write_values(record, horizon_seconds=horizon_seconds, shard_count=shard_count)
+    a sweeper is expiring. The TTL attribute is set to ``expires_at``, or removed if None."""
+    values = ri.write_values(record, expires_at=expires_at, shard_count=shard_count)
     names = {f"#a{i}": name for i, name in enumerate(values)}
     assignments = [f"#a{i} = :a{i}" for i in range(len(values))]
     expr_values: dict[str, Any] = {f":a{i}": v for i, v in enumerate(values.values())}
@@ -87,6 +88,10 @@ def put(
     expr_values[":zero"] = N(0)
     names["#rev"] = k.REVISION
     names["#exp"] = k.CLAIM
+    remove = ""
+    if expires_at is None:
+        names["#ttl"] = k.TTL_ATTRIBUTE
+        remove = " REMOVE #ttl"
     if expected_revision is None:
         names["#gsk"] = k.INDEX_SORT_KEY
         names["#pk"] = k.PARTITION_KEY
@@ -102,7 +107,8 @@ def put(
             "Key": ri.record_key(record.id),
             "UpdateExpression": "SET "
             + ", ".join(assignments)
-            + ", #rev = if_not_exists(#rev, :zero) + :one",
+            + ", #rev = if_not_exists(#rev, :zero) + :one"
+            + remove,
             "ConditionExpression": condition,
             "ExpressionAttributeNames": names,
             "ExpressionAttributeValues": expr_values,
@@ -116,7 +122,8 @@ def put(
 
 
 def get(table: str, record_id: str, *, now_s: int) -> Op[ri.VersionedRecord | None]:
-    """The record, or None when absent or past its TTL (DynamoDB may not have deleted it)."""
+    """The record, or None when absent or past its TTL (DynamoDB may not have deleted it; a
+    record the policy keeps forever has none)."""
     response = yield Call(
         "get_item", {"TableName": table, "Key": ri.record_key(record_id), "ConsistentRead": True}
     )
@@ -126,43 +133,69 @@ def get(table: str, record_id: str, *, now_s: int) -> Op[ri.VersionedRecord | No
     stored = ri.decode_or_unreadable(item)
     if isinstance(stored, ri.Unreadable):
         raise StorageError(f"record {record_id} is unreadable: {stored.reason}", code="Unreadable")
-    return None if stored.expires_at <= now_s else stored
+    return None if ri.hidden(stored, now_s) else stored
 
 
 def touch(
-    table: str, record_id: str, *, now: datetime, horizon_seconds: int
+    table: str, record_id: str, *, now: datetime, ttl_by_phase: Mapping[str, int | None]
 ) -> Op[ri.VersionedRecord]:
-    """The owner's heartbeat: refresh updatedAt (and the TTL) in one conditional UpdateItem."""
+    """The owner's heartbeat: refresh updatedAt (and the TTL its phase calls for, from
+    ``ttl_by_phase``) in one conditional UpdateItem; two when the record is in a failed phase
+    (the first write assumes a live phase, the usual heartbeat)."""
     now_ms = int(now.timestamp() * 1000)
-    response = yield from _conditional(
-        "update_item",
-        {
-            "TableName": table,
-            "Key": ri.record_key(record_id),
-            "UpdateExpression": "SET #u = :u, #gsk = :ms, #ttl = :ttl, #rev = #rev + :one",
-            # Only the record's state decides, never the owner's clock: a heartbeat succeeds
-            # whatever its timestamp, unless the record is gone or claimed by a sweeper.
-            "ConditionExpression": "attribute_exists(#rev) AND attribute_not_exists(#exp)",
-            "ExpressionAttributeNames": {
-                "#u": k.RECORD_UPDATED_AT,
-                "#gsk": k.INDEX_SORT_KEY,
-                "#ttl": k.TTL_ATTRIBUTE,
-                "#rev": k.REVISION,
-                "#exp": k.CLAIM,
-            },
-            "ExpressionAttributeValues": {
-                ":u": S(to_iso(now)),
-                ":ms": N(now_ms),
-                ":ttl": N(now_ms // 1000 + horizon_seconds),
-                ":one": N(1),
-            },
-            "ReturnValues": "ALL_NEW",
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        },
-        record_id,
-        "touch",
-    )
-    return ri.decode(response["Attributes"])
+    phase: str | None = None  # the phase the write assumes: first any live one
+    for _ in range(MAX_RMW_ATTEMPTS):
+        names = {
+            "#u": k.RECORD_UPDATED_AT,
+            "#gsk": k.INDEX_SORT_KEY,
+            "#ttl": k.TTL_ATTRIBUTE,
+            "#rev": k.REVISION,
+            "#exp": k.CLAIM,
+            "#ph": k.RECORD_PHASE,
+        }
+        values: dict[str, Any] = {":u": S(to_iso(now)), ":ms": N(now_ms), ":one": N(1)}
+        if phase is None:
+            values |= {f":p{i}": S(p) for i, p in enumerate(LIVE_PHASES)}
+            in_phase = f"#ph IN ({', '.join(f':p{i}' for i in range(len(LIVE_PHASES)))})"
+            ttl = ttl_by_phase[LIVE_PHASES[0]]  # the live phases share one window
+        else:
+            values[":p"] = S(phase)
+            in_phase = "#ph = :p"
+            ttl = ttl_by_phase[phase]
+        update = "SET #u = :u, #gsk = :ms, #rev = #rev + :one"
+        if ttl is None:
+            update += " REMOVE #ttl"
+        else:
+            update += ", #ttl = :ttl"
+            values[":ttl"] = N(ttl)
+        try:
+            response = yield Call(
+                "update_item",
+                {
+                    "TableName": table,
+                    "Key": ri.record_key(record_id),
+                    "UpdateExpression": update,
+                    # Only the record's state decides, never the owner's clock: a heartbeat
+                    # succeeds whatever its timestamp, unless the record is gone or claimed.
+                    "ConditionExpression": "attribute_exists(#rev) AND "
+                    f"attribute_not_exists(#exp) AND {in_phase}",
+                    "ExpressionAttributeNames": names,
+                    "ExpressionAttributeValues": values,
+                    "ReturnValues": "ALL_NEW",
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                },
+            )
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            old = exc.response.get("Item")
+            held = (old or {}).get(k.RECORD_PHASE, {}).get("S")
+            if not old or k.CLAIM in old or k.REVISION not in old or held not in ttl_by_phase:
+                raise _conflict(exc, record_id, "touch") from exc
+            phase = held  # again, with the TTL of the phase it holds now
+            continue
+        return ri.decode(response["Attributes"])
+    raise ConflictError(f"touch {record_id}: still contended after {MAX_RMW_ATTEMPTS} tries")
 
 
 def _started(record: ResourceActivityRecord, kind: str, at: str) -> ResourceActivityRecord:
@@ -202,7 +235,7 @@ def record_operation(
     kind: str,
     finish: tuple[str, str | None] | None,
     now: datetime,
-    horizon_seconds: int,
+    ttl_by_phase: Mapping[str, int | None],
     shard_count: int,
 ) -> Op[ri.VersionedRecord]:
     """Read, change the operations, write back on the observed revision; retry on a race."""
@@ -229,7 +262,7 @@ def record_operation(
                     table,
                     changed,
                     expected_revision=current.revision,
-                    horizon_seconds=horizon_seconds,
+                    expires_at=ttl_by_phase[changed.phase],
                     shard_count=shard_count,
                 )
             )
@@ -376,7 +409,7 @@ def list_records(
     )
     decoded = [ri.decode_or_unreadable(item) for item in items if ri.is_record(item)]
     unreadable = [r for r in decoded if isinstance(r, ri.Unreadable)]
-    records = [r for r in decoded if isinstance(r, ri.VersionedRecord) and r.expires_at > now_s]
+    records = [r for r in decoded if isinstance(r, ri.VersionedRecord) and not ri.hidden(r, now_s)]
     if provider is not None:
         records = [r for r in records if r.record.sandbox_provider == provider]
     if phase is not None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from sandbox_ledger.errors import ConflictError, InvalidInputError
-from sandbox_ledger.resources.models import ResourceActivityRecord, parse_iso
+from sandbox_ledger.resources.models import ResourceActivityRecord
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -124,15 +124,6 @@ def import_directory(
             record = read_record_file(path)
         except InvalidInputError as exc:
             report.failed[path.name] = str(exc)
-            continue
-        horizon_ends = parse_iso(record.updated_at) + store.ttl_horizon
-        if horizon_ends <= store.clock():
-            # Its TTL would already be past: reads would hide it and DynamoDB would delete it.
-            report.failed[path.name] = (
-                f"{path.name}: updatedAt {record.updated_at} is older than the store's TTL "
-                f"horizon ({store.ttl_horizon.days} days): it would be hidden and deleted at "
-                "once; have its owner touch it, or expire it (resources sweep)"
-            )
             continue
         stored = store.get_versioned(record.id)
         if stored is not None and stored.record.updated_at_ms >= record.updated_at_ms:

@@ -180,6 +180,29 @@ def resolve_sweep(
     )
 
 
+def resolve_policy(
+    descriptor: TableDescriptor | None, explicit: ExpiryPolicy | None, table: str = "?"
+) -> ExpiryPolicy:
+    """The expiry policy a writer must follow (its TTLs honour it): the descriptor's windows;
+    an explicit policy must agree with them (DeploymentMismatchError names both). What the
+    descriptor does not say comes from ``explicit``, else the defaults."""
+    base = explicit or ExpiryPolicy()
+    chosen: dict[str, timedelta] = {}
+    for name, field in (
+        ("stale_after_seconds", "stale_after"),
+        ("retain_failed_seconds", "retain_failed"),
+    ):
+        described = getattr(descriptor, name) if descriptor is not None else None
+        given: timedelta = getattr(base, field)
+        if described is None:
+            chosen[field] = given
+            continue
+        if explicit is not None and given != timedelta(seconds=described):
+            raise DeploymentMismatchError(name, given.total_seconds(), described, table)
+        chosen[field] = timedelta(seconds=described)
+    return ExpiryPolicy(**chosen)
+
+
 def _integer(env: Mapping[str, str], name: str, default: int) -> int:
     raw = env.get(name)
     if raw is None or raw.strip() == "":

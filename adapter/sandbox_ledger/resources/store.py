@@ -14,7 +14,8 @@ from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.resources import _ops
 from sandbox_ledger.resources._items import Unreadable, VersionedRecord
 from sandbox_ledger.resources._ops import Page
-from sandbox_ledger.resources.models import ResourceActivityRecord
+from sandbox_ledger.resources.models import FAILED_PHASES, LIVE_PHASES, ResourceActivityRecord
+from sandbox_ledger.resources.settings import resolve_policy
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 
     from sandbox_ledger.ddb.steps import Op
     from sandbox_ledger.deployment import TableDescriptor
+    from sandbox_ledger.resources.policy import ExpiryPolicy
 
 DEFAULT_TTL_HORIZON = timedelta(days=30)
 
@@ -47,12 +49,15 @@ class _Base:
         shard_count: int | None,
         ttl_horizon: timedelta,
         clock: Callable[[], datetime] | None,
+        policy: ExpiryPolicy | None,
     ) -> None:
         if ttl_horizon <= timedelta(0):
             raise InvalidInputError("ttl_horizon", "must be positive")
         self.table_name = k.check_table_name(table_name)
         self._explicit_shards = None if shard_count is None else k.check_shard_count(shard_count)
         self._shards: int | None = None
+        self._explicit_policy = policy
+        self._policy: ExpiryPolicy | None = None
         self.ttl_horizon = ttl_horizon
         self.clock = clock or _utcnow
 
@@ -62,12 +67,36 @@ class _Base:
         :mod:`sandbox_ledger.deployment`), until then the one given, if any."""
         return self._shards if self._shards is not None else self._explicit_shards
 
+    @property
+    def policy(self) -> ExpiryPolicy | None:
+        """The expiry policy the TTLs follow: the table descriptor's windows once read, until
+        then the one given, if any."""
+        return self._policy if self._policy is not None else self._explicit_policy
+
     def _shard_count(self) -> Op[int]:
-        """Read the table's descriptor once; an explicit shard count must agree with it."""
-        if self._shards is None:
+        """Read the table's descriptor once; an explicit shard count and policy must agree
+        with it."""
+        if self._shards is None or self._policy is None:
             described = yield from get_descriptor(self.table_name)
-            self._shards = resolve_shard_count(described, self._explicit_shards, self.table_name)
+            shards = resolve_shard_count(described, self._explicit_shards, self.table_name)
+            self._policy = resolve_policy(described, self._explicit_policy, self.table_name)
+            self._shards = shards
         return self._shards
+
+    def _ttls(self) -> Op[dict[str, int | None]]:
+        """For each phase, the TTL a write at this store's clock sets: later than the policy's
+        own expiry of the record by ``ttl_horizon``; None (no TTL) if the policy keeps it
+        forever."""
+        yield from self._shard_count()
+        assert self._policy is not None
+        now_s = self.clock().timestamp()
+        out: dict[str, int | None] = {}
+        for phase in (*LIVE_PHASES, *FAILED_PHASES):
+            latest = self._policy.latest_expiry(phase)
+            out[phase] = (
+                None if latest is None else int(now_s + (latest.total_seconds()) + self._horizon)
+            )
+        return out
 
     @property
     def _horizon(self) -> int:
@@ -84,20 +113,28 @@ class _Base:
                 "record", f"expected a ResourceActivityRecord, got {type(record).__name__}"
             )
         shards = yield from self._shard_count()
+        ttls = yield from self._ttls()
         return (
             yield from _ops.put(
                 self.table_name,
                 record,
                 expected_revision=expected_revision,
-                horizon_seconds=self._horizon,
+                expires_at=ttls[record.phase],
                 shard_count=shards,
             )
+        )
+
+    def _touch(self, record_id: str) -> Op[VersionedRecord]:
+        ttls = yield from self._ttls()
+        return (
+            yield from _ops.touch(self.table_name, record_id, now=self.clock(), ttl_by_phase=ttls)
         )
 
     def _operation(
         self, record_id: str, kind: str, finish: tuple[str, str | None] | None
     ) -> Op[VersionedRecord]:
         shards = yield from self._shard_count()
+        ttls = yield from self._ttls()
         return (
             yield from _ops.record_operation(
                 self.table_name,
@@ -105,7 +142,7 @@ class _Base:
                 kind=kind,
                 finish=finish,
                 now=self.clock(),
-                horizon_seconds=self._horizon,
+                ttl_by_phase=ttls,
                 shard_count=shards,
             )
         )
@@ -135,9 +172,13 @@ class ResourceRecordStore(_Base, AsyncClientOwner):
     used as is on a table without a descriptor (default 4).
 
     Every write is conditional (a revision counter beside the record), so a sweeper never
-    deletes a record its owner refreshed a moment ago. Each write sets the TTL attribute to
-    updatedAt + ``ttl_horizon`` (default 30 days): a backstop well beyond the sweeper's
-    windows. Reads hide records past their TTL that DynamoDB has not deleted yet.
+    deletes a record its owner refreshed a moment ago. Each write sets the TTL attribute as the
+    expiry ``policy`` calls for: on this store's clock, two windows of the record's phase
+    (the latest the sweep expires it) plus ``ttl_horizon`` (default 30 days); no TTL for a
+    failed-phase record when ``retain_failed`` is 0 (kept forever). The policy is the table
+    descriptor's windows (a deployed stack's); an explicit ``policy`` must agree with them
+    (DeploymentMismatchError), and is used as is on a table that describes none (default
+    :class:`ExpiryPolicy`). Reads hide records past their TTL that DynamoDB has not deleted.
     """
 
     def __init__(
@@ -151,8 +192,15 @@ class ResourceRecordStore(_Base, AsyncClientOwner):
         shard_count: int | None = None,
         ttl_horizon: timedelta = DEFAULT_TTL_HORIZON,
         clock: Callable[[], datetime] | None = None,
+        policy: ExpiryPolicy | None = None,
     ) -> None:
-        super().__init__(table_name, shard_count=shard_count, ttl_horizon=ttl_horizon, clock=clock)
+        super().__init__(
+            table_name,
+            shard_count=shard_count,
+            ttl_horizon=ttl_horizon,
+            clock=clock,
+            policy=policy,
+        )
         self._open(
             endpoint_url=endpoint_url, region_name=region_name, session=session, config=config
         )
@@ -187,9 +235,7 @@ class ResourceRecordStore(_Base, AsyncClientOwner):
     async def touch(self, record_id: str) -> VersionedRecord:
         """Heartbeat: refresh updatedAt now. Raises ConflictError if the record is gone or
         being expired (the owner should treat its sandbox as reclaimed)."""
-        return await self.run(
-            _ops.touch(self.table_name, record_id, now=self.clock(), horizon_seconds=self._horizon)
-        )
+        return await self.run(self._touch(record_id))
 
     async def record_operation_start(self, record_id: str, kind: str) -> VersionedRecord:
         """Count one more running operation of ``kind``."""
@@ -222,8 +268,15 @@ class SyncResourceRecordStore(_Base, SyncClientOwner):
         shard_count: int | None = None,
         ttl_horizon: timedelta = DEFAULT_TTL_HORIZON,
         clock: Callable[[], datetime] | None = None,
+        policy: ExpiryPolicy | None = None,
     ) -> None:
-        super().__init__(table_name, shard_count=shard_count, ttl_horizon=ttl_horizon, clock=clock)
+        super().__init__(
+            table_name,
+            shard_count=shard_count,
+            ttl_horizon=ttl_horizon,
+            clock=clock,
+            policy=policy,
+        )
         self._open(
             endpoint_url=endpoint_url, region_name=region_name, session=session, config=config
         )
@@ -237,17 +290,15 @@ class SyncResourceRecordStore(_Base, SyncClientOwner):
     def candidates(
         self,
         phase: str,
-        before: datetime,
-        after: datetime | None = None,
         *,
+        before: datetime | None = None,
+        after: datetime | None = None,
         page_size: int = 100,
     ) -> Iterator[list[str]]:
         """Pages of ids of records in ``phase`` last updated before ``before`` (oldest first)
-        or, if given, after ``after`` (dated ahead of the sweeper's clock), shard by shard
-        (read from the phase index)."""
-        bounds = [(int(before.timestamp() * 1000), False)]
-        if after is not None:
-            bounds.append((int(after.timestamp() * 1000), True))
+        and/or after ``after`` (dated ahead of the sweeper's clock, newest first), shard by
+        shard (read from the phase index)."""
+        bounds = [(int(t.timestamp() * 1000), t is after) for t in (before, after) if t]
         for shard in range(self.run(self._shard_count())):
             partition = k.resource_phase_pk(phase, shard)
             for bound_ms, later in bounds:
@@ -329,9 +380,7 @@ class SyncResourceRecordStore(_Base, SyncClientOwner):
 
     def touch(self, record_id: str) -> VersionedRecord:
         """Heartbeat: refresh updatedAt now."""
-        return self.run(
-            _ops.touch(self.table_name, record_id, now=self.clock(), horizon_seconds=self._horizon)
-        )
+        return self.run(self._touch(record_id))
 
     def record_operation_start(self, record_id: str, kind: str) -> VersionedRecord:
         """Count one more running operation of ``kind``."""

@@ -35,12 +35,12 @@ class SweepStore(Protocol):
     def candidates(
         self,
         phase: str,
-        before: datetime,
-        after: datetime | None = None,
         *,
+        before: datetime | None = None,
+        after: datetime | None = None,
         page_size: int = 100,
     ) -> Iterator[list[str]]:
-        """Pages of ids of records in ``phase`` last updated before ``before`` or after
+        """Pages of ids of records in ``phase`` last updated before ``before`` and/or after
         ``after``."""
         ...
 
@@ -180,11 +180,13 @@ def sweep(
         check_time,
     )
     try:
-        for phase, band in policy.hint_bands(now).items():
-            if band is None:
-                continue
+        bands = [(p, b) for p, b in policy.hint_bands(now).items() if b is not None]
+        # The records dated behind first (the backlog of a deadline-bound run), then the
+        # few dated ahead of this clock.
+        ranges = [{"before": b[0]} for _, b in bands] + [{"after": b[1]} for _, b in bands]
+        for (phase, _), bound in zip(bands * 2, ranges, strict=True):
             check_time()
-            for ids in store.candidates(phase, band[0], band[1], page_size=page_size):
+            for ids in store.candidates(phase, **bound, page_size=page_size):
                 _expire_page(run, ids)
                 check_time()
     except _OutOfTime:
