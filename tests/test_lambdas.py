@@ -362,7 +362,7 @@ def _ttl_item(age_days: int = 40) -> tuple[Any, dict[str, Any]]:
     item = {
         **ri.record_key(r.id),
         "rev": {"N": "4"},
-        **ri.write_values(r, horizon_seconds=30 * 86400, shard_count=4),
+        **ri.write_values(r, expires_at=2**31, shard_count=4),
     }
     return r, item
 
