@@ -62,7 +62,12 @@ def record(
 
 @dataclass
 class FakeContext:
-    """A Lambda context whose deadline is ``budget_ms`` from its creation."""
+    """A Lambda context whose deadline is ``budget_ms`` from its creation.
+
+    With ``ms_per_check``, time is not the wall clock's: each call of
+    ``get_remaining_time_in_millis`` spends that many milliseconds, so that where a run stops
+    for its deadline does not depend on how loaded the machine is.
+    """
 
     budget_ms: int = 60_000
     function_name: str = "test-fn"
@@ -70,8 +75,13 @@ class FakeContext:
     invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:test-fn"
     aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     started: float = field(default_factory=time.monotonic)
+    ms_per_check: int | None = None
+    checks: int = 0
 
     def get_remaining_time_in_millis(self) -> int:
+        if self.ms_per_check is not None:
+            self.checks += 1
+            return self.budget_ms - self.checks * self.ms_per_check
         return int(self.budget_ms - (time.monotonic() - self.started) * 1000)
 
 

@@ -277,8 +277,10 @@ def test_sweep_of_five_thousand_records_over_several_invocations(wiring: Wiring)
     sweeper = load_handler("expire_stale_resources")
     runs, events = [], []
     for _ in range(60):
-        # 10 s of safety margin + 4 s of work per invocation.
-        summary = sweeper.handler(SCHEDULED_EVENT, FakeContext(budget_ms=14_000))
+        # 10 s of safety margin + 4 s of work per invocation, each deadline check spending
+        # 2 ms (about 2,000 records per run, however loaded the machine is).
+        context = FakeContext(budget_ms=14_000, ms_per_check=2)
+        summary = sweeper.handler(SCHEDULED_EVENT, context)
         runs.append(summary)
         # Drain the queue as a reclaimer would (moto's SQS slows down as a queue grows).
         events += wiring.received()
