@@ -5,6 +5,10 @@ size of the Lambda asset the CDK stack bundles.
     python benchmarks/cold_start.py            # imports, and the bundled asset (needs PyPI)
     python benchmarks/cold_start.py --no-asset # imports only
 
+Each handler is imported with ``SANDBOX_LEDGER_TRACING`` off (the default) and on (in a
+Lambda-like environment, where Powertools' Tracer loads the X-Ray SDK and patches botocore),
+beside ``python -c pass`` in the same run as the baseline.
+
 The import is what a cold start pays before the first invocation, besides the runtime's own
 start; the handlers' module scope also builds their clients (no request is made).
 """
@@ -19,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,10 +39,21 @@ print(json.dumps({"seconds": time.perf_counter() - start}))
 """
 
 
-def import_once(handler: str) -> tuple[float, dict[str, float]]:
+TRACING = {"off": {}, "on": {"SANDBOX_LEDGER_TRACING": "true", "AWS_LAMBDA_FUNCTION_NAME": "bench"}}
+
+
+def baseline_ms() -> float:
+    """Milliseconds for ``python -c pass`` in a new process (the interpreter alone)."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    return (time.perf_counter() - start) * 1000
+
+
+def import_once(handler: str, tracing: str = "off") -> tuple[float, dict[str, float]]:
     """(seconds to import the handler, cumulative ms per top-level import) in a new process."""
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "SANDBOX_LEDGER_TRACING"},
+        **TRACING[tracing],
         "TABLE_NAME": "bench",
         "EVENT_BUS_NAME": "default",
         "AWS_DEFAULT_REGION": "us-east-1",
@@ -74,19 +90,24 @@ def import_once(handler: str) -> tuple[float, dict[str, float]]:
 
 
 def imports_report(runs: int) -> None:
-    print("| handler | import ms (median of 5) | min | max | largest imports (ms, median) |")
-    print("|---|---:|---:|---:|---|")
+    base = statistics.median(baseline_ms() for _ in range(runs))
+    print(f"`python -c pass` in a new process: {base:.0f} ms (median of {runs})\n")
+    print(
+        f"| handler | tracing | import ms (median of {runs}) | min | max | largest imports (ms) |"
+    )
+    print("|---|---|---:|---:|---:|---|")
     for handler in HANDLERS:
-        samples = [import_once(handler) for _ in range(runs)]
-        times = [s * 1000 for s, _ in samples]
-        names = {n for _, tops in samples for n in tops}
-        medians = {n: statistics.median(t.get(n, 0.0) for _, t in samples) for n in names}
-        largest = sorted(medians.items(), key=lambda kv: -kv[1])[:5]
-        parts = ", ".join(f"{n} {ms:.0f}" for n, ms in largest)
-        print(
-            f"| {handler} | {statistics.median(times):.0f} | {min(times):.0f} "
-            f"| {max(times):.0f} | {parts} |"
-        )
+        for tracing in TRACING:
+            samples = [import_once(handler, tracing) for _ in range(runs)]
+            times = [s * 1000 for s, _ in samples]
+            names = {n for _, tops in samples for n in tops}
+            medians = {n: statistics.median(t.get(n, 0.0) for _, t in samples) for n in names}
+            largest = sorted(medians.items(), key=lambda kv: -kv[1])[:5]
+            parts = ", ".join(f"{n} {ms:.0f}" for n, ms in largest)
+            print(
+                f"| {handler} | {tracing} | {statistics.median(times):.0f} | {min(times):.0f} "
+                f"| {max(times):.0f} | {parts} |"
+            )
 
 
 def asset_report() -> None:
