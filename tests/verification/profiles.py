@@ -122,15 +122,15 @@ def run_ledger(subject: Subject, kind: str, *, faults: bool, delete_races: bool)
                 runner.run(store.dispose())
 
 
-def run_lifecycle(endpoint: str, *, retain_failed: Any = None, strict: bool = False) -> None:
-    """The resource lifecycle machine on a fresh table and bus of the moto server."""
+def run_lifecycle(endpoint: str, *, retain_failed: Any = None, strict: bool = True) -> None:
+    """The resource lifecycle machine on a fresh table and bus of the moto server; owners'
+    and sweepers' stores follow the same expiry policy (their TTLs honour it)."""
     from .lifecycle_machine import LifecycleMachine, build_rig
 
-    rig, dispose = build_rig(endpoint)
+    retain_failed = LifecycleMachine.retain_failed if retain_failed is None else retain_failed
+    rig, dispose = build_rig(endpoint, retain_failed=retain_failed)
     try:
-        attrs: dict[str, Any] = {"rig": rig, "strict": strict}
-        if retain_failed is not None:
-            attrs["retain_failed"] = retain_failed
+        attrs: dict[str, Any] = {"rig": rig, "strict": strict, "retain_failed": retain_failed}
         run(type("LifecycleMachine", (LifecycleMachine,), attrs), "lifecycle", "lifecycle")
     finally:
         dispose()

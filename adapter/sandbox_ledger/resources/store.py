@@ -94,7 +94,7 @@ class _Base:
         for phase in (*LIVE_PHASES, *FAILED_PHASES):
             latest = self._policy.latest_expiry(phase)
             out[phase] = (
-                None if latest is None else int(now_s + (latest.total_seconds()) + self._horizon)
+                None if latest is None else int(now_s + latest.total_seconds() + self._horizon)
             )
         return out
 
