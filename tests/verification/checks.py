@@ -170,3 +170,25 @@ def check_sub_multiset(
     extra = Counter(wire(e) for e in actual) - Counter(wire(e) for e in allowed)
     if extra:
         raise _fail(what, "entries that were never appended (or stored twice)", list(extra), None)
+
+
+def check_imported(
+    what: str,
+    actual: Sequence[LedgerEntry],
+    before: Sequence[LedgerEntry],
+    files: Sequence[Sequence[LedgerEntry]],
+) -> None:
+    """Exactly once: after importing ``files`` into a session that held ``before``, each entry
+    is stored as often as the most of: before, or any one file (a multiset union). Fewer means
+    an entry of a file was lost; more means an import duplicated one."""
+    want = Counter(wire(e) for e in before)
+    for file in files:
+        want |= Counter(wire(e) for e in file)
+    got = Counter(wire(e) for e in actual)
+    if got != want:
+        raise _fail(
+            what,
+            "not each entry exactly once",
+            {"duplicated": list((got - want).elements())},
+            {"missing": list((want - got).elements())},
+        )

@@ -16,11 +16,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import random
 from collections import Counter, defaultdict
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, precondition, rule
 
 from sandbox_ledger import (
     EnvironmentRecord,
@@ -30,10 +31,21 @@ from sandbox_ledger import (
     ListSandboxOptions,
     MemoryAdapter,
 )
+from sandbox_ledger.transfer import ImportReport, export_lines, import_entries, parse_lines
 
 from . import checks
 from .stores import FAULT_KINDS, ClientDied, FaultBoard
-from .strategies import ENV_NAMES, NAMES, big_entries, entries, environments, list_options, sessions
+from .strategies import (
+    ENV_NAMES,
+    NAMES,
+    FileShape,
+    big_entries,
+    entries,
+    environments,
+    file_shapes,
+    list_options,
+    sessions,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -76,16 +88,48 @@ def _short(value: Any) -> str:
     return text if len(text) <= 160 else f"{text[:150]}... ({len(text)} chars)"
 
 
-def recorded(method: Callable[..., None]) -> Callable[..., None]:
+class OnLoop:
+    """A store client seen synchronously from a worker thread (what the importer and the
+    exporter drive): each call runs on the machine's event loop."""
+
+    def __init__(self, client: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self._client, self._loop = client, loop
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._client, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            coro = _as_coroutine(method(*args, **kwargs))
+            return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+        return call
+
+
+def shaped(lines: Sequence[str], shape: FileShape) -> list[bytes]:
+    """An export as someone may import it: a slice of it, reordered, with an overlapping
+    repeat of its first lines (a newer export's overlap), blank lines, CRLF and a BOM."""
+    start, cut, order_seed, repeat, padded = shape
+    chosen = list(lines[min(start, len(lines)) : max(len(lines) - cut, 0)] or lines)
+    if order_seed is not None:
+        random.Random(order_seed).shuffle(chosen)
+    chosen += chosen[:repeat]
+    ending = "\r\n" if padded else "\n"
+    out = [(line + ending).encode() for line in chosen]
+    if padded:
+        out = [b"\xef\xbb\xbf\r\n", *out, b"\n"]
+    return out
+
+
+def recorded(method: Callable[..., T]) -> Callable[..., T]:
     """Log the step in the example's history; a failure carries that history as a note (it
     stays readable when a race does not replay and Hypothesis cannot shrink the example)."""
 
     @functools.wraps(method)
-    def step(self: LedgerMachine, **kwargs: Any) -> None:
+    def step(self: LedgerMachine, **kwargs: Any) -> T:
         args = ", ".join(f"{k}={_short(v)}" for k, v in kwargs.items())
         self.log.append(f"{method.__name__}({args})")
         try:
-            method(self, **kwargs)
+            return method(self, **kwargs)
         except Exception as exc:
             self.annotate(exc)
             raise
@@ -95,6 +139,8 @@ def recorded(method: Callable[..., None]) -> Callable[..., None]:
 
 class LedgerMachine(RuleBasedStateMachine):
     """Set ``subject``, ``runner`` and ``faults`` on a subclass, then run it as a test."""
+
+    exports = Bundle("exports")
 
     store: ClassVar[Store]
     runner: ClassVar[asyncio.Runner]
@@ -324,6 +370,144 @@ class LedgerMachine(RuleBasedStateMachine):
     def switch_faults(self, kind: str, share: float, seed: int) -> None:
         assert self.board is not None
         self.board.switch(kind, share, seed)
+
+    # -- export and (re)import --------------------------------------------------------------
+
+    def _sync(self, client: Any) -> OnLoop:
+        return OnLoop(client, self.runner.get_loop())
+
+    def _in_thread(self, fn: Callable[[], T]) -> T:
+        return self.run(asyncio.to_thread(fn))
+
+    @rule(target=exports, client=st.integers(0, CLIENTS - 1))
+    @recorded
+    def export(self, client: int) -> tuple[str, ...]:
+        """A whole-store export (sessions found by ``scan_sessions``, entries in append order,
+        environment records after them): complete, and exactly the model's content."""
+        return self._export(client)
+
+    @rule(client=st.integers(0, CLIENTS - 1), shape=file_shapes)
+    @recorded
+    def export_and_reimport(self, client: int, shape: FileShape) -> None:
+        """Export, then import the export back into the store it came from (reshaped): every
+        entry is already there, nothing may be added."""
+        self._import([(client, shaped(self._export(client), shape))])
+
+    def _export(self, client: int) -> tuple[str, ...]:
+
+        def export_through(adapter: Any) -> list[str]:
+            source = self._sync(adapter)
+            sessions = source.scan_sessions()
+            return list(export_lines(source, sessions, source.list_environments()))
+
+        try:
+            lines = self._in_thread(lambda: export_through(self._client(client)))
+        except _FAILURES:
+            if self.board is None or self.board.kind == "none":
+                raise
+            lines = self._in_thread(lambda: export_through(self.store.checker))
+        exported = [line.rstrip("\n") for line in lines]
+        parsed = parse_lines(line.encode() for line in exported)
+        if parsed.errors:
+            raise checks.Violation(f"export: lines that do not import: {parsed.errors}")
+        by_session: dict[Key, list[LedgerEntry]] = defaultdict(list)
+        for _, entry in parsed.entries:
+            by_session[_key(entry)].append(entry)
+        held = {key for key in self.touched if self.run(self.model.read_all(*key))}
+        if set(by_session) != held:
+            raise checks.Violation(
+                f"export: sessions {sorted(by_session)} != sessions with entries {sorted(held)}"
+            )
+        for key, got in by_session.items():
+            in_read_order = sorted(got, key=lambda e: e.ts)  # stable: append order in ties
+            expected = self.run(self.model.read_all(*key))
+            checks.check_entries(f"export of {key}", in_read_order, expected, self.free_ts[key])
+        checks.check_environments(
+            "export's environment records",
+            [record for _, record in parsed.environments],
+            self.run(self.model.list_environments()),
+        )
+        return tuple(exported)
+
+    @rule(client=st.integers(0, CLIENTS - 1), file=exports, shape=file_shapes)
+    @recorded
+    def import_file(self, client: int, file: tuple[str, ...], shape: FileShape) -> None:
+        """Import an earlier export back (older, overlapping, reordered, padded): each entry of
+        the file stored exactly once, none the store holds duplicated."""
+        self._import([(client, shaped(file, shape))])
+
+    # Concurrent imports are exactly-once where writes carry their import identity
+    # (append_once: DynamoDB); elsewhere the importer documents that they may both write.
+    @precondition(lambda self: all(hasattr(c, "append_once") for c in self.store.clients))
+    @rule(
+        clients=st.tuples(st.integers(0, CLIENTS - 1), st.integers(0, CLIENTS - 1)),
+        file=exports,
+        shape=file_shapes,
+        cut=st.integers(0, 6),
+    )
+    @recorded
+    def import_concurrently(
+        self, clients: tuple[int, int], file: tuple[str, ...], shape: FileShape, cut: int
+    ) -> None:
+        """Two clients import the same export at once, one of them a prefix of it (an older
+        export of a growing ledger)."""
+        lines = shaped(file, shape)
+        self._import([(clients[0], lines), (clients[1], lines[: max(len(lines) - cut, 1)])])
+
+    def _import(self, batch: Sequence[tuple[int, list[bytes]]]) -> None:
+        """Run the imports, re-run any that failed through the checker (the operator's retry),
+        then check exactly-once against the model as it was before."""
+        files = [parse_lines(lines) for _, lines in batch]
+        keys = sorted({_key(e) for parsed in files for _, e in parsed.entries})
+        before = {key: self.run(self.model.read_all(*key)) for key in keys}
+
+        async def go() -> list[ImportReport | BaseException]:
+            async def one(client: int, lines: list[bytes]) -> ImportReport | BaseException:
+                target = self._sync(self._client(client))
+                try:
+                    return await asyncio.to_thread(import_entries, target, parse_lines(lines))
+                except _FAILURES as exc:
+                    return exc
+
+            return await asyncio.gather(*(one(c, lines) for c, lines in batch))
+
+        outcomes = self.run(go())
+        reports = []
+        for (_, lines), outcome in zip(batch, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                # Resumed by a second run: what landed counts as already present.
+                outcome = self._in_thread(
+                    lambda lines=lines: import_entries(
+                        self._sync(self.store.checker), parse_lines(lines)
+                    )
+                )
+            else:
+                reports.append(outcome)
+            if outcome.failed:
+                raise checks.Violation(f"import: lines refused: {outcome.failed}")
+        # The reference: the longest file (the others are its prefixes) imported into the model.
+        longest = max(files, key=lambda parsed: len(parsed.entries) + len(parsed.environments))
+        self._in_thread(lambda: import_entries(self._sync(self.model), longest))
+        for key in keys:
+            self.touched.add(key)
+            incoming = [[e for _, e in parsed.entries if _key(e) == key] for parsed in files]
+            stored = self.run(self.store.checker.read_all(*key))
+            checks.check_imported(f"import into {key}", stored, before[key], incoming)
+            model_after = self.run(self.model.read_all(*key))
+            what = f"model after import into {key}"
+            checks.check_imported(what, model_after, before[key], incoming)
+            self._check_session(key)
+        checks.check_environments(
+            "environments after import",
+            self.run(self.store.checker.list_environments()),
+            self.run(self.model.list_environments()),
+        )
+        if len(reports) == len(batch):
+            # Every import ran through: together they report each written entry once.
+            added = sum(len(self.run(self.model.read_all(*key))) - len(before[key]) for key in keys)
+            new = sum(report.new for report in reports)
+            if new != added:
+                raise checks.Violation(f"imports reported {new} new entries, {added} were added")
 
     # -- environments ----------------------------------------------------------------------
 

@@ -136,3 +136,17 @@ def environments(draw: st.DrawFn) -> EnvironmentRecord:
     return EnvironmentRecord(
         name=draw(st.sampled_from(ENV_NAMES)), built_at=draw(timestamps), **extras
     )
+
+
+FileShape = tuple[int, int, "int | None", int, bool]
+"""How an export is imported: lines dropped from its start and its end, a shuffle seed (None:
+the export's order), how many of its first lines are repeated at its end (an overlap), and
+whether it is padded (BOM, blank lines, CRLF)."""
+
+file_shapes = st.tuples(
+    st.integers(0, 4),
+    st.integers(0, 4),
+    st.one_of(st.none(), st.integers(0, 2**16)),
+    st.integers(0, 4),
+    st.booleans(),
+)
