@@ -520,3 +520,22 @@ def test_store_failures_name_the_place(
     [line] = result.stderr.strip().splitlines()
     assert expected in line
     assert f"table {args[1]} in region us-east-1 at endpoint {moto_endpoint}" in line
+
+
+def test_record_directories_show_progress_on_a_terminal(
+    moto_endpoint: str, sync_table: str, tmp_path: Path
+) -> None:
+    store = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint)
+    for _ in range(3):
+        store.put(record())
+    env = env_for(moto_endpoint, SANDBOX_LEDGER_TABLE=sync_table)
+    out = str(tmp_path / "records")
+    for argv, progress, done_shown in [
+        (["resources", "export", out], "exporting records", "3 files"),  # a count
+        (["resources", "import", out], "importing records", "100%"),  # a bar over the files
+    ]:
+        code, terminal, _ = on_a_terminal(argv, env)
+        assert code == 0 and progress in terminal and done_shown in terminal, terminal
+        done = subprocess.run([COMMAND, *argv], env=env, capture_output=True, text=True)
+        assert done.returncode == 0 and progress not in done.stderr
+        assert len(done.stderr.splitlines()) == 1, done.stderr

@@ -1,4 +1,5 @@
-"""Progress on stderr for long work (export, rm, resources sweep; import has its own bar),
+"""Progress on stderr for long work (export, rm, resources sweep, resources import and export;
+import has its own bar),
 shown only when stderr is a terminal: piped or redirected, the commands stay silent."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from rich.console import Console
     from rich.progress import Progress, TaskID
@@ -130,3 +131,24 @@ def sweeping(store: Any, console: Console) -> Iterator[Any]:
     with _bar(console, total=False) as progress:
         task = progress.add_task("sweeping", total=None, detail="0 records examined")
         yield _CountingStore(store, progress, task)
+
+
+@contextlib.contextmanager
+def per_file(
+    label: str, console: Console, total: int | None
+) -> Iterator[Callable[[str], None] | None]:
+    """An ``on_file`` callback for the record-directory functions that shows the files done
+    (a bar when ``total`` is known, else a count), or None when not on a terminal."""
+    if not console.is_terminal:
+        yield None
+        return
+    with _bar(console, total=total is not None) as progress:
+        task = progress.add_task(label, total=total, detail="0 files")
+        done = 0
+
+        def on_file(name: str) -> None:
+            nonlocal done
+            done += 1
+            progress.update(task, completed=done, detail=f"{done} files")
+
+        yield on_file

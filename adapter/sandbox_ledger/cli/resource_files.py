@@ -23,9 +23,13 @@ def resources_import(
 ) -> None:
     """Load every <id>.json record of DIRECTORY; a newer record in the table is kept.
     Exit code 4 when any file failed (the others are loaded)."""
+    from sandbox_ledger.cli.progress import per_file
     from sandbox_ledger.resources.files import import_directory
 
-    report = import_directory(_store(_target(writes="resources import")), directory)
+    store = _store(_target(writes="resources import"))
+    total = len(list(directory.glob("*.json"))) if directory.is_dir() else 0
+    with per_file("importing records", err(), total) as on_file:
+        report = import_directory(store, directory, on_file=on_file)
     for reason in report.failed.values():
         err().print(f"error: {reason}", markup=False)
     err().print(
@@ -91,9 +95,12 @@ def resources_export(
     ),
 ) -> None:
     """Write every record of the table to DIRECTORY, one <id>.json file each."""
+    from sandbox_ledger.cli.progress import per_file
     from sandbox_ledger.resources.files import export_directory
 
-    written = export_directory(_store(_target()), directory)
+    store = _store(_target())
+    with per_file("exporting records", err(), None) as on_file:
+        written = export_directory(store, directory, on_file=on_file)
     err().print(f"exported {len(written)} record(s) to {directory}", markup=False)
     if as_json:
         emit({"directory": str(directory), "files": written})
