@@ -179,12 +179,6 @@ class BlockingStore:
             self._runner.close()
 
 
-def _boto3_session() -> Any:
-    import boto3
-
-    return boto3.session.Session()
-
-
 def cli_config(*, interactive: bool = True) -> Any:
     """The CLI's budget over the library's defaults (which suit servers and Lambda).
 
