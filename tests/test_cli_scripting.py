@@ -20,7 +20,7 @@ import pytest
 from typer.main import get_command
 from typer.testing import CliRunner
 
-from resource_fixtures import record
+from resource_fixtures import observed_earlier, record
 from sandbox_ledger import EnvironmentRecord, LedgerEntry, LedgerEvent
 from sandbox_ledger.cli import app
 from sandbox_ledger.cli.app import PhaseChoice
@@ -221,7 +221,9 @@ def test_json_of_table_import_and_resources(
     assert imported["environments"] == {"new": 0, "updated": 0, "present": 0, "kept": 0}
 
     store = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint)
-    stale = store.put(record(age=timedelta(hours=1))).record
+    stored = store.put(record(age=timedelta(hours=1)))
+    stale = stored.record
+    observed_earlier(store, stored, timedelta(minutes=16))  # by an earlier sweep
     listed = as_json(runner, [*args, "resources", "ls"])
     assert listed == {"records": [stale.wire()], "unreadable": [], "cursor": None}
     assert "sandboxProvider" in listed["records"][0]
@@ -461,7 +463,7 @@ def test_progress_only_on_a_terminal(
     for i in range(60):  # a session with more than one batch of items to delete
         ledger.append(entry("sb-2", LedgerEvent.ExecStarted, 2_000_000_000_000 + i, step=i))
     store = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint)
-    store.put(record(age=timedelta(hours=1)))
+    observed_earlier(store, store.put(record(age=timedelta(hours=1))), timedelta(minutes=16))
     env = env_for(moto_endpoint, SANDBOX_LEDGER_TABLE=sync_table)
     sweep = ["resources", "sweep", "--event-bus", "default", *WINDOWS]
     cases = [
