@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 from contextlib import AsyncExitStack
@@ -16,6 +15,7 @@ from sandbox_ledger.ddb.steps import Op, run_async, run_sync
 from sandbox_ledger.errors import translate_client_error
 
 if TYPE_CHECKING:
+    import asyncio
     from types import TracebackType
 
 T = TypeVar("T")
@@ -157,6 +157,8 @@ class AsyncClient:
         if self._client is not None:
             return self._client
         if self._lock is None:
+            import asyncio  # here: a sync caller (a Lambda handler) never imports asyncio
+
             self._lock = asyncio.Lock()
         async with self._lock:
             if self._client is None:

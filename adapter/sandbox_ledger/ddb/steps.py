@@ -8,7 +8,6 @@ merging shards are written once here; only :func:`run_sync` and :func:`run_async
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import threading
@@ -144,6 +143,8 @@ def run_sync(client: Any, op: Op[T]) -> T:
 
 async def _parallel_async(client: Any, calls: tuple[Call, ...]) -> list[Any]:
     """Run independent calls concurrently; the first error cancels the others."""
+    import asyncio  # here, not at module level: a sync caller (a Lambda handler) never pays it
+
     tasks = [asyncio.ensure_future(getattr(client, c.operation)(**c.params)) for c in calls]
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
@@ -177,6 +178,8 @@ async def run_async(client: Any, op: Op[T]) -> T:
                 elif isinstance(step, Parallel):
                     value = await _parallel_async(client, step.calls)
                 else:
+                    import asyncio
+
                     await asyncio.sleep(step.seconds)
             except _SDK_ERRORS as exc:
                 error = exc
