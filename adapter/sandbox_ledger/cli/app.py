@@ -300,7 +300,13 @@ def demo(
     sandboxes: int = typer.Option(24, min=1, max=100_000, help="Sandboxes in the fleet."),
     execs: int = typer.Option(6, min=1, max=10_000, help="Execs per sandbox."),
     branches: int = typer.Option(2, min=1, max=16, help="Parallel branches per sandbox."),
-    concurrency: int = typer.Option(16, min=1, max=1000, help="Sandboxes running at once."),
+    concurrency: int = typer.Option(
+        2,
+        min=1,
+        max=1000,
+        help="Sandboxes running at once (the embedded server answers one request at a time: "
+        "more only queue).",
+    ),
     dead_owners: float = typer.Option(
         0.25, min=0.0, max=1.0, help="Share of resource owners that die."
     ),

@@ -50,6 +50,7 @@ class Report:
     sweep: dict[str, Any] = field(default_factory=dict)
     sweep_via: str = ""
     elapsed: float = 0.0
+    concurrency: int = 0
     entries: int = 0
     build_locks: defaultdict[str, asyncio.Lock] = field(
         default_factory=lambda: defaultdict(asyncio.Lock)
@@ -79,7 +80,7 @@ def run_demo(target: Target, config: DemoConfig, console: Console) -> Report:
 
 
 async def _run(target: Target, config: DemoConfig, console: Console) -> Report:
-    report = Report()
+    report = Report(concurrency=config.concurrency)
     stats = _Stats(report)
     started = time.perf_counter()
     table = target.table or ""
@@ -357,8 +358,9 @@ def render(report: Report, console: Console) -> None:
         f"skipped {len(report.sweep.get('skipped', []))}; {report.elapsed:.1f}s"
     )
     console.print(
-        "Latency includes queueing: the embedded server handles one request at a time, as "
-        "many sandboxes call it at once. Requests per operation carry over to DynamoDB."
+        f"{report.concurrency} sandboxes at once; latency includes queueing behind the others "
+        "(the embedded server answers one request at a time). Requests per operation carry "
+        "over to DynamoDB."
     )
 
 
