@@ -27,13 +27,14 @@ demo: $(DEMO_STAMP)
 
 # Scale and soak tests carry the `slow` marker: `make test-all` (and CI) runs them too.
 # The tests run on one worker per core (pytest-xdist); each worker starts its own moto and
-# PostgreSQL servers. The CDK tests share one synthesized template, so they run on one worker.
+# PostgreSQL servers. --dist loadscope keeps a module's test functions (and a class's methods)
+# on one worker: the CDK tests share one synthesized template, synthesized once.
 TEST_WORKERS ?= auto
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadgroup --durations=15
+	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadscope --durations=15
 
 test-all: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=25
 
 # Long model-based verification runs (docs/verification.md); VERIFY_PROFILE=deep for CI's budget.
 VERIFY_PROFILE ?= long

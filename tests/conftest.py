@@ -17,14 +17,6 @@ os.environ.pop("AWS_PROFILE", None)
 os.environ.pop("AWS_ENDPOINT_URL", None)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``make test``), the CDK tests share one synthesized template per
-    worker: keep them on one worker so that the template is synthesized once."""
-    for item in items:
-        if item.path.name == "test_infra.py":
-            item.add_marker(pytest.mark.xdist_group("cdk"))
-
-
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
     from sandbox_ledger.local import LocalDynamoDB
