@@ -65,6 +65,18 @@ def sync_table(moto_endpoint: str, table_name: str) -> str:
 
 
 @pytest.fixture
+def event_bus(moto_endpoint: str, table_name: str) -> str:
+    """A fresh EventBridge bus on the moto server. Tests that publish use their own bus, not
+    "default": a stack deployed into moto by another test on the same server (the CDK test)
+    leaves rules on "default" with Lambda targets, which moto fails every PutEvents on."""
+    import boto3
+
+    name = f"bus-{table_name}"
+    boto3.client("events", endpoint_url=moto_endpoint).create_event_bus(Name=name)
+    return name
+
+
+@pytest.fixture
 def fast_sdk_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     """Keep botocore's retry delays tiny, so fault-injection tests stay quick."""
     from botocore.retries import standard

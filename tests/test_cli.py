@@ -184,7 +184,7 @@ def test_import_reports_malformed_lines(
 
 
 def test_resources_ls_and_sweep(
-    runner: CliRunner, args: list[str], moto_endpoint: str, sync_table: str
+    runner: CliRunner, args: list[str], moto_endpoint: str, sync_table: str, event_bus: str
 ) -> None:
     store = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint)
     stored = store.put(record(age=timedelta(hours=1)))
@@ -199,7 +199,7 @@ def test_resources_ls_and_sweep(
     # the notices go and which windows apply, or the sweep refuses.
     refused = runner.invoke(app, [*args, "resources", "sweep", "--dry-run"])
     assert refused.exit_code == 2 and "event_bus_name" in refused.output, refused.output
-    explicit = ["--event-bus", "default", "--stale-after", "900", "--retain-failed", "604800"]
+    explicit = ["--event-bus", event_bus, "--stale-after", "900", "--retain-failed", "604800"]
     dry = runner.invoke(app, [*args, "resources", "sweep", "--dry-run", *explicit])
     assert dry.exit_code == 0 and f"would expire {stale.id}" in dry.output
     assert store.get(stale.id) is not None

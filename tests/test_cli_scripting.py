@@ -134,8 +134,15 @@ def test_version_is_the_installed_packages(runner: CliRunner) -> None:
 
 
 def test_completion_is_offered_and_completes(tmp_path: Path) -> None:
+    # typer detects the shell from the parent processes: under `make` that is sh, which it
+    # does not support. Its own switch turns detection off, so the shell is named explicitly.
+    explicit = {**os.environ, "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
     shown = subprocess.run(
-        [COMMAND, "--show-completion", "bash"], capture_output=True, text=True, timeout=60
+        [COMMAND, "--show-completion", "bash"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=explicit,
     )
     assert shown.returncode == 0 and "_SANDBOX_LEDGER_COMPLETE" in shown.stdout
     helped = subprocess.run([COMMAND, "--help"], capture_output=True, text=True, timeout=60)
@@ -458,14 +465,18 @@ def on_a_terminal(argv: list[str], env: dict[str, str]) -> tuple[int, str, bytes
 
 
 def test_progress_only_on_a_terminal(
-    moto_endpoint: str, sync_table: str, ledger: SyncDynamoDBAdapter, tmp_path: Path
+    moto_endpoint: str,
+    sync_table: str,
+    ledger: SyncDynamoDBAdapter,
+    tmp_path: Path,
+    event_bus: str,
 ) -> None:
     for i in range(60):  # a session with more than one batch of items to delete
         ledger.append(entry("sb-2", LedgerEvent.ExecStarted, 2_000_000_000_000 + i, step=i))
     store = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint)
     observed_earlier(store, store.put(record(age=timedelta(hours=1))), timedelta(minutes=16))
     env = env_for(moto_endpoint, SANDBOX_LEDGER_TABLE=sync_table)
-    sweep = ["resources", "sweep", "--event-bus", "default", *WINDOWS]
+    sweep = ["resources", "sweep", "--event-bus", event_bus, *WINDOWS]
     cases = [
         (["export", "-o", str(tmp_path / "x.jsonl")], "exporting", "exported 67 entries"),
         (["rm", "job", "sb-2", "--yes"], "deleting job/sb-2", "items deleted"),
