@@ -123,3 +123,75 @@ def test_only_signed_dynamodb_requests_skip_moto_dispatch(
     environ: dict[str, Any], expected: tuple[str, str] | None
 ) -> None:
     assert local._dynamodb_request(environ) == expected
+
+
+def _raw_exchange(endpoint: str, payload: bytes) -> bytes:
+    """Send ``payload`` on a fresh connection; everything the server sends until it closes."""
+    with socket.create_connection(_host_port(endpoint), timeout=10) as sock:
+        sock.sendall(payload)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    return received
+
+
+LIST_TABLES = (
+    b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-amz-json-1.0\r\n"
+    b"X-Amz-Target: DynamoDB_20120810.ListTables\r\n"
+    b"Authorization: " + SIGNED.format("dynamodb").encode() + b"\r\n"
+)
+
+
+@pytest.mark.parametrize("length", [b"abc", b"-1", b"12, 12", b"+12", b"\xd9\xa1\xd9\xa2"])
+def test_a_length_that_is_not_a_count_is_refused_and_nothing_after_it_runs(
+    moto_endpoint: str, length: bytes
+) -> None:
+    hidden = LIST_TABLES + b"Content-Length: 2\r\n\r\n{}"  # a whole request as the "body"
+    received = _raw_exchange(
+        moto_endpoint, LIST_TABLES + b"Content-Length: " + length + b"\r\n\r\n" + hidden
+    )
+    assert received.startswith(b"HTTP/1.1 400"), received[:80]
+    assert received.count(b"HTTP/1.1 ") == 1  # the hidden request was not served
+
+
+def test_a_body_over_the_limit_is_refused_without_reading_it(moto_endpoint: str) -> None:
+    too_long = str(local.MAX_REQUEST_BODY + 1).encode()
+    received = _raw_exchange(
+        moto_endpoint, LIST_TABLES + b"Content-Length: " + too_long + b"\r\n\r\n"
+    )
+    assert received.startswith(b"HTTP/1.1 413"), received[:80]
+
+
+def test_a_malformed_chunked_body_is_refused(moto_endpoint: str) -> None:
+    received = _raw_exchange(
+        moto_endpoint, LIST_TABLES + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n"
+    )
+    assert received.startswith(b"HTTP/1.1 400"), received[:80]
+    connection = http.client.HTTPConnection(*_host_port(moto_endpoint), timeout=10)
+    assert _list_tables(connection).status == 200
+
+
+def test_an_oddly_signed_first_request_does_not_decide_where_later_ones_go() -> None:
+    server = local.LocalDynamoDB()  # its own dispatcher: the first request is this test's
+    endpoint = server.start()
+    try:
+        odd = (
+            "AWS4-HMAC-SHA256 SignedHeaders=host, "
+            "Credential=AKID/20261201/us-east-1/dynamodb/aws4_request, Signature=x"
+        )
+        connection = http.client.HTTPConnection(*_host_port(endpoint), timeout=10)
+        _list_tables(connection, Authorization=odd).read()  # moto reads it as S3's
+        dynamodb = boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1")
+        assert "TableNames" in dynamodb.list_tables()
+    finally:
+        server.stop()
+
+
+def test_stop_ends_the_connections_it_kept_open() -> None:
+    server = local.LocalDynamoDB()
+    endpoint = server.start()
+    connection = http.client.HTTPConnection(*_host_port(endpoint), timeout=10)
+    assert _list_tables(connection).read()
+    server.stop()
+    with pytest.raises((ConnectionError, http.client.HTTPException, OSError)):
+        _list_tables(connection).read()

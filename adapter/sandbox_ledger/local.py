@@ -35,7 +35,8 @@ them while keeping moto's DynamoDB semantics and validation:
   after request (HTTP/1.1 keep-alive, each body read in full, each response sent in one
   write with ``TCP_NODELAY``); moto's choice of service app is remembered for DynamoDB
   requests, and the list of a response class's methods, which moto recomputed on every
-  request, is computed once. A DynamoDB request costs the server about 40% less CPU.
+  request, is computed once: about half the server's CPU per request
+  (``benchmarks/server_cpu.py``, docs/benchmarks.md).
 
 :class:`LocalDynamoDBProcess` runs the same server in a child process (the CLI's embedded
 DynamoDB), so that a client and its server do not share one interpreter lock.
@@ -50,6 +51,7 @@ patch a moto whose code differs, rather than patch it silently wrong.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import copy
 import functools
 import hashlib
@@ -159,6 +161,12 @@ class LocalDynamoDB:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+            # End the kept-alive connections too: their threads wait for a next request.
+            with _open_lock:
+                connections = _open_connections.pop(self._server, set())
+            for connection in connections:
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)
             if self._thread is not None:
                 self._thread.join()
             self._server, self._thread = None, None
@@ -261,6 +269,21 @@ def _local_credentials() -> None:
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 
 
+MAX_REQUEST_BODY = 100 * 1024 * 1024
+"""The largest request body the embedded server reads (413 above it): far above DynamoDB's
+own request limits, and what the CDK tests upload to the local S3."""
+
+# The connections each server has open, so that stop() can end the idle keep-alive ones.
+_open_connections: dict[Any, set[socket.socket]] = {}
+_open_lock = threading.Lock()
+
+
+class _Refused(Exception):
+    def __init__(self, status: str, why: str) -> None:
+        super().__init__(why)
+        self.status, self.why = status, why.encode()
+
+
 def _keep_alive(handler: type[Any]) -> type[Any]:
     """``handler`` (moto's werkzeug request handler) serving many requests per connection.
 
@@ -280,12 +303,15 @@ def _keep_alive(handler: type[Any]) -> type[Any]:
             if self.headers.get("Expect", "").lower().strip() == "100-continue":
                 self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             self.environ = environ = self.make_environ()
-            source = environ["wsgi.input"]
-            if isinstance(source, DechunkedInput):
-                body = source.read()
-            else:
-                length = environ.get("CONTENT_LENGTH") or "0"
-                body = self.rfile.read(int(length)) if length.isdigit() else b""
+            try:
+                body = self._body(environ)
+            except _Refused as refused:  # answered, then the connection is closed
+                self.close_connection = True
+                self._respond(refused.status, [("Content-Type", "text/plain")], refused.why)
+                return
+            except (OSError, ValueError):  # the client went away mid-body
+                self.close_connection = True
+                return
             environ["wsgi.input"] = io.BytesIO(body)
             environ["wsgi.input_terminated"] = True
             started: list[Any] = []
@@ -308,6 +334,29 @@ def _keep_alive(handler: type[Any]) -> type[Any]:
                 status, headers, written[:] = "500 INTERNAL SERVER ERROR", [], [b""]
                 self.close_connection = True
             self._respond(status, headers, b"".join(written))
+
+        def _body(self, environ: dict[str, Any]) -> bytes:
+            """The request's whole body, or _Refused: a length that is not a plain count
+            (the bytes after the headers could not be framed), a body over the limit, a
+            malformed chunked body. OSError/ValueError: the client left before sending it."""
+            source = environ["wsgi.input"]
+            if isinstance(source, DechunkedInput):
+                try:
+                    body: bytes = source.read(MAX_REQUEST_BODY + 1)
+                except (OSError, ValueError) as exc:
+                    raise _Refused("400 Bad Request", f"malformed chunked body: {exc}") from exc
+                if len(body) > MAX_REQUEST_BODY:
+                    raise _Refused("413 Content Too Large", "request body over the limit")
+                return body
+            length = str(environ.get("CONTENT_LENGTH") or "0")
+            if not (length.isascii() and length.isdigit()):
+                raise _Refused("400 Bad Request", f"Content-Length {length!r} is not a count")
+            if int(length) > MAX_REQUEST_BODY:
+                raise _Refused("413 Content Too Large", "request body over the limit")
+            body = self.rfile.read(int(length))
+            if len(body) < int(length):
+                raise ConnectionResetError("the client closed the connection mid-body")
+            return body
 
         def _respond(self, status: str, headers: list[tuple[str, str]], body: bytes) -> None:
             code, _, reason = status.partition(" ")
@@ -334,11 +383,19 @@ def _keep_alive(handler: type[Any]) -> type[Any]:
         def setup(self) -> None:
             super().setup()
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with _open_lock:
+                _open_connections.setdefault(self.server, set()).add(self.connection)
+
+        def finish(self) -> None:
+            with _open_lock:
+                _open_connections.get(self.server, set()).discard(self.connection)
+            super().finish()
 
     return KeepAliveHandler
 
 
 _DYNAMODB_TARGETS = frozenset({"DynamoDB_20120810", "DynamoDBStreams_20120810"})
+_DYNAMODB_SERVICES = frozenset({"dynamodb", "dynamodbstreams"})
 
 
 class _DynamoDBFirst:
@@ -361,7 +418,9 @@ class _DynamoDBFirst:
         app = self._apps.get(key) if key else None
         if app is None:
             app = self._dispatcher.get_application(environ)
-            if key:
+            # Remembered only once moto chose its DynamoDB app for it: a request whose
+            # signature moto reads otherwise must not decide where later ones go.
+            if key and getattr(app, "service", None) in _DYNAMODB_SERVICES:
                 self._apps[key] = app
         return app(environ, start_response)
 
@@ -373,10 +432,11 @@ def _dynamodb_request(environ: dict[str, Any]) -> tuple[str, str] | None:
     prefix = str(environ.get("HTTP_X_AMZ_TARGET", "")).partition(".")[0]
     if prefix not in _DYNAMODB_TARGETS:
         return None
-    # Credential=AKID/20261201/us-east-1/dynamodb/aws4_request, ...
-    scope = str(environ.get("HTTP_AUTHORIZATION", "")).partition("Credential=")[2]
-    parts = scope.partition(",")[0].split("/")
-    return (prefix, parts[3]) if len(parts) == 5 else None
+    # AWS4-HMAC-SHA256 Credential=AKID/20261201/us-east-1/dynamodb/aws4_request, ...: read
+    # the way moto reads it (the second word of the first comma-separated part).
+    words = str(environ.get("HTTP_AUTHORIZATION", "")).split(",")[0].split()
+    parts = words[1].split("/") if len(words) > 1 else []
+    return (prefix, parts[3].lower()) if len(parts) == 5 else None
 
 
 def _serialized(app: Callable[..., Any]) -> Callable[..., Iterable[bytes]]:
