@@ -40,6 +40,9 @@ class LedgerConfig:
     tracing: bool = False
     """Powertools Tracer on both functions: X-Ray active tracing, its grant and the SDK."""
     log_retention_days: int = 30
+    ledger_retention_days: int | None = None
+    """How long ledger entries and session summaries are kept (the adapters' ``retention``,
+    recorded in the table's descriptor); None (absent): forever."""
     alarm_topic_arn: str | None = None
 
     @classmethod
@@ -115,6 +118,9 @@ class LedgerConfig:
             dry_run=dry == "true",
             tracing=tracing == "true",
             log_retention_days=integer("log_retention_days", defaults.log_retention_days, 1, 3653),
+            ledger_retention_days=None
+            if get("ledger_retention_days") is None
+            else integer("ledger_retention_days", 0, 1, 36500),
             alarm_topic_arn=get("alarm_topic_arn"),
         )
         if config.min_capacity > config.max_capacity:

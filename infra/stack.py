@@ -116,6 +116,9 @@ class SandboxLedgerStack(Stack):
                 event_bus_name=self.bus.event_bus_name,
                 stale_after_seconds=config.stale_after_seconds,
                 retain_failed_seconds=config.retain_failed_seconds,
+                ledger_retention_seconds=None
+                if config.ledger_retention_days is None
+                else config.ledger_retention_days * 86400,
             )
         )
         call = cr.AwsSdkCall(

@@ -371,8 +371,34 @@ def _check_tracing(raw: dict[str, Any], *, on: bool) -> None:
         assert set(_actions(statement)) == {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
 
 
+def _descriptor_create(raw: dict[str, Any]) -> str:
+    [resource] = resources(raw, "Custom::AWS").values()
+    return "".join(
+        p if isinstance(p, str) else "<ref>"
+        for p in resource["Properties"]["Create"]["Fn::Join"][1]
+    )
+
+
+def test_ledger_retention_is_forever_unless_given(
+    synthesized: tuple[dict[str, Any], Path],
+) -> None:
+    assert LedgerConfig.from_context({}.get).ledger_retention_days is None
+    assert (
+        LedgerConfig.from_context({"ledger_retention_days": "30"}.get).ledger_retention_days == 30
+    )
+    assert k.DESCRIPTOR_LEDGER_RETENTION not in _descriptor_create(synthesized[0])
+
+
 def test_replicas_make_a_global_table(tmp_path: Path) -> None:
-    raw, _ = synth(tmp_path, replica_regions="eu-west-1,ap-southeast-2", region="us-east-1")
+    # One non-default synth for both: replicas, and a ledger retention in the descriptor.
+    raw, _ = synth(
+        tmp_path,
+        replica_regions="eu-west-1,ap-southeast-2",
+        region="us-east-1",
+        ledger_retention_days=30,
+    )
+    create = _descriptor_create(raw)
+    assert f'"{k.DESCRIPTOR_LEDGER_RETENTION}":{{"N":"2592000"}}' in create
     [table] = resources(raw, "AWS::DynamoDB::GlobalTable").values()
     regions = {r["Region"] for r in table["Properties"]["Replicas"]}
     assert {"eu-west-1", "ap-southeast-2"} <= regions
@@ -392,6 +418,8 @@ def test_replicas_make_a_global_table(tmp_path: Path) -> None:
         ({"min_capacity": 10, "max_capacity": 5}, "min_capacity"),
         ({"dry_run": "maybe"}, "dry_run"),
         ({"tracing": "maybe"}, "tracing"),
+        ({"ledger_retention_days": "a month"}, "ledger_retention_days"),
+        ({"ledger_retention_days": 0}, "ledger_retention_days"),
         ({"multi_region_consistency": "strong"}, "support neither transactions"),
         ({"multi_region_consistency": "weak"}, "multi_region_consistency"),
     ],

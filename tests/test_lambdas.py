@@ -4,6 +4,7 @@ SQS): the ResourceExpired events are read back through a rule and an SQS target.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -346,6 +347,47 @@ def test_ttl_stream_handler(wiring: Wiring) -> None:
     [published] = wiring.received()
     assert published["detail"]["record"] == r.wire()
     assert published["detail"]["trigger"] == "ttl"
+
+
+def test_ttl_removals_of_ledger_items_publish_nothing(wiring: Wiring) -> None:
+    """Ledger retention expires entries, their parts, checkpoint markers and summaries by
+    TTL: the stream handler reports none of them as a ResourceExpired."""
+    from sandbox_ledger import LedgerEntry, LedgerEvent
+    from sandbox_ledger.dynamodb import _items as it
+
+    def entry(event: str, payload: Any = None) -> LedgerEntry:
+        return LedgerEntry(
+            ts=1_700_000_000_000,
+            name="n",
+            sandbox_id="s",
+            step_index=-1,
+            event=event,
+            payload=payload,
+        )
+
+    ttl = 1_700_086_400
+    checkpoint = entry(LedgerEvent.CheckpointCreated, {"snapshotId": "x"})
+    big = it.encode_entry(
+        entry(LedgerEvent.ExecComplete, {"b": os.urandom(400_000).hex()}), "o1", ttl
+    )
+    small = it.encode_entry(entry(LedgerEvent.ExecStarted), "o2", ttl)
+    summary = {
+        "PK": small.head["PK"],
+        "SK": {"S": k.SUMMARY_SK},
+        "itemType": {"S": "session"},
+        k.TTL_ATTRIBUTE: {"N": str(ttl)},
+    }
+    items = [big.head, *big.parts, small.head, it.checkpoint_marker(checkpoint, "o3", ttl), summary]
+    assert big.parts and all(k.TTL_ATTRIBUTE in item for item in items)
+    event = {
+        "Records": [
+            _stream_record(item, ttl=True, seq=str(200 + i), table=wiring.table)
+            for i, item in enumerate(items)
+        ]
+    }
+    response = load_handler("on_ttl_expiry").handler(event, FakeContext())
+    assert response == {"batchItemFailures": []}
+    assert wiring.received() == []
 
 
 def _bus_down(**_: Any) -> tuple[Any, dict[str, Any]]:

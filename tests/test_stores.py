@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -62,6 +63,9 @@ def test_open_store_gives_each_adapter() -> None:
     pg = open_store("postgresql://u@127.0.0.1/db?schema=x1")
     assert isinstance(pg, PostgresAdapter) and pg.schema == "x1"
     assert isinstance(open_store("dynamodb://tbl?region=us-east-1"), DynamoDBAdapter)
+    retained = open_store("dynamodb://tbl?region=us-east-1&retention_days=30")
+    assert isinstance(retained, DynamoDBAdapter) and retained.retention == timedelta(days=30)
+    assert open_store("dynamodb://tbl?region=us-east-1").retention is None  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(
@@ -78,6 +82,7 @@ def test_open_store_gives_each_adapter() -> None:
         ("dynamodb://t?shard_count=inf", "shard_count must be a finite number"),
         ("dynamodb://t?shard_count=2.9", "shard_count must be a whole number"),
         ("dynamodb://t?shard_count=0", "shard_count must be a whole number of at least 1"),
+        ("dynamodb://t?retention_days=0", "retention_days must be a whole number of at least 1"),
         ("dynamodb://", "no table name"),
         ("dynamodb://t/extra", "table name only"),
         ("dynamodb://t?colour=red", "unknown option"),

@@ -35,6 +35,7 @@ __all__ = [
     "ShardCount",
     "TableDescriptor",
     "aread_descriptor",
+    "check_ledger_retention",
     "descriptor_item",
     "descriptor_key",
     "get_descriptor",
@@ -52,12 +53,18 @@ log = logging.getLogger("sandbox_ledger.deployment")
 class DeploymentMismatchError(InvalidInputError):
     """An explicit setting disagrees with the table's descriptor."""
 
-    def __init__(self, field: str, explicit: object, described: object, table: str) -> None:
+    def __init__(
+        self,
+        field: str,
+        explicit: object,
+        described: object,
+        table: str,
+        hint: str = "omit the setting to use the table's",
+    ) -> None:
         super().__init__(
             field,
             f"{explicit!r} was given but table {table} describes its deployment with "
-            f"{described!r}; every client of one table must agree (omit the setting to use "
-            "the table's)",
+            f"{described!r}; every client of one table must agree ({hint})",
         )
         self.explicit = explicit
         self.described = described
@@ -69,13 +76,16 @@ class TableDescriptor:
 
     ``event_bus_name``, ``stale_after_seconds`` and ``retain_failed_seconds`` (0: failed
     records are kept forever) are None for a table that is not a deployed stack (one made by
-    ``create_table()``).
+    ``create_table()``). ``ledger_retention_seconds`` is the ledger retention every ledger
+    writer uses (None: ledger items are kept forever; see docs/table-design.md, Ledger
+    retention).
     """
 
     shard_count: int = k.DEFAULT_SHARD_COUNT
     event_bus_name: str | None = None
     stale_after_seconds: int | None = None
     retain_failed_seconds: int | None = None
+    ledger_retention_seconds: int | None = None
 
     def __post_init__(self) -> None:
         k.check_shard_count(self.shard_count)
@@ -87,6 +97,13 @@ class TableDescriptor:
                 raise InvalidInputError(name, "must be a non-negative integer or None")
         if self.stale_after_seconds == 0:
             raise InvalidInputError("stale_after_seconds", "must be positive")
+        retention = self.ledger_retention_seconds
+        if retention is not None and (
+            isinstance(retention, bool) or not isinstance(retention, int) or retention <= 0
+        ):
+            raise InvalidInputError(
+                "ledger_retention_seconds", "must be a positive integer or None"
+            )
 
     @property
     def describes_sweep(self) -> bool:
@@ -117,6 +134,8 @@ def descriptor_item(descriptor: TableDescriptor) -> Item:
         item[k.DESCRIPTOR_STALE_AFTER] = N(descriptor.stale_after_seconds)
     if descriptor.retain_failed_seconds is not None:
         item[k.DESCRIPTOR_RETAIN_FAILED] = N(descriptor.retain_failed_seconds)
+    if descriptor.ledger_retention_seconds is not None:
+        item[k.DESCRIPTOR_LEDGER_RETENTION] = N(descriptor.ledger_retention_seconds)
     return item
 
 
@@ -137,6 +156,7 @@ def _decode(item: Item, table: str) -> TableDescriptor:
             else None,
             stale_after_seconds=number(k.DESCRIPTOR_STALE_AFTER),
             retain_failed_seconds=number(k.DESCRIPTOR_RETAIN_FAILED),
+            ledger_retention_seconds=number(k.DESCRIPTOR_LEDGER_RETENTION),
         )
     except (KeyError, ValueError) as exc:
         raise InvalidInputError(
@@ -223,9 +243,12 @@ class ShardCount:
     names both); it is used as is on a table without a descriptor (default 4).
     """
 
-    def __init__(self, table: str, explicit: int | None) -> None:
+    def __init__(
+        self, table: str, explicit: int | None, retention_seconds: int | None = None
+    ) -> None:
         self.table = table
         self.explicit = None if explicit is None else k.check_shard_count(explicit)
+        self.retention_seconds = retention_seconds
         self.resolved: int | None = None
 
     @property
@@ -237,10 +260,37 @@ class ShardCount:
         """The table's shard count (reads the descriptor on the first call only)."""
         if self.resolved is None:
             described = yield from get_descriptor(self.table)
-            self.resolved = resolve_shard_count(described, self.explicit, self.table)
+            return self.agree(described)
         return self.resolved
 
-    def agree(self, described: TableDescriptor) -> int:
-        """Adopt the descriptor a client just wrote or found (``create_table``)."""
-        self.resolved = resolve_shard_count(described, self.explicit, self.table)
-        return self.resolved
+    def agree(self, described: TableDescriptor | None) -> int:
+        """Adopt the descriptor a client just wrote or found (``create_table``); its ledger
+        retention must be this client's (:func:`check_ledger_retention`)."""
+        shards = resolve_shard_count(described, self.explicit, self.table)
+        check_ledger_retention(described, self.retention_seconds, self.table)
+        self.resolved = shards
+        return shards
+
+
+def _retention_text(seconds: int | None) -> str:
+    if seconds is None:
+        return "keep forever"
+    days, rest = divmod(seconds, 86400)
+    plural = "" if days == 1 else "s"
+    return f"{days} day{plural} ({seconds} s)" if not rest else f"{seconds} s"
+
+
+def check_ledger_retention(
+    descriptor: TableDescriptor | None, retention_seconds: int | None, table: str = "?"
+) -> None:
+    """A ledger client's retention must be the descriptor's (absent: keep forever), or
+    :class:`DeploymentMismatchError` names both. A table without descriptor checks nothing."""
+    if descriptor is None or descriptor.ledger_retention_seconds == retention_seconds:
+        return
+    raise DeploymentMismatchError(
+        "retention",
+        _retention_text(retention_seconds),
+        _retention_text(descriptor.ledger_retention_seconds),
+        table,
+        hint="give the adapter the table's retention",
+    )

@@ -33,7 +33,9 @@ updatedAt in ms for resource records) and project keys only, so frequently chang
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Final
 
 from sandbox_ledger._json import find_surrogate
@@ -68,6 +70,7 @@ DESCRIPTOR_SHARD_COUNT: Final = "shardCount"
 DESCRIPTOR_EVENT_BUS: Final = "eventBusName"
 DESCRIPTOR_STALE_AFTER: Final = "staleAfterSeconds"
 DESCRIPTOR_RETAIN_FAILED: Final = "retainFailedSeconds"
+DESCRIPTOR_LEDGER_RETENTION: Final = "ledgerRetentionSeconds"
 
 # Attribute names of resource record items (besides the keys, index keys and TTL above).
 ITEM_TYPE: Final = "itemType"
@@ -288,6 +291,25 @@ def check_shard_count(shard_count: int) -> int:
     if not 1 <= shard_count <= MAX_SHARD_COUNT:
         raise InvalidInputError("shard_count", f"must be between 1 and {MAX_SHARD_COUNT}")
     return shard_count
+
+
+def check_retention(retention: object) -> int | None:
+    """A ledger retention (a positive ``timedelta``, or None: keep forever) in whole seconds,
+    rounded up."""
+    if retention is None:
+        return None
+    if not isinstance(retention, timedelta):
+        raise InvalidInputError(
+            "retention", f"must be a datetime.timedelta or None, got {type(retention).__name__}"
+        )
+    if retention <= timedelta(0):
+        raise InvalidInputError("retention", f"must be positive, got {retention}")
+    return math.ceil(retention.total_seconds())
+
+
+def ledger_expires_at(ts: int, retention: int | None) -> int | None:
+    """The TTL (Unix seconds) of an item whose entry has time ``ts`` (ms), or None."""
+    return None if retention is None else ts // 1000 + retention
 
 
 def check_table_name(table_name: object) -> str:

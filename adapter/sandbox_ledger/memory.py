@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger.errors import InvalidInputError
-from sandbox_ledger.keys import check_component, check_session_key, environment_sk
+from sandbox_ledger.keys import (
+    check_component,
+    check_retention,
+    check_session_key,
+    environment_sk,
+    ledger_expires_at,
+)
 from sandbox_ledger.models import (
     EnvironmentRecord,
     LedgerEntry,
@@ -23,6 +30,7 @@ from sandbox_ledger.summary import (
 )
 
 if TYPE_CHECKING:
+    from datetime import timedelta
     from types import TracebackType
 
     from sandbox_ledger.models import (
@@ -42,6 +50,8 @@ class _Session:
     seq: int
     # (ts, append sequence, entry), kept sorted: ascending ts, equal ts in append order.
     events: list[tuple[int, int, LedgerEntry]] = field(default_factory=list)
+    # The summary's TTL (Unix s): that of the last entry that changed it; None: forever.
+    expires: int | None = None
 
 
 def _require(value: str, field_name: str) -> str:
@@ -53,9 +63,15 @@ class MemoryAdapter:
 
     Unlike the TypeScript example, sessions are keyed by (name, sandboxId), never by
     sandboxId alone, so two names reusing one sandboxId stay distinct.
+
+    ``retention`` (a positive ``timedelta``; None, the default: keep forever) hides entries
+    and summaries as the DynamoDB adapter's TTL does (see docs/table-design.md, Ledger
+    retention); the expired ones stay in memory until ``delete_sandbox``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, retention: timedelta | None = None) -> None:
+        self.retention = retention
+        self._retention = check_retention(retention)
         self._sessions: dict[tuple[str, str], _Session] = {}
         self._environments: dict[str, EnvironmentRecord] = {}
         self._seq = itertools.count()
@@ -91,20 +107,33 @@ class MemoryAdapter:
             )
         bisect.insort(session.events, (entry.ts, next(self._seq), entry), key=lambda t: t[:2])
         session.summary.apply(entry)
+        if entry.event in _SUMMARY_EVENTS:
+            session.expires = ledger_expires_at(entry.ts, self._retention)
+
+    def _live_events(self, session: _Session) -> list[tuple[int, int, LedgerEntry]]:
+        if self._retention is None:
+            return session.events
+        now = int(time.time())
+        return [t for t in session.events if t[0] // 1000 + self._retention > now]
+
+    def _live_summary(self, session: _Session) -> SandboxDetails | None:
+        if session.expires is not None and session.expires <= int(time.time()):
+            return None
+        return session.summary.details()
 
     async def read_all(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every event of the session, ascending ts, ties in append order."""
         session = self._sessions.get((_require(name, "name"), _require(sandbox_id, "sandboxId")))
         if session is None:
             return []
-        return [_copy(e) for _, _, e in session.events]
+        return [_copy(e) for _, _, e in self._live_events(session)]
 
     async def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry of the session in the order it was appended (what an export replays)."""
         session = self._sessions.get((_require(name, "name"), _require(sandbox_id, "sandboxId")))
         if session is None:
             return []
-        return [_copy(e) for _, _, e in sorted(session.events, key=lambda t: t[1])]
+        return [_copy(e) for _, _, e in sorted(self._live_events(session), key=lambda t: t[1])]
 
     async def scan_sessions(self, name: str | None = None) -> list[tuple[str, str]]:
         """Every (name, sandboxId) with at least one entry, listed or not (sessions without
@@ -114,7 +143,7 @@ class MemoryAdapter:
         return sorted(
             key
             for key, session in self._sessions.items()
-            if session.events and (name is None or key[0] == name)
+            if self._live_events(session) and (name is None or key[0] == name)
         )
 
     async def last_checkpoint(self, name: str, sandbox_id: str) -> LedgerEntry | None:
@@ -149,7 +178,7 @@ class MemoryAdapter:
     async def get_sandbox_details(self, name: str, sandbox_id: str) -> SandboxDetails | None:
         """One session's summary, or None."""
         session = self._sessions.get((_require(name, "name"), _require(sandbox_id, "sandboxId")))
-        return session.summary.details() if session else None
+        return self._live_summary(session) if session else None
 
     async def delete_sandbox(self, name: str, sandbox_id: str) -> None:
         """Forget the session."""
@@ -189,10 +218,15 @@ class MemoryAdapter:
         out = []
         for session in self._sessions.values():
             if keep(session):
-                details = session.summary.details()
+                details = self._live_summary(session)
                 if details is not None:
                     out.append((details, session.seq))
         return out
+
+
+_SUMMARY_EVENTS = frozenset(
+    {LedgerEvent.SandboxCreated, LedgerEvent.SandboxClosed, LedgerEvent.ExecComplete}
+)
 
 
 def _is_checkpoint(entry: LedgerEntry) -> bool:

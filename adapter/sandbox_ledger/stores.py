@@ -11,13 +11,16 @@
                                    ``sandbox_ledger``), other parameters go to libpq
 ``dynamodb://TABLE``               :class:`~sandbox_ledger.dynamodb.DynamoDBAdapter`; region,
                                    endpoint and credentials from the usual AWS settings, or
-                                   ``?region=...&endpoint_url=...``
+                                   ``?region=...&endpoint_url=...``; ``&shard_count=N``,
+                                   ``&retention_days=N`` (the ledger retention; absent:
+                                   keep forever) must agree with the table's descriptor
 =================================  ==========================================================
 """
 
 from __future__ import annotations
 
 import math
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
@@ -91,7 +94,7 @@ def parse_store_url(url: str) -> tuple[str, dict[str, Any]]:
         raise _bad(url, "no table name (dynamodb://TABLE)")
     if parts.path not in ("", "/"):
         raise _bad(url, "a DynamoDB store is a table name only (dynamodb://TABLE)")
-    unknown = set(options) - {"region", "endpoint_url", "shard_count"}
+    unknown = set(options) - {"region", "endpoint_url", "shard_count", "retention_days"}
     if unknown:
         raise _bad(url, f"unknown option(s) {', '.join(sorted(unknown))}")
     kwargs = {"table_name": table}
@@ -101,6 +104,8 @@ def parse_store_url(url: str) -> tuple[str, dict[str, Any]]:
         kwargs["endpoint_url"] = options["endpoint_url"]
     if "shard_count" in options:
         kwargs["shard_count"] = _whole(url, options, "shard_count")
+    if "retention_days" in options:
+        kwargs["retention"] = timedelta(days=_whole(url, options, "retention_days"))
     return "dynamodb", kwargs
 
 

@@ -63,8 +63,20 @@ class EncodedEntry:
     parts: list[Item]
 
 
-def encode_entry(entry: LedgerEntry, order: str) -> EncodedEntry:
-    """Serialize ``entry`` into a head item and, beyond :data:`CHUNK_BYTES`, extra part items."""
+def live(item: Item, now_s: int) -> bool:
+    """False once the item's TTL has passed (DynamoDB deletes such items up to days late:
+    every read hides them first)."""
+    ttl = item.get(k.TTL_ATTRIBUTE)
+    return ttl is None or int(ttl["N"]) > now_s
+
+
+def now_s() -> int:
+    return int(time.time())
+
+
+def encode_entry(entry: LedgerEntry, order: str, ttl: int | None = None) -> EncodedEntry:
+    """Serialize ``entry`` into a head item and, beyond :data:`CHUNK_BYTES`, extra part items,
+    each with the TTL ``ttl`` (Unix seconds) if given."""
     pk = k.session_pk(entry.name, entry.sandbox_id)
     body = {key: v for key, v in entry.wire().items() if key not in ("name", "sandboxId")}
     raw = _json.dumps(body)
@@ -90,6 +102,9 @@ def encode_entry(entry: LedgerEntry, order: str) -> EncodedEntry:
         {k.PARTITION_KEY: S(pk), k.SORT_KEY: S(k.part_sk(head_sk, i)), A.DATA: B(chunk)}
         for i, chunk in enumerate(chunks[1:], start=1)
     ]
+    if ttl is not None:
+        for item in (head, *parts):
+            item[k.TTL_ATTRIBUTE] = N(ttl)
     return EncodedEntry(head, parts)
 
 
@@ -150,8 +165,13 @@ SHARDED_EVENTS = frozenset({LedgerEvent.SandboxCreated, LedgerEvent.SandboxClose
 """The events whose summary update writes a sharded index key (needs the shard count)."""
 
 
-def summary_update(entry: LedgerEntry, shard_count: int) -> dict[str, Any] | None:
+def summary_update(
+    entry: LedgerEntry, shard_count: int, ttl: int | None = None
+) -> dict[str, Any] | None:
     """The UpdateItem fields that fold ``entry`` into its session summary, or None.
+
+    With ``ttl`` (the entry's own TTL), the summary's TTL becomes it: a summary lives as long
+    as the last entry that changed it.
 
     Mirrors :meth:`SessionSummary.apply` with ``if_not_exists`` so that the first created and
     the first closed win in any arrival order, and the status-keyed index partitions end up
@@ -200,6 +220,9 @@ def summary_update(entry: LedgerEntry, shard_count: int) -> dict[str, Any] | Non
         adds.append(f"{A.EXEC_COUNT} :one")
     else:
         return None
+    if ttl is not None:
+        values[":ttl"] = N(ttl)
+        sets.append(f"{k.TTL_ATTRIBUTE} = :ttl")
     expression = "SET " + ", ".join(sets) + (" ADD " + ", ".join(adds) if adds else "")
     return {
         "Key": summary_key(pk),
@@ -224,8 +247,9 @@ def decode_details(item: Item) -> SandboxDetails | None:
     )
 
 
-def checkpoint_marker(entry: LedgerEntry, order: str) -> Item:
-    """The small item that indexes a checkpoint entry by time within its session."""
+def checkpoint_marker(entry: LedgerEntry, order: str, ttl: int | None = None) -> Item:
+    """The small item that indexes a checkpoint entry by time within its session (with its
+    entry's TTL, if any)."""
     info = checkpoint_info(entry)
     item: Item = {
         k.PARTITION_KEY: S(k.session_pk(entry.name, entry.sandbox_id)),
@@ -237,6 +261,8 @@ def checkpoint_marker(entry: LedgerEntry, order: str) -> Item:
         item[A.SNAPSHOT_ID] = S(info.snapshot_id)
     if info.tag is not None:
         item[A.TAG] = S(info.tag)
+    if ttl is not None:
+        item[k.TTL_ATTRIBUTE] = N(ttl)
     return item
 
 

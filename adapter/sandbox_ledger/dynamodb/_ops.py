@@ -49,6 +49,7 @@ def append(
     shard_count: int,
     *,
     claim: str | None = None,
+    ttl: int | None = None,
 ) -> Op[bool]:
     """Store ``entry`` exactly once: parts first, then the head in one conditional write.
 
@@ -59,9 +60,12 @@ def append(
     With ``claim`` (an import identity, see :func:`sandbox_ledger.keys.claim_sk`), a claim
     item is put in the same transaction under the condition that it does not exist yet:
     returns False, writing nothing, when another write already holds that identity.
+
+    With ``ttl`` (Unix seconds: the entry's time plus the retention), every item written
+    carries it, and the summary's TTL becomes it.
     """
-    encoded = it.encode_entry(entry, order)
-    summary = it.summary_update(entry, shard_count)
+    encoded = it.encode_entry(entry, order, ttl)
+    summary = it.summary_update(entry, shard_count, ttl)
     if encoded.parts:
         yield from batch_write(table, [{"PutRequest": {"Item": part}} for part in encoded.parts])
     absent = {
@@ -73,12 +77,16 @@ def append(
     if claim is not None:
         claim_item = {**it.summary_key(encoded.head[k.PARTITION_KEY]["S"]), A.CLAIM_ORDER: S(order)}
         claim_item[k.SORT_KEY] = S(claim)
+        if ttl is not None:
+            claim_item[k.TTL_ATTRIBUTE] = N(ttl)
         actions.append({"Put": {"TableName": table, "Item": claim_item, **absent}})
     summary_at = len(actions) if summary is not None else -1
     if summary is not None:
         actions.append({"Update": {"TableName": table, **summary}})
     if entry.event == LedgerEvent.CheckpointCreated:
-        actions.append({"Put": {"TableName": table, "Item": it.checkpoint_marker(entry, order)}})
+        actions.append(
+            {"Put": {"TableName": table, "Item": it.checkpoint_marker(entry, order, ttl)}}
+        )
     if len(actions) == 1:
         try:
             yield Call("put_item", put)
@@ -229,17 +237,23 @@ def _prefix_query(table: str, pk: str, prefix: str, **extra: Any) -> dict[str, A
     }
 
 
+def _live(items: list[Any]) -> list[Any]:
+    """The items whose TTL has not passed (DynamoDB deletes them up to days late)."""
+    now = it.now_s()
+    return [item for item in items if it.live(item, now)]
+
+
 def read_all(table: str, name: str, sandbox_id: str) -> Op[list[LedgerEntry]]:
     pk = k.session_pk(name, sandbox_id)
     items = yield from query_all(_prefix_query(table, pk, k.EVENT_PREFIX))
-    return it.decode_entries(name, sandbox_id, items)
+    return it.decode_entries(name, sandbox_id, _live(items))
 
 
 def read_in_append_order(table: str, name: str, sandbox_id: str) -> Op[list[LedgerEntry]]:
     """Every entry of a session in the order it was appended (by the order id in its key)."""
     pk = k.session_pk(name, sandbox_id)
     items = yield from query_all(_prefix_query(table, pk, k.EVENT_PREFIX))
-    keyed = it.decode_keyed_entries(name, sandbox_id, items)
+    keyed = it.decode_keyed_entries(name, sandbox_id, _live(items))
     keyed.sort(key=lambda pair: it.append_order(pair[0]))
     return [entry for _, entry in keyed]
 
@@ -251,9 +265,10 @@ def scan_sessions(table: str, *, name: str | None, segments: int) -> Op[list[tup
     at half a unit, eventually consistent), so it serves exports, never a hot path.
     ``name`` keeps only that name's sessions (a filter: the Scan costs the same).
     """
-    names = {"#pk": k.PARTITION_KEY, "#sk": k.SORT_KEY}
-    values: dict[str, Any] = {":e": S(k.EVENT_PREFIX)}
-    condition = "begins_with(#sk, :e)"
+    names = {"#pk": k.PARTITION_KEY, "#sk": k.SORT_KEY, "#ttl": k.TTL_ATTRIBUTE}
+    values: dict[str, Any] = {":e": S(k.EVENT_PREFIX), ":now": N(it.now_s())}
+    # Entries whose TTL has passed are not counted (DynamoDB deletes them days late).
+    condition = "begins_with(#sk, :e) AND (attribute_not_exists(#ttl) OR #ttl > :now)"
     if name is not None:
         values[":p"] = S(k.session_prefix(name))
         condition += " AND begins_with(#pk, :p)"
@@ -296,25 +311,27 @@ def last_checkpoint(table: str, name: str, sandbox_id: str) -> Op[LedgerEntry | 
     page = yield Call(
         "query", _prefix_query(table, pk, k.CHECKPOINT_PREFIX, ScanIndexForward=False, Limit=1)
     )
-    if not page.get("Items"):
+    # The newest marker expires last (its TTL runs from the newest ts): if it has expired,
+    # every checkpoint has.
+    if not _live(page.get("Items", [])):
         return None
     ref = page["Items"][0][k.LedgerAttr.REF]["S"]
     items = yield from query_all(_prefix_query(table, pk, ref))
-    entries = it.decode_entries(name, sandbox_id, items)
+    entries = it.decode_entries(name, sandbox_id, _live(items))
     return entries[0] if entries else None
 
 
 def list_checkpoints(table: str, name: str, sandbox_id: str) -> Op[list[CheckpointInfo]]:
     pk = k.session_pk(name, sandbox_id)
     items = yield from query_all(_prefix_query(table, pk, k.CHECKPOINT_PREFIX))
-    return [it.decode_checkpoint(item) for item in items]
+    return [it.decode_checkpoint(item) for item in _live(items)]
 
 
 def get_sandbox_details(table: str, name: str, sandbox_id: str) -> Op[SandboxDetails | None]:
     key = it.summary_key(k.session_pk(name, sandbox_id))
     response = yield Call("get_item", {"TableName": table, "Key": key, "ConsistentRead": True})
     item = response.get("Item")
-    return it.decode_details(item) if item else None
+    return it.decode_details(item) if item and _live([item]) else None
 
 
 _CURSOR_KIND = "dynamodb-sessions"
@@ -364,7 +381,7 @@ def list_details(
     # Summaries come back in any order: restore the index order (the cursor's order).
     rank = {(key[k.PARTITION_KEY]["S"]): i for i, key in enumerate(keys)}
     summaries.sort(key=lambda item: rank.get(item[k.PARTITION_KEY]["S"], len(rank)))
-    details = [d for d in map(it.decode_details, summaries) if d is not None]
+    details = [d for d in map(it.decode_details, _live(summaries)) if d is not None]
     # The index is eventually consistent: re-apply the filters to the fresh summaries.
     sessions = apply_list_options(details, opts)
     more = want is not None and any(where != "done" for where in state.values())
@@ -425,9 +442,12 @@ def list_environments(table: str) -> Op[list[EnvironmentRecord]]:
 # -- table ----------------------------------------------------------------------------------
 
 
-def create_table(table: str, shard_count: int) -> Op[tuple[bool, TableDescriptor]]:
+def create_table(
+    table: str, shard_count: int, retention: int | None = None
+) -> Op[tuple[bool, TableDescriptor]]:
     """Create the table and its TTL setting if absent, wait for ACTIVE, and write its
-    deployment descriptor with ``shard_count`` unless it has one. Returns whether this call
+    deployment descriptor with ``shard_count`` and the ledger ``retention`` (seconds, None:
+    keep forever) unless it has one. Returns whether this call
     created the table, and the table's descriptor (the existing one wins: the caller checks
     that it agrees)."""
     created = False
@@ -458,5 +478,7 @@ def create_table(table: str, shard_count: int) -> Op[tuple[bool, TableDescriptor
                 "TimeToLiveSpecification": {"Enabled": True, "AttributeName": k.TTL_ATTRIBUTE},
             },
         )
-    described = yield from put_descriptor(table, TableDescriptor(shard_count=shard_count))
+    described = yield from put_descriptor(
+        table, TableDescriptor(shard_count=shard_count, ledger_retention_seconds=retention)
+    )
     return created, described

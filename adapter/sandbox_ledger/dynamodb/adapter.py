@@ -19,6 +19,8 @@ from sandbox_ledger.summary import validate_list_options
 from sandbox_ledger.transfer import content_digest
 
 if TYPE_CHECKING:
+    from datetime import timedelta
+
     from botocore.config import Config
 
     from sandbox_ledger.ddb.steps import Op
@@ -47,9 +49,13 @@ def _record(record: object) -> EnvironmentRecord:
 
 
 class _Base:
-    def __init__(self, table_name: str, shard_count: int | None) -> None:
+    def __init__(
+        self, table_name: str, shard_count: int | None, retention: timedelta | None
+    ) -> None:
         self.table_name = k.check_table_name(table_name)
-        self._shards = ShardCount(self.table_name, shard_count)
+        self._retention = k.check_retention(retention)
+        self.retention = retention
+        self._shards = ShardCount(self.table_name, shard_count, self._retention)
 
     @property
     def shard_count(self) -> int | None:
@@ -63,7 +69,7 @@ class _Base:
 
     def _create_table(self) -> Op[bool]:
         shards = self._shards.explicit or k.DEFAULT_SHARD_COUNT
-        created, described = yield from _ops.create_table(self.table_name, shards)
+        created, described = yield from _ops.create_table(self.table_name, shards, self._retention)
         self._shards.agree(described)
         return created
 
@@ -72,8 +78,11 @@ class _Base:
         # events never read the descriptor; a refused key is refused before reading it.
         k.check_session_key(entry.name, entry.sandbox_id)
         shards = (yield from self._shards.resolve()) if entry.event in it.SHARDED_EVENTS else 0
+        ttl = k.ledger_expires_at(entry.ts, self._retention)
         return (
-            yield from _ops.append(self.table_name, entry, order_ids.next(), shards, claim=claim)
+            yield from _ops.append(
+                self.table_name, entry, order_ids.next(), shards, claim=claim, ttl=ttl
+            )
         )
 
     def _append_once(self, entry: LedgerEntry, occurrence: int) -> Op[bool]:
@@ -123,6 +132,13 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
             a value given must agree with it (``DeploymentMismatchError`` names both). On a
             table without a descriptor, the value given (default 4) is used and a warning
             logged; ``create_table()`` records it.
+        retention: how long ledger items are kept (a positive ``timedelta``); None (the
+            default) keeps them forever. Every item of an entry gets the TTL attribute from
+            the entry's own ``ts`` plus the retention; a session's summary from the last entry
+            that changed it. Reads hide expired items; environment records are kept forever.
+            It must agree with the table's descriptor (``create_table()`` records it, the CDK
+            stack's ``ledger_retention_days``): ``DeploymentMismatchError`` names both values,
+            checked when the descriptor is read. See docs/table-design.md, Ledger retention.
     """
 
     def __init__(
@@ -134,8 +150,9 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
         session: Any | None = None,
         config: Config | None = None,
         shard_count: int | None = None,
+        retention: timedelta | None = None,
     ) -> None:
-        super().__init__(table_name, shard_count)
+        super().__init__(table_name, shard_count, retention)
         self._open(
             endpoint_url=endpoint_url, region_name=region_name, session=session, config=config
         )
@@ -245,8 +262,9 @@ class SyncDynamoDBAdapter(_Base, SyncClientOwner):
         session: Any | None = None,
         config: Config | None = None,
         shard_count: int | None = None,
+        retention: timedelta | None = None,
     ) -> None:
-        super().__init__(table_name, shard_count)
+        super().__init__(table_name, shard_count, retention)
         self._open(
             endpoint_url=endpoint_url, region_name=region_name, session=session, config=config
         )

@@ -1,0 +1,197 @@
+"""Optional ledger retention: TTL from each entry's own time, reads hide what has expired,
+the retention agreed through the table's descriptor, keep forever by default."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import boto3
+import pytest
+
+from sandbox_ledger import InvalidInputError, LedgerEntry, LedgerEvent, MemoryAdapter
+from sandbox_ledger import keys as k
+from sandbox_ledger.deployment import DeploymentMismatchError, TableDescriptor, read_descriptor
+from sandbox_ledger.dynamodb import DynamoDBAdapter, SyncDynamoDBAdapter
+
+DAY = timedelta(days=1)
+DAY_MS = 86_400_000
+
+
+def _e(sid: str, event: str, ts: int, payload: Any = None, name: str = "job") -> LedgerEntry:
+    return LedgerEntry(
+        ts=ts, name=name, sandbox_id=sid, step_index=-1, event=event, payload=payload
+    )
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _raw_items(endpoint: str, table: str, name: str, sid: str) -> list[dict[str, Any]]:
+    client = boto3.client("dynamodb", endpoint_url=endpoint)
+    items: list[dict[str, Any]] = client.query(
+        TableName=table,
+        KeyConditionExpression="PK = :pk",
+        ExpressionAttributeValues={":pk": {"S": k.session_pk(name, sid)}},
+        ConsistentRead=True,
+    )["Items"]
+    return items
+
+
+@pytest.fixture(params=["memory", "dynamodb"])
+async def retained(request: pytest.FixtureRequest, table_name: str) -> AsyncIterator[Any]:
+    if request.param == "memory":
+        yield MemoryAdapter(retention=DAY)
+        return
+    endpoint = request.getfixturevalue("moto_endpoint")
+    async with DynamoDBAdapter(table_name, endpoint_url=endpoint, retention=DAY) as adapter:
+        await adapter.create_table()
+        yield adapter
+
+
+async def test_expired_entries_and_sessions_are_hidden(retained: Any) -> None:
+    now = _now_ms()
+    old = now - 3 * DAY_MS  # the entry's own ts decides: three days old, retention one day
+    # A session that ran longer than the retention: its early entries have expired.
+    long = [
+        _e("long", LedgerEvent.SandboxCreated, old),
+        _e("long", LedgerEvent.ExecStarted, old + 1, {"step": 0}),
+        _e("long", LedgerEvent.ExecComplete, old + 2, {"step": 0}),
+        _e("long", LedgerEvent.CheckpointCreated, old + 3, {"snapshotId": "snap-old"}),
+        _e("long", LedgerEvent.ExecStarted, now - 2, {"step": 1}),
+        _e("long", LedgerEvent.ExecComplete, now - 1, {"step": 1}),
+        _e("long", LedgerEvent.CheckpointCreated, now, {"snapshotId": "snap-new"}),
+    ]
+    # A session wholly older than the retention.
+    gone = [
+        _e("gone", LedgerEvent.SandboxCreated, old),
+        _e("gone", LedgerEvent.CheckpointCreated, old + 1, {"snapshotId": "snap-gone"}),
+        _e("gone", LedgerEvent.SandboxClosed, old + 2),
+    ]
+    fresh = [_e("fresh", LedgerEvent.SandboxCreated, now - 5)]
+    for entry in long + gone + fresh:
+        await retained.append(entry)
+
+    assert [e.ts for e in await retained.read_all("job", "long")] == [now - 2, now - 1, now]
+    assert [e.ts for e in await retained.read_in_append_order("job", "long")] == [
+        now - 2,
+        now - 1,
+        now,
+    ]
+    assert [c.snapshot_id for c in await retained.list_checkpoints("job", "long")] == ["snap-new"]
+    last = await retained.last_checkpoint("job", "long")
+    assert last is not None and last.ts == now
+    # The summary lives as long as the last entry that changed it; execCount counts every
+    # exec.complete ever appended, those whose entries have expired included.
+    details = await retained.get_sandbox_details("job", "long")
+    assert details is not None
+    assert (details.started_at, details.exec_count) == (old, 2)
+
+    assert await retained.read_all("job", "gone") == []
+    assert await retained.list_checkpoints("job", "gone") == []
+    assert await retained.last_checkpoint("job", "gone") is None
+    assert await retained.get_sandbox_details("job", "gone") is None
+    listed = {d.sandbox_id for d in await retained.list_sandbox_details("job")}
+    assert listed == {"long", "fresh"}
+    assert {d.sandbox_id for d in await retained.list_all_sandbox_details()} == listed
+    assert ("job", "gone") not in await retained.scan_sessions()
+
+
+def test_items_carry_the_ttl_of_their_own_entry(moto_endpoint: str, table_name: str) -> None:
+    with SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, retention=DAY) as adapter:
+        adapter.create_table()
+        assert read_descriptor(
+            boto3.client("dynamodb", endpoint_url=moto_endpoint), table_name
+        ) == (TableDescriptor(ledger_retention_seconds=86_400))
+        t0 = 1_700_000_000_500  # far in the past: every item below has expired
+        adapter.append(_e("s", LedgerEvent.SandboxCreated, t0))
+        adapter.append(_e("s", LedgerEvent.CheckpointCreated, t0 + 10_000, {"snapshotId": "x"}))
+        # Incompressible and over one item: a head and its parts.
+        big = {"blob": os.urandom(400_000).hex()}
+        adapter.append(_e("s", LedgerEvent.ExecComplete, t0 + 20_000, big))
+        adapter.append_once(_e("s", LedgerEvent.ExecStarted, t0 + 30_000), 1)
+        items = _raw_items(moto_endpoint, table_name, "job", "s")
+        by_kind: dict[str, list[int]] = {}
+        for item in items:
+            sk = item["SK"]["S"]
+            kind = sk[:2] if sk != k.SUMMARY_SK else "summary"
+            if kind == "E#" and sk.count("#") == 3:
+                kind = "part"
+            by_kind.setdefault(kind, []).append(int(item[k.TTL_ATTRIBUTE]["N"]))
+        base = t0 // 1000 + 86_400
+        assert sorted(by_kind["E#"]) == [base, base + 10, base + 20, base + 30]
+        assert by_kind["part"] and set(by_kind["part"]) == {base + 20}
+        assert by_kind["K#"] == [base + 10]
+        assert by_kind["I#"] == [base + 30]
+        assert by_kind["summary"] == [base + 20]  # the last entry that changed it
+        # moto never deletes TTL'd items: the reads hide them.
+        assert len(items) >= 6
+        assert adapter.read_all("job", "s") == []
+        assert adapter.get_sandbox_details("job", "s") is None
+
+
+def test_default_keeps_forever_and_writes_no_ttl(moto_endpoint: str, table_name: str) -> None:
+    with SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint) as adapter:
+        adapter.create_table()
+        assert adapter.retention is None
+        old = 1_000  # 1970: with no retention, still readable
+        for event, payload in [
+            (LedgerEvent.SandboxCreated, None),
+            (LedgerEvent.ExecStarted, None),
+            (LedgerEvent.ExecComplete, None),
+            (LedgerEvent.CheckpointCreated, {"snapshotId": "x"}),
+            (LedgerEvent.SandboxClosed, None),
+        ]:
+            adapter.append(_e("s", event, old, payload))
+        items = _raw_items(moto_endpoint, table_name, "job", "s")
+        assert len(items) == 7  # five heads, a marker, the summary
+        assert all(k.TTL_ATTRIBUTE not in item for item in items)
+        assert len(adapter.read_all("job", "s")) == 5
+        details = adapter.get_sandbox_details("job", "s")
+        assert details is not None and details.exec_count == 1
+    descriptor = read_descriptor(boto3.client("dynamodb", endpoint_url=moto_endpoint), table_name)
+    assert descriptor is not None and descriptor.ledger_retention_seconds is None
+
+
+def test_a_retention_that_disagrees_with_the_table_is_refused(
+    moto_endpoint: str, table_name: str
+) -> None:
+    with SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, retention=DAY) as made:
+        made.create_table()
+    created = _e("s", LedgerEvent.SandboxCreated, _now_ms())
+    forever = SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint)
+    with pytest.raises(
+        DeploymentMismatchError, match=r"retention: 'keep forever' .*'1 day \(86400 s\)'"
+    ):
+        forever.append(created)
+    with pytest.raises(DeploymentMismatchError, match="retention"):
+        forever.list_all_sandbox_details()
+    with pytest.raises(DeploymentMismatchError, match="retention"):
+        forever.create_table()
+    longer = SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, retention=2 * DAY)
+    with pytest.raises(
+        DeploymentMismatchError, match=r"'2 days \(172800 s\)'.*'1 day \(86400 s\)'"
+    ):
+        longer.append(created)
+    assert _raw_items(moto_endpoint, table_name, "job", "s") == []  # nothing written
+    agreeing = SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, retention=DAY)
+    agreeing.append(created)
+    assert len(agreeing.read_all("job", "s")) == 1
+    for adapter in (forever, longer, agreeing):
+        adapter.close()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [timedelta(0), timedelta(seconds=-1), 86400, "1d"],
+    ids=["zero", "negative", "int", "str"],
+)
+def test_bad_retention_is_refused(bad: Any) -> None:
+    with pytest.raises(InvalidInputError, match="retention"):
+        SyncDynamoDBAdapter("ledger", retention=bad)
+    with pytest.raises(InvalidInputError, match="retention"):
+        MemoryAdapter(retention=bad)
