@@ -73,7 +73,12 @@ async def test_expired_entries_and_sessions_are_hidden(retained: Any) -> None:
         _e("gone", LedgerEvent.SandboxClosed, old + 2),
     ]
     fresh = [_e("fresh", LedgerEvent.SandboxCreated, now - 5)]
-    for entry in long + gone + fresh:
+    # Its last summary-changing entry expired: the summary goes, later entries stay readable.
+    quiet = [
+        _e("quiet", LedgerEvent.SandboxCreated, old),
+        _e("quiet", LedgerEvent.ExecStarted, now, {"step": 9}),
+    ]
+    for entry in long + gone + fresh + quiet:
         await retained.append(entry)
 
     assert [e.ts for e in await retained.read_all("job", "long")] == [now - 2, now - 1, now]
@@ -98,7 +103,9 @@ async def test_expired_entries_and_sessions_are_hidden(retained: Any) -> None:
     listed = {d.sandbox_id for d in await retained.list_sandbox_details("job")}
     assert listed == {"long", "fresh"}
     assert {d.sandbox_id for d in await retained.list_all_sandbox_details()} == listed
-    assert ("job", "gone") not in await retained.scan_sessions()
+    assert await retained.scan_sessions() == [("job", "fresh"), ("job", "long"), ("job", "quiet")]
+    assert [e.ts for e in await retained.read_all("job", "quiet")] == [now]
+    assert await retained.get_sandbox_details("job", "quiet") is None
 
 
 def test_items_carry_the_ttl_of_their_own_entry(moto_endpoint: str, table_name: str) -> None:
@@ -128,6 +135,14 @@ def test_items_carry_the_ttl_of_their_own_entry(moto_endpoint: str, table_name: 
         assert by_kind["K#"] == [base + 10]
         assert by_kind["I#"] == [base + 30]
         assert by_kind["summary"] == [base + 20]  # the last entry that changed it
+        # An exec.complete appended late with an older ts sets the summary's TTL from its own.
+        adapter.append(_e("s", LedgerEvent.ExecComplete, t0 + 5_000))
+        [summary] = [
+            i
+            for i in _raw_items(moto_endpoint, table_name, "job", "s")
+            if i["SK"]["S"] == k.SUMMARY_SK
+        ]
+        assert summary[k.TTL_ATTRIBUTE] == {"N": str(base + 5)}
         # moto never deletes TTL'd items: the reads hide them.
         assert len(items) >= 6
         assert adapter.read_all("job", "s") == []
