@@ -183,8 +183,11 @@ def test_a_retention_that_disagrees_with_the_table_is_refused(
         DeploymentMismatchError, match=r"retention: 'keep forever' .*'1 day \(86400 s\)'"
     ):
         forever.append(created)
+    # A reader need not know the retention (reads hide items by their own TTL attribute):
+    # listing every name reads the descriptor for the shard count and is not refused.
+    assert forever.list_all_sandbox_details() == []
     with pytest.raises(DeploymentMismatchError, match="retention"):
-        forever.list_all_sandbox_details()
+        forever.append(created)  # still refused after the descriptor was read by a listing
     with pytest.raises(DeploymentMismatchError, match="retention"):
         forever.create_table()
     longer = SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, retention=2 * DAY)
@@ -196,6 +199,8 @@ def test_a_retention_that_disagrees_with_the_table_is_refused(
     agreeing = SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, retention=DAY)
     agreeing.append(created)
     assert len(agreeing.read_all("job", "s")) == 1
+    assert [d.sandbox_id for d in forever.list_all_sandbox_details()] == ["s"]
+    assert forever.table_shard_count() == 4
     for adapter in (forever, longer, agreeing):
         adapter.close()
 
@@ -210,3 +215,23 @@ def test_bad_retention_is_refused(bad: Any) -> None:
         SyncDynamoDBAdapter("ledger", retention=bad)
     with pytest.raises(InvalidInputError, match="retention"):
         MemoryAdapter(retention=bad)
+
+
+def test_the_cli_reads_a_table_deployed_with_a_retention(
+    moto_endpoint: str, table_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from sandbox_ledger.cli.app import app
+
+    monkeypatch.delenv("SANDBOX_LEDGER_TABLE", raising=False)
+    with SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, retention=DAY) as made:
+        made.create_table()
+        made.append(_e("s", LedgerEvent.SandboxCreated, _now_ms()))
+    args = ["--table", table_name, "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
+    runner = CliRunner()
+    listed = runner.invoke(app, [*args, "ls", "--json"])
+    assert listed.exit_code == 0, listed.output
+    assert '"sandboxId": "s"' in listed.output
+    shown = runner.invoke(app, [*args, "show", "job", "s"])
+    assert shown.exit_code == 0, shown.output

@@ -250,26 +250,42 @@ class ShardCount:
         self.explicit = None if explicit is None else k.check_shard_count(explicit)
         self.retention_seconds = retention_seconds
         self.resolved: int | None = None
+        self._described: TableDescriptor | None = None
+        self._retention_checked = False
 
     @property
     def known(self) -> int | None:
         """The resolved count once read, until then the explicit one, if any."""
         return self.resolved if self.resolved is not None else self.explicit
 
-    def resolve(self) -> Op[int]:
-        """The table's shard count (reads the descriptor on the first call only)."""
+    def resolve(self, *, writing: bool = True) -> Op[int]:
+        """The table's shard count (reads the descriptor on the first call only). A writer's
+        ledger retention must be the table's (:func:`check_ledger_retention`); a reader's
+        need not (reads hide expired items by their own TTL attribute, whoever wrote them)."""
         if self.resolved is None:
             described = yield from get_descriptor(self.table)
-            return self.agree(described)
+            self._adopt(described)
+        if writing:
+            self._check_retention()
+        assert self.resolved is not None
         return self.resolved
 
     def agree(self, described: TableDescriptor | None) -> int:
-        """Adopt the descriptor a client just wrote or found (``create_table``); its ledger
-        retention must be this client's (:func:`check_ledger_retention`)."""
-        shards = resolve_shard_count(described, self.explicit, self.table)
-        check_ledger_retention(described, self.retention_seconds, self.table)
-        self.resolved = shards
+        """Adopt the descriptor a client just wrote or found (``create_table``: a write, so
+        its ledger retention must be this client's)."""
+        shards = self._adopt(described)
+        self._check_retention()
         return shards
+
+    def _adopt(self, described: TableDescriptor | None) -> int:
+        shards = resolve_shard_count(described, self.explicit, self.table)
+        self._described, self.resolved = described, shards
+        return shards
+
+    def _check_retention(self) -> None:
+        if not self._retention_checked:
+            check_ledger_retention(self._described, self.retention_seconds, self.table)
+            self._retention_checked = True
 
 
 def _retention_text(seconds: int | None) -> str:

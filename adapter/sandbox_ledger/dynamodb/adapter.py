@@ -65,7 +65,7 @@ class _Base:
 
     # Each method returns the operation to run; the twins run it.
     def _resolve_shards(self) -> Op[int]:
-        return self._shards.resolve()
+        return self._shards.resolve(writing=False)
 
     def _create_table(self) -> Op[bool]:
         shards = self._shards.explicit or k.DEFAULT_SHARD_COUNT
@@ -109,7 +109,7 @@ class _Base:
             k.by_name_pk(name)
         checked = validate_list_options(opts)
         # Listing one name reads its own index partition: no shard count needed.
-        shards = 0 if name is not None else (yield from self._shards.resolve())
+        shards = 0 if name is not None else (yield from self._shards.resolve(writing=False))
         return (
             yield from _ops.list_details(
                 self.table_name, name=name, opts=checked, shard_count=shards
