@@ -1,5 +1,9 @@
 """Optional ledger retention: TTL from each entry's own time, reads hide what has expired,
-the retention agreed through the table's descriptor, keep forever by default."""
+the retention agreed through the table's descriptor, keep forever by default.
+
+The behaviour tests run on every store (memory, DynamoDB, SQLite, PostgreSQL); what is
+particular to the SQL stores (the retention recorded in the database, the purge, the
+migration of an older schema) is in tests/test_sql_retention.py."""
 
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ from sandbox_ledger import InvalidInputError, LedgerEntry, LedgerEvent, MemoryAd
 from sandbox_ledger import keys as k
 from sandbox_ledger.deployment import DeploymentMismatchError, TableDescriptor, read_descriptor
 from sandbox_ledger.dynamodb import DynamoDBAdapter, SyncDynamoDBAdapter
+from sandbox_ledger.postgres import PostgresAdapter
+from sandbox_ledger.sqlite import SQLiteAdapter
 
 DAY = timedelta(days=1)
 DAY_MS = 86_400_000
@@ -42,10 +48,20 @@ def _raw_items(endpoint: str, table: str, name: str, sid: str) -> list[dict[str,
     return items
 
 
-@pytest.fixture(params=["memory", "dynamodb"])
+@pytest.fixture(params=["memory", "dynamodb", "sqlite", "postgres"])
 async def retained(request: pytest.FixtureRequest, table_name: str) -> AsyncIterator[Any]:
     if request.param == "memory":
         yield MemoryAdapter(retention=DAY)
+        return
+    if request.param == "sqlite":
+        path = request.getfixturevalue("tmp_path") / "retained.db"
+        async with SQLiteAdapter(path, retention=DAY) as sqlite:
+            yield sqlite
+        return
+    if request.param == "postgres":
+        dsn, schema = request.getfixturevalue("postgres_dsn"), request.getfixturevalue("pg_schema")
+        async with PostgresAdapter(dsn, schema=schema, retention=DAY) as postgres:
+            yield postgres
         return
     endpoint = request.getfixturevalue("moto_endpoint")
     async with DynamoDBAdapter(table_name, endpoint_url=endpoint, retention=DAY) as adapter:
@@ -106,6 +122,33 @@ async def test_expired_entries_and_sessions_are_hidden(retained: Any) -> None:
     assert await retained.scan_sessions() == [("job", "fresh"), ("job", "long"), ("job", "quiet")]
     assert [e.ts for e in await retained.read_all("job", "quiet")] == [now]
     assert await retained.get_sandbox_details("job", "quiet") is None
+
+    if hasattr(retained, "purge_expired"):
+        # The SQL stores reclaim the space: purging changes nothing a read returns. The
+        # expired entries go (long 4, gone 3, quiet 1) and the one session row all of whose
+        # entries have expired ("gone"); a summary stays as long as any of its entries.
+        seen = await _everything(retained)
+        assert await retained.purge_expired(batch_size=2) == 9
+        assert await _everything(retained) == seen
+        assert await retained.purge_expired() == 0
+
+
+async def _everything(adapter: Any) -> list[Any]:
+    """What every read of the test's sessions returns."""
+    out: list[Any] = [
+        await adapter.list_sandbox_details("job"),
+        await adapter.list_all_sandbox_details(),
+        await adapter.scan_sessions(),
+    ]
+    for sid in ("long", "gone", "fresh", "quiet"):
+        out += [
+            await adapter.read_all("job", sid),
+            await adapter.read_in_append_order("job", sid),
+            await adapter.list_checkpoints("job", sid),
+            await adapter.last_checkpoint("job", sid),
+            await adapter.get_sandbox_details("job", sid),
+        ]
+    return out
 
 
 def test_items_carry_the_ttl_of_their_own_entry(moto_endpoint: str, table_name: str) -> None:
@@ -215,6 +258,10 @@ def test_bad_retention_is_refused(bad: Any) -> None:
         SyncDynamoDBAdapter("ledger", retention=bad)
     with pytest.raises(InvalidInputError, match="retention"):
         MemoryAdapter(retention=bad)
+    with pytest.raises(InvalidInputError, match="retention"):
+        SQLiteAdapter(":memory:", retention=bad)
+    with pytest.raises(InvalidInputError, match="retention"):
+        PostgresAdapter("postgresql://unused", retention=bad)
 
 
 def test_the_cli_reads_a_table_deployed_with_a_retention(

@@ -5,11 +5,14 @@ each query the adapter runs is EXPLAINed. SQLite: every table is searched or sca
 index, with no sort step (the index gives the order). PostgreSQL: the events table is only
 ever read through an index, and every per-session query and every page of a listing (a
 limit) reads through indexes; an unlimited listing may read the sessions table whole.
+A purge batch (half of the events carry an expiry) finds its rows through the partial
+indexes on expires_at, on both.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -23,7 +26,8 @@ from sandbox_ledger.sql.rows import ListQuery
 from sandbox_ledger.sqlite import SQLiteAdapter
 
 SESSIONS, EVENTS_PER_SESSION = 5_000, 20
-KEY = {"name": "name-7", "sandbox_id": "sb-1007"}
+NOW = 1_095  # Unix s: the seeded expiries of entries run from 1,086 to 1,105
+KEY = {"name": "name-7", "sandbox_id": "sb-1007", "now": NOW}
 
 LISTINGS = [
     ListQuery(name, status, before, limit)
@@ -80,9 +84,23 @@ def sqlite_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
             """,
             (EVENTS_PER_SESSION - 1,),
         )
+        db.execute(_SEED_EXPIRY.format(schema="main"))
+        db.execute(_SEED_SESSION_EXPIRY.format(schema="main"))
         db.execute("ANALYZE")
         assert db.execute("SELECT count(*) FROM ledger_events").fetchone() == (100_000,)
     return path
+
+
+# Half of the sessions were written under a retention; some of those have expired by NOW.
+_SEED_EXPIRY = """
+UPDATE {schema}.ledger_events SET expires_at = ts / 1000 + 86 + (session_id % 40) / 2
+WHERE session_id % 2 = 0
+"""
+_SEED_SESSION_EXPIRY = """
+UPDATE {schema}.ledger_sessions SET expires_at = started_at / 1000 + 106,
+       summary_expires_at = started_at / 1000 + 106
+WHERE id % 2 = 0
+"""
 
 
 def _sqlite_plan(path: Path, sql: str, params: Any) -> list[str]:
@@ -93,18 +111,20 @@ def _sqlite_plan(path: Path, sql: str, params: Any) -> list[str]:
 def _assert_sqlite_indexed(plan: list[str]) -> None:
     for step in plan:
         if step.startswith(("SCAN", "SEARCH")):
-            assert "USING" in step and "INDEX" in step, plan
+            assert "USING" in step and ("INDEX" in step or "PRIMARY KEY" in step), plan
     assert not any("TEMP B-TREE" in step for step in plan), plan
 
 
 def _sqlite_queries() -> list[tuple[str, str, Any]]:
     q = SQLiteAdapter(":memory:").queries
-    key = (KEY["name"], KEY["sandbox_id"])
+    key = (KEY["name"], KEY["sandbox_id"], NOW)
     cases: list[tuple[str, str, Any]] = [
         ("read_all", q.read_all, key),
         ("list_checkpoints", q.checkpoints, key),
         ("last_checkpoint", q.last_checkpoint, key),
         ("get_sandbox_details", q.details, key),
+        ("purge_expired entries", q.purge_events, (NOW, 1000)),
+        ("purge_expired sessions", q.purge_sessions, (NOW, 1000)),
         (
             "list_environments",
             "SELECT record FROM ledger_environments ORDER BY built_at DESC, id",
@@ -112,7 +132,7 @@ def _sqlite_queries() -> list[tuple[str, str, Any]]:
         ),
     ]
     for listing in LISTINGS:
-        sql, params = q.list_sessions(listing)
+        sql, params = q.list_sessions(listing, NOW)
         cases.append((_ids(listing), sql, params))
     return cases
 
@@ -123,7 +143,12 @@ def _sqlite_queries() -> list[tuple[str, str, Any]]:
     ids=lambda v: v if isinstance(v, str) and len(v) < 80 else "",
 )
 def test_sqlite_query_uses_an_index(sqlite_db: Path, what: str, sql: str, params: Any) -> None:
-    _assert_sqlite_indexed(_sqlite_plan(sqlite_db, sql, params))
+    plan = _sqlite_plan(sqlite_db, sql, params)
+    _assert_sqlite_indexed(plan)
+    if what.startswith("purge_expired"):
+        table = "ledger_events" if what.endswith("entries") else "ledger_sessions"
+        index = re.compile(rf"USING (COVERING )?INDEX {table}_expires \(expires_at<\?\)")
+        assert any(index.search(step) for step in plan), plan
 
 
 # -- PostgreSQL -----------------------------------------------------------------------------
@@ -168,6 +193,8 @@ def seed_postgres(postgres_dsn: str, schema: str) -> None:
             """,
             (EVENTS_PER_SESSION - 1,),
         )
+        conn.execute(_SEED_EXPIRY.format(schema=schema))
+        conn.execute(_SEED_SESSION_EXPIRY.format(schema=schema))
         conn.execute(f"ANALYZE {schema}.ledger_sessions")
         conn.execute(f"ANALYZE {schema}.ledger_events")
         [(count,)] = conn.execute(f"SELECT count(*) FROM {schema}.ledger_events").fetchall()
@@ -189,9 +216,11 @@ def _pg_queries() -> list[tuple[str, str, Any]]:
         ("last_checkpoint", q.last_checkpoint, KEY),
         ("get_sandbox_details", q.details, KEY),
         ("list_environments", q.list_environments, ()),
+        ("purge_expired entries", q.purge_events, {"now": NOW, "limit": 1000}),
+        ("purge_expired sessions", q.purge_sessions, {"now": NOW, "limit": 1000}),
     ]
     for listing in LISTINGS:
-        sql, params = q.list_sessions(listing)
+        sql, params = q.list_sessions(listing, NOW)
         cases.append((_ids(listing), sql, params))
     return cases
 
@@ -208,12 +237,20 @@ def test_postgres_query_uses_an_index(
     with psycopg.connect(dsn, autocommit=True) as conn:
         [(plan,)] = conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", params).fetchall()
     text = json.dumps(plan, indent=1)
-    scans = [n for n in _nodes(plan[0]["Plan"]) if "Relation Name" in n]
+    scans = [
+        n
+        for n in _nodes(plan[0]["Plan"])
+        if "Relation Name" in n and n["Node Type"] != "ModifyTable"  # a DELETE's target
+    ]
     assert scans, text
     index_kinds = {"Index Scan", "Index Only Scan", "Bitmap Heap Scan"}
     for scan in scans:
         if scan["Relation Name"] == "ledger_events":
             assert scan["Node Type"] in index_kinds, text
+    if what.startswith("purge_expired"):
+        table = "ledger_events" if what.endswith("entries") else "ledger_sessions"
+        used = {n.get("Index Name") for n in _nodes(plan[0]["Plan"])}
+        assert f"{table}_expires" in used, text
     if "limit=None" in what and what.startswith("name="):
         # A listing without a limit returns a large share of the sessions: the planner may
         # read the (small) sessions table whole; the events table is never touched.

@@ -9,6 +9,8 @@
 ``postgresql://user@host/db``      :class:`~sandbox_ledger.postgres.PostgresAdapter`; also
                                    ``postgres://``; ``?schema=NAME`` picks the schema (default
                                    ``sandbox_ledger``), other parameters go to libpq
+``...?retention_days=N``           on a SQLite or PostgreSQL URL: the ledger retention,
+                                   recorded in a database without one, else it must agree
 ``dynamodb://TABLE``               :class:`~sandbox_ledger.dynamodb.DynamoDBAdapter`; region,
                                    endpoint and credentials from the usual AWS settings, or
                                    ``?region=...&endpoint_url=...``; ``&shard_count=N``,
@@ -74,18 +76,21 @@ def parse_store_url(url: str) -> tuple[str, dict[str, Any]]:
         path = unquote(parts.path[1:]) if parts.path.startswith("/") else ""
         if not path:
             raise _bad(url, "no database path (sqlite:///relative.db, sqlite:////abs.db)")
-        unknown = set(options) - {"busy_timeout"}
+        unknown = set(options) - {"busy_timeout", "retention_days"}
         if unknown:
             raise _bad(url, f"unknown option(s) {', '.join(sorted(unknown))}")
         kwargs: dict[str, Any] = {"path": path}
         if "busy_timeout" in options:
             kwargs["busy_timeout"] = _number(url, options, "busy_timeout")
+        _retention(url, options, kwargs)
         return "sqlite", kwargs
     if scheme in ("postgresql", "postgres"):
+        kwargs = {}
+        _retention(url, options, kwargs)
+        options.pop("retention_days", None)
         schema = options.pop("schema", None)
         # postgresql:// alone is allowed: libpq's defaults (PGHOST, PGDATABASE, ...).
-        dsn = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(options)))
-        kwargs = {"dsn": dsn}
+        kwargs["dsn"] = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(options)))
         if schema is not None:
             kwargs["schema"] = schema
         return "postgresql", kwargs
@@ -104,9 +109,15 @@ def parse_store_url(url: str) -> tuple[str, dict[str, Any]]:
         kwargs["endpoint_url"] = options["endpoint_url"]
     if "shard_count" in options:
         kwargs["shard_count"] = _whole(url, options, "shard_count")
+    _retention(url, options, kwargs)
+    return "dynamodb", kwargs
+
+
+def _retention(url: str, options: dict[str, str], kwargs: dict[str, Any]) -> None:
+    """``retention_days=N``: the ledger retention (absent: the store's, keep forever unless
+    the store records one)."""
     if "retention_days" in options:
         kwargs["retention"] = timedelta(days=_whole(url, options, "retention_days"))
-    return "dynamodb", kwargs
 
 
 def _number(url: str, options: dict[str, str], key: str) -> float:

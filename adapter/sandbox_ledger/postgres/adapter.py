@@ -14,15 +14,19 @@ import asyncio
 import hashlib
 import random
 import re
+import time
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger.errors import ConfigurationError, StorageError
+from sandbox_ledger.keys import check_retention
 from sandbox_ledger.models import LedgerEvent
+from sandbox_ledger.sql import retention as ret
 from sandbox_ledger.sql import rows
 from sandbox_ledger.sql.schema import Migration, load_migrations, log_migration, pending
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
+    from datetime import timedelta
     from types import TracebackType
 
     from psycopg import AsyncConnection
@@ -56,6 +60,8 @@ class Queries:
         s = f'"{schema}"'
         self.schema = s
         self.sessions = f"{s}.ledger_sessions"
+        retention = ret.retention_of(f"{s}.ledger_settings")
+        live = ret.live("expires_at", "%(now)s")
         session = (
             f"SELECT id FROM {s}.ledger_sessions WHERE name = %(name)s "
             "AND sandbox_id = %(sandbox_id)s"
@@ -63,53 +69,61 @@ class Queries:
         self.append = f"""
 WITH session AS (
     INSERT INTO {s}.ledger_sessions AS cur
-        (name, sandbox_id, started_at, completed_at, status, exec_count)
+        (name, sandbox_id, started_at, completed_at, status, exec_count,
+         summary_expires_at, expires_at)
     VALUES (%(name)s, %(sandbox_id)s, %(started_at)s, %(completed_at)s,
             CASE WHEN %(completed_at)s::bigint IS NULL THEN 'running' ELSE 'completed' END,
-            %(exec_delta)s)
+            %(exec_delta)s,
+            CASE WHEN %(summarizes)s THEN %(ts_s)s::bigint + {retention} END,
+            %(ts_s)s::bigint + {retention})
     ON CONFLICT (name, sandbox_id) DO UPDATE SET
         started_at = coalesce(cur.started_at, excluded.started_at),
         completed_at = coalesce(cur.completed_at, excluded.completed_at),
         status = CASE WHEN coalesce(cur.completed_at, excluded.completed_at) IS NULL
                       THEN 'running' ELSE 'completed' END,
-        exec_count = cur.exec_count + excluded.exec_count
+        exec_count = cur.exec_count + excluded.exec_count,
+        summary_expires_at = CASE WHEN %(summarizes)s THEN excluded.summary_expires_at
+                                  ELSE cur.summary_expires_at END,
+        expires_at = {ret.latest_expiry("cur.expires_at", "excluded.expires_at")}
     RETURNING id
 )
 INSERT INTO {s}.ledger_events
-    (session_id, ts, step_index, branch, event, payload, error, append_key)
+    (session_id, ts, step_index, branch, event, payload, error, append_key, expires_at)
 SELECT id, %(ts)s, %(step_index)s, %(branch)s, %(event)s, %(payload)s, %(error)s,
-       %(append_key)s
+       %(append_key)s, %(ts_s)s::bigint + {retention}
 FROM session
 """
         self.read_all = f"""
 SELECT ts, step_index, branch, event, payload, error FROM {s}.ledger_events
-WHERE session_id = ({session})
+WHERE session_id = ({session}) AND {live}
 ORDER BY ts, seq
 """
         self.read_in_append_order = f"""
 SELECT ts, step_index, branch, event, payload, error FROM {s}.ledger_events
-WHERE session_id = ({session})
+WHERE session_id = ({session}) AND {live}
 ORDER BY seq
 """
         self.sessions_with_entries = f"""
 SELECT s.name, s.sandbox_id FROM {s}.ledger_sessions AS s
 WHERE (%(name)s::text IS NULL OR s.name = %(name)s)
-  AND EXISTS (SELECT 1 FROM {s}.ledger_events AS e WHERE e.session_id = s.id)
+  AND EXISTS (SELECT 1 FROM {s}.ledger_events AS e
+              WHERE e.session_id = s.id AND {ret.live("e.expires_at", "%(now)s")})
 """
         self.checkpoints = f"""
 SELECT ts, payload FROM {s}.ledger_events
-WHERE session_id = ({session}) AND event = '{_CHECKPOINT}'
+WHERE session_id = ({session}) AND event = '{_CHECKPOINT}' AND {live}
 ORDER BY ts, seq
 """
         self.last_checkpoint = f"""
 SELECT ts, step_index, branch, event, payload, error FROM {s}.ledger_events
-WHERE session_id = ({session}) AND event = '{_CHECKPOINT}'
+WHERE session_id = ({session}) AND event = '{_CHECKPOINT}' AND {live}
 ORDER BY ts DESC, seq DESC
 LIMIT 1
 """
         self.details = f"""
 SELECT name, sandbox_id, started_at, completed_at, exec_count FROM {s}.ledger_sessions
 WHERE name = %(name)s AND sandbox_id = %(sandbox_id)s AND started_at IS NOT NULL
+  AND {ret.live("summary_expires_at", "%(now)s")}
 """
         # The events go with their session (ON DELETE CASCADE), in this one statement.
         self.delete_sandbox = (
@@ -124,6 +138,30 @@ ON CONFLICT (name) DO UPDATE SET built_at = excluded.built_at, record = excluded
         self.list_environments = (
             f"SELECT record FROM {s}.ledger_environments ORDER BY built_at DESC, id"
         )
+        self.retention = f"SELECT retention_seconds FROM {s}.ledger_settings WHERE id = 1"
+        self.record_retention = (
+            f"UPDATE {s}.ledger_settings SET retention_seconds = %s "
+            "WHERE id = 1 AND retention_seconds IS NULL"
+        )
+        # One bounded batch each, oldest expiry first, through the partial indexes on
+        # expires_at; the batch's keys as an array, so the rows are then found by primary
+        # key (an IN (subquery) may be planned as a hash join over the whole table). A
+        # session goes only if it is still expired when its row is locked (PostgreSQL
+        # re-checks the DELETE's own conditions on a row updated meanwhile): an append that
+        # made it live again wins, and the cascade takes no live entry.
+        self.purge_events = f"""
+DELETE FROM {s}.ledger_events WHERE seq = ANY (ARRAY(
+    SELECT seq FROM {s}.ledger_events WHERE expires_at <= %(now)s
+    ORDER BY expires_at LIMIT %(limit)s))
+"""
+        self.purge_sessions = f"""
+DELETE FROM {s}.ledger_sessions AS d
+WHERE d.expires_at <= %(now)s AND d.id = ANY (ARRAY(
+    SELECT s.id FROM {s}.ledger_sessions AS s
+    WHERE s.expires_at <= %(now)s
+      AND NOT EXISTS (SELECT 1 FROM {s}.ledger_events AS e WHERE e.session_id = s.id)
+    ORDER BY s.expires_at LIMIT %(limit)s))
+"""
         self.version_table = f"""
 CREATE TABLE IF NOT EXISTS {s}.ledger_schema (
     id      integer PRIMARY KEY CHECK (id = 1),
@@ -136,9 +174,14 @@ INSERT INTO {s}.ledger_schema (id, version) VALUES (1, %s)
 ON CONFLICT (id) DO UPDATE SET version = excluded.version
 """
 
-    def list_sessions(self, query: rows.ListQuery) -> tuple[str, list[Any]]:
-        """The listing SELECT and its parameters."""
-        return rows.list_sql(query, table=self.sessions, param="%s")
+    def list_sessions(self, query: rows.ListQuery, now: int | None = None) -> tuple[str, list[Any]]:
+        """The listing SELECT and its parameters (``now``: Unix s, default the clock's)."""
+        return rows.list_sql(query, _now() if now is None else now, table=self.sessions, param="%s")
+
+
+def _now() -> int:
+    """The reader's clock in Unix seconds: what expiries are compared with."""
+    return int(time.time())
 
 
 def _lock_key(schema: str) -> int:
@@ -157,6 +200,12 @@ class PostgresAdapter:
         schema: the PostgreSQL schema holding the ledger tables (created if absent).
         min_size, max_size: the size of the pool the adapter creates from ``dsn``.
         timeout: seconds to wait for a connection from the pool.
+        retention: how long ledger entries are kept (a positive ``timedelta``), recorded in
+            the database on :meth:`connect` if it has none yet; None (the default) uses the
+            database's (keep forever unless an adapter recorded one). A retention other than
+            the database's raises ``DeploymentMismatchError`` naming both on :meth:`connect`.
+            Reads hide what has expired; :meth:`purge_expired` deletes it. See
+            docs/table-design.md, Ledger retention.
     """
 
     def __init__(
@@ -168,6 +217,7 @@ class PostgresAdapter:
         min_size: int = 1,
         max_size: int = 10,
         timeout: float = 30.0,
+        retention: timedelta | None = None,
     ) -> None:
         if (dsn is None) == (pool is None):
             raise ValueError("dsn, pool: give exactly one")
@@ -177,6 +227,8 @@ class PostgresAdapter:
             raise ValueError(
                 f"schema: {schema!r} is not a plain lowercase identifier ([a-z_][a-z0-9_]*)"
             )
+        self._retention = check_retention(retention)
+        self.retention = retention
         self.dsn = dsn
         self.schema = schema
         self.queries = Queries(schema)
@@ -194,6 +246,7 @@ class PostgresAdapter:
 
         Raises:
             SchemaVersionError: the database's schema is newer than this library.
+            DeploymentMismatchError: ``retention`` is not the one the database records.
             StorageError: the server cannot be reached (the reason is in the message).
         """
         await self._open()
@@ -226,6 +279,7 @@ class PostgresAdapter:
             pool = self._given_pool or await self._new_pool()
             try:
                 await self._migrate(pool, MIGRATIONS)
+                await self._agree_retention(pool)
             except BaseException:
                 if pool is not self._given_pool:
                     await pool.close()
@@ -291,6 +345,17 @@ class PostgresAdapter:
                     await conn.execute(q.set_version, (todo[-1].version,))
         log_migration(where, current, todo)
 
+    async def _agree_retention(self, pool: AsyncConnectionPool[Any]) -> None:
+        where = f"ledger_settings of postgres schema {self.schema}"
+        async with pool.connection() as conn:
+            if self._retention is not None:
+                # Only a database without a retention takes one (one statement: atomic).
+                cursor = await conn.execute(self.queries.record_retention, (self._retention,))
+                if cursor.rowcount:
+                    ret.log_recorded(where, self._retention)
+            row = await (await conn.execute(self.queries.retention)).fetchone()
+        ret.agree(None if row is None else row[0], self._retention, where)
+
     async def _run(self, op: Callable[[AsyncConnection[Any]], Awaitable[Any]]) -> Any:
         """``op`` on a pooled connection; connection failures retried, errors translated."""
         pool = await self._open()  # says which extra to install when psycopg is missing
@@ -346,20 +411,7 @@ class PostgresAdapter:
         await self._open()  # says which extra to install when psycopg is missing
         import psycopg
 
-        params = {
-            "name": row.name,
-            "sandbox_id": row.sandbox_id,
-            "started_at": row.started_at,
-            "completed_at": row.completed_at,
-            "exec_delta": row.exec_delta,
-            "ts": row.ts,
-            "step_index": row.step_index,
-            "branch": row.branch,
-            "event": row.event,
-            "payload": row.payload,
-            "error": row.error,
-            "append_key": row.append_key,
-        }
+        params = rows.append_params(row)
 
         async def op(conn: AsyncConnection[Any]) -> None:
             try:
@@ -372,10 +424,12 @@ class PostgresAdapter:
 
         await self._run(op)
 
-    def _key(self, name: str, sandbox_id: str) -> dict[str, str]:
+    def _key(self, name: str, sandbox_id: str) -> dict[str, Any]:
+        """The session's key, and the time (Unix s) reads compare expiries with."""
         return {
             "name": rows.check_text(name, "name"),
             "sandbox_id": rows.check_text(sandbox_id, "sandboxId"),
+            "now": _now(),
         }
 
     async def read_all(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
@@ -394,7 +448,9 @@ class PostgresAdapter:
         ``sandbox.created`` included), sorted; for exports (reads every session row)."""
         if name is not None:
             rows.check_text(name, "name")
-        found = await self._fetchall(self.queries.sessions_with_entries, {"name": name})
+        found = await self._fetchall(
+            self.queries.sessions_with_entries, {"name": name, "now": _now()}
+        )
         return sorted((n, sid) for n, sid in found)
 
     async def last_checkpoint(self, name: str, sandbox_id: str) -> LedgerEntry | None:
@@ -436,7 +492,7 @@ class PostgresAdapter:
         return (await self._page(query)).sessions
 
     async def _page(self, query: rows.ListQuery) -> SandboxPage:
-        sql, params = self.queries.list_sessions(query)
+        sql, params = self.queries.list_sessions(query, _now())
         return rows.page_of(await self._fetchall(sql, params), query)
 
     async def get_sandbox_details(self, name: str, sandbox_id: str) -> SandboxDetails | None:
@@ -447,6 +503,31 @@ class PostgresAdapter:
     async def delete_sandbox(self, name: str, sandbox_id: str) -> None:
         """Delete the session with its entries (one statement)."""
         await self._execute(self.queries.delete_sandbox, self._key(name, sandbox_id))
+
+    async def purge_expired(self, *, batch_size: int = 1000) -> int:
+        """Delete the entries, and then the session rows, that expired by now; return how
+        many rows went (entries and sessions).
+
+        Each batch of at most ``batch_size`` rows is one statement (its own transaction)
+        found through the partial indexes on ``expires_at``, so no lock is held for long. A
+        session row goes once every entry ever appended to it has expired (its summary with
+        it). Nothing expires, and nothing is purged, on a database without a retention.
+        """
+        size = ret.check_batch_size(batch_size)
+        params = {"now": _now(), "limit": size}
+        purged = 0
+        for sql in (self.queries.purge_events, self.queries.purge_sessions):
+            while True:
+
+                async def op(conn: AsyncConnection[Any], sql: str = sql) -> int:
+                    cursor = await conn.execute(sql, params)
+                    return int(cursor.rowcount)
+
+                deleted: int = await self._run(op)
+                purged += deleted
+                if deleted < size:
+                    break
+        return purged
 
     # -- environments -----------------------------------------------------------------------
 

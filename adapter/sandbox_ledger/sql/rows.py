@@ -28,12 +28,14 @@ from sandbox_ledger.models import (
     SandboxStatus,
     require_storable,
 )
+from sandbox_ledger.sql.retention import SUMMARY_EVENTS, live
 from sandbox_ledger.summary import checkpoint_info, validate_list_options
 
 __all__ = [
     "EventRow",
     "ListQuery",
     "append_key",
+    "append_params",
     "check_entry",
     "check_record",
     "check_text",
@@ -132,6 +134,28 @@ class EventRow:
     exec_delta: int
     """1 for ``exec.complete``, else 0."""
     checkpoint: bool
+
+
+def append_params(row: EventRow) -> dict[str, Any]:
+    """The named parameters of an append: the columns, the summary deltas, and what the
+    statement needs to compute the expiries (``ts_s``: ts in whole seconds, rounded down;
+    ``summarizes``: whether the entry changes the summary, and so sets its expiry)."""
+    return {
+        "name": row.name,
+        "sandbox_id": row.sandbox_id,
+        "started_at": row.started_at,
+        "completed_at": row.completed_at,
+        "exec_delta": row.exec_delta,
+        "ts": row.ts,
+        "ts_s": row.ts // 1000,
+        "summarizes": row.event in SUMMARY_EVENTS,
+        "step_index": row.step_index,
+        "branch": row.branch,
+        "event": row.event,
+        "payload": row.payload,
+        "error": row.error,
+        "append_key": row.append_key,
+    }
 
 
 def append_key(entry: LedgerEntry, position: int | None = None) -> str:
@@ -296,15 +320,16 @@ def page_of(found: list[Any], query: ListQuery) -> SandboxPage:
 
 
 def list_sql(
-    query: ListQuery, *, table: str = "ledger_sessions", param: str = "?"
+    query: ListQuery, now: int, *, table: str = "ledger_sessions", param: str = "?"
 ) -> tuple[str, list[Any]]:
-    """The one SELECT a listing runs and its parameters (``param``: the driver's placeholder).
+    """The one SELECT a listing runs and its parameters (``param``: the driver's placeholder;
+    ``now``: Unix seconds, summaries expired by then are left out).
 
     Served by the session indexes on ([name,] [status,] started_at DESC, id): newest first,
     ties in session creation order.
     """
-    where = ["started_at IS NOT NULL"]
-    params: list[Any] = []
+    where = ["started_at IS NOT NULL", live("summary_expires_at", param)]
+    params: list[Any] = [now]
     if query.name is not None:
         where.append(f"name = {param}")
         params.append(query.name)

@@ -17,12 +17,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger.errors import ConfigurationError, StorageError
+from sandbox_ledger.keys import check_retention
 from sandbox_ledger.models import LedgerEvent
+from sandbox_ledger.sql import retention as ret
 from sandbox_ledger.sql import rows
 from sandbox_ledger.sql.schema import Migration, load_migrations, log_migration, pending
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
+    from datetime import timedelta
     from types import TracebackType
 
     import aiosqlite
@@ -44,64 +47,93 @@ SCHEMA_VERSION = MIGRATIONS[-1].version
 _CHECKPOINT = LedgerEvent.CheckpointCreated.value
 
 _SESSION_ID_SQL = "SELECT id FROM ledger_sessions WHERE name = ? AND sandbox_id = ?"
+_RETENTION = ret.retention_of("ledger_settings")
 
 
 class Queries:
     """The SQL text the adapter runs (for DBAs and EXPLAIN); names as in the PostgreSQL adapter."""
 
-    upsert_session = """
-INSERT INTO ledger_sessions (name, sandbox_id, started_at, completed_at, status, exec_count)
+    upsert_session = f"""
+INSERT INTO ledger_sessions (name, sandbox_id, started_at, completed_at, status, exec_count,
+                             summary_expires_at, expires_at)
 VALUES (:name, :sandbox_id, :started_at, :completed_at,
-        CASE WHEN :completed_at IS NULL THEN 'running' ELSE 'completed' END, :exec_delta)
+        CASE WHEN :completed_at IS NULL THEN 'running' ELSE 'completed' END, :exec_delta,
+        CASE WHEN :summarizes THEN :ts_s + {_RETENTION} END, :ts_s + {_RETENTION})
 ON CONFLICT (name, sandbox_id) DO UPDATE SET
     started_at = coalesce(ledger_sessions.started_at, excluded.started_at),
     completed_at = coalesce(ledger_sessions.completed_at, excluded.completed_at),
     status = CASE WHEN coalesce(ledger_sessions.completed_at, excluded.completed_at) IS NULL
                   THEN 'running' ELSE 'completed' END,
-    exec_count = ledger_sessions.exec_count + excluded.exec_count
+    exec_count = ledger_sessions.exec_count + excluded.exec_count,
+    summary_expires_at = CASE WHEN :summarizes THEN excluded.summary_expires_at
+                              ELSE ledger_sessions.summary_expires_at END,
+    expires_at = {ret.latest_expiry("ledger_sessions.expires_at", "excluded.expires_at")}
 RETURNING id
 """
-    insert_event = """
-INSERT INTO ledger_events (session_id, ts, step_index, branch, event, payload, error, append_key)
-VALUES (:session_id, :ts, :step_index, :branch, :event, :payload, :error, :append_key)
+    insert_event = f"""
+INSERT INTO ledger_events (session_id, ts, step_index, branch, event, payload, error, append_key,
+                           expires_at)
+VALUES (:session_id, :ts, :step_index, :branch, :event, :payload, :error, :append_key,
+        :ts_s + {_RETENTION})
 """
     session_id = _SESSION_ID_SQL
     read_all = f"""
 SELECT e.ts, e.step_index, e.branch, e.event, e.payload, e.error
 FROM ledger_events AS e
-WHERE e.session_id = ({_SESSION_ID_SQL})
+WHERE e.session_id = ({_SESSION_ID_SQL}) AND {ret.live("e.expires_at", "?")}
 ORDER BY e.ts, e.seq
 """
     read_in_append_order = f"""
 SELECT e.ts, e.step_index, e.branch, e.event, e.payload, e.error
 FROM ledger_events AS e
-WHERE e.session_id = ({_SESSION_ID_SQL})
+WHERE e.session_id = ({_SESSION_ID_SQL}) AND {ret.live("e.expires_at", "?")}
 ORDER BY e.seq
 """
-    sessions_with_entries = """
+    sessions_with_entries = f"""
 SELECT s.name, s.sandbox_id FROM ledger_sessions AS s
 WHERE (:name IS NULL OR s.name = :name)
-  AND EXISTS (SELECT 1 FROM ledger_events AS e WHERE e.session_id = s.id)
+  AND EXISTS (SELECT 1 FROM ledger_events AS e
+              WHERE e.session_id = s.id AND {ret.live("e.expires_at", ":now")})
 """
     checkpoints = f"""
 SELECT e.ts, e.payload FROM ledger_events AS e
 WHERE e.session_id = ({_SESSION_ID_SQL}) AND e.event = '{_CHECKPOINT}'
+  AND {ret.live("e.expires_at", "?")}
 ORDER BY e.ts, e.seq
 """
     last_checkpoint = f"""
 SELECT e.ts, e.step_index, e.branch, e.event, e.payload, e.error
 FROM ledger_events AS e
 WHERE e.session_id = ({_SESSION_ID_SQL}) AND e.event = '{_CHECKPOINT}'
+  AND {ret.live("e.expires_at", "?")}
 ORDER BY e.ts DESC, e.seq DESC
 LIMIT 1
 """
-    details = """
+    details = f"""
 SELECT name, sandbox_id, started_at, completed_at, exec_count FROM ledger_sessions
 WHERE name = ? AND sandbox_id = ? AND started_at IS NOT NULL
+  AND {ret.live("summary_expires_at", "?")}
 """
     save_environment = """
 INSERT INTO ledger_environments (name, built_at, record) VALUES (?, ?, ?)
 ON CONFLICT (name) DO UPDATE SET built_at = excluded.built_at, record = excluded.record
+"""
+    retention = "SELECT retention_seconds FROM ledger_settings WHERE id = 1"
+    record_retention = (
+        "UPDATE ledger_settings SET retention_seconds = ? "
+        "WHERE id = 1 AND retention_seconds IS NULL"
+    )
+    # One bounded batch each, oldest expiry first, through the partial indexes on expires_at.
+    purge_events = """
+DELETE FROM ledger_events WHERE seq IN (
+    SELECT seq FROM ledger_events WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)
+"""
+    purge_sessions = """
+DELETE FROM ledger_sessions WHERE id IN (
+    SELECT s.id FROM ledger_sessions AS s
+    WHERE s.expires_at <= ?
+      AND NOT EXISTS (SELECT 1 FROM ledger_events AS e WHERE e.session_id = s.id)
+    ORDER BY s.expires_at LIMIT ?)
 """
     version_table = """
 CREATE TABLE IF NOT EXISTS ledger_schema (
@@ -110,9 +142,9 @@ CREATE TABLE IF NOT EXISTS ledger_schema (
 )
 """
 
-    def list_sessions(self, query: rows.ListQuery) -> tuple[str, list[Any]]:
-        """The listing SELECT and its parameters."""
-        return rows.list_sql(query)
+    def list_sessions(self, query: rows.ListQuery, now: int | None = None) -> tuple[str, list[Any]]:
+        """The listing SELECT and its parameters (``now``: Unix s, default the clock's)."""
+        return rows.list_sql(query, _now() if now is None else now)
 
 
 def split_statements(script: str) -> list[str]:
@@ -128,6 +160,11 @@ def split_statements(script: str) -> list[str]:
     ):
         raise ValueError(f"incomplete SQL statement at the end of a schema file: {buffer!r}")
     return statements
+
+
+def _now() -> int:
+    """The reader's clock in Unix seconds: what expiries are compared with."""
+    return int(time.time())
 
 
 def _is_busy(exc: BaseException) -> bool:
@@ -146,13 +183,24 @@ class SQLiteAdapter:
             for a private in-memory database that lives until :meth:`close`.
         busy_timeout: seconds one attempt waits for another writer's lock.
         max_wait: seconds a write keeps retrying SQLITE_BUSY before raising StorageError.
+        retention: how long ledger entries are kept (a positive ``timedelta``), recorded in
+            the database on :meth:`connect` if it has none yet; None (the default) uses the
+            database's (keep forever unless an adapter recorded one). A retention other than
+            the database's raises ``DeploymentMismatchError`` naming both on :meth:`connect`.
+            Reads hide what has expired; :meth:`purge_expired` deletes it. See
+            docs/table-design.md, Ledger retention.
 
     The file is put in WAL mode. Safe to share between processes and threads (each with its
     own adapter); one adapter serializes its own operations.
     """
 
     def __init__(
-        self, path: str | Path, *, busy_timeout: float = 5.0, max_wait: float = 60.0
+        self,
+        path: str | Path,
+        *,
+        busy_timeout: float = 5.0,
+        max_wait: float = 60.0,
+        retention: timedelta | None = None,
     ) -> None:
         if isinstance(path, Path):
             path = str(path)
@@ -161,6 +209,8 @@ class SQLiteAdapter:
         self.path = path
         self.busy_timeout = busy_timeout
         self.max_wait = max_wait
+        self._retention = check_retention(retention)
+        self.retention = retention
         self.queries = Queries()
         self._db: aiosqlite.Connection | None = None
         self._lock = asyncio.Lock()
@@ -168,10 +218,12 @@ class SQLiteAdapter:
     # -- lifecycle --------------------------------------------------------------------------
 
     async def connect(self) -> None:
-        """Open the file, switch it to WAL, create or migrate its schema; idempotent.
+        """Open the file, switch it to WAL, create or migrate its schema, agree on the
+        retention; idempotent.
 
         Raises:
             SchemaVersionError: the file's schema is newer than this library.
+            DeploymentMismatchError: ``retention`` is not the one the database records.
         """
         async with self._lock:
             await self._open()
@@ -230,6 +282,18 @@ class SQLiteAdapter:
                 raise StorageError(f"sqlite: {self.path} cannot use WAL mode (got {row})")
         await db.execute("PRAGMA foreign_keys = ON")
         await self._migrate(db, MIGRATIONS)
+        await self._agree_retention(db)
+
+    async def _agree_retention(self, db: aiosqlite.Connection) -> None:
+        where = f"ledger_settings of sqlite {self.path}"
+        if self._retention is not None:
+            # Only a database without a retention takes one (one statement: atomic).
+            cursor = await db.execute(self.queries.record_retention, (self._retention,))
+            if cursor.rowcount:
+                ret.log_recorded(where, self._retention)
+        async with db.execute(self.queries.retention) as cursor:
+            row = await cursor.fetchone()
+        ret.agree(None if row is None else row[0], self._retention, where)
 
     async def _migrate(self, db: aiosqlite.Connection, migrations: tuple[Migration, ...]) -> None:
         # The usual case (schema current) only reads, so it never waits for a writer.
@@ -326,6 +390,9 @@ class SQLiteAdapter:
         await self._append(rows.encode_entry(entry, key=key), idempotent=True)
 
     async def _append(self, row: rows.EventRow, *, idempotent: bool) -> None:
+        params = rows.append_params(row)
+        params["append_key"] = row.append_key or None
+
         async def op(db: aiosqlite.Connection) -> None:
             if idempotent:
                 async with db.execute(
@@ -333,31 +400,10 @@ class SQLiteAdapter:
                 ) as cursor:
                     if await cursor.fetchone() is not None:
                         return
-            async with db.execute(
-                self.queries.upsert_session,
-                {
-                    "name": row.name,
-                    "sandbox_id": row.sandbox_id,
-                    "started_at": row.started_at,
-                    "completed_at": row.completed_at,
-                    "exec_delta": row.exec_delta,
-                },
-            ) as cursor:
+            async with db.execute(self.queries.upsert_session, params) as cursor:
                 found = await cursor.fetchone()
             assert found is not None
-            await db.execute(
-                self.queries.insert_event,
-                {
-                    "session_id": found[0],
-                    "ts": row.ts,
-                    "step_index": row.step_index,
-                    "branch": row.branch,
-                    "event": row.event,
-                    "payload": row.payload,
-                    "error": row.error,
-                    "append_key": row.append_key or None,
-                },
-            )
+            await db.execute(self.queries.insert_event, {**params, "session_id": found[0]})
 
         await self._write(op)
 
@@ -371,14 +417,14 @@ class SQLiteAdapter:
 
     async def read_all(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry of the session, ascending ts, ties in append order (one query)."""
-        key = (rows.check_text(name, "name"), rows.check_text(sandbox_id, "sandboxId"))
-        found = await self._fetchall(self.queries.read_all, key)
+        key = self._key(name, sandbox_id)
+        found = await self._fetchall(self.queries.read_all, (*key, _now()))
         return [rows.decode_entry(name, sandbox_id, *r) for r in found]
 
     async def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry of the session in the order it was appended (what an export replays)."""
-        key = (rows.check_text(name, "name"), rows.check_text(sandbox_id, "sandboxId"))
-        found = await self._fetchall(self.queries.read_in_append_order, key)
+        key = self._key(name, sandbox_id)
+        found = await self._fetchall(self.queries.read_in_append_order, (*key, _now()))
         return [rows.decode_entry(name, sandbox_id, *r) for r in found]
 
     async def scan_sessions(self, name: str | None = None) -> list[tuple[str, str]]:
@@ -386,21 +432,23 @@ class SQLiteAdapter:
         ``sandbox.created`` included), sorted; for exports (reads every session row)."""
         if name is not None:
             rows.check_text(name, "name")
-        found = await self._fetchall(self.queries.sessions_with_entries, {"name": name})
+        found = await self._fetchall(
+            self.queries.sessions_with_entries, {"name": name, "now": _now()}
+        )
         return sorted((n, sid) for n, sid in found)
 
     async def last_checkpoint(self, name: str, sandbox_id: str) -> LedgerEntry | None:
         """The session's last checkpoint entry (one indexed query), or None."""
-        key = (rows.check_text(name, "name"), rows.check_text(sandbox_id, "sandboxId"))
-        found = await self._fetchall(self.queries.last_checkpoint, key)
+        key = self._key(name, sandbox_id)
+        found = await self._fetchall(self.queries.last_checkpoint, (*key, _now()))
         return rows.decode_entry(name, sandbox_id, *found[0]) if found else None
 
     async def list_checkpoints(self, name: str, sandbox_id: str) -> list[CheckpointInfo]:
         """Checkpoints in creation order (only checkpoint rows are read)."""
-        key = (rows.check_text(name, "name"), rows.check_text(sandbox_id, "sandboxId"))
+        key = self._key(name, sandbox_id)
         return [
             rows.row_checkpoint(ts, p)
-            for ts, p in await self._fetchall(self.queries.checkpoints, key)
+            for ts, p in await self._fetchall(self.queries.checkpoints, (*key, _now()))
         ]
 
     async def list_sandbox_details(
@@ -432,18 +480,18 @@ class SQLiteAdapter:
         return (await self._page(query)).sessions
 
     async def _page(self, query: rows.ListQuery) -> SandboxPage:
-        sql, params = self.queries.list_sessions(query)
+        sql, params = self.queries.list_sessions(query, _now())
         return rows.page_of(await self._fetchall(sql, params), query)
 
     async def get_sandbox_details(self, name: str, sandbox_id: str) -> SandboxDetails | None:
         """One session's summary (one row), or None."""
-        key = (rows.check_text(name, "name"), rows.check_text(sandbox_id, "sandboxId"))
-        found = await self._fetchall(self.queries.details, key)
+        key = self._key(name, sandbox_id)
+        found = await self._fetchall(self.queries.details, (*key, _now()))
         return rows.decode_details(*found[0]) if found else None
 
     async def delete_sandbox(self, name: str, sandbox_id: str) -> None:
         """Delete the session's entries and summary in one transaction."""
-        key = (rows.check_text(name, "name"), rows.check_text(sandbox_id, "sandboxId"))
+        key = self._key(name, sandbox_id)
 
         async def op(db: aiosqlite.Connection) -> None:
             await db.execute(
@@ -452,6 +500,35 @@ class SQLiteAdapter:
             await db.execute("DELETE FROM ledger_sessions WHERE name = ? AND sandbox_id = ?", key)
 
         await self._write(op)
+
+    async def purge_expired(self, *, batch_size: int = 1000) -> int:
+        """Delete the entries, and then the session rows, that expired by now; return how
+        many rows went (entries and sessions).
+
+        Each batch of at most ``batch_size`` rows is one short transaction found through the
+        partial indexes on ``expires_at``, so writers wait for one batch at most. A session
+        row goes once every entry ever appended to it has expired (its summary with it).
+        Nothing expires, and nothing is purged, on a database without a retention.
+        """
+        size = ret.check_batch_size(batch_size)
+        now = _now()
+        purged = 0
+        for sql in (self.queries.purge_events, self.queries.purge_sessions):
+            while True:
+
+                async def op(db: aiosqlite.Connection, sql: str = sql) -> int:
+                    cursor = await db.execute(sql, (now, size))
+                    return int(cursor.rowcount)
+
+                deleted: int = await self._write(op)
+                purged += deleted
+                if deleted < size:
+                    break
+        return purged
+
+    @staticmethod
+    def _key(name: str, sandbox_id: str) -> tuple[str, str]:
+        return rows.check_text(name, "name"), rows.check_text(sandbox_id, "sandboxId")
 
     # -- environments -----------------------------------------------------------------------
 

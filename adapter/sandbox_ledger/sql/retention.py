@@ -1,0 +1,89 @@
+"""Ledger retention on the SQL adapters: the SQL fragments and checks both dialects share.
+
+The retention is recorded in the database (table ``ledger_settings``, one row): NULL keeps
+forever. Appends compute every expiry in the statement itself from that row, so all writers
+of one database use its retention whatever they were given; an adapter given a retention
+records it on ``connect()`` when the database has none yet, and is refused with
+:class:`~sandbox_ledger.deployment.DeploymentMismatchError` when the database has another.
+Expiries are Unix seconds: the entry's own ``ts`` rounded down to seconds plus the retention.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sandbox_ledger.deployment import TableDescriptor, check_ledger_retention
+from sandbox_ledger.errors import InvalidInputError
+from sandbox_ledger.models import LedgerEvent
+
+__all__ = [
+    "SUMMARY_EVENTS",
+    "agree",
+    "check_batch_size",
+    "latest_expiry",
+    "live",
+    "log_recorded",
+    "retention_of",
+]
+
+log = logging.getLogger("sandbox_ledger.schema")
+
+SUMMARY_EVENTS = frozenset(
+    {
+        LedgerEvent.SandboxCreated.value,
+        LedgerEvent.SandboxClosed.value,
+        LedgerEvent.ExecComplete.value,
+    }
+)
+"""The events that change a session's summary, and so set the summary's expiry."""
+
+
+def retention_of(settings: str) -> str:
+    """The database's retention in seconds (NULL: keep forever), as a scalar subquery."""
+    return f"(SELECT retention_seconds FROM {settings} WHERE id = 1)"
+
+
+def live(column: str, param: str) -> str:
+    """The condition that ``column`` (an expiry, NULL: never) is still in the future at the
+    time ``param`` (Unix s): what every read adds, so expired rows are hidden until purged."""
+    return f"({column} IS NULL OR {column} > {param})"
+
+
+def latest_expiry(current: str, new: str) -> str:
+    """The later of two expiries, NULL (never) winning over any time."""
+    return (
+        f"CASE WHEN {current} IS NULL OR {new} IS NULL THEN NULL "
+        f"WHEN {current} > {new} THEN {current} ELSE {new} END"
+    )
+
+
+def agree(stored: int | None, explicit: int | None, where: str) -> None:
+    """An adapter's explicit retention (seconds) must be the database's; None follows it.
+
+    Raises:
+        DeploymentMismatchError: both are set and differ (the message names both).
+    """
+    if explicit is None or stored is None:
+        return
+    check_ledger_retention(TableDescriptor(ledger_retention_seconds=stored), explicit, where)
+
+
+def log_recorded(where: str, seconds: int) -> None:
+    """Say that ``connect()`` recorded a retention in a database that had none."""
+    log.warning(
+        "recorded ledger retention of %d s at %s: entries appended from now on expire "
+        "(those appended before keep forever)",
+        seconds,
+        where,
+    )
+
+
+def check_batch_size(batch_size: object) -> int:
+    """A purge's batch size: a positive integer.
+
+    Raises:
+        InvalidInputError: naming ``batch_size``.
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InvalidInputError("batch_size", f"must be a positive integer, got {batch_size!r}")
+    return batch_size
