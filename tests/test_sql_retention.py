@@ -6,6 +6,7 @@ The shared behaviour (what reads hide) is tested on every store in test_ledger_r
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
 import time
@@ -22,6 +23,7 @@ from sandbox_ledger import InvalidInputError, LedgerEntry, LedgerEvent
 from sandbox_ledger.deployment import DeploymentMismatchError
 from sandbox_ledger.postgres import PostgresAdapter
 from sandbox_ledger.postgres import adapter as pg_module
+from sandbox_ledger.sql import rows
 from sandbox_ledger.sqlite import SQLiteAdapter
 from sandbox_ledger.sqlite import adapter as sqlite_module
 from sandbox_ledger.stores import open_store
@@ -96,7 +98,10 @@ async def test_the_first_retention_is_recorded_and_every_adapter_must_agree(
 
     longer = store.adapter(2 * DAY)
     with pytest.raises(
-        DeploymentMismatchError, match=r"retention: '2 days \(172800 s\)' .*'1 day \(86400 s\)'"
+        DeploymentMismatchError,
+        match=r"retention: '2 days \(172800 s\)' was given but table ledger_settings of "
+        r"(sqlite .*ledger\.db|postgres schema t_\w+) describes its deployment with "
+        r"'1 day \(86400 s\)'",
     ) as caught:
         await longer.connect()
     assert caught.value.explicit == "2 days (172800 s)"
@@ -137,8 +142,12 @@ async def test_a_database_without_retention_keeps_forever_until_one_is_given(
         await retained.append(_e("after", LedgerEvent.SandboxCreated, old))
         assert await retained.read_all("job", "after") == []
         assert [d.sandbox_id for d in await retained.list_all_sandbox_details()] == ["before"]
-        # The session "before" has an entry kept forever: its row is never purged.
-        assert await retained.purge_expired() == 2
+        # The session "before" has an entry kept forever: its row is never purged, but its
+        # summary expires with its last summary-changing entry.
+        await retained.append(_e("before", LedgerEvent.ExecComplete, old + 1))
+        assert await retained.get_sandbox_details("job", "before") is None
+        assert await retained.purge_expired() == 3
+        assert [e.ts for e in await retained.read_all("job", "before")] == [old]
     assert store.stored_retention() == 86_400
     assert store.query("SELECT ts FROM ledger_events") == [(old,)]
 
@@ -235,6 +244,42 @@ async def test_purge_deletes_what_expired_in_bounded_batches(store: Store) -> No
         assert details is not None and (details.started_at, details.exec_count) == (old, 1)
     assert store.query("SELECT count(*) FROM ledger_events") == [(1,)]
     assert store.query("SELECT sandbox_id FROM ledger_sessions") == [("live",)]
+
+
+async def test_purges_may_run_at_once(store: Store) -> None:
+    old = _now_ms() - 3 * DAY_MS
+    async with store.opened(DAY) as writer:
+        for i in range(30):
+            await writer.append(_e(f"s{i}", LedgerEvent.SandboxCreated, old + i))
+    purgers = [store.adapter(), store.adapter()]
+    counts = await asyncio.gather(*(p.purge_expired(batch_size=4) for p in purgers))
+    for purger in purgers:
+        await purger.close()
+    assert sum(counts) == 60  # each entry and each session row deleted once
+    assert store.query("SELECT count(*) FROM ledger_sessions") == [(0,)]
+
+
+async def test_postgres_purge_spares_a_session_an_append_is_reviving(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    """A session row whose entries have all expired is chosen for the purge while an append
+    to it (uncommitted) holds its row: the purge waits, re-checks, and leaves it."""
+    old = _now_ms() - 3 * DAY_MS
+    async with PostgresAdapter(postgres_dsn, schema=pg_schema, retention=DAY) as adapter:
+        await adapter.append(_e("s", LedgerEvent.SandboxCreated, old))
+        now = _now_ms()
+        fresh = _e("s", LedgerEvent.ExecComplete, now)
+        params = rows.append_params(rows.encode_entry(fresh, key="fresh", nul_ok=False))
+        async with await psycopg.AsyncConnection.connect(postgres_dsn) as appending:
+            await appending.execute(adapter.queries.append, params)  # open transaction
+            purge = asyncio.create_task(adapter.purge_expired())
+            await asyncio.sleep(0.5)
+            assert not purge.done()  # waiting for the session row
+            await appending.commit()
+        assert await purge == 1  # the expired entry; not the session
+        assert [e.ts for e in await adapter.read_all("job", "s")] == [now]
+        details = await adapter.get_sandbox_details("job", "s")
+        assert details is not None and (details.started_at, details.exec_count) == (old, 1)
 
 
 async def test_a_purged_session_appended_to_again_starts_a_new_summary(store: Store) -> None:
