@@ -515,19 +515,16 @@ class PostgresAdapter:
         """
         size = ret.check_batch_size(batch_size)
         params = {"now": _now(), "limit": size}
-        purged = 0
-        for sql in (self.queries.purge_events, self.queries.purge_sessions):
-            while True:
 
-                async def op(conn: AsyncConnection[Any], sql: str = sql) -> int:
-                    cursor = await conn.execute(sql, params)
-                    return int(cursor.rowcount)
+        async def batch(sql: str) -> int:
+            async def op(conn: AsyncConnection[Any]) -> int:
+                return int((await conn.execute(sql, params)).rowcount)
 
-                deleted: int = await self._run(op)
-                purged += deleted
-                if deleted < size:
-                    break
-        return purged
+            deleted: int = await self._run(op)
+            return deleted
+
+        statements = (self.queries.purge_events, self.queries.purge_sessions)
+        return await ret.purge_in_batches(batch, statements, size)
 
     # -- environments -----------------------------------------------------------------------
 

@@ -11,10 +11,14 @@ Expiries are Unix seconds: the entry's own ``ts`` rounded down to seconds plus t
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from sandbox_ledger.deployment import TableDescriptor, check_ledger_retention
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.models import LedgerEvent
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
 
 __all__ = [
     "SUMMARY_EVENTS",
@@ -23,6 +27,7 @@ __all__ = [
     "latest_expiry",
     "live",
     "log_recorded",
+    "purge_in_batches",
     "retention_of",
 ]
 
@@ -87,3 +92,19 @@ def check_batch_size(batch_size: object) -> int:
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InvalidInputError("batch_size", f"must be a positive integer, got {batch_size!r}")
     return batch_size
+
+
+async def purge_in_batches(
+    batch: Callable[[str], Awaitable[int]], statements: tuple[str, ...], size: int
+) -> int:
+    """Run each purge statement (one batch of at most ``size`` rows: ``batch`` runs it in
+    its own transaction and returns the rows it deleted) until a batch comes back short;
+    the rows deleted in all."""
+    purged = 0
+    for sql in statements:
+        while True:
+            deleted = await batch(sql)
+            purged += deleted
+            if deleted < size:
+                break
+    return purged

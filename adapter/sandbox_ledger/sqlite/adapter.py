@@ -512,19 +512,16 @@ class SQLiteAdapter:
         """
         size = ret.check_batch_size(batch_size)
         now = _now()
-        purged = 0
-        for sql in (self.queries.purge_events, self.queries.purge_sessions):
-            while True:
 
-                async def op(db: aiosqlite.Connection, sql: str = sql) -> int:
-                    cursor = await db.execute(sql, (now, size))
-                    return int(cursor.rowcount)
+        async def batch(sql: str) -> int:
+            async def op(db: aiosqlite.Connection) -> int:
+                return int((await db.execute(sql, (now, size))).rowcount)
 
-                deleted: int = await self._write(op)
-                purged += deleted
-                if deleted < size:
-                    break
-        return purged
+            deleted: int = await self._write(op)
+            return deleted
+
+        statements = (self.queries.purge_events, self.queries.purge_sessions)
+        return await ret.purge_in_batches(batch, statements, size)
 
     @staticmethod
     def _key(name: str, sandbox_id: str) -> tuple[str, str]:
