@@ -619,3 +619,47 @@ def test_a_bad_tracing_setting_names_the_variable() -> None:
     )
     assert done.returncode != 0
     assert "SANDBOX_LEDGER_TRACING: must be true or false, got 'maybe'" in done.stderr
+
+
+def test_two_replays_at_once_report_no_false_failures(
+    wiring: Wiring, unreported: Unreported
+) -> None:
+    """Replay A runs whole between replay B's listing and its first GetObject: every object B
+    listed is gone when B reads it. B reports them skipped (A replayed them), not failed."""
+    from sandbox_ledger.resources import EventPublisher, replay_failed_expiries
+
+    own = wiring.table
+    items = [_ttl_item() for _ in range(3)]
+    batch = [
+        _stream_record(item, ttl=True, seq=str(700 + i), table=own)
+        for i, (_, item) in enumerate(items)
+    ]
+    ttl = load_handler("on_ttl_expiry")
+    events_client = ttl.dependencies().publisher.client
+    events_client.meta.events.register("before-call.events.PutEvents", _bus_down)
+    assert ttl.handler({"Records": batch}, FakeContext()) == {"batchItemFailures": []}
+    events_client.meta.events.unregister("before-call.events.PutEvents", _bus_down)
+    kept = sorted(unreported.objects("unreported/"))
+    assert len(kept) == 3
+    publisher = EventPublisher(wiring.events, wiring.bus)
+    s3_a = boto3.client("s3", endpoint_url=wiring.endpoint)
+    s3_b = unreported.s3
+    runs: dict[str, Any] = {}
+
+    def a_runs_now(**_: Any) -> None:
+        if "a" not in runs:
+            runs["a"] = replay_failed_expiries(s3_a, publisher, unreported.bucket, table_name=own)
+
+    s3_b.meta.events.register("before-call.s3.GetObject", a_runs_now)
+    try:
+        runs["b"] = replay_failed_expiries(s3_b, publisher, unreported.bucket, table_name=own)
+    finally:
+        s3_b.meta.events.unregister("before-call.s3.GetObject", a_runs_now)
+    a, b = runs["a"], runs["b"]
+    assert b.failed == {} and b.replayed == [] and b.published == []
+    assert sorted(a.replayed) == kept and a.failed == {} and a.skipped == []
+    assert sorted(b.skipped) == kept and b.complete
+    assert b.to_dict()["skipped"] == b.skipped
+    keys = [e["detail"]["idempotencyKey"] for e in wiring.received()]
+    assert sorted(keys) == sorted(a.published) and len(set(keys)) == 3
+    assert unreported.objects("unreported/") == {}

@@ -303,3 +303,53 @@ def test_claim_protocol_b_and_c_on_dynamodb(moto_endpoint: str, sync_table: str)
     assert [e.record.id for e in publisher.published] == [stored.record.id]
     with pytest.raises(ConflictError, match="does not exist"):
         store.touch(stored.record.id)
+
+
+class DiesAfterPublishing(Collector):
+    """Its events are put, then the run dies before deleting the records."""
+
+    def publish(self, expiries: Sequence[Expiry]) -> set[str]:
+        super().publish(expiries)
+        raise SystemExit("the run died after PutEvents")
+
+
+def _ttl_removal(item: dict[str, Any]) -> dict[str, Any]:
+    """The stream record DynamoDB's TTL process writes when it deletes ``item``."""
+    return {
+        "eventName": "REMOVE",
+        "userIdentity": {"type": "Service", "principalId": "dynamodb.amazonaws.com"},
+        "dynamodb": {"ApproximateCreationDateTime": 1764504000, "OldImage": item},
+    }
+
+
+def test_every_publication_of_one_expiry_has_one_idempotency_key(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    """docs/resource-expiry.md: ``idempotencyKey`` is the same for every publication of one
+    expiry: a run that published then died before deleting, the run that takes its claim over,
+    and a TTL removal of the claimed record (its stream image) all carry one key."""
+    from sandbox_ledger.resources.stream import ttl_expiry
+
+    store = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint)
+    stored = store.put(record(age=timedelta(hours=1)))
+    rid = stored.record.id
+    # An unclaimed record removed by TTL is reported at the revision a sweeper would claim.
+    raw = boto3.client("dynamodb", endpoint_url=moto_endpoint)
+    item = raw.get_item(TableName=sync_table, Key=ri.record_key(rid), ConsistentRead=True)["Item"]
+    unclaimed = ttl_expiry(_ttl_removal(item))
+    assert unclaimed is not None
+    now = datetime.now(UTC)
+    sweep(store, Collector(), now=now)  # observes
+    dead = DiesAfterPublishing()
+    with pytest.raises(SystemExit):
+        sweep(store, dead, now=now + WINDOW)
+    item = raw.get_item(TableName=sync_table, Key=ri.record_key(rid), ConsistentRead=True)["Item"]
+    assert k.CLAIM in item  # published, not deleted: the claim stays for a takeover
+    claimed = ttl_expiry(_ttl_removal(item))
+    takeover = Collector()
+    result = sweep(store, takeover, now=now + WINDOW + timedelta(minutes=3))
+    assert result.expired == [rid]
+    keys = {e.idempotency_key for e in dead.published + takeover.published}
+    assert claimed is not None and keys == {claimed.idempotency_key, unclaimed.idempotency_key}
+    assert keys == {f"{rid}/{stored.record.created_at}/{stored.revision}"}
+    assert len(dead.published) == len(takeover.published) == 1

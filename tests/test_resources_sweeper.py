@@ -7,6 +7,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from resource_fixtures import record
 from sandbox_ledger.errors import ConflictError
 from sandbox_ledger.resources import Expiry, SweepStore, VersionedRecord, sweep
@@ -79,6 +81,7 @@ class FakeStore:
             expiring=reason,
             claimed_by=owner,
             claim_until_ms=until_ms,
+            claim_rev=revision if current.claim_rev is None else current.claim_rev,
         )
         self.records[record_id] = claimed
         return claimed
@@ -93,6 +96,7 @@ class FakeStore:
             expiring=None,
             claimed_by=None,
             claim_until_ms=None,
+            claim_rev=None,
         )
         return True
 
@@ -205,6 +209,31 @@ def test_a_live_claim_of_another_run_is_left_to_it_and_a_dead_ones_taken_over() 
     result = sweep(store, publisher, now=NOW)
     assert result.skipped == [live] and result.expired == [dead]
     assert [e.record.id for e in publisher.published] == [dead] and live in store.records
+
+
+@dataclass
+class DiesAfterPublishing(FakePublisher):
+    """Its events are put, then the run dies before deleting the records."""
+
+    def publish(self, expiries: Sequence[Expiry]) -> set[str]:
+        super().publish(expiries)
+        raise SystemExit("the run died after PutEvents")
+
+
+def test_a_takeover_republishes_under_the_same_idempotency_key() -> None:
+    store = FakeStore()
+    rid = store.add(timedelta(hours=1))
+    sweep(store, FakePublisher(), now=NOW)
+    dead = DiesAfterPublishing()
+    with pytest.raises(SystemExit):
+        sweep(store, dead, now=LATER)
+    assert store.records[rid].expiring is not None and store.records[rid].revision == 2
+    later = FakePublisher()
+    result = sweep(store, later, now=LATER + timedelta(minutes=3))  # the lease ended
+    assert result.expired == [rid] and store.claims == [rid, rid]
+    keys = [e.idempotency_key for e in dead.published + later.published]
+    assert len(keys) == 2 and len(set(keys)) == 1
+    assert dead.published[0].revision == later.published[0].revision == 1  # the revision judged
 
 
 def test_dry_run_claims_nothing() -> None:

@@ -90,6 +90,10 @@ CLAIM_OWNER: Final = "claimedBy"
 CLAIM_UNTIL: Final = "claimUntil"
 """When the claim's lease ends (Unix ms, the claiming sweeper's clock); a later sweeper may
 take over an expired claim."""
+CLAIM_REV: Final = "claimRev"
+"""The revision the first claim of an expiry was made at (set once; a takeover keeps it): the
+revision that expired, in the ``ResourceExpired`` idempotency key, so every publication of one
+expiry carries the same key."""
 OBSERVED_REV: Final = "observedRev"
 """The revision a sweeper last saw unchanged (its observation; written without bumping
 ``rev``, so owners never conflict with it)."""

@@ -333,10 +333,11 @@ class LifecycleMachine(RuleBasedStateMachine):
             right_clock = owner.skew == ZERO or self.strict
             if right_clock and owner.alive and now - owner.last_ack < STALE_AFTER:
                 raise self._fail(f"L2: {record_id[:8]} heartbeated {now - owner.last_ack} ago")
-            # L3: nothing the owner wrote after the claim was acknowledged (a TTL removal has
-            # no claim: its revision is the last one written).
+            # L3: nothing the owner wrote after the claim was acknowledged: the detail's
+            # revision is the one the claim was made at, so no acknowledged write is later (a
+            # TTL removal has no claim: its revision is the last one written).
             claimed = detail.get("trigger") == "sweeper"
-            if claimed and owner.revisions and max(owner.revisions) >= detail["revision"]:
+            if claimed and owner.revisions and max(owner.revisions) > detail["revision"]:
                 raise self._fail(f"L3: owner write at rev {max(owner.revisions)} after claim")
 
     @rule()

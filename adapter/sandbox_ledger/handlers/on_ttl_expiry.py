@@ -126,7 +126,12 @@ def replay(reporter: TtlReporter, event: dict[str, Any], context: Any) -> dict[s
         metrics.add_metric(name="Replayed", unit=MetricUnit.Count, value=len(result.published))
     logger.info(
         "unreported expiries replayed",
-        extra={"dryRun": dry_run, "objects": len(result.replayed), "failed": result.failed},
+        extra={
+            "dryRun": dry_run,
+            "objects": len(result.replayed),
+            "failed": result.failed,
+            "skipped": len(result.skipped),
+        },
     )
     return result.to_dict() | {"dryRun": dry_run}
 

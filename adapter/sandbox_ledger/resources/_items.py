@@ -28,10 +28,18 @@ class VersionedRecord:
     """The run id of the sweeper holding the claim."""
     claim_until_ms: int | None = None
     """When that claim's lease ends (None: a claim without a lease, taken over at once)."""
+    claim_rev: int | None = None
+    """The revision the expiry was claimed at (see :data:`sandbox_ledger.keys.CLAIM_REV`)."""
     observed_rev: int | None = None
     """The revision a sweeper last observed (see :data:`sandbox_ledger.keys.OBSERVED_REV`)."""
     observed_at_ms: int | None = None
     """When, on that sweeper's clock (Unix ms)."""
+
+    @property
+    def expired_revision(self) -> int:
+        """The revision an expiry of this record is about: the one its first claim was made
+        at (a takeover keeps it), else the current one (what a claim would be made at)."""
+        return self.revision if self.claim_rev is None else self.claim_rev
 
     @property
     def observed_ms(self) -> int | None:
@@ -131,6 +139,7 @@ def decode(item: Item) -> VersionedRecord:
         expiring=item[k.CLAIM]["S"] if k.CLAIM in item else None,
         claimed_by=item[k.CLAIM_OWNER]["S"] if k.CLAIM_OWNER in item else None,
         claim_until_ms=int(item[k.CLAIM_UNTIL]["N"]) if k.CLAIM_UNTIL in item else None,
+        claim_rev=int(item[k.CLAIM_REV]["N"]) if k.CLAIM_REV in item else None,
         observed_rev=int(item[k.OBSERVED_REV]["N"]) if k.OBSERVED_REV in item else None,
         observed_at_ms=int(item[k.OBSERVED_AT]["N"]) if k.OBSERVED_AT in item else None,
     )

@@ -307,8 +307,10 @@ def mark_expiring(
         {
             "TableName": table,
             "Key": ri.record_key(record_id),
+            # claimRev is set by the first claim only: a takeover keeps it, so every
+            # publication of this expiry carries the same idempotency key.
             "UpdateExpression": "SET #exp = :reason, #by = :owner, #until = :until, "
-            "#rev = #rev + :one",
+            "#crev = if_not_exists(#crev, :rev), #rev = #rev + :one",
             "ConditionExpression": "#rev = :rev AND (attribute_not_exists(#exp) OR "
             "attribute_not_exists(#until) OR #until < :now)",
             "ExpressionAttributeNames": {
@@ -316,6 +318,7 @@ def mark_expiring(
                 "#rev": k.REVISION,
                 "#by": k.CLAIM_OWNER,
                 "#until": k.CLAIM_UNTIL,
+                "#crev": k.CLAIM_REV,
             },
             "ExpressionAttributeValues": {
                 ":reason": S(reason),
@@ -343,13 +346,14 @@ def release_claim(table: str, record_id: str, owner: str) -> Op[bool]:
             {
                 "TableName": table,
                 "Key": ri.record_key(record_id),
-                "UpdateExpression": "REMOVE #exp, #by, #until SET #rev = #rev + :one",
+                "UpdateExpression": "REMOVE #exp, #by, #until, #crev SET #rev = #rev + :one",
                 "ConditionExpression": "#by = :owner",
                 "ExpressionAttributeNames": {
                     "#exp": k.CLAIM,
                     "#rev": k.REVISION,
                     "#by": k.CLAIM_OWNER,
                     "#until": k.CLAIM_UNTIL,
+                    "#crev": k.CLAIM_REV,
                 },
                 "ExpressionAttributeValues": {":owner": S(owner), ":one": N(1)},
                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD",

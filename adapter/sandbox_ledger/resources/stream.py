@@ -41,6 +41,8 @@ def ttl_expiry(stream_record: dict[str, Any]) -> Expiry | None:
         record=stored.record,
         reason=stored.expiring or "ttl: the record outlived its TTL horizon unswept",
         trigger="ttl",
-        revision=stored.revision,
+        # The claimed revision if a sweeper claimed it (its event, if published, has the
+        # same key), else the current one: what a sweeper would have claimed it at.
+        revision=stored.expired_revision,
         expired_at=to_iso(when),
     )

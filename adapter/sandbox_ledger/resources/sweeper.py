@@ -282,7 +282,11 @@ def _publish_and_delete(run: _Run, claimed: list[tuple[VersionedRecord, str, flo
     at = to_iso(datetime.fromtimestamp(run.clock_ms() / 1000, UTC))
     expiries = [
         Expiry(
-            record=v.record, reason=reason, trigger="sweeper", revision=v.revision, expired_at=at
+            record=v.record,
+            reason=reason,
+            trigger="sweeper",
+            revision=v.expired_revision,
+            expired_at=at,
         )
         for v, reason, _ in fresh
     ]

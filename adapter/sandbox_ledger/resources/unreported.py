@@ -193,6 +193,9 @@ class ReplayResult:
     """Keys of the objects whose every expiry was published, then removed."""
     failed: dict[str, str] = field(default_factory=dict)
     """Keys of the objects kept, with why (the next replay tries them again)."""
+    skipped: list[str] = field(default_factory=list)
+    """Keys of the objects listed but gone when read: another replay running at the same
+    time replayed and removed them (not a failure)."""
     ignored: int = 0
     """Stream records in the objects that are not TTL removals of this table's records."""
     complete: bool = True
@@ -204,6 +207,7 @@ class ReplayResult:
             "published": self.published,
             "replayed": self.replayed,
             "failed": self.failed,
+            "skipped": self.skipped,
             "ignored": self.ignored,
             "complete": self.complete,
         }
@@ -222,6 +226,15 @@ def _object_keys(client: Any, bucket: str, prefixes: Sequence[str]) -> Iterator[
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or not token:
                 break
+
+
+def _already_removed(exc: ClientError | BotoCoreError) -> bool:
+    """True when GetObject found no object (NoSuchKey, or a bare 404)."""
+    if not isinstance(exc, ClientError):
+        return False
+    error = exc.response.get("Error", {})
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return error.get("Code") in ("NoSuchKey", "404", "NotFound") or status == 404
 
 
 def stream_records_of(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -257,7 +270,9 @@ def replay_failed_expiries(
 ) -> ReplayResult:
     """Publish the expiries kept in ``bucket`` (see the module docstring) with
     ``publisher``, removing each object once all of its expiries were accepted; an object
-    that cannot be read, decoded or published whole is kept and reported in ``failed``.
+    that cannot be read, decoded or published whole is kept and reported in ``failed``. An
+    object listed but gone when read (another replay at the same time removed it after
+    publishing it) is reported in ``skipped``.
 
     ``dry_run`` publishes and removes nothing and lists what would be published. The run
     stops (``complete`` False) after ``max_objects`` objects, or when ``remaining_ms()``
@@ -283,6 +298,9 @@ def replay_failed_expiries(
                 else:
                     expiries.append(expiry)
         except (ClientError, BotoCoreError) as exc:
+            if _already_removed(exc):  # a concurrent replay published and removed it
+                result.skipped.append(key)
+                continue
             result.failed[key] = str(translate_client_error(exc, operation="GetObject"))
             continue
         except ValueError as exc:  # json.JSONDecodeError is a ValueError
