@@ -3,6 +3,7 @@ sweep needs, so its decisions are tested without DynamoDB."""
 
 from __future__ import annotations
 
+import types
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -12,9 +13,19 @@ import pytest
 from resource_fixtures import record
 from sandbox_ledger.errors import ConflictError
 from sandbox_ledger.resources import Expiry, SweepStore, VersionedRecord, sweep
+from sandbox_ledger.resources import sweeper as sweeper_module
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 LATER = NOW + timedelta(minutes=15)  # one window (stale_after) after NOW, the sweeper's clock
+
+
+@pytest.fixture(autouse=True)
+def _no_elapsed_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweeper's clock is ``now`` plus the run's own elapsed time: freeze the elapsed part, so
+    that a run judged exactly one window after an observation sees exactly that window. (On
+    a loaded machine, a first run slower than the second made ``LATER`` judge some records a
+    few milliseconds short of the window: they expired one run later, and the test flaked.)"""
+    monkeypatch.setattr(sweeper_module, "time", types.SimpleNamespace(monotonic=lambda: 0.0))
 
 
 @dataclass

@@ -124,7 +124,8 @@ class _Run:
     result: SweepResult
     check_time: Callable[[], None]
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    started: float = field(default_factory=time.monotonic)
+    # Looked up at each run (not bound at import), so a test can freeze the elapsed time.
+    started: float = field(default_factory=lambda: time.monotonic())
 
     def clock_ms(self) -> int:
         """The sweeper's own clock: ``now`` plus the time this run has taken."""
