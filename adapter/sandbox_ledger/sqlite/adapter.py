@@ -506,7 +506,8 @@ class SQLiteAdapter:
         many rows went (entries and sessions).
 
         Each batch of at most ``batch_size`` rows is one short transaction found through the
-        partial indexes on ``expires_at``, so writers wait for one batch at most. A session
+        partial indexes on ``expires_at``; after each full batch the purge pauses as long as
+        the batch took, so waiting writers get the file's write lock in between. A session
         row goes once every entry ever appended to it has expired (its summary with it).
         Nothing expires, and nothing is purged, on a database without a retention.
         """
@@ -517,7 +518,12 @@ class SQLiteAdapter:
             async def op(db: aiosqlite.Connection) -> int:
                 return int((await db.execute(sql, (now, size))).rowcount)
 
+            start = time.monotonic()
             deleted: int = await self._write(op)
+            if deleted == size:
+                # More to come: step aside as long as the batch held the file's write lock,
+                # so writers polling for it (SQLite's busy handler sleeps) get it first.
+                await asyncio.sleep(time.monotonic() - start)
             return deleted
 
         statements = (self.queries.purge_events, self.queries.purge_sessions)
