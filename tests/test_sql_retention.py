@@ -129,6 +129,17 @@ async def test_the_first_retention_is_recorded_and_every_adapter_must_agree(
         assert await agreeing.read_all("job", "s") == []
 
 
+async def test_two_first_connects_with_different_retentions_one_wins(store: Store) -> None:
+    adapters = [store.adapter(DAY), store.adapter(2 * DAY)]
+    outcomes = await asyncio.gather(*(a.connect() for a in adapters), return_exceptions=True)
+    for adapter in adapters:
+        await adapter.close()
+    refused = [o for o in outcomes if isinstance(o, DeploymentMismatchError)]
+    assert len(refused) == 1 and outcomes.count(None) == 1, outcomes
+    winner = adapters[outcomes.index(None)].retention
+    assert store.stored_retention() == winner.total_seconds()
+
+
 async def test_a_database_without_retention_keeps_forever_until_one_is_given(
     store: Store,
 ) -> None:

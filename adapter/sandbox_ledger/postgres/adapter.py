@@ -348,12 +348,14 @@ class PostgresAdapter:
     async def _agree_retention(self, pool: AsyncConnectionPool[Any]) -> None:
         where = f"ledger_settings of postgres schema {self.schema}"
         async with pool.connection() as conn:
-            if self._retention is not None:
-                # Only a database without a retention takes one (one statement: atomic).
+            row = await (await conn.execute(self.queries.retention)).fetchone()
+            if (row is None or row[0] is None) and self._retention is not None:
+                # Only a database without a retention takes one (one statement: atomic; a
+                # concurrent connect may record another first, which agree() then reports).
                 cursor = await conn.execute(self.queries.record_retention, (self._retention,))
                 if cursor.rowcount:
                     ret.log_recorded(where, self._retention)
-            row = await (await conn.execute(self.queries.retention)).fetchone()
+                row = await (await conn.execute(self.queries.retention)).fetchone()
         ret.agree(None if row is None else row[0], self._retention, where)
 
     async def _run(self, op: Callable[[AsyncConnection[Any]], Awaitable[Any]]) -> Any:

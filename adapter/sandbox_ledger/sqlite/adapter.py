@@ -286,14 +286,20 @@ class SQLiteAdapter:
 
     async def _agree_retention(self, db: aiosqlite.Connection) -> None:
         where = f"ledger_settings of sqlite {self.path}"
-        if self._retention is not None:
-            # Only a database without a retention takes one (one statement: atomic).
+        stored = await self._stored_retention(db)
+        if stored is None and self._retention is not None:
+            # Only a database without a retention takes one (one statement: atomic; a
+            # concurrent connect may record another first, which agree() then reports).
             cursor = await db.execute(self.queries.record_retention, (self._retention,))
             if cursor.rowcount:
                 ret.log_recorded(where, self._retention)
+            stored = await self._stored_retention(db)
+        ret.agree(stored, self._retention, where)
+
+    async def _stored_retention(self, db: aiosqlite.Connection) -> int | None:
         async with db.execute(self.queries.retention) as cursor:
             row = await cursor.fetchone()
-        ret.agree(None if row is None else row[0], self._retention, where)
+        return None if row is None or row[0] is None else int(row[0])
 
     async def _migrate(self, db: aiosqlite.Connection, migrations: tuple[Migration, ...]) -> None:
         # The usual case (schema current) only reads, so it never waits for a writer.
