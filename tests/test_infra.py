@@ -7,9 +7,11 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,33 @@ from infra.nag import ACKNOWLEDGED  # noqa: E402
 from sandbox_ledger import keys as k  # noqa: E402
 
 CONTEXT = json.loads((ROOT / "cdk.json").read_text())["context"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def pip_once_per_requirements(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Each synth bundles the Lambda code, running pip (about 4 s of CPU) for the same
+    requirements every time. Here the first bundling of each (platform, Python version,
+    requirements, options) runs the real pip into a cache folder and every later one copies
+    that folder: the session's template still comes from a real pip run, and the slow
+    fresh-process synth (test_synth_prints_no_deprecation_warning) runs pip without it."""
+    from infra.bundling import PipBundling
+
+    real = PipBundling._pip
+    cache = tmp_path_factory.mktemp("pip-cache")
+    done: dict[tuple[str, ...], Path] = {}
+
+    def cached(self: PipBundling, out: Path, requirements: tuple[str, ...], *options: str) -> None:
+        key = (self.platform, self.python_version, *requirements, "--", *options)
+        if key not in done:
+            target = cache / str(len(done))
+            target.mkdir()
+            real(self, target, requirements, *options)
+            done[key] = target
+        shutil.copytree(done[key], out, dirs_exist_ok=True)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(PipBundling, "_pip", cached)
+        yield
 
 
 def synth(tmp: Path, **context: Any) -> tuple[dict[str, Any], Path]:
