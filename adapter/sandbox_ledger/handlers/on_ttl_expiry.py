@@ -25,7 +25,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 
 from sandbox_ledger.errors import InvalidInputError
-from sandbox_ledger.handlers._sdk import sdk_session
+from sandbox_ledger.handlers._sdk import LazyClient, sdk_session
 from sandbox_ledger.handlers.tracing import traced
 from sandbox_ledger.resources import EventPublisher, StreamSettings
 from sandbox_ledger.resources.unreported import (
@@ -68,7 +68,8 @@ def build(environ: Mapping[str, str], *, session: Any | None = None) -> TtlRepor
     events = session.client("events", endpoint_url=endpoint)
     unreported = None
     if settings.unreported_bucket:
-        s3 = session.client("s3", endpoint_url=endpoint)
+        # Used only when a publish fails, or on a replay: created then, not at cold start.
+        s3 = LazyClient(session, "s3", endpoint)
         unreported = UnreportedStore(s3, settings.unreported_bucket)
     return TtlReporter(settings, EventPublisher(events, settings.event_bus_name), unreported)
 

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StrictInt, ValidationInfo, field_validator, model_validator
 
+from sandbox_ledger.resources.phases import FAILED_PHASES, LIVE_PHASES, Phase, Placement
 from sandbox_ledger.wire import WireModel
 
 __all__ = [
@@ -22,11 +23,6 @@ __all__ = [
     "parse_iso",
     "to_iso",
 ]
-
-Phase = Literal["allocating", "ready", "closing", "cleanup-failed", "allocation-uncertain"]
-Placement = Literal["mounted", "remote", "host"]
-LIVE_PHASES: tuple[Phase, ...] = ("allocating", "ready", "closing")
-FAILED_PHASES: tuple[Phase, ...] = ("cleanup-failed", "allocation-uncertain")
 
 
 def parse_iso(value: str, field: str = "timestamp") -> datetime:

@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from sandbox_ledger.errors import InvalidInputError
-from sandbox_ledger.resources.models import FAILED_PHASES, LIVE_PHASES
+from sandbox_ledger.resources.phases import FAILED_PHASES, LIVE_PHASES
 
 if TYPE_CHECKING:
     from datetime import datetime

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox_ledger.resources import _items as ri
+from sandbox_ledger import keys as k
 from sandbox_ledger.resources.events import Expiry
-from sandbox_ledger.resources.models import to_iso
 
 TTL_PRINCIPAL = "dynamodb.amazonaws.com"
 
@@ -30,11 +29,17 @@ def ttl_expiry(stream_record: dict[str, Any]) -> Expiry | None:
     if not is_ttl_removal(stream_record):
         return None
     image = (stream_record.get("dynamodb") or {}).get("OldImage") or {}
-    if image.get("itemType", {}).get("S") != ri.ITEM_TYPE:
+    if image.get(k.ITEM_TYPE, {}).get("S") != k.RESOURCE_ITEM_TYPE:
         return None
+    # Only a resource record's removal needs the models (pydantic): the stream handler also
+    # sees the TTL removals of ledger items, which it ignores without loading them.
+    from datetime import UTC, datetime
+
+    from sandbox_ledger.resources import _items as ri
+    from sandbox_ledger.resources.models import to_iso
+
     stored = ri.decode(image)
     created = (stream_record.get("dynamodb") or {}).get("ApproximateCreationDateTime")
-    from datetime import UTC, datetime
 
     when = datetime.fromtimestamp(float(created), UTC) if created else datetime.now(UTC)
     return Expiry(
