@@ -214,6 +214,58 @@ def imports_report(trees: dict[str, list[Path]], runs: int) -> None:
     print(f"\nLoad average {os.getloadavg()[0]:.1f} at the end.")
 
 
+# botocore.client imports botocore.waiter, which imports botocore.docs (docstrings only). To
+# see what that costs, a child replaces the package's __init__ (which loads every
+# documenter) and botocore.docs.docstring with stand-ins; botocore's own imports of other
+# botocore.docs modules still load them. A measurement only: nothing ships this.
+_WITHOUT_DOCS = """
+import sys, types
+docs = types.ModuleType("botocore.docs")
+docs.__path__ = [sys.argv[1]]
+docstring = types.ModuleType("botocore.docs.docstring")
+class _Doc(str):
+    def __new__(cls, *args, **kwargs):
+        return str.__new__(cls, "")
+docstring.WaiterDocstring = docstring.ClientMethodDocstring = _Doc
+docstring.PaginatorDocstring = _Doc
+sys.modules.update({"botocore.docs": docs, "botocore.docs.docstring": docstring})
+"""
+_BOTOCORE = """
+import sys
+sys.path[:0] = sys.argv[2:]
+import botocore.session
+botocore.session.Session().create_client("events", region_name="us-east-1",
+    aws_access_key_id="bench", aws_secret_access_key="bench")
+print(len(sys.modules))
+"""
+
+
+def botocore_docs_report(paths: list[Path], runs: int) -> None:
+    """CPU of importing botocore and creating a client, with and without botocore.docs."""
+    docs_dir = next(p / "botocore" / "docs" for p in paths if (p / "botocore").is_dir())
+    cpus: dict[str, list[float]] = {"with": [], "without": []}
+    modules: dict[str, str] = {}
+    for _ in range(runs):
+        for kind, code in (("with", _BOTOCORE), ("without", _WITHOUT_DOCS + _BOTOCORE)):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            done = subprocess.run(
+                [sys.executable, "-I", "-S", "-c", code, str(docs_dir), *map(str, paths)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            used = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+            cpus[kind].append(used * 1000)
+            modules[kind] = done.stdout.strip()
+    with_docs, without = (statistics.median(cpus[k]) for k in ("with", "without"))
+    print(
+        f"\nbotocore.docs: `import botocore.session` and one client, CPU ms (median of {runs}): "
+        f"{with_docs:.0f} with it ({modules['with']} modules), {without:.0f} without it "
+        f"({modules['without']} modules)."
+    )
+
+
 def asset_report() -> None:
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
     sys.path.insert(0, str(ROOT))
@@ -245,7 +297,9 @@ def main() -> None:
     args = parser.parse_args()
     print(f"Handler cold starts, Python {sys.version.split()[0]} ({args.runs} fresh processes)\n")
     with tempfile.TemporaryDirectory() as tmp:
-        imports_report(build_packages(Path(tmp), args.before), args.runs)
+        trees = build_packages(Path(tmp), args.before)
+        imports_report(trees, args.runs)
+        botocore_docs_report(trees["now"], args.runs * 3)
     if not args.no_asset:
         asset_report()
 
