@@ -40,7 +40,6 @@ def ttl_expiry(stream_record: dict[str, Any]) -> Expiry | None:
 
     stored = ri.decode(image)
     created = (stream_record.get("dynamodb") or {}).get("ApproximateCreationDateTime")
-
     when = datetime.fromtimestamp(float(created), UTC) if created else datetime.now(UTC)
     return Expiry(
         record=stored.record,
