@@ -109,7 +109,7 @@ def test_a_handler_module_imports_only_what_it_uses(
     ]
 
 
-def test_the_entry_points_import_no_more_than_the_handler_modules() -> None:
+def test_the_entry_points_import_only_what_the_handlers_use() -> None:
     for handler, unwanted in (
         ("expire_stale_resources", NEITHER + NOT_IN_SWEEPER),
         ("on_ttl_expiry", NEITHER + NOT_IN_STREAM_HANDLER),
@@ -181,3 +181,19 @@ def test_the_lazy_s3_client_is_created_once_on_first_use() -> None:
     assert lazy.created and lazy.meta is lazy.meta
     with pytest.raises(AttributeError):
         lazy.no_such_operation  # noqa: B018 - the client's own AttributeError
+
+
+def test_botocores_stubber_works_on_a_lazy_client() -> None:
+    import boto3
+    from botocore.stub import Stubber
+
+    from sandbox_ledger.handlers._sdk import LazyClient
+
+    session = boto3.session.Session(
+        region_name="us-east-1", aws_access_key_id="a", aws_secret_access_key="b"
+    )
+    lazy = LazyClient(session, "s3", None)
+    with Stubber(lazy) as stub:
+        stub.add_response("put_object", {"ETag": '"1"'}, {"Bucket": "b", "Key": "k", "Body": b"x"})
+        assert lazy.put_object(Bucket="b", Key="k", Body=b"x")["ETag"] == '"1"'
+        stub.assert_no_pending_responses()

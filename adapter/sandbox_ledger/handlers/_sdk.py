@@ -24,10 +24,10 @@ _OWN = frozenset({"_session", "_service", "_endpoint_url", "_client"})
 class LazyClient:
     """A boto3 client created on first use, then kept (one per cold start like the others).
 
-    For a client only a rare path uses: creating one loads its service model (the S3
-    client, which the stream handler uses only when a publish fails or on a replay, costs
-    about as much CPU as importing pydantic), and a cold start should not pay for it.
-    Attribute access goes to the client, so ``client.meta.events`` and Stubber work.
+    For a client only a rare path uses: creating one loads its service model (for S3, which
+    the stream handler uses only when a publish fails or on a replay, tens of milliseconds of
+    CPU), and a cold start should not pay for it. Attribute access goes to the client, so
+    ``client.meta.events`` and botocore's Stubber work on it.
     """
 
     def __init__(self, session: Any, service: str, endpoint_url: str | None) -> None:
