@@ -308,6 +308,126 @@ def test_same_results_as_stock_moto_on_random_transactions(seed: int, transactio
     assert {"ok", "TransactionCanceledException", "MultipleTransactionsException"} <= outcomes
 
 
+# -- queries ------------------------------------------------------------------------------------
+
+
+def _fill(client: Any, table: str, rng: random.Random, partitions: int, per: int) -> None:
+    """Items in ``partitions`` partitions; some on the indexes (ties on the index sort key
+    included), some not."""
+    with_index = ["g1pk", "g2pk", "g3pk"]
+    for p in range(partitions):
+        for _ in range(per):
+            item: dict[str, Any] = {**key(f"p{p:03}", f"s{rng.randrange(10**6):07}")}
+            if rng.random() < 0.7:
+                item["gsk"] = {"N": str(rng.randrange(20))}
+                item[rng.choice(with_index)] = {"S": f"g{rng.randrange(3)}"}
+            client.put_item(TableName=table, Item=item)
+
+
+def _queries(table: str, rng: random.Random) -> Iterator[dict[str, Any]]:
+    for _ in range(40):
+        forward = rng.random() < 0.5
+        limit = rng.choice([1, 3, 50])
+        if rng.random() < 0.5:
+            p = f"p{rng.randrange(12):03}"  # a few partitions that do not exist
+            condition, values = "PK = :p", {":p": {"S": p}}
+            if rng.random() < 0.5:
+                condition += " AND SK > :s"
+                values[":s"] = {"S": f"s{rng.randrange(10**6):07}"}
+            yield {
+                "TableName": table,
+                "KeyConditionExpression": condition,
+                "ExpressionAttributeValues": values,
+                "ScanIndexForward": forward,
+                "Limit": limit,
+            }
+        else:
+            index, attribute = rng.choice(
+                [("byName", "g1pk"), ("byNameStatus", "g2pk"), ("all", "g3pk")]
+            )
+            condition = f"{attribute} = :g"
+            values = {":g": {"S": f"g{rng.randrange(3)}"}}
+            if rng.random() < 0.5:
+                condition += " AND gsk < :n"
+                values[":n"] = {"N": str(rng.randrange(20))}
+            yield {
+                "TableName": table,
+                "IndexName": index,
+                "KeyConditionExpression": condition,
+                "ExpressionAttributeValues": values,
+                "ScanIndexForward": forward,
+                "Limit": limit,
+            }
+
+
+def _all_pages(client: Any, query: dict[str, Any]) -> list[Any]:
+    pages, start = [], None
+    while True:
+        page = client.query(**query, **({"ExclusiveStartKey": start} if start else {}))
+        pages.append((page["Items"], page.get("LastEvaluatedKey")))
+        start = page.get("LastEvaluatedKey")
+        if not start:
+            return pages
+
+
+def test_queries_answer_as_stock_moto(
+    client: Any, table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Base-table and index queries, forward and backward, with key conditions, limits and
+    every page: the same items, pages and LastEvaluatedKeys as moto's own Query."""
+    from moto.dynamodb.models.table import Table
+
+    local.install_moto_patches()
+    rng = random.Random(2026)
+    _fill(client, table, rng, partitions=10, per=12)
+    queries = list(_queries(table, rng))
+    patched = [_all_pages(client, q) for q in queries]
+    monkeypatch.setattr(Table, "query", local._STOCK_QUERY)
+    stock = [_all_pages(client, q) for q in queries]
+    assert patched == stock
+    assert sum(len(items) for pages in stock for items, _ in pages) > 100  # not all empty
+
+
+def test_a_query_costs_the_same_in_a_bigger_table(
+    client: Any, moto_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Comparisons of moto's typed values during one base-table Query of a 5-item
+    partition: the same whether the table holds 10 partitions or 200 (stock moto sorts the
+    whole table for every Query)."""
+    from moto.dynamodb.models.dynamo_type import DynamoType
+
+    local.install_moto_patches()
+    comparisons = {"n": 0}
+    stock_lt, stock_eq = DynamoType.__lt__, DynamoType.__eq__
+
+    def lt(self: Any, other: Any) -> bool:
+        comparisons["n"] += 1
+        return bool(stock_lt(self, other))
+
+    def eq(self: Any, other: Any) -> bool:
+        comparisons["n"] += 1
+        return bool(stock_eq(self, other))
+
+    def cost(partitions: int) -> int:
+        name = f"local-{uuid.uuid4().hex[:10]}"
+        client.create_table(**k.table_definition(name))
+        _fill(client, name, random.Random(1), partitions=partitions, per=5)
+        with monkeypatch.context() as m:
+            m.setattr(DynamoType, "__lt__", lt)
+            m.setattr(DynamoType, "__eq__", eq)
+            comparisons["n"] = 0
+            items = client.query(
+                TableName=name,
+                KeyConditionExpression="PK = :p",
+                ExpressionAttributeValues={":p": {"S": "p001"}},
+            )["Items"]
+        assert len(items) == 5
+        return comparisons["n"]
+
+    small, big = cost(10), cost(200)
+    assert big == small, (small, big)
+
+
 # -- streams ------------------------------------------------------------------------------------
 
 

