@@ -305,6 +305,38 @@ async def test_a_purged_session_appended_to_again_starts_a_new_summary(store: St
         assert details is not None and (details.started_at, details.exec_count) == (now, 0)
 
 
+def test_a_reimport_writes_nothing_twice_when_entries_have_expired(store: Store) -> None:
+    """An export taken during a session longer than the retention holds entries that have
+    expired: importing it again must find them stored (until a purge), not append them
+    again (each run added them once more, raised execCount and, with the summary's expiry
+    taken from an older entry, hid the session)."""
+    from sandbox_ledger.cli.context import BlockingStore
+    from sandbox_ledger.transfer import entry_line, import_entries, parse_lines
+
+    now = _now_ms()
+    old = now - 25 * 3_600_000  # older than the one-day retention
+    lines = [
+        entry_line(_e("sb1", LedgerEvent.SandboxCreated, old)).encode(),
+        entry_line(_e("sb1", LedgerEvent.ExecComplete, old + 1)).encode(),
+        entry_line(_e("sb1", LedgerEvent.ExecComplete, now - 3_600_000)).encode(),
+    ]
+    target = BlockingStore(store.adapter(DAY))
+    try:
+        first = import_entries(target, parse_lines(lines))
+        assert (first.new, first.present, first.failed) == (3, 0, [])
+        details = target.get_sandbox_details("job", "sb1")
+        assert details is not None and details.exec_count == 2
+        for _ in range(2):
+            again = import_entries(target, parse_lines(lines))
+            assert (again.new, again.present, again.failed) == (0, 3, [])
+        assert target.get_sandbox_details("job", "sb1") == details
+        assert [e.ts for e in target.read_all("job", "sb1")] == [now - 3_600_000]
+        [(stored,)] = store.query("SELECT count(*) FROM ledger_events")
+        assert stored == 3
+    finally:
+        target.close()
+
+
 def test_store_urls_take_a_retention() -> None:
     sqlite = open_store("sqlite:///ledger.db?retention_days=30")
     assert isinstance(sqlite, SQLiteAdapter) and sqlite.retention == timedelta(days=30)

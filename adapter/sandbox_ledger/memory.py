@@ -128,6 +128,14 @@ class MemoryAdapter:
             return []
         return [_copy(e) for _, _, e in self._live_events(session)]
 
+    async def read_stored(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
+        """Every event still held, expired ones included (they stay in memory until
+        ``delete_sandbox``): what an import reconciles a file against."""
+        session = self._sessions.get((_require(name, "name"), _require(sandbox_id, "sandboxId")))
+        if session is None:
+            return []
+        return [_copy(e) for _, _, e in session.events]
+
     async def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry of the session in the order it was appended (what an export replays)."""
         session = self._sessions.get((_require(name, "name"), _require(sandbox_id, "sandboxId")))

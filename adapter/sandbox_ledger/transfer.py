@@ -280,11 +280,15 @@ def import_entries(
     """
     report = ImportReport(failed=list(parsed.errors))
     append_once = getattr(target, "append_once", None)
+    # What the session holds, expired entries included where the store still keeps them
+    # (SQL stores until a purge): reconciling against the visible entries only would write
+    # an expired entry again on every run.
+    read = getattr(target, "read_stored", None) or target.read_all
     sessions: dict[tuple[str, str], list[tuple[int, LedgerEntry]]] = {}
     for number, entry in parsed.entries:
         sessions.setdefault((entry.name, entry.sandbox_id), []).append((number, entry))
     for (name, sandbox_id), incoming in sessions.items():
-        writes, present = plan_session(target.read_all(name, sandbox_id), incoming)
+        writes, present = plan_session(read(name, sandbox_id), incoming)
         report.present += present
         if progress is not None and present:
             progress(present)

@@ -48,6 +48,10 @@ def retention_of(settings: str) -> str:
     return f"(SELECT retention_seconds FROM {settings} WHERE id = 1)"
 
 
+EVERYTHING = -(2**62)
+"""A time (Unix s) before every expiry: reading "as of" it shows every stored row."""
+
+
 def live(column: str, param: str) -> str:
     """The condition that ``column`` (an expiry, NULL: never) is still in the future at the
     time ``param`` (Unix s): what every read adds, so expired rows are hidden until purged."""

@@ -427,6 +427,13 @@ class SQLiteAdapter:
         found = await self._fetchall(self.queries.read_all, (*key, _now()))
         return [rows.decode_entry(name, sandbox_id, *r) for r in found]
 
+    async def read_stored(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
+        """Every entry still stored, expired ones included until a purge removes them (what
+        an import reconciles a file against, so that a re-import writes nothing twice)."""
+        key = self._key(name, sandbox_id)
+        found = await self._fetchall(self.queries.read_all, (*key, ret.EVERYTHING))
+        return [rows.decode_entry(name, sandbox_id, *r) for r in found]
+
     async def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry of the session in the order it was appended (what an export replays)."""
         key = self._key(name, sandbox_id)
