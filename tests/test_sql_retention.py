@@ -241,8 +241,9 @@ async def test_purge_deletes_what_expired_in_bounded_batches(store: Store) -> No
         if store.kind == "sqlite":
             db = await adapter._open()
             await db.set_trace_callback(statements.append)
-        with pytest.raises(InvalidInputError, match="batch_size"):
-            await adapter.purge_expired(batch_size=0)
+        for bad in (0, 2**63):  # 2**63 overflowed SQLite's INTEGER: now refused by name
+            with pytest.raises(InvalidInputError, match="batch_size"):
+                await adapter.purge_expired(batch_size=bad)
         assert await adapter.purge_expired(batch_size=3) == 21 + 10
         if store.kind == "sqlite":
             deletes = [s for s in statements if s.lstrip().startswith("DELETE")]
@@ -347,3 +348,6 @@ def test_store_urls_take_a_retention() -> None:
     for url in ("sqlite:///l.db?retention_days=0", "postgresql://h/db?retention_days=1.5"):
         with pytest.raises(InvalidInputError, match="retention_days must be a whole number"):
             open_store(url)
+    for days in ("1000000000", "99999999999999999999"):  # past what a timedelta holds
+        with pytest.raises(InvalidInputError, match="retention_days must be at most 999999999"):
+            open_store(f"sqlite:///l.db?retention_days={days}")

@@ -117,7 +117,10 @@ def _retention(url: str, options: dict[str, str], kwargs: dict[str, Any]) -> Non
     """``retention_days=N``: the ledger retention (absent: the store's, keep forever unless
     the store records one)."""
     if "retention_days" in options:
-        kwargs["retention"] = timedelta(days=_whole(url, options, "retention_days"))
+        days = _whole(url, options, "retention_days")
+        if days > timedelta.max.days:
+            raise _bad(url, f"option retention_days must be at most {timedelta.max.days}")
+        kwargs["retention"] = timedelta(days=days)
 
 
 def _number(url: str, options: dict[str, str], key: str) -> float:

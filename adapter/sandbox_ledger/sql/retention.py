@@ -87,14 +87,22 @@ def log_recorded(where: str, seconds: int) -> None:
     )
 
 
+MAX_BATCH_SIZE = 1_000_000
+
+
 def check_batch_size(batch_size: object) -> int:
-    """A purge's batch size: a positive integer.
+    """A purge's batch size: a positive integer, at most :data:`MAX_BATCH_SIZE` (a batch is
+    one short transaction: a bigger one would hold the lock as long as an unbatched purge).
 
     Raises:
         InvalidInputError: naming ``batch_size``.
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InvalidInputError("batch_size", f"must be a positive integer, got {batch_size!r}")
+    if batch_size > MAX_BATCH_SIZE:
+        raise InvalidInputError(
+            "batch_size", f"must be at most {MAX_BATCH_SIZE:,}, got {batch_size:,}"
+        )
     return batch_size
 
 
