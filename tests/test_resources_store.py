@@ -141,6 +141,54 @@ def test_reads_hide_records_past_their_ttl(
     assert short.get(r.record.id) is not None
 
 
+def test_operations_on_a_record_past_its_ttl_are_judged_by_its_state(
+    moto_endpoint: str, sync_table: str, clock: Clock
+) -> None:
+    """Operations, like a heartbeat, are the owner's while DynamoDB has not removed the record
+    (nothing has reported it expired): they succeed and give it a new TTL. The deep lifecycle
+    profile found them refused ("does not exist") while a touch of the same record succeeded."""
+    short = SyncResourceRecordStore(
+        sync_table, endpoint_url=moto_endpoint, clock=clock, ttl_horizon=timedelta(hours=1)
+    )
+    r = short.put(record(now=clock.now, operations=[]))
+    rid = r.record.id
+    clock.now += timedelta(hours=2)
+    assert short.get(rid) is None
+    started = short.record_operation_start(rid, "exec")
+    assert started.revision == r.revision + 1
+    assert started.expires_at == int(clock.now.timestamp()) + 30 * 60 + 3600
+    clock.now += timedelta(hours=2)
+    assert short.get(rid) is None
+    finished = short.record_operation_finish(rid, "exec", "completed")
+    assert finished.record.operations == []
+    assert finished.record.last_operation is not None
+    assert short.get(rid) is not None
+    # An owner whose clock is 20 years ahead of the one that wrote the record: still its own.
+    ahead = Clock()
+    ahead.now = clock.now + timedelta(days=365 * 20)
+    far = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint, clock=ahead)
+    assert far.record_operation_start(rid, "exec").revision == finished.revision + 1
+
+
+def test_operations_on_a_claimed_record_refuse_at_once(
+    store: SyncResourceRecordStore, clock: Clock
+) -> None:
+    """A claimed record refuses its owner after one read, without retrying its write."""
+    r = store.put(record(now=clock.now))
+    now_ms = int(clock.now.timestamp() * 1000)
+    store.claim(
+        r.record.id, r.revision, "stale", owner="sweep-1", now_ms=now_ms, until_ms=now_ms + 120_000
+    )
+    counter = RequestCounter().attach(store.client())
+    with pytest.raises(ConflictError, match="a sweeper is expiring it"):
+        store.record_operation_finish(r.record.id, "exec", "completed")
+    with pytest.raises(ConflictError, match="a sweeper is expiring it"):
+        store.record_operation_start(r.record.id, "exec")
+    assert dict(counter.calls) == {"GetItem": 2}
+    with pytest.raises(ConflictError, match="does not exist"):
+        store.record_operation_start("6b0a3c1e-0000-4000-8000-000000000000", "exec")
+
+
 def test_list_by_phase_and_provider_newest_first_paginated(
     store: SyncResourceRecordStore, clock: Clock
 ) -> None:

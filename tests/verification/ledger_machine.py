@@ -298,9 +298,17 @@ class LedgerMachine(RuleBasedStateMachine):
                 with contextlib.suppress(*_FAILURES):
                     await self._client(client).append(entry)
 
-            await asyncio.gather(
-                self._client(0).delete_sandbox(*session), *(one(c, e) for c, e in moved)
+            # Every racing append ends before this returns, even when the delete fails: gather
+            # without return_exceptions raised at the delete's failure and left appends running,
+            # which landed after the cleanup below (the deep profile's "timestamps differ").
+            results = await asyncio.gather(
+                self._client(0).delete_sandbox(*session),
+                *(one(c, e) for c, e in moved),
+                return_exceptions=True,
             )
+            for result in results:
+                if isinstance(result, BaseException):
+                    raise result
 
         try:
             self.run(go())

@@ -238,7 +238,9 @@ class LifecycleMachine(RuleBasedStateMachine):
         self._note(f"create {new.id[:8]} phase={phase} skew={skew}")
 
     def _live(self) -> list[str]:
-        return sorted(i for i, o in self.owners.items() if o.alive and not o.reclaimed)
+        # Creation order, not the ids' order: the ids are random, so sorting them made a
+        # replay draw other records than the run it replays (Hypothesis: flaky).
+        return [i for i, o in self.owners.items() if o.alive and not o.reclaimed]
 
     @precondition(lambda self: self._live())
     @rule(data=st.data(), action=st.sampled_from(["touch", "start", "finish"]))

@@ -121,9 +121,9 @@ def put(
     return ri.decode(response["Attributes"])
 
 
-def get(table: str, record_id: str, *, now_s: int) -> Op[ri.VersionedRecord | None]:
-    """The record, or None when absent or past its TTL (DynamoDB may not have deleted it; a
-    record the policy keeps forever has none)."""
+def get(table: str, record_id: str, *, now_s: int | None) -> Op[ri.VersionedRecord | None]:
+    """The record, or None when absent or past its TTL at ``now_s`` (DynamoDB may not have
+    deleted it; a record the policy keeps forever has none). ``now_s`` None: as stored."""
     response = yield Call(
         "get_item", {"TableName": table, "Key": ri.record_key(record_id), "ConsistentRead": True}
     )
@@ -133,7 +133,7 @@ def get(table: str, record_id: str, *, now_s: int) -> Op[ri.VersionedRecord | No
     stored = ri.decode_or_unreadable(item)
     if isinstance(stored, ri.Unreadable):
         raise StorageError(f"record {record_id} is unreadable: {stored.reason}", code="Unreadable")
-    return None if ri.hidden(stored, now_s) else stored
+    return None if now_s is not None and ri.hidden(stored, now_s) else stored
 
 
 def touch(
@@ -238,7 +238,11 @@ def record_operation(
     ttl_by_phase: Mapping[str, int | None],
     shard_count: int,
 ) -> Op[ri.VersionedRecord]:
-    """Read, change the operations, write back on the observed revision; retry on a race."""
+    """Read, change the operations, write back on the observed revision; retry on a race.
+
+    Like a heartbeat, judged by the record's state, never the writer's clock: a record past
+    its TTL that DynamoDB has not removed yet (so nothing reported it expired) is still the
+    owner's; a record a sweeper claimed, or one removed, refuses with ConflictError."""
     if not isinstance(kind, str) or not kind:
         raise InvalidInputError("kind", "must be a non-empty string")
     if finish is not None and finish[0] not in ("completed", "failed"):
@@ -247,9 +251,11 @@ def record_operation(
     for attempt in range(MAX_RMW_ATTEMPTS):
         if attempt:
             yield Sleep(steps.backoff(min(attempt, 6)))
-        current = yield from get(table, record_id, now_s=int(now.timestamp()))
+        current = yield from get(table, record_id, now_s=None)
         if current is None:
             raise ConflictError(f"record {record_id}: it does not exist")
+        if current.expiring:
+            raise ConflictError(f"record {record_id}: a sweeper is expiring it")
         if finish is None:
             changed = _started(current.record, kind, at)
         else:
