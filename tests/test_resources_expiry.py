@@ -227,6 +227,46 @@ def test_two_sweepers_at_once_publish_each_record_once(
     assert seed.list(limit=10).records == []
 
 
+def test_a_sweep_between_anothers_claim_and_its_publish_leaves_the_claims_alone(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    """The interleaving that the two-sweeper test above reaches only by chance, made certain:
+    sweeper B runs a whole sweep while sweeper A holds its claims, after A claimed and before A
+    publishes. B must skip every record A claimed (A's lease is live), so each record is
+    published once, by A."""
+    seed = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint)
+    ids = {seed.put(record(age=timedelta(hours=1))).record.id for _ in range(5)}
+    start = datetime.now(UTC)
+    collector = Collector()
+    b_results = []
+
+    def sweeper_b() -> None:
+        store = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint)
+        b_results.append(sweep(store, collector, now=start + WINDOW))
+
+    held: set[str] = set()
+
+    class BThenPublish:
+        """A's publisher: at A's first publish (one per page of claims), B sweeps first."""
+
+        def publish(self, expiries: Sequence[Expiry]) -> set[str]:
+            if not b_results:
+                held.update(e.record.id for e in expiries)
+                sweeper_b()
+            return collector.publish(expiries)
+
+    a_store = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint)
+    assert sorted(sweep(a_store, collector, now=start).observed) == sorted(ids)
+    a_result = sweep(a_store, BThenPublish(), now=start + WINDOW)
+    [b_result] = b_results
+    assert held and held <= set(b_result.skipped) and not held & set(b_result.expired)
+    assert held <= set(a_result.expired)
+    assert sorted([*a_result.expired, *b_result.expired]) == sorted(ids)
+    counts = Counter(e.record.id for e in collector.published)
+    assert set(counts) == ids and set(counts.values()) == {1}, counts
+    assert seed.list(limit=10).records == []
+
+
 def test_events_stay_within_eventbridge_limits_with_a_300_kb_record(
     moto_endpoint: str, sync_table: str
 ) -> None:
