@@ -28,7 +28,7 @@ from aws_cdk import custom_resources as cr
 from infra.bundling import ROOT, PipBundling
 from infra.table import LedgerTable
 from sandbox_ledger import keys as k
-from sandbox_ledger.deployment import TableDescriptor, descriptor_item
+from sandbox_ledger.deployment import TableDescriptor, deploy_descriptor_request
 from sandbox_ledger.handlers.tracing import TRACING_VARIABLE
 from sandbox_ledger.resources.unreported import ON_FAILURE_PREFIX, REPLAY_PREFIXES
 
@@ -110,7 +110,8 @@ class SandboxLedgerStack(Stack):
         """The table's deployment descriptor, written at every deploy (one PutItem by a role
         that may put only that item): what every client of the table must agree on."""
         config, table = self.config, self.ledger.table
-        item = descriptor_item(
+        request = deploy_descriptor_request(
+            table.table_name,
             TableDescriptor(
                 shard_count=config.shard_count,
                 event_bus_name=self.bus.event_bus_name,
@@ -119,12 +120,12 @@ class SandboxLedgerStack(Stack):
                 ledger_retention_seconds=None
                 if config.ledger_retention_days is None
                 else config.ledger_retention_days * 86400,
-            )
+            ),
         )
         call = cr.AwsSdkCall(
             service="DynamoDB",
             action="putItem",
-            parameters={"TableName": table.table_name, "Item": item},
+            parameters=request,
             physical_resource_id=cr.PhysicalResourceId.of("deployment-descriptor"),
         )
         log_group = logs.LogGroup(

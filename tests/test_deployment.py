@@ -22,6 +22,7 @@ from sandbox_ledger.deployment import (
     DeploymentMismatchError,
     TableDescriptor,
     aread_descriptor,
+    deploy_descriptor_request,
     descriptor_item,
     read_descriptor,
     resolve_shard_count,
@@ -45,6 +46,44 @@ def test_create_table_writes_the_descriptor_once(moto_endpoint: str, table_name:
     with pytest.raises(DeploymentMismatchError, match=r"shard_count: 4 .* 8"):
         other.create_table()
     assert read_descriptor(client(moto_endpoint), table_name) == TableDescriptor(shard_count=8)
+
+
+def test_a_redeploy_may_change_every_setting_but_the_shard_count(
+    moto_endpoint: str, table_name: str
+) -> None:
+    """The stack's descriptor write (the request its custom resource makes at every deploy):
+    a new bus, windows or retention replace the old ones; another shard count fails the
+    write (and so the deploy), leaving the descriptor and every item's visibility as they
+    were."""
+    from botocore.exceptions import ClientError
+
+    raw = client(moto_endpoint)
+    raw.create_table(**k.table_definition(table_name))  # type: ignore[attr-defined]
+    first = TableDescriptor(
+        shard_count=4, event_bus_name="bus-a", stale_after_seconds=900, retain_failed_seconds=0
+    )
+    raw.put_item(**deploy_descriptor_request(table_name, first))  # type: ignore[attr-defined]
+    ledger = SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint)
+    for i in range(12):
+        ledger.append(
+            LedgerEntry(ts=i, name="n", sandbox_id=f"s{i}", step_index=-1, event="sandbox.created")
+        )
+    changed = TableDescriptor(
+        shard_count=4,
+        event_bus_name="bus-b",
+        stale_after_seconds=600,
+        retain_failed_seconds=86400,
+        ledger_retention_seconds=86400 * 90,
+    )
+    raw.put_item(**deploy_descriptor_request(table_name, changed))  # type: ignore[attr-defined]
+    assert read_descriptor(raw, table_name) == changed
+    fewer = TableDescriptor(shard_count=2, event_bus_name="bus-b")
+    with pytest.raises(ClientError) as refused:
+        raw.put_item(**deploy_descriptor_request(table_name, fewer))  # type: ignore[attr-defined]
+    assert refused.value.response["Error"]["Code"] == "ConditionalCheckFailedException"
+    assert read_descriptor(raw, table_name) == changed
+    fresh = SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint)
+    assert len(fresh.list_all_sandbox_details(ListSandboxOptions(limit=50))) == 12
 
 
 async def test_async_create_table_and_reader(moto_endpoint: str, table_name: str) -> None:

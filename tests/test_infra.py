@@ -562,7 +562,16 @@ def test_deployed_stack_serves_the_library(
         )
     )
     assert (call["service"], call["action"]) == ("DynamoDB", "putItem")
-    boto3.client("dynamodb", endpoint_url=moto_endpoint).put_item(**call["parameters"])
+    dynamodb = boto3.client("dynamodb", endpoint_url=moto_endpoint)
+    dynamodb.put_item(**call["parameters"])
+    dynamodb.put_item(**call["parameters"])  # the next deploy, unchanged
+    # A deploy with another shard count fails its descriptor write (CloudFormation then rolls
+    # the update back): the stored items were hashed into the table's shards.
+    fewer = json.loads(json.dumps(call["parameters"]))
+    fewer["Item"][k.DESCRIPTOR_SHARD_COUNT] = {"N": "2"}
+    fewer["ExpressionAttributeValues"][":shards"] = {"N": "2"}
+    with pytest.raises(dynamodb.exceptions.ConditionalCheckFailedException):
+        dynamodb.put_item(**fewer)
 
     store = SyncResourceRecordStore(table, endpoint_url=moto_endpoint)
     assert store.descriptor() == TableDescriptor(

@@ -139,6 +139,26 @@ def descriptor_item(descriptor: TableDescriptor) -> Item:
     return item
 
 
+def deploy_descriptor_request(table: str, descriptor: TableDescriptor) -> dict[str, Any]:
+    """The PutItem a deployment (the CDK stack, at every deploy) makes to (re)describe the
+    table: any setting may change, except the shard count of a table that already has one.
+
+    The shard count is how the stored items' index keys were hashed: a redeploy with another
+    count would hide the items of the shards it drops from every listing. The write is
+    conditional on the stored count, so such a deploy fails (``ConditionalCheckFailedException``
+    in the custom resource, and CloudFormation rolls the update back) instead."""
+    return {
+        "TableName": table,
+        "Item": descriptor_item(descriptor),
+        "ConditionExpression": "attribute_not_exists(#pk) OR #shards = :shards",
+        "ExpressionAttributeNames": {
+            "#pk": k.PARTITION_KEY,
+            "#shards": k.DESCRIPTOR_SHARD_COUNT,
+        },
+        "ExpressionAttributeValues": {":shards": N(descriptor.shard_count)},
+    }
+
+
 def _decode(item: Item, table: str) -> TableDescriptor:
     def number(name: str) -> int | None:
         return int(item[name]["N"]) if name in item else None
