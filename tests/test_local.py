@@ -3,6 +3,8 @@ roll back only what they touch and bounded streams."""
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import random
 import uuid
 from collections.abc import Iterator
@@ -10,6 +12,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from sandbox_ledger import LedgerEntry, LedgerEvent, local
@@ -428,6 +431,388 @@ def test_a_query_costs_the_same_in_a_bigger_table(
     assert big == small, (small, big)
 
 
+# -- the request hot path: parsed update expressions, static checks, the serializer ------------
+
+
+def _update(table: str, pk: str, expression: str, **extra: Any) -> tuple[str, dict[str, Any]]:
+    return (
+        "update_item",
+        {"TableName": table, "Key": key("p", pk), "UpdateExpression": expression, **extra},
+    )
+
+
+def _hot_path_requests(table: str) -> list[tuple[str, dict[str, Any]]]:
+    """The library's update expression shapes, each on new and existing items, with passing
+    and failing conditions; every way moto refuses an update expression (most of them twice,
+    and some only with names that an earlier request with the same text passed); and
+    responses of every attribute type for the serializer."""
+    summary = "SET #a0 = :a0, #a1 = :a1, #a2 = :a2, #rev = if_not_exists(#rev, :zero) + :one"
+    summary_names = {"#a0": "owner", "#a1": "state", "#a2": "g1pk", "#rev": "rev"}
+
+    def summary_values(owner: str) -> dict[str, Any]:
+        return {
+            ":a0": {"S": owner},
+            ":a1": {"S": "running"},
+            ":a2": {"S": f"by-{owner}"},
+            ":zero": {"N": "0"},
+            ":one": {"N": "1"},
+        }
+
+    heartbeat = "SET #u = :u, #gsk = :ms, #rev = #rev + :one, #ttl = :ttl"
+    heartbeat_names = {"#u": "until", "#gsk": "gsk", "#rev": "rev", "#ttl": "ttl"}
+
+    def heartbeat_values(rev: str) -> dict[str, Any]:
+        return {
+            ":u": {"N": "99"},
+            ":ms": {"N": "1000"},
+            ":one": {"N": "1"},
+            ":ttl": {"N": "1234"},
+            ":rev": {"N": rev},
+        }
+
+    release = "REMOVE #exp, #by SET #rev = #rev + :one"
+    names_xy = {"#a": "x", "#b": "y"}
+    every_type = {
+        **key("p", "types"),
+        "s": {"S": "text"},
+        "n": {"N": "-1.5e3"},
+        "b": {"B": b"\x00\xff"},
+        "ss": {"SS": ["a", "b"]},
+        "ns": {"NS": ["1", "2"]},
+        "bs": {"BS": [b"x", b"y"]},
+        "m": {"M": {"deep": {"L": [{"N": "1"}, {"NULL": True}, {"BOOL": False}]}}},
+        "l": {"L": [{"M": {"k": {"S": "v"}}}, {"SS": ["z"]}]},
+        "null": {"NULL": True},
+        "bool": {"BOOL": True},
+    }
+    requests: list[tuple[str, dict[str, Any]]] = [
+        ("put_item", {"TableName": table, "Item": every_type})
+    ]
+    for pk, return_values in [("s1", "ALL_NEW"), ("s1", "UPDATED_OLD"), ("s2", "UPDATED_NEW")]:
+        requests.append(
+            _update(
+                table,
+                pk,
+                summary,
+                ExpressionAttributeNames=summary_names,
+                ExpressionAttributeValues=summary_values(pk),
+                ReturnValues=return_values,
+            )
+        )
+    for rev, on_failure in [("2", "ALL_OLD"), ("7", "ALL_OLD"), ("7", "NONE")]:
+        requests.append(
+            _update(
+                table,
+                "s1",
+                heartbeat,
+                ConditionExpression="attribute_exists(#rev) AND #rev = :rev",
+                ExpressionAttributeNames=heartbeat_names,
+                ExpressionAttributeValues=heartbeat_values(rev),
+                ReturnValues="ALL_OLD",
+                ReturnValuesOnConditionCheckFailure=on_failure,
+            )
+        )
+    values = heartbeat_values("0")
+    del values[":rev"]
+    requests += [
+        # The same text on an item without the attribute it adds to: refused.
+        _update(
+            table,
+            "absent",
+            heartbeat,
+            ExpressionAttributeNames=heartbeat_names,
+            ExpressionAttributeValues=values,
+        ),
+        _update(
+            table,
+            "s1",
+            "SET #exp = :r, #by = :o",
+            ExpressionAttributeNames={"#exp": "expiring", "#by": "by"},
+            ExpressionAttributeValues={":r": {"S": "idle"}, ":o": {"S": "me"}},
+        ),
+        _update(
+            table,
+            "s1",
+            release,
+            ExpressionAttributeNames={"#exp": "expiring", "#by": "by", "#rev": "rev"},
+            ExpressionAttributeValues={":one": {"N": "1"}},
+            ReturnValues="ALL_NEW",
+        ),
+        # A text and names that pass, then the same text with names that fail each check.
+        _update(
+            table,
+            "s1",
+            "SET #x = :v",
+            ExpressionAttributeNames={"#x": "note"},
+            ExpressionAttributeValues={":v": {"S": "v"}},
+        ),
+        _update(
+            table,
+            "s1",
+            "SET #x = :v",
+            ExpressionAttributeNames={"#x": "PK"},
+            ExpressionAttributeValues={":v": {"S": "v"}},
+        ),
+        _update(
+            table,
+            "s1",
+            "SET #a = :v, #b = :w",
+            ExpressionAttributeNames=names_xy,
+            ExpressionAttributeValues={":v": {"S": "v"}, ":w": {"S": "w"}},
+        ),
+        _update(
+            table,
+            "s1",
+            "SET #a = :v, #b = :w",
+            ExpressionAttributeNames={"#a": "x", "#b": "x"},
+            ExpressionAttributeValues={":v": {"S": "v"}, ":w": {"S": "w"}},
+        ),
+        _update(
+            table,
+            "s1",
+            "SET #a = :v, #b = :w",
+            ExpressionAttributeNames={"#a": "x", "#b": "y", "#c": "unused"},
+            ExpressionAttributeValues={":v": {"S": "v"}, ":w": {"S": "w"}},
+        ),
+        # Values of the wrong type, or empty, for an index key.
+        _update(table, "s1", "SET gsk = :v", ExpressionAttributeValues={":v": {"S": "text"}}),
+        _update(table, "s1", "SET g2pk = :v", ExpressionAttributeValues={":v": {"S": ""}}),
+        _update(
+            table,
+            "s1",
+            "SET #x = :v",
+            ExpressionAttributeNames={"#x": "note"},
+            ExpressionAttributeValues={":w": {"S": "v"}},
+        ),
+        _update(table, "s1", "SET #x = :v", ExpressionAttributeValues={":v": {"S": "v"}}),
+        _update(
+            table,
+            "types",
+            "SET l = list_append(l, :more), m.deep[1] = :v, ns2 = :ns ADD n :one DELETE ss :a",
+            ExpressionAttributeValues={
+                ":more": {"L": [{"S": "more"}]},
+                ":v": {"S": "replaced"},
+                ":ns": {"NS": ["3"]},
+                ":one": {"N": "1"},
+                ":a": {"SS": ["a"]},
+            },
+            ReturnValues="ALL_NEW",
+        ),
+        _update(
+            table, "types", "SET absent.deeper = :v", ExpressionAttributeValues={":v": {"N": "1"}}
+        ),
+        _update(table, "types", "SET s = s + :v", ExpressionAttributeValues={":v": {"N": "1"}}),
+    ]
+    for _ in range(2):  # refused twice: a refusal is never remembered
+        requests += [
+            _update(
+                table, "s1", "SET a = :v SET b = :v", ExpressionAttributeValues={":v": {"N": "1"}}
+            ),
+            _update(table, "s1", "ADD a :v ADD b :v", ExpressionAttributeValues={":v": {"N": "1"}}),
+            _update(table, "s1", "SET a = ", ExpressionAttributeValues={":v": {"N": "1"}}),
+            _update(
+                table, "s1", "SET a = :v, a = :v", ExpressionAttributeValues={":v": {"N": "1"}}
+            ),
+            _update(
+                table, "s1", "SET a.b = :v, a = :v", ExpressionAttributeValues={":v": {"N": "1"}}
+            ),
+            _update(table, "s1", "SET SK = :v", ExpressionAttributeValues={":v": {"S": "x"}}),
+            _update(table, "s1", "SET a = :nope", ExpressionAttributeValues={":v": {"N": "1"}}),
+            _update(table, "s1", "SET #nope = :v", ExpressionAttributeValues={":v": {"N": "1"}}),
+            _update(table, "s1", "   ", ExpressionAttributeValues={":v": {"N": "1"}}),
+            _update(table, "s1", "SET name = :v", ExpressionAttributeValues={":v": {"N": "1"}}),
+        ]
+    requests += [
+        (
+            "transact_write_items",
+            {
+                "TransactItems": [
+                    {
+                        "Update": dict(
+                            _update(table, pk, summary)[1],
+                            ExpressionAttributeNames=summary_names,
+                            ExpressionAttributeValues=summary_values(pk),
+                        )
+                    }
+                    for pk in ("s2", "s3")
+                ]
+            },
+        ),
+        (
+            "transact_write_items",
+            {
+                "TransactItems": [
+                    {
+                        "Update": dict(
+                            _update(table, "s3", heartbeat)[1],
+                            ConditionExpression="#rev = :rev",
+                            ExpressionAttributeNames=heartbeat_names,
+                            ExpressionAttributeValues=heartbeat_values("99"),
+                            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                        )
+                    },
+                    {
+                        "Update": dict(
+                            _update(table, "s4", summary)[1],
+                            ExpressionAttributeNames=summary_names,
+                            ExpressionAttributeValues=summary_values("s4"),
+                        )
+                    },
+                ]
+            },
+        ),
+        ("get_item", {"TableName": table, "Key": key("p", "types")}),
+        (
+            "get_item",
+            {"TableName": table, "Key": key("p", "s1"), "ProjectionExpression": "rev, g1pk"},
+        ),
+        (
+            "query",
+            {
+                "TableName": table,
+                "KeyConditionExpression": "PK = :p",
+                "ExpressionAttributeValues": {":p": {"S": "p"}},
+            },
+        ),
+        (
+            "batch_get_item",
+            {"RequestItems": {table: {"Keys": [key("p", "types"), key("p", "s2")]}}},
+        ),
+    ]
+    return requests
+
+
+def _answers(client: Any, table: str) -> tuple[list[Any], list[Any]]:
+    """Each request's raw HTTP status and body, then the table's items."""
+    raw: list[Any] = []
+
+    def keep(http_response: Any, **_: Any) -> None:
+        raw.append((http_response.status_code, http_response.content))
+
+    client.create_table(**k.table_definition(table))
+    client.meta.events.register("after-call.dynamodb.*", keep)
+    try:
+        for operation, params in _hot_path_requests(table):
+            with contextlib.suppress(ClientError):
+                getattr(client, operation)(**params)
+    finally:
+        client.meta.events.unregister("after-call.dynamodb.*", keep)
+    items = scan(client, table)
+    client.delete_table(TableName=table)
+    return raw, items
+
+
+@pytest.fixture
+def once(moto_endpoint: str) -> Any:
+    """A client that does not retry: moto answers some refusals with a 500 (a KeyError)."""
+    return boto3.client(
+        "dynamodb", endpoint_url=moto_endpoint, config=Config(retries={"max_attempts": 1})
+    )
+
+
+def test_updates_and_responses_are_stock_moto_s(once: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every request above answers byte for byte as with moto's own parser, validator and
+    serializer, and leaves the same items: the library's expressions, every refusal, and
+    responses of every attribute type."""
+    client = once
+    local.install_moto_patches()
+    local._parsed.clear()
+    local._source_of.clear()
+    local._checked.clear()
+    table = f"local-{uuid.uuid4().hex[:10]}"
+    patched, patched_items = _answers(client, table)
+    # The patched run did take the shortcuts: parsed once, checked once per shape.
+    summary = "SET #a0 = :a0, #a1 = :a1, #a2 = :a2, #rev = if_not_exists(#rev, :zero) + :one"
+    assert local._parsed.get(summary) is not None
+    assert any(shape[0] == summary for shape in local._checked._entries)
+    for owner, attribute, value in local._STOCK_HOT_PATH:
+        monkeypatch.setattr(owner, attribute, value)
+    stock, stock_items = _answers(client, table)
+    assert len(patched) == len(_hot_path_requests(table))
+    for index, (got, expected) in enumerate(zip(patched, stock, strict=True)):
+        assert got == expected, (index, got, expected)
+    assert patched_items == stock_items
+    statuses = [status for status, _ in stock]
+    assert {200, 400, 500} <= set(statuses) and statuses.count(400) > 25
+
+
+def _tree(node: Any, parent: Any = None) -> Any:
+    """A moto expression tree as plain data, checking its parent links."""
+    from moto.dynamodb.parsing.ast_nodes import Node
+
+    if not isinstance(node, Node):
+        return (type(node).__name__, node)
+    assert node.parent is parent
+    children = None if node.children is None else [_tree(c, node) for c in node.children]
+    return (type(node).__name__, sorted(vars(node)), node.type, children)
+
+
+def test_remembered_trees_are_fresh_parses_and_copy_as_deepcopy_does(once: Any) -> None:
+    """After the requests above, every tree the parser remembers is still what parsing its
+    text gives (nothing changed a shared tree), and the validator's copy of each is the
+    tree ``copy.deepcopy`` makes."""
+    from moto.dynamodb.parsing.ast_nodes import Node
+    from moto.dynamodb.parsing.expressions import UpdateExpressionParser
+
+    local.install_moto_patches()
+    table = f"local-{uuid.uuid4().hex[:10]}"
+    _answers(once, table)
+    stock_make = dict((a, v) for o, a, v in local._STOCK_HOT_PATH if o is UpdateExpressionParser)[
+        "make"
+    ].__func__
+    texts = [text for text in local._parsed._entries if "SET" in text or "REMOVE" in text]
+    assert len(texts) >= 8
+    for text in texts:
+        tree = UpdateExpressionParser.make(text)
+        assert UpdateExpressionParser.make(text) is tree  # remembered
+        assert _tree(tree) == _tree(stock_make(UpdateExpressionParser, text))
+        assert local._plain_tree(tree, Node)
+        assert _tree(local._copy_tree(tree, None, Node)) == _tree(copy.deepcopy(tree))
+
+
+def _first_inner_node(tree: Any) -> Any:
+    from moto.dynamodb.parsing.ast_nodes import Node
+
+    node = tree
+    while node.children and isinstance(node.children[0], Node):
+        node = node.children[0]
+    return node
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        lambda tree, node: setattr(node, "extra", 1),  # an attribute of its own
+        lambda tree, node: node.children.append([1]),  # a mutable leaf
+        lambda tree, node: tree.children.append(node),  # a node reached twice
+        lambda tree, node: setattr(node, "parent", None),  # a parent link elsewhere
+    ],
+)
+def test_a_tree_that_is_not_plain_is_left_to_deepcopy(spoil: Any) -> None:
+    """The validator's fast copy is only for trees as moto's parser makes them; any other
+    (which copy.deepcopy would copy differently) is left to copy.deepcopy."""
+    from moto.dynamodb.parsing.ast_nodes import Node
+    from moto.dynamodb.parsing.expressions import UpdateExpressionParser
+
+    local.install_moto_patches()
+    tree = copy.deepcopy(UpdateExpressionParser.make("SET a = :v, b = if_not_exists(b, :w)"))
+    assert local._plain_tree(tree, Node)
+    spoil(tree, _first_inner_node(tree))
+    assert not local._plain_tree(tree, Node)
+
+
+def test_the_parse_and_check_caches_are_bounded() -> None:
+    from moto.dynamodb.parsing.expressions import UpdateExpressionParser
+
+    local.install_moto_patches()
+    for i in range(local.UPDATE_EXPRESSIONS_CACHED + 20):
+        UpdateExpressionParser.make(f"SET bounded{i} = :v")
+    assert len(local._parsed) == local.UPDATE_EXPRESSIONS_CACHED
+    assert len(local._source_of) == local.UPDATE_EXPRESSIONS_CACHED
+    assert len(local._checked) <= local.UPDATE_EXPRESSIONS_CACHED
+    assert "SET bounded0 = :v" not in local._parsed._entries  # the oldest forgotten
+
+
 # -- streams ------------------------------------------------------------------------------------
 
 
@@ -504,6 +889,8 @@ def test_the_installed_moto_is_a_known_one() -> None:
         {"DynamoDBBackend.transact_write_items": local._STOCK_TRANSACT_WRITE_ITEMS}
     )
     assert DynamoDBBackend.transact_write_items is local._transact_write_items
+    for owner, attribute, stock in local._STOCK_HOT_PATH:
+        assert vars(owner)[attribute] is not stock, (owner, attribute)
 
 
 # -- the server in a child process (the CLI's embedded DynamoDB) --------------------------------

