@@ -1,7 +1,7 @@
 """Where `sandbox-ledger demo` spends its CPU: the client (this process) and the embedded
 server (its child), and with ``--profile`` the server's own profile.
 
-    .venv/bin/python benchmarks/demo_cpu.py              # client and server CPU
+    .venv/bin/python benchmarks/demo_cpu.py              # client and server CPU, append p50
     .venv/bin/python benchmarks/demo_cpu.py --profile    # + the server's top functions
 
 The profile is taken inside the server's request lock (one request at a time), so it counts
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import os
 import resource
 import subprocess
@@ -76,12 +77,19 @@ def main() -> None:
 
     sys.argv = ["sandbox-ledger", "demo", "--json"]
     start = time.perf_counter()
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+    summary = io.StringIO()
+    with contextlib.redirect_stdout(summary), contextlib.suppress(SystemExit):
         cli()
     wall = time.perf_counter() - start
     me = resource.getrusage(resource.RUSAGE_SELF)
     child = resource.getrusage(resource.RUSAGE_CHILDREN)
+    demo = json.loads(summary.getvalue())
+    append = demo["operations"]["append"]
     print(f"load average {os.getloadavg()[0]:.1f}; demo wall {wall:.1f} s")
+    print(
+        f"demo's own: elapsedSeconds {demo['elapsedSeconds']:.1f}, "
+        f"append p50 {append['p50Ms']} ms, p99 {append['p99Ms']} ms"
+    )
     print(f"client CPU: user {me.ru_utime:.1f} s, sys {me.ru_stime:.1f} s")
     print(f"server CPU: user {child.ru_utime:.1f} s, sys {child.ru_stime:.1f} s")
     if args.profile:
