@@ -29,12 +29,15 @@ demo: $(DEMO_STAMP)
 # The tests run on one worker per core (pytest-xdist); each worker starts its own moto and
 # PostgreSQL servers. --dist loadscope keeps a module's test functions (and a class's methods)
 # on one worker: the CDK tests share one synthesized template, synthesized once.
+# PYTHONDONTWRITEBYTECODE is cleared for the tests: with it set, every worker rewrites and
+# compiles each test module's asserts anew (about 5 s of CPU per worker) instead of reading
+# pytest's cache in __pycache__ (git-ignored).
 TEST_WORKERS ?= auto
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadscope --durations=15
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadscope --durations=15
 
 test-all: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=25
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=25
 
 # Long model-based verification runs (docs/verification.md); VERIFY_PROFILE=deep for CI's budget.
 VERIFY_PROFILE ?= long

@@ -34,13 +34,15 @@ from sandbox_ledger import keys as k  # noqa: E402
 CONTEXT = json.loads((ROOT / "cdk.json").read_text())["context"]
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(scope="session", autouse=True)
 def pip_once_per_requirements(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Each synth bundles the Lambda code, running pip (about 4 s of CPU) for the same
     requirements every time. Here the first bundling of each (platform, Python version,
     requirements, options) runs the real pip into a cache folder and every later one copies
     that folder: the session's template still comes from a real pip run, and the slow
-    fresh-process synth (test_synth_prints_no_deprecation_warning) runs pip without it."""
+    fresh-process synth (test_synth_prints_no_deprecation_warning) runs pip without it.
+    Session-scoped, so that the session's synth (``synthesized``) goes through it too: a
+    module-scoped one was set up after it, and the next synth ran the same pip again."""
     from infra.bundling import PipBundling
 
     real = PipBundling._pip
@@ -70,7 +72,9 @@ def synth(tmp: Path, **context: Any) -> tuple[dict[str, Any], Path]:
 
 
 @pytest.fixture(scope="session")
-def synthesized(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+def synthesized(
+    tmp_path_factory: pytest.TempPathFactory, pip_once_per_requirements: None
+) -> tuple[dict[str, Any], Path]:
     return synth(tmp_path_factory.mktemp("cdk"), local=True)
 
 
