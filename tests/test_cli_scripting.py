@@ -391,8 +391,22 @@ def test_a_missing_event_bus_is_named_as_such(
 def test_a_closed_pipe_ends_quietly(
     moto_endpoint: str, sync_table: str, ledger: SyncDynamoDBAdapter
 ) -> None:
-    for i in range(300):  # an export larger than a pipe's buffer
-        ledger.append(entry("sb-1", LedgerEvent.ExecStarted, 2_000_000_000_000 + i, step=i))
+    # An export several times larger than a pipe's buffer (64 KiB on Linux), so that the
+    # writer is still writing when `head` leaves: 40 entries of 5 KB (300 entries without a
+    # payload were about 30 KB, which a pipe could take whole).
+    for i in range(40):
+        command = f"{i:03d} " + "x" * 5_000
+        ledger.append(
+            entry(
+                "sb-1",
+                LedgerEvent.ExecStarted,
+                2_000_000_000_000 + i,
+                step=i,
+                payload={"command": command},
+            )
+        )
+    exported = "".join(json.dumps(e.wire()) + "\n" for e in ledger.read_all("job", "sb-1"))
+    assert len(exported.encode()) > 3 * 65536
     env = env_for(moto_endpoint, SANDBOX_LEDGER_TABLE=sync_table)
     for argv in (["ls"], ["export"], ["show", "job", "sb-1", "--json"], ["--help"]):
         process = subprocess.Popen(
@@ -402,9 +416,16 @@ def test_a_closed_pipe_ends_quietly(
         _, stderr = process.communicate(timeout=120)
         assert process.returncode == ExitCode.CLOSED_PIPE, (argv, stderr)
         assert stderr == b"", argv
+    # The exit statuses of both sides of the pipe, on stderr's last line: the export's is
+    # CLOSED_PIPE (it was still writing when head left), head's is 0.
     head = subprocess.run(
-        f"{COMMAND} export | head -1", shell=True, env=env, capture_output=True, timeout=120
+        ["bash", "-c", f'{COMMAND} export | head -1; echo "${{PIPESTATUS[@]}}" >&2'],
+        env=env,
+        capture_output=True,
+        timeout=120,
     )
+    statuses = head.stderr.decode().splitlines()[-1]
+    assert statuses == f"{ExitCode.CLOSED_PIPE} 0", head.stderr
     assert head.returncode == 0 and head.stdout.count(b"\n") == 1
     assert b"Traceback" not in head.stderr and b"Broken pipe" not in head.stderr
 
