@@ -736,6 +736,46 @@ def test_updates_and_responses_are_stock_moto_s(once: Any, monkeypatch: pytest.M
     assert {200, 400, 500} <= set(statuses) and statuses.count(400) > 25
 
 
+def test_descriptions_are_stock_moto_s(
+    once: Any, table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Responses built from nested dicts and lists of moto's own (table, indexes, stream,
+    TTL, tags): byte for byte as moto's serializer makes them, on the same table."""
+    local.install_moto_patches()
+    once.update_time_to_live(
+        TableName=table, TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"}
+    )
+    arn = once.describe_table(TableName=table)["Table"]["TableArn"]
+    once.tag_resource(ResourceArn=arn, Tags=[{"Key": "k", "Value": "v"}])
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("describe_table", {"TableName": table}),
+        ("describe_time_to_live", {"TableName": table}),
+        ("list_tags_of_resource", {"ResourceArn": arn}),
+        ("describe_table", {"TableName": "no-such-table"}),
+    ]
+
+    def answers() -> list[Any]:
+        raw: list[Any] = []
+
+        def keep(http_response: Any, **_: Any) -> None:
+            raw.append((http_response.status_code, http_response.content))
+
+        once.meta.events.register("after-call.dynamodb.*", keep)
+        try:
+            for operation, params in calls:
+                with contextlib.suppress(ClientError):
+                    getattr(once, operation)(**params)
+        finally:
+            once.meta.events.unregister("after-call.dynamodb.*", keep)
+        return raw
+
+    patched = answers()
+    for owner, attribute, value in local._STOCK_HOT_PATH:
+        monkeypatch.setattr(owner, attribute, value)
+    assert answers() == patched
+    assert b"GlobalSecondaryIndexes" in patched[0][1] and patched[3][0] == 400
+
+
 def _tree(node: Any, parent: Any = None) -> Any:
     """A moto expression tree as plain data, checking its parent links."""
     from moto.dynamodb.parsing.ast_nodes import Node

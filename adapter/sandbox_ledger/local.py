@@ -50,8 +50,8 @@ them while keeping moto's DynamoDB semantics and validation:
   its names and the table's keys run once per such shape (a refusal is never remembered),
   the validator copies the tree without ``copy.deepcopy``'s bookkeeping, and the keys the
   serializer tries for a member of a plain dict are worked out once per member: the same
-  answers and errors, byte for byte (``tests/test_local.py``), for about a third less of
-  the server's CPU (docs/benchmarks.md).
+  answers and errors, byte for byte (``tests/test_local.py``), for about half the server's
+  CPU per request (``benchmarks/server_replay.py``, docs/benchmarks.md).
 
 :class:`LocalDynamoDBProcess` runs the same server in a child process (the CLI's embedded
 DynamoDB), so that a client and its server do not share one interpreter lock.
@@ -112,6 +112,8 @@ _KNOWN_SOURCES: dict[str, frozenset[str]] = {
     "OverlappingPathsValidator.check_for_overlapping_paths": frozenset({"27103bac4e49bba7"}),
     "UpdateHashRangeKeyValidator.check_for_hash_or_range_key": frozenset({"65fb77b826f45587"}),
     "XFormedAttributePicker": frozenset({"88d8b10729f01416"}),
+    "ResponseSerializer.get_value": frozenset({"956d0b158a71cdbd"}),
+    "AttributePickerContext": frozenset({"463fab4b87f6b819"}),
     "AttributePicker": frozenset({"199c2153f48f344a"}),
     "ExplicitAlias": frozenset({"b1eb3ac19ee00f2b"}),
     "ShapeNameAlias": frozenset({"0b7d01a590896acb"}),
@@ -744,9 +746,11 @@ def install_moto_patches(*, stream_records: int | None = DEFAULT_STREAM_RECORDS)
             "ActionCountValidator._processing_map": (
                 validators.ActionCountValidator._processing_map
             ),
+            "ResponseSerializer.get_value": serialize.ResponseSerializer.get_value,
             **{
                 name: getattr(serialize, name)
                 for name in (
+                    "AttributePickerContext",
                     "XFormedAttributePicker",
                     "AttributePicker",
                     *(provider.__name__ for provider in serialize.DEFAULT_ALIAS_PROVIDERS),
@@ -1040,40 +1044,74 @@ def _install_serializer_patch(serialize: Any) -> None:
 
     moto's response serializer finds each member of a response's shape in the object
     returned by its backend by trying keys from six alias providers (the member's name, the
-    shape's, prefixes stripped, botocore's snake_case of each), instantiating the six for
-    every member of every value: for DynamoDB, whose results are dicts of items, every
-    attribute of every item (ten members of ``AttributeValue`` each), about a quarter of
-    the server's time. For a plain ``dict`` those candidates depend only on the member's
-    shape, its parent shape and the member's name (a dict has no ``Meta`` and its class
-    name is always ``dict``): they are computed by moto's own code once per (shape, parent,
-    name) and replayed, in order, afterwards. Any other object goes through moto unchanged.
+    shape's, prefixes stripped, botocore's snake_case of each), instantiating the six and a
+    context object for every member of every value: for DynamoDB, whose results are dicts
+    of items, every attribute of every item (ten members of ``AttributeValue`` each). A
+    20-item Query response took 25-35 ms to serialize. For a plain ``dict`` those candidate
+    keys depend only on the member's shape, its parent shape and the member's name (a dict
+    has no ``Meta`` and its class name is always ``dict``): moto's own code computes them
+    once per (shape, parent, name), and afterwards the member's value is the value under
+    the first of them the dict holds (None if none), as moto's picker answers when no
+    response transformer applies (else moto's picker runs). Any other object goes through
+    moto unchanged.
     """
     picker = serialize.XFormedAttributePicker
     stock_keys = picker.get_possible_keys
-    _STOCK_HOT_PATH.append((picker, "get_possible_keys", stock_keys))
+    stock_get_value = serialize.ResponseSerializer.get_value
+    _STOCK_HOT_PATH.extend(
+        [
+            (picker, "get_possible_keys", stock_keys),
+            (serialize.ResponseSerializer, "get_value", stock_get_value),
+        ]
+    )
     defaults = serialize.DEFAULT_ALIAS_PROVIDERS
     known = tuple(defaults)
-    remembered: dict[tuple[Any, Any, str], tuple[str, ...]] = {}
+    remembered: dict[tuple[Any, Any, str], tuple[tuple[str, ...], bool]] = {}
 
-    def get_possible_keys(self: Any, context: Any) -> Iterable[str]:
-        shape = context.shape
+    def keys_of(
+        self: Any, obj: Any, key: Any, shape: Any, context: Any
+    ) -> tuple[tuple[str, ...], bool] | None:
+        """The keys moto's picker ``self`` tries for member ``key`` of a dict, and whether
+        none of them is a dotted path; None when moto must decide."""
         if (
-            type(context.obj) is not dict
-            or type(context.key) is not str
+            type(obj) is not dict
+            or type(key) is not str
             or self.alias_providers is not defaults
             or tuple(defaults) != known
         ):
-            return stock_keys(self, context)  # type: ignore[no-any-return]
-        member = (shape, getattr(shape, "parent", None), context.key)
-        keys = remembered.get(member)
-        if keys is None:
+            return None
+        member = (shape, getattr(shape, "parent", None), key)
+        found = remembered.get(member)
+        if found is None:
+            if context is None:
+                context = serialize.AttributePickerContext(obj=obj, key=key, shape=shape)
             keys = tuple(stock_keys(self, context))
+            found = (keys, not any("." in candidate for candidate in keys))
             if len(remembered) >= SERIALIZER_KEYS_CACHED:
                 remembered.clear()
-            remembered[member] = keys
-        return keys
+            remembered[member] = found
+        return found
+
+    def get_possible_keys(self: Any, context: Any) -> Iterable[str]:
+        found = keys_of(self, context.obj, context.key, context.shape, context)
+        return stock_keys(self, context) if found is None else found[0]
+
+    def get_value(self: Any, value: Any, key: str, shape: Any) -> Any:
+        # moto's ResponseSerializer.get_value and AttributePicker.__call__ for a member of a
+        # plain dict, when no response transformer applies: the value under the first of
+        # the member's keys that the dict holds (None included), else None.
+        value_picker = self._value_picker
+        if type(value_picker) is picker and not value_picker.response_transformers:
+            found = keys_of(value_picker, value, key, shape, None)
+            if found is not None and found[1]:
+                for candidate in found[0]:
+                    if candidate in value:
+                        return value[candidate]
+                return None
+        return stock_get_value(self, value, key, shape)
 
     picker.get_possible_keys = get_possible_keys
+    serialize.ResponseSerializer.get_value = get_value
 
 
 def _static_shape(validator: Any) -> tuple[Any, ...] | None:
