@@ -662,6 +662,37 @@ def _hot_path_requests(table: str) -> list[tuple[str, dict[str, Any]]]:
             },
         ),
         ("get_item", {"TableName": table, "Key": key("p", "types")}),
+        *[
+            (
+                "put_item",
+                {
+                    "TableName": table,
+                    "Item": {**key("p", "s1"), "v": {"S": "x"}},
+                    "ConditionExpression": condition,
+                    "ExpressionAttributeNames": {"#rev": "rev"},
+                    "ExpressionAttributeValues": {":r": {"N": "4"}},
+                },
+            )
+            for condition in [
+                "attribute_not_exists(#rev) OR #rev < :r",  # fails
+                "attribute_not_exists(#rev) OR #rev < :r",
+                "#rev = :r AND",  # does not parse: twice
+                "#rev = :r AND",
+                "#rev = :r OR @",
+                "#rev <> :r OR (#rev BETWEEN :r AND :r) OR size(#rev) > :r",
+                "#rev IN (:r, :r) AND NOT attribute_type(#rev, :r)",
+            ]
+        ],
+        (
+            "query",
+            {
+                "TableName": table,
+                "KeyConditionExpression": "PK = :p",
+                "FilterExpression": "attribute_exists(#rev) AND begins_with(#o, :s)",
+                "ExpressionAttributeNames": {"#rev": "rev", "#o": "g1pk"},
+                "ExpressionAttributeValues": {":p": {"S": "p"}, ":s": {"S": "by-"}},
+            },
+        ),
         (
             "get_item",
             {"TableName": table, "Key": key("p", "s1"), "ProjectionExpression": "rev, g1pk"},
@@ -774,6 +805,47 @@ def test_descriptions_are_stock_moto_s(
         monkeypatch.setattr(owner, attribute, value)
     assert answers() == patched
     assert b"GlobalSecondaryIndexes" in patched[0][1] and patched[3][0] == 400
+
+
+def _lexed(text: str) -> Any:
+    from moto.dynamodb.comparisons import ConditionExpressionParser
+
+    try:
+        return list(ConditionExpressionParser(text, {}, {})._lex_condition_expression())
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "attribute_not_exists(#pk)",
+        "attribute_not_exists(#dl) OR #dl < :now",
+        "#rev = :rev AND (attribute_not_exists(#exp) OR #until < :now)",
+        "begins_with(#sk, :e) AND (attribute_not_exists(#ttl) OR #ttl > :now)",
+        "a.b[1].c <> :v OR size(#x) >= :n",
+        "#rev = :r AND",
+        "#rev = :r OR @",
+        "",
+    ],
+)
+def test_condition_tokens_are_stock_moto_s(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A condition's tokens, or the error for a text that does not lex: as moto's lexer
+    gives them, each time, and new lists each time (changing one changes no later parse)."""
+    from moto.dynamodb.comparisons import ConditionExpressionParser
+
+    local.install_moto_patches()
+    patched = [_lexed(text) for _ in range(2)]
+    changed = _lexed(text)
+    if isinstance(changed, list) and changed:
+        changed[0].children.append("changed")
+    patched.append(_lexed(text))
+    stock_lex = dict((a, v) for o, a, v in local._STOCK_HOT_PATH if o is ConditionExpressionParser)[
+        "_lex_condition_expression"
+    ]
+    monkeypatch.setattr(ConditionExpressionParser, "_lex_condition_expression", stock_lex)
+    stock = _lexed(text)
+    assert patched == [stock] * 3
 
 
 def _tree(node: Any, parent: Any = None) -> Any:

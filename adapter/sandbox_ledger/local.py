@@ -43,15 +43,16 @@ them while keeping moto's DynamoDB semantics and validation:
   request, is computed once: about half the server's CPU per request
   (``benchmarks/server_cpu.py``, docs/benchmarks.md).
 - **Less of moto's work per request.** moto parsed each UpdateItem's expression twice and
-  validated it once or twice, each validation deep-copying the tree and running ten passes
-  over it, and its response serializer tried six alias providers for every member of every
-  attribute value. Here an expression's text is parsed once (a bounded cache of moto's own
-  trees, which nothing changes), the three checks that look at nothing but the expression,
-  its names and the table's keys run once per such shape (a refusal is never remembered),
-  the validator copies the tree without ``copy.deepcopy``'s bookkeeping, and the keys the
-  serializer tries for a member of a plain dict are worked out once per member: the same
-  answers and errors, byte for byte (``tests/test_local.py``), for about half the server's
-  CPU per request (``benchmarks/server_replay.py``, docs/benchmarks.md).
+  validated it once or twice (each time deep-copying the tree and running ten passes over
+  it), lexed a condition's text two or three times, and its response serializer tried six
+  alias providers for every member of every attribute value. Here an update expression's
+  text is parsed once (a bounded cache of moto's own trees, which nothing changes), the
+  three checks that look at nothing but the expression, its names and the table's keys
+  run once per such shape (a refusal is never remembered), the validator copies the tree
+  without ``copy.deepcopy``'s bookkeeping, a condition's text is split into tokens once,
+  and the keys the serializer tries for a member of a plain dict are worked out once per
+  member: the same answers and errors, byte for byte (``tests/test_local.py``), for about
+  half the server's CPU per request (``benchmarks/server_replay.py``, docs/benchmarks.md).
 
 :class:`LocalDynamoDBProcess` runs the same server in a child process (the CLI's embedded
 DynamoDB), so that a client and its server do not share one interpreter lock.
@@ -121,6 +122,8 @@ _KNOWN_SOURCES: dict[str, frozenset[str]] = {
     "ShapePrefixAlias": frozenset({"26f1584fe4093ac7"}),
     "ClassPrefixAlias": frozenset({"0766a213874b457d"}),
     "ModelAlias": frozenset({"6c1992df6d0915c6"}),
+    "ConditionExpressionParser._lex_condition_expression": frozenset({"2396dfe834f97d24"}),
+    "ConditionExpressionParser._lex_one_node": frozenset({"a0268b4e8af426cc"}),
     "ActionCountValidator._processing_map": frozenset({"3176f3a09758747b"}),
     "OverlappingPathsValidator._processing_map": frozenset({"d2799e483b6bd45f"}),
     "UpdateHashRangeKeyValidator._processing_map": frozenset({"3369f3313c7e7dee"}),
@@ -707,6 +710,7 @@ def install_moto_patches(*, stream_records: int | None = DEFAULT_STREAM_RECORDS)
     """
     global _installed, _stream_limit, _STOCK_TRANSACT_WRITE_ITEMS, _STOCK_QUERY
     from moto.core import responses, serialize
+    from moto.dynamodb.comparisons import ConditionExpressionParser
     from moto.dynamodb.models import DynamoDBBackend
     from moto.dynamodb.models.table import StreamShard, Table
     from moto.dynamodb.parsing import validators
@@ -747,6 +751,10 @@ def install_moto_patches(*, stream_records: int | None = DEFAULT_STREAM_RECORDS)
                 validators.ActionCountValidator._processing_map
             ),
             "ResponseSerializer.get_value": serialize.ResponseSerializer.get_value,
+            "ConditionExpressionParser._lex_condition_expression": (
+                ConditionExpressionParser._lex_condition_expression
+            ),
+            "ConditionExpressionParser._lex_one_node": ConditionExpressionParser._lex_one_node,
             **{
                 name: getattr(serialize, name)
                 for name in (
@@ -842,6 +850,7 @@ def install_moto_patches(*, stream_records: int | None = DEFAULT_STREAM_RECORDS)
         )
         _install_update_expression_patches(UpdateExpressionParser, validators)
         _install_serializer_patch(serialize)
+        _install_condition_lexer_patch(ConditionExpressionParser)
         _installed = True
 
 
@@ -1112,6 +1121,38 @@ def _install_serializer_patch(serialize: Any) -> None:
 
     picker.get_possible_keys = get_possible_keys
     serialize.ResponseSerializer.get_value = get_value
+
+
+_lexed = _Bounded(UPDATE_EXPRESSIONS_CACHED)  # condition text -> its tokens
+
+
+def _install_condition_lexer_patch(parser: Any) -> None:
+    """Split each condition expression's text into tokens once.
+
+    moto's condition parser (ConditionExpression, FilterExpression) starts by matching up to
+    eight regular expressions at every position of the text; the tokens depend on the text
+    alone, but the tree built from them holds the request's names and values, so only the
+    tokens are remembered (the newest :data:`UPDATE_EXPRESSIONS_CACHED` texts), and each
+    parse gets new token tuples with lists of their own. A text that does not lex is
+    lexed again each time, and raises moto's own error each time.
+    """
+    stock_lex = parser._lex_condition_expression
+    _STOCK_HOT_PATH.append((parser, "_lex_condition_expression", stock_lex))
+
+    def lex(self: Any) -> Any:
+        text = self.condition_expression
+        if type(text) is not str:
+            return stock_lex(self)
+        tokens = _lexed.get(text)
+        if tokens is None:
+            nodes = stock_lex(self)
+            if all(type(n) is self.Node and n.children == [] for n in nodes):
+                _lexed.put(text, tuple(tuple(n[:4]) for n in nodes))
+            return nodes
+        node = self.Node
+        return collections.deque(node(*token, []) for token in tokens)
+
+    parser._lex_condition_expression = lex
 
 
 def _static_shape(validator: Any) -> tuple[Any, ...] | None:
