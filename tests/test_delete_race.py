@@ -8,7 +8,9 @@ to the number of exec.complete entries that exist.
 
 from __future__ import annotations
 
+import secrets
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -96,3 +98,60 @@ def test_a_concurrent_writer_never_leaves_a_disagreeing_summary(
     assert errors == []
     count, entries = agrees(ledger, sid)
     assert count == entries
+
+
+@pytest.mark.parametrize("event", [LedgerEvent.ExecComplete, LedgerEvent.ExecStarted])
+def test_a_large_append_whose_parts_were_written_before_the_delete(
+    moto_endpoint: str, sync_table: str, event: str
+) -> None:
+    """An entry split into parts is written parts first, head last. A delete_sandbox that
+    runs between the two must not take the parts of the head that lands after it: the raced
+    entry then belongs to the new session whole (read_all raised 'missing part' before)."""
+    deleter = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    writer = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    writer.append(e("p", LedgerEvent.SandboxCreated, 1))
+    payload = secrets.token_hex(400_000)  # 800 KB, incompressible: a head and two parts
+    ran: list[bool] = []
+
+    def delete_between_parts_and_head(**_: Any) -> None:
+        if not ran:
+            ran.append(True)
+            deleter.delete_sandbox("race", "p")
+
+    writer.client().meta.events.register(
+        "after-call.dynamodb.BatchWriteItem", delete_between_parts_and_head
+    )
+    writer.append(
+        LedgerEntry(ts=2, name="race", sandbox_id="p", step_index=0, event=event, payload=payload)
+    )
+    assert ran
+    [landed] = deleter.read_all("race", "p")
+    assert (landed.event, landed.payload) == (event, payload)
+    count, entries = agrees(deleter, "p")
+    assert count == entries == (1 if event == LedgerEvent.ExecComplete else 0)
+
+
+def test_delete_removes_the_parts_a_dead_writer_left(moto_endpoint: str, sync_table: str) -> None:
+    """Parts without a head older than the grace (a writer that died between them) still go
+    with the session; a young one (an append in flight) stays for its head."""
+    from sandbox_ledger import keys as k
+    from sandbox_ledger.dynamodb._ops import ORPHAN_PART_GRACE_MS
+
+    ledger = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    ledger.append(e("o", LedgerEvent.SandboxCreated, 1))
+    pk = k.session_pk("race", "o")
+    now = time.time_ns()
+    old = k.part_sk(k.event_sk(5, f"{now - 2 * ORPHAN_PART_GRACE_MS * 10**6:020d}abcd0123"), 1)
+    young = k.part_sk(k.event_sk(5, f"{now:020d}abcd0123"), 1)
+    for sk in (old, young):
+        ledger.client().put_item(
+            TableName=sync_table, Item={"PK": {"S": pk}, "SK": {"S": sk}, "d": {"B": b"x"}}
+        )
+    ledger.delete_sandbox("race", "o")
+    left = ledger.client().query(
+        TableName=sync_table,
+        KeyConditionExpression="PK = :pk",
+        ExpressionAttributeValues={":pk": {"S": pk}},
+        ConsistentRead=True,
+    )["Items"]
+    assert [item["SK"]["S"] for item in left] == [young]

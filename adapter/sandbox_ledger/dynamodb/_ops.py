@@ -154,6 +154,25 @@ def _not_being_deleted(summary: dict[str, Any], now_ms: int) -> dict[str, Any]:
     }
 
 
+# How long delete_sandbox leaves the parts of an entry whose head is not stored yet (an
+# append between its parts and its head: its head lands after the delete, with its parts).
+ORPHAN_PART_GRACE_MS = 15 * 60_000
+
+
+def _head_of_part(sk: str) -> str | None:
+    """The head's sort key if ``sk`` is a part of a split entry (``E#<ts>#<order>#<n>``)."""
+    if not sk.startswith(k.EVENT_PREFIX):
+        return None
+    head, _, part = sk.rpartition("#")
+    return head if head.count("#") == 2 and len(part) == 5 and part.isdigit() else None
+
+
+def _young(head_sk: str, now_ns: int) -> bool:
+    """True if the entry's order id (its writer's clock when the append began) is recent."""
+    stamp = it.append_order(head_sk)[:20]
+    return stamp.isdigit() and now_ns - int(stamp) < ORPHAN_PART_GRACE_MS * 1_000_000
+
+
 def delete_session(table: str, pk: str) -> Op[None]:
     """Delete every item of a session so that its summary always agrees with its entries.
 
@@ -168,6 +187,11 @@ def delete_session(table: str, pk: str) -> Op[None]:
     lands after step 3, into a new session whose summary counts exactly its own entries.
     Appends that never touch the summary (exec.started, exec.failed, checkpoints) are not
     held off: one that lands during step 2 may survive, which leaves no summary disagreeing.
+
+    A large entry is written parts first and head last, so step 2 can meet parts whose head
+    is not stored yet: they are left alone when younger than :data:`ORPHAN_PART_GRACE_MS`
+    (by the order id in their key), since the head of an append still running lands after
+    the delete and needs them; older ones (a writer that died) are deleted.
     """
     token = secrets.token_hex(8)
     summary_key = it.summary_key(pk)
@@ -185,6 +209,8 @@ def delete_session(table: str, pk: str) -> Op[None]:
         },
     )
     start: dict[str, Any] | None = None
+    last_head = ""  # parts sort right after their head, so the last head seen is theirs
+    now_ns = time.time_ns()
     while True:
         params: dict[str, Any] = {
             "TableName": table,
@@ -197,11 +223,17 @@ def delete_session(table: str, pk: str) -> Op[None]:
         if start:
             params["ExclusiveStartKey"] = start
         page = yield Call("query", params)
-        requests = [
-            {"DeleteRequest": {"Key": item}}
-            for item in page.get("Items", [])
-            if item[k.SORT_KEY]["S"] != k.SUMMARY_SK
-        ]
+        requests: list[dict[str, Any]] = []
+        for item in page.get("Items", []):
+            sk = item[k.SORT_KEY]["S"]
+            if sk == k.SUMMARY_SK:
+                continue
+            head = _head_of_part(sk)
+            if head is None:
+                last_head = sk
+            elif head != last_head and _young(head, now_ns):
+                continue  # an append in flight: its head lands after this delete
+            requests.append({"DeleteRequest": {"Key": item}})
         yield from batch_write(table, requests)
         start = page.get("LastEvaluatedKey")
         if not start:
