@@ -456,3 +456,62 @@ def test_a_table_export_carries_environments_and_a_refused_record_is_a_failed_li
     assert [r.wire() for r in copy.list_environments()] == [
         {"name": "py", "builtAt": 5, "snapshotId": None, "tags": {"a": None}}
     ]
+
+
+# -- concurrent imports into the SQL stores -------------------------------------------------
+
+
+class _ReadsThenWaits:
+    """An import target whose first session read is followed by another whole import, before
+    this import writes anything: the interleaving of two imports running at once."""
+
+    def __init__(self, inner: object, meanwhile: list[object]) -> None:
+        self._inner = inner
+        self._meanwhile = meanwhile
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    def read_stored(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
+        found: list[LedgerEntry] = self._inner.read_stored(name, sandbox_id)  # type: ignore[attr-defined]
+        while self._meanwhile:
+            self._meanwhile.pop()()  # type: ignore[operator]
+        return found
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_concurrent_imports_into_a_sql_store_store_each_entry_once(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Two imports of one file at once into SQLite or PostgreSQL both read the session
+    before either writes: the second must find the first's entries by their identity (it
+    appended every entry again: 13 entries stored twice, execCount doubled)."""
+    from sandbox_ledger.cli.context import BlockingStore
+
+    def adapter() -> object:
+        if kind == "sqlite":
+            from sandbox_ledger.sqlite import SQLiteAdapter
+
+            return SQLiteAdapter(tmp_path / "ledger.db")
+        from sandbox_ledger.postgres import PostgresAdapter
+
+        dsn = request.getfixturevalue("postgres_dsn")
+        return PostgresAdapter(dsn, schema=request.getfixturevalue("pg_schema"), max_size=2)
+
+    entries = [e("job", "c", "sandbox.created", 1)]
+    entries += [e("job", "c", "exec.complete", 10 + i % 3, {"i": i % 4}, step=i) for i in range(11)]
+    entries += [e("job", "c", "exec.complete", 10, {"i": 0}, step=0)]  # a repeat of one above
+    parsed = parse_lines([line(x).encode() + b"\n" for x in entries])
+    first, second = BlockingStore(adapter()), BlockingStore(adapter())
+    reports = []
+    try:
+        meanwhile: list[object] = [lambda: reports.append(import_entries(second, parsed))]
+        reports.append(import_entries(_ReadsThenWaits(first, meanwhile), parsed))  # type: ignore[arg-type]
+        stored = first.read_all("job", "c")
+        assert sorted(map(content_digest, stored)) == sorted(map(content_digest, entries))
+        assert [(r.new, r.present, r.failed) for r in reports] == [(13, 0, []), (0, 13, [])]
+        details = first.get_sandbox_details("job", "c")
+        assert details is not None and details.exec_count == 12
+    finally:
+        first.close()
+        second.close()

@@ -194,10 +194,11 @@ def parse_lines(lines: Iterable[bytes]) -> ParsedFile:
 
 
 class ImportTarget(Protocol):
-    """What the importer needs from a (sync) adapter. With ``append_once`` (DynamoDB) writes
-    are conditional on their identity, so concurrent imports never duplicate; without it
-    (``append`` only) repeated, overlapping and reordered imports are still reconciled, but
-    two imports running at the same moment may both write a missing entry."""
+    """What the importer needs from a (sync) adapter. With ``append_once`` (DynamoDB, SQLite,
+    PostgreSQL) writes are conditional on their identity, so concurrent imports never
+    duplicate; without it (``append`` only: the memory store) repeated, overlapping and
+    reordered imports are still reconciled, but two imports running at the same moment may
+    both write a missing entry."""
 
     def read_all(self, name: str, sandbox_id: str) -> list[LedgerEntry]: ...
 

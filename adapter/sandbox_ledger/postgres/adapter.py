@@ -409,13 +409,21 @@ class PostgresAdapter:
         key = rows.append_key(rows.check_entry(entry), position)
         await self._append(rows.encode_entry(entry, key=key, nul_ok=False))
 
-    async def _append(self, row: rows.EventRow) -> None:
+    async def append_once(self, entry: LedgerEntry, occurrence: int) -> bool:
+        """Append occurrence ``occurrence`` of this content in its session unless it is
+        stored (what an import writes, see :mod:`sandbox_ledger.transfer`); False, writing
+        nothing, when another write stored it first, so imports running at once store it
+        once."""
+        key = rows.claim_key(rows.check_entry(entry), occurrence)
+        return await self._append(rows.encode_entry(entry, key=key, nul_ok=False))
+
+    async def _append(self, row: rows.EventRow) -> bool:
         await self._open()  # says which extra to install when psycopg is missing
         import psycopg
 
         params = rows.append_params(row)
 
-        async def op(conn: AsyncConnection[Any]) -> None:
+        async def op(conn: AsyncConnection[Any]) -> bool:
             try:
                 await conn.execute(self.queries.append, params)
             except psycopg.errors.UniqueViolation as exc:
@@ -423,8 +431,11 @@ class PostgresAdapter:
                 # line): the whole statement, summary included, was rolled back.
                 if exc.diag.constraint_name != "ledger_events_append_key":
                     raise
+                return False
+            return True
 
-        await self._run(op)
+        stored: bool = await self._run(op)
+        return stored
 
     def _key(self, name: str, sandbox_id: str) -> dict[str, Any]:
         """The session's key, and the time (Unix s) reads compare expiries with."""

@@ -39,6 +39,7 @@ __all__ = [
     "check_entry",
     "check_record",
     "check_text",
+    "claim_key",
     "decode_details",
     "decode_entry",
     "decode_environment",
@@ -171,6 +172,17 @@ def append_key(entry: LedgerEntry, position: int | None = None) -> str:
         raise InvalidInputError("position", "must be an integer from 0 to 10**20 - 1")
     digest = hashlib.sha256(_json.dumps(entry.wire())).hexdigest()[:16]
     return f"p{position:020d}-{digest}"
+
+
+def claim_key(entry: LedgerEntry, occurrence: int) -> str:
+    """The unique key of an imported entry: occurrence ``occurrence`` (1-based) of its content
+    in its session (:func:`sandbox_ledger.transfer.content_digest`), as DynamoDB's import
+    claim, so imports running at once store each copy once."""
+    from sandbox_ledger.transfer import content_digest
+
+    if not isinstance(occurrence, int) or isinstance(occurrence, bool) or occurrence < 1:
+        raise InvalidInputError("occurrence", "must be a positive integer")
+    return f"i{occurrence:06d}-{content_digest(entry)}"
 
 
 def encode_entry(entry: object, *, key: str, nul_ok: bool = True) -> EventRow:

@@ -395,23 +395,33 @@ class SQLiteAdapter:
         key = rows.append_key(rows.check_entry(entry), position)
         await self._append(rows.encode_entry(entry, key=key), idempotent=True)
 
-    async def _append(self, row: rows.EventRow, *, idempotent: bool) -> None:
+    async def append_once(self, entry: LedgerEntry, occurrence: int) -> bool:
+        """Append occurrence ``occurrence`` of this content in its session unless it is
+        stored (what an import writes, see :mod:`sandbox_ledger.transfer`); False, writing
+        nothing, when another write stored it first, so imports running at once store it
+        once."""
+        key = rows.claim_key(rows.check_entry(entry), occurrence)
+        return await self._append(rows.encode_entry(entry, key=key), idempotent=True)
+
+    async def _append(self, row: rows.EventRow, *, idempotent: bool) -> bool:
         params = rows.append_params(row)
         params["append_key"] = row.append_key or None
 
-        async def op(db: aiosqlite.Connection) -> None:
+        async def op(db: aiosqlite.Connection) -> bool:
             if idempotent:
                 async with db.execute(
                     "SELECT 1 FROM ledger_events WHERE append_key = ?", (row.append_key,)
                 ) as cursor:
                     if await cursor.fetchone() is not None:
-                        return
+                        return False
             async with db.execute(self.queries.upsert_session, params) as cursor:
                 found = await cursor.fetchone()
             assert found is not None
             await db.execute(self.queries.insert_event, {**params, "session_id": found[0]})
+            return True
 
-        await self._write(op)
+        stored: bool = await self._write(op)
+        return stored
 
     async def _fetchall(self, sql: str, params: Any) -> list[Any]:
         async def op(db: aiosqlite.Connection) -> list[Any]:
