@@ -282,3 +282,41 @@ def test_the_cli_reads_a_table_deployed_with_a_retention(
     assert '"sandboxId": "s"' in listed.output
     shown = runner.invoke(app, [*args, "show", "job", "s"])
     assert shown.exit_code == 0, shown.output
+
+
+def test_a_reimport_on_dynamodb_finds_expired_entries_appended_live(
+    moto_endpoint: str, table_name: str
+) -> None:
+    """Entries past their TTL stay stored until DynamoDB deletes them (days late). An export
+    taken while they were live, imported again, must find them, whether they came from an
+    import (a claim) or, as here, from live appends (no claim): they were appended again,
+    execCount rose and the summary took an old entry's TTL, hiding the session."""
+    from sandbox_ledger.transfer import entry_line, import_entries, parse_lines
+
+    ledger = SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, retention=DAY)
+    ledger.create_table()
+    now = _now_ms()
+    old = now - 25 * 3_600_000  # older than the one-day retention
+    large = os.urandom(500_000).hex()  # 1 MB, 500 KB compressed: a head and a part
+    entries = [
+        _e("s", LedgerEvent.SandboxCreated, old),
+        _e("s", LedgerEvent.ExecComplete, old + 1, payload=large),
+        _e("s", LedgerEvent.ExecComplete, now - 3_600_000),
+    ]
+    for entry in entries:
+        ledger.append(entry)
+    details = ledger.get_sandbox_details("job", "s")
+    assert details is not None and details.exec_count == 2
+    lines = [entry_line(entry).encode() for entry in entries]
+    for _ in range(2):
+        report = import_entries(ledger, parse_lines(lines))
+        assert (report.new, report.present, report.failed) == (0, 3, [])
+    assert ledger.get_sandbox_details("job", "s") == details
+    items = _raw_items(moto_endpoint, table_name, "job", "s")
+    assert len(items) == 1 + 3 + 1  # the summary, three heads, one part
+    # TTL deletes items one by one: an expired head whose part has gone is simply not there.
+    [part] = [item for item in items if item["SK"]["S"].count("#") == 3]
+    boto3.client("dynamodb", endpoint_url=moto_endpoint).delete_item(
+        TableName=table_name, Key={"PK": part["PK"], "SK": part["SK"]}
+    )
+    assert [e.ts for e in ledger.read_stored("job", "s")] == [old, now - 3_600_000]

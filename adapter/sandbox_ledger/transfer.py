@@ -282,8 +282,8 @@ def import_entries(
     report = ImportReport(failed=list(parsed.errors))
     append_once = getattr(target, "append_once", None)
     # What the session holds, expired entries included where the store still keeps them
-    # (SQL stores until a purge): reconciling against the visible entries only would write
-    # an expired entry again on every run.
+    # (SQL stores until a purge, DynamoDB until TTL deletes them): reconciling against the
+    # visible entries only would write an expired entry again on every run.
     read = getattr(target, "read_stored", None) or target.read_all
     sessions: dict[tuple[str, str], list[tuple[int, LedgerEntry]]] = {}
     for number, entry in parsed.entries:

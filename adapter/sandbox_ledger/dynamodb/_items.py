@@ -124,9 +124,11 @@ def append_order(head_sk: str) -> str:
 
 
 def decode_keyed_entries(
-    name: str, sandbox_id: str, items: list[Item]
+    name: str, sandbox_id: str, items: list[Item], *, complete_only: bool = False
 ) -> list[tuple[str, LedgerEntry]]:
-    """As :func:`decode_entries`, each entry with its head's sort key."""
+    """As :func:`decode_entries`, each entry with its head's sort key. A head missing a part
+    raises ValueError, or is left out with ``complete_only`` (for expired items, which TTL
+    deletes one by one)."""
     out: list[tuple[str, LedgerEntry]] = []
     i = 0
     while i < len(items):
@@ -137,13 +139,18 @@ def decode_keyed_entries(
         n_parts = int(item[A.PARTS]["N"]) if A.PARTS in item else 0
         blob = bytes(item[A.DATA]["B"])
         head_sk = item[k.SORT_KEY]["S"]
+        whole = True
         for p in range(1, n_parts + 1):
             part = items[i] if i < len(items) else None
             if part is None or part[k.SORT_KEY]["S"] != k.part_sk(head_sk, p):
+                if complete_only:
+                    whole = False
+                    break
                 raise ValueError(f"entry {head_sk!r} is missing part {p} of {n_parts}")
             blob += bytes(part[A.DATA]["B"])
             i += 1
-        out.append((head_sk, decode_blob(name, sandbox_id, blob, A.COMPRESSION in item)))
+        if whole:
+            out.append((head_sk, decode_blob(name, sandbox_id, blob, A.COMPRESSION in item)))
     return out
 
 

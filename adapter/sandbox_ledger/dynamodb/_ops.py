@@ -281,6 +281,22 @@ def read_all(table: str, name: str, sandbox_id: str) -> Op[list[LedgerEntry]]:
     return it.decode_entries(name, sandbox_id, _live(items))
 
 
+def read_stored(table: str, name: str, sandbox_id: str) -> Op[list[LedgerEntry]]:
+    """Every entry the session still stores, those past their TTL included (DynamoDB deletes
+    them up to days late), for an import to reconcile against: entries appended live have no
+    claim, so hiding them would write them again. TTL deletes an entry's items one by one:
+    an expired entry missing a part is left out."""
+    pk = k.session_pk(name, sandbox_id)
+    items = yield from query_all(_prefix_query(table, pk, k.EVENT_PREFIX))
+    now = it.now_s()
+    live = [item for item in items if it.live(item, now)]
+    expired = [item for item in items if not it.live(item, now)]
+    keyed = it.decode_keyed_entries(name, sandbox_id, live)
+    keyed += it.decode_keyed_entries(name, sandbox_id, expired, complete_only=True)
+    keyed.sort(key=lambda pair: pair[0])  # ascending ts, ties in append order, as read_all
+    return [entry for _, entry in keyed]
+
+
 def read_in_append_order(table: str, name: str, sandbox_id: str) -> Op[list[LedgerEntry]]:
     """Every entry of a session in the order it was appended (by the order id in its key)."""
     pk = k.session_pk(name, sandbox_id)

@@ -183,6 +183,12 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
         """Every entry of the session in the order it was appended (what an export replays)."""
         return await self.run(_ops.read_in_append_order(self.table_name, name, sandbox_id))
 
+    async def read_stored(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
+        """Every entry still stored, those past their TTL included until DynamoDB deletes
+        them (what an import reconciles a file against, so a re-import writes nothing
+        twice)."""
+        return await self.run(_ops.read_stored(self.table_name, name, sandbox_id))
+
     async def scan_sessions(
         self, name: str | None = None, *, segments: int = 4
     ) -> list[tuple[str, str]]:
@@ -288,6 +294,10 @@ class SyncDynamoDBAdapter(_Base, SyncClientOwner):
     def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry of the session in the order it was appended."""
         return self.run(_ops.read_in_append_order(self.table_name, name, sandbox_id))
+
+    def read_stored(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
+        """Every entry still stored, expired ones included (see DynamoDBAdapter.read_stored)."""
+        return self.run(_ops.read_stored(self.table_name, name, sandbox_id))
 
     def scan_sessions(self, name: str | None = None, *, segments: int = 4) -> list[tuple[str, str]]:
         """Every (name, sandboxId) with at least one entry (a parallel Scan; for exports)."""
