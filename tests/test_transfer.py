@@ -515,3 +515,34 @@ def test_concurrent_imports_into_a_sql_store_store_each_entry_once(
     finally:
         first.close()
         second.close()
+
+
+def test_export_replaces_a_symlinks_target_and_keeps_its_mode(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    """``-o`` naming a symlink updates the file it points at (the rename replaced the link
+    with a new file and left yesterday's backup as it was), and a replaced file keeps its
+    permissions (a 0600 backup became 0644)."""
+    import stat
+
+    store = f"sqlite:///{tmp_path / 'ledger.db'}"
+    assert (
+        runner.invoke(
+            app,
+            ["import", "--store", store, "-"],
+            input=line(e("job", "s", "sandbox.created", 1)) + "\n",
+        ).exit_code
+        == 0
+    )
+    real = tmp_path / "backups" / "ledger.jsonl"
+    real.parent.mkdir()
+    real.write_text("yesterday\n")
+    real.chmod(0o600)
+    link = tmp_path / "latest.jsonl"
+    link.symlink_to(real)
+    result = runner.invoke(app, ["export", "--store", store, "-o", str(link)])
+    assert result.exit_code == 0, result.output
+    assert link.is_symlink()
+    assert json.loads(real.read_text())["sandboxId"] == "s"
+    assert stat.S_IMODE(real.stat().st_mode) == 0o600
+    assert sorted(p.name for p in real.parent.iterdir()) == ["ledger.jsonl"]

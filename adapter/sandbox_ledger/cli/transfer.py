@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from sandbox_ledger.transfer import ImportReport, export_lines, import_entries, parse_lines
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
 
     from rich.console import Console
 
@@ -63,13 +64,18 @@ def _export(lines: Iterator[str], output: Path | None) -> int:
         count = _write(sys.stdout, lines)
         sys.stdout.flush()
         return count
-    temporary = output.with_name(f".{output.name}.{os.getpid()}.partial")
+    # A symlink's target is what gets replaced (renaming onto the link would replace the
+    # link and leave the file it points at as it was), keeping the file's permissions.
+    target = Path(os.path.realpath(output))
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.partial")
     try:
         with temporary.open("w", encoding="utf-8", newline="\n") as stream:
             count = _write(stream, lines)
             stream.flush()
             os.fsync(stream.fileno())
-        os.replace(temporary, output)
+        if target.exists():
+            shutil.copymode(target, temporary)
+        os.replace(temporary, target)
     except BaseException:
         with contextlib.suppress(OSError):
             temporary.unlink()
