@@ -546,3 +546,21 @@ def test_export_replaces_a_symlinks_target_and_keeps_its_mode(
     assert json.loads(real.read_text())["sandboxId"] == "s"
     assert stat.S_IMODE(real.stat().st_mode) == 0o600
     assert sorted(p.name for p in real.parent.iterdir()) == ["ledger.jsonl"]
+
+
+def test_an_export_failing_midway_leaves_the_file_untouched(tmp_path: Path) -> None:
+    """A read that fails after lines were written (the table's own test fails before any
+    line) leaves the old file and no partial file behind."""
+    from sandbox_ledger.cli.transfer import _export
+
+    backup = tmp_path / "backup.jsonl"
+    backup.write_text("yesterday\n")
+
+    def lines() -> object:
+        yield '{"ts": 1}\n'
+        raise ConnectionError("the second session's read failed")
+
+    with pytest.raises(ConnectionError):
+        _export(lines(), backup)  # type: ignore[arg-type]
+    assert backup.read_text() == "yesterday\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["backup.jsonl"]
