@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -183,6 +185,39 @@ async def test_busy_beyond_max_wait_is_a_storage_error(tmp_path: Path) -> None:
     await adapter.append(_entry(LedgerEvent.ExecComplete, 2))
     details = await adapter.get_sandbox_details("n", "s")
     assert details is not None and details.exec_count == 1
+    await adapter.close()
+
+
+async def test_a_write_cancelled_while_waiting_for_the_lock_leaves_no_lock_held(
+    tmp_path: Path,
+) -> None:
+    """A timeout cancels an append whose BEGIN IMMEDIATE waits for another writer: the
+    statement still runs in aiosqlite's thread and takes the lock once it is free, and the
+    adapter must not keep that transaction open (locking every other writer out)."""
+    path = tmp_path / "cancel.db"
+    adapter = SQLiteAdapter(path, busy_timeout=5.0)
+    await adapter.append(_entry(LedgerEvent.SandboxCreated, 1))
+    blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    blocker.execute("BEGIN IMMEDIATE")
+    # The other writer finishes while the cancelled BEGIN IMMEDIATE still waits for its lock.
+    release = threading.Timer(0.5, blocker.execute, ["ROLLBACK"])
+    release.start()
+    try:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(adapter.append(_entry(LedgerEvent.ExecComplete, 2)), 0.2)
+    finally:
+        release.join()
+    # Queued behind the abandoned BEGIN in aiosqlite's thread: it raised "cannot start a
+    # transaction within a transaction" before the fix, and every later write did too.
+    await adapter.append(_entry(LedgerEvent.ExecComplete, 3))
+    other = sqlite3.connect(path, isolation_level=None, timeout=3.0)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # the adapter holds no write lock
+        other.execute("ROLLBACK")
+    finally:
+        other.close()
+        blocker.close()
+    assert [e.ts for e in await adapter.read_all("n", "s")] == [1, 3]
     await adapter.close()
 
 

@@ -371,11 +371,17 @@ class SQLiteAdapter:
         """One write transaction: BEGIN IMMEDIATE, ``op``, COMMIT; rolled back on any error."""
 
         async def transaction(db: aiosqlite.Connection) -> Any:
-            await db.execute("BEGIN IMMEDIATE")
             try:
+                await db.execute("BEGIN IMMEDIATE")
                 result = await op(db)
                 await db.execute("COMMIT")
             except BaseException:
+                # A statement whose await was cancelled (a timeout, Ctrl-C) still runs in
+                # aiosqlite's thread: a BEGIN IMMEDIATE waiting for the write lock takes it
+                # later. A no-op queued behind it waits for it, so in_transaction is then
+                # current, and the lock is not left held by an abandoned transaction.
+                async with db.execute("SELECT 1"):
+                    pass
                 if db.in_transaction:
                     await db.execute("ROLLBACK")
                 raise
