@@ -57,6 +57,29 @@ def test_store_urls(url: str, kind: str, kwargs: dict[str, Any]) -> None:
     assert parse_store_url(url) == (kind, kwargs)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://",  # libpq's defaults (PGHOST, PGDATABASE, ...)
+        "postgresql:///ledger",  # a Unix socket in libpq's default folder
+        "postgresql:///ledger?host=%2Fvar%2Frun%2Fpostgresql&schema=x1",
+        "postgresql://u@h/db?application_name=nightly%20import",
+        "postgresql://u:p%40ss@h:5432/db?options=-c%20statement_timeout%3D5000&retention_days=3",
+    ],
+)
+def test_postgres_urls_reach_libpq_with_their_meaning(url: str) -> None:
+    """What libpq reads from the store's DSN is what it reads from the URL (the adapter's own
+    options aside): no host is not a broken string, a space is not a '+'."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    _, kwargs = parse_store_url(url)
+    own = {"schema", "retention_days"}
+    bare = url.split("?")[0]
+    rest = [p for p in url.partition("?")[2].split("&") if p and p.split("=")[0] not in own]
+    expected = conninfo_to_dict(bare + ("?" + "&".join(rest) if rest else ""))
+    assert conninfo_to_dict(kwargs["dsn"]) == expected
+
+
 def test_open_store_gives_each_adapter() -> None:
     assert isinstance(open_store("memory://"), MemoryAdapter)
     assert isinstance(open_store("sqlite:///:memory:"), SQLiteAdapter)

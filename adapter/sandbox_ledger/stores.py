@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from sandbox_ledger.errors import InvalidInputError
 
@@ -89,8 +89,11 @@ def parse_store_url(url: str) -> tuple[str, dict[str, Any]]:
         _retention(url, options, kwargs)
         options.pop("retention_days", None)
         schema = options.pop("schema", None)
-        # postgresql:// alone is allowed: libpq's defaults (PGHOST, PGDATABASE, ...).
-        kwargs["dsn"] = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(options)))
+        # postgresql:// alone is allowed: libpq's defaults (PGHOST, PGDATABASE, ...). Built by
+        # hand: urlunsplit drops an empty host (postgresql:///db, a Unix socket), and libpq
+        # decodes %XX but not '+', so a space is written %20.
+        query = urlencode(options, quote_via=quote)
+        kwargs["dsn"] = f"postgresql://{parts.netloc}{parts.path}" + (f"?{query}" if query else "")
         if schema is not None:
             kwargs["schema"] = schema
         return "postgresql", kwargs
