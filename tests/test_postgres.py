@@ -23,6 +23,7 @@ from sandbox_ledger import (
     InvalidInputError,
     LedgerEntry,
     LedgerEvent,
+    ListSandboxOptions,
     SchemaVersionError,
     StorageError,
 )
@@ -63,6 +64,14 @@ async def test_unreachable_server_is_a_clear_storage_error() -> None:
         await adapter.list_environments()
     assert "secret" not in str(caught.value)
     await adapter.close()
+
+
+async def test_a_limit_past_64_bits_lists_everything(adapter: PostgresAdapter) -> None:
+    """As the memory store does (PostgreSQL refused the LIMIT: bigint out of range)."""
+    await adapter.append(_entry(LedgerEvent.SandboxCreated, 1))
+    for limit in (2**63 - 1, 2**63, 2**70):
+        page = await adapter.list_all_sandbox_page(ListSandboxOptions(limit=limit))
+        assert (len(page.sessions), page.cursor) == (1, None)
 
 
 async def test_ten_megabyte_payload_is_stored_as_exact_json_text(

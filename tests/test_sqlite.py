@@ -19,9 +19,12 @@ from sandbox_ledger import (
     InvalidInputError,
     LedgerEntry,
     LedgerEvent,
+    ListSandboxOptions,
     SchemaVersionError,
     StorageError,
 )
+from sandbox_ledger.cursor import encode_cursor
+from sandbox_ledger.sql.rows import CURSOR_KIND
 from sandbox_ledger.sql.schema import Migration
 from sandbox_ledger.sqlite import SQLiteAdapter
 from sandbox_ledger.sqlite import adapter as sqlite_module
@@ -101,6 +104,22 @@ async def test_bad_entries_are_refused_and_nothing_is_written(
         with pytest.raises(InvalidInputError, match="record"):
             await adapter.save_environment({"name": "x"})  # type: ignore[arg-type]
         assert await adapter.list_environments() == []
+
+
+async def test_listing_limits_and_cursors_beyond_64_bits(tmp_path: Path) -> None:
+    """A limit past what SQLite binds lists everything as the memory store does (it raised
+    OverflowError); a cursor carrying such an integer is a bad cursor, as any other."""
+    async with SQLiteAdapter(tmp_path / "limits.db") as adapter:
+        await adapter.append(_entry(LedgerEvent.SandboxCreated, 1))
+        for limit in (2**63 - 1, 2**63, 2**70):
+            page = await adapter.list_all_sandbox_page(ListSandboxOptions(limit=limit))
+            assert (len(page.sessions), page.cursor) == (1, None)
+            by_name = await adapter.list_sandbox_details("n", ListSandboxOptions(limit=limit))
+            assert len(by_name) == 1
+        for state in ({"t": 2**70, "q": 1}, {"t": 1, "q": -(2**63) - 1}, {"t": True, "q": 1}):
+            forged = encode_cursor(CURSOR_KIND, state)
+            with pytest.raises(InvalidInputError, match="cursor"):
+                await adapter.list_all_sandbox_details(ListSandboxOptions(limit=1, cursor=forged))
 
 
 async def test_append_at_is_idempotent(tmp_path: Path) -> None:

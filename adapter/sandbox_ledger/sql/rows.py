@@ -11,7 +11,7 @@ import hashlib
 import json
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from sandbox_ledger import _json
 from sandbox_ledger.cursor import decode_cursor, encode_cursor
@@ -313,10 +313,19 @@ def list_query(name: str | None, opts: ListSandboxOptions | None) -> ListQuery:
     if o.cursor is not None:
         state = decode_cursor(CURSOR_KIND, o.cursor)
         started, tie = state.get("t"), state.get("q")
-        if not isinstance(started, int) or not isinstance(tie, int):
+        if not (_is_int64(started) and _is_int64(tie)):
             raise InvalidInputError("cursor", "not a cursor returned by a listing")
         after = (started, tie)
-    return ListQuery(name, o.status or None, o.before or None, o.limit or None, after)
+    # A limit beyond any table is no limit, but still one page: kept within what the
+    # databases bind (SQLite refuses an integer past 64 bits; list_sql asks for limit + 1).
+    limit = min(o.limit, INT64_MAX - 1) if o.limit else None
+    return ListQuery(name, o.status or None, o.before or None, limit, after)
+
+
+def _is_int64(value: object) -> TypeGuard[int]:
+    return (
+        isinstance(value, int) and not isinstance(value, bool) and INT64_MIN <= value <= INT64_MAX
+    )
 
 
 def page_of(found: list[Any], query: ListQuery) -> SandboxPage:
