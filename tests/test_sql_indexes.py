@@ -36,11 +36,21 @@ LISTINGS = [
     for before in (None, 1_002_500)
     for limit in (None, 50)
 ]
+# A later page: the cursor of the 1,500th newest session (a page reads from there on, in the
+# index's order, and stops after its limit).
+LISTINGS += [
+    ListQuery(name, status, before, 50, (1_003_500, 3_500))
+    for name in (None, "name-7")
+    for status in (None, SandboxStatus.Running)
+    for before in (None, 1_004_000)
+]
 
 
 def _ids(listing: ListQuery) -> str:
+    after = "" if listing.after is None else f",after={listing.after[1]}"
     return (
         f"name={listing.name},status={listing.status},before={listing.before},limit={listing.limit}"
+        + after
     )
 
 
@@ -251,6 +261,11 @@ def test_postgres_query_uses_an_index(
         table = "ledger_events" if what.endswith("entries") else "ledger_sessions"
         used = {n.get("Index Name") for n in _nodes(plan[0]["Plan"])}
         assert f"{table}_expires" in used, text
+    if "after=" in what:
+        # A later page starts where the cursor points: its bound is an index condition, not a
+        # filter over every newer session read from the top of the index.
+        conds = [n.get("Index Cond", "") for n in _nodes(plan[0]["Plan"])]
+        assert any("started_at <=" in c for c in conds), text
     if "limit=None" in what and what.startswith("name="):
         # A listing without a limit returns a large share of the sessions: the planner may
         # read the (small) sessions table whole; the events table is never touched.

@@ -361,8 +361,10 @@ def list_sql(
         where.append(f"started_at < {param}")
         params.append(query.before)
     if query.after is not None:
-        # The cursor: strictly after (startedAt, id) in the listing's order.
-        where.append(f"(started_at < {param} OR (started_at = {param} AND id > {param}))")
+        # The cursor: strictly after (startedAt, id) in the listing's order. The bound
+        # started_at <= t is a range on the index, read in its order from the cursor on; a
+        # bare OR makes SQLite read every later session and sort them for each page.
+        where.append(f"started_at <= {param} AND (started_at < {param} OR id > {param})")
         params += [query.after[0], query.after[0], query.after[1]]
     sql = (
         f"SELECT name, sandbox_id, started_at, completed_at, exec_count, id FROM {table} "
