@@ -66,6 +66,16 @@ async def test_unreachable_server_is_a_clear_storage_error() -> None:
     await adapter.close()
 
 
+async def test_a_schema_the_server_refuses_is_a_storage_error(postgres_dsn: str) -> None:
+    """connect() translates the server's refusal as every operation does (it raised
+    psycopg.errors.ReservedName, and the CLI printed a traceback)."""
+    adapter = PostgresAdapter(postgres_dsn, schema="pg_ledger")
+    with pytest.raises(StorageError, match='unacceptable schema name "pg_ledger"') as caught:
+        await adapter.connect()
+    assert caught.value.code == "42939"
+    await adapter.close()
+
+
 async def test_a_limit_past_64_bits_lists_everything(adapter: PostgresAdapter) -> None:
     """As the memory store does (PostgreSQL refused the LIMIT: bigint out of range)."""
     await adapter.append(_entry(LedgerEvent.SandboxCreated, 1))

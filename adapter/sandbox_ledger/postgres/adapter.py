@@ -280,9 +280,17 @@ class PostgresAdapter:
             try:
                 await self._migrate(pool, MIGRATIONS)
                 await self._agree_retention(pool)
-            except BaseException:
+            except BaseException as exc:
                 if pool is not self._given_pool:
                     await pool.close()
+                import psycopg
+
+                if isinstance(exc, psycopg.Error):
+                    # A server refusing the schema (reserved name, no privilege, a failed
+                    # migration) is a StorageError like every other operation's failure.
+                    raise StorageError(
+                        f"postgres schema {self.schema}: {exc}", code=exc.sqlstate
+                    ) from exc
                 raise
             self._pool = pool
             return pool
