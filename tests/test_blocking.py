@@ -143,3 +143,39 @@ def test_an_interrupted_call_cancels_its_task_and_the_process_exits() -> None:
         timeout=60,
     )
     assert left_open.returncode == 0 and left_open.stdout.strip() == "[]", left_open.stderr
+
+
+def test_the_facade_offers_exactly_the_adapters_extensions(tmp_path: Path) -> None:
+    """Import and export look the stores' extensions up by name: through the facade they are
+    there when the adapter has them (SQLite: all four) and absent otherwise (the memory store
+    has no append_once), never a method that fails when called."""
+    from sandbox_ledger.memory import MemoryAdapter
+
+    sqlite = BlockingAdapter(SQLiteAdapter(tmp_path / "ledger.db"))
+    for name in ("append_once", "read_stored", "read_in_append_order", "scan_sessions"):
+        assert callable(getattr(sqlite, name, None)), name
+    memory = BlockingAdapter(MemoryAdapter())
+    assert getattr(memory, "append_once", None) is None
+    assert callable(getattr(memory, "read_stored", None))
+    assert getattr(sqlite, "no_such_method", None) is None
+    with sqlite:
+        sqlite.append(created("sb", 1))
+        assert sqlite.scan_sessions() == [("job", "sb")]
+
+
+def test_imports_at_once_through_the_facade_store_each_entry_once(tmp_path: Path) -> None:
+    """Two threads import one file through one facade over SQLite: its append_once reaches the
+    importer, so the entries both find missing are stored once (plain appends stored them
+    twice), and the report counts each line once as new across the two."""
+    from sandbox_ledger.transfer import entry_line, import_entries, parse_lines
+
+    entries = [created("sb", 1)] + [exec_complete("sb", 10 + i, i) for i in range(30)]
+    parsed = parse_lines(entry_line(e).encode() + b"\n" for e in entries)
+    with BlockingAdapter(SQLiteAdapter(tmp_path / "ledger.db")) as ledger:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            reports = list(pool.map(lambda _: import_entries(ledger, parsed), range(2)))
+        assert sum(r.new for r in reports) == len(entries)
+        assert all(r.new + r.present == len(entries) and not r.failed for r in reports)
+        assert len(ledger.read_all("job", "sb")) == len(entries)
+        details = ledger.get_sandbox_details("job", "sb")
+        assert details is not None and details.exec_count == 30

@@ -153,6 +153,27 @@ class BlockingAdapter:
     def list_environments(self) -> list[EnvironmentRecord]:
         return self._run(self.adapter.list_environments())
 
+    # -- the stores' optional extensions, where the adapter has them --------------------------
+
+    def __getattr__(self, name: str) -> Any:
+        """The extensions beyond the contract that the wrapped adapter has (import and export
+        look for them: ``append_once``, ``read_stored``, ``read_in_append_order``,
+        ``scan_sessions``), without await; any other name is an AttributeError, so
+        ``getattr(store, name, None)`` finds exactly what the adapter offers."""
+        if name not in _EXTENSIONS or "adapter" not in self.__dict__:
+            raise AttributeError(name)
+        method = getattr(self.adapter, name)  # AttributeError when the adapter lacks it
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._run(method(*args, **kwargs))
+
+        call.__name__ = call.__qualname__ = name
+        call.__doc__ = method.__doc__
+        return call
+
+
+_EXTENSIONS = frozenset({"append_once", "read_stored", "read_in_append_order", "scan_sessions"})
+
 
 def open_blocking_store(url: str) -> BlockingAdapter:
     """:func:`sandbox_ledger.open_store` for synchronous programs: the store ``url`` names,
