@@ -236,20 +236,25 @@ async def test_an_async_ledger_client_with_a_disagreeing_shard_count_is_refused(
 
 
 def test_the_descriptor_is_read_once_per_client(moto_endpoint: str, table_name: str) -> None:
-    """One GetItem per client lifetime, on its first operation that needs the shard count;
-    operations that do not depend on it never read it."""
+    """One GetItem per client lifetime, on its first write (any event: its retention must be
+    the table's) or its first listing of every name (the shard count); reads that depend on
+    neither never read it."""
     with SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint) as made:
         made.create_table()
         made.append(_e("n", "s0", LedgerEvent.SandboxCreated, 1))
+    reader = SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint)
+    counter = RequestCounter().attach(reader.client())
+    reader.list_sandbox_details("n")
+    assert reader.get_sandbox_details("n", "s0") is not None
+    assert counter.calls["GetItem"] == 1  # the details, not the descriptor
+    reader.close()
     ledger = SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint)
     counter = RequestCounter().attach(ledger.client())
     ledger.append(_e("n", "s1", LedgerEvent.ExecStarted, 2))
-    ledger.list_sandbox_details("n")
-    assert ledger.get_sandbox_details("n", "s0") is not None
-    assert counter.calls["GetItem"] == 1  # the details, not the descriptor
+    assert dict(counter.calls) == {"GetItem": 1, "PutItem": 1}  # the descriptor, once
     counter.reset()
     ledger.append(_e("n", "s1", LedgerEvent.SandboxCreated, 3))
-    assert dict(counter.calls) == {"GetItem": 1, "TransactWriteItems": 1}
+    assert dict(counter.calls) == {"TransactWriteItems": 1}
     counter.reset()
     ledger.append(_e("n", "s1", LedgerEvent.SandboxClosed, 4))
     ledger.list_all_sandbox_details()

@@ -249,6 +249,47 @@ def test_a_retention_that_disagrees_with_the_table_is_refused(
 
 
 @pytest.mark.parametrize(
+    "event", [LedgerEvent.ExecStarted, LedgerEvent.ExecComplete, LedgerEvent.CheckpointCreated]
+)
+def test_a_writer_of_other_events_with_another_retention_writes_nothing(
+    moto_endpoint: str, table_name: str, event: LedgerEvent
+) -> None:
+    """A worker that appends only exec and checkpoint events is held to the table's retention
+    too: its first append reads the descriptor and is refused before any item is written (it
+    wrote entries with its own TTL, which the summary's then disagreed with)."""
+    with SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, retention=30 * DAY) as made:
+        made.create_table()
+    for retention in (5 * DAY, None):
+        with SyncDynamoDBAdapter(
+            table_name, endpoint_url=moto_endpoint, retention=retention
+        ) as worker:
+            with pytest.raises(DeploymentMismatchError, match=r"'30 days \(2592000 s\)'"):
+                worker.append(_e("s", event, _now_ms()))
+            with pytest.raises(DeploymentMismatchError, match="retention"):
+                worker.append(_e("s", event, _now_ms()))  # still refused once cached
+    assert _raw_items(moto_endpoint, table_name, "job", "s") == []
+
+
+def test_an_import_with_another_retention_writes_nothing(
+    moto_endpoint: str, table_name: str
+) -> None:
+    """An import through a client whose retention is not the table's stops at its first write,
+    before any entry is stored (it stored the exec entries with the wrong TTL and refused only
+    the created lines)."""
+    from sandbox_ledger.transfer import entry_line, import_entries, parse_lines
+
+    with SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, retention=30 * DAY) as made:
+        made.create_table()
+    now = _now_ms()
+    entries = [_e("s", LedgerEvent.ExecStarted, now + 1), _e("s", LedgerEvent.SandboxCreated, now)]
+    parsed = parse_lines(entry_line(x).encode() for x in entries)
+    wrong = SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, retention=5 * DAY)
+    with wrong, pytest.raises(DeploymentMismatchError, match="retention"):
+        import_entries(wrong, parsed)
+    assert _raw_items(moto_endpoint, table_name, "job", "s") == []
+
+
+@pytest.mark.parametrize(
     "bad",
     [timedelta(0), timedelta(seconds=-1), 86400, "1d"],
     ids=["zero", "negative", "int", "str"],

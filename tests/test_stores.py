@@ -25,6 +25,7 @@ from sandbox_ledger.postgres import PostgresAdapter
 from sandbox_ledger.sqlite import SQLiteAdapter
 from sandbox_ledger.stores import parse_store_url
 from sandbox_ledger.testing import EXOTIC_PAYLOADS
+from sandbox_ledger.transfer import entry_line
 
 
 @pytest.mark.parametrize(
@@ -110,6 +111,9 @@ def test_open_store_gives_each_adapter() -> None:
         ("dynamodb://t/extra", "table name only"),
         ("dynamodb://t?colour=red", "unknown option"),
         ("memory://x", "takes no name"),
+        ("sqlite:///x.db?busy_timeout=1&busy_timeout=2", "busy_timeout given more than once"),
+        ("postgresql://h/db?schema=a&schema=b", "schema given more than once"),
+        ("dynamodb://t?region=eu-west-1&region=us-east-1", "region given more than once"),
         ("postgresql://u:hunter2@h/db?schema=Bad-Name", "not a plain lowercase identifier"),
     ],
 )
@@ -369,7 +373,8 @@ def test_every_ledger_command_works_on_every_store(
     envs = runner.invoke(app, ["envs"])
     assert envs.exit_code == 0 and ("py" in envs.stdout) == bool(expect)
     rm = runner.invoke(app, ["rm", "build", "sb-1", "--yes"])
-    assert rm.exit_code == (0 if expect else 3), rm.output
+    # memory:// lives as long as the command: a write there is refused (usage error)
+    assert rm.exit_code == (0 if expect else 2), rm.output
     after = runner.invoke(app, ["ls"])
     assert f"{max(expect - 1, 0)} session(s)" in after.stdout
 
@@ -486,3 +491,37 @@ def test_an_adapter_without_scan_sessions_exports_listed_sessions_and_says_so(
 async def _seed_adapter(adapter: Any) -> None:
     for entry in _ledger():
         await adapter.append(entry)
+
+
+@pytest.mark.parametrize("url", ["memory://", "sqlite:///:memory:"])
+@pytest.mark.parametrize(
+    "argv", [["import", "-"], ["rm", "build", "sb-1", "--yes"]], ids=["import", "rm"]
+)
+def test_write_commands_refuse_a_store_that_ends_with_the_command(
+    url: str, argv: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write into memory:// or an in-memory SQLite database would report success and be
+    gone when the command ends: refused with one line naming what to use, nothing read."""
+    monkeypatch.delenv("SANDBOX_LEDGER_TABLE", raising=False)
+    monkeypatch.delenv("SANDBOX_LEDGER_STORE", raising=False)
+    line = entry_line(_ledger()[0]) + "\n"
+    done = CliRunner().invoke(app, ["--store", url, *argv], input=line)
+    assert done.exit_code == 2, done.output
+    [message] = done.stderr.splitlines()
+    assert "lives only as long as this command" in message and "sqlite:///ledger.db" in message
+    assert "new" not in done.output
+
+
+def test_a_sqlite_url_under_home_opens_the_file_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sqlite:///~/x.db is the file under the home folder, for the folder check and the open
+    alike (the check expanded ~ while the open did not, so it failed)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+
+    async def write() -> None:
+        async with open_store("sqlite:///~/ledger.db") as ledger:
+            await ledger.append(_ledger()[0])
+
+    asyncio.run(write())
+    assert (tmp_path / "ledger.db").is_file()

@@ -276,6 +276,30 @@ def test_failed_export_leaves_the_file_untouched(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["backup.jsonl"]
 
 
+@pytest.mark.parametrize(
+    "selection",
+    [["--name", "nope", "--sandbox-id", "nope"], ["--name", "nope"]],
+    ids=["id", "name"],
+)
+def test_a_named_export_that_finds_nothing_leaves_the_file(
+    runner: CliRunner, args: list[str], ledger: SyncDynamoDBAdapter, tmp_path: Path,
+    selection: list[str],
+) -> None:  # fmt: skip
+    """A mistyped --name or --sandbox-id fails (not found, one line) before the output is
+    opened: yesterday's backup is not replaced by an empty export."""
+    ledger.append(e("job", "a", "sandbox.created", 1))
+    backup = tmp_path / "backup.jsonl"
+    backup.write_text("yesterday\n")
+    result = runner.invoke(app, [*args, "export", *selection, "-o", str(backup)])
+    assert result.exit_code == 3, result.output
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: no session") and "is unchanged" in line
+    assert backup.read_text() == "yesterday\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["backup.jsonl"]
+    to_stdout = runner.invoke(app, [*args, "export", *selection])
+    assert to_stdout.exit_code == 3 and to_stdout.stdout == ""
+
+
 # -- paging and guards in the CLI -----------------------------------------------------------
 
 

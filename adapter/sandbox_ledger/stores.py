@@ -31,7 +31,7 @@ from sandbox_ledger.errors import InvalidInputError
 if TYPE_CHECKING:
     from sandbox_ledger.protocol import StorageAdapter
 
-__all__ = ["SCHEMES", "open_store", "parse_store_url"]
+__all__ = ["SCHEMES", "is_ephemeral", "open_store", "parse_store_url"]
 
 SCHEMES = ("memory", "sqlite", "postgresql", "postgres", "dynamodb")
 
@@ -65,7 +65,11 @@ def parse_store_url(url: str) -> tuple[str, dict[str, Any]]:
     if scheme not in SCHEMES:
         raise _bad(url, f"unknown scheme {scheme!r} (expected one of {', '.join(SCHEMES)})")
     parts = urlsplit(url)
-    options = dict(parse_qsl(parts.query, keep_blank_values=True))
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    options = dict(pairs)
+    if len(options) < len(pairs):
+        repeated = sorted({key for key, _ in pairs if [k for k, _ in pairs].count(key) > 1})
+        raise _bad(url, f"option(s) {', '.join(repeated)} given more than once")
     if scheme == "memory":
         if parts.netloc or parts.path or parts.query:
             raise _bad(url, "memory:// takes no name, path or options")
@@ -114,6 +118,17 @@ def parse_store_url(url: str) -> tuple[str, dict[str, Any]]:
         kwargs["shard_count"] = _whole(url, options, "shard_count")
     _retention(url, options, kwargs)
     return "dynamodb", kwargs
+
+
+def is_ephemeral(url: str) -> bool:
+    """True if the store ``url`` names lives only as long as the process that opens it
+    (``memory://``, ``sqlite:///:memory:``): what a command writes there is gone when it ends.
+
+    Raises:
+        InvalidInputError: a malformed URL (field ``store``).
+    """
+    kind, kwargs = parse_store_url(url)
+    return kind == "memory" or (kind == "sqlite" and kwargs["path"] == ":memory:")
 
 
 def _retention(url: str, options: dict[str, str], kwargs: dict[str, Any]) -> None:

@@ -39,6 +39,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from sandbox_ledger.deployment import DeploymentMismatchError
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.keys import check_session_key
 from sandbox_ledger.models import EnvironmentRecord, LedgerEntry
@@ -300,6 +301,8 @@ def import_entries(
                 else:
                     target.append(entry)
                     stored = True
+            except DeploymentMismatchError:
+                raise  # the client disagrees with the table, not this line: stop at once
             except InvalidInputError as exc:
                 report.failed.append(LineError(number, str(exc)))
                 continue

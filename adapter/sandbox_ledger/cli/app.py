@@ -231,6 +231,16 @@ def _target(store: str | None = None, writes: str | None = None) -> Target:
             "store with --store URL (the embedded DynamoDB would lose it when the command ends)",
             ExitCode.USAGE,
         )
+    if writes is not None and target.store:
+        from sandbox_ledger.stores import is_ephemeral
+
+        if is_ephemeral(target.store):
+            raise CommandError(
+                f"{writes} writes data: {target.store} lives only as long as this command; "
+                "name a database file or server (sqlite:///ledger.db, postgresql://..., "
+                "dynamodb://TABLE)",
+                ExitCode.USAGE,
+            )
     target.resolve()
     return target
 
@@ -519,13 +529,24 @@ def export(
     that has entries, listed or not (a parallel Scan of the table), each in append order;
     without --name, the environment records follow. A file is replaced only when the export
     succeeds."""
-    from sandbox_ledger.cli.transfer import export_to
+    from sandbox_ledger.cli.transfer import NothingToExport, export_to
 
     if sandbox_id and not name:
         raise ValueError("--sandbox-id: needs --name")
-    sessions, count, environments = export_to(
-        _ledger(_target(store)), name=name, sandbox_id=sandbox_id, output=output, err=err()
-    )
+    target = _target(store)
+    try:
+        sessions, count, environments = export_to(
+            _ledger(target), name=name, sandbox_id=sandbox_id, output=output, err=err()
+        )
+    except NothingToExport as nothing:
+        if nothing.sandbox_id is not None:
+            unchanged = f" ({output} is unchanged)" if output else ""
+            raise _missing_session(target, nothing.name, nothing.sandbox_id, unchanged) from None
+        raise CommandError(
+            f"no sessions named {nothing.name} in {target.describe()}"
+            + (f"; {output} is unchanged" if output else ""),
+            ExitCode.NOT_FOUND,
+        ) from None
     err().print(
         f"exported {count} entries of {sessions} session(s)"
         + (f" and {environments} environment record(s)" if environments else "")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import sys
@@ -54,8 +55,24 @@ def export_to(
     from sandbox_ledger.cli.progress import reading
 
     with reading(ledger, "exporting", err, total=len(set(sessions))) as source:
-        count = _export(export_lines(source, sessions, environments), output)
+        lines = export_lines(source, sessions, environments)
+        if name is not None:
+            # A named export that finds nothing is a mistyped name, not an empty backup:
+            # refused before the output is opened, so an existing file keeps its contents.
+            first = next(lines, None)
+            if first is None:
+                raise NothingToExport(name, sandbox_id)
+            lines = itertools.chain([first], lines)
+        count = _export(lines, output)
     return len(sessions), count - len(environments), len(environments)
+
+
+class NothingToExport(LookupError):
+    """A named export (``--name``, with or without ``--sandbox-id``) found no entries."""
+
+    def __init__(self, name: str, sandbox_id: str | None) -> None:
+        super().__init__(name, sandbox_id)
+        self.name, self.sandbox_id = name, sandbox_id
 
 
 def _export(lines: Iterator[str], output: Path | None) -> int:

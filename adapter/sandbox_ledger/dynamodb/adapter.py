@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 from sandbox_ledger import keys as k
 from sandbox_ledger.ddb.client import AsyncClientOwner, SyncClientOwner
 from sandbox_ledger.deployment import ShardCount
-from sandbox_ledger.dynamodb import _items as it
 from sandbox_ledger.dynamodb import _ops
 from sandbox_ledger.dynamodb._items import order_ids
 from sandbox_ledger.errors import InvalidInputError
@@ -74,10 +73,12 @@ class _Base:
         return created
 
     def _append(self, entry: LedgerEntry, claim: str | None = None) -> Op[bool]:
-        # Only the index keys of created and closed depend on the shard count: the other
-        # events never read the descriptor; a refused key is refused before reading it.
+        # A client's first write of any event reads the descriptor (one GetItem per client):
+        # its ledger retention must be the table's before it writes a TTL, whatever the
+        # event. Only the index keys of created and closed use the shard count. A refused
+        # key is refused before reading it.
         k.check_session_key(entry.name, entry.sandbox_id)
-        shards = (yield from self._shards.resolve()) if entry.event in it.SHARDED_EVENTS else 0
+        shards = yield from self._shards.resolve()
         ttl = k.ledger_expires_at(entry.ts, self._retention)
         return (
             yield from _ops.append(

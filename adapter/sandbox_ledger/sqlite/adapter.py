@@ -257,12 +257,15 @@ class SQLiteAdapter:
                 "SQLiteAdapter needs aiosqlite: pip install 'sandbox-ledger-dynamodb[sqlite]' "
                 f"(missing module: {exc.name})"
             ) from exc
+        location = self.path
         if self.path != ":memory:":
-            parent = Path(self.path).expanduser().parent
+            # ~ is the user's home in the folder check and in the file opened alike.
+            location = str(Path(self.path).expanduser())
+            parent = Path(location).parent
             if not parent.is_dir():
                 raise StorageError(f"sqlite: folder {parent} does not exist (for {self.path})")
         try:
-            db = await aiosqlite.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
+            db = await aiosqlite.connect(location, timeout=self.busy_timeout, isolation_level=None)
         except sqlite3.Error as exc:
             raise StorageError(f"sqlite: cannot open {self.path}: {exc}") from exc
         try:
