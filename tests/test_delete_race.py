@@ -155,3 +155,54 @@ def test_delete_removes_the_parts_a_dead_writer_left(moto_endpoint: str, sync_ta
         ConsistentRead=True,
     )["Items"]
     assert [item["SK"]["S"] for item in left] == [young]
+
+
+def test_a_delete_longer_than_its_lease_still_holds_off_summary_appends(
+    moto_endpoint: str, sync_table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delete of many entries can outlast its lease (60 s in production; 400 ms here, with
+    each BatchWriteItem slowed to 150 ms): it renews the lease as it goes, so an exec.complete
+    appended meanwhile still waits for it. Without renewal the append landed once the lease
+    ran out, outside the page already read, and survived the summary's deletion: the
+    re-created session counted fewer exec.complete than it stored."""
+    from sandbox_ledger.dynamodb import _ops
+
+    monkeypatch.setattr(_ops, "DELETE_LEASE_MS", 400)
+    deleter = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    writer = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    deleter.append(e("long", LedgerEvent.SandboxCreated, 1))
+    for i in range(160):  # seven batches of deletes: over 1 s
+        deleter.append(e("long", LedgerEvent.ExecStarted, 2 + i, step=i))
+    deleting = threading.Event()
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def slow_batch(**_: Any) -> None:
+        deleting.set()
+        time.sleep(0.15)
+
+    deleter.client().meta.events.register("before-send.dynamodb.BatchWriteItem", slow_batch)
+
+    def write() -> None:
+        deleting.wait(timeout=30)
+        time.sleep(0.5)  # past the first lease: only a renewed one holds this append off
+        step = 1000
+        try:
+            while not done.is_set():
+                writer.append(e("long", LedgerEvent.ExecComplete, 5000 + step, step=step))
+                step += 1
+                time.sleep(0.02)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    started = time.monotonic()
+    deleter.delete_sandbox("race", "long")
+    took = time.monotonic() - started
+    done.set()
+    thread.join()
+    assert errors == []
+    assert took > 0.9  # the delete really outlasted its 400 ms lease
+    count, entries = agrees(deleter, "long")
+    assert count == entries

@@ -16,7 +16,7 @@ from sandbox_ledger import keys as k
 from sandbox_ledger.cursor import decode_cursor, encode_cursor
 from sandbox_ledger.ddb import steps
 from sandbox_ledger.ddb.attributes import N, S
-from sandbox_ledger.ddb.batching import batch_get, batch_write
+from sandbox_ledger.ddb.batching import BATCH_WRITE_MAX, batch_get, batch_write
 from sandbox_ledger.ddb.paging import newest_first, query_all
 from sandbox_ledger.ddb.steps import MAX_ATTEMPTS, Call, Op, Parallel, Sleep, error_code, log
 from sandbox_ledger.deployment import TableDescriptor, put_descriptor
@@ -173,6 +173,53 @@ def _young(head_sk: str, now_ns: int) -> bool:
     return stamp.isdigit() and now_ns - int(stamp) < ORPHAN_PART_GRACE_MS * 1_000_000
 
 
+class _DeleteLease:
+    """A delete's hold on a session's summary (see :func:`delete_session`): taken once,
+    renewed when half of it has passed, while the summary still carries this delete's token."""
+
+    def __init__(self, table: str, summary_key: dict[str, Any], token: str) -> None:
+        self.table, self.key, self.token = table, summary_key, token
+        self.until = 0
+        self.held = True
+
+    def take(self) -> Op[None]:
+        until = _now_ms() + DELETE_LEASE_MS
+        yield Call(
+            "update_item",
+            {
+                "TableName": self.table,
+                "Key": self.key,
+                "UpdateExpression": "SET #dl = :until, #dt = :token",
+                "ExpressionAttributeNames": {"#dl": A.DELETING, "#dt": A.DELETING_TOKEN},
+                "ExpressionAttributeValues": {":until": N(until), ":token": S(self.token)},
+            },
+        )
+        self.until = until
+
+    def renew_if_due(self) -> Op[None]:
+        if not self.held or _now_ms() < self.until - DELETE_LEASE_MS // 2:
+            return
+        until = _now_ms() + DELETE_LEASE_MS
+        try:
+            yield Call(
+                "update_item",
+                {
+                    "TableName": self.table,
+                    "Key": self.key,
+                    "UpdateExpression": "SET #dl = :until",
+                    "ConditionExpression": "#dt = :token",
+                    "ExpressionAttributeNames": {"#dl": A.DELETING, "#dt": A.DELETING_TOKEN},
+                    "ExpressionAttributeValues": {":until": N(until), ":token": S(self.token)},
+                },
+            )
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            self.held = False  # another delete_sandbox took over: it holds (and renews) it
+            return
+        self.until = until
+
+
 def delete_session(table: str, pk: str) -> Op[None]:
     """Delete every item of a session so that its summary always agrees with its entries.
 
@@ -182,6 +229,11 @@ def delete_session(table: str, pk: str) -> Op[None]:
     2. Delete every other item of the partition (consistent Query, keys only): everything
        that changed the summary landed before step 1 and is found here.
     3. Delete the summary, if it still carries this delete's mark.
+
+    The lease is renewed while step 2 runs (before each batch of 25 deletes, once half of it
+    has passed), so a delete longer than the lease (a session of many thousands of entries)
+    still holds off the appends it must; a delete that dies stops renewing, and its lease
+    ends on its own.
 
     An append racing the delete therefore either landed before step 1 (and is deleted) or
     lands after step 3, into a new session whose summary counts exactly its own entries.
@@ -195,19 +247,8 @@ def delete_session(table: str, pk: str) -> Op[None]:
     """
     token = secrets.token_hex(8)
     summary_key = it.summary_key(pk)
-    yield Call(
-        "update_item",
-        {
-            "TableName": table,
-            "Key": summary_key,
-            "UpdateExpression": "SET #dl = :until, #dt = :token",
-            "ExpressionAttributeNames": {"#dl": A.DELETING, "#dt": A.DELETING_TOKEN},
-            "ExpressionAttributeValues": {
-                ":until": N(_now_ms() + DELETE_LEASE_MS),
-                ":token": S(token),
-            },
-        },
-    )
+    lease = _DeleteLease(table, summary_key, token)
+    yield from lease.take()
     start: dict[str, Any] | None = None
     last_head = ""  # parts sort right after their head, so the last head seen is theirs
     now_ns = time.time_ns()
@@ -234,7 +275,9 @@ def delete_session(table: str, pk: str) -> Op[None]:
             elif head != last_head and _young(head, now_ns):
                 continue  # an append in flight: its head lands after this delete
             requests.append({"DeleteRequest": {"Key": item}})
-        yield from batch_write(table, requests)
+        for at in range(0, len(requests), BATCH_WRITE_MAX):
+            yield from lease.renew_if_due()
+            yield from batch_write(table, requests[at : at + BATCH_WRITE_MAX])
         start = page.get("LastEvaluatedKey")
         if not start:
             break
