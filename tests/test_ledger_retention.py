@@ -325,6 +325,52 @@ def test_the_cli_reads_a_table_deployed_with_a_retention(
     assert shown.exit_code == 0, shown.output
 
 
+def test_the_cli_imports_into_a_table_with_a_retention_with_the_tables_retention(
+    moto_endpoint: str, table_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operator restoring a backup names the table only: the CLI writes with the retention
+    the table records (its items carry that TTL). A dynamodb:// URL may name the retention
+    too (retention_days): it must agree, and table create records it."""
+    from typer.testing import CliRunner
+
+    from sandbox_ledger.cli.app import app
+    from sandbox_ledger.transfer import entry_line
+
+    monkeypatch.delenv("SANDBOX_LEDGER_TABLE", raising=False)
+    monkeypatch.delenv("SANDBOX_LEDGER_STORE", raising=False)
+    runner = CliRunner()
+    endpoint = f"endpoint_url={moto_endpoint}&region=us-east-1"
+    created = runner.invoke(
+        app, ["--store", f"dynamodb://{table_name}?{endpoint}&retention_days=2", "table", "create"]
+    )
+    assert created.exit_code == 0, created.output
+    ledger = SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, retention=2 * DAY)
+    recorded = read_descriptor(ledger.client(), table_name)
+    assert recorded is not None and recorded.ledger_retention_seconds == 2 * 86400
+    now = _now_ms()
+    lines = "".join(
+        entry_line(x) + "\n"
+        for x in (_e("s", LedgerEvent.SandboxCreated, now), _e("s", LedgerEvent.ExecStarted, now))
+    )
+    args = ["--table", table_name, "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
+    done = runner.invoke(app, [*args, "import", "-"], input=lines)
+    assert done.exit_code == 0, done.output
+    assert "2 new" in done.stderr
+    expected_ttl = now // 1000 + 2 * 86400
+    ttls = {int(i[k.TTL_ATTRIBUTE]["N"]) for i in _raw_items(moto_endpoint, table_name, "job", "s")}
+    assert ttls == {expected_ttl}, ttls  # entries and summary alike
+    agreeing = f"dynamodb://{table_name}?{endpoint}&retention_days=2"
+    again = runner.invoke(app, ["--store", agreeing, "import", "-"], input=lines)
+    assert again.exit_code == 0 and "0 new, 2 already present" in again.stderr, again.output
+    other = f"dynamodb://{table_name}?{endpoint}&retention_days=3"
+    newer = entry_line(_e("s", LedgerEvent.ExecStarted, now + 1)) + "\n"
+    stored = _raw_items(moto_endpoint, table_name, "job", "s")
+    refused = runner.invoke(app, ["--store", other, "import", "-"], input=newer)
+    assert refused.exit_code == 2 and "retention" in refused.stderr, refused.output
+    assert _raw_items(moto_endpoint, table_name, "job", "s") == stored  # nothing written
+    ledger.close()
+
+
 def test_a_reimport_on_dynamodb_finds_expired_entries_appended_live(
     moto_endpoint: str, table_name: str
 ) -> None:

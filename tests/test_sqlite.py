@@ -240,6 +240,38 @@ async def test_a_write_cancelled_while_waiting_for_the_lock_leaves_no_lock_held(
     await adapter.close()
 
 
+async def test_a_write_cancelled_twice_still_releases_the_lock(tmp_path: Path) -> None:
+    """A second cancellation while the first one's cleanup waits (a second Ctrl-C, a shutdown
+    cancelling every task) must not abandon that cleanup: the cancelled BEGIN takes the lock
+    once the other writer is done, and its ROLLBACK must still run. Before the fix the lock
+    stayed held ('database is locked' for every other writer) and the adapter's next write
+    failed with 'cannot start a transaction within a transaction'."""
+    path = tmp_path / "cancel2.db"
+    adapter = SQLiteAdapter(path, busy_timeout=1.0)
+    await adapter.append(_entry(LedgerEvent.SandboxCreated, 1))
+    blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    blocker.execute("BEGIN IMMEDIATE")
+    task = asyncio.create_task(adapter.append(_entry(LedgerEvent.ExecComplete, 2)))
+    await asyncio.sleep(0.2)
+    task.cancel()
+    await asyncio.sleep(0.05)
+    task.cancel()  # while the first cancellation's cleanup waits behind the BEGIN
+    await asyncio.sleep(0.1)
+    blocker.execute("ROLLBACK")  # the abandoned BEGIN now takes the lock
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.wait_for(adapter.append(_entry(LedgerEvent.ExecComplete, 3)), 5)
+    other = sqlite3.connect(path, isolation_level=None, timeout=0.5)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # the adapter holds no write lock
+        other.execute("ROLLBACK")
+    finally:
+        other.close()
+        blocker.close()
+    assert [e.ts for e in await adapter.read_all("n", "s")] == [1, 3]
+    await adapter.close()
+
+
 # -- schema versions ------------------------------------------------------------------------
 
 

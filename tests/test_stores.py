@@ -66,6 +66,7 @@ def test_store_urls(url: str, kind: str, kwargs: dict[str, Any]) -> None:
         "postgresql:///ledger?host=%2Fvar%2Frun%2Fpostgresql&schema=x1",
         "postgresql://u@h/db?application_name=nightly%20import",
         "postgresql://u:p%40ss@h:5432/db?options=-c%20statement_timeout%3D5000&retention_days=3",
+        "postgresql://u@h/db?password=p+q&application_name=a+b%2Bc",  # '+' is a plus to libpq
     ],
 )
 def test_postgres_urls_reach_libpq_with_their_meaning(url: str) -> None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 from datetime import timedelta
 from pathlib import Path
@@ -588,3 +591,54 @@ def test_an_export_failing_midway_leaves_the_file_untouched(tmp_path: Path) -> N
         _export(lines(), backup)  # type: ignore[arg-type]
     assert backup.read_text() == "yesterday\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["backup.jsonl"]
+
+
+def test_an_export_is_never_readable_beyond_the_replaced_files_mode(tmp_path: Path) -> None:
+    """While the export is written, its temporary file has the backup's own mode (it was
+    created 0644 and fixed only at the end, so a 0600 backup's data was readable meanwhile);
+    a new file gets the usual mode (0666 less the umask)."""
+    import stat
+
+    from sandbox_ledger.cli.transfer import _export
+
+    backup = tmp_path / "backup.jsonl"
+    backup.write_text("yesterday\n")
+    backup.chmod(0o600)
+    seen: list[int] = []
+
+    def lines() -> object:
+        yield '{"ts": 1}\n'
+        [partial] = [p for p in tmp_path.iterdir() if p.name.endswith(".partial")]
+        seen.append(stat.S_IMODE(partial.stat().st_mode))
+        yield '{"ts": 2}\n'
+
+    assert _export(lines(), backup) == 2  # type: ignore[arg-type]
+    assert seen == [0o600] and stat.S_IMODE(backup.stat().st_mode) == 0o600
+    fresh = tmp_path / "new.jsonl"
+    _export(iter(['{"ts": 1}\n']), fresh)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o666 & ~mask
+
+
+def test_an_export_into_a_pipe_or_fifo_writes_through_it(tmp_path: Path) -> None:
+    """-o naming something that is not a regular file (a FIFO, /dev/stdout into a pipe) is
+    written as it is: there is no file to replace (a FIFO was replaced by a regular file and
+    its reader got nothing; /dev/stdout into a pipe failed)."""
+    from sandbox_ledger.cli.transfer import _export
+
+    fifo = tmp_path / "export.fifo"
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()), daemon=True)
+    reader.start()
+    assert _export(iter(['{"ts": 1}\n', '{"ts": 2}\n']), fifo) == 2
+    reader.join(timeout=10)
+    assert got == ['{"ts": 1}\n{"ts": 2}\n'] and fifo.is_fifo()
+    done = subprocess.run(
+        [sys.executable, "-c",
+         "import sys; from pathlib import Path; from sandbox_ledger.cli.transfer import _export;"
+         " _export(iter(['{\"ts\": 1}\\n']), Path('/dev/stdout'))"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout == '{"ts": 1}\n', done.stderr

@@ -65,7 +65,14 @@ def parse_store_url(url: str) -> tuple[str, dict[str, Any]]:
     if scheme not in SCHEMES:
         raise _bad(url, f"unknown scheme {scheme!r} (expected one of {', '.join(SCHEMES)})")
     parts = urlsplit(url)
-    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    if scheme in ("postgresql", "postgres"):
+        # As libpq reads a URI's query: %XX decoded, '+' is a plus (a password may hold one).
+        pairs = [
+            (unquote(key), unquote(value))
+            for key, _, value in (p.partition("=") for p in parts.query.split("&") if p)
+        ]
+    else:
+        pairs = parse_qsl(parts.query, keep_blank_values=True)
     options = dict(pairs)
     if len(options) < len(pairs):
         repeated = sorted({key for key, _ in pairs if [k for k, _ in pairs].count(key) > 1})

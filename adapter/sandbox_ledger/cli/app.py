@@ -37,6 +37,7 @@ from sandbox_ledger.errors import (
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from datetime import timedelta
 
     from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
     from sandbox_ledger.resources import SyncResourceRecordStore
@@ -252,7 +253,11 @@ _NAME = typer.Argument(..., metavar="NAME", help="The sandbox name of the sessio
 _SANDBOX_ID = typer.Argument(..., metavar="SANDBOX_ID", help="The session's sandboxId.")
 
 
-def _ledger(target: Target, *, interactive: bool = True) -> SyncDynamoDBAdapter:
+def _ledger(
+    target: Target, *, interactive: bool = True, writes: bool = False
+) -> SyncDynamoDBAdapter:
+    """The command's ledger. A command that ``writes`` entries (import) writes with the
+    table's recorded retention unless the dynamodb:// URL names one (which must agree)."""
     from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 
     other = target.sql_or_memory_store()
@@ -260,12 +265,39 @@ def _ledger(target: Target, *, interactive: bool = True) -> SyncDynamoDBAdapter:
         # Same methods, driven synchronously.
         return other  # type: ignore[return-value]
 
-    ledger = SyncDynamoDBAdapter(
-        target.table or "", session=target.boto3_session(), **target.kwargs(interactive=interactive)
-    )
+    def adapter(retention: timedelta | None) -> SyncDynamoDBAdapter:
+        return SyncDynamoDBAdapter(
+            target.table or "",
+            session=target.boto3_session(),
+            retention=retention,
+            **target.kwargs(interactive=interactive),
+        )
+
+    ledger = adapter(target.retention)
     if target.embedded:
         ledger.create_table()
+    elif writes and target.retention is None:
+        recorded = _recorded_retention(ledger)
+        if recorded is not None:
+            ledger.close()
+            ledger = adapter(recorded)
     return ledger
+
+
+def _recorded_retention(ledger: SyncDynamoDBAdapter) -> timedelta | None:
+    """The ledger retention the table's descriptor records (None: keep forever, no descriptor
+    or no table yet, which the command's own requests then report)."""
+    from datetime import timedelta
+
+    from sandbox_ledger.deployment import read_descriptor
+    from sandbox_ledger.errors import TableNotFoundError
+
+    try:
+        descriptor = read_descriptor(ledger.client(), ledger.table_name)
+    except TableNotFoundError:
+        return None
+    seconds = descriptor.ledger_retention_seconds if descriptor is not None else None
+    return None if seconds is None else timedelta(seconds=seconds)
 
 
 def _store(target: Target) -> SyncResourceRecordStore:
@@ -353,7 +385,10 @@ def table_create(as_json: bool = _JSON) -> None:
     from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 
     created = SyncDynamoDBAdapter(
-        target.table or "", session=target.boto3_session(), **target.kwargs()
+        target.table or "",
+        session=target.boto3_session(),
+        retention=target.retention,
+        **target.kwargs(),
     ).create_table()
     if as_json:
         emit({"table": target.table, "created": created})
@@ -572,7 +607,7 @@ def import_(
 
     if path != "-" and not Path(path).is_file():
         raise typer.BadParameter(f"{path}: no such file", param_hint="PATH")
-    ledger = _ledger(_target(store, writes="import"), interactive=False)
+    ledger = _ledger(_target(store, writes="import"), interactive=False, writes=True)
     label = "<stdin>" if path == "-" else path
     with contextlib.ExitStack() as stack:
         source = sys.stdin.buffer if path == "-" else stack.enter_context(Path(path).open("rb"))

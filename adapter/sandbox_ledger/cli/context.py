@@ -7,7 +7,10 @@ import os
 import sys
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from datetime import timedelta
 
 EMBEDDED_TABLE = "sandbox-ledger"
 
@@ -22,6 +25,8 @@ class Target:
     profile: str | None
     shard_count: int | None = None
     """Given with --shard-count; None: the table's descriptor says (default 4 without one)."""
+    retention: timedelta | None = None
+    """A dynamodb:// URL's ``retention_days``; None: writes follow the table's descriptor."""
     debug: bool = False
     embedded: bool = False
     store: str | None = None
@@ -50,6 +55,7 @@ class Target:
             self.region = kwargs.get("region_name", self.region)
             self.endpoint_url = kwargs.get("endpoint_url", self.endpoint_url)
             self.shard_count = kwargs.get("shard_count", self.shard_count)
+            self.retention = kwargs.get("retention", self.retention)
         if self.table:
             return
         # In a child process: the server's CPU does not wait on this command's (the demo's

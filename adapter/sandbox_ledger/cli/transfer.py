@@ -84,14 +84,22 @@ def _export(lines: Iterator[str], output: Path | None) -> int:
     # A symlink's target is what gets replaced (renaming onto the link would replace the
     # link and leave the file it points at as it was), keeping the file's permissions.
     target = Path(os.path.realpath(output))
+    if output.exists() and not output.is_file():
+        # A FIFO, a terminal, /dev/stdout into a pipe: nothing to replace, written as is.
+        with output.open("w", encoding="utf-8", newline="\n") as stream:
+            return _write(stream, lines)
     temporary = target.with_name(f".{target.name}.{os.getpid()}.partial")
     try:
-        with temporary.open("w", encoding="utf-8", newline="\n") as stream:
+        # Created with the replaced file's permissions (a new file: 0666 less the umask, as
+        # open() makes it), so a private backup is never readable by others meanwhile.
+        mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        with open(descriptor, "w", encoding="utf-8", newline="\n") as stream:
             count = _write(stream, lines)
             stream.flush()
             os.fsync(stream.fileno())
         if target.exists():
-            shutil.copymode(target, temporary)
+            shutil.copymode(target, temporary)  # the umask may have masked some bits
         os.replace(temporary, target)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -10,6 +10,7 @@ lose nothing and, since a busy transaction never commits, duplicate nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import sqlite3
 import time
@@ -175,6 +176,18 @@ def _is_busy(exc: BaseException) -> bool:
     return "locked" in text or "busy" in text
 
 
+async def _release(db: aiosqlite.Connection) -> None:
+    """End a write transaction that failed or was cancelled. A statement whose await was
+    cancelled (a timeout, Ctrl-C) still runs in aiosqlite's thread: a BEGIN IMMEDIATE waiting
+    for the write lock takes it later. A no-op queued behind it waits for it, so
+    in_transaction is then current, and the lock is not left held by an abandoned
+    transaction."""
+    async with db.execute("SELECT 1"):
+        pass
+    if db.in_transaction:
+        await db.execute("ROLLBACK")
+
+
 class SQLiteAdapter:
     """The ledger contract on one SQLite database file.
 
@@ -213,6 +226,7 @@ class SQLiteAdapter:
         self.retention = retention
         self.queries = Queries()
         self._db: aiosqlite.Connection | None = None
+        self._releasing: asyncio.Future[None] | None = None
         self._lock = asyncio.Lock()
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -374,19 +388,23 @@ class SQLiteAdapter:
         """One write transaction: BEGIN IMMEDIATE, ``op``, COMMIT; rolled back on any error."""
 
         async def transaction(db: aiosqlite.Connection) -> Any:
+            if self._releasing is not None:
+                # An earlier write cancelled twice left its release running: wait for it, so
+                # this BEGIN comes after that ROLLBACK on the connection.
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._releasing)
+                self._releasing = None
             try:
                 await db.execute("BEGIN IMMEDIATE")
                 result = await op(db)
                 await db.execute("COMMIT")
             except BaseException:
-                # A statement whose await was cancelled (a timeout, Ctrl-C) still runs in
-                # aiosqlite's thread: a BEGIN IMMEDIATE waiting for the write lock takes it
-                # later. A no-op queued behind it waits for it, so in_transaction is then
-                # current, and the lock is not left held by an abandoned transaction.
-                async with db.execute("SELECT 1"):
-                    pass
-                if db.in_transaction:
-                    await db.execute("ROLLBACK")
+                # The release runs to its end even if this task is cancelled again meanwhile
+                # (shielded); the original error is raised either way.
+                self._releasing = asyncio.ensure_future(_release(db))
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await asyncio.shield(self._releasing)
+                    self._releasing = None
                 raise
             return result
 
