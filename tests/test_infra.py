@@ -31,10 +31,6 @@ from infra.nag import ACKNOWLEDGED  # noqa: E402
 
 from sandbox_ledger import keys as k  # noqa: E402
 
-# Module- and session-scoped fixtures: every test of the module runs on one xdist worker
-# (make test runs --dist loadgroup), so they are built once.
-pytestmark = pytest.mark.xdist_group("infra")
-
 CONTEXT = json.loads((ROOT / "cdk.json").read_text())["context"]
 
 

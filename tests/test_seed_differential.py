@@ -28,10 +28,6 @@ from sandbox_ledger import (
 )
 from sandbox_ledger.dynamodb import DynamoDBAdapter
 
-# Module- and session-scoped fixtures: every test of the module runs on one xdist worker
-# (make test runs --dist loadgroup), so they are built once.
-pytestmark = pytest.mark.xdist_group("seed")
-
 ROOT = Path(__file__).resolve().parent.parent
 SEED_DIR = Path(__file__).resolve().parent / "seed"
 SEED_DOC = ROOT.parent / "shared" / "seeds" / "000_7f54b9888fed0c74.txt"

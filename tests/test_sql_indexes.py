@@ -25,10 +25,6 @@ from sandbox_ledger.postgres import PostgresAdapter
 from sandbox_ledger.sql.rows import ListQuery
 from sandbox_ledger.sqlite import SQLiteAdapter
 
-# Module- and session-scoped fixtures: every test of the module runs on one xdist worker
-# (make test runs --dist loadgroup), so they are built once.
-pytestmark = pytest.mark.xdist_group("sql-indexes")
-
 SESSIONS, EVENTS_PER_SESSION = 5_000, 20
 NOW = 1_095  # Unix s: the seeded expiries of entries run from 1,086 to 1,105
 KEY = {"name": "name-7", "sandbox_id": "sb-1007", "now": NOW}
