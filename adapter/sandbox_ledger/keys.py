@@ -255,6 +255,14 @@ def part_sk(head_sk: str, part: int) -> str:
     return f"{head_sk}#{part:05d}"
 
 
+def part_head(sk: str) -> str | None:
+    """The head's sort key if ``sk`` is one of :func:`part_sk`'s, else None."""
+    if not sk.startswith(EVENT_PREFIX):
+        return None
+    head, _, part = sk.rpartition("#")
+    return head if head.count("#") == 2 and len(part) == 5 and part.isdigit() else None
+
+
 def checkpoint_sk(ts: int, order: str) -> str:
     """The sort key of a checkpoint marker."""
     return f"{CHECKPOINT_PREFIX}{_ts(ts)}#{order}"

@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
@@ -74,8 +75,8 @@ def parse_store_url(url: str) -> tuple[str, dict[str, Any]]:
     else:
         pairs = parse_qsl(parts.query, keep_blank_values=True)
     options = dict(pairs)
-    if len(options) < len(pairs):
-        repeated = sorted({key for key, _ in pairs if [k for k, _ in pairs].count(key) > 1})
+    repeated = sorted(key for key, n in Counter(key for key, _ in pairs).items() if n > 1)
+    if repeated:
         raise _bad(url, f"option(s) {', '.join(repeated)} given more than once")
     if scheme == "memory":
         if parts.netloc or parts.path or parts.query:

@@ -55,6 +55,13 @@ class _OrderIds:
 order_ids = _OrderIds()
 
 
+def order_time_ns(order: str) -> int | None:
+    """The writer's clock (Unix ns) when it made the order id ``order`` (see
+    :class:`_OrderIds`), or None if ``order`` is not one."""
+    stamp = order[:20]
+    return int(stamp) if stamp.isdigit() else None
+
+
 @dataclass(frozen=True)
 class EncodedEntry:
     """A ledger entry as items: the head (conditional, written last) and any extra parts."""

@@ -159,64 +159,49 @@ def _not_being_deleted(summary: dict[str, Any], now_ms: int) -> dict[str, Any]:
 ORPHAN_PART_GRACE_MS = 15 * 60_000
 
 
-def _head_of_part(sk: str) -> str | None:
-    """The head's sort key if ``sk`` is a part of a split entry (``E#<ts>#<order>#<n>``)."""
-    if not sk.startswith(k.EVENT_PREFIX):
-        return None
-    head, _, part = sk.rpartition("#")
-    return head if head.count("#") == 2 and len(part) == 5 and part.isdigit() else None
-
-
 def _young(head_sk: str, now_ns: int) -> bool:
     """True if the entry's order id (its writer's clock when the append began) is recent."""
-    stamp = it.append_order(head_sk)[:20]
-    return stamp.isdigit() and now_ns - int(stamp) < ORPHAN_PART_GRACE_MS * 1_000_000
+    written = it.order_time_ns(it.append_order(head_sk))
+    return written is not None and now_ns - written < ORPHAN_PART_GRACE_MS * 1_000_000
 
 
 class _DeleteLease:
-    """A delete's hold on a session's summary (see :func:`delete_session`): taken once,
-    renewed when half of it has passed, while the summary still carries this delete's token."""
+    """A delete's hold on a session's summary (see :func:`delete_session`): taken once with a
+    token of its own, renewed when half of it has passed while the summary still carries that
+    token."""
 
-    def __init__(self, table: str, summary_key: dict[str, Any], token: str) -> None:
-        self.table, self.key, self.token = table, summary_key, token
+    def __init__(self, table: str, summary_key: dict[str, Any]) -> None:
+        self.table, self.key = table, summary_key
+        self.token = secrets.token_hex(8)
         self.until = 0
         self.held = True
 
     def take(self) -> Op[None]:
+        yield from self._set("SET #dl = :until, #dt = :token")
+
+    def renew_if_due(self) -> Op[None]:
+        if not self.held or _now_ms() < self.until - DELETE_LEASE_MS // 2:
+            return
+        try:
+            yield from self._set("SET #dl = :until", ConditionExpression="#dt = :token")
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            self.held = False  # another delete_sandbox took over: it holds (and renews) it
+
+    def _set(self, update: str, **condition: str) -> Op[None]:
         until = _now_ms() + DELETE_LEASE_MS
         yield Call(
             "update_item",
             {
                 "TableName": self.table,
                 "Key": self.key,
-                "UpdateExpression": "SET #dl = :until, #dt = :token",
+                "UpdateExpression": update,
+                **condition,
                 "ExpressionAttributeNames": {"#dl": A.DELETING, "#dt": A.DELETING_TOKEN},
                 "ExpressionAttributeValues": {":until": N(until), ":token": S(self.token)},
             },
         )
-        self.until = until
-
-    def renew_if_due(self) -> Op[None]:
-        if not self.held or _now_ms() < self.until - DELETE_LEASE_MS // 2:
-            return
-        until = _now_ms() + DELETE_LEASE_MS
-        try:
-            yield Call(
-                "update_item",
-                {
-                    "TableName": self.table,
-                    "Key": self.key,
-                    "UpdateExpression": "SET #dl = :until",
-                    "ConditionExpression": "#dt = :token",
-                    "ExpressionAttributeNames": {"#dl": A.DELETING, "#dt": A.DELETING_TOKEN},
-                    "ExpressionAttributeValues": {":until": N(until), ":token": S(self.token)},
-                },
-            )
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
-            self.held = False  # another delete_sandbox took over: it holds (and renews) it
-            return
         self.until = until
 
 
@@ -245,9 +230,8 @@ def delete_session(table: str, pk: str) -> Op[None]:
     (by the order id in their key), since the head of an append still running lands after
     the delete and needs them; older ones (a writer that died) are deleted.
     """
-    token = secrets.token_hex(8)
     summary_key = it.summary_key(pk)
-    lease = _DeleteLease(table, summary_key, token)
+    lease = _DeleteLease(table, summary_key)
     yield from lease.take()
     start: dict[str, Any] | None = None
     last_head = ""  # parts sort right after their head, so the last head seen is theirs
@@ -269,7 +253,7 @@ def delete_session(table: str, pk: str) -> Op[None]:
             sk = item[k.SORT_KEY]["S"]
             if sk == k.SUMMARY_SK:
                 continue
-            head = _head_of_part(sk)
+            head = k.part_head(sk)
             if head is None:
                 last_head = sk
             elif head != last_head and _young(head, now_ns):
@@ -289,7 +273,7 @@ def delete_session(table: str, pk: str) -> Op[None]:
                 "Key": summary_key,
                 "ConditionExpression": "#dt = :token",
                 "ExpressionAttributeNames": {"#dt": A.DELETING_TOKEN},
-                "ExpressionAttributeValues": {":token": S(token)},
+                "ExpressionAttributeValues": {":token": S(lease.token)},
             },
         )
     except ClientError as exc:
