@@ -97,6 +97,24 @@ def _async_session() -> Any:
     return _deduplicated(aioboto3.Session(botocore_session=botocore_session))
 
 
+def _async_config(merged: Config, given: Config | None) -> Config:
+    """``merged`` as an aiobotocore config whose HTTP session shares one TLS context per CA
+    bundle (:mod:`.tls`), unless the caller's own config chose its HTTP session class or its
+    connector arguments (``AioConfig.merge`` keeps neither, so they are carried over here)."""
+    from aiobotocore.config import AioConfig
+    from aiobotocore.endpoint import DEFAULT_HTTP_SESSION_CLS
+
+    from sandbox_ledger.ddb.tls import SharedTLSSession
+
+    session_cls, connector_args = SharedTLSSession, None
+    if isinstance(given, AioConfig):
+        connector_args = given.connector_args
+        if given.http_session_cls is not DEFAULT_HTTP_SESSION_CLS:
+            session_cls = given.http_session_cls
+    options = merged._user_provided_options  # what Config.merge itself combines
+    return AioConfig(connector_args, http_session_cls=session_cls, **options)
+
+
 class SyncClient:
     """A boto3 DynamoDB client, created on first use and shared by every thread."""
 
@@ -147,6 +165,7 @@ class AsyncClient:
         config: Config | None,
     ) -> None:
         self._kwargs = _client_kwargs(endpoint_url, region_name, config)
+        self._kwargs["config"] = _async_config(self._kwargs["config"], config)
         self._session = session
         self._client: Any | None = None
         self._stack: AsyncExitStack | None = None

@@ -1,0 +1,224 @@
+"""The async clients share one TLS context per CA bundle (sandbox_ledger.ddb.tls), and that
+context still verifies: a real HTTPS endpoint whose certificate the bundle holds answers, one
+the bundle does not hold is refused, and a bundle rewritten in place is read again."""
+
+from __future__ import annotations
+
+import datetime
+import http.server
+import ipaddress
+import json
+import os
+import ssl
+import threading
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiobotocore.config import AioConfig
+from aiobotocore.httpsession import AIOHTTPSession
+from botocore.config import Config
+from botocore.exceptions import SSLError
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from sandbox_ledger.ddb import tls
+from sandbox_ledger.ddb.client import AsyncClient
+from sandbox_ledger.dynamodb import DynamoDBAdapter
+
+
+def _self_signed(directory: Path, name: str) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 (and its key), valid for a day."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / f"{name}.pem", directory / f"{name}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+class _ListTables(http.server.BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        body = json.dumps({"TableNames": ["over-tls"]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-amz-json-1.0")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def https_endpoint(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A DynamoDB-shaped HTTPS endpoint on 127.0.0.1, and the certificate it presents."""
+    cert, key = _self_signed(tmp_path, "server")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ListTables)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield f"https://127.0.0.1:{server.server_address[1]}", cert
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+@pytest.fixture
+def ca_bundle(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """AWS_CA_BUNDLE pointing at a file the test fills."""
+    bundle = tmp_path / "bundle.pem"
+    monkeypatch.setenv("AWS_CA_BUNDLE", str(bundle))
+    return bundle
+
+
+async def _list_tables(endpoint: str) -> list[str]:
+    # One attempt: a refused certificate is not retried into a slow test.
+    once = Config(retries={"mode": "standard", "total_max_attempts": 1})
+    client = AsyncClient(endpoint_url=endpoint, region_name="us-east-1", session=None, config=once)
+    try:
+        raw = await client.get()
+        answer = await raw.list_tables()
+        return list(answer["TableNames"])
+    finally:
+        await client.close()
+
+
+def _connector_context(session: AIOHTTPSession) -> Any:
+    return session._create_connector(None)._ssl
+
+
+@pytest.fixture
+async def sessions() -> AsyncIterator[list[AIOHTTPSession]]:
+    made: list[AIOHTTPSession] = []
+    yield made
+    for session in made:
+        await session.close()
+
+
+async def test_two_clients_share_one_context_that_verifies(
+    https_endpoint: tuple[str, Path], ca_bundle: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    endpoint, cert = https_endpoint
+    ca_bundle.write_bytes(cert.read_bytes())
+    built: list[ssl.SSLContext] = []
+    stock = AIOHTTPSession._get_ssl_context
+
+    def spy(self: AIOHTTPSession) -> ssl.SSLContext:
+        built.append(stock(self))
+        return built[-1]
+
+    monkeypatch.setattr(AIOHTTPSession, "_get_ssl_context", spy)
+    assert await _list_tables(endpoint) == ["over-tls"]
+    assert await _list_tables(endpoint) == ["over-tls"]
+    [context] = built  # one context for both clients
+    assert context.verify_mode == ssl.CERT_REQUIRED
+    assert [c["subject"] for c in context.get_ca_certs()] == [((("commonName", "server"),),)]
+
+
+async def test_a_certificate_the_bundle_does_not_hold_is_refused(
+    https_endpoint: tuple[str, Path], ca_bundle: Path, tmp_path: Path
+) -> None:
+    endpoint, _ = https_endpoint
+    other, _ = _self_signed(tmp_path, "someone-else")
+    ca_bundle.write_bytes(other.read_bytes())
+    with pytest.raises(SSLError, match="CERTIFICATE_VERIFY_FAILED"):
+        await _list_tables(endpoint)
+
+
+async def test_a_bundle_rewritten_in_place_is_read_again(
+    https_endpoint: tuple[str, Path], ca_bundle: Path, tmp_path: Path
+) -> None:
+    endpoint, cert = https_endpoint
+    other, _ = _self_signed(tmp_path, "someone-else")
+    ca_bundle.write_bytes(other.read_bytes())
+    with pytest.raises(SSLError, match="CERTIFICATE_VERIFY_FAILED"):
+        await _list_tables(endpoint)
+    # The rotated bundle: same path, new contents (and a later modification time).
+    ca_bundle.write_bytes(other.read_bytes() + cert.read_bytes())
+    stat = ca_bundle.stat()
+    os.utime(ca_bundle, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    assert await _list_tables(endpoint) == ["over-tls"]
+
+
+async def test_one_context_per_bundle_and_none_without_verification(
+    sessions: list[AIOHTTPSession], tmp_path: Path
+) -> None:
+    cert, _ = _self_signed(tmp_path, "a")
+    same = [tls.SharedTLSSession(verify=str(cert)) for _ in range(2)]
+    default = tls.SharedTLSSession(verify=True)
+    off = tls.SharedTLSSession(verify=False)
+    sessions += [*same, default, off]
+    first, second = (_connector_context(s) for s in same)
+    assert first is second
+    assert _connector_context(default) is not first
+    assert _connector_context(default) is _connector_context(tls.SharedTLSSession(verify=True))
+    assert _connector_context(off) is False
+
+
+async def test_client_certificates_and_proxies_keep_aiobotocores_own_context(
+    monkeypatch: pytest.MonkeyPatch, sessions: list[AIOHTTPSession]
+) -> None:
+    stock: list[str | None] = []
+    monkeypatch.setattr(
+        AIOHTTPSession, "_create_connector", lambda self, proxy_url: stock.append(proxy_url)
+    )
+    with_cert = tls.SharedTLSSession(verify=True, client_cert="/no/such/cert.pem")
+    plain = tls.SharedTLSSession(verify=True)
+    sessions += [with_cert, plain]
+    with_cert._create_connector(None)
+    plain._create_connector("http://proxy.internal:3128")
+    assert stock == [None, "http://proxy.internal:3128"]
+
+
+async def test_the_adapters_use_it_and_a_callers_own_choice_stands() -> None:
+    class Mine(AIOHTTPSession):  # type: ignore[misc]
+        pass
+
+    async def client_of(config: Config | None) -> Any:
+        adapter = DynamoDBAdapter("tbl", region_name="us-east-1", config=config)
+        client = await adapter.client()
+        await adapter.close()
+        return client
+
+    default = await client_of(None)
+    assert type(default._endpoint.http_session) is tls.SharedTLSSession
+    assert default.meta.config.retries == {"mode": "standard", "total_max_attempts": 10 + 1}
+    tuned = await client_of(Config(read_timeout=3))
+    assert type(tuned._endpoint.http_session) is tls.SharedTLSSession
+    assert (tuned.meta.config.read_timeout, tuned.meta.config.connect_timeout) == (3, 5)
+    assert tuned.meta.config.max_pool_connections == 50
+    own = await client_of(AioConfig(http_session_cls=Mine, connector_args={"keepalive_timeout": 2}))
+    assert type(own._endpoint.http_session) is Mine
+    assert own.meta.config.connector_args == {"keepalive_timeout": 2}
+    kept = await client_of(AioConfig(connector_args={"keepalive_timeout": 2}))
+    assert type(kept._endpoint.http_session) is tls.SharedTLSSession
+    assert kept.meta.config.connector_args == {"keepalive_timeout": 2}
