@@ -65,8 +65,17 @@ print(json.dumps({"import": t1 - t0, "import_cpu": c1 - c0, "setup": t2 - t1,
 
 SETTINGS = {
     "off": {},
-    "on": {"SANDBOX_LEDGER_TRACING": "true", "AWS_LAMBDA_FUNCTION_NAME": "bench"},
+    "on": {"SANDBOX_LEDGER_TRACING": "true"},
     "off, boto3 imported first": {},
+}
+
+# What the Lambda runtime sets that these imports read. LAMBDA_TASK_ROOT matters most: the
+# X-Ray SDK takes it (not AWS_LAMBDA_FUNCTION_NAME) as the sign that it runs on Lambda, and
+# elsewhere builds a centralized-sampling client for the X-Ray API at import (about 100 ms,
+# and a botocore client Lambda never builds): without it, "tracing on" measured that too.
+LAMBDA_ENVIRONMENT = {
+    "AWS_LAMBDA_FUNCTION_NAME": "bench",
+    "AWS_EXECUTION_ENV": f"AWS_Lambda_python{sys.version_info.major}.{sys.version_info.minor}",
 }
 
 # Distributions by top-level module, for the self-time breakdown.
@@ -129,6 +138,8 @@ def run_once(
     """(the child's seconds, self ms of the import by distribution) in a new process."""
     env = {
         "PATH": os.environ.get("PATH", ""),
+        **LAMBDA_ENVIRONMENT,
+        "LAMBDA_TASK_ROOT": str(paths[0]),
         **SETTINGS[setting],
         "TABLE_NAME": "bench",
         "EVENT_BUS_NAME": "default",

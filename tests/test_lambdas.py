@@ -603,8 +603,9 @@ TRACING_PROBE = (
 @pytest.mark.parametrize(("setting", "traced"), [(None, False), ("false", False), ("true", True)])
 def test_tracing_is_behind_its_setting(setting: str | None, traced: bool) -> None:
     """Off (unset or false), neither handler loads the X-Ray SDK nor wraps itself in the
-    Tracer; on, in a Lambda environment, both do."""
-    env = {"AWS_LAMBDA_FUNCTION_NAME": "fn"}
+    Tracer; on, in a Lambda environment, both do. (The X-Ray SDK knows Lambda by
+    LAMBDA_TASK_ROOT; without it, it also builds a sampling client for the X-Ray API.)"""
+    env = {"AWS_LAMBDA_FUNCTION_NAME": "fn", "LAMBDA_TASK_ROOT": os.getcwd()}
     if setting is not None:
         env["SANDBOX_LEDGER_TRACING"] = setting
     done = _import_in_fresh_process(env, TRACING_PROBE)

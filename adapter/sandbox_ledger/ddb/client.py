@@ -165,7 +165,7 @@ class AsyncClient:
         config: Config | None,
     ) -> None:
         self._kwargs = _client_kwargs(endpoint_url, region_name, config)
-        self._kwargs["config"] = _async_config(self._kwargs["config"], config)
+        self._given_config = config
         self._session = session
         self._client: Any | None = None
         self._stack: AsyncExitStack | None = None
@@ -184,8 +184,9 @@ class AsyncClient:
                 stack = AsyncExitStack()
                 try:
                     session = self._session or _async_session()
+                    config = _async_config(self._kwargs["config"], self._given_config)
                     self._client = await stack.enter_async_context(
-                        session.client("dynamodb", **self._kwargs)
+                        session.client("dynamodb", **{**self._kwargs, "config": config})
                     )
                 except BotoCoreError as exc:
                     raise translate_client_error(exc) from exc

@@ -6,53 +6,81 @@ client-side work of a dozen DynamoDB requests, paid again by each adapter or sto
 creates (``benchmarks/client_setup.py``: a new adapter's client and first request, 33 ms
 before, 13 ms after).
 An ``SSLContext`` may be shared by any number of connections, threads and event loops, so
-:class:`SharedTLSSession` builds one per CA bundle and reuses it. A bundle file that changes
-(its size or modification time) gets a new context, so a rotated bundle is read again as
-aiobotocore would. Client certificates and proxies keep aiobotocore's own per-client context,
-and so does a config that names its own ``http_session_cls`` (a subclass of aiobotocore's
-``AIOHTTPSession`` that changes nothing opts out).
+:class:`SharedTLSSession` builds one per CA bundle and reuses it; a bundle file replaced or
+rewritten is read again, as aiobotocore would (:func:`shared_context`).
+
+It also verifies where stock aiobotocore 2.25 does not: it checks the server's host name
+(aiobotocore accepts a certificate of any trusted CA for any host), and through a proxy
+without TLS settings of its own it verifies the server (aiobotocore passes ``ssl=False``).
+A config naming its own ``http_session_cls`` keeps it (a subclass of aiobotocore's
+``AIOHTTPSession`` that changes nothing opts out of all this).
 """
 
 from __future__ import annotations
 
 import os
+import ssl
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiobotocore.httpsession import AIOHTTPSession
 from botocore.httpsession import get_cert_path
 
-if TYPE_CHECKING:
-    import ssl
-
-_contexts: dict[tuple[str, int, int], ssl.SSLContext] = {}
+# (session class, bundle path) -> (the bundle file's version, the context built from it)
+_contexts: dict[tuple[type[Any], str], tuple[tuple[int, ...], ssl.SSLContext]] = {}
 _lock = threading.Lock()
 
 
-def shared_context(session: AIOHTTPSession, ca_bundle: str) -> ssl.SSLContext:
-    """The context ``session`` would build for ``ca_bundle``, built once per bundle version."""
+def _verifying(context: ssl.SSLContext) -> ssl.SSLContext:
+    """``context`` checking the server's host name too, unless verification is off in it.
+
+    botocore's ``create_urllib3_context`` leaves ``check_hostname`` off because urllib3
+    matches host names itself; aiohttp does not, so stock aiobotocore accepts a certificate
+    of any trusted CA for any host."""
+    if context.verify_mode != ssl.CERT_NONE:
+        context.check_hostname = True
+    return context
+
+
+def shared_context(session: AIOHTTPSession, ca_bundle: str | os.PathLike[str]) -> ssl.SSLContext:
+    """The context ``session`` builds for ``ca_bundle``: one per session class, bundle path and
+    version of the bundle file (device, inode, size, modification and change times: a file
+    replaced or rewritten in place, even with its old modification time put back, is read
+    again). The context of a superseded version is dropped."""
     stat = os.stat(ca_bundle)
-    key = (os.path.abspath(ca_bundle), stat.st_size, stat.st_mtime_ns)
+    version = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    key = (type(session), os.path.abspath(ca_bundle))
     with _lock:
-        context = _contexts.get(key)
-        if context is None:
-            context = session._get_ssl_context()
-            context.load_verify_locations(ca_bundle, None, None)
-            _contexts[key] = context
+        known = _contexts.get(key)
+        if known is not None and known[0] == version:
+            return known[1]
+        context: ssl.SSLContext = session._get_ssl_context()
+        context.load_verify_locations(ca_bundle, None, None)
+        _contexts[key] = (version, _verifying(context))
         return context
 
 
 class SharedTLSSession(AIOHTTPSession):  # type: ignore[misc]  # aiobotocore is untyped
-    """aiobotocore's HTTP session, with the TLS context of :func:`shared_context`."""
+    """aiobotocore's HTTP session, with the TLS context of :func:`shared_context` and host
+    names checked. A client certificate or a proxy with TLS settings of its own gets a
+    context per client, built as aiobotocore builds it; a proxy without them gets the shared
+    context (aiobotocore then verified nothing: ``ssl=False``). ``verify=False`` stays off."""
 
     def _create_connector(self, proxy_url: str | None) -> Any:
-        ca_bundle = get_cert_path(self._verify) if self._verify else None
-        if proxy_url or self._cert_file or not isinstance(ca_bundle, str):
+        if not self._verify:
             return super()._create_connector(proxy_url)
         import aiohttp
 
+        ca_bundle = get_cert_path(self._verify)
+        proxy_context = self._setup_proxy_ssl_context(proxy_url) if proxy_url else None
+        if proxy_context is None and not self._cert_file:
+            context = shared_context(self, ca_bundle)
+        else:  # aiobotocore's own steps, for this client alone
+            context = proxy_context or self._get_ssl_context()
+            if self._cert_file:
+                context.load_cert_chain(self._cert_file, self._key_file)
+            context.load_verify_locations(ca_bundle, None, None)
+            _verifying(context)
         return aiohttp.TCPConnector(
-            limit=self._max_pool_connections,
-            ssl=shared_context(self, ca_bundle),
-            **self._connector_args,
+            limit=self._max_pool_connections, ssl=context, **self._connector_args
         )
