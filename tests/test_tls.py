@@ -4,8 +4,10 @@ the bundle does not hold is refused, and a bundle rewritten in place is read aga
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
+import gc
 import http.server
 import ipaddress
 import json
@@ -16,6 +18,7 @@ import ssl
 import subprocess
 import sys
 import threading
+import weakref
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -273,14 +276,46 @@ async def test_a_superseded_bundle_versions_context_is_dropped(
 ) -> None:
     cert, _ = _self_signed(tmp_path, "a")
     bundle = tmp_path / "rotating.pem"
+    built = []
     for _ in range(5):  # a sidecar rewriting the bundle
         bundle.write_bytes(cert.read_bytes())
         session = tls.SharedTLSSession(verify=str(bundle))
         sessions.append(session)
-        _connector_context(session)
-    assert [key for key in tls._contexts if key[1] == str(bundle)] == [
-        (tls.SharedTLSSession, str(bundle))
-    ]
+        built.append(weakref.ref(_connector_context(session)))
+    await asyncio.gather(*(s.close() for s in sessions))
+    gc.collect()
+    assert [ref() is not None for ref in built] == [False] * 4 + [True]
+
+
+async def test_contexts_of_many_bundle_paths_are_not_all_kept(tmp_path: Path) -> None:
+    """A process writing a bundle per tenant to a file of its own, then deleting it: only
+    the most recently used paths' contexts stay (the others are rebuilt when used again)."""
+    cert, _ = _self_signed(tmp_path, "a")
+    built = []
+    for n in range(3 * tls.CONTEXTS_KEPT):
+        bundle = tmp_path / f"tenant-{n}.pem"
+        bundle.write_bytes(cert.read_bytes())
+        session = tls.SharedTLSSession(verify=str(bundle))
+        built.append(weakref.ref(_connector_context(session)))
+        await session.close()
+        bundle.unlink()
+    gc.collect()
+    alive = [ref() is not None for ref in built]
+    assert alive == [False] * 2 * tls.CONTEXTS_KEPT + [True] * tls.CONTEXTS_KEPT
+
+
+async def test_a_session_class_made_at_run_time_goes_with_its_contexts(tmp_path: Path) -> None:
+    cert, _ = _self_signed(tmp_path, "a")
+    classes, built = [], []
+    for _ in range(3):
+        made = type("Made", (tls.SharedTLSSession,), {})
+        session = made(verify=str(cert))
+        built.append(weakref.ref(_connector_context(session)))
+        await session.close()
+        classes.append(weakref.ref(made))
+        del made, session
+    gc.collect()
+    assert [ref() for ref in classes + built] == [None] * 6
 
 
 async def test_a_subclass_context_stays_with_its_class(

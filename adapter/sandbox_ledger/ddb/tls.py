@@ -13,21 +13,34 @@ It also verifies where stock aiobotocore 2.25 does not: it checks the server's h
 (aiobotocore accepts a certificate of any trusted CA for any host), and through a proxy
 without TLS settings of its own it verifies the server (aiobotocore passes ``ssl=False``).
 A config naming its own ``http_session_cls`` keeps it (a subclass of aiobotocore's
-``AIOHTTPSession`` that changes nothing opts out of all this).
+``AIOHTTPSession`` that changes nothing opts out of all this). One difference from boto3's
+sync client remains: through a proxy, aiohttp 3.14 checks the endpoint's host name with its
+trailing dot, if it has one (``https://dynamodb.us-east-1.amazonaws.com.``), which no
+certificate matches; write the endpoint without the dot.
 """
 
 from __future__ import annotations
 
+import collections
 import os
 import ssl
 import threading
+import weakref
 from typing import Any
 
 from aiobotocore.httpsession import AIOHTTPSession
 from botocore.httpsession import get_cert_path
 
-# (session class, bundle path) -> (the bundle file's version, the context built from it)
-_contexts: dict[tuple[type[Any], str], tuple[tuple[int, ...], ssl.SSLContext]] = {}
+CONTEXTS_KEPT = 8
+"""Bundle paths whose context each session class keeps, the most recently used: a process
+that writes a CA bundle per tenant or per client to a file of its own rebuilds beyond these
+(as aiobotocore does for every client) instead of keeping every context it ever built."""
+
+# session class (weakly: a class made at run time goes with its contexts) -> bundle path ->
+# (the bundle file's version, the context built from it), least recently used first
+_contexts: weakref.WeakKeyDictionary[
+    type[Any], collections.OrderedDict[str, tuple[tuple[int, ...], ssl.SSLContext]]
+] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
@@ -46,17 +59,23 @@ def shared_context(session: AIOHTTPSession, ca_bundle: str | os.PathLike[str]) -
     """The context ``session`` builds for ``ca_bundle``: one per session class, bundle path and
     version of the bundle file (device, inode, size, modification and change times: a file
     replaced or rewritten in place, even with its old modification time put back, is read
-    again). The context of a superseded version is dropped."""
+    again). The context of a superseded version is dropped, and so is that of the least
+    recently used path beyond :data:`CONTEXTS_KEPT`."""
     stat = os.stat(ca_bundle)
     version = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
-    key = (type(session), os.path.abspath(ca_bundle))
+    path = os.path.abspath(ca_bundle)
     with _lock:
-        known = _contexts.get(key)
+        kept = _contexts.setdefault(type(session), collections.OrderedDict())
+        known = kept.get(path)
         if known is not None and known[0] == version:
+            kept.move_to_end(path)
             return known[1]
         context: ssl.SSLContext = session._get_ssl_context()
         context.load_verify_locations(ca_bundle, None, None)
-        _contexts[key] = (version, _verifying(context))
+        kept[path] = (version, _verifying(context))
+        kept.move_to_end(path)
+        while len(kept) > CONTEXTS_KEPT:
+            kept.popitem(last=False)
         return context
 
 
