@@ -111,6 +111,26 @@ def test_a_poison_record_among_good_ones_is_reported_and_the_sweep_goes_on(
     assert "4 unreadable" in listed.output
 
 
+def test_a_stored_record_whose_id_is_not_canonical_is_reported_never_expired(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    # Written by an older version, which took any spelling uuid.UUID() read: reported as
+    # unreadable (visible, never deleted), not expired beside its canonical twin.
+    store = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint)
+    twin = store.put(record(age=timedelta(hours=2))).record
+    legacy_id = twin.id.upper()
+    _, item = _raw_item(timedelta(hours=2), body={"id": legacy_id})
+    item[k.PARTITION_KEY] = {"S": k.RESOURCE_PREFIX + legacy_id}
+    boto3.client("dynamodb", endpoint_url=moto_endpoint).put_item(TableName=sync_table, Item=item)
+    publisher = Collector()
+    first = sweep(store, publisher, now=datetime.now(UTC))
+    assert first.observed == [twin.id] and list(first.unreadable) == [legacy_id]
+    assert "canonical" in first.unreadable[legacy_id]
+    second = sweep(store, publisher, now=datetime.now(UTC) + WINDOW)
+    assert second.expired == [twin.id] and list(second.unreadable) == [legacy_id]
+    assert [e.record.id for e in publisher.published] == [twin.id]
+
+
 class SimClock:
     """The true time of a simulation; the sweeper reads it exactly, owners with a skew."""
 

@@ -59,6 +59,45 @@ def test_invalid_records_name_the_field(change: dict[str, Any], field: str) -> N
         ResourceActivityRecord.model_validate({**TS_RECORD, **change})
 
 
+CANONICAL_ID = TS_RECORD["id"]
+assert isinstance(CANONICAL_ID, str)
+# Spellings of one UUID (and near-UUIDs) that uuid.UUID() accepts: each would have been a
+# record of its own, so one sandbox could be expired and reported several times.
+OTHER_SPELLINGS = {
+    "upper case": CANONICAL_ID.upper(),
+    "braces": "{" + CANONICAL_ID + "}",
+    "urn": "urn:uuid:" + CANONICAL_ID,
+    "no hyphens": CANONICAL_ID.replace("-", ""),
+    "newline": CANONICAL_ID + "\n",
+    "trailing space": CANONICAL_ID + " ",
+    "underscore": CANONICAL_ID[0] + "_" + CANONICAL_ID[2:],
+    "leading plus": "+" + CANONICAL_ID[1:],
+    "full-width digits": CANONICAL_ID.replace("5", "\uff15"),
+    "arabic-indic digits": CANONICAL_ID.replace("5", "\u0665"),
+}
+
+
+@pytest.mark.parametrize("spelling", OTHER_SPELLINGS.values(), ids=OTHER_SPELLINGS.keys())
+def test_a_record_id_is_exactly_a_canonical_uuid(spelling: str) -> None:
+    import uuid
+
+    uuid.UUID(spelling.strip())  # what the old check accepted
+    with pytest.raises(ValueError, match=r"id: .* not a UUID in canonical form"):
+        ResourceActivityRecord.model_validate({**TS_RECORD, "id": spelling})
+    with pytest.raises(ValueError, match=r"^id: "):
+        k.resource_pk(spelling)
+    assert ResourceActivityRecord.model_validate(TS_RECORD).id == CANONICAL_ID
+
+
+def test_the_refusal_names_the_canonical_spelling_only_for_the_same_uuid() -> None:
+    with pytest.raises(ValueError, match=f"write it as '{CANONICAL_ID}'"):
+        k.check_record_id(CANONICAL_ID.upper())
+    # uuid.UUID reads '+b8f...' as '0b8f...': another id, so no hint that it is the same.
+    with pytest.raises(ValueError) as refused:
+        k.check_record_id(OTHER_SPELLINGS["leading plus"])
+    assert "write it as" not in str(refused.value)
+
+
 def test_item_round_trip_keeps_the_wire_shape() -> None:
     original = ResourceActivityRecord.model_validate(TS_RECORD)
     values = ri.write_values(original, expires_at=1_800_000_000, shard_count=4)

@@ -12,7 +12,12 @@ from resource_fixtures import record
 from sandbox_ledger import ConflictError
 from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 from sandbox_ledger.dynamodb.instrument import RequestCounter
-from sandbox_ledger.resources import ResourceRecordStore, SyncResourceRecordStore
+from sandbox_ledger.errors import InvalidInputError
+from sandbox_ledger.resources import (
+    ResourceActivityRecord,
+    ResourceRecordStore,
+    SyncResourceRecordStore,
+)
 
 
 class Clock:
@@ -237,6 +242,28 @@ def test_bad_records_write_nothing(store: SyncResourceRecordStore) -> None:
     with pytest.raises(ValueError, match="record"):
         store.put({"id": "x"})  # type: ignore[arg-type]
     assert store.list().records == []
+
+
+def test_one_uuid_is_one_record_however_it_is_spelled(store: SyncResourceRecordStore) -> None:
+    r = record()
+    store.put(r)
+    spellings = [r.id.upper(), "{" + r.id + "}", "urn:uuid:" + r.id, r.id.replace("-", "")]
+    for spelling in spellings:
+        with pytest.raises(ValueError, match=r"id: .* canonical form"):
+            ResourceActivityRecord.model_validate({**r.wire(), "id": spelling})
+        # model_copy(update=...) skips validation: the store refuses the key itself.
+        with pytest.raises(InvalidInputError, match=r"^id: "):
+            store.put(r.model_copy(update={"id": spelling}))
+        for call in (store.get, store.touch, store.delete):
+            with pytest.raises(InvalidInputError, match=r"^id: ") as refused:
+                call(spelling)
+            assert refused.value.field == "id"
+        with pytest.raises(InvalidInputError, match=r"^id: "):
+            store.record_operation_start(spelling, "exec")
+    listed = store.list()
+    assert [v.record.id for v in listed.records] == [r.id] and listed.unreadable == []
+    stored = store.get_versioned(r.id)
+    assert stored is not None and stored.revision == 1 and stored.record == r
 
 
 async def test_async_store(moto_endpoint: str, sync_table: str) -> None:

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
+import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final
@@ -278,9 +280,45 @@ def environment_sk(name: str) -> str:
     return _fits(_nonempty(name, "name"), MAX_SORT_KEY_BYTES, "name")
 
 
+_CANONICAL_UUID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def check_record_id(value: object) -> str:
+    """A resource record id: exactly a UUID's canonical form (lowercase, hyphenated).
+
+    One UUID has many spellings that :class:`uuid.UUID` accepts (upper case, braces, a URN,
+    no hyphens, surrounding spaces or a newline, non-ASCII digits); taking them as given would
+    store one sandbox as several records, each expired and reported on its own.
+
+    Raises:
+        InvalidInputError: naming ``id``; the message gives the canonical spelling when the
+            value is another spelling of a UUID.
+    """
+    if isinstance(value, str) and _CANONICAL_UUID.fullmatch(value):
+        return value
+    hint = ""
+    if isinstance(value, str):
+        try:
+            canonical = str(uuid.UUID(value))
+        except ValueError:
+            canonical = ""
+        # Only a spelling that holds the same 32 hex digits: uuid.UUID also reads '+1...' as
+        # '01...' and non-ASCII digits as hex, which a hint must not present as the same id.
+        digits = re.sub(r"[^0-9a-f]", "", value.lower().removeprefix("urn:uuid:"))
+        if canonical and digits == canonical.replace("-", ""):
+            hint = f" (write it as {canonical!r})"
+    raise InvalidInputError(
+        "id", f"{value!r} is not a UUID in canonical form (lowercase, hyphenated){hint}"
+    )
+
+
 def resource_pk(record_id: str) -> str:
-    """The partition key of a resource activity record."""
-    return f"{RESOURCE_PREFIX}{_nonempty(record_id, 'id')}"
+    """The partition key of a resource activity record (``record_id`` in canonical form).
+
+    Raises:
+        InvalidInputError: naming ``id``, when it is not a canonical UUID.
+    """
+    return f"{RESOURCE_PREFIX}{check_record_id(record_id)}"
 
 
 def resource_id(pk: str) -> str:

@@ -89,7 +89,15 @@ def decode_or_unreadable(item: Item) -> VersionedRecord | Unreadable:
 
 
 def record_key(record_id: str) -> Item:
+    """The key of the record ``record_id`` (a canonical UUID, else InvalidInputError)."""
     return {k.PARTITION_KEY: S(k.resource_pk(record_id)), k.SORT_KEY: S(k.RESOURCE_SK)}
+
+
+def stored_record_key(record_id: str) -> Item:
+    """The key of a record whose id was read from the table: as stored, unchecked, so a record
+    an older version wrote under another spelling of a UUID is still read (and reported
+    unreadable) instead of failing the whole sweep."""
+    return {k.PARTITION_KEY: S(k.RESOURCE_PREFIX + record_id), k.SORT_KEY: S(k.RESOURCE_SK)}
 
 
 def index_keys(record: ResourceActivityRecord, shard_count: int) -> dict[str, Any]:
@@ -132,8 +140,11 @@ def decode(item: Item) -> VersionedRecord:
     """A stored item (low-level format) back to a versioned record."""
     wire = json.loads(item[k.RECORD_BODY]["S"])
     wire["updatedAt"] = item[k.RECORD_UPDATED_AT]["S"]
+    record = ResourceActivityRecord.model_validate(wire, context={"stored": True})
+    if record.id != record_id_of(item):
+        raise ValueError(f"id: the record's id {record.id!r} is not the one of its key")
     return VersionedRecord(
-        record=ResourceActivityRecord.model_validate(wire, context={"stored": True}),
+        record=record,
         revision=int(item[k.REVISION]["N"]),
         expires_at=int(item[k.TTL_ATTRIBUTE]["N"]) if k.TTL_ATTRIBUTE in item else None,
         expiring=item[k.CLAIM]["S"] if k.CLAIM in item else None,

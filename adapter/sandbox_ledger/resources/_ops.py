@@ -492,7 +492,7 @@ def observe(table: str, record_id: str, revision: int, at_ms: int) -> Op[bool]:
 
 def batch_get_records(table: str, ids: list[str]) -> Op[list[ri.VersionedRecord | ri.Unreadable]]:
     """The stored records among ``ids`` (absent ones left out; undecodable ones reported)."""
-    items = yield from batch_get(table, [ri.record_key(i) for i in ids])
+    items = yield from batch_get(table, [ri.stored_record_key(i) for i in ids])
     return [ri.decode_or_unreadable(item) for item in items if ri.is_record(item)]
 
 

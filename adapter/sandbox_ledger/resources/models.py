@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from pydantic import Field, StrictInt, ValidationInfo, field_validator, model_validator
 
+from sandbox_ledger.keys import check_record_id
 from sandbox_ledger.resources.phases import FAILED_PHASES, LIVE_PHASES, Phase, Placement
 from sandbox_ledger.wire import WireModel
 
@@ -96,11 +96,7 @@ class ResourceActivityRecord(WireModel):
     @field_validator("id")
     @classmethod
     def _uuid(cls, value: str) -> str:
-        try:
-            uuid.UUID(value)
-        except (ValueError, AttributeError, TypeError) as exc:
-            raise ValueError(f"id: {value!r} is not a UUID") from exc
-        return value
+        return check_record_id(value)
 
     @field_validator("created_at", "updated_at")
     @classmethod
