@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.keys import (
     check_component,
+    check_environment_name,
     check_retention,
     check_session_key,
-    environment_sk,
     ledger_expires_at,
 )
 from sandbox_ledger.models import (
@@ -61,6 +61,9 @@ def _require(value: str, field_name: str) -> str:
 class MemoryAdapter:
     """Keeps everything in process memory, indexed by session; for tests and examples.
 
+    Stores and returns copies, as every other store does: changing an entry or record after
+    writing it, or what a read returned, never changes what the store holds.
+
     Unlike the TypeScript example, sessions are keyed by (name, sandboxId), never by
     sandboxId alone, so two names reusing one sandboxId stay distinct.
 
@@ -105,7 +108,9 @@ class MemoryAdapter:
             session = self._sessions[key] = _Session(
                 SessionSummary(entry.name, entry.sandbox_id), next(self._seq)
             )
-        bisect.insort(session.events, (entry.ts, next(self._seq), entry), key=lambda t: t[:2])
+        # A copy: the caller may change its entry's payload afterwards; the store must not.
+        stored = _copy(entry)
+        bisect.insort(session.events, (entry.ts, next(self._seq), stored), key=lambda t: t[:2])
         session.summary.apply(entry)
         if entry.event in _SUMMARY_EVENTS:
             session.expires = ledger_expires_at(entry.ts, self._retention)
@@ -200,7 +205,7 @@ class MemoryAdapter:
 
     async def get_environment(self, name: str) -> EnvironmentRecord | None:
         """The environment record, or None."""
-        record = self._environments.get(_require(name, "name"))
+        record = self._environments.get(check_environment_name(name))
         return record.model_copy(deep=True) if record else None
 
     async def save_environment(self, record: EnvironmentRecord) -> None:
@@ -209,13 +214,13 @@ class MemoryAdapter:
             raise InvalidInputError(
                 "record", f"expected an EnvironmentRecord, got {type(record).__name__}"
             )
-        environment_sk(record.name)  # the same key rule as every adapter
+        check_environment_name(record.name)  # the same rule on every store
         require_storable(record)
         self._environments[record.name] = record.model_copy(deep=True)
 
     async def delete_environment(self, name: str) -> None:
         """Remove the record if present."""
-        self._environments.pop(_require(name, "name"), None)
+        self._environments.pop(check_environment_name(name), None)
 
     async def list_environments(self) -> list[EnvironmentRecord]:
         """Newest builtAt first; ties in first-saved order."""

@@ -18,7 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger.errors import ConfigurationError, StorageError
-from sandbox_ledger.keys import check_retention
+from sandbox_ledger.keys import check_environment_name, check_retention
 from sandbox_ledger.models import LedgerEvent
 from sandbox_ledger.sql import retention as ret
 from sandbox_ledger.sql import rows
@@ -391,6 +391,9 @@ class PostgresAdapter:
                 raise
 
     async def _fetchall(self, sql: str, params: Any) -> list[Any]:
+        if _holds_nul(params):
+            return []
+
         async def op(conn: AsyncConnection[Any]) -> list[Any]:
             cursor = await conn.execute(sql, params)
             return list(await cursor.fetchall())
@@ -399,6 +402,9 @@ class PostgresAdapter:
         return result
 
     async def _execute(self, sql: str, params: Any) -> None:
+        if _holds_nul(params):
+            return
+
         async def op(conn: AsyncConnection[Any]) -> None:
             await conn.execute(sql, params)
 
@@ -558,7 +564,8 @@ class PostgresAdapter:
 
     async def get_environment(self, name: str) -> EnvironmentRecord | None:
         """The environment record, or None."""
-        found = await self._fetchall(self.queries.get_environment, (rows.check_text(name, "name"),))
+        key = (check_environment_name(name),)
+        found = await self._fetchall(self.queries.get_environment, key)
         return rows.decode_environment(found[0][0]) if found else None
 
     async def save_environment(self, record: EnvironmentRecord) -> None:
@@ -569,12 +576,21 @@ class PostgresAdapter:
 
     async def delete_environment(self, name: str) -> None:
         """Remove the record if present."""
-        await self._execute(self.queries.delete_environment, (rows.check_text(name, "name"),))
+        await self._execute(self.queries.delete_environment, (check_environment_name(name),))
 
     async def list_environments(self) -> list[EnvironmentRecord]:
         """Every record, newest builtAt first, ties in first-saved order."""
         found = await self._fetchall(self.queries.list_environments, ())
         return [rows.decode_environment(r[0]) for r in found]
+
+
+def _holds_nul(params: Any) -> bool:
+    """Whether a text parameter holds NUL. PostgreSQL text cannot, so every write refuses it
+    (``nul_ok=False``) and nothing stored equals it: the reads and deletes run through
+    :meth:`PostgresAdapter._fetchall` and ``_execute`` (lookups by equality) answer as for no
+    row, as the other stores do, instead of sending what the server refuses."""
+    values = params.values() if isinstance(params, dict) else params
+    return any(isinstance(v, str) and "\x00" in v for v in values)
 
 
 def _redacted(dsn: str) -> str:

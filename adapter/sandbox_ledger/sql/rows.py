@@ -16,7 +16,7 @@ from typing import Any, TypeGuard
 from sandbox_ledger import _json
 from sandbox_ledger.cursor import decode_cursor, encode_cursor
 from sandbox_ledger.errors import InvalidInputError
-from sandbox_ledger.keys import check_session_key
+from sandbox_ledger.keys import check_environment_name, check_session_key
 from sandbox_ledger.models import (
     CheckpointInfo,
     EnvironmentRecord,
@@ -52,9 +52,9 @@ __all__ = [
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_KEY_BYTES = 2048
-"""Longest (name, sandboxId) pair, and environment name, in UTF-8 bytes: what a PostgreSQL
-btree index row holds with room to spare, and about what a DynamoDB key holds, so a ledger
-moves between the stores."""
+"""Longest (name, sandboxId) pair in UTF-8 bytes: what a PostgreSQL btree index row holds with
+room to spare, and about what a DynamoDB key holds, so a ledger moves between the stores
+(environment names follow :func:`sandbox_ledger.keys.check_environment_name`, every store's)."""
 
 
 def _key_size(field: str, *parts: str) -> None:
@@ -278,7 +278,7 @@ def encode_environment(record: object, *, nul_ok: bool = True) -> tuple[str, int
     """(name, builtAt, the record's wire JSON text) of an environment record."""
     r = check_record(record)
     check_text(r.name, "name", nul_ok=nul_ok)
-    _key_size("name", r.name)
+    check_environment_name(r.name)
     return r.name, r.built_at, _json_text(r.wire(), "record")
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger.errors import ConfigurationError, StorageError
-from sandbox_ledger.keys import check_retention
+from sandbox_ledger.keys import check_environment_name, check_retention
 from sandbox_ledger.models import LedgerEvent
 from sandbox_ledger.sql import retention as ret
 from sandbox_ledger.sql import rows
@@ -589,7 +589,7 @@ class SQLiteAdapter:
         """The environment record, or None."""
         found = await self._fetchall(
             "SELECT record FROM ledger_environments WHERE name = ?",
-            (rows.check_text(name, "name"),),
+            (check_environment_name(name),),
         )
         return rows.decode_environment(found[0][0]) if found else None
 
@@ -604,7 +604,7 @@ class SQLiteAdapter:
 
     async def delete_environment(self, name: str) -> None:
         """Remove the record if present."""
-        key = (rows.check_text(name, "name"),)
+        key = (check_environment_name(name),)
 
         async def op(db: aiosqlite.Connection) -> None:
             await db.execute("DELETE FROM ledger_environments WHERE name = ?", key)
