@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import secrets
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,7 @@ from sandbox_ledger.summary import (
     SessionSummary,
     checkpoint_info,
     keyset_page,
+    session_listing,
     validate_list_options,
 )
 
@@ -78,6 +80,8 @@ class MemoryAdapter:
         self._sessions: dict[tuple[str, str], _Session] = {}
         self._environments: dict[str, EnvironmentRecord] = {}
         self._seq = itertools.count()
+        # Cursors name the store that made them: another MemoryAdapter refuses them.
+        self._store = f"memory:{secrets.token_hex(8)}"
 
     async def connect(self) -> None:
         """Nothing to open; idempotent."""
@@ -182,11 +186,14 @@ class MemoryAdapter:
         """One page of :meth:`list_sandbox_details` and the cursor of the next."""
         _require(name, "name")
         rows = self._rows(lambda s: s.summary.name == name)
-        return keyset_page(rows, validate_list_options(opts), _CURSOR_KIND)
+        o = validate_list_options(opts)
+        return keyset_page(rows, o, _CURSOR_KIND, session_listing(self._store, name, o))
 
     async def list_all_sandbox_page(self, opts: ListSandboxOptions | None = None) -> SandboxPage:
         """One page of :meth:`list_all_sandbox_details` and the cursor of the next."""
-        return keyset_page(self._rows(lambda s: True), validate_list_options(opts), _CURSOR_KIND)
+        o = validate_list_options(opts)
+        listing = session_listing(self._store, None, o)
+        return keyset_page(self._rows(lambda s: True), o, _CURSOR_KIND, listing)
 
     async def get_sandbox_details(self, name: str, sandbox_id: str) -> SandboxDetails | None:
         """One session's summary, or None."""

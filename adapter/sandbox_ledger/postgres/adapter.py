@@ -232,6 +232,9 @@ class PostgresAdapter:
         self.dsn = dsn
         self.schema = schema
         self.queries = Queries(schema)
+        # What cursors are bound to: the schema (the DSN may hold a password; not the server,
+        # which only a query could name), so a cursor of another schema is refused.
+        self._store = f"postgres:{schema}"
         self._given_pool = pool
         self._pool: AsyncConnectionPool[Any] | None = None
         self._sizes = (min_size, max_size)
@@ -502,13 +505,13 @@ class PostgresAdapter:
     ) -> list[SandboxDetails]:
         """Sessions of one name, newest first (one indexed query)."""
         rows.check_text(name, "name")
-        return await self._list(rows.list_query(name, opts))
+        return await self._list(rows.list_query(name, opts, self._store))
 
     async def list_all_sandbox_details(
         self, opts: ListSandboxOptions | None = None
     ) -> list[SandboxDetails]:
         """Sessions of every name, newest first (one indexed query)."""
-        return await self._list(rows.list_query(None, opts))
+        return await self._list(rows.list_query(None, opts, self._store))
 
     async def list_sandbox_page(
         self, name: str, opts: ListSandboxOptions | None = None
@@ -516,11 +519,11 @@ class PostgresAdapter:
         """One page of sessions of one name and the cursor of the next (keyset on
         (startedAt, session id), one indexed query)."""
         rows.check_text(name, "name")
-        return await self._page(rows.list_query(name, opts))
+        return await self._page(rows.list_query(name, opts, self._store))
 
     async def list_all_sandbox_page(self, opts: ListSandboxOptions | None = None) -> SandboxPage:
         """One page of sessions of every name and the cursor of the next."""
-        return await self._page(rows.list_query(None, opts))
+        return await self._page(rows.list_query(None, opts, self._store))
 
     async def _list(self, query: rows.ListQuery) -> list[SandboxDetails]:
         return (await self._page(query)).sessions
