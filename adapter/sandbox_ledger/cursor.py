@@ -77,7 +77,9 @@ def unseal(cursor: object) -> dict[str, Any]:
         raise damaged
     if not isinstance(state, dict):
         raise damaged
-    if not hmac.compare_digest(digest, _digest({"k": kind, "l": tag, "s": state}, 12)):
+    expected = _digest({"k": kind, "l": tag, "s": state}, 12)
+    # As bytes: compare_digest refuses str holding anything but ASCII.
+    if not hmac.compare_digest(digest.encode(), expected.encode()):
         raise damaged
     return {"k": kind, "l": tag, "s": state}
 

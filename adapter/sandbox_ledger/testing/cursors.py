@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import json
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -97,6 +98,11 @@ class CursorContract:
                 await self._refused(adapter, name, cursor[:i] + other + cursor[i + 1 :])
             for bad in (cursor[:-1], cursor + "A", cursor + "==", f" {cursor}", cursor[1:]):
                 await self._refused(adapter, name, bad)
+            body = unseal(cursor)
+            for digest in ("é", "", 5, None):
+                raw_json = json.dumps({**body, "h": digest}).encode()
+                spelled = base64.urlsafe_b64encode(raw_json).decode().rstrip("=")
+                await self._refused(adapter, name, spelled)
             raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
             for i in range(len(raw)):
                 flipped = bytearray(raw)
