@@ -1,5 +1,6 @@
 import json
 import math
+import sys
 from decimal import Decimal
 from types import ModuleType
 from typing import Any
@@ -173,3 +174,23 @@ def test_details_options_and_checkpoints_wire_shape() -> None:
         ListSandboxOptions.model_validate({"status": "paused"})
     info = CheckpointInfo(snapshot_id="snap", tag="t", created_at=9)
     assert info.model_dump(by_alias=True) == {"snapshotId": "snap", "tag": "t", "createdAt": 9}
+
+
+def test_integer_digits_follow_a_fixed_limit_not_the_process_setting() -> None:
+    """At most 4,300 digits (CPython's default int-string limit), whatever this process set:
+    raising the limit (or 0, none) does not let a longer integer in, since a default process
+    could not read it back; lowering it refuses from the lowered limit (this process could not
+    write such a number), naming the field instead of failing in a store's serializer."""
+    before = sys.get_int_max_str_digits()
+    try:
+        for setting in (0, 100_000):
+            sys.set_int_max_str_digits(setting)
+            LedgerEntry.model_validate({**WIRE, "payload": 10**4300 - 1})
+            with pytest.raises(ValueError, match=r"payload\.n"):
+                LedgerEntry.model_validate({**WIRE, "payload": {"n": 10**4300}})
+        sys.set_int_max_str_digits(640)
+        LedgerEntry.model_validate({**WIRE, "payload": 10**640 - 1})
+        with pytest.raises(ValueError, match="more than 640 digits"):
+            LedgerEntry.model_validate({**WIRE, "payload": 10**640})
+    finally:
+        sys.set_int_max_str_digits(before)

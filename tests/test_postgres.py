@@ -84,6 +84,16 @@ async def test_a_limit_past_64_bits_lists_everything(adapter: PostgresAdapter) -
         assert (len(page.sessions), page.cursor) == (1, None)
 
 
+async def test_export_reads_with_a_key_holding_nul_answer_empty(adapter: PostgresAdapter) -> None:
+    """The export helpers (beyond the conformance suite's reads): PostgreSQL text cannot hold
+    NUL, so no session has such a key; on 5b0f498 each raised StorageError."""
+    await adapter.append(_entry(LedgerEvent.SandboxCreated, 1))
+    assert await adapter.scan_sessions("n\x00") == []
+    assert await adapter.read_in_append_order("n", "s\x00") == []
+    assert await adapter.read_stored("n\x00", "s") == []
+    assert await adapter.scan_sessions("n") == [("n", "s")]
+
+
 async def test_ten_megabyte_payload_is_stored_as_exact_json_text(
     adapter: PostgresAdapter, postgres_dsn: str, pg_schema: str
 ) -> None:

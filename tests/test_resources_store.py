@@ -5,19 +5,21 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 from resource_fixtures import record
-from sandbox_ledger import ConflictError
+from sandbox_ledger import ConflictError, InvalidInputError
+from sandbox_ledger.cursor import seal, unseal
 from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 from sandbox_ledger.dynamodb.instrument import RequestCounter
-from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.resources import (
     ResourceActivityRecord,
     ResourceRecordStore,
     SyncResourceRecordStore,
 )
+from sandbox_ledger.testing.cursors import state_paths, with_value, wrong_types
 
 
 class Clock:
@@ -236,6 +238,34 @@ def test_list_by_phase_and_provider_newest_first_paginated(
     ]:
         with pytest.raises(ValueError, match=field):
             store.list(**bad)  # type: ignore[arg-type]
+
+
+def test_damaged_altered_or_foreign_list_cursors_are_refused(
+    store: SyncResourceRecordStore, clock: Clock
+) -> None:
+    """As the ledger's listings (the conformance suite's cursor tests); on 5b0f498 a cursor
+    with a character changed was accepted."""
+    for i in range(12):
+        store.put(record(age=timedelta(seconds=100 - i), phase="ready", now=clock.now))
+    cursor = store.list(phase="ready", limit=1).cursor
+    assert cursor is not None
+    body = unseal(cursor)
+    assert any(path[-1:] == ("gsk",) for path, _ in state_paths(body["s"])), body
+
+    def refused(bad: str, **opts: Any) -> None:
+        with pytest.raises(InvalidInputError, match="cursor") as info:
+            store.list(limit=1, cursor=bad, **{"phase": "ready", **opts})
+        assert info.value.field == "cursor"
+
+    for i in range(0, len(cursor), 5):
+        refused(cursor[:i] + ("A" if cursor[i] != "A" else "B") + cursor[i + 1 :])
+    for path, value in state_paths(body["s"]):
+        for wrong in wrong_types(value) if path else []:
+            refused(seal({**body, "s": with_value(body["s"], path, wrong)}))
+    for opts in ({"phase": "allocating"}, {"phase": None}, {"provider": "docker"}):
+        refused(cursor, **opts)
+    # The listing's own cursor still pages on, with another limit too.
+    assert len(store.list(phase="ready", limit=20, cursor=cursor).records) == 11
 
 
 def test_bad_records_write_nothing(store: SyncResourceRecordStore) -> None:

@@ -23,8 +23,7 @@ from sandbox_ledger import (
     SchemaVersionError,
     StorageError,
 )
-from sandbox_ledger.cursor import encode_cursor
-from sandbox_ledger.sql.rows import CURSOR_KIND
+from sandbox_ledger.cursor import seal, unseal
 from sandbox_ledger.sql.schema import Migration
 from sandbox_ledger.sqlite import SQLiteAdapter
 from sandbox_ledger.sqlite import adapter as sqlite_module
@@ -116,8 +115,12 @@ async def test_listing_limits_and_cursors_beyond_64_bits(tmp_path: Path) -> None
             assert (len(page.sessions), page.cursor) == (1, None)
             by_name = await adapter.list_sandbox_details("n", ListSandboxOptions(limit=limit))
             assert len(by_name) == 1
+        await adapter.append(_entry(LedgerEvent.SandboxCreated, 2, sandbox_id="s2"))
+        real = (await adapter.list_all_sandbox_page(ListSandboxOptions(limit=1))).cursor
+        body = unseal(real)
         for state in ({"t": 2**70, "q": 1}, {"t": 1, "q": -(2**63) - 1}, {"t": True, "q": 1}):
-            forged = encode_cursor(CURSOR_KIND, state)
+            # Sealed as the listing's own: what its state validation alone must refuse.
+            forged = seal({**body, "s": state})
             with pytest.raises(InvalidInputError, match="cursor"):
                 await adapter.list_all_sandbox_details(ListSandboxOptions(limit=1, cursor=forged))
 

@@ -2,18 +2,44 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import sys
 from typing import Any
 
 # The TypeScript client's numbers are IEEE doubles; a ts beyond this is not an integer there.
 MAX_SAFE_INTEGER = 2**53 - 1
 
 
+MAX_INT_DIGITS = 4300
+"""The most decimal digits a JSON integer may have: CPython's default int-string limit
+(``sys.get_int_max_str_digits()``), so every Python process with default settings writes and
+reads it back. A fixed number, not this process's setting, so a ledger one process writes is
+read by every other; a process that lowers the limit refuses from its own limit on (it could not
+write such a number), one that raises it (or sets 0, no limit) still refuses beyond 4,300."""
+
+
+def _int_digits() -> int:
+    limit = sys.get_int_max_str_digits()
+    return MAX_INT_DIGITS if limit == 0 else min(limit, MAX_INT_DIGITS)
+
+
+@functools.cache
+def _largest(digits: int) -> int:
+    power: int = 10**digits
+    return power - 1
+
+
+def _largest_int() -> int:
+    return _largest(_int_digits())
+
+
 def check_json_value(value: Any, field: str) -> Any:
     """Return ``value`` with tuples made lists.
 
-    Raises ValueError naming the path of the first part that JSON cannot carry.
+    Raises ValueError naming the path of the first part that JSON cannot carry, or no store
+    can (an integer of more than :data:`MAX_INT_DIGITS` digits).
     """
     return _check(value, field, 0)
 
@@ -21,6 +47,11 @@ def check_json_value(value: Any, field: str) -> Any:
 def _check(value: Any, path: str, depth: int) -> Any:
     if depth > 200:
         raise ValueError(f"{path}: nested more than 200 levels deep")
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _largest_int():
+        raise ValueError(
+            f"{path}: an integer of more than {_int_digits()} digits (Python's limit on "
+            "integer-string conversion: no store could write it or read it back)"
+        )
     if value is None or isinstance(value, (str, bool, int)):
         return value
     if isinstance(value, float):

@@ -275,9 +275,21 @@ def claim_sk(digest: str, occurrence: int) -> str:
     return f"{CLAIM_PREFIX}{digest}#{occurrence:06d}"
 
 
+def check_environment_name(name: object) -> str:
+    """The one rule for environment names, applied by every store to every environment
+    operation (reads included), so a record one store holds moves to every other: a non-empty
+    string of at most 1,024 UTF-8 bytes (DynamoDB's sort-key limit).
+
+    Raises:
+        InvalidInputError: empty, not a string, or holding a lone UTF-16 surrogate.
+        KeyTooLongError: longer than 1,024 bytes as UTF-8.
+    """
+    return _fits(_nonempty(name, "name"), MAX_SORT_KEY_BYTES, "name")
+
+
 def environment_sk(name: str) -> str:
     """The sort key of an environment record (all of them share :data:`ENVIRONMENT_PK`)."""
-    return _fits(_nonempty(name, "name"), MAX_SORT_KEY_BYTES, "name")
+    return check_environment_name(name)
 
 
 _CANONICAL_UUID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")

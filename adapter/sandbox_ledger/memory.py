@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import secrets
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -11,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.keys import (
     check_component,
+    check_environment_name,
     check_retention,
     check_session_key,
-    environment_sk,
     ledger_expires_at,
 )
 from sandbox_ledger.models import (
@@ -26,6 +27,7 @@ from sandbox_ledger.summary import (
     SessionSummary,
     checkpoint_info,
     keyset_page,
+    session_listing,
     validate_list_options,
 )
 
@@ -61,6 +63,9 @@ def _require(value: str, field_name: str) -> str:
 class MemoryAdapter:
     """Keeps everything in process memory, indexed by session; for tests and examples.
 
+    Stores and returns copies, as every other store does: changing an entry or record after
+    writing it, or what a read returned, never changes what the store holds.
+
     Unlike the TypeScript example, sessions are keyed by (name, sandboxId), never by
     sandboxId alone, so two names reusing one sandboxId stay distinct.
 
@@ -75,6 +80,8 @@ class MemoryAdapter:
         self._sessions: dict[tuple[str, str], _Session] = {}
         self._environments: dict[str, EnvironmentRecord] = {}
         self._seq = itertools.count()
+        # Cursors name the store that made them: another MemoryAdapter refuses them.
+        self._store = f"memory:{secrets.token_hex(8)}"
 
     async def connect(self) -> None:
         """Nothing to open; idempotent."""
@@ -105,7 +112,9 @@ class MemoryAdapter:
             session = self._sessions[key] = _Session(
                 SessionSummary(entry.name, entry.sandbox_id), next(self._seq)
             )
-        bisect.insort(session.events, (entry.ts, next(self._seq), entry), key=lambda t: t[:2])
+        # A copy: the caller may change its entry's payload afterwards; the store must not.
+        stored = _copy(entry)
+        bisect.insort(session.events, (entry.ts, next(self._seq), stored), key=lambda t: t[:2])
         session.summary.apply(entry)
         if entry.event in _SUMMARY_EVENTS:
             session.expires = ledger_expires_at(entry.ts, self._retention)
@@ -177,11 +186,14 @@ class MemoryAdapter:
         """One page of :meth:`list_sandbox_details` and the cursor of the next."""
         _require(name, "name")
         rows = self._rows(lambda s: s.summary.name == name)
-        return keyset_page(rows, validate_list_options(opts), _CURSOR_KIND)
+        o = validate_list_options(opts)
+        return keyset_page(rows, o, _CURSOR_KIND, session_listing(self._store, name, o))
 
     async def list_all_sandbox_page(self, opts: ListSandboxOptions | None = None) -> SandboxPage:
         """One page of :meth:`list_all_sandbox_details` and the cursor of the next."""
-        return keyset_page(self._rows(lambda s: True), validate_list_options(opts), _CURSOR_KIND)
+        o = validate_list_options(opts)
+        listing = session_listing(self._store, None, o)
+        return keyset_page(self._rows(lambda s: True), o, _CURSOR_KIND, listing)
 
     async def get_sandbox_details(self, name: str, sandbox_id: str) -> SandboxDetails | None:
         """One session's summary, or None."""
@@ -200,7 +212,7 @@ class MemoryAdapter:
 
     async def get_environment(self, name: str) -> EnvironmentRecord | None:
         """The environment record, or None."""
-        record = self._environments.get(_require(name, "name"))
+        record = self._environments.get(check_environment_name(name))
         return record.model_copy(deep=True) if record else None
 
     async def save_environment(self, record: EnvironmentRecord) -> None:
@@ -209,13 +221,13 @@ class MemoryAdapter:
             raise InvalidInputError(
                 "record", f"expected an EnvironmentRecord, got {type(record).__name__}"
             )
-        environment_sk(record.name)  # the same key rule as every adapter
+        check_environment_name(record.name)  # the same rule on every store
         require_storable(record)
         self._environments[record.name] = record.model_copy(deep=True)
 
     async def delete_environment(self, name: str) -> None:
         """Remove the record if present."""
-        self._environments.pop(_require(name, "name"), None)
+        self._environments.pop(check_environment_name(name), None)
 
     async def list_environments(self) -> list[EnvironmentRecord]:
         """Newest builtAt first; ties in first-saved order."""

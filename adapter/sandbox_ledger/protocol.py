@@ -20,9 +20,12 @@ new):
     share a ``startedAt``; sessions that appear meanwhile are listed at most once.
   - ``cursor`` is None when no session is left; a non-None cursor may lead to an empty page.
     With no ``limit`` (None or 0) the page holds every remaining session and ``cursor`` is None.
-  - Cursors are opaque URL-safe strings (:mod:`sandbox_ledger.cursor` builds them); a
-    malformed one, or one from another listing, raises ``InvalidInputError`` (field
-    ``cursor``). ``list_*_details`` honour ``opts.cursor`` the same way.
+  - Cursors are opaque URL-safe strings (:mod:`sandbox_ledger.cursor` builds and seals
+    them, bound to the store and the listing's name, ``status`` and ``before``); a damaged or
+    altered one, or one from another listing or store, raises ``InvalidInputError`` (field
+    ``cursor``) before any request, and the adapter validates the decoded state's types and
+    shapes, so a forged one can at worst start at another position of the same listing.
+    ``list_*_details`` honour ``opts.cursor`` the same way.
 
   :func:`sandbox_ledger.summary.keyset_page` implements it for an adapter that can hand over
   (details, tie-break) rows.

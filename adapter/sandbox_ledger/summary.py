@@ -9,10 +9,10 @@ session without ``sandbox.created`` is never listed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from sandbox_ledger.cursor import decode_cursor, encode_cursor
-from sandbox_ledger.errors import InvalidInputError
+from sandbox_ledger._json import MAX_SAFE_INTEGER
+from sandbox_ledger.cursor import bad_position, check_int, decode_cursor, encode_cursor
 from sandbox_ledger.models import (
     CheckpointInfo,
     LedgerEntry,
@@ -24,7 +24,9 @@ from sandbox_ledger.models import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
+
+_INT63 = 2**63 - 1
 
 
 @dataclass
@@ -82,15 +84,28 @@ def apply_list_options(
     return out
 
 
+def session_listing(store: str, name: str | None, opts: ListSandboxOptions | None) -> list[Any]:
+    """What a session listing's cursor is bound to (see :mod:`sandbox_ledger.cursor`): the
+    store, the name filter (None: every name), ``status`` and ``before`` (falsy: none). Not
+    ``limit``, which may change from page to page."""
+    status = opts.status.value if opts is not None and opts.status else None
+    before = opts.before if opts is not None and opts.before else None
+    return [store, name, status, before]
+
+
 def keyset_page(
-    rows: Iterable[tuple[SandboxDetails, int]], opts: ListSandboxOptions | None, kind: str
+    rows: Iterable[tuple[SandboxDetails, int]],
+    opts: ListSandboxOptions | None,
+    kind: str,
+    listing: Sequence[Any] = (),
 ) -> SandboxPage:
     """One page of sessions in the total order (newest startedAt, then ascending ``tiebreak``).
 
     ``rows`` pairs each session with an integer unique among them and fixed for the
-    session's life (an insertion sequence, a row id): the tie-break that makes the order
-    total, so a cursor (the last row's startedAt and tie-break) resumes exactly after it,
-    whatever sessions share its startedAt. Filters apply as in :func:`apply_list_options`.
+    session's life (an insertion sequence, a row id), from 0 to 2**63 - 1: the tie-break that
+    makes the order total, so a cursor (the last row's startedAt and tie-break) resumes
+    exactly after it, whatever sessions share its startedAt. Filters apply as in
+    :func:`apply_list_options`; ``listing`` is :func:`session_listing`'s.
     """
     ordered = sorted(rows, key=lambda row: (-row[0].started_at, row[1]))
     if opts is not None and opts.status:
@@ -99,17 +114,26 @@ def keyset_page(
         before = opts.before
         ordered = [row for row in ordered if row[0].started_at < before]
     if opts is not None and opts.cursor is not None:
-        state = decode_cursor(kind, opts.cursor)
-        after, tie = state.get("t"), state.get("q")
-        if not isinstance(after, int) or not isinstance(tie, int):
-            raise InvalidInputError("cursor", "not a cursor returned by a listing")
+        after, tie = keyset_position(decode_cursor(kind, opts.cursor, listing))
         ordered = [row for row in ordered if (-row[0].started_at, row[1]) > (-after, tie)]
     limit = opts.limit if opts is not None and opts.limit else None
     if limit is None or len(ordered) <= limit:
         return SandboxPage(sessions=[row[0] for row in ordered])
     last_details, last_tie = ordered[limit - 1]
-    cursor = encode_cursor(kind, {"t": last_details.started_at, "q": last_tie})
+    cursor = encode_cursor(kind, {"t": last_details.started_at, "q": last_tie}, listing)
     return SandboxPage(sessions=[row[0] for row in ordered[:limit]], cursor=cursor)
+
+
+def keyset_position(state: dict[str, Any]) -> tuple[int, int]:
+    """The (startedAt, tie-break) of a keyset cursor's state: a timestamp and an integer from
+    0 to 2**63 - 1 (what every store's tie-break and a SQL bind hold), nothing else.
+
+    Raises:
+        InvalidInputError: naming ``cursor``.
+    """
+    if set(state) != {"t", "q"}:
+        raise bad_position()
+    return check_int(state["t"], 0, MAX_SAFE_INTEGER), check_int(state["q"], 0, _INT63)
 
 
 def checkpoint_info(entry: LedgerEntry) -> CheckpointInfo:

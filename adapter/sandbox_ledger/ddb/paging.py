@@ -6,10 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sandbox_ledger import keys as k
+from sandbox_ledger._json import MAX_SAFE_INTEGER, find_surrogate
+from sandbox_ledger.cursor import bad_position, check_int
 from sandbox_ledger.ddb.attributes import Item, N, S
 from sandbox_ledger.ddb.steps import Call, Op, Parallel
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from sandbox_ledger.keys import IndexSpec
 
 
@@ -103,3 +108,46 @@ def newest_first(
         for partition, s in streams.items()
     }
     return out, state
+
+
+def check_resume(
+    state: object, index: IndexSpec, partitions: list[str], is_item: Callable[[str, str], bool]
+) -> dict[str, Any]:
+    """The per-partition positions of a cursor's state for :func:`newest_first`, if each is
+    a position in its partition of ``index``: ``"done"``, None (not read yet) or an index key
+    (the table key, which ``is_item(pk, sk)`` accepts, the partition itself, and a
+    non-negative integer ``gsk``), so a forged cursor can start at another position of the
+    same listing but never send DynamoDB a key it refuses.
+
+    Raises:
+        InvalidInputError: naming ``cursor``.
+    """
+    if not isinstance(state, dict) or set(state) != set(partitions):
+        raise bad_position()
+    for partition, where in state.items():
+        if where is None or where == "done":
+            continue
+        key_names = {k.PARTITION_KEY, k.SORT_KEY, index.partition_key, index.sort_key}
+        if not isinstance(where, dict) or set(where) != key_names:
+            raise bad_position()
+        pk, sk = _key_string(where[k.PARTITION_KEY]), _key_string(where[k.SORT_KEY])
+        if _key_string(where[index.partition_key]) != partition or not is_item(pk, sk):
+            raise bad_position()
+        number = where[index.sort_key]
+        digits = number.get("N") if isinstance(number, dict) and len(number) == 1 else None
+        if not isinstance(digits, str) or not (digits.isascii() and digits.isdigit()):
+            raise bad_position()
+        if len(digits) > 16:  # past any timestamp, and int() of it could be slow
+            raise bad_position()
+        if str(check_int(int(digits), 0, MAX_SAFE_INTEGER)) != digits:
+            raise bad_position()
+    return state
+
+
+def _key_string(value: object) -> str:
+    text = value.get("S") if isinstance(value, dict) and len(value) == 1 else None
+    if not isinstance(text, str) or not text or find_surrogate(text, "cursor"):
+        raise bad_position()
+    if len(text.encode()) > k.MAX_PARTITION_KEY_BYTES:
+        raise bad_position()
+    return text

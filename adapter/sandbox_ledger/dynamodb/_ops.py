@@ -13,15 +13,15 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from sandbox_ledger import keys as k
-from sandbox_ledger.cursor import decode_cursor, encode_cursor
+from sandbox_ledger.cursor import bad_position, decode_cursor, encode_cursor
 from sandbox_ledger.ddb import steps
 from sandbox_ledger.ddb.attributes import N, S
 from sandbox_ledger.ddb.batching import BATCH_WRITE_MAX, batch_get, batch_write
-from sandbox_ledger.ddb.paging import newest_first, query_all
+from sandbox_ledger.ddb.paging import check_resume, newest_first, query_all
 from sandbox_ledger.ddb.steps import MAX_ATTEMPTS, Call, Op, Parallel, Sleep, error_code, log
 from sandbox_ledger.deployment import TableDescriptor, put_descriptor
 from sandbox_ledger.dynamodb import _items as it
-from sandbox_ledger.errors import ConflictError, InvalidInputError, StorageError
+from sandbox_ledger.errors import ConflictError, StorageError
 from sandbox_ledger.keys import LedgerAttr as A
 from sandbox_ledger.models import (
     CheckpointInfo,
@@ -32,7 +32,7 @@ from sandbox_ledger.models import (
     SandboxDetails,
     SandboxPage,
 )
-from sandbox_ledger.summary import apply_list_options
+from sandbox_ledger.summary import apply_list_options, session_listing
 
 _RETRYABLE_CANCELLATIONS = frozenset(
     {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
@@ -439,13 +439,13 @@ def list_details(
             k.all_status_pk(status, shard) if status else k.all_pk(shard)
             for shard in range(shard_count)
         ]
+    listing = session_listing(f"dynamodb:{table}", name, opts)
     resume = None
     if opts is not None and opts.cursor is not None:
-        resume = decode_cursor(_CURSOR_KIND, opts.cursor).get("p")
-        if not isinstance(resume, dict) or set(resume) != set(partitions):
-            raise InvalidInputError(
-                "cursor", "belongs to another listing (name, status or shard count differ)"
-            )
+        state = decode_cursor(_CURSOR_KIND, opts.cursor, listing)
+        if set(state) != {"p"}:
+            raise bad_position()
+        resume = check_resume(state["p"], index, partitions, _is_summary_key)
     keys, state = yield from newest_first(
         table, index, partitions, before=before, want=want, resume=resume
     )
@@ -460,8 +460,18 @@ def list_details(
     # The index is eventually consistent: re-apply the filters to the fresh summaries.
     sessions = apply_list_options(details, opts)
     more = want is not None and any(where != "done" for where in state.values())
-    cursor = encode_cursor(_CURSOR_KIND, {"p": state}) if more else None
+    cursor = encode_cursor(_CURSOR_KIND, {"p": state}, listing) if more else None
     return SandboxPage(sessions=sessions, cursor=cursor)
+
+
+def _is_summary_key(pk: str, sk: str) -> bool:
+    """Whether (pk, sk) is the key of a session summary (what the session indexes hold)."""
+    if sk != k.SUMMARY_SK:
+        return False
+    try:
+        return k.session_pk(*k.parse_session_pk(pk)) == pk
+    except ValueError:  # InvalidInputError and KeyTooLongError are ValueErrors
+        return False
 
 
 # -- environments ---------------------------------------------------------------------------

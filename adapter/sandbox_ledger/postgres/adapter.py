@@ -18,7 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger.errors import ConfigurationError, StorageError
-from sandbox_ledger.keys import check_retention
+from sandbox_ledger.keys import check_environment_name, check_retention
 from sandbox_ledger.models import LedgerEvent
 from sandbox_ledger.sql import retention as ret
 from sandbox_ledger.sql import rows
@@ -232,6 +232,9 @@ class PostgresAdapter:
         self.dsn = dsn
         self.schema = schema
         self.queries = Queries(schema)
+        # What cursors are bound to: the schema (the DSN may hold a password; not the server,
+        # which only a query could name), so a cursor of another schema is refused.
+        self._store = f"postgres:{schema}"
         self._given_pool = pool
         self._pool: AsyncConnectionPool[Any] | None = None
         self._sizes = (min_size, max_size)
@@ -391,6 +394,9 @@ class PostgresAdapter:
                 raise
 
     async def _fetchall(self, sql: str, params: Any) -> list[Any]:
+        if _holds_nul(params):
+            return []
+
         async def op(conn: AsyncConnection[Any]) -> list[Any]:
             cursor = await conn.execute(sql, params)
             return list(await cursor.fetchall())
@@ -399,6 +405,9 @@ class PostgresAdapter:
         return result
 
     async def _execute(self, sql: str, params: Any) -> None:
+        if _holds_nul(params):
+            return
+
         async def op(conn: AsyncConnection[Any]) -> None:
             await conn.execute(sql, params)
 
@@ -496,13 +505,13 @@ class PostgresAdapter:
     ) -> list[SandboxDetails]:
         """Sessions of one name, newest first (one indexed query)."""
         rows.check_text(name, "name")
-        return await self._list(rows.list_query(name, opts))
+        return await self._list(rows.list_query(name, opts, self._store))
 
     async def list_all_sandbox_details(
         self, opts: ListSandboxOptions | None = None
     ) -> list[SandboxDetails]:
         """Sessions of every name, newest first (one indexed query)."""
-        return await self._list(rows.list_query(None, opts))
+        return await self._list(rows.list_query(None, opts, self._store))
 
     async def list_sandbox_page(
         self, name: str, opts: ListSandboxOptions | None = None
@@ -510,11 +519,11 @@ class PostgresAdapter:
         """One page of sessions of one name and the cursor of the next (keyset on
         (startedAt, session id), one indexed query)."""
         rows.check_text(name, "name")
-        return await self._page(rows.list_query(name, opts))
+        return await self._page(rows.list_query(name, opts, self._store))
 
     async def list_all_sandbox_page(self, opts: ListSandboxOptions | None = None) -> SandboxPage:
         """One page of sessions of every name and the cursor of the next."""
-        return await self._page(rows.list_query(None, opts))
+        return await self._page(rows.list_query(None, opts, self._store))
 
     async def _list(self, query: rows.ListQuery) -> list[SandboxDetails]:
         return (await self._page(query)).sessions
@@ -558,7 +567,8 @@ class PostgresAdapter:
 
     async def get_environment(self, name: str) -> EnvironmentRecord | None:
         """The environment record, or None."""
-        found = await self._fetchall(self.queries.get_environment, (rows.check_text(name, "name"),))
+        key = (check_environment_name(name),)
+        found = await self._fetchall(self.queries.get_environment, key)
         return rows.decode_environment(found[0][0]) if found else None
 
     async def save_environment(self, record: EnvironmentRecord) -> None:
@@ -569,12 +579,21 @@ class PostgresAdapter:
 
     async def delete_environment(self, name: str) -> None:
         """Remove the record if present."""
-        await self._execute(self.queries.delete_environment, (rows.check_text(name, "name"),))
+        await self._execute(self.queries.delete_environment, (check_environment_name(name),))
 
     async def list_environments(self) -> list[EnvironmentRecord]:
         """Every record, newest builtAt first, ties in first-saved order."""
         found = await self._fetchall(self.queries.list_environments, ())
         return [rows.decode_environment(r[0]) for r in found]
+
+
+def _holds_nul(params: Any) -> bool:
+    """Whether a text parameter holds NUL. PostgreSQL text cannot, so every write refuses it
+    (``nul_ok=False``) and nothing stored equals it: the reads and deletes run through
+    :meth:`PostgresAdapter._fetchall` and ``_execute`` (lookups by equality) answer as for no
+    row, as the other stores do, instead of sending what the server refuses."""
+    values = params.values() if isinstance(params, dict) else params
+    return any(isinstance(v, str) and "\x00" in v for v in values)
 
 
 def _redacted(dsn: str) -> str:

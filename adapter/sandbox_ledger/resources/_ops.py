@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import base64
-import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from sandbox_ledger import keys as k
+from sandbox_ledger.cursor import bad_position, decode_cursor, encode_cursor
 from sandbox_ledger.ddb import steps
 from sandbox_ledger.ddb.attributes import N, S
 from sandbox_ledger.ddb.batching import batch_get, batch_write
-from sandbox_ledger.ddb.paging import newest_first
+from sandbox_ledger.ddb.paging import check_resume, newest_first
 from sandbox_ledger.ddb.steps import Call, Op, Sleep, error_code
 from sandbox_ledger.errors import ConflictError, InvalidInputError, StorageError
 from sandbox_ledger.resources import _items as ri
@@ -372,18 +371,12 @@ def release_claim(table: str, record_id: str, owner: str) -> Op[bool]:
     return True
 
 
-def _encode_cursor(state: dict[str, Any]) -> str:
-    return base64.urlsafe_b64encode(json.dumps(state, separators=(",", ":")).encode()).decode()
+_CURSOR_KIND = "dynamodb-resources"
 
 
-def _decode_cursor(cursor: str) -> dict[str, Any]:
-    try:
-        state = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-    except (ValueError, TypeError) as exc:
-        raise InvalidInputError("cursor", "not a cursor returned by list()") from exc
-    if not isinstance(state, dict):
-        raise InvalidInputError("cursor", "not a cursor returned by list()")
-    return state
+def _is_record_key(pk: str, sk: str) -> bool:
+    """Whether (pk, sk) is the key of a resource record (what its list indexes hold)."""
+    return sk == k.RESOURCE_SK and pk.startswith(k.RESOURCE_PREFIX) and pk != k.RESOURCE_PREFIX
 
 
 def list_records(
@@ -410,7 +403,13 @@ def list_records(
         index = k.RESOURCES_BY_PHASE
         phases = [phase] if phase else list(_PHASES)
         partitions = [k.resource_phase_pk(p, s) for p in phases for s in range(shard_count)]
-    resume = _decode_cursor(cursor) if cursor else None
+    listing = [f"dynamodb:{table}", phase, provider]
+    resume = None
+    if cursor is not None:
+        state = decode_cursor(_CURSOR_KIND, cursor, listing)
+        if set(state) != {"p"}:
+            raise bad_position()
+        resume = check_resume(state["p"], index, partitions, _is_record_key)
     keys, state = yield from newest_first(
         table, index, partitions, before=None, want=limit, resume=resume
     )
@@ -426,7 +425,8 @@ def list_records(
         records = [r for r in records if r.record.phase == phase]
     records.sort(key=lambda r: -r.record.updated_at_ms)
     more = any(v != "done" for v in state.values())
-    return Page(records, _encode_cursor(state) if more else None, unreadable)
+    next_cursor = encode_cursor(_CURSOR_KIND, {"p": state}, listing) if more else None
+    return Page(records, next_cursor, unreadable)
 
 
 def candidate_keys(

@@ -11,12 +11,12 @@ import hashlib
 import json
 import uuid
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any
 
 from sandbox_ledger import _json
 from sandbox_ledger.cursor import decode_cursor, encode_cursor
 from sandbox_ledger.errors import InvalidInputError
-from sandbox_ledger.keys import check_session_key
+from sandbox_ledger.keys import check_environment_name, check_session_key
 from sandbox_ledger.models import (
     CheckpointInfo,
     EnvironmentRecord,
@@ -29,7 +29,12 @@ from sandbox_ledger.models import (
     require_storable,
 )
 from sandbox_ledger.sql.retention import SUMMARY_EVENTS, live
-from sandbox_ledger.summary import checkpoint_info, validate_list_options
+from sandbox_ledger.summary import (
+    checkpoint_info,
+    keyset_position,
+    session_listing,
+    validate_list_options,
+)
 
 __all__ = [
     "EventRow",
@@ -52,9 +57,9 @@ __all__ = [
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_KEY_BYTES = 2048
-"""Longest (name, sandboxId) pair, and environment name, in UTF-8 bytes: what a PostgreSQL
-btree index row holds with room to spare, and about what a DynamoDB key holds, so a ledger
-moves between the stores."""
+"""Longest (name, sandboxId) pair in UTF-8 bytes: what a PostgreSQL btree index row holds with
+room to spare, and about what a DynamoDB key holds, so a ledger moves between the stores
+(environment names follow :func:`sandbox_ledger.keys.check_environment_name`, every store's)."""
 
 
 def _key_size(field: str, *parts: str) -> None:
@@ -278,7 +283,7 @@ def encode_environment(record: object, *, nul_ok: bool = True) -> tuple[str, int
     """(name, builtAt, the record's wire JSON text) of an environment record."""
     r = check_record(record)
     check_text(r.name, "name", nul_ok=nul_ok)
-    _key_size("name", r.name)
+    check_environment_name(r.name)
     return r.name, r.built_at, _json_text(r.wire(), "record")
 
 
@@ -297,35 +302,29 @@ class ListQuery:
     limit: int | None
     after: tuple[int, int] | None = None
     """The cursor's position: (startedAt, session id) of the previous page's last session."""
+    listing: tuple[Any, ...] = ()
+    """What the listing's cursors are bound to (:func:`sandbox_ledger.summary.session_listing`)."""
 
 
 CURSOR_KIND = "sql-sessions"
 
 
-def list_query(name: str | None, opts: ListSandboxOptions | None) -> ListQuery:
-    """Validate a listing's name and options (the cursor included)."""
+def list_query(name: str | None, opts: ListSandboxOptions | None, store: str) -> ListQuery:
+    """Validate a listing's name and options (the cursor included); ``store`` names the
+    database in the listing's cursors, so another database refuses them."""
     if name is not None:
         check_text(name, "name")
     o = validate_list_options(opts)
+    listing = tuple(session_listing(store, name, o))
     if o is None:
-        return ListQuery(name, None, None, None)
+        return ListQuery(name, None, None, None, listing=listing)
     after = None
     if o.cursor is not None:
-        state = decode_cursor(CURSOR_KIND, o.cursor)
-        started, tie = state.get("t"), state.get("q")
-        if not (_is_int64(started) and _is_int64(tie)):
-            raise InvalidInputError("cursor", "not a cursor returned by a listing")
-        after = (started, tie)
+        after = keyset_position(decode_cursor(CURSOR_KIND, o.cursor, listing))
     # A limit beyond any table is no limit, but still one page: kept within what the
     # databases bind (SQLite refuses an integer past 64 bits; list_sql asks for limit + 1).
     limit = min(o.limit, INT64_MAX - 1) if o.limit else None
-    return ListQuery(name, o.status or None, o.before or None, limit, after)
-
-
-def _is_int64(value: object) -> TypeGuard[int]:
-    return (
-        isinstance(value, int) and not isinstance(value, bool) and INT64_MIN <= value <= INT64_MAX
-    )
+    return ListQuery(name, o.status or None, o.before or None, limit, after, listing)
 
 
 def page_of(found: list[Any], query: ListQuery) -> SandboxPage:
@@ -336,7 +335,8 @@ def page_of(found: list[Any], query: ListQuery) -> SandboxPage:
         return SandboxPage(sessions=sessions)
     last = found[query.limit - 1]
     return SandboxPage(
-        sessions=sessions, cursor=encode_cursor(CURSOR_KIND, {"t": last[2], "q": last[5]})
+        sessions=sessions,
+        cursor=encode_cursor(CURSOR_KIND, {"t": last[2], "q": last[5]}, query.listing),
     )
 
 

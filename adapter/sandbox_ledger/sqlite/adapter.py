@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
+import secrets
 import sqlite3
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger.errors import ConfigurationError, StorageError
-from sandbox_ledger.keys import check_retention
+from sandbox_ledger.keys import check_environment_name, check_retention
 from sandbox_ledger.models import LedgerEvent
 from sandbox_ledger.sql import retention as ret
 from sandbox_ledger.sql import rows
@@ -225,6 +227,9 @@ class SQLiteAdapter:
         self._retention = check_retention(retention)
         self.retention = retention
         self.queries = Queries()
+        # What cursors are bound to: the database file, so another file refuses them.
+        private = path == ":memory:"
+        self._store = f"sqlite:{secrets.token_hex(8) if private else os.path.realpath(path)}"
         self._db: aiosqlite.Connection | None = None
         self._releasing: asyncio.Future[None] | None = None
         self._lock = asyncio.Lock()
@@ -506,13 +511,13 @@ class SQLiteAdapter:
     ) -> list[SandboxDetails]:
         """Sessions of one name, newest first (one indexed query)."""
         rows.check_text(name, "name")
-        return await self._list(rows.list_query(name, opts))
+        return await self._list(rows.list_query(name, opts, self._store))
 
     async def list_all_sandbox_details(
         self, opts: ListSandboxOptions | None = None
     ) -> list[SandboxDetails]:
         """Sessions of every name, newest first (one indexed query)."""
-        return await self._list(rows.list_query(None, opts))
+        return await self._list(rows.list_query(None, opts, self._store))
 
     async def list_sandbox_page(
         self, name: str, opts: ListSandboxOptions | None = None
@@ -520,11 +525,11 @@ class SQLiteAdapter:
         """One page of sessions of one name and the cursor of the next (keyset on
         (startedAt, session id), one indexed query)."""
         rows.check_text(name, "name")
-        return await self._page(rows.list_query(name, opts))
+        return await self._page(rows.list_query(name, opts, self._store))
 
     async def list_all_sandbox_page(self, opts: ListSandboxOptions | None = None) -> SandboxPage:
         """One page of sessions of every name and the cursor of the next."""
-        return await self._page(rows.list_query(None, opts))
+        return await self._page(rows.list_query(None, opts, self._store))
 
     async def _list(self, query: rows.ListQuery) -> list[SandboxDetails]:
         return (await self._page(query)).sessions
@@ -589,7 +594,7 @@ class SQLiteAdapter:
         """The environment record, or None."""
         found = await self._fetchall(
             "SELECT record FROM ledger_environments WHERE name = ?",
-            (rows.check_text(name, "name"),),
+            (check_environment_name(name),),
         )
         return rows.decode_environment(found[0][0]) if found else None
 
@@ -604,7 +609,7 @@ class SQLiteAdapter:
 
     async def delete_environment(self, name: str) -> None:
         """Remove the record if present."""
-        key = (rows.check_text(name, "name"),)
+        key = (check_environment_name(name),)
 
         async def op(db: aiosqlite.Connection) -> None:
             await db.execute("DELETE FROM ledger_environments WHERE name = ?", key)
