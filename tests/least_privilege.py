@@ -141,8 +141,10 @@ def _query_key(params: dict[str, Any], attribute: str) -> str:
 
 
 def requests(operation: str, params: dict[str, Any]) -> list[Request]:
-    """The IAM requests DynamoDB authorizes one API call as: a transaction as each of its
-    items' own actions; a batch as its own action with the keys of all its items."""
+    """The IAM requests DynamoDB authorizes one API call as (the Service Authorization
+    Reference's operation table): a transaction as each of its items' own actions; a batch
+    as its own action (``dynamodb:BatchWriteItem``), conditioned on the keys of all its
+    items at once, so one statement must allow every key of the batch."""
     if operation in ("GetItem", "UpdateItem", "DeleteItem"):
         return [Request(f"dynamodb:{operation}", TABLE, frozenset({_pk(params["Key"])}))]
     if operation == "PutItem":

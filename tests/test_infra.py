@@ -3,6 +3,7 @@ cdk-nag (part of the synth), cfn-lint, and by creating it in moto's CloudFormati
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import json
@@ -849,7 +850,29 @@ def worker_calls(moto_endpoint: str) -> lp.CallRecorder:
     assert store.delete(rid) is True
     ledger.close()
     store.close()
+    asyncio.run(_async_worker(table, moto_endpoint, recorder))
     return recorder
+
+
+async def _async_worker(table: str, endpoint: str, recorder: lp.CallRecorder) -> None:
+    """The async twins' main paths, on the same recorder (they send the same calls)."""
+    from resource_fixtures import record
+    from sandbox_ledger import LedgerEntry, ListSandboxOptions
+    from sandbox_ledger.dynamodb import DynamoDBAdapter
+    from sandbox_ledger.resources import ResourceRecordStore
+
+    async with DynamoDBAdapter(table, endpoint_url=endpoint) as ledger:
+        recorder.watch(await ledger.client())
+        entry = LedgerEntry(ts=1, name="a", sandbox_id="s", step_index=-1, event="sandbox.created")
+        await ledger.append(entry)
+        await ledger.read_all("a", "s")
+        await ledger.list_all_sandbox_details(ListSandboxOptions(limit=5))
+        await ledger.delete_sandbox("a", "s")
+    async with ResourceRecordStore(table, endpoint_url=endpoint) as store:
+        recorder.watch(await store.client())
+        stored = await store.put(record())
+        await store.list(phase="ready")
+        await store.delete(stored.record.id)
 
 
 def test_the_worker_policy_allows_exactly_the_key_families_its_code_sends(
