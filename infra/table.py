@@ -31,12 +31,16 @@ WORKER_ACTIONS = (
     "dynamodb:BatchWriteItem",
 )
 
-# What can change an item: denied to workers on the deployment descriptor.
+# What can change an item: denied to workers on the deployment descriptor (PartiQL's writes
+# too, in case a broader grant on the worker's role allows them).
 WRITE_ACTIONS = (
     "dynamodb:PutItem",
     "dynamodb:UpdateItem",
     "dynamodb:DeleteItem",
     "dynamodb:BatchWriteItem",
+    "dynamodb:PartiQLInsert",
+    "dynamodb:PartiQLUpdate",
+    "dynamodb:PartiQLDelete",
 )
 
 

@@ -904,7 +904,12 @@ def test_the_worker_policy_allows_exactly_the_key_families_its_code_sends(
 
 @pytest.mark.parametrize(
     "action",
-    ["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"],
+    [
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:DeleteItem",
+        "dynamodb:BatchWriteItem",
+    ],
 )
 def test_a_worker_cannot_write_the_descriptor(
     synthesized: tuple[dict[str, Any], Path], action: str
