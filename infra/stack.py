@@ -26,7 +26,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import custom_resources as cr
 
 from infra.bundling import ROOT, PipBundling
-from infra.table import LedgerTable
+from infra.table import LedgerTable, family, leading_keys
 from sandbox_ledger import keys as k
 from sandbox_ledger.deployment import TableDescriptor, deploy_descriptor_request
 from sandbox_ledger.handlers.tracing import TRACING_VARIABLE
@@ -144,9 +144,7 @@ class SandboxLedgerStack(Stack):
             iam.PolicyStatement(
                 actions=["dynamodb:PutItem"],
                 resources=[table.table_arn],
-                conditions={
-                    "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [k.DESCRIPTOR_PK]}
-                },
+                conditions=leading_keys(k.DESCRIPTOR_PK),
             )
         )
         self.ledger.grant_key(role)
@@ -218,9 +216,12 @@ class SandboxLedgerStack(Stack):
                 "DRY_RUN": "true" if config.dry_run else "false",
             },
             statements=[
+                # The phase index's resource partitions (a GSI Query's leading key is the
+                # index's partition key: RP#<phase>#<shard>), never its session partitions.
                 iam.PolicyStatement(
                     actions=["dynamodb:Query"],
-                    resources=[f"{table.table_arn}/index/{k.RESOURCES_BY_PHASE.name}"],
+                    resources=[self.ledger.index_arn(k.RESOURCES_BY_PHASE)],
+                    conditions=leading_keys(family(k.RESOURCE_PHASE_PREFIX)),
                 ),
                 # Items: resource records only (their partition keys start with R#).
                 iam.PolicyStatement(
@@ -230,20 +231,10 @@ class SandboxLedgerStack(Stack):
                         "dynamodb:BatchWriteItem",
                     ],
                     resources=[table.table_arn],
-                    conditions={
-                        "ForAllValues:StringLike": {
-                            "dynamodb:LeadingKeys": [f"{k.RESOURCE_PREFIX}*"]
-                        }
-                    },
+                    conditions=leading_keys(family(k.RESOURCE_PREFIX)),
                 ),
                 # The deployment descriptor, read at the first run.
-                iam.PolicyStatement(
-                    actions=["dynamodb:GetItem"],
-                    resources=[table.table_arn],
-                    conditions={
-                        "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [k.DESCRIPTOR_PK]}
-                    },
-                ),
+                self.ledger.descriptor_read(),
                 iam.PolicyStatement(
                     actions=["events:PutEvents"], resources=[self.bus.event_bus_arn]
                 ),

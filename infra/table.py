@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 _TYPES = {"S": ddb.AttributeType.STRING, "N": ddb.AttributeType.NUMBER}
 _PROJECTIONS = {"KEYS_ONLY": ddb.ProjectionType.KEYS_ONLY, "ALL": ddb.ProjectionType.ALL}
 
-# Everything the adapter and the resource stores call (appends go through TransactWriteItems,
-# which IAM authorizes as the PutItem/UpdateItem it contains).
+# The item actions the adapter and the resource stores send on the table (appends go through
+# TransactWriteItems, which IAM authorizes as the PutItem/UpdateItem it contains). Queries of
+# the table and of its indexes are granted apart, each on its own key families.
 WORKER_ACTIONS = (
     "dynamodb:GetItem",
     "dynamodb:PutItem",
@@ -28,8 +29,58 @@ WORKER_ACTIONS = (
     "dynamodb:Query",
     "dynamodb:BatchGetItem",
     "dynamodb:BatchWriteItem",
-    "dynamodb:ConditionCheckItem",
 )
+
+# What can change an item: denied to workers on the deployment descriptor (PartiQL's writes
+# too, in case a broader grant on the worker's role allows them).
+WRITE_ACTIONS = (
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:BatchWriteItem",
+    "dynamodb:PartiQLInsert",
+    "dynamodb:PartiQLUpdate",
+    "dynamodb:PartiQLDelete",
+)
+
+
+def family(prefix: str) -> str:
+    """The ``dynamodb:LeadingKeys`` pattern of every partition key starting with ``prefix``."""
+    return f"{prefix}*"
+
+
+# The partition key families a worker's calls carry: on the table, its sessions, environment
+# records and resource records (never the descriptor, which it only reads); on each index,
+# the index's own partition key values (IAM checks a GSI Query's leading key against the
+# index's partition key, not the table's).
+WORKER_TABLE_KEYS = (family(k.SESSION_PREFIX), k.ENVIRONMENT_PK, family(k.RESOURCE_PREFIX))
+_INDEX_FAMILIES = (
+    (k.BY_NAME, k.BY_NAME_PREFIX),
+    (k.RESOURCES_BY_PHASE, k.RESOURCE_PHASE_PREFIX),
+    (k.BY_NAME_STATUS, k.BY_NAME_STATUS_PREFIX),
+    (k.RESOURCES_BY_PROVIDER, k.RESOURCE_PROVIDER_PREFIX),
+    (k.ALL, k.ALL_PREFIX),
+    (k.ALL_STATUS, k.ALL_STATUS_PREFIX),
+)
+WORKER_INDEX_KEYS: dict[str, tuple[str, ...]] = {
+    index.name: tuple(family(p) for use, p in _INDEX_FAMILIES if use.name == index.name)
+    for index in k.INDEXES
+}
+
+
+def leading_keys(*patterns: str) -> dict[str, dict[str, list[str]]]:
+    """A condition: every partition key the request carries matches one of ``patterns``
+    (an exact value, or a :func:`family`).
+
+    ``ForAllValues`` holds for a request that carries no leading key at all, so it must only
+    condition actions that always carry one (item actions and Query, never Scan)."""
+    operator = (
+        "ForAllValues:StringLike"
+        if any("*" in p for p in patterns)
+        else "ForAllValues:StringEquals"
+    )
+    return {operator: {"dynamodb:LeadingKeys": list(patterns)}}
+
 
 # A customer-managed table key, named action by action (no wildcards).
 KMS_ACTIONS = (
@@ -177,18 +228,33 @@ class LedgerTable(Construct):
 
     @property
     def index_arns(self) -> list[str]:
-        return [f"{self.table.table_arn}/index/{index.name}" for index in k.INDEXES]
+        return [self.index_arn(index) for index in k.INDEXES]
+
+    def index_arn(self, index: k.IndexSpec) -> str:
+        """The ARN of one of the table's indexes."""
+        return f"{self.table.table_arn}/index/{index.name}"
 
     def grant_worker(self, grantee: iam.IGrantable) -> iam.Grant:
-        """What a worker using the adapter and the resource stores needs: item and query
-        actions on the table and its indexes (and the key, if customer-managed); no table
-        management, no Scan."""
-        grant = iam.Grant.add_to_principal(
-            grantee=grantee,
-            actions=list(WORKER_ACTIONS),
-            resource_arns=[self.table.table_arn, *self.index_arns],
-        )
-        self.grant_key(grantee)
+        """What a worker using the adapter and the resource stores needs (the statements of
+        :meth:`worker_policy_statements`): item actions on its sessions, environments and
+        resource records, queries on the indexes' families, a read of the descriptor (and
+        the key, if customer-managed); no table management, no Scan."""
+        grants = []
+        for statement in self.worker_policy_statements():
+            if statement.effect == iam.Effect.DENY:
+                grantee.grant_principal.add_to_principal_policy(statement)
+                continue
+            grants.append(
+                iam.Grant.add_to_principal(
+                    grantee=grantee,
+                    actions=statement.actions,
+                    resource_arns=statement.resources,
+                    conditions=statement.conditions or None,
+                )
+            )
+        grant = grants[0]
+        for other in grants[1:]:
+            grant = grant.combine(other)
         return grant
 
     def grant_key(self, grantee: iam.IGrantable) -> None:
@@ -198,12 +264,42 @@ class LedgerTable(Construct):
                 grantee=grantee, actions=list(KMS_ACTIONS), resource_arns=[self.key.key_arn]
             )
 
+    def descriptor_read(self) -> iam.PolicyStatement:
+        """Read the deployment descriptor (every client does, at its first append or sweep)."""
+        return iam.PolicyStatement(
+            actions=["dynamodb:GetItem"],
+            resources=[self.table.table_arn],
+            conditions=leading_keys(k.DESCRIPTOR_PK),
+        )
+
     def worker_policy_statements(self) -> list[iam.PolicyStatement]:
-        """The same permissions as statements, for a managed policy."""
+        """A worker's permissions as statements, for a managed policy: item actions on the
+        worker's key families of the table, a read of the descriptor, a Query of each index
+        on that index's families, the key if customer-managed, and an explicit deny of any
+        write of the descriptor (which also holds against broader grants the role has)."""
         statements = [
             iam.PolicyStatement(
-                actions=list(WORKER_ACTIONS), resources=[self.table.table_arn, *self.index_arns]
-            )
+                actions=list(WORKER_ACTIONS),
+                resources=[self.table.table_arn],
+                conditions=leading_keys(*WORKER_TABLE_KEYS),
+            ),
+            self.descriptor_read(),
+            *(
+                iam.PolicyStatement(
+                    actions=["dynamodb:Query"],
+                    resources=[self.index_arn(index)],
+                    conditions=leading_keys(*WORKER_INDEX_KEYS[index.name]),
+                )
+                for index in k.INDEXES
+            ),
+            iam.PolicyStatement(
+                effect=iam.Effect.DENY,
+                actions=list(WRITE_ACTIONS),
+                resources=[self.table.table_arn],
+                conditions={
+                    "ForAnyValue:StringEquals": {"dynamodb:LeadingKeys": [k.DESCRIPTOR_PK]}
+                },
+            ),
         ]
         if self.key is not None:
             statements.append(

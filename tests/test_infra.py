@@ -3,6 +3,7 @@ cdk-nag (part of the synth), cfn-lint, and by creating it in moto's CloudFormati
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import json
@@ -29,6 +30,7 @@ from infra.app import build  # noqa: E402
 from infra.config import ConfigError, LedgerConfig  # noqa: E402
 from infra.nag import ACKNOWLEDGED  # noqa: E402
 
+import least_privilege as lp  # noqa: E402
 from sandbox_ledger import keys as k  # noqa: E402
 
 CONTEXT = json.loads((ROOT / "cdk.json").read_text())["context"]
@@ -290,43 +292,51 @@ def test_least_privilege(synthesized: tuple[dict[str, Any], Path]) -> None:
         "logs:CreateLogStream",
         "logs:PutLogEvents",
     }
-    [worker] = [s for n, s in _statements(raw) if n.startswith("WorkerPolicy")]
-    assert set(worker["Action"]) >= {
+    worker = {
+        a
+        for n, s in _statements(raw)
+        if n.startswith("WorkerPolicy") and s["Effect"] == "Allow"
+        for a in _actions(s)
+    }
+    assert worker >= {
         "dynamodb:GetItem",
         "dynamodb:PutItem",
         "dynamodb:UpdateItem",
         "dynamodb:Query",
         "dynamodb:BatchWriteItem",
     }
-    assert not {"dynamodb:CreateTable", "dynamodb:DeleteTable"} & set(worker["Action"])
-    assert len(worker["Resource"]) == 1 + len(k.INDEXES)
+    assert not {"dynamodb:CreateTable", "dynamodb:DeleteTable"} & worker
     assert resources(raw, "AWS::IAM::Role") != {}
     for role in resources(raw, "AWS::IAM::Role").values():
         assert "ManagedPolicyArns" not in role["Properties"]  # no AWS managed policies
 
 
-def test_grant_worker_gives_item_and_query_actions_on_table_indexes_and_key() -> None:
+def test_grant_worker_gives_the_worker_policys_statements_and_the_key() -> None:
+    """A role granted with ``grant_worker`` may do exactly what the managed policy allows."""
     from aws_cdk import aws_iam as iam
-    from infra.table import KMS_ACTIONS, WORKER_ACTIONS, LedgerTable
+    from infra.table import KMS_ACTIONS, LedgerTable
 
     app = aws_cdk.App()
     stack = aws_cdk.Stack(app, "WorkerGrant")
     ledger = LedgerTable(stack, "Ledger", kms_key="create")
     role = iam.Role(stack, "Worker", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
     ledger.grant_worker(role)
+    iam.ManagedPolicy(stack, "Managed", statements=ledger.worker_policy_statements())
     raw = assertions.Template.from_stack(stack).to_json()
     [policy] = resources(raw, "AWS::IAM::Policy").values()
-    statements = policy["Properties"]["PolicyDocument"]["Statement"]
-    assert [s["Action"] for s in statements] == [list(WORKER_ACTIONS), list(KMS_ACTIONS)]
-    [table_id] = resources(raw, "AWS::DynamoDB::Table")
-    [key_id] = resources(raw, "AWS::KMS::Key")
-    table_arn = {"Fn::GetAtt": [table_id, "Arn"]}
-    indexes = [{"Fn::Join": ["", [table_arn, f"/index/{index.name}"]]} for index in k.INDEXES]
-    assert statements[0]["Resource"] == [table_arn, *indexes]
-    assert statements[1]["Resource"] == {"Fn::GetAtt": [key_id, "Arn"]}
-    assert not any(
-        "Scan" in a or "Table" in a.split(":")[1] for s in statements for a in s["Action"]
+    [managed] = resources(raw, "AWS::IAM::ManagedPolicy").values()
+    granted = policy["Properties"]["PolicyDocument"]["Statement"]
+    table_arn = _table_arn(raw)
+    assert lp.allowed_triples(granted, raw, table_arn) == lp.allowed_triples(
+        managed["Properties"]["PolicyDocument"]["Statement"], raw, table_arn
     )
+    assert not lp.allows(granted, "dynamodb:PutItem", table_arn, frozenset({k.DESCRIPTOR_PK}), raw)
+    [key_id] = resources(raw, "AWS::KMS::Key")
+    assert {
+        "Action": list(KMS_ACTIONS),
+        "Effect": "Allow",
+        "Resource": {"Fn::GetAtt": [key_id, "Arn"]},
+    } in granted
 
 
 def test_outputs(template: assertions.Template) -> None:
@@ -682,3 +692,338 @@ def test_synth_prints_no_deprecation_warning(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "deprecated" not in done.stdout + done.stderr
+
+
+# Least privilege, per role: what each role's code sends in these tests (recorded with a
+# botocore hook on its clients) against what its policy in the synthesized template allows
+# (tests/least_privilege.py evaluates the statements).
+
+
+def _table_arn(raw: dict[str, Any]) -> str:
+    [table_id] = resources(raw, "AWS::DynamoDB::Table")
+    return lp.resolve({"Fn::GetAtt": [table_id, "Arn"]}, raw)
+
+
+def _worker_statements(raw: dict[str, Any]) -> list[dict[str, Any]]:
+    [policy] = resources(raw, "AWS::IAM::ManagedPolicy").values()
+    return list(policy["Properties"]["PolicyDocument"]["Statement"])
+
+
+def test_the_policy_evaluator_allows_and_denies_as_iam_does() -> None:
+    """The evaluator the least-privilege tests rely on, on known allows and denies."""
+    raw = {"Resources": {}}
+    table = "arn:aws:dynamodb:us-east-1:1:table/t"
+    like = {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["R#*", "ENV"]}}
+    allow = [
+        {"Effect": "Allow", "Action": "dynamodb:GetItem", "Resource": table, "Condition": like}
+    ]
+    assert lp.allows(allow, "dynamodb:GetItem", table, frozenset({"R#1"}), raw)
+    assert lp.allows(allow, "dynamodb:GetItem", table, frozenset({"ENV"}), raw)
+    assert lp.allows(allow, "dynamodb:GetItem", table, frozenset({"R#1", "ENV"}), raw)
+    assert not lp.allows(allow, "dynamodb:GetItem", table, frozenset({"S#1#a#b"}), raw)
+    assert not lp.allows(allow, "dynamodb:GetItem", table, frozenset({"ENV#x"}), raw)
+    assert not lp.allows(allow, "dynamodb:GetItem", table, frozenset({"R#1", "S#1"}), raw)
+    assert not lp.allows(allow, "dynamodb:PutItem", table, frozenset({"R#1"}), raw)
+    assert not lp.allows(allow, "dynamodb:GetItem", f"{table}/index/i", frozenset({"R#1"}), raw)
+    # IAM's trap: ForAllValues holds for a request with no leading key (a Scan).
+    assert lp.allows(allow, "dynamodb:GetItem", table, None, raw)
+    broad = [{"Effect": "Allow", "Action": "dynamodb:*", "Resource": "*"}]
+    deny = {
+        "Effect": "Deny",
+        "Action": ["dynamodb:PutItem"],
+        "Resource": table,
+        "Condition": {"ForAnyValue:StringEquals": {"dynamodb:LeadingKeys": ["DEPLOYMENT"]}},
+    }
+    assert lp.allows(broad, "dynamodb:PutItem", table, frozenset({"DEPLOYMENT"}), raw)
+    assert not lp.allows([*broad, deny], "dynamodb:PutItem", table, frozenset({"DEPLOYMENT"}), raw)
+    assert not lp.allows(
+        [*broad, deny], "dynamodb:PutItem", table, frozenset({"S#1", "DEPLOYMENT"}), raw
+    )
+    assert lp.allows([*broad, deny], "dynamodb:PutItem", table, frozenset({"S#1"}), raw)
+    assert lp.allows([*broad, deny], "dynamodb:PutItem", table, None, raw)  # ForAnyValue: no key
+    # Template ARNs: a GetAtt and a Join of it.
+    ref = {"Fn::GetAtt": ["T", "Arn"]}
+    joined = [
+        {
+            "Effect": "Allow",
+            "Action": "dynamodb:Query",
+            "Resource": {"Fn::Join": ["", [ref, "/index/i"]]},
+        }
+    ]
+    assert lp.allows(joined, "dynamodb:Query", "arn:T/index/i", frozenset({"x"}), raw)
+    assert not lp.allows(joined, "dynamodb:Query", "arn:T", frozenset({"x"}), raw)
+    # What it does not model, it refuses to guess.
+    single = [{**allow[0], "Condition": {"StringLike": {"dynamodb:LeadingKeys": ["R#*"]}}}]
+    with pytest.raises(NotImplementedError):
+        lp.allows(single, "dynamodb:GetItem", table, frozenset({"R#1"}), raw)
+    with pytest.raises(NotImplementedError):
+        lp.allows([{**allow[0], "NotAction": "x"}], "dynamodb:GetItem", table, None, raw)
+    # The request model: a GSI Query's leading key is the index's partition key value.
+    [query] = lp.requests(
+        "Query",
+        {
+            "IndexName": k.BY_NAME.name,
+            "KeyConditionExpression": "#pk = :pk AND #sk > :t",
+            "ExpressionAttributeNames": {"#pk": k.BY_NAME.partition_key, "#sk": k.INDEX_SORT_KEY},
+            "ExpressionAttributeValues": {":pk": {"S": k.by_name_pk("n")}, ":t": {"N": "1"}},
+        },
+    )
+    assert query == lp.Request("dynamodb:Query", k.BY_NAME.name, frozenset({k.by_name_pk("n")}))
+    transaction = lp.requests(
+        "TransactWriteItems",
+        {
+            "TransactItems": [
+                {"Put": {"Item": {"PK": {"S": "S#1"}}}},
+                {"Update": {"Key": {"PK": {"S": "S#2"}}}},
+                {"ConditionCheck": {"Key": {"PK": {"S": "ENV"}}}},
+            ]
+        },
+    )
+    assert [r.action for r in transaction] == [
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:ConditionCheckItem",
+    ]
+
+
+@pytest.fixture(scope="module")
+def worker_calls(moto_endpoint: str) -> lp.CallRecorder:
+    """Every call a worker's adapter and resource store make, through each public method."""
+    from resource_fixtures import record
+    from sandbox_ledger import LedgerEntry, ListSandboxOptions
+    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+    from sandbox_ledger.errors import ConflictError
+    from sandbox_ledger.models import EnvironmentRecord
+    from sandbox_ledger.resources import SyncResourceRecordStore
+
+    table = f"ledger-lp-{os.getpid()}"
+    with SyncDynamoDBAdapter(table, endpoint_url=moto_endpoint) as admin:
+        admin.create_table()  # an operator's call, not a worker's: not recorded
+    recorder = lp.CallRecorder()
+    ledger = SyncDynamoDBAdapter(table, endpoint_url=moto_endpoint)
+    recorder.watch(ledger.client())
+    events = [("sandbox.created", 1), ("exec.complete", 2), ("checkpoint.created", 3)]
+    for event, ts in [*events, ("sandbox.closed", 4)]:
+        extra = {"snapshot_id": "snap"} if event.startswith("checkpoint") else {}
+        ledger.append(
+            LedgerEntry(ts=ts, name="w", sandbox_id="sb", step_index=-1, event=event, **extra)
+        )
+    big = LedgerEntry(  # split into part items
+        ts=5, name="w", sandbox_id="big", step_index=0, event="exec.complete", stdout="x" * 900_000
+    )
+    ledger.append(big)
+    entry = LedgerEntry(ts=6, name="w", sandbox_id="sb2", step_index=-1, event="sandbox.created")
+    assert ledger.append_once(entry, 1) and not ledger.append_once(entry, 1)
+    ledger.read_in_append_order("w", "big")
+    ledger.read_stored("w", "sb")
+    ledger.read_all("w", "big")
+    ledger.last_checkpoint("w", "sb")
+    ledger.list_checkpoints("w", "sb")
+    ledger.get_sandbox_details("w", "sb")
+    for status in (None, "running", "completed"):
+        opts = ListSandboxOptions(limit=10, **({"status": status} if status else {}))
+        ledger.list_sandbox_details("w", opts)
+        ledger.list_all_sandbox_details(opts)
+        page = ledger.list_sandbox_page("w", ListSandboxOptions(limit=1))
+        ledger.list_sandbox_page("w", ListSandboxOptions(limit=1, cursor=page.cursor))
+        ledger.list_all_sandbox_page(opts)
+    ledger.save_environment(EnvironmentRecord(name="env", built_at=1))
+    ledger.get_environment("env")
+    ledger.list_environments()
+    ledger.delete_environment("env")
+    ledger.delete_sandbox("w", "sb")
+    ledger.delete_sandbox("w", "big")
+    store = SyncResourceRecordStore(table, endpoint_url=moto_endpoint)
+    recorder.watch(store.client())
+    stored = store.put(record())
+    rid = stored.record.id
+    store.put(stored.record, expected_revision=stored.revision)
+    store.get(rid)
+    store.get_versioned(rid)
+    for phase, provider in ((None, None), ("ready", None), (None, "docker"), ("ready", "docker")):
+        store.list(phase=phase, provider=provider)
+    store.touch(rid)
+    store.record_operation_start(rid, "exec")
+    store.record_operation_finish(rid, "exec", "failed", error="exit 1")
+    with pytest.raises(ConflictError):
+        store.delete(rid, expected_revision=99)
+    assert store.delete(rid) is True
+    ledger.close()
+    store.close()
+    asyncio.run(_async_worker(table, moto_endpoint, recorder))
+    return recorder
+
+
+async def _async_worker(table: str, endpoint: str, recorder: lp.CallRecorder) -> None:
+    """The async twins' main paths, on the same recorder (they send the same calls)."""
+    from resource_fixtures import record
+    from sandbox_ledger import LedgerEntry, ListSandboxOptions
+    from sandbox_ledger.dynamodb import DynamoDBAdapter
+    from sandbox_ledger.resources import ResourceRecordStore
+
+    async with DynamoDBAdapter(table, endpoint_url=endpoint) as ledger:
+        recorder.watch(await ledger.client())
+        entry = LedgerEntry(ts=1, name="a", sandbox_id="s", step_index=-1, event="sandbox.created")
+        await ledger.append(entry)
+        await ledger.read_all("a", "s")
+        await ledger.list_all_sandbox_details(ListSandboxOptions(limit=5))
+        await ledger.delete_sandbox("a", "s")
+    async with ResourceRecordStore(table, endpoint_url=endpoint) as store:
+        recorder.watch(await store.client())
+        stored = await store.put(record())
+        await store.list(phase="ready")
+        await store.delete(stored.record.id)
+
+
+def test_the_worker_policy_allows_exactly_the_key_families_its_code_sends(
+    synthesized: tuple[dict[str, Any], Path], worker_calls: lp.CallRecorder
+) -> None:
+    """Every call the worker's adapter and store make is allowed; on the table and on each
+    index the policy allows exactly the key families (and actions) the code sends there, no
+    other prefix, no keyless call (a Scan); the descriptor only for the GetItem every
+    client's first append makes."""
+    raw = synthesized[0]
+    statements, table_arn = _worker_statements(raw), _table_arn(raw)
+    for request in worker_calls.requests:
+        target = lp.arn(table_arn, request.resource)
+        assert lp.allows(statements, request.action, target, request.keys, raw), request
+    sent = worker_calls.triples()
+    allowed = lp.allowed_triples(statements, raw, table_arn)
+    assert {(r, f) for _, r, f in allowed} == {(r, f) for _, r, f in sent}
+    assert {(a, r) for a, r, _ in allowed} == {(a, r) for a, r, _ in sent}
+    reads = {a for a, _, f in sent if f == k.DESCRIPTOR_PK}
+    assert reads == {"dynamodb:GetItem"}
+    assert {a for a, _, f in allowed if f == k.DESCRIPTOR_PK} == reads
+    # What the sessions' indexes hold is what the code queries there, and no more.
+    assert {f for _, r, f in allowed if r == k.ALL.name} == {f"{k.ALL_PREFIX}*"}
+    assert {f for _, r, f in allowed if r == k.BY_NAME.name} == {
+        f"{k.BY_NAME_PREFIX}*",
+        f"{k.RESOURCE_PHASE_PREFIX}*",
+    }
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:DeleteItem",
+        "dynamodb:BatchWriteItem",
+    ],
+)
+def test_a_worker_cannot_write_the_descriptor(
+    synthesized: tuple[dict[str, Any], Path], action: str
+) -> None:
+    """Not with the worker policy, and not even beside a broader grant on the same role
+    (the policy denies it): one worker cannot change every client's shard count or
+    retention."""
+    raw = synthesized[0]
+    statements, table_arn = _worker_statements(raw), _table_arn(raw)
+    descriptor = frozenset({k.DESCRIPTOR_PK})
+    assert not lp.allows(statements, action, table_arn, descriptor, raw)
+    broad = {"Effect": "Allow", "Action": "dynamodb:*", "Resource": "*"}
+    assert not lp.allows([*statements, broad], action, table_arn, descriptor, raw)
+    mixed = frozenset({k.DESCRIPTOR_PK, k.session_pk("n", "s")})
+    assert not lp.allows([*statements, broad], action, table_arn, mixed, raw)
+    assert lp.allows(statements, "dynamodb:GetItem", table_arn, descriptor, raw)
+
+
+def test_the_sweeper_role_allows_exactly_what_the_sweeper_sends(
+    synthesized: tuple[dict[str, Any], Path], moto_endpoint: str
+) -> None:
+    """The sweeper handler's calls (a real run: observe, then claim, read, delete) against
+    its role: the same (action, table-or-index, key family) triples, no more; its Query of
+    the phase index carries the resource phase partitions only."""
+
+    from resource_fixtures import FakeContext, record
+    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+    from sandbox_ledger.handlers import expire_stale_resources as handler
+    from sandbox_ledger.resources import SyncResourceRecordStore
+
+    table = f"ledger-sweep-{os.getpid()}"
+    with SyncDynamoDBAdapter(table, endpoint_url=moto_endpoint) as admin:
+        admin.create_table()
+    bus = f"bus-{table}"
+    boto3.client("events", endpoint_url=moto_endpoint).create_event_bus(Name=bus)
+    owner = SyncResourceRecordStore(table, endpoint_url=moto_endpoint)
+    now = datetime.now(UTC)
+    stale = owner.put(record(age=timedelta(hours=1), now=now)).record
+    owner.put(record(age=timedelta(days=9), phase="cleanup-failed", now=now))
+    recorder = lp.CallRecorder()
+    session = boto3.session.Session()
+    recorder.watch_session(session)
+    environ = {"TABLE_NAME": table, "EVENT_BUS_NAME": bus, "AWS_ENDPOINT_URL": moto_endpoint}
+    sweeper = handler.build(environ, session=session)
+    first = handler.run(sweeper, FakeContext().get_remaining_time_in_millis, now=now)
+    later = now + timedelta(minutes=16)
+    second = handler.run(sweeper, FakeContext().get_remaining_time_in_millis, now=later)
+    assert first["expired"] == [] and stale.id in second["expired"]
+    raw = synthesized[0]
+    statements = lp.role_statements(raw, "SweeperRole")
+    allowed = lp.allowed_triples(statements, raw, _table_arn(raw))
+    assert allowed == recorder.triples()
+    assert {f for _, r, f in allowed if r == k.RESOURCES_BY_PHASE.name} == {
+        f"{k.RESOURCE_PHASE_PREFIX}*"
+    }
+
+
+def test_the_ttl_role_allows_no_dynamodb_call_but_the_mappings_stream_reads(
+    synthesized: tuple[dict[str, Any], Path], moto_endpoint: str
+) -> None:
+    """The TTL handler reports a removal and replays without one DynamoDB call; its role
+    holds only the stream reads the event source mapping makes (Lambda reads the stream
+    with the function's role), on the stream, with no item or query action."""
+    from resource_fixtures import FakeContext, record
+    from sandbox_ledger.handlers import on_ttl_expiry
+    from sandbox_ledger.resources import _items as ri
+    from test_lambdas import _stream_record
+
+    table = f"ledger-ttl-{os.getpid()}"
+    bus = f"bus-{table}"
+    boto3.client("events", endpoint_url=moto_endpoint).create_event_bus(Name=bus)
+    bucket = f"unreported-{os.getpid()}"
+    boto3.client("s3", endpoint_url=moto_endpoint).create_bucket(Bucket=bucket)
+    recorder = lp.CallRecorder()
+    session = boto3.session.Session()
+    recorder.watch_session(session)
+    environ = {
+        "TABLE_NAME": table,
+        "EVENT_BUS_NAME": bus,
+        "UNREPORTED_BUCKET": bucket,
+        "AWS_ENDPOINT_URL": moto_endpoint,
+    }
+    reporter = on_ttl_expiry.build(environ, session=session)
+    r = record()
+    item = {
+        **ri.record_key(r.id),
+        "rev": {"N": "1"},
+        **ri.write_values(r, expires_at=1, shard_count=4),
+    }
+    batch = {"Records": [_stream_record(item, ttl=True, seq="1", table=table)]}
+    assert on_ttl_expiry.report(reporter, batch) == {"batchItemFailures": []}
+    on_ttl_expiry.replay(reporter, {"action": on_ttl_expiry.REPLAY_ACTION}, FakeContext())
+    assert recorder.triples() == set()
+    raw = synthesized[0]
+    allowed = lp.allowed_triples(lp.role_statements(raw, "TtlExpiryRole"), raw, _table_arn(raw))
+    # ListStreams has no resource-level permission: its Resource is "*" (every probe).
+    everywhere = (lp.TABLE, *(i.name for i in k.INDEXES), lp.STREAM)
+    assert allowed == {
+        *(
+            (f"dynamodb:{a}", lp.STREAM, lp.NO_KEY)
+            for a in ("DescribeStream", "GetRecords", "GetShardIterator")
+        ),
+        *(("dynamodb:ListStreams", name, lp.NO_KEY) for name in everywhere),
+    }
+
+
+def test_the_descriptor_role_allows_exactly_the_descriptors_put(
+    synthesized: tuple[dict[str, Any], Path],
+) -> None:
+    """The custom resource's one call, the descriptor's PutItem, is all its role allows."""
+    from sandbox_ledger.deployment import TableDescriptor, deploy_descriptor_request
+
+    raw = synthesized[0]
+    request = deploy_descriptor_request("t", TableDescriptor(shard_count=4))
+    sent = {t for r in lp.requests("PutItem", request) for t in r.triples()}
+    allowed = lp.allowed_triples(lp.role_statements(raw, "DescriptorRole"), raw, _table_arn(raw))
+    assert allowed == sent == {("dynamodb:PutItem", lp.TABLE, k.DESCRIPTOR_PK)}

@@ -62,6 +62,16 @@ CLAIM_PREFIX: Final = "I#"
 ENVIRONMENT_PK: Final = "ENV"
 RESOURCE_PREFIX: Final = "R#"
 RESOURCE_SK: Final = "RECORD"
+SESSION_PREFIX: Final = "S#"
+
+# The partition key prefixes of the indexes' item families (the CDK's IAM conditions on
+# ``dynamodb:LeadingKeys`` name them; see the table in the module docstring).
+BY_NAME_PREFIX: Final = "N#"
+BY_NAME_STATUS_PREFIX: Final = "NS#"
+ALL_PREFIX: Final = "A#"
+ALL_STATUS_PREFIX: Final = "AS#"
+RESOURCE_PHASE_PREFIX: Final = "RP#"
+RESOURCE_PROVIDER_PREFIX: Final = "RV#"
 
 # The deployment descriptor: one item per table (see sandbox_ledger.deployment).
 DESCRIPTOR_PK: Final = "DEPLOYMENT"
@@ -202,12 +212,12 @@ def session_pk(name: str, sandbox_id: str) -> str:
         KeyTooLongError: some key of the session would exceed DynamoDB's limits.
     """
     check_session_key(name, sandbox_id)
-    return f"S#{len(name)}#{name}#{sandbox_id}"
+    return f"{SESSION_PREFIX}{len(name)}#{name}#{sandbox_id}"
 
 
 def session_prefix(name: str) -> str:
     """The start of every session key of ``name`` (a ``begins_with`` for a filtered Scan)."""
-    return f"S#{len(_nonempty(name, 'name'))}#{name}#"
+    return f"{SESSION_PREFIX}{len(_nonempty(name, 'name'))}#{name}#"
 
 
 # The longest status word that can appear in a session's index keys ("completed").
@@ -229,8 +239,12 @@ def check_session_key(name: str, sandbox_id: str) -> tuple[str, str]:
     """
     _nonempty(name, "name")
     _nonempty(sandbox_id, "sandboxId")
-    _fits(f"S#{len(name)}#{name}#{sandbox_id}", MAX_PARTITION_KEY_BYTES, "name/sandboxId")
-    _fits(f"NS#{_LONGEST_STATUS}#{name}", MAX_PARTITION_KEY_BYTES, "name")
+    _fits(
+        f"{SESSION_PREFIX}{len(name)}#{name}#{sandbox_id}",
+        MAX_PARTITION_KEY_BYTES,
+        "name/sandboxId",
+    )
+    _fits(f"{BY_NAME_STATUS_PREFIX}{_LONGEST_STATUS}#{name}", MAX_PARTITION_KEY_BYTES, "name")
     return name, sandbox_id
 
 
@@ -383,32 +397,36 @@ def check_table_name(table_name: object) -> str:
 
 def by_name_pk(name: str) -> str:
     """``byName`` partition of one name's sessions."""
-    return _fits(f"N#{_nonempty(name, 'name')}", MAX_PARTITION_KEY_BYTES, "name")
+    return _fits(f"{BY_NAME_PREFIX}{_nonempty(name, 'name')}", MAX_PARTITION_KEY_BYTES, "name")
 
 
 def by_name_status_pk(status: str, name: str) -> str:
     """``byNameStatus`` partition of one name's sessions in one status."""
-    return _fits(f"NS#{status}#{name}", MAX_PARTITION_KEY_BYTES, "name")
+    return _fits(f"{BY_NAME_STATUS_PREFIX}{status}#{name}", MAX_PARTITION_KEY_BYTES, "name")
 
 
 def all_pk(shard: int) -> str:
     """``all`` partition of one shard of every session."""
-    return f"A#{shard:03d}"
+    return f"{ALL_PREFIX}{shard:03d}"
 
 
 def all_status_pk(status: str, shard: int) -> str:
     """``allStatus`` partition of one shard of every session in one status."""
-    return f"AS#{status}#{shard:03d}"
+    return f"{ALL_STATUS_PREFIX}{status}#{shard:03d}"
 
 
 def resource_phase_pk(phase: str, shard: int) -> str:
     """Resource records in one phase, one shard (on the ``byName`` index)."""
-    return f"RP#{phase}#{shard:03d}"
+    return f"{RESOURCE_PHASE_PREFIX}{phase}#{shard:03d}"
 
 
 def resource_provider_pk(provider: str, shard: int) -> str:
     """Resource records of one sandbox provider, one shard (on the ``byNameStatus`` index)."""
-    return _fits(f"RV#{shard:03d}#{provider}", MAX_PARTITION_KEY_BYTES, "sandboxProvider")
+    return _fits(
+        f"{RESOURCE_PROVIDER_PREFIX}{shard:03d}#{provider}",
+        MAX_PARTITION_KEY_BYTES,
+        "sandboxProvider",
+    )
 
 
 def table_definition(table_name: str) -> dict[str, object]:
