@@ -302,10 +302,59 @@ def _live(items: list[Any]) -> list[Any]:
     return [item for item in items if it.live(item, now)]
 
 
-def read_all(table: str, name: str, sandbox_id: str) -> Op[list[LedgerEntry]]:
+def _whole_entries(
+    table: str, pk: str, name: str, sandbox_id: str, items: list[Any]
+) -> Op[list[tuple[str, LedgerEntry]]]:
+    """The whole entries among a session's items (with their heads' sort keys), leaving out
+    those a delete took part of while they were read.
+
+    A read of many pages can race :func:`delete_session`: a head read on one page can lose
+    its parts before the next. Such a head is told from a corrupt one (a part missing from a
+    session nobody deletes) by reading again, strongly consistent, first the summary, then
+    the heads: the entry is left out if the summary carries a delete's mark (a delete is
+    running, or died and is to be called again) or its head is gone (the delete got to it:
+    a delete takes its mark before it deletes anything and removes the mark last). Reads
+    that meet no broken head cost nothing more; those that do, one GetItem and one
+    BatchGetItem.
+
+    Raises:
+        ValueError: a head whose part is missing in a session not being deleted.
+    """
+    keyed, broken = it.assemble_entries(name, sandbox_id, items)
+    if not broken:
+        return keyed
+    summary = yield Call(
+        "get_item",
+        {
+            "TableName": table,
+            "Key": it.summary_key(pk),
+            "ConsistentRead": True,
+            "ProjectionExpression": "#dl",
+            "ExpressionAttributeNames": {"#dl": A.DELETING},
+        },
+    )
+    if A.DELETING in summary.get("Item", {}):
+        return keyed
+    heads = yield from batch_get(
+        table, [{k.PARTITION_KEY: S(pk), k.SORT_KEY: S(b.head_sk)} for b in broken]
+    )
+    stored = {item[k.SORT_KEY]["S"] for item in heads}
+    for entry in broken:
+        if entry.head_sk in stored:
+            raise entry.error()
+    return keyed
+
+
+def _read_keyed(table: str, name: str, sandbox_id: str) -> Op[list[tuple[str, LedgerEntry]]]:
+    """The session's live whole entries with their heads' sort keys, in sort-key order."""
     pk = k.session_pk(name, sandbox_id)
     items = yield from query_all(_prefix_query(table, pk, k.EVENT_PREFIX))
-    return it.decode_entries(name, sandbox_id, _live(items))
+    return (yield from _whole_entries(table, pk, name, sandbox_id, _live(items)))
+
+
+def read_all(table: str, name: str, sandbox_id: str) -> Op[list[LedgerEntry]]:
+    keyed = yield from _read_keyed(table, name, sandbox_id)
+    return [entry for _, entry in keyed]
 
 
 def read_stored(table: str, name: str, sandbox_id: str) -> Op[list[LedgerEntry]]:
@@ -318,7 +367,7 @@ def read_stored(table: str, name: str, sandbox_id: str) -> Op[list[LedgerEntry]]
     now = it.now_s()
     live = [item for item in items if it.live(item, now)]
     expired = [item for item in items if not it.live(item, now)]
-    keyed = it.decode_keyed_entries(name, sandbox_id, live)
+    keyed = yield from _whole_entries(table, pk, name, sandbox_id, live)
     keyed += it.decode_keyed_entries(name, sandbox_id, expired, complete_only=True)
     keyed.sort(key=lambda pair: pair[0])  # ascending ts, ties in append order, as read_all
     return [entry for _, entry in keyed]
@@ -326,9 +375,7 @@ def read_stored(table: str, name: str, sandbox_id: str) -> Op[list[LedgerEntry]]
 
 def read_in_append_order(table: str, name: str, sandbox_id: str) -> Op[list[LedgerEntry]]:
     """Every entry of a session in the order it was appended (by the order id in its key)."""
-    pk = k.session_pk(name, sandbox_id)
-    items = yield from query_all(_prefix_query(table, pk, k.EVENT_PREFIX))
-    keyed = it.decode_keyed_entries(name, sandbox_id, _live(items))
+    keyed = yield from _read_keyed(table, name, sandbox_id)
     keyed.sort(key=lambda pair: it.append_order(pair[0]))
     return [entry for _, entry in keyed]
 
@@ -392,8 +439,8 @@ def last_checkpoint(table: str, name: str, sandbox_id: str) -> Op[LedgerEntry | 
         return None
     ref = page["Items"][0][k.LedgerAttr.REF]["S"]
     items = yield from query_all(_prefix_query(table, pk, ref))
-    entries = it.decode_entries(name, sandbox_id, _live(items))
-    return entries[0] if entries else None
+    keyed = yield from _whole_entries(table, pk, name, sandbox_id, _live(items))
+    return keyed[0][1] if keyed else None
 
 
 def list_checkpoints(table: str, name: str, sandbox_id: str) -> Op[list[CheckpointInfo]]:
