@@ -307,3 +307,33 @@ def test_a_missing_part_outside_a_delete_is_still_an_error(
         LedgerEvent.SandboxCreated,
         LedgerEvent.ExecStarted,
     ]
+
+
+def test_with_a_retention_a_summary_append_still_waits_for_a_delete(
+    moto_endpoint: str, table_name: str
+) -> None:
+    """With a retention the summary update has two conditions (no delete holds it; its
+    expiry moves forward only): a cancellation on the delete's lease is still told apart
+    (from the stored summary) and waited out with backoff, then the append lands once."""
+    from datetime import timedelta
+
+    from sandbox_ledger import keys as k
+
+    ledger = SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, retention=timedelta(1))
+    ledger.create_table()
+    now = time.time_ns() // 1_000_000
+    ledger.append(e("held", LedgerEvent.SandboxCreated, now))
+    ledger.client().update_item(
+        TableName=table_name,
+        Key={"PK": {"S": k.session_pk("race", "held")}, "SK": {"S": k.SUMMARY_SK}},
+        UpdateExpression="SET deleting = :d",
+        ExpressionAttributeValues={":d": {"N": str(now + 300)}},  # a lease just running out
+    )
+    sent: list[str] = []
+    ledger.client().meta.events.register(
+        "before-call.dynamodb.TransactWriteItems", lambda **_: sent.append("t")
+    )
+    ledger.append(e("held", LedgerEvent.ExecComplete, now + 1, step=0))
+    details = ledger.get_sandbox_details("race", "held")
+    assert details is not None and details.exec_count == 1
+    assert len(sent) > 1  # refused while the lease ran, then landed

@@ -133,6 +133,30 @@ async def test_expired_entries_and_sessions_are_hidden(retained: Any) -> None:
         assert await retained.purge_expired() == 0
 
 
+async def test_an_out_of_order_summarizing_append_never_moves_the_expiry_back(
+    retained: Any,
+) -> None:
+    """A late exec.complete (or closed) with an old ts (older than the retention) set the
+    summary's expiry from its own time: the running session vanished from
+    get_sandbox_details and every listing. The summary keeps the later expiry."""
+    now = _now_ms()
+    old = now - 3 * DAY_MS
+    await retained.append(_e("late", LedgerEvent.SandboxCreated, now - 10))
+    await retained.append(_e("late", LedgerEvent.ExecComplete, old))
+    await retained.append(_e("late", LedgerEvent.SandboxClosed, old + 1))
+    details = await retained.get_sandbox_details("job", "late")
+    assert details is not None
+    assert (details.started_at, details.exec_count, details.completed_at) == (now - 10, 1, old + 1)
+    assert [d.sandbox_id for d in await retained.list_sandbox_details("job")] == ["late"]
+    assert [d.sandbox_id for d in await retained.list_all_sandbox_details()] == ["late"]
+    # In ts order the expiry still moves forward: an old created, then a fresh exec.complete.
+    await retained.append(_e("on", LedgerEvent.SandboxCreated, old))
+    assert await retained.get_sandbox_details("job", "on") is None
+    await retained.append(_e("on", LedgerEvent.ExecComplete, now))
+    revived = await retained.get_sandbox_details("job", "on")
+    assert revived is not None and revived.exec_count == 1
+
+
 async def _everything(adapter: Any) -> list[Any]:
     """What every read of the test's sessions returns."""
     out: list[Any] = [
@@ -178,14 +202,24 @@ def test_items_carry_the_ttl_of_their_own_entry(moto_endpoint: str, table_name: 
         assert by_kind["K#"] == [base + 10]
         assert by_kind["I#"] == [base + 30]
         assert by_kind["summary"] == [base + 20]  # the last entry that changed it
-        # An exec.complete appended late with an older ts sets the summary's TTL from its own.
+        # An exec.complete appended late with an older ts leaves the summary's later TTL (it
+        # set the summary's TTL from its own before, hiding a live session), and counts.
         adapter.append(_e("s", LedgerEvent.ExecComplete, t0 + 5_000))
         [summary] = [
             i
             for i in _raw_items(moto_endpoint, table_name, "job", "s")
             if i["SK"]["S"] == k.SUMMARY_SK
         ]
-        assert summary[k.TTL_ATTRIBUTE] == {"N": str(base + 5)}
+        assert summary[k.TTL_ATTRIBUTE] == {"N": str(base + 20)}
+        assert summary["execCount"] == {"N": "2"}
+        # A later one moves it forward.
+        adapter.append(_e("s", LedgerEvent.SandboxClosed, t0 + 40_000))
+        [summary] = [
+            i
+            for i in _raw_items(moto_endpoint, table_name, "job", "s")
+            if i["SK"]["S"] == k.SUMMARY_SK
+        ]
+        assert summary[k.TTL_ATTRIBUTE] == {"N": str(base + 40)}
         # moto never deletes TTL'd items: the reads hide them.
         assert len(items) >= 6
         assert adapter.read_all("job", "s") == []

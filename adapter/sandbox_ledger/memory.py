@@ -50,7 +50,7 @@ class _Session:
     seq: int
     # (ts, append sequence, entry), kept sorted: ascending ts, equal ts in append order.
     events: list[tuple[int, int, LedgerEntry]] = field(default_factory=list)
-    # The summary's TTL (Unix s): that of the last entry that changed it; None: forever.
+    # The summary's TTL (Unix s): the latest of the entries that changed it; None: forever.
     expires: int | None = None
 
 
@@ -107,8 +107,10 @@ class MemoryAdapter:
             )
         bisect.insort(session.events, (entry.ts, next(self._seq), entry), key=lambda t: t[:2])
         session.summary.apply(entry)
-        if entry.event in _SUMMARY_EVENTS:
-            session.expires = ledger_expires_at(entry.ts, self._retention)
+        expires = ledger_expires_at(entry.ts, self._retention)
+        if entry.event in _SUMMARY_EVENTS and expires is not None:
+            # The summary's expiry never moves back: an append out of ts order keeps it.
+            session.expires = max(expires, session.expires or expires)
 
     def _live_events(self, session: _Session) -> list[tuple[int, int, LedgerEntry]]:
         if self._retention is None:

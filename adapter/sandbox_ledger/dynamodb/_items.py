@@ -201,8 +201,8 @@ def summary_update(
 ) -> dict[str, Any] | None:
     """The UpdateItem fields that fold ``entry`` into its session summary, or None.
 
-    With ``ttl`` (the entry's own TTL), the summary's TTL becomes it: a summary lives as long
-    as the last entry that changed it.
+    With ``ttl`` (the entry's own TTL), the summary's TTL becomes it (the append's condition
+    keeps a later one: a summary lives as long as the latest entry that changed it).
 
     Mirrors :meth:`SessionSummary.apply` with ``if_not_exists`` so that the first created and
     the first closed win in any arrival order, and the status-keyed index partitions end up

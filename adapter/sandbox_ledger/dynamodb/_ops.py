@@ -62,7 +62,9 @@ def append(
     returns False, writing nothing, when another write already holds that identity.
 
     With ``ttl`` (Unix seconds: the entry's time plus the retention), every item written
-    carries it, and the summary's TTL becomes it.
+    carries it, and the summary's TTL becomes it unless the summary's is later (an
+    out-of-order append never moves it back; in the same transaction, see
+    :func:`_summary_condition`).
     """
     encoded = it.encode_entry(entry, order, ttl)
     summary = it.summary_update(entry, shard_count, ttl)
@@ -97,25 +99,43 @@ def append(
         return True
     attempt = 0
     session = (entry.name, entry.sandbox_id)
+    # The form of the summary update that leaves a later TTL alone (see _summary_condition).
+    keeping = it.summary_update(entry, shard_count) if summary is not None else None
+    held = False
     while True:
-        if summary is not None:
-            actions[summary_at]["Update"].update(_not_being_deleted(summary, _now_ms()))
+        now = _now_ms()
+        if summary is not None and keeping is not None:
+            update = keeping if held else summary
+            condition = _summary_condition(update, now, ttl, held=held)
+            actions[summary_at] = {"Update": {"TableName": table, **update, **condition}}
         try:
             yield Call("transact_write_items", {"TransactItems": actions})
             return True
         except ClientError as exc:
             if error_code(exc) != "TransactionCanceledException":
                 raise
-            reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
+            cancellations = exc.response.get("CancellationReasons", [])
+            reasons = [r.get("Code") for r in cancellations]
             if reasons and reasons[0] == "ConditionalCheckFailed":
                 # The head is already stored: this was a resend of a landed write.
                 log.debug("append %s/%s: already stored (a resent write)", *session)
                 return True
             if claim is not None and len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed":
                 return False  # another write stored this identity first
-            deleting = 0 <= summary_at < len(reasons) and (
-                reasons[summary_at] == "ConditionalCheckFailed"
-            )
+            deleting = False
+            if 0 <= summary_at < len(reasons) and reasons[summary_at] == "ConditionalCheckFailed":
+                stored = cancellations[summary_at].get("Item") or {}
+                # Without a TTL the lease is the only condition.
+                deleting = ttl is None or (
+                    A.DELETING in stored and int(stored[A.DELETING]["N"]) >= now
+                )
+                if not deleting and ttl is not None:
+                    # The expiry part failed: take the form that fits the stored TTL, at once.
+                    later = stored.get(k.TTL_ATTRIBUTE)
+                    held = later is not None and int(later["N"]) > ttl
+                    attempt += 1
+                    if attempt < MAX_ATTEMPTS:
+                        continue
             if not deleting and not _RETRYABLE_CANCELLATIONS.intersection(reasons):
                 raise
             attempt += 1
@@ -144,13 +164,28 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _not_being_deleted(summary: dict[str, Any], now_ms: int) -> dict[str, Any]:
+def _summary_condition(
+    summary: dict[str, Any], now_ms: int, ttl: int | None, *, held: bool
+) -> dict[str, Any]:
     """The summary update's condition: no delete_sandbox holds the session (or its lease is
-    over). Appends that would change the summary wait for a running delete."""
+    over), so appends that would change the summary wait for a running delete; and, with a
+    TTL, the summary's expiry never moves back. ``summary`` sets the TTL only where the
+    stored one is not later; the ``held`` form (``summary`` without the TTL) applies only
+    where it is later, and leaves it. The stored item comes back on a failed condition
+    (ALL_OLD), which tells the two failures apart."""
+    condition = "(attribute_not_exists(#dl) OR #dl < :now)"
+    names = {**summary["ExpressionAttributeNames"], "#dl": A.DELETING}
+    values = {**summary["ExpressionAttributeValues"], ":now": N(now_ms)}
+    if ttl is not None:
+        names["#ttl"] = k.TTL_ATTRIBUTE
+        values[":ttl"] = N(ttl)
+        later = "#ttl > :ttl" if held else "(attribute_not_exists(#ttl) OR #ttl <= :ttl)"
+        condition += f" AND {later}"
     return {
-        "ConditionExpression": "attribute_not_exists(#dl) OR #dl < :now",
-        "ExpressionAttributeNames": {**summary["ExpressionAttributeNames"], "#dl": A.DELETING},
-        "ExpressionAttributeValues": {**summary["ExpressionAttributeValues"], ":now": N(now_ms)},
+        "ConditionExpression": condition,
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
     }
 
 

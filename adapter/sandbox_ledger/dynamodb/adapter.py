@@ -135,7 +135,7 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
             logged; ``create_table()`` records it.
         retention: how long ledger items are kept (a positive ``timedelta``); None (the
             default) keeps them forever. Every item of an entry gets the TTL attribute from
-            the entry's own ``ts`` plus the retention; a session's summary from the last entry
+            the entry's own ``ts`` plus the retention; a session's summary from the latest entry
             that changed it. Reads hide expired items; environment records are kept forever.
             It must agree with the table's descriptor (``create_table()`` records it, the CDK
             stack's ``ledger_retention_days``): ``DeploymentMismatchError`` names both values,

@@ -49,6 +49,9 @@ _CHECKPOINT = LedgerEvent.CheckpointCreated.value
 
 _SESSION_ID_SQL = "SELECT id FROM ledger_sessions WHERE name = ? AND sandbox_id = ?"
 _RETENTION = ret.retention_of("ledger_settings")
+_LATER_SUMMARY_EXPIRY = ret.later_summary_expiry(
+    "ledger_sessions.summary_expires_at", "excluded.summary_expires_at"
+)
 
 
 class Queries:
@@ -66,7 +69,7 @@ ON CONFLICT (name, sandbox_id) DO UPDATE SET
     status = CASE WHEN coalesce(ledger_sessions.completed_at, excluded.completed_at) IS NULL
                   THEN 'running' ELSE 'completed' END,
     exec_count = ledger_sessions.exec_count + excluded.exec_count,
-    summary_expires_at = CASE WHEN :summarizes THEN excluded.summary_expires_at
+    summary_expires_at = CASE WHEN :summarizes THEN {_LATER_SUMMARY_EXPIRY}
                               ELSE ledger_sessions.summary_expires_at END,
     expires_at = {ret.latest_expiry("ledger_sessions.expires_at", "excluded.expires_at")}
 RETURNING id
