@@ -337,3 +337,29 @@ def test_with_a_retention_a_summary_append_still_waits_for_a_delete(
     details = ledger.get_sandbox_details("race", "held")
     assert details is not None and details.exec_count == 1
     assert len(sent) > 1  # refused while the lease ran, then landed
+
+
+async def test_a_session_left_with_only_a_dead_writers_parts_is_not_scanned(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    """A delete leaves young headless parts (they may be an append in flight). A writer that
+    died between its parts and its head left the session with nothing but those: the
+    export's scan_sessions listed it (sync and async), and an export counted a session with
+    0 entries. Only heads count now."""
+    from sandbox_ledger import keys as k
+    from sandbox_ledger.dynamodb import DynamoDBAdapter
+
+    ledger = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    ledger.append(e("dead", LedgerEvent.SandboxCreated, 1))
+    ledger.append(e("kept", LedgerEvent.ExecStarted, 1, step=0))
+    pk = k.session_pk("race", "dead")
+    young = k.part_sk(k.event_sk(5, f"{time.time_ns():020d}abcd0123"), 1)
+    ledger.client().put_item(
+        TableName=sync_table, Item={"PK": {"S": pk}, "SK": {"S": young}, "d": {"B": b"x"}}
+    )
+    ledger.delete_sandbox("race", "dead")
+    assert ledger.read_all("race", "dead") == []
+    assert ledger.scan_sessions() == [("race", "kept")]
+    assert ledger.scan_sessions("race") == [("race", "kept")]
+    async with DynamoDBAdapter(sync_table, endpoint_url=moto_endpoint) as reader:
+        assert await reader.scan_sessions() == [("race", "kept")]

@@ -416,16 +416,21 @@ def read_in_append_order(table: str, name: str, sandbox_id: str) -> Op[list[Ledg
 
 
 def scan_sessions(table: str, *, name: str | None, segments: int) -> Op[list[tuple[str, str]]]:
-    """Every session that has at least one entry, listed or not, by a parallel Scan.
+    """Every session that has at least one entry (a head), listed or not, by a parallel Scan.
 
     The one Scan of the adapter: it reads the whole table (every item, 4 KB per read unit
     at half a unit, eventually consistent), so it serves exports, never a hot path.
     ``name`` keeps only that name's sessions (a filter: the Scan costs the same).
     """
-    names = {"#pk": k.PARTITION_KEY, "#sk": k.SORT_KEY, "#ttl": k.TTL_ATTRIBUTE}
+    names = {"#pk": k.PARTITION_KEY, "#sk": k.SORT_KEY, "#ttl": k.TTL_ATTRIBUTE, "#ts": A.TS}
     values: dict[str, Any] = {":e": S(k.EVENT_PREFIX), ":now": N(it.now_s())}
+    # Only heads count (they alone carry ts): a session holding nothing but parts without a
+    # head (a dead writer's, which a delete leaves for 15 minutes) has no entry to export.
     # Entries whose TTL has passed are not counted (DynamoDB deletes them days late).
-    condition = "begins_with(#sk, :e) AND (attribute_not_exists(#ttl) OR #ttl > :now)"
+    condition = (
+        "begins_with(#sk, :e) AND attribute_exists(#ts)"
+        " AND (attribute_not_exists(#ttl) OR #ttl > :now)"
+    )
     if name is not None:
         values[":p"] = S(k.session_prefix(name))
         condition += " AND begins_with(#pk, :p)"
