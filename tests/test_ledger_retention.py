@@ -441,3 +441,75 @@ def test_a_reimport_on_dynamodb_finds_expired_entries_appended_live(
         TableName=table_name, Key={"PK": part["PK"], "SK": part["SK"]}
     )
     assert [e.ts for e in ledger.read_stored("job", "s")] == [old, now - 3_600_000]
+
+
+@pytest.fixture(params=["memory", "dynamodb-sync", "dynamodb-async", "sqlite", "postgres"])
+def sync_retained(request: pytest.FixtureRequest, table_name: str) -> Any:
+    """A synchronous store with a one-day retention (what the importer and the CLI use)."""
+    from sandbox_ledger.blocking import BlockingAdapter
+
+    if request.param == "memory":
+        return BlockingAdapter(MemoryAdapter(retention=DAY))
+    if request.param == "sqlite":
+        path = request.getfixturevalue("tmp_path") / "retained.db"
+        return BlockingAdapter(SQLiteAdapter(path, retention=DAY))
+    if request.param == "postgres":
+        dsn, schema = request.getfixturevalue("postgres_dsn"), request.getfixturevalue("pg_schema")
+        return BlockingAdapter(PostgresAdapter(dsn, schema=schema, retention=DAY))
+    endpoint = request.getfixturevalue("moto_endpoint")
+    SyncDynamoDBAdapter(table_name, endpoint_url=endpoint, retention=DAY).create_table()
+    if request.param == "dynamodb-sync":
+        return SyncDynamoDBAdapter(table_name, endpoint_url=endpoint, retention=DAY)
+    return BlockingAdapter(DynamoDBAdapter(table_name, endpoint_url=endpoint, retention=DAY))
+
+
+def test_an_import_never_writes_an_entry_already_expired(sync_retained: Any) -> None:
+    """An export whose old entries TTL or purge_expired has since removed from the store,
+    imported again, wrote them again already expired: hidden at once, stored for nothing,
+    and the summary took their old expiry. They are counted as expired and not written."""
+    from sandbox_ledger.transfer import entry_line, import_entries, parse_lines
+
+    now = _now_ms()
+    old = now - 3 * DAY_MS
+    entries = [
+        _e("s", LedgerEvent.SandboxCreated, now - 10),
+        _e("s", LedgerEvent.ExecComplete, old, {"late": True}),
+        _e("s", LedgerEvent.ExecStarted, old + 1),
+        _e("s", LedgerEvent.ExecStarted, now - 5),
+        _e("gone", LedgerEvent.SandboxCreated, old),
+    ]
+    lines = [entry_line(entry).encode() for entry in entries]
+    with sync_retained as store:
+        report = import_entries(store, parse_lines(lines))
+        assert (report.new, report.present, report.expired, report.failed) == (2, 0, 3, [])
+        assert report.summary() == "2 new, 0 already present, 3 expired, 0 failed"
+        assert [e.ts for e in store.read_stored("job", "s")] == [now - 10, now - 5]
+        assert store.read_stored("job", "gone") == []
+        details = store.get_sandbox_details("job", "s")
+        assert details is not None and details.exec_count == 0
+        assert store.scan_sessions() == [("job", "s")]
+        again = import_entries(store, parse_lines(lines))
+        assert (again.new, again.present, again.expired) == (0, 2, 3)
+
+
+def test_the_cli_reports_expired_entries_apart(tmp_path: Any) -> None:
+    from typer.testing import CliRunner
+
+    from sandbox_ledger.cli.app import app
+    from sandbox_ledger.transfer import entry_line
+
+    now = _now_ms()
+    lines = "".join(
+        entry_line(x) + "\n"
+        for x in (
+            _e("s", LedgerEvent.SandboxCreated, now),
+            _e("s", LedgerEvent.ExecComplete, now - 3 * DAY_MS),
+        )
+    )
+    store = f"sqlite:///{tmp_path}/ledger.db?retention_days=1"
+    done = CliRunner().invoke(app, ["--store", store, "import", "-"], input=lines)
+    assert done.exit_code == 0, done.output
+    assert "imported <stdin>: 1 new, 0 already present, 1 expired, 0 failed" in done.stderr
+    as_json = CliRunner().invoke(app, ["--store", store, "import", "--json", "-"], input=lines)
+    assert as_json.exit_code == 0, as_json.output
+    assert '"expired": 1' in as_json.stdout

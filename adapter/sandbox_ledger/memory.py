@@ -130,6 +130,11 @@ class MemoryAdapter:
             return []
         return [_copy(e) for _, _, e in self._live_events(session)]
 
+    async def ledger_retention(self) -> int | None:
+        """The ledger retention appends use (seconds; None: keep forever): what an import
+        checks entries against, so it never writes one already expired."""
+        return self._retention
+
     async def read_stored(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every event still held, expired ones included (they stay in memory until
         ``delete_sandbox``): what an import reconciles a file against."""

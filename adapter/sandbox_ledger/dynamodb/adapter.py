@@ -184,6 +184,12 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
         """Every entry of the session in the order it was appended (what an export replays)."""
         return await self.run(_ops.read_in_append_order(self.table_name, name, sandbox_id))
 
+    async def ledger_retention(self) -> int | None:
+        """The ledger retention this client writes with (seconds; None: keep forever; a
+        table whose descriptor says otherwise refuses its first write): what an import
+        checks entries against, so it never writes one already expired."""
+        return self._retention
+
     async def read_stored(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry still stored, those past their TTL included until DynamoDB deletes
         them (what an import reconciles a file against, so a re-import writes nothing
@@ -295,6 +301,10 @@ class SyncDynamoDBAdapter(_Base, SyncClientOwner):
     def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry of the session in the order it was appended."""
         return self.run(_ops.read_in_append_order(self.table_name, name, sandbox_id))
+
+    def ledger_retention(self) -> int | None:
+        """The ledger retention this client writes with (see DynamoDBAdapter)."""
+        return self._retention
 
     def read_stored(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry still stored, expired ones included (see DynamoDBAdapter.read_stored)."""

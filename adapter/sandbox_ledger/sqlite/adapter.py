@@ -467,6 +467,13 @@ class SQLiteAdapter:
         found = await self._fetchall(self.queries.read_all, (*key, _now()))
         return [rows.decode_entry(name, sandbox_id, *r) for r in found]
 
+    async def ledger_retention(self) -> int | None:
+        """The ledger retention appends use (seconds; None: keep forever): what an import
+        checks entries against, so it never writes one already expired.
+        The database's, whatever this adapter was given."""
+        [(seconds,)] = await self._fetchall(self.queries.retention, ())
+        return None if seconds is None else int(seconds)
+
     async def read_stored(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry still stored, expired ones included until a purge removes them (what
         an import reconciles a file against, so that a re-import writes nothing twice)."""
