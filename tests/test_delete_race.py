@@ -206,3 +206,160 @@ def test_a_delete_longer_than_its_lease_still_holds_off_summary_appends(
     assert took > 0.9  # the delete really outlasted its 400 ms lease
     count, entries = agrees(deleter, "long")
     assert count == entries
+
+
+def _large_session(ledger: SyncDynamoDBAdapter, sid: str) -> list[LedgerEntry]:
+    """Two small entries, then one of 1.1 MB once compressed (a head and three parts), so a
+    read needs two Query pages (1 MB each) and the first ends inside the large entry."""
+    small = [e(sid, LedgerEvent.SandboxCreated, 1), e(sid, LedgerEvent.ExecStarted, 2, step=0)]
+    for entry in small:
+        ledger.append(entry)
+    ledger.append(
+        LedgerEntry(
+            ts=3,
+            name="race",
+            sandbox_id=sid,
+            step_index=0,
+            event=LedgerEvent.ExecComplete,
+            payload=secrets.token_urlsafe(1_100_000),
+        )
+    )
+    return small
+
+
+def _delete_after_first_page(deleter: SyncDynamoDBAdapter, sid: str) -> tuple[Any, list[bool]]:
+    """An ``after-call`` hook that deletes the session once a Query page with more to come has
+    been read: the delete lands between two pages of the read."""
+    ran: list[bool] = []
+
+    def hook(parsed: dict[str, Any], **_: Any) -> None:
+        if not ran and parsed.get("LastEvaluatedKey"):
+            ran.append(True)
+            deleter.delete_sandbox("race", sid)
+
+    return hook, ran
+
+
+@pytest.mark.parametrize("read", ["read_all", "read_in_append_order"])
+def test_a_read_racing_a_delete_returns_whole_entries_sync(
+    moto_endpoint: str, sync_table: str, read: str
+) -> None:
+    """A read whose Query pages straddle a delete returns the entries it read whole and leaves
+    out the one the delete cut (it raised 'entry ... is missing part 2 of 3' before)."""
+    deleter = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    reader = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    small = _large_session(deleter, "big")
+    hook, ran = _delete_after_first_page(deleter, "big")
+    reader.client().meta.events.register("after-call.dynamodb.Query", hook)
+    got = getattr(reader, read)("race", "big")
+    assert ran  # the delete did land between two pages
+    assert got == small
+    assert reader.read_all("race", "big") == []
+
+
+async def test_a_read_racing_a_delete_returns_whole_entries_async(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    from sandbox_ledger.dynamodb import DynamoDBAdapter
+
+    deleter = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    reader = DynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    small = _large_session(deleter, "big")
+    hook, ran = _delete_after_first_page(deleter, "big")
+    (await reader.client()).meta.events.register("after-call.dynamodb.Query", hook)
+    got = await reader.read_all("race", "big")
+    assert ran
+    assert got == small
+    await reader.close()
+
+
+def test_a_missing_part_outside_a_delete_is_still_an_error(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    """A part gone from a session nobody deletes (its head still stored) is corruption, not a
+    race: the read says which entry, as before. Once a delete holds the session (its mark on
+    the summary), the same half entry is left out."""
+    from sandbox_ledger import keys as k
+
+    ledger = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    _large_session(ledger, "bad")
+    pk = k.session_pk("race", "bad")
+    items = ledger.client().query(
+        TableName=sync_table,
+        KeyConditionExpression="PK = :pk",
+        ExpressionAttributeValues={":pk": {"S": pk}},
+        ProjectionExpression="PK, SK",
+        ConsistentRead=True,
+    )["Items"]
+    head = next(item["SK"]["S"] for item in items if item["SK"]["S"].startswith(k.event_sk(3, "")))
+    part = {"PK": {"S": pk}, "SK": {"S": k.part_sk(head, 2)}}
+    assert "Item" in ledger.client().get_item(TableName=sync_table, Key=part)
+    ledger.client().delete_item(TableName=sync_table, Key=part)
+    with pytest.raises(ValueError, match="missing part 2 of 3"):
+        ledger.read_all("race", "bad")
+    ledger.client().update_item(
+        TableName=sync_table,
+        Key={"PK": {"S": pk}, "SK": {"S": k.SUMMARY_SK}},
+        UpdateExpression="SET deleting = :d",
+        ExpressionAttributeValues={":d": {"N": "1"}},
+    )
+    assert [x.event for x in ledger.read_all("race", "bad")] == [
+        LedgerEvent.SandboxCreated,
+        LedgerEvent.ExecStarted,
+    ]
+
+
+def test_with_a_retention_a_summary_append_still_waits_for_a_delete(
+    moto_endpoint: str, table_name: str
+) -> None:
+    """With a retention the summary update has two conditions (no delete holds it; its
+    expiry moves forward only): a cancellation on the delete's lease is still told apart
+    (from the stored summary) and waited out with backoff, then the append lands once."""
+    from datetime import timedelta
+
+    from sandbox_ledger import keys as k
+
+    ledger = SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, retention=timedelta(1))
+    ledger.create_table()
+    now = time.time_ns() // 1_000_000
+    ledger.append(e("held", LedgerEvent.SandboxCreated, now))
+    ledger.client().update_item(
+        TableName=table_name,
+        Key={"PK": {"S": k.session_pk("race", "held")}, "SK": {"S": k.SUMMARY_SK}},
+        UpdateExpression="SET deleting = :d",
+        ExpressionAttributeValues={":d": {"N": str(now + 300)}},  # a lease just running out
+    )
+    sent: list[str] = []
+    ledger.client().meta.events.register(
+        "before-call.dynamodb.TransactWriteItems", lambda **_: sent.append("t")
+    )
+    ledger.append(e("held", LedgerEvent.ExecComplete, now + 1, step=0))
+    details = ledger.get_sandbox_details("race", "held")
+    assert details is not None and details.exec_count == 1
+    assert len(sent) > 1  # refused while the lease ran, then landed
+
+
+async def test_a_session_left_with_only_a_dead_writers_parts_is_not_scanned(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    """A delete leaves young headless parts (they may be an append in flight). A writer that
+    died between its parts and its head left the session with nothing but those: the
+    export's scan_sessions listed it (sync and async), and an export counted a session with
+    0 entries. Only heads count now."""
+    from sandbox_ledger import keys as k
+    from sandbox_ledger.dynamodb import DynamoDBAdapter
+
+    ledger = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    ledger.append(e("dead", LedgerEvent.SandboxCreated, 1))
+    ledger.append(e("kept", LedgerEvent.ExecStarted, 1, step=0))
+    pk = k.session_pk("race", "dead")
+    young = k.part_sk(k.event_sk(5, f"{time.time_ns():020d}abcd0123"), 1)
+    ledger.client().put_item(
+        TableName=sync_table, Item={"PK": {"S": pk}, "SK": {"S": young}, "d": {"B": b"x"}}
+    )
+    ledger.delete_sandbox("race", "dead")
+    assert ledger.read_all("race", "dead") == []
+    assert ledger.scan_sessions() == [("race", "kept")]
+    assert ledger.scan_sessions("race") == [("race", "kept")]
+    async with DynamoDBAdapter(sync_table, endpoint_url=moto_endpoint) as reader:
+        assert await reader.scan_sessions() == [("race", "kept")]

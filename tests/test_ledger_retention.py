@@ -133,6 +133,30 @@ async def test_expired_entries_and_sessions_are_hidden(retained: Any) -> None:
         assert await retained.purge_expired() == 0
 
 
+async def test_an_out_of_order_summarizing_append_never_moves_the_expiry_back(
+    retained: Any,
+) -> None:
+    """A late exec.complete (or closed) with an old ts (older than the retention) set the
+    summary's expiry from its own time: the running session vanished from
+    get_sandbox_details and every listing. The summary keeps the later expiry."""
+    now = _now_ms()
+    old = now - 3 * DAY_MS
+    await retained.append(_e("late", LedgerEvent.SandboxCreated, now - 10))
+    await retained.append(_e("late", LedgerEvent.ExecComplete, old))
+    await retained.append(_e("late", LedgerEvent.SandboxClosed, old + 1))
+    details = await retained.get_sandbox_details("job", "late")
+    assert details is not None
+    assert (details.started_at, details.exec_count, details.completed_at) == (now - 10, 1, old + 1)
+    assert [d.sandbox_id for d in await retained.list_sandbox_details("job")] == ["late"]
+    assert [d.sandbox_id for d in await retained.list_all_sandbox_details()] == ["late"]
+    # In ts order the expiry still moves forward: an old created, then a fresh exec.complete.
+    await retained.append(_e("on", LedgerEvent.SandboxCreated, old))
+    assert await retained.get_sandbox_details("job", "on") is None
+    await retained.append(_e("on", LedgerEvent.ExecComplete, now))
+    revived = await retained.get_sandbox_details("job", "on")
+    assert revived is not None and revived.exec_count == 1
+
+
 async def _everything(adapter: Any) -> list[Any]:
     """What every read of the test's sessions returns."""
     out: list[Any] = [
@@ -178,14 +202,24 @@ def test_items_carry_the_ttl_of_their_own_entry(moto_endpoint: str, table_name: 
         assert by_kind["K#"] == [base + 10]
         assert by_kind["I#"] == [base + 30]
         assert by_kind["summary"] == [base + 20]  # the last entry that changed it
-        # An exec.complete appended late with an older ts sets the summary's TTL from its own.
+        # An exec.complete appended late with an older ts leaves the summary's later TTL (it
+        # set the summary's TTL from its own before, hiding a live session), and counts.
         adapter.append(_e("s", LedgerEvent.ExecComplete, t0 + 5_000))
         [summary] = [
             i
             for i in _raw_items(moto_endpoint, table_name, "job", "s")
             if i["SK"]["S"] == k.SUMMARY_SK
         ]
-        assert summary[k.TTL_ATTRIBUTE] == {"N": str(base + 5)}
+        assert summary[k.TTL_ATTRIBUTE] == {"N": str(base + 20)}
+        assert summary["execCount"] == {"N": "2"}
+        # A later one moves it forward.
+        adapter.append(_e("s", LedgerEvent.SandboxClosed, t0 + 40_000))
+        [summary] = [
+            i
+            for i in _raw_items(moto_endpoint, table_name, "job", "s")
+            if i["SK"]["S"] == k.SUMMARY_SK
+        ]
+        assert summary[k.TTL_ATTRIBUTE] == {"N": str(base + 40)}
         # moto never deletes TTL'd items: the reads hide them.
         assert len(items) >= 6
         assert adapter.read_all("job", "s") == []
@@ -407,3 +441,75 @@ def test_a_reimport_on_dynamodb_finds_expired_entries_appended_live(
         TableName=table_name, Key={"PK": part["PK"], "SK": part["SK"]}
     )
     assert [e.ts for e in ledger.read_stored("job", "s")] == [old, now - 3_600_000]
+
+
+@pytest.fixture(params=["memory", "dynamodb-sync", "dynamodb-async", "sqlite", "postgres"])
+def sync_retained(request: pytest.FixtureRequest, table_name: str) -> Any:
+    """A synchronous store with a one-day retention (what the importer and the CLI use)."""
+    from sandbox_ledger.blocking import BlockingAdapter
+
+    if request.param == "memory":
+        return BlockingAdapter(MemoryAdapter(retention=DAY))
+    if request.param == "sqlite":
+        path = request.getfixturevalue("tmp_path") / "retained.db"
+        return BlockingAdapter(SQLiteAdapter(path, retention=DAY))
+    if request.param == "postgres":
+        dsn, schema = request.getfixturevalue("postgres_dsn"), request.getfixturevalue("pg_schema")
+        return BlockingAdapter(PostgresAdapter(dsn, schema=schema, retention=DAY))
+    endpoint = request.getfixturevalue("moto_endpoint")
+    SyncDynamoDBAdapter(table_name, endpoint_url=endpoint, retention=DAY).create_table()
+    if request.param == "dynamodb-sync":
+        return SyncDynamoDBAdapter(table_name, endpoint_url=endpoint, retention=DAY)
+    return BlockingAdapter(DynamoDBAdapter(table_name, endpoint_url=endpoint, retention=DAY))
+
+
+def test_an_import_never_writes_an_entry_already_expired(sync_retained: Any) -> None:
+    """An export whose old entries TTL or purge_expired has since removed from the store,
+    imported again, wrote them again already expired: hidden at once, stored for nothing,
+    and the summary took their old expiry. They are counted as expired and not written."""
+    from sandbox_ledger.transfer import entry_line, import_entries, parse_lines
+
+    now = _now_ms()
+    old = now - 3 * DAY_MS
+    entries = [
+        _e("s", LedgerEvent.SandboxCreated, now - 10),
+        _e("s", LedgerEvent.ExecComplete, old, {"late": True}),
+        _e("s", LedgerEvent.ExecStarted, old + 1),
+        _e("s", LedgerEvent.ExecStarted, now - 5),
+        _e("gone", LedgerEvent.SandboxCreated, old),
+    ]
+    lines = [entry_line(entry).encode() for entry in entries]
+    with sync_retained as store:
+        report = import_entries(store, parse_lines(lines))
+        assert (report.new, report.present, report.expired, report.failed) == (2, 0, 3, [])
+        assert report.summary() == "2 new, 0 already present, 3 expired, 0 failed"
+        assert [e.ts for e in store.read_stored("job", "s")] == [now - 10, now - 5]
+        assert store.read_stored("job", "gone") == []
+        details = store.get_sandbox_details("job", "s")
+        assert details is not None and details.exec_count == 0
+        assert store.scan_sessions() == [("job", "s")]
+        again = import_entries(store, parse_lines(lines))
+        assert (again.new, again.present, again.expired) == (0, 2, 3)
+
+
+def test_the_cli_reports_expired_entries_apart(tmp_path: Any) -> None:
+    from typer.testing import CliRunner
+
+    from sandbox_ledger.cli.app import app
+    from sandbox_ledger.transfer import entry_line
+
+    now = _now_ms()
+    lines = "".join(
+        entry_line(x) + "\n"
+        for x in (
+            _e("s", LedgerEvent.SandboxCreated, now),
+            _e("s", LedgerEvent.ExecComplete, now - 3 * DAY_MS),
+        )
+    )
+    store = f"sqlite:///{tmp_path}/ledger.db?retention_days=1"
+    done = CliRunner().invoke(app, ["--store", store, "import", "-"], input=lines)
+    assert done.exit_code == 0, done.output
+    assert "imported <stdin>: 1 new, 0 already present, 1 expired, 0 failed" in done.stderr
+    as_json = CliRunner().invoke(app, ["--store", store, "import", "--json", "-"], input=lines)
+    assert as_json.exit_code == 0, as_json.output
+    assert '"expired": 1' in as_json.stdout

@@ -294,7 +294,9 @@ def test_export_pipe_import_moves_a_ledger(
     ):
         imported = runner.invoke(app, ["import", "--store", b, "-"], input=lines)
         assert imported.exit_code == 0, imported.output
-        assert f"<stdin>: {new} new, {present} already present, 0 failed" in imported.stderr
+        assert (
+            f"<stdin>: {new} new, {present} already present, 0 expired, 0 failed" in imported.stderr
+        )
         assert f"; environments: {env}, 0 not newer than the store's" in imported.stderr
     before, after = asyncio.run(_snapshot(a)), asyncio.run(_snapshot(b))
     assert after == before
@@ -339,7 +341,7 @@ def test_the_memory_store_exports_every_session(tmp_path: Path) -> None:
     with path.open("rb") as stream:
         report = import_from(BlockingStore(destination), stream, label="x", err=err)
     assert report.summary() == (
-        f"{len(_ledger())} new, 0 already present, 0 failed; "
+        f"{len(_ledger())} new, 0 already present, 0 expired, 0 failed; "
         "environments: 4 new, 0 updated, 0 already present, 0 not newer than the store's"
     )
     before, after = asyncio.run(_snapshot_of(source)), asyncio.run(_snapshot_of(destination))
@@ -431,7 +433,10 @@ def test_the_readme_pipe_between_real_processes(tmp_path: Path) -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    assert f"imported <stdin>: {len(_ledger())} new, 0 already present, 0 failed" in done.stderr
+    assert (
+        f"imported <stdin>: {len(_ledger())} new, 0 already present, 0 expired, 0 failed"
+        in done.stderr
+    )
     assert asyncio.run(_snapshot(b)) == asyncio.run(_snapshot(a))
 
 

@@ -141,7 +141,7 @@ def test_import_into_the_table_it_came_from_adds_nothing(
     lines = export(runner, args, dump)
     before = {sid: ledger.read_all("job", sid) for sid in ("a", "b")}
     out = imported(runner, args, str(dump))
-    assert f"0 new, {len(lines)} already present, 0 failed" in out
+    assert f"0 new, {len(lines)} already present, 0 expired, 0 failed" in out
     for sid in ("a", "b"):
         assert ledger.read_all("job", sid) == before[sid]
         assert exec_counts(ledger, "job", sid)[0] == exec_counts(ledger, "job", sid)[1]
@@ -164,7 +164,7 @@ def test_overlapping_reordered_and_padded_imports_store_each_entry_once(
     padded = tmp_path / "padded.jsonl"
     padded.write_text("\n\n" + "\n".join(full) + "\n")
     out = imported(runner, target, str(padded))
-    assert f"{len(full) - 5} new, 5 already present, 0 failed" in out
+    assert f"{len(full) - 5} new, 5 already present, 0 expired, 0 failed" in out
     shuffled = tmp_path / "shuffled.jsonl"
     shuffled.write_text("\n".join(reversed(full)) + "\n")
     assert f"0 new, {len(full)} already present" in imported(runner, target, str(shuffled))
@@ -216,7 +216,7 @@ def test_import_keeps_valid_lines_and_reports_failed_ones(
     path.write_bytes(b"\r\n".join(rows) + b"\r\n")
     out = imported(runner, args, str(path), code=4)  # partly failed
     assert f"{path}:2: invalid UTF-8" in out and f"{path}:3:" in out and "too long" in out
-    assert "3 new, 0 already present, 2 failed" in out
+    assert "3 new, 0 already present, 0 expired, 2 failed" in out
     details = ledger.get_sandbox_details("imp", "x")
     assert details is not None and (details.exec_count, details.status) == (1, "completed")
     [listed] = ledger.list_sandbox_details("imp")
@@ -230,7 +230,7 @@ def test_import_reads_stdin(
         line(e("in", "s", ev, i)) for i, ev in enumerate(["sandbox.created", "exec.complete"])
     )
     out = imported(runner, args, "-", input=text + "\n")
-    assert "<stdin>: 2 new, 0 already present, 0 failed" in out
+    assert "<stdin>: 2 new, 0 already present, 0 expired, 0 failed" in out
     assert len(ledger.read_all("in", "s")) == 2
 
 
@@ -455,7 +455,7 @@ def test_environments_reconcile_by_built_at() -> None:
 
 def test_an_export_without_environment_lines_imports_as_before() -> None:
     report = import_entries(Envs(), parse_lines([b"\n"]))
-    assert report.summary() == "0 new, 0 already present, 0 failed"
+    assert report.summary() == "0 new, 0 already present, 0 expired, 0 failed"
 
 
 def test_a_table_export_carries_environments_and_a_refused_record_is_a_failed_line(
@@ -479,7 +479,7 @@ def test_a_table_export_carries_environments_and_a_refused_record_is_a_failed_li
     path.write_text("\n".join([*lines, bad, '{"kind": "future"}']) + "\n", encoding="utf-8")
     out = imported(runner, target, str(path), code=4)  # partly failed
     assert f"{path}:{len(lines) + 1}:" in out and f"{path}:{len(lines) + 2}: line kind" in out
-    assert "12 new, 0 already present, 2 failed; environments: 1 new" in out
+    assert "12 new, 0 already present, 0 expired, 2 failed; environments: 1 new" in out
     assert [r.wire() for r in copy.list_environments()] == [
         {"name": "py", "builtAt": 5, "snapshotId": None, "tags": {"a": None}}
     ]

@@ -157,9 +157,10 @@ class BlockingAdapter:
 
     def __getattr__(self, name: str) -> Any:
         """The extensions beyond the contract that the wrapped adapter has (import and export
-        look for them: ``append_once``, ``read_stored``, ``read_in_append_order``,
-        ``scan_sessions``), without await; any other name is an AttributeError, so
-        ``getattr(store, name, None)`` finds exactly what the adapter offers."""
+        look for them: ``append_once``, ``ledger_retention``, ``read_stored``,
+        ``read_in_append_order``, ``scan_sessions``), without await; any other name is an
+        AttributeError, so ``getattr(store, name, None)`` finds exactly what the adapter
+        offers."""
         if name not in _EXTENSIONS or "adapter" not in self.__dict__:
             raise AttributeError(name)
         method = getattr(self.adapter, name)  # AttributeError when the adapter lacks it
@@ -172,7 +173,9 @@ class BlockingAdapter:
         return call
 
 
-_EXTENSIONS = frozenset({"append_once", "read_stored", "read_in_append_order", "scan_sessions"})
+_EXTENSIONS = frozenset(
+    {"append_once", "ledger_retention", "read_stored", "read_in_append_order", "scan_sessions"}
+)
 
 
 def open_blocking_store(url: str) -> BlockingAdapter:

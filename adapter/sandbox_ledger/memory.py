@@ -52,7 +52,7 @@ class _Session:
     seq: int
     # (ts, append sequence, entry), kept sorted: ascending ts, equal ts in append order.
     events: list[tuple[int, int, LedgerEntry]] = field(default_factory=list)
-    # The summary's TTL (Unix s): that of the last entry that changed it; None: forever.
+    # The summary's TTL (Unix s): the latest of the entries that changed it; None: forever.
     expires: int | None = None
 
 
@@ -116,8 +116,10 @@ class MemoryAdapter:
         stored = _copy(entry)
         bisect.insort(session.events, (entry.ts, next(self._seq), stored), key=lambda t: t[:2])
         session.summary.apply(entry)
-        if entry.event in _SUMMARY_EVENTS:
-            session.expires = ledger_expires_at(entry.ts, self._retention)
+        expires = ledger_expires_at(entry.ts, self._retention)
+        if entry.event in _SUMMARY_EVENTS and expires is not None:
+            # The summary's expiry never moves back: an append out of ts order keeps it.
+            session.expires = max(expires, session.expires or expires)
 
     def _live_events(self, session: _Session) -> list[tuple[int, int, LedgerEntry]]:
         if self._retention is None:
@@ -136,6 +138,11 @@ class MemoryAdapter:
         if session is None:
             return []
         return [_copy(e) for _, _, e in self._live_events(session)]
+
+    async def ledger_retention(self) -> int | None:
+        """The ledger retention appends use (seconds; None: keep forever): what an import
+        checks entries against, so it never writes one already expired."""
+        return self._retention
 
     async def read_stored(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every event still held, expired ones included (they stay in memory until

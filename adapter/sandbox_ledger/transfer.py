@@ -35,13 +35,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from sandbox_ledger.deployment import DeploymentMismatchError
 from sandbox_ledger.errors import InvalidInputError
-from sandbox_ledger.keys import check_session_key
+from sandbox_ledger.keys import check_session_key, ledger_expires_at
 from sandbox_ledger.models import EnvironmentRecord, LedgerEntry
 
 if TYPE_CHECKING:
@@ -195,7 +196,8 @@ def parse_lines(lines: Iterable[bytes]) -> ParsedFile:
 
 
 class ImportTarget(Protocol):
-    """What the importer needs from a (sync) adapter. With ``append_once`` (DynamoDB, SQLite,
+    """What the importer needs from a (sync) adapter; with ``ledger_retention`` (every store
+    of this library) it writes no entry already expired. With ``append_once`` (DynamoDB, SQLite,
     PostgreSQL) writes are conditional on their identity, so concurrent imports never
     duplicate; without it (``append`` only: the memory store) repeated, overlapping and
     reordered imports are still reconciled, but two imports running at the same moment may
@@ -234,12 +236,17 @@ class ImportReport:
     present: int = 0
     failed: list[LineError] = field(default_factory=list)
     environments: EnvironmentCounts = field(default_factory=EnvironmentCounts)
+    expired: int = 0
+    """Entries not written because they are already past the store's retention."""
 
     def summary(self) -> str:
-        """One line: ``N new, M already present, F failed``, then, for a file with
-        environment records, ``; environments: N new, U updated, P already present, K not
-        newer than the store's``."""
-        line = f"{self.new} new, {self.present} already present, {len(self.failed)} failed"
+        """One line: ``N new, M already present, E expired, F failed``, then, for a file
+        with environment records, ``; environments: N new, U updated, P already present, K
+        not newer than the store's``."""
+        line = (
+            f"{self.new} new, {self.present} already present, {self.expired} expired, "
+            f"{len(self.failed)} failed"
+        )
         env = self.environments
         if env.total:
             line += (
@@ -278,10 +285,17 @@ def import_entries(
 
     Lines the store refuses (:class:`~sandbox_ledger.errors.InvalidInputError`) are reported
     as failed and the import goes on; a storage failure stops it (a re-run resumes: nothing
-    is written twice). ``progress`` is called with the number of entries done.
+    is written twice). An entry the store does not hold and that is already past the
+    store's retention (``ledger_retention()``, where the store has one) is not written
+    (TTL or ``purge_expired`` removed it, or it was never there): counted as expired.
+    Written, it would be hidden at once and move the session's summary towards its old
+    expiry. ``progress`` is called with the number of entries done.
     """
     report = ImportReport(failed=list(parsed.errors))
     append_once = getattr(target, "append_once", None)
+    retention = getattr(target, "ledger_retention", None)
+    seconds = retention() if retention is not None else None
+    now = int(time.time())
     # What the session holds, expired entries included where the store still keeps them
     # (SQL stores until a purge, DynamoDB until TTL deletes them): reconciling against the
     # visible entries only would write an expired entry again on every run.
@@ -295,6 +309,12 @@ def import_entries(
         if progress is not None and present:
             progress(present)
         for number, entry, occurrence in writes:
+            expires = ledger_expires_at(entry.ts, seconds)
+            if expires is not None and expires <= now:  # as reads judge it: hidden already
+                report.expired += 1
+                if progress is not None:
+                    progress(1)
+                continue
             try:
                 if append_once is not None:
                     stored = bool(append_once(entry, occurrence))

@@ -596,7 +596,8 @@ def import_(
     as_json: bool = typer.Option(
         False,
         "--json",
-        help='Print {"new", "present", "failed": [{"line", "reason"}], "environments": {...}}.',
+        help='Print {"new", "present", "expired", "failed": [{"line", "reason"}], '
+        '"environments": {...}}.',
     ),
 ) -> None:
     """Reconcile JSON lines (as exported) into the table: each entry of the file is stored
@@ -626,6 +627,7 @@ def import_(
             {
                 "new": report.new,
                 "present": report.present,
+                "expired": report.expired,
                 "failed": failed,
                 "environments": environments,
             }

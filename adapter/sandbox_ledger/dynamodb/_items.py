@@ -115,28 +115,32 @@ def encode_entry(entry: LedgerEntry, order: str, ttl: int | None = None) -> Enco
     return EncodedEntry(head, parts)
 
 
-def decode_entries(name: str, sandbox_id: str, items: list[Item]) -> list[LedgerEntry]:
-    """Rebuild entries from items in sort-key order (heads followed by their parts).
-
-    Parts whose head is missing (a writer that died mid-way) are skipped: the head is
-    written last, so an entry is visible only once all of it is stored.
-    """
-    return [entry for _, entry in decode_keyed_entries(name, sandbox_id, items)]
-
-
 def append_order(head_sk: str) -> str:
     """The order id inside an entry's sort key (``E#<ts:16>#<order>``): sorting by it gives
     the order the entries were appended in."""
     return head_sk[len(k.EVENT_PREFIX) + 17 :]
 
 
-def decode_keyed_entries(
-    name: str, sandbox_id: str, items: list[Item], *, complete_only: bool = False
-) -> list[tuple[str, LedgerEntry]]:
-    """As :func:`decode_entries`, each entry with its head's sort key. A head missing a part
-    raises ValueError, or is left out with ``complete_only`` (for expired items, which TTL
-    deletes one by one)."""
+@dataclass(frozen=True)
+class BrokenEntry:
+    """A head read without one of its parts: the sort key of the head and which part."""
+
+    head_sk: str
+    part: int
+    parts: int
+
+    def error(self) -> ValueError:
+        return ValueError(f"entry {self.head_sk!r} is missing part {self.part} of {self.parts}")
+
+
+def assemble_entries(
+    name: str, sandbox_id: str, items: list[Item]
+) -> tuple[list[tuple[str, LedgerEntry]], list[BrokenEntry]]:
+    """The whole entries among ``items`` (sort-key order) with their heads' sort keys, and
+    the heads read without all their parts. Parts without a head are skipped (a writer that
+    died, or an append whose head is not stored yet)."""
     out: list[tuple[str, LedgerEntry]] = []
+    broken: list[BrokenEntry] = []
     i = 0
     while i < len(items):
         item = items[i]
@@ -146,18 +150,31 @@ def decode_keyed_entries(
         n_parts = int(item[A.PARTS]["N"]) if A.PARTS in item else 0
         blob = bytes(item[A.DATA]["B"])
         head_sk = item[k.SORT_KEY]["S"]
-        whole = True
+        missing: BrokenEntry | None = None
         for p in range(1, n_parts + 1):
             part = items[i] if i < len(items) else None
             if part is None or part[k.SORT_KEY]["S"] != k.part_sk(head_sk, p):
-                if complete_only:
-                    whole = False
-                    break
-                raise ValueError(f"entry {head_sk!r} is missing part {p} of {n_parts}")
+                missing = BrokenEntry(head_sk, p, n_parts)
+                break
             blob += bytes(part[A.DATA]["B"])
             i += 1
-        if whole:
+        if missing is not None:
+            broken.append(missing)
+        else:
             out.append((head_sk, decode_blob(name, sandbox_id, blob, A.COMPRESSION in item)))
+    return out, broken
+
+
+def decode_keyed_entries(
+    name: str, sandbox_id: str, items: list[Item], *, complete_only: bool = False
+) -> list[tuple[str, LedgerEntry]]:
+    """The entries among ``items`` (sort-key order: heads followed by their parts), each with
+    its head's sort key; parts without a head are skipped. A head missing a part raises
+    ValueError, or is left out with ``complete_only`` (for expired items, which TTL
+    deletes one by one)."""
+    out, broken = assemble_entries(name, sandbox_id, items)
+    if broken and not complete_only:
+        raise broken[0].error()
     return out
 
 
@@ -184,8 +201,8 @@ def summary_update(
 ) -> dict[str, Any] | None:
     """The UpdateItem fields that fold ``entry`` into its session summary, or None.
 
-    With ``ttl`` (the entry's own TTL), the summary's TTL becomes it: a summary lives as long
-    as the last entry that changed it.
+    With ``ttl`` (the entry's own TTL), the summary's TTL becomes it (the append's condition
+    keeps a later one: a summary lives as long as the latest entry that changed it).
 
     Mirrors :meth:`SessionSummary.apply` with ``if_not_exists`` so that the first created and
     the first closed win in any arrival order, and the status-keyed index partitions end up

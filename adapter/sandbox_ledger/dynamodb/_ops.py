@@ -62,7 +62,9 @@ def append(
     returns False, writing nothing, when another write already holds that identity.
 
     With ``ttl`` (Unix seconds: the entry's time plus the retention), every item written
-    carries it, and the summary's TTL becomes it.
+    carries it, and the summary's TTL becomes it unless the summary's is later (an
+    out-of-order append never moves it back; in the same transaction, see
+    :func:`_summary_condition`).
     """
     encoded = it.encode_entry(entry, order, ttl)
     summary = it.summary_update(entry, shard_count, ttl)
@@ -97,25 +99,43 @@ def append(
         return True
     attempt = 0
     session = (entry.name, entry.sandbox_id)
+    # The form of the summary update that leaves a later TTL alone (see _summary_condition).
+    keeping = it.summary_update(entry, shard_count) if summary is not None else None
+    held = False
     while True:
-        if summary is not None:
-            actions[summary_at]["Update"].update(_not_being_deleted(summary, _now_ms()))
+        now = _now_ms()
+        if summary is not None and keeping is not None:
+            update = keeping if held else summary
+            condition = _summary_condition(update, now, ttl, held=held)
+            actions[summary_at] = {"Update": {"TableName": table, **update, **condition}}
         try:
             yield Call("transact_write_items", {"TransactItems": actions})
             return True
         except ClientError as exc:
             if error_code(exc) != "TransactionCanceledException":
                 raise
-            reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
+            cancellations = exc.response.get("CancellationReasons", [])
+            reasons = [r.get("Code") for r in cancellations]
             if reasons and reasons[0] == "ConditionalCheckFailed":
                 # The head is already stored: this was a resend of a landed write.
                 log.debug("append %s/%s: already stored (a resent write)", *session)
                 return True
             if claim is not None and len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed":
                 return False  # another write stored this identity first
-            deleting = 0 <= summary_at < len(reasons) and (
-                reasons[summary_at] == "ConditionalCheckFailed"
-            )
+            deleting = False
+            if 0 <= summary_at < len(reasons) and reasons[summary_at] == "ConditionalCheckFailed":
+                stored = cancellations[summary_at].get("Item") or {}
+                # Without a TTL the lease is the only condition.
+                deleting = ttl is None or (
+                    A.DELETING in stored and int(stored[A.DELETING]["N"]) >= now
+                )
+                if not deleting and ttl is not None:
+                    # The expiry part failed: take the form that fits the stored TTL, at once.
+                    later = stored.get(k.TTL_ATTRIBUTE)
+                    held = later is not None and int(later["N"]) > ttl
+                    attempt += 1
+                    if attempt < MAX_ATTEMPTS:
+                        continue
             if not deleting and not _RETRYABLE_CANCELLATIONS.intersection(reasons):
                 raise
             attempt += 1
@@ -144,13 +164,28 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _not_being_deleted(summary: dict[str, Any], now_ms: int) -> dict[str, Any]:
+def _summary_condition(
+    summary: dict[str, Any], now_ms: int, ttl: int | None, *, held: bool
+) -> dict[str, Any]:
     """The summary update's condition: no delete_sandbox holds the session (or its lease is
-    over). Appends that would change the summary wait for a running delete."""
+    over), so appends that would change the summary wait for a running delete; and, with a
+    TTL, the summary's expiry never moves back. ``summary`` sets the TTL only where the
+    stored one is not later; the ``held`` form (``summary`` without the TTL) applies only
+    where it is later, and leaves it. The stored item comes back on a failed condition
+    (ALL_OLD), which tells the two failures apart."""
+    condition = "(attribute_not_exists(#dl) OR #dl < :now)"
+    names = {**summary["ExpressionAttributeNames"], "#dl": A.DELETING}
+    values = {**summary["ExpressionAttributeValues"], ":now": N(now_ms)}
+    if ttl is not None:
+        names["#ttl"] = k.TTL_ATTRIBUTE
+        values[":ttl"] = N(ttl)
+        later = "#ttl > :ttl" if held else "(attribute_not_exists(#ttl) OR #ttl <= :ttl)"
+        condition += f" AND {later}"
     return {
-        "ConditionExpression": "attribute_not_exists(#dl) OR #dl < :now",
-        "ExpressionAttributeNames": {**summary["ExpressionAttributeNames"], "#dl": A.DELETING},
-        "ExpressionAttributeValues": {**summary["ExpressionAttributeValues"], ":now": N(now_ms)},
+        "ConditionExpression": condition,
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
     }
 
 
@@ -302,10 +337,59 @@ def _live(items: list[Any]) -> list[Any]:
     return [item for item in items if it.live(item, now)]
 
 
-def read_all(table: str, name: str, sandbox_id: str) -> Op[list[LedgerEntry]]:
+def _whole_entries(
+    table: str, pk: str, name: str, sandbox_id: str, items: list[Any]
+) -> Op[list[tuple[str, LedgerEntry]]]:
+    """The whole entries among a session's items (with their heads' sort keys), leaving out
+    those a delete took part of while they were read.
+
+    A read of many pages can race :func:`delete_session`: a head read on one page can lose
+    its parts before the next. Such a head is told from a corrupt one (a part missing from a
+    session nobody deletes) by reading again, strongly consistent, first the summary, then
+    the heads: the entry is left out if the summary carries a delete's mark (a delete is
+    running, or died and is to be called again) or its head is gone (the delete got to it:
+    a delete takes its mark before it deletes anything and removes the mark last). Reads
+    that meet no broken head cost nothing more; those that do, one GetItem and one
+    BatchGetItem.
+
+    Raises:
+        ValueError: a head whose part is missing in a session not being deleted.
+    """
+    keyed, broken = it.assemble_entries(name, sandbox_id, items)
+    if not broken:
+        return keyed
+    summary = yield Call(
+        "get_item",
+        {
+            "TableName": table,
+            "Key": it.summary_key(pk),
+            "ConsistentRead": True,
+            "ProjectionExpression": "#dl",
+            "ExpressionAttributeNames": {"#dl": A.DELETING},
+        },
+    )
+    if A.DELETING in summary.get("Item", {}):
+        return keyed
+    heads = yield from batch_get(
+        table, [{k.PARTITION_KEY: S(pk), k.SORT_KEY: S(b.head_sk)} for b in broken]
+    )
+    stored = {item[k.SORT_KEY]["S"] for item in heads}
+    for entry in broken:
+        if entry.head_sk in stored:
+            raise entry.error()
+    return keyed
+
+
+def _read_keyed(table: str, name: str, sandbox_id: str) -> Op[list[tuple[str, LedgerEntry]]]:
+    """The session's live whole entries with their heads' sort keys, in sort-key order."""
     pk = k.session_pk(name, sandbox_id)
     items = yield from query_all(_prefix_query(table, pk, k.EVENT_PREFIX))
-    return it.decode_entries(name, sandbox_id, _live(items))
+    return (yield from _whole_entries(table, pk, name, sandbox_id, _live(items)))
+
+
+def read_all(table: str, name: str, sandbox_id: str) -> Op[list[LedgerEntry]]:
+    keyed = yield from _read_keyed(table, name, sandbox_id)
+    return [entry for _, entry in keyed]
 
 
 def read_stored(table: str, name: str, sandbox_id: str) -> Op[list[LedgerEntry]]:
@@ -318,7 +402,7 @@ def read_stored(table: str, name: str, sandbox_id: str) -> Op[list[LedgerEntry]]
     now = it.now_s()
     live = [item for item in items if it.live(item, now)]
     expired = [item for item in items if not it.live(item, now)]
-    keyed = it.decode_keyed_entries(name, sandbox_id, live)
+    keyed = yield from _whole_entries(table, pk, name, sandbox_id, live)
     keyed += it.decode_keyed_entries(name, sandbox_id, expired, complete_only=True)
     keyed.sort(key=lambda pair: pair[0])  # ascending ts, ties in append order, as read_all
     return [entry for _, entry in keyed]
@@ -326,24 +410,27 @@ def read_stored(table: str, name: str, sandbox_id: str) -> Op[list[LedgerEntry]]
 
 def read_in_append_order(table: str, name: str, sandbox_id: str) -> Op[list[LedgerEntry]]:
     """Every entry of a session in the order it was appended (by the order id in its key)."""
-    pk = k.session_pk(name, sandbox_id)
-    items = yield from query_all(_prefix_query(table, pk, k.EVENT_PREFIX))
-    keyed = it.decode_keyed_entries(name, sandbox_id, _live(items))
+    keyed = yield from _read_keyed(table, name, sandbox_id)
     keyed.sort(key=lambda pair: it.append_order(pair[0]))
     return [entry for _, entry in keyed]
 
 
 def scan_sessions(table: str, *, name: str | None, segments: int) -> Op[list[tuple[str, str]]]:
-    """Every session that has at least one entry, listed or not, by a parallel Scan.
+    """Every session that has at least one entry (a head), listed or not, by a parallel Scan.
 
     The one Scan of the adapter: it reads the whole table (every item, 4 KB per read unit
     at half a unit, eventually consistent), so it serves exports, never a hot path.
     ``name`` keeps only that name's sessions (a filter: the Scan costs the same).
     """
-    names = {"#pk": k.PARTITION_KEY, "#sk": k.SORT_KEY, "#ttl": k.TTL_ATTRIBUTE}
+    names = {"#pk": k.PARTITION_KEY, "#sk": k.SORT_KEY, "#ttl": k.TTL_ATTRIBUTE, "#ts": A.TS}
     values: dict[str, Any] = {":e": S(k.EVENT_PREFIX), ":now": N(it.now_s())}
+    # Only heads count (they alone carry ts): a session holding nothing but parts without a
+    # head (a dead writer's, which a delete leaves for 15 minutes) has no entry to export.
     # Entries whose TTL has passed are not counted (DynamoDB deletes them days late).
-    condition = "begins_with(#sk, :e) AND (attribute_not_exists(#ttl) OR #ttl > :now)"
+    condition = (
+        "begins_with(#sk, :e) AND attribute_exists(#ts)"
+        " AND (attribute_not_exists(#ttl) OR #ttl > :now)"
+    )
     if name is not None:
         values[":p"] = S(k.session_prefix(name))
         condition += " AND begins_with(#pk, :p)"
@@ -392,8 +479,8 @@ def last_checkpoint(table: str, name: str, sandbox_id: str) -> Op[LedgerEntry | 
         return None
     ref = page["Items"][0][k.LedgerAttr.REF]["S"]
     items = yield from query_all(_prefix_query(table, pk, ref))
-    entries = it.decode_entries(name, sandbox_id, _live(items))
-    return entries[0] if entries else None
+    keyed = yield from _whole_entries(table, pk, name, sandbox_id, _live(items))
+    return keyed[0][1] if keyed else None
 
 
 def list_checkpoints(table: str, name: str, sandbox_id: str) -> Op[list[CheckpointInfo]]:

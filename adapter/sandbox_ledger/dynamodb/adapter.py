@@ -135,7 +135,7 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
             logged; ``create_table()`` records it.
         retention: how long ledger items are kept (a positive ``timedelta``); None (the
             default) keeps them forever. Every item of an entry gets the TTL attribute from
-            the entry's own ``ts`` plus the retention; a session's summary from the last entry
+            the entry's own ``ts`` plus the retention; a session's summary from the latest entry
             that changed it. Reads hide expired items; environment records are kept forever.
             It must agree with the table's descriptor (``create_table()`` records it, the CDK
             stack's ``ledger_retention_days``): ``DeploymentMismatchError`` names both values,
@@ -183,6 +183,12 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
     async def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry of the session in the order it was appended (what an export replays)."""
         return await self.run(_ops.read_in_append_order(self.table_name, name, sandbox_id))
+
+    async def ledger_retention(self) -> int | None:
+        """The ledger retention this client writes with (seconds; None: keep forever; a
+        table whose descriptor says otherwise refuses its first write): what an import
+        checks entries against, so it never writes one already expired."""
+        return self._retention
 
     async def read_stored(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry still stored, those past their TTL included until DynamoDB deletes
@@ -295,6 +301,10 @@ class SyncDynamoDBAdapter(_Base, SyncClientOwner):
     def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry of the session in the order it was appended."""
         return self.run(_ops.read_in_append_order(self.table_name, name, sandbox_id))
+
+    def ledger_retention(self) -> int | None:
+        """The ledger retention this client writes with (see DynamoDBAdapter)."""
+        return self._retention
 
     def read_stored(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry still stored, expired ones included (see DynamoDBAdapter.read_stored)."""

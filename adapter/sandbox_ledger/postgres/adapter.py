@@ -62,6 +62,9 @@ class Queries:
         self.sessions = f"{s}.ledger_sessions"
         retention = ret.retention_of(f"{s}.ledger_settings")
         live = ret.live("expires_at", "%(now)s")
+        later_summary = ret.later_summary_expiry(
+            "cur.summary_expires_at", "excluded.summary_expires_at"
+        )
         session = (
             f"SELECT id FROM {s}.ledger_sessions WHERE name = %(name)s "
             "AND sandbox_id = %(sandbox_id)s"
@@ -82,7 +85,7 @@ WITH session AS (
         status = CASE WHEN coalesce(cur.completed_at, excluded.completed_at) IS NULL
                       THEN 'running' ELSE 'completed' END,
         exec_count = cur.exec_count + excluded.exec_count,
-        summary_expires_at = CASE WHEN %(summarizes)s THEN excluded.summary_expires_at
+        summary_expires_at = CASE WHEN %(summarizes)s THEN {later_summary}
                                   ELSE cur.summary_expires_at END,
         expires_at = {ret.latest_expiry("cur.expires_at", "excluded.expires_at")}
     RETURNING id
@@ -466,6 +469,13 @@ class PostgresAdapter:
         """Every entry of the session, ascending ts, ties in append order (one query)."""
         found = await self._fetchall(self.queries.read_all, self._key(name, sandbox_id))
         return [rows.decode_entry(name, sandbox_id, *r) for r in found]
+
+    async def ledger_retention(self) -> int | None:
+        """The ledger retention appends use (seconds; None: keep forever): what an import
+        checks entries against, so it never writes one already expired.
+        The database's, whatever this adapter was given."""
+        [(seconds,)] = await self._fetchall(self.queries.retention, {})
+        return None if seconds is None else int(seconds)
 
     async def read_stored(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry still stored, expired ones included until a purge removes them (what

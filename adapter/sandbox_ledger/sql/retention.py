@@ -24,6 +24,7 @@ __all__ = [
     "SUMMARY_EVENTS",
     "agree",
     "check_batch_size",
+    "later_summary_expiry",
     "latest_expiry",
     "live",
     "log_recorded",
@@ -64,6 +65,12 @@ def latest_expiry(current: str, new: str) -> str:
         f"CASE WHEN {current} IS NULL OR {new} IS NULL THEN NULL "
         f"WHEN {current} > {new} THEN {current} ELSE {new} END"
     )
+
+
+def later_summary_expiry(current: str, new: str) -> str:
+    """The later of a summary's stored expiry and a new one, a stored NULL (none set yet)
+    taking the new one: an append out of ts order never moves the summary's expiry back."""
+    return f"CASE WHEN {current} IS NULL OR {new} > {current} THEN {new} ELSE {current} END"
 
 
 def agree(stored: int | None, explicit: int | None, where: str) -> None:

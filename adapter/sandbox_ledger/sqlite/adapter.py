@@ -51,6 +51,9 @@ _CHECKPOINT = LedgerEvent.CheckpointCreated.value
 
 _SESSION_ID_SQL = "SELECT id FROM ledger_sessions WHERE name = ? AND sandbox_id = ?"
 _RETENTION = ret.retention_of("ledger_settings")
+_LATER_SUMMARY_EXPIRY = ret.later_summary_expiry(
+    "ledger_sessions.summary_expires_at", "excluded.summary_expires_at"
+)
 
 
 class Queries:
@@ -68,7 +71,7 @@ ON CONFLICT (name, sandbox_id) DO UPDATE SET
     status = CASE WHEN coalesce(ledger_sessions.completed_at, excluded.completed_at) IS NULL
                   THEN 'running' ELSE 'completed' END,
     exec_count = ledger_sessions.exec_count + excluded.exec_count,
-    summary_expires_at = CASE WHEN :summarizes THEN excluded.summary_expires_at
+    summary_expires_at = CASE WHEN :summarizes THEN {_LATER_SUMMARY_EXPIRY}
                               ELSE ledger_sessions.summary_expires_at END,
     expires_at = {ret.latest_expiry("ledger_sessions.expires_at", "excluded.expires_at")}
 RETURNING id
@@ -468,6 +471,13 @@ class SQLiteAdapter:
         key = self._key(name, sandbox_id)
         found = await self._fetchall(self.queries.read_all, (*key, _now()))
         return [rows.decode_entry(name, sandbox_id, *r) for r in found]
+
+    async def ledger_retention(self) -> int | None:
+        """The ledger retention appends use (seconds; None: keep forever): what an import
+        checks entries against, so it never writes one already expired.
+        The database's, whatever this adapter was given."""
+        [(seconds,)] = await self._fetchall(self.queries.retention, ())
+        return None if seconds is None else int(seconds)
 
     async def read_stored(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry still stored, expired ones included until a purge removes them (what
