@@ -336,10 +336,16 @@ def test_errors_name_the_place_and_the_next_command(
         f"{moto_endpoint}; list the sessions of job with "
         f"`sandbox-ledger --table {table} ls --name job`"
     ]
-    unknown = runner.invoke(app, [*args, "resources", "show", "nope"])
+    unknown = runner.invoke(
+        app, [*args, "resources", "show", "0b8f5a8e-3c1e-4b8e-9f53-000000000000"]
+    )
     assert unknown.exit_code == ExitCode.NOT_FOUND
     assert f"table {table} in region us-east-1" in unknown.stderr
     assert f"`sandbox-ledger --table {table} resources ls`" in unknown.stderr
+    # Not a record id at all: bad input (exit 2) naming the field, not "no such record".
+    not_an_id = runner.invoke(app, [*args, "resources", "show", "nope"])
+    assert not_an_id.exit_code == ExitCode.USAGE
+    assert "id: 'nope' is not a UUID in canonical form" in not_an_id.stderr
 
 
 def test_a_bad_table_variable_is_named(
