@@ -240,7 +240,11 @@ def test_json_of_table_import_and_resources(
     assert swept["expired"] == [stale.id] and swept["dryRun"] is True
     assert swept["eventBus"] == "default"
     exported = as_json(runner, [*args, "resources", "export", str(tmp_path / "out")])
-    assert exported == {"directory": str(tmp_path / "out"), "files": [f"{stale.id}.json"]}
+    assert exported == {
+        "directory": str(tmp_path / "out"),
+        "files": [f"{stale.id}.json"],
+        "unreadable": {},
+    }
     again = as_json(runner, [*args, "resources", "import", str(tmp_path / "out")])
     assert again == {"written": [], "unchanged": [f"{stale.id}.json"], "failed": {}}
 
