@@ -605,7 +605,11 @@ def import_(
     ones are kept; the exit code is 4 when any line failed."""
     from sandbox_ledger.cli.transfer import import_from
 
-    if path != "-" and not Path(path).is_file():
+    # Anything readable is a source (a file, a pipe, /dev/stdin, <(zcat f.gz), a FIFO), not
+    # only a regular file; a directory or a missing path is refused before anything is written.
+    if path != "-" and Path(path).is_dir():
+        raise typer.BadParameter(f"{path}: is a directory, not a file", param_hint="PATH")
+    if path != "-" and not Path(path).exists():
         raise typer.BadParameter(f"{path}: no such file", param_hint="PATH")
     ledger = _ledger(_target(store, writes="import"), interactive=False, writes=True)
     label = "<stdin>" if path == "-" else path
