@@ -9,6 +9,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sandbox_ledger.errors import InvalidInputError
+
 if TYPE_CHECKING:
     from datetime import timedelta
 
@@ -44,9 +46,9 @@ class Target:
             from sandbox_ledger.stores import parse_store_url
 
             if self.table:
-                raise ValueError(
-                    "--store, --table: give one, not both (or SANDBOX_LEDGER_STORE and "
-                    "SANDBOX_LEDGER_TABLE)"
+                raise InvalidInputError(
+                    "--store, --table",
+                    "give one, not both (or SANDBOX_LEDGER_STORE and SANDBOX_LEDGER_TABLE)",
                 )
             kind, kwargs = parse_store_url(self.store)
             if kind != "dynamodb":
@@ -88,7 +90,7 @@ class Target:
     def require_dynamodb(self, what: str) -> None:
         """Refuse a command that only exists for DynamoDB when another store is named."""
         if self.store and not self.table:
-            raise ValueError(f"--store: {what} needs a DynamoDB store (dynamodb://TABLE)")
+            raise InvalidInputError("--store", f"{what} needs a DynamoDB store (dynamodb://TABLE)")
 
     def kwargs(self, *, interactive: bool = True) -> dict[str, Any]:
         """Constructor arguments for adapters and stores (see :func:`cli_config`)."""
