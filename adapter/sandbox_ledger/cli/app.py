@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import typer
 
 from sandbox_ledger._enums import SandboxStatus  # noqa: TC001 - typer reads it at run time
+from sandbox_ledger._redact import scrub
 from sandbox_ledger.cli.context import Target, from_environment
 from sandbox_ledger.cli.output import (
     CommandError,
@@ -157,7 +158,9 @@ def handled(fn: F) -> F:
             if target is not None and target.debug:
                 raise
             code, line = _failure(exc, target)
-            err().print(f"error: {line}", markup=False, soft_wrap=True)
+            # Whatever the message quotes (a driver's error, a URL), no password or AWS secret.
+            secrets = (target.store, target.endpoint_url) if target is not None else ()
+            err().print(f"error: {scrub(line, *secrets)}", markup=False, soft_wrap=True)
             raise typer.Exit(code) from exc
 
     return wrapper  # type: ignore[return-value]

@@ -17,6 +17,7 @@ import re
 import time
 from typing import TYPE_CHECKING, Any
 
+from sandbox_ledger._redact import redact_url, scrub
 from sandbox_ledger.errors import ConfigurationError, StorageError
 from sandbox_ledger.keys import check_retention
 from sandbox_ledger.models import LedgerEvent
@@ -318,7 +319,8 @@ class PostgresAdapter:
         except Exception as exc:
             await pool.close()
             raise StorageError(
-                f"postgres: cannot connect to {_redacted(self.dsn or '')}: {exc}"
+                f"postgres: cannot connect to {redact_url(self.dsn or '')}: "
+                f"{scrub(str(exc), self.dsn)}"
             ) from exc
         return pool
 
@@ -575,8 +577,3 @@ class PostgresAdapter:
         """Every record, newest builtAt first, ties in first-saved order."""
         found = await self._fetchall(self.queries.list_environments, ())
         return [rows.decode_environment(r[0]) for r in found]
-
-
-def _redacted(dsn: str) -> str:
-    """The DSN without its password."""
-    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", re.sub(r"password=\S+", "password=***", dsn))
