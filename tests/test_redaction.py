@@ -5,6 +5,7 @@ real processes), and the environment's AWS secrets."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 import subprocess
@@ -111,8 +112,13 @@ def test_library_errors_never_carry_the_password() -> None:
         assert_hidden(str(not_url.value))
 
 
-def test_an_unreachable_server_is_named_without_the_password() -> None:
-    """A closed local port: the connection error names the server, not the password."""
+def test_an_unreachable_server_is_named_without_the_password(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A closed local port: the connection error names the server, not the password; nor do
+    the pool's logs of each failed attempt (libpq names a malformed URL's host, a piece of
+    the password when it holds an unencoded '@')."""
+    caplog.set_level(logging.WARNING, logger="psycopg.pool")
     port = closed_port()
     for form, dsn in {**urls("127.0.0.1", port), **keyword_dsns("127.0.0.1", port)}.items():
         adapter = PostgresAdapter(dsn, timeout=0.3)
@@ -121,6 +127,10 @@ def test_an_unreachable_server_is_named_without_the_password() -> None:
         text = str(failed.value)
         assert "cannot connect to" in text and str(port) in text, form
         assert_hidden(text)
+    logged = [r.getMessage() for r in caplog.records if r.name == "psycopg.pool"]
+    assert any("failed to resolve host" in m for m in logged)  # the malformed URL's
+    for message in logged:
+        assert_hidden(message)
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ masks it in place; :func:`scrub` also removes every form of the known secrets fr
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from urllib.parse import quote, unquote
@@ -110,3 +111,19 @@ def _forms(secret: str) -> set[str]:
 
 # A URL inside a longer text (an error message quoting a DSN, a suggested command).
 _URL_IN_TEXT = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"`]*")
+
+
+class ScrubbingFilter(logging.Filter):
+    """A logging filter masking the passwords of ``sources`` in every record, as
+    :func:`scrub` does (psycopg_pool logs each failed connection attempt with libpq's text)."""
+
+    def __init__(self, *sources: str | None) -> None:
+        super().__init__()
+        self._sources = sources
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = scrub(message, *self._sources)
+        if clean != message:
+            record.msg, record.args = clean, None
+        return True

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import random
 import re
 import time
 from typing import TYPE_CHECKING, Any
 
-from sandbox_ledger._redact import redact_url, scrub
+from sandbox_ledger._redact import ScrubbingFilter, redact_url, scrub
 from sandbox_ledger.errors import ConfigurationError, StorageError
 from sandbox_ledger.keys import check_retention
 from sandbox_ledger.models import LedgerEvent
@@ -238,6 +239,7 @@ class PostgresAdapter:
         self._sizes = (min_size, max_size)
         self._timeout = timeout
         self._lock = asyncio.Lock()
+        self._log_filter: ScrubbingFilter | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -258,6 +260,9 @@ class PostgresAdapter:
             pool, self._pool = self._pool, None
             if pool is not None and pool is not self._given_pool:
                 await pool.close()
+            if self._log_filter is not None:
+                logging.getLogger("psycopg.pool").removeFilter(self._log_filter)
+                self._log_filter = None
 
     async def __aenter__(self) -> PostgresAdapter:
         await self.connect()
@@ -314,6 +319,11 @@ class PostgresAdapter:
             kwargs={"autocommit": True},
             open=False,
         )
+        # The pool logs each failed connection attempt with libpq's text, which may quote a
+        # piece of a malformed URL: scrubbed of this DSN's password while the adapter lives.
+        if self._log_filter is None:
+            self._log_filter = ScrubbingFilter(self.dsn)
+            logging.getLogger("psycopg.pool").addFilter(self._log_filter)
         try:
             await pool.open(wait=True, timeout=self._timeout)
         except Exception as exc:
