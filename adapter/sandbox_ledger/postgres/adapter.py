@@ -392,14 +392,17 @@ class PostgresAdapter:
             except psycopg.OperationalError as exc:
                 if attempt >= MAX_ATTEMPTS:
                     raise StorageError(
-                        f"postgres: {exc} (after {attempt} attempts)", code=exc.sqlstate
+                        f"postgres: {scrub(str(exc), self.dsn)} (after {attempt} attempts)",
+                        code=exc.sqlstate,
                     ) from exc
                 await asyncio.sleep(random.uniform(0, 0.05 * 2**attempt))
             except psycopg.Error as exc:
-                raise StorageError(f"postgres: {exc}", code=exc.sqlstate) from exc
+                raise StorageError(
+                    f"postgres: {scrub(str(exc), self.dsn)}", code=exc.sqlstate
+                ) from exc
             except Exception as exc:
                 if type(exc).__module__.startswith("psycopg_pool"):
-                    raise StorageError(f"postgres pool: {exc}") from exc
+                    raise StorageError(f"postgres pool: {scrub(str(exc), self.dsn)}") from exc
                 raise
 
     async def _fetchall(self, sql: str, params: Any) -> list[Any]:
