@@ -240,7 +240,11 @@ def test_json_of_table_import_and_resources(
     assert swept["expired"] == [stale.id] and swept["dryRun"] is True
     assert swept["eventBus"] == "default"
     exported = as_json(runner, [*args, "resources", "export", str(tmp_path / "out")])
-    assert exported == {"directory": str(tmp_path / "out"), "files": [f"{stale.id}.json"]}
+    assert exported == {
+        "directory": str(tmp_path / "out"),
+        "files": [f"{stale.id}.json"],
+        "unreadable": {},
+    }
     again = as_json(runner, [*args, "resources", "import", str(tmp_path / "out")])
     assert again == {"written": [], "unchanged": [f"{stale.id}.json"], "failed": {}}
 
@@ -278,6 +282,43 @@ def test_each_exit_code(
     bad.write_text("{nope\n")
     assert runner.invoke(app, [*args, "import", str(bad)]).exit_code == ExitCode.PARTIAL
     # CLOSED_PIPE: test_a_closed_pipe_ends_quietly, as a real process.
+
+
+def test_an_unexpected_error_is_a_failure_not_a_usage_error(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bare ValueError from the library (a read racing a delete: 'missing part 2 of 3') or
+    any other exception is exit code 1, one line; 2 stays for the command line's own faults."""
+    from sandbox_ledger.memory import MemoryAdapter
+
+    async def broken(self: object, name: str, sandbox_id: str) -> list[LedgerEntry]:
+        raise ValueError("entry 'E#0001' is missing part 2 of 3")
+
+    for method in ("read_all", "read_stored", "read_in_append_order"):
+        monkeypatch.setattr(MemoryAdapter, method, broken, raising=False)
+    store = ["--store", "memory://"]
+    for argv in (["show", "job", "sb-1"], ["export", "--name", "job", "--sandbox-id", "sb-1"]):
+        done = runner.invoke(app, [*store, *argv])
+        assert done.exit_code == ExitCode.FAILED, done.output
+        assert done.stderr == (
+            "error: entry 'E#0001' is missing part 2 of 3 (ValueError; --debug shows the "
+            "traceback)\n"
+        )
+        debug = runner.invoke(app, ["--debug", *store, *argv])
+        assert isinstance(debug.exception, ValueError)  # --debug: the traceback
+
+    async def crashing(self: object, *args: object) -> list[LedgerEntry]:
+        raise KeyError("sessions")
+
+    monkeypatch.setattr(MemoryAdapter, "list_environments", crashing)
+    done = runner.invoke(app, [*store, "envs"])
+    assert done.exit_code == ExitCode.FAILED
+    assert done.stderr == "error: 'sessions' (KeyError; --debug shows the traceback)\n"
+    # Our own input checks stay usage errors.
+    usage = runner.invoke(app, [*store, "export", "--sandbox-id", "sb-1"])
+    assert usage.exit_code == ExitCode.USAGE and usage.stderr.startswith("error: --sandbox-id:")
+    both = runner.invoke(app, [*store, "--table", "t", "ls"])
+    assert both.exit_code == ExitCode.USAGE and "give one, not both" in both.stderr
 
 
 # --- times -------------------------------------------------------------------------------------

@@ -119,7 +119,7 @@ def test_export_writes_the_seed_shape_and_round_trips(
 ) -> None:
     imported = import_directory(store, directory).written
     out = tmp_path / "exported"
-    written = export_directory(store, out)
+    written = export_directory(store, out).written
     assert sorted(written) == sorted(imported)
     assert sorted(p.name for p in out.iterdir()) == sorted(imported)  # no temporary files left
     for name in written:
@@ -215,7 +215,7 @@ def test_export_files_are_readable_by_others_and_survive_heartbeats(
     out = tmp_path / "exported"
     old_mask = os.umask(0o022)
     try:
-        written = export_directory(store, out, on_file=heartbeat_the_oldest, page_size=12)
+        written = export_directory(store, out, on_file=heartbeat_the_oldest, page_size=12).written
     finally:
         os.umask(old_mask)
     assert touched == oldest
@@ -247,3 +247,40 @@ def test_a_file_older_than_the_ttl_horizon_is_imported_and_readable(
     stored = store.get_versioned(old.id)
     assert stored is not None and stored.expires_at is not None
     assert stored.expires_at > store.clock().timestamp() + 30 * 86400
+
+
+def test_an_unreadable_record_is_never_dropped_from_an_export_silently(
+    moto_endpoint: str, sync_table: str, store: SyncResourceRecordStore, tmp_path: Path
+) -> None:
+    """A record a newer writer stored (a field this version does not know) cannot be written
+    back as a file: the export names it on stderr and exits 4; the count is what was written."""
+    import boto3
+
+    from sandbox_ledger import keys as k
+    from sandbox_ledger.resources import _items as ri
+
+    good = [_fresh(minutes_ago=i + 1) for i in range(3)]
+    for r in good:
+        store.put(r)
+    newer = _fresh(minutes_ago=10)
+    item = {**ri.record_key(newer.id), k.REVISION: {"N": "1"}}
+    item.update(ri.write_values(newer, expires_at=2**31, shard_count=4))
+    body = json.loads(item[k.RECORD_BODY]["S"])
+    item[k.RECORD_BODY] = {"S": json.dumps({**body, "gpu": "a100"})}
+    boto3.client("dynamodb", endpoint_url=moto_endpoint).put_item(TableName=sync_table, Item=item)
+
+    report = export_directory(store, tmp_path / "lib", page_size=2)
+    assert sorted(report.written) == sorted(f"{r.id}.json" for r in good)
+    assert list(report.unreadable) == [newer.id] and "gpu" in report.unreadable[newer.id]
+
+    args = ["--table", sync_table, "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, [*args, "resources", "export", str(out), "--json"])
+    assert result.exit_code == 4, result.output
+    lines = result.stderr.strip().splitlines()
+    assert any(newer.id in line and line.startswith("error: ") for line in lines)
+    assert lines[-1].startswith(f"exported 3 record(s) to {out}; 1 unreadable")
+    assert len(list(out.glob("*.json"))) == 3
+    shown = json.loads(result.stdout)
+    assert sorted(shown["files"]) == sorted(f"{r.id}.json" for r in good)
+    assert list(shown["unreadable"]) == [newer.id]

@@ -25,8 +25,9 @@ import math
 from collections import Counter
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
+from sandbox_ledger._redact import redact_url, scrub
 from sandbox_ledger.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -38,15 +39,7 @@ SCHEMES = ("memory", "sqlite", "postgresql", "postgres", "dynamodb")
 
 
 def _bad(url: str, why: str) -> InvalidInputError:
-    return InvalidInputError("store", f"{why} in {_redact(url)!r}")
-
-
-def _redact(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password:
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-        return urlunsplit(parts._replace(netloc=netloc))
-    return url
+    return InvalidInputError("store", f"{why} in {redact_url(url)!r}")
 
 
 def parse_store_url(url: str) -> tuple[str, dict[str, Any]]:
@@ -57,9 +50,10 @@ def parse_store_url(url: str) -> tuple[str, dict[str, Any]]:
         InvalidInputError: (field ``store``) not a store URL, or an unknown scheme or option.
     """
     if not isinstance(url, str) or "://" not in url:
+        shown = redact_url(url) if isinstance(url, str) else url  # a libpq DSN, given here
         raise InvalidInputError(
             "store",
-            f"{url!r} is not a store URL (expected one of: memory://, sqlite:///PATH, "
+            f"{shown!r} is not a store URL (expected one of: memory://, sqlite:///PATH, "
             "postgresql://..., dynamodb://TABLE)",
         )
     scheme = url.split("://", 1)[0].lower()
@@ -189,7 +183,7 @@ def open_store(url: str) -> StorageAdapter:
         try:
             return PostgresAdapter(**kwargs)
         except ValueError as exc:
-            raise _bad(url, str(exc)) from exc
+            raise _bad(url, scrub(str(exc), url)) from exc
     from sandbox_ledger.dynamodb import DynamoDBAdapter
 
     return DynamoDBAdapter(**kwargs)

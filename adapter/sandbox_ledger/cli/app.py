@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import typer
 
 from sandbox_ledger._enums import SandboxStatus  # noqa: TC001 - typer reads it at run time
+from sandbox_ledger._redact import scrub
 from sandbox_ledger.cli.context import Target, from_environment
 from sandbox_ledger.cli.output import (
     CommandError,
@@ -140,26 +141,26 @@ def _root(
 
 
 def handled(fn: F) -> F:
-    """One clear line on stderr and the documented exit code for expected failures (--debug
+    """One clear line on stderr and the documented exit code for every failure (--debug
     re-raises); a closed stdout ends the command quietly."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from botocore.exceptions import BotoCoreError, ClientError
-
         target = _state.get("target")
         try:
             return fn(*args, **kwargs)
-        except (typer.Exit, typer.Abort):
+        except (typer.Exit, typer.Abort, typer.TyperException):  # usage errors: click's
             raise
         except BrokenPipeError:
             quiet_stdout()
             raise typer.Exit(ExitCode.CLOSED_PIPE) from None
-        except (LedgerError, ValueError, ClientError, BotoCoreError, OSError, RuntimeError) as exc:
+        except Exception as exc:
             if target is not None and target.debug:
                 raise
             code, line = _failure(exc, target)
-            err().print(f"error: {line}", markup=False, soft_wrap=True)
+            # Whatever the message quotes (a driver's error, a URL), no password or AWS secret.
+            secrets = (target.store, target.endpoint_url) if target is not None else ()
+            err().print(f"error: {scrub(line, *secrets)}", markup=False, soft_wrap=True)
             raise typer.Exit(code) from exc
 
     return wrapper  # type: ignore[return-value]
@@ -187,8 +188,13 @@ def _failure(exc: BaseException, target: Target | None) -> tuple[ExitCode, str]:
         )
     if isinstance(error, InvalidInputError) and error.field == "table_name" and target:
         return ExitCode.USAGE, f"{target.table_source()}: {text.split(': ', 1)[-1]}"
-    if isinstance(error, ValueError):
+    if isinstance(error, InvalidInputError):
+        # Only our own input checks are usage errors: a bare ValueError is a failure (a bug,
+        # a store read going wrong), not something the user can fix in the command line.
         return ExitCode.USAGE, text
+    if not isinstance(error, LedgerError | OSError | ClientError | BotoCoreError):
+        # Not a failure the library reports (a bug, a bare ValueError): say what it was.
+        return ExitCode.FAILED, f"{text} ({type(error).__name__}; --debug shows the traceback)"
     if target is None or not isinstance(sdk, ClientError | BotoCoreError):
         return ExitCode.FAILED, text
     response = getattr(sdk, "response", None) or {}
@@ -567,7 +573,7 @@ def export(
     from sandbox_ledger.cli.transfer import NothingToExport, export_to
 
     if sandbox_id and not name:
-        raise ValueError("--sandbox-id: needs --name")
+        raise InvalidInputError("--sandbox-id", "needs --name")
     target = _target(store)
     try:
         sessions, count, environments = export_to(
@@ -606,7 +612,11 @@ def import_(
     ones are kept; the exit code is 4 when any line failed."""
     from sandbox_ledger.cli.transfer import import_from
 
-    if path != "-" and not Path(path).is_file():
+    # Anything readable is a source (a file, a pipe, /dev/stdin, <(zcat f.gz), a FIFO), not
+    # only a regular file; a directory or a missing path is refused before anything is written.
+    if path != "-" and Path(path).is_dir():
+        raise typer.BadParameter(f"{path}: is a directory, not a file", param_hint="PATH")
+    if path != "-" and not Path(path).exists():
         raise typer.BadParameter(f"{path}: no such file", param_hint="PATH")
     ledger = _ledger(_target(store, writes="import"), interactive=False, writes=True)
     label = "<stdin>" if path == "-" else path

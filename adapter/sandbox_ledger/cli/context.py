@@ -9,6 +9,9 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sandbox_ledger._redact import redact_url
+from sandbox_ledger.errors import InvalidInputError
+
 if TYPE_CHECKING:
     from datetime import timedelta
 
@@ -44,9 +47,9 @@ class Target:
             from sandbox_ledger.stores import parse_store_url
 
             if self.table:
-                raise ValueError(
-                    "--store, --table: give one, not both (or SANDBOX_LEDGER_STORE and "
-                    "SANDBOX_LEDGER_TABLE)"
+                raise InvalidInputError(
+                    "--store, --table",
+                    "give one, not both (or SANDBOX_LEDGER_STORE and SANDBOX_LEDGER_TABLE)",
                 )
             kind, kwargs = parse_store_url(self.store)
             if kind != "dynamodb":
@@ -88,7 +91,7 @@ class Target:
     def require_dynamodb(self, what: str) -> None:
         """Refuse a command that only exists for DynamoDB when another store is named."""
         if self.store and not self.table:
-            raise ValueError(f"--store: {what} needs a DynamoDB store (dynamodb://TABLE)")
+            raise InvalidInputError("--store", f"{what} needs a DynamoDB store (dynamodb://TABLE)")
 
     def kwargs(self, *, interactive: bool = True) -> dict[str, Any]:
         """Constructor arguments for adapters and stores (see :func:`cli_config`)."""
@@ -112,7 +115,7 @@ class Target:
         """What this command works on, for messages: the table with its region and endpoint,
         or the store URL (without a password)."""
         if self.store and not self.table:
-            return f"store {redact(self.store)}"
+            return f"store {redact_url(self.store)}"
         return f"table {self.table} {self.place()}"
 
     def place(self) -> str:
@@ -126,7 +129,7 @@ class Target:
     def command(self, *words: str) -> str:
         """A command line that names this same store, for suggestions."""
         if self.store:
-            naming = f" --store {redact(self.store)}"
+            naming = f" --store {redact_url(self.store)}"
         elif self.table and not self.table_from_env:
             naming = f" --table {self.table}"
         else:
@@ -227,17 +230,3 @@ def from_environment(
         shard_count=shard_count,
         debug=debug,
     )
-
-
-def redact(url: str) -> str:
-    """A store URL without its password (``postgresql://user:***@host/db``)."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        host = parts.netloc.rsplit("@", 1)[1]
-        return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
-    except ValueError:
-        return url

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
-from sandbox_ledger.errors import LedgerError
+from sandbox_ledger.errors import InvalidInputError, LedgerError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -90,7 +90,7 @@ def parse_time(text: str, option: str = "--before") -> int:
 
     A time without a zone is refused rather than guessed (local time or UTC?).
     Raises:
-        ValueError: the text is neither, or has no zone; the message names ``option``.
+        InvalidInputError: the text is neither, or has no zone (field ``option``).
     """
     text = text.strip()
     if text.isdigit():
@@ -98,13 +98,14 @@ def parse_time(text: str, option: str = "--before") -> int:
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
-        raise ValueError(
-            f"{option}: {text!r} is neither Unix milliseconds nor an ISO 8601 time "
-            "(e.g. 2026-12-01T12:00:00Z)"
+        raise InvalidInputError(
+            option,
+            f"{text!r} is neither Unix milliseconds nor an ISO 8601 time "
+            "(e.g. 2026-12-01T12:00:00Z)",
         ) from None
     if moment.tzinfo is None:
-        raise ValueError(
-            f"{option}: {text!r} has no time zone; add Z for UTC or an offset such as +02:00"
+        raise InvalidInputError(
+            option, f"{text!r} has no time zone; add Z for UTC or an offset such as +02:00"
         )
     delta = moment - _EPOCH
     # Strictly before a fractional millisecond t is the same as before ceil(t).

@@ -91,16 +91,34 @@ def resources_show(
 def resources_export(
     directory: Path = typer.Argument(..., help="Where to write <id>.json files."),
     as_json: bool = typer.Option(
-        False, "--json", help='Print {"directory": ..., "files": [...]} of what was written.'
+        False,
+        "--json",
+        help='Print {"directory": ..., "files": [...], "unreadable": {id: reason}}.',
     ),
 ) -> None:
-    """Write every record of the table to DIRECTORY, one <id>.json file each."""
+    """Write every record of the table to DIRECTORY, one <id>.json file each. A record this
+    version cannot read is named on stderr, no file written for it: exit code 4."""
     from sandbox_ledger.cli.progress import per_file
     from sandbox_ledger.resources.files import export_directory
 
     store = _store(_target())
     with per_file("exporting records", err(), None) as on_file:
-        written = export_directory(store, directory, on_file=on_file)
-    err().print(f"exported {len(written)} record(s) to {directory}", markup=False)
+        report = export_directory(store, directory, on_file=on_file)
+    for record_id, reason in report.unreadable.items():
+        err().print(f"error: record {record_id} not exported: {reason}", markup=False)
+    err().print(
+        f"exported {len(report.written)} record(s) to {directory}"
+        + (
+            f"; {len(report.unreadable)} unreadable record(s) not exported (written by a newer "
+            "version, or damaged)"
+            if report.unreadable
+            else ""
+        ),
+        markup=False,
+    )
     if as_json:
-        emit({"directory": str(directory), "files": written})
+        emit(
+            {"directory": str(directory), "files": report.written, "unreadable": report.unreadable}
+        )
+    if report.unreadable:
+        raise typer.Exit(ExitCode.PARTIAL)

@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import itertools
 import os
+import secrets
 import shutil
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -88,24 +92,105 @@ def _export(lines: Iterator[str], output: Path | None) -> int:
         # A FIFO, a terminal, /dev/stdout into a pipe: nothing to replace, written as is.
         with output.open("w", encoding="utf-8", newline="\n") as stream:
             return _write(stream, lines)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    _remove_abandoned(target)
+    # Created with the replaced file's permissions (a new file: 0666 less the umask, as
+    # open() makes it), so a private backup is never readable by others meanwhile.
+    mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666
+    descriptor, temporary = _claim_temporary(target, mode)
     try:
-        # Created with the replaced file's permissions (a new file: 0666 less the umask, as
-        # open() makes it), so a private backup is never readable by others meanwhile.
-        mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-        with open(descriptor, "w", encoding="utf-8", newline="\n") as stream:
-            count = _write(stream, lines)
-            stream.flush()
-            os.fsync(stream.fileno())
-        if target.exists():
-            shutil.copymode(target, temporary)  # the umask may have masked some bits
-        os.replace(temporary, target)
+        with _removed_on_termination(temporary):
+            # The descriptor (and its lock) stays open until the file is renamed into place.
+            with open(descriptor, "w", encoding="utf-8", newline="\n", closefd=False) as stream:
+                count = _write(stream, lines)
+                stream.flush()
+                os.fsync(stream.fileno())
+            if target.exists():
+                shutil.copymode(target, temporary)  # the umask may have masked some bits
+            os.replace(temporary, target)
     except BaseException:
         with contextlib.suppress(OSError):
             temporary.unlink()
         raise
+    finally:
+        os.close(descriptor)
     return count
+
+
+def _partials(target: Path) -> list[Path]:
+    """The temporary files of exports to ``target``, live or abandoned."""
+    return sorted(target.parent.glob(f".{glob.escape(target.name)}.*.partial"))
+
+
+def _claim_temporary(target: Path, mode: int) -> tuple[int, Path]:
+    """A new temporary file beside ``target``, unique to this run (not to the PID: every
+    container run is PID 1) and locked for as long as this process holds it open."""
+    while True:
+        temporary = target.with_name(f".{target.name}.{secrets.token_hex(8)}.partial")
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        _lock(descriptor, wait=True)
+        try:
+            # Another export may have found the file unlocked between its creation and the
+            # lock, taken it for abandoned and removed it: then start over with a new name.
+            if os.stat(temporary).st_ino == os.fstat(descriptor).st_ino:
+                return descriptor, temporary
+        except FileNotFoundError:
+            pass
+        os.close(descriptor)
+
+
+def _remove_abandoned(target: Path) -> None:
+    """Remove the temporary files of exports to ``target`` whose writer is gone (killed, the
+    machine restarted): a live writer holds a lock on its file until it is renamed."""
+    for partial in _partials(target):
+        try:
+            descriptor = os.open(partial, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            if _lock(descriptor, wait=False):
+                partial.unlink()  # under the lock, so its writer never finds it gone late
+        except OSError:
+            pass
+        finally:
+            os.close(descriptor)
+
+
+def _lock(descriptor: int, *, wait: bool) -> bool:
+    """An exclusive lock on the open file (released when it is closed); False if another
+    process holds one and ``wait`` is false."""
+    import fcntl
+
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def _removed_on_termination(temporary: Path) -> Iterator[None]:
+    """SIGTERM or SIGHUP while the export runs removes ``temporary``, then ends the process
+    by the same signal (SIGINT already unwinds as KeyboardInterrupt)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = (signal.SIGTERM, signal.SIGHUP)
+    # None: a handler not installed from Python, which cannot be put back; the default then.
+    previous = {number: signal.getsignal(number) or signal.SIG_DFL for number in caught}
+
+    def terminate(number: int, _frame: object) -> None:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        signal.signal(number, previous[signal.Signals(number)])
+        signal.raise_signal(number)
+
+    for number in caught:
+        signal.signal(number, terminate)
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def _write(stream: object, lines: Iterator[str]) -> int:

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import random
 import re
 import time
 from typing import TYPE_CHECKING, Any
 
+from sandbox_ledger._redact import ScrubbingFilter, redact_url, scrub
 from sandbox_ledger.errors import ConfigurationError, StorageError
 from sandbox_ledger.keys import check_environment_name, check_retention
 from sandbox_ledger.models import LedgerEvent
@@ -243,6 +245,7 @@ class PostgresAdapter:
         self._sizes = (min_size, max_size)
         self._timeout = timeout
         self._lock = asyncio.Lock()
+        self._log_filter: ScrubbingFilter | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -263,6 +266,9 @@ class PostgresAdapter:
             pool, self._pool = self._pool, None
             if pool is not None and pool is not self._given_pool:
                 await pool.close()
+            if self._log_filter is not None:
+                logging.getLogger("psycopg.pool").removeFilter(self._log_filter)
+                self._log_filter = None
 
     async def __aenter__(self) -> PostgresAdapter:
         await self.connect()
@@ -319,12 +325,18 @@ class PostgresAdapter:
             kwargs={"autocommit": True},
             open=False,
         )
+        # The pool logs each failed connection attempt with libpq's text, which may quote a
+        # piece of a malformed URL: scrubbed of this DSN's password while the adapter lives.
+        if self._log_filter is None:
+            self._log_filter = ScrubbingFilter(self.dsn)
+            logging.getLogger("psycopg.pool").addFilter(self._log_filter)
         try:
             await pool.open(wait=True, timeout=self._timeout)
         except Exception as exc:
             await pool.close()
             raise StorageError(
-                f"postgres: cannot connect to {_redacted(self.dsn or '')}: {exc}"
+                f"postgres: cannot connect to {redact_url(self.dsn or '')}: "
+                f"{scrub(str(exc), self.dsn)}"
             ) from exc
         return pool
 
@@ -386,14 +398,17 @@ class PostgresAdapter:
             except psycopg.OperationalError as exc:
                 if attempt >= MAX_ATTEMPTS:
                     raise StorageError(
-                        f"postgres: {exc} (after {attempt} attempts)", code=exc.sqlstate
+                        f"postgres: {scrub(str(exc), self.dsn)} (after {attempt} attempts)",
+                        code=exc.sqlstate,
                     ) from exc
                 await asyncio.sleep(random.uniform(0, 0.05 * 2**attempt))
             except psycopg.Error as exc:
-                raise StorageError(f"postgres: {exc}", code=exc.sqlstate) from exc
+                raise StorageError(
+                    f"postgres: {scrub(str(exc), self.dsn)}", code=exc.sqlstate
+                ) from exc
             except Exception as exc:
                 if type(exc).__module__.startswith("psycopg_pool"):
-                    raise StorageError(f"postgres pool: {exc}") from exc
+                    raise StorageError(f"postgres pool: {scrub(str(exc), self.dsn)}") from exc
                 raise
 
     async def _fetchall(self, sql: str, params: Any) -> list[Any]:
@@ -604,8 +619,3 @@ def _holds_nul(params: Any) -> bool:
     row, as the other stores do, instead of sending what the server refuses."""
     values = params.values() if isinstance(params, dict) else params
     return any(isinstance(v, str) and "\x00" in v for v in values)
-
-
-def _redacted(dsn: str) -> str:
-    """The DSN without its password."""
-    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", re.sub(r"password=\S+", "password=***", dsn))

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from sandbox_ledger.resources.store import SyncResourceRecordStore
 
 __all__ = [
+    "DirectoryExport",
     "DirectoryImport",
     "export_directory",
     "import_directory",
@@ -166,20 +167,33 @@ def _umask() -> int:
     return mask
 
 
+@dataclass
+class DirectoryExport:
+    """What :func:`export_directory` wrote, and what it could not."""
+
+    written: list[str] = field(default_factory=list)
+    """The files written, ``<id>.json`` each."""
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """Record id -> why this version cannot decode it (a newer writer's field, damage): no
+    file is written for it, so a backup without it is incomplete."""
+
+
 def export_directory(
     store: SyncResourceRecordStore,
     directory: Path,
     *,
     on_file: Callable[[str], None] | None = None,
     page_size: int = 1000,
-) -> list[str]:
-    """Write every record of the table to ``directory/<id>.json``; returns the file names.
+) -> DirectoryExport:
+    """Write every record of the table to ``directory/<id>.json``; returns the files written
+    and the records that could not be decoded (never dropped silently).
 
     Each file is written to a temporary name and renamed into place, so a failure never
     leaves a half-written file (files of records already written stay).
     """
     directory.mkdir(parents=True, exist_ok=True)
     written: dict[str, None] = {}
+    unreadable: dict[str, str] = {}
     while True:
         # Listing is newest updatedAt first, so a record heartbeated during a long export
         # moves in front of the cursor: pass again until a pass finds nothing new.
@@ -187,6 +201,8 @@ def export_directory(
         cursor: str | None = None
         while True:
             page = store.list(limit=page_size, cursor=cursor)
+            for bad in page.unreadable:
+                unreadable[bad.record_id] = bad.reason
             for versioned in page.records:
                 name = f"{versioned.record.id}.json"
                 if name in written:
@@ -200,4 +216,8 @@ def export_directory(
             if cursor is None:
                 break
         if fresh == 0:
-            return list(written)
+            # A record rewritten by this version since it was found unreadable was exported.
+            done = {name.removesuffix(".json") for name in written}
+            return DirectoryExport(
+                list(written), {i: why for i, why in unreadable.items() if i not in done}
+            )

@@ -1,0 +1,129 @@
+"""The one redactor: every message of the library and the CLI that may name a store passes
+through it, so no password a store URL or libpq DSN can carry is ever printed, nor an AWS
+secret of the environment.
+
+A password can sit in a URL's userinfo (``postgresql://u:S@h/db``, ``postgresql://:S@h``,
+``S`` holding ``@``, ``:`` or ``/``, percent-encoded or not), in its query
+(``?password=S``, the key itself possibly percent-encoded, as libpq decodes both), or in a
+key=value DSN (``password=S``, ``password = 'a b'`` with libpq's quoting). :func:`redact_url`
+masks it in place; :func:`scrub` also removes every form of the known secrets from any text
+(a driver's error message, a suggested command).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from urllib.parse import quote, unquote
+
+MASK = "***"
+
+SECRET_VARIABLES = (
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_SECURITY_TOKEN",
+    "PGPASSWORD",
+)
+"""Environment variables whose values are never printed."""
+
+# Masking a secret wherever it occurs in free text would mangle messages for a short one
+# ("testing" is a common fake AWS key): free text is scrubbed of secrets this long or
+# longer; a URL's or DSN's password is masked by its place whatever its length.
+_SCRUB_MIN = {"env": 16, "source": 4}
+
+# libpq's keyword/value syntax: a bare value runs to the next space; a quoted one allows
+# spaces, with \' and \\ as escapes (an unterminated quote runs to the end).
+_KEYWORD_PASSWORD = re.compile(r"(?:^|(?<=\s))password\s*=\s*('(?:[^'\\]|\\.)*'?|\S*)")
+
+
+def redact_url(url: str) -> str:
+    """``url`` (a store URL or a libpq DSN, URL or key=value) with its passwords masked."""
+    if "://" not in url:
+        return _KEYWORD_PASSWORD.sub(f"password={MASK}", url)
+    scheme, rest = url.split("://", 1)
+    head, mark, query = rest.partition("?")
+    # The userinfo ends at the last '@' before the query: a password may hold '@', ':', '/'.
+    at = head.rfind("@")
+    if at >= 0:
+        userinfo, host = head[:at], head[at:]
+        user, colon, _ = userinfo.partition(":")
+        head = (f"{user}:{MASK}" if colon else user) + host
+    if mark:
+        query = "&".join(_masked_parameter(p) for p in query.split("&"))
+    return f"{scheme}://{head}{mark}{query}"
+
+
+def _masked_parameter(parameter: str) -> str:
+    key, equals, value = parameter.partition("=")
+    if equals and unquote(key).strip() == "password":
+        return f"{key}={MASK}"
+    if "://" in unquote(value):  # dynamodb://T?endpoint_url=https://user:pw@proxy
+        return f"{key}={redact_url(unquote(value))}"
+    return parameter
+
+
+def passwords(url: str) -> set[str]:
+    """Every password ``url`` carries (see :func:`redact_url`), as written and decoded."""
+    found: set[str] = set()
+    if "://" not in url:
+        for match in _KEYWORD_PASSWORD.finditer(url):
+            value = match.group(1)
+            found.add(value)
+            if value.startswith("'"):
+                found.add(re.sub(r"\\(.)", r"\1", value.strip("'")))
+    else:
+        head, _, query = url.split("://", 1)[1].partition("?")
+        userinfo = head[: max(head.rfind("@"), 0)]
+        if ":" in userinfo:
+            found.add(userinfo.partition(":")[2])
+        for parameter in query.split("&"):
+            key, equals, value = parameter.partition("=")
+            if equals and unquote(key).strip() == "password":
+                found.add(value)
+    decoded = {unquote(value) for value in found}
+    return {value for value in found | decoded if value}
+
+
+def scrub(text: str, *sources: str | None) -> str:
+    """``text`` with the passwords of each source (a URL or DSN) and the AWS secrets of the
+    environment masked in every form: as written, decoded and percent-encoded, and any
+    URL or ``password=`` in the text itself redacted."""
+    secrets = {os.environ.get(name, "") for name in SECRET_VARIABLES}
+    secrets = {value for value in secrets if len(value) >= _SCRUB_MIN["env"]}
+    for source in sources:
+        if source:
+            secrets |= {p for p in passwords(source) if len(p) >= _SCRUB_MIN["source"]}
+    forms = {form for secret in secrets for form in _forms(secret)}
+    # Longest first: a secret holding another is masked whole.
+    for form in sorted(forms, key=len, reverse=True):
+        text = text.replace(form, MASK)
+    text = _KEYWORD_PASSWORD.sub(f"password={MASK}", text)
+    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
+
+
+def _forms(secret: str) -> set[str]:
+    forms = {secret, quote(secret, safe=""), quote(secret), secret.replace("'", "\\'")}
+    # A driver may quote a piece of a malformed URL (postgresql://u:a@b@host: host "b@host").
+    pieces = re.split(r"[@:/\s']", secret)
+    return forms | {piece for piece in pieces if len(piece) >= _SCRUB_MIN["source"]}
+
+
+# A URL inside a longer text (an error message quoting a DSN, a suggested command).
+_URL_IN_TEXT = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"`]*")
+
+
+class ScrubbingFilter(logging.Filter):
+    """A logging filter masking the passwords of ``sources`` in every record, as
+    :func:`scrub` does (psycopg_pool logs each failed connection attempt with libpq's text)."""
+
+    def __init__(self, *sources: str | None) -> None:
+        super().__init__()
+        self._sources = sources
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = scrub(message, *self._sources)
+        if clean != message:
+            record.msg, record.args = clean, None
+        return True

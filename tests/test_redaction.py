@@ -1,0 +1,188 @@
+"""No password is ever printed: a canary secret in every form a store URL or libpq DSN can
+carry it, through the library's constructors and the CLI's error paths (in-process and as
+real processes), and the environment's AWS secrets."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from typer.testing import CliRunner
+
+from sandbox_ledger._redact import redact_url, scrub
+from sandbox_ledger.cli import app
+from sandbox_ledger.errors import InvalidInputError, StorageError
+from sandbox_ledger.postgres import PostgresAdapter
+from sandbox_ledger.stores import open_store, parse_store_url
+
+COMMAND = Path(sys.executable).parent / "sandbox-ledger"
+# Holds '@', ':' and '/' (which a URL must percent-encode) and a space and a quote (which a
+# key=value DSN must quote); each piece is a canary of its own.
+SECRET = "pw1canary@pw2canary:pw3canary/pw4 can'ary"
+BARE = "pw1canary@pw2canary:pw3canary/pw4"  # no space or quote: unquoted in a DSN
+CANARIES = ("pw1canary", "pw2canary", "pw3canary", "canary", quote(SECRET, safe=""))
+
+
+def assert_hidden(text: str) -> None:
+    for canary in CANARIES:
+        assert canary not in text, text
+
+
+def urls(host: str, port: int) -> dict[str, str]:
+    """The secret in every place a URL can carry it."""
+    encoded = quote(SECRET, safe="")
+    at = f"{host}:{port}/postgres"
+    return {
+        "userinfo": f"postgresql://postgres:{encoded}@{at}",
+        "userinfo, not encoded": f"postgresql://postgres:{SECRET.replace(' ', '%20')}@{at}",
+        "no user": f"postgresql://:{encoded}@{at}",
+        "query": f"postgresql://postgres@{at}?password={encoded}",
+        "query, key encoded": f"postgresql://postgres@{at}?sslmode=disable&%70assword={encoded}",
+    }
+
+
+def keyword_dsns(host: str, port: int) -> dict[str, str]:
+    quoted = SECRET.replace("\\", "\\\\").replace("'", "\\'")
+    base = f"host={host} port={port} dbname=postgres user=postgres"
+    return {
+        "key=value, quoted": f"{base} password='{quoted}'",
+        "key=value, spaced": f"password = '{quoted}' {base}",
+        "key=value, bare": f"{base} password={BARE}",
+    }
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def with_option(url: str, option: str) -> str:
+    return url + ("&" if "?" in url else "?") + option
+
+
+def test_the_redactor_masks_every_form() -> None:
+    everything = {**urls("db.example", 5432), **keyword_dsns("db.example", 5432)}
+    for form, dsn in everything.items():
+        shown = redact_url(dsn)
+        assert_hidden(shown)
+        assert "db.example" in shown, form  # the rest of it still says where
+        secret = BARE if form == "key=value, bare" else SECRET
+        assert_hidden(scrub(f"cannot connect to {dsn}: {secret} {quote(secret)}", dsn))
+
+
+def test_the_environments_aws_secrets_are_never_printed(monkeypatch: pytest.MonkeyPatch) -> None:
+    key, token = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYcanaryKEY", "FwoGZXIvYXdzEcanaryTOKENxyz"
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", key)
+    monkeypatch.setenv("AWS_SESSION_TOKEN", token)
+    text = scrub(f"signed with {key} and {token} ({quote(key, safe='')})")
+    assert key not in text and token not in text and "canary" not in text
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOX_LEDGER_")}
+    done = subprocess.run(
+        [COMMAND, "--table", "ledger", "--endpoint-url", endpoint, "envs"],
+        env={**env, "AWS_SECRET_ACCESS_KEY": key, "AWS_SESSION_TOKEN": token},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert "canary" not in done.stdout + done.stderr
+
+
+def test_library_errors_never_carry_the_password() -> None:
+    for form, url in urls("127.0.0.1", 5432).items():
+        with pytest.raises(InvalidInputError) as refused:
+            parse_store_url(with_option(url, "retention_days=0"))
+        assert_hidden(str(refused.value))
+        with pytest.raises(InvalidInputError) as bad_schema:
+            open_store(with_option(url, "schema=Not-A-Name"))
+        assert_hidden(str(bad_schema.value))
+        assert "schema" in str(bad_schema.value), form
+    for dsn in keyword_dsns("127.0.0.1", 5432).values():  # libpq's, but no store URL
+        with pytest.raises(InvalidInputError) as not_url:
+            parse_store_url(dsn)
+        assert_hidden(str(not_url.value))
+
+
+def test_an_unreachable_server_is_named_without_the_password(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A closed local port: the connection error names the server, not the password; nor do
+    the pool's logs of each failed attempt (libpq names a malformed URL's host, a piece of
+    the password when it holds an unencoded '@')."""
+    caplog.set_level(logging.WARNING, logger="psycopg.pool")
+    port = closed_port()
+    for form, dsn in {**urls("127.0.0.1", port), **keyword_dsns("127.0.0.1", port)}.items():
+        adapter = PostgresAdapter(dsn, timeout=0.3)
+        with pytest.raises(StorageError) as failed:
+            asyncio.run(adapter.connect())
+        text = str(failed.value)
+        assert "cannot connect to" in text and str(port) in text, form
+        assert_hidden(text)
+    logged = [r.getMessage() for r in caplog.records if r.name == "psycopg.pool"]
+    assert any("failed to resolve host" in m for m in logged)  # the malformed URL's
+    for message in logged:
+        assert_hidden(message)
+
+
+@pytest.fixture
+def reachable(postgres_dsn: str) -> dict[str, str]:
+    """The forms of the secret on the test server (it trusts every password)."""
+    host, port = postgres_dsn.split("@", 1)[1].split("/", 1)[0].rsplit(":", 1)
+    return urls(host, int(port))
+
+
+CONNECTING = ("userinfo", "query", "query, key encoded")
+COMMANDS = {
+    "show": ["show", "job", "sb-1"],
+    "rm": ["rm", "job", "sb-1", "--yes"],
+    "export --name": ["export", "--name", "job"],
+    "ls": ["ls"],
+}
+
+
+def test_cli_messages_never_carry_the_password(
+    reachable: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not found (a message and a suggested command naming the store), a bad option, and the
+    failures of the forms libpq refuses: no password in any of them."""
+    for name in ("SANDBOX_LEDGER_TABLE", "SANDBOX_LEDGER_STORE"):
+        monkeypatch.delenv(name, raising=False)
+    runner = CliRunner()
+    for form, url in reachable.items():
+        # The forms libpq refuses or misreads fail only after the pool's 30 s: their
+        # connection errors are test_an_unreachable_server_is_named_without_the_password's.
+        for command, argv in COMMANDS.items() if form in CONNECTING else ():
+            done = runner.invoke(app, ["--store", url, *argv])
+            assert done.exit_code in (0, 3), (form, command, done.output)
+            assert_hidden(done.output)
+            if form in ("userinfo", "query") and command in ("show", "rm"):
+                assert done.exit_code == 3 and "--store postgresql://postgres" in done.stderr
+        bad = runner.invoke(app, ["--store", with_option(url, "retention_days=0"), "ls"])
+        assert bad.exit_code == 2 and "retention_days" in bad.stderr, form
+        assert_hidden(bad.output)
+
+
+def test_cli_processes_never_print_the_password(reachable: dict[str, str]) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOX_LEDGER_")}
+    url = reachable["query"]
+    for argv in (
+        ["--store", url, "show", "job", "sb-1"],
+        ["export", "--store", url, "--name", "job"],
+        ["--store", with_option(url, "retention_days=0"), "rm", "job", "sb-1", "--yes"],
+        ["--store", reachable["userinfo"], "rm", "job", "sb-1", "--yes"],
+    ):
+        done = subprocess.run(
+            [COMMAND, *argv], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode in (2, 3), done.stderr
+        assert done.stderr.startswith("error: ")
+        assert_hidden(done.stdout + done.stderr)
