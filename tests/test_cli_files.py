@@ -147,7 +147,7 @@ def test_import_reads_a_pipe(tmp_path: Path, path: str) -> None:
     store = f"sqlite:///{tmp_path / 'ledger.db'}"
     done = run_import(store, path, input=LEDGER.read_text())
     assert done.returncode == 0, done.stderr
-    assert done.stderr.strip().endswith("6 new, 0 already present, 0 failed")
+    assert done.stderr.strip().endswith("6 new, 0 already present, 0 expired, 0 failed")
 
 
 def test_import_reads_a_fifo(tmp_path: Path) -> None:
@@ -175,7 +175,7 @@ def test_import_reads_a_fifo(tmp_path: Path) -> None:
         stream.write(LEDGER.read_bytes())
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 0, stderr
-    assert stderr.strip().endswith("6 new, 0 already present, 0 failed")
+    assert stderr.strip().endswith("6 new, 0 already present, 0 expired, 0 failed")
 
 
 def test_import_of_a_directory_says_so(tmp_path: Path) -> None:
