@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,26 @@ def test_import_of_a_directory_says_so(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert f"{tmp_path}: is a directory" in done.stderr
     assert not (tmp_path / "ledger.db").exists()  # refused before the store was opened
+
+
+def test_an_ignored_hangup_lets_the_export_finish(tmp_path: Path) -> None:
+    # As under nohup: SIGHUP ignored. The export used to remove its temporary file on the
+    # signal, then go on writing and fail (FileNotFoundError), leaving the old file.
+    from sandbox_ledger.cli.transfer import _export
+
+    out = tmp_path / "backup.jsonl"
+    out.write_text("OLD\n")
+
+    def lines() -> Iterator[str]:
+        for i in range(4):
+            if i == 2:
+                os.kill(os.getpid(), signal.SIGHUP)
+            yield f'{{"n": {i}}}\n'
+
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        assert _export(lines(), out) == 4
+    finally:
+        signal.signal(signal.SIGHUP, before)
+    assert out.read_text().splitlines() == [f'{{"n": {i}}}' for i in range(4)]
+    assert sorted(os.listdir(tmp_path)) == ["backup.jsonl"]

@@ -174,9 +174,12 @@ def _removed_on_termination(temporary: Path) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    caught = (signal.SIGTERM, signal.SIGHUP)
-    # None: a handler not installed from Python, which cannot be put back; the default then.
-    previous = {number: signal.getsignal(number) or signal.SIG_DFL for number in caught}
+    # Only a signal that would end the process: one ignored (nohup's SIGHUP) or handled by
+    # the caller keeps its disposition, so the export goes on as the caller asked. None: a
+    # handler not installed from Python, which cannot be put back; the default then.
+    current = {n: signal.getsignal(n) or signal.SIG_DFL for n in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {n: h for n, h in current.items() if h is signal.SIG_DFL}
+    caught = tuple(previous)
 
     def terminate(number: int, _frame: object) -> None:
         with contextlib.suppress(OSError):
