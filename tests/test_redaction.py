@@ -78,6 +78,16 @@ def test_the_redactor_masks_every_form() -> None:
         assert_hidden(scrub(f"cannot connect to {dsn}: {secret} {quote(secret)}", dsn))
 
 
+def test_the_redactor_masks_the_forms_libpq_refuses_and_quotes_back() -> None:
+    # Found by the red-team review: libpq refuses these with a message quoting them.
+    for dsn in (
+        f"host=db.example PASSWORD={BARE}",
+        f"postgresql://db.example/postgres?password%3D{quote(SECRET, safe='')}",
+    ):
+        assert_hidden(redact_url(dsn))
+        assert_hidden(scrub(f"invalid connection option in {dsn!r}"))
+
+
 def test_the_environments_aws_secrets_are_never_printed(monkeypatch: pytest.MonkeyPatch) -> None:
     key, token = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYcanaryKEY", "FwoGZXIvYXdzEcanaryTOKENxyz"
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", key)

@@ -34,7 +34,10 @@ _SCRUB_MIN = {"env": 16, "source": 4}
 
 # libpq's keyword/value syntax: a bare value runs to the next space; a quoted one allows
 # spaces, with \' and \\ as escapes (an unterminated quote runs to the end).
-_KEYWORD_PASSWORD = re.compile(r"(?:^|(?<=\s))password\s*=\s*('(?:[^'\\]|\\.)*'?|\S*)")
+# Any case: libpq refuses 'PASSWORD=' as an unknown keyword, and may quote it back.
+_KEYWORD_PASSWORD = re.compile(
+    r"(?:^|(?<=\s))password\s*=\s*('(?:[^'\\]|\\.)*'?|\S*)", re.IGNORECASE
+)
 
 
 def redact_url(url: str) -> str:
@@ -58,6 +61,9 @@ def _masked_parameter(parameter: str) -> str:
     key, equals, value = parameter.partition("=")
     if equals and unquote(key).strip() == "password":
         return f"{key}={MASK}"
+    # 'password%3DS': no '=' before decoding, so libpq refuses it quoting the whole parameter.
+    if not equals and unquote(key).strip().lower().startswith("password"):
+        return MASK
     if "://" in unquote(value):  # dynamodb://T?endpoint_url=https://user:pw@proxy
         return f"{key}={redact_url(unquote(value))}"
     return parameter
