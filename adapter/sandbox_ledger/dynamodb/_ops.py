@@ -99,13 +99,14 @@ def append(
         return True
     attempt = 0
     session = (entry.name, entry.sandbox_id)
-    # The form of the summary update that leaves a later TTL alone (see _summary_condition).
-    keeping = it.summary_update(entry, shard_count) if summary is not None else None
+    # The form of the summary update that leaves a later TTL alone (see _summary_condition),
+    # built only once a later TTL is met: the common append pays for one form.
+    keeping: dict[str, Any] | None = None
     held = False
     while True:
         now = _now_ms()
-        if summary is not None and keeping is not None:
-            update = keeping if held else summary
+        if summary is not None:
+            update = keeping if held and keeping is not None else summary
             condition = _summary_condition(update, now, ttl, held=held)
             actions[summary_at] = {"Update": {"TableName": table, **update, **condition}}
         try:
@@ -133,6 +134,8 @@ def append(
                     # The expiry part failed: take the form that fits the stored TTL, at once.
                     later = stored.get(k.TTL_ATTRIBUTE)
                     held = later is not None and int(later["N"]) > ttl
+                    if held and keeping is None:
+                        keeping = it.summary_update(entry, shard_count)
                     attempt += 1
                     if attempt < MAX_ATTEMPTS:
                         continue
