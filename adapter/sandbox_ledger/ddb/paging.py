@@ -124,10 +124,10 @@ def check_resume(
     """
     if not isinstance(state, dict) or set(state) != set(partitions):
         raise bad_position()
+    key_names = {k.PARTITION_KEY, k.SORT_KEY, index.partition_key, index.sort_key}
     for partition, where in state.items():
         if where is None or where == "done":
             continue
-        key_names = {k.PARTITION_KEY, k.SORT_KEY, index.partition_key, index.sort_key}
         if not isinstance(where, dict) or set(where) != key_names:
             raise bad_position()
         pk, sk = _key_string(where[k.PARTITION_KEY]), _key_string(where[k.SORT_KEY])
