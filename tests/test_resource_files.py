@@ -284,3 +284,55 @@ def test_an_unreadable_record_is_never_dropped_from_an_export_silently(
     shown = json.loads(result.stdout)
     assert sorted(shown["files"]) == sorted(f"{r.id}.json" for r in good)
     assert list(shown["unreadable"]) == [newer.id]
+
+
+def test_an_export_reads_every_record_whatever_its_phase_or_index_attributes(
+    moto_endpoint: str, sync_table: str, store: SyncResourceRecordStore, tmp_path: Path
+) -> None:
+    """The phase index holds only the phases this version knows: a record in a newer
+    writer's phase ("paused") is in a partition no listing queries, and a record without its
+    index attributes is in none. The export still names the first (exit 4) and writes the
+    second; ledger entries in the same table are no records."""
+    import boto3
+
+    from sandbox_ledger import LedgerEntry
+    from sandbox_ledger import keys as k
+    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+    from sandbox_ledger.resources import _items as ri
+
+    client = boto3.client("dynamodb", endpoint_url=moto_endpoint)
+    good = _fresh(minutes_ago=1)
+    store.put(good)
+
+    def raw(r: ResourceActivityRecord) -> dict[str, dict[str, str]]:
+        item = {**ri.record_key(r.id), k.REVISION: {"N": "1"}}
+        item.update(ri.write_values(r, expires_at=2**31, shard_count=4))
+        return item
+
+    paused = _fresh(minutes_ago=2)
+    item = raw(paused)
+    body = json.loads(item[k.RECORD_BODY]["S"])
+    item[k.RECORD_BODY] = {"S": json.dumps({**body, "phase": "paused"})}
+    item[k.RECORD_PHASE] = {"S": "paused"}
+    item[k.RESOURCES_BY_PHASE.partition_key] = {"S": k.resource_phase_pk("paused", 0)}
+    client.put_item(TableName=sync_table, Item=item)
+    unindexed = _fresh(minutes_ago=3)
+    item = raw(unindexed)
+    for name in (k.RESOURCES_BY_PHASE.partition_key, k.RESOURCES_BY_PROVIDER.partition_key):
+        del item[name]
+    client.put_item(TableName=sync_table, Item=item)
+    ledger = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    ledger.append(
+        LedgerEntry(ts=1, name="n", sandbox_id="s", step_index=-1, event="sandbox.created")
+    )
+
+    report = export_directory(store, tmp_path / "lib", page_size=1, segments=3)
+    assert sorted(report.written) == sorted(f"{r.id}.json" for r in (good, unindexed))
+    assert list(report.unreadable) == [paused.id] and "phase" in report.unreadable[paused.id]
+    assert read_record_file(tmp_path / "lib" / f"{unindexed.id}.json") == unindexed
+
+    args = ["--table", sync_table, "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
+    result = CliRunner().invoke(app, [*args, "resources", "export", str(tmp_path / "out")])
+    assert result.exit_code == 4, result.output
+    assert any(paused.id in line for line in result.stderr.splitlines())
+    assert result.stderr.strip().splitlines()[-1].startswith("exported 2 record(s)")

@@ -97,7 +97,9 @@ def resources_export(
     ),
 ) -> None:
     """Write every record of the table to DIRECTORY, one <id>.json file each. A record this
-    version cannot read is named on stderr, no file written for it: exit code 4."""
+    version cannot read is named on stderr, no file written for it: exit code 4. The records
+    are read by a Scan of the table (its cost grows with the table), so a record in a phase
+    this version does not know is reported, never missed."""
     from sandbox_ledger.cli.progress import per_file
     from sandbox_ledger.resources.files import export_directory
 

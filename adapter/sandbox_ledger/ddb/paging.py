@@ -42,6 +42,32 @@ class _Stream:
     """The key of the last item handed out (where a later page resumes)."""
 
 
+ScanStarts = dict[int, "Item | None"]
+"""Where each segment of a parallel Scan goes on (None: from its start); a segment that is
+done has no entry."""
+
+
+def scan_round(params: dict[str, Any], starts: ScanStarts) -> Op[tuple[list[Item], ScanStarts]]:
+    """One page of each segment in ``starts``, in parallel (``params`` carries
+    ``TotalSegments``): the items read, and where each segment goes on."""
+    order = sorted(starts)
+    calls = tuple(
+        Call(
+            "scan",
+            {**params, "Segment": s, **({"ExclusiveStartKey": starts[s]} if starts[s] else {})},
+        )
+        for s in order
+    )
+    pages = yield Parallel(calls)
+    items: list[Item] = []
+    after: ScanStarts = {}
+    for segment, page in zip(order, pages, strict=True):
+        items.extend(page.get("Items", []))
+        if page.get("LastEvaluatedKey"):
+            after[segment] = page["LastEvaluatedKey"]
+    return items, after
+
+
 def newest_first(
     table: str,
     index: IndexSpec,

@@ -17,8 +17,14 @@ from sandbox_ledger.cursor import bad_position, decode_cursor, encode_cursor
 from sandbox_ledger.ddb import steps
 from sandbox_ledger.ddb.attributes import N, S
 from sandbox_ledger.ddb.batching import BATCH_WRITE_MAX, batch_get, batch_write
-from sandbox_ledger.ddb.paging import check_resume, newest_first, query_all
-from sandbox_ledger.ddb.steps import MAX_ATTEMPTS, Call, Op, Parallel, Sleep, error_code, log
+from sandbox_ledger.ddb.paging import (
+    ScanStarts,
+    check_resume,
+    newest_first,
+    query_all,
+    scan_round,
+)
+from sandbox_ledger.ddb.steps import MAX_ATTEMPTS, Call, Op, Sleep, error_code, log
 from sandbox_ledger.deployment import TableDescriptor, put_descriptor
 from sandbox_ledger.dynamodb import _items as it
 from sandbox_ledger.errors import ConflictError, StorageError
@@ -445,25 +451,11 @@ def scan_sessions(table: str, *, name: str | None, segments: int) -> Op[list[tup
         "ExpressionAttributeValues": values,
         "TotalSegments": segments,
     }
-    starts: dict[int, dict[str, Any] | None] = dict.fromkeys(range(segments))
+    starts: ScanStarts = dict.fromkeys(range(segments))
     found: set[str] = set()
     while starts:
-        order = sorted(starts)
-        calls = tuple(
-            Call(
-                "scan",
-                {**base, "Segment": s, **({"ExclusiveStartKey": starts[s]} if starts[s] else {})},
-            )
-            for s in order
-        )
-        pages = yield Parallel(calls)
-        for segment, page in zip(order, pages, strict=True):
-            found.update(item[k.PARTITION_KEY]["S"] for item in page.get("Items", []))
-            start = page.get("LastEvaluatedKey")
-            if start:
-                starts[segment] = start
-            else:
-                del starts[segment]
+        items, starts = yield from scan_round(base, starts)
+        found.update(item[k.PARTITION_KEY]["S"] for item in items)
     sessions = [k.parse_session_pk(pk) for pk in found if pk.startswith("S#")]
     if name is not None:
         sessions = [s for s in sessions if s[0] == name]

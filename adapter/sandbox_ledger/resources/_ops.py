@@ -12,7 +12,7 @@ from sandbox_ledger.cursor import bad_position, decode_cursor, encode_cursor
 from sandbox_ledger.ddb import steps
 from sandbox_ledger.ddb.attributes import N, S
 from sandbox_ledger.ddb.batching import batch_get, batch_write
-from sandbox_ledger.ddb.paging import check_resume, newest_first
+from sandbox_ledger.ddb.paging import ScanStarts, check_resume, newest_first, scan_round
 from sandbox_ledger.ddb.steps import Call, Op, Sleep, error_code
 from sandbox_ledger.errors import ConflictError, InvalidInputError, StorageError
 from sandbox_ledger.resources import _items as ri
@@ -488,6 +488,35 @@ def observe(table: str, record_id: str, revision: int, at_ms: int) -> Op[bool]:
     except ConflictError:
         return False
     return True
+
+
+def scan_records(
+    table: str, starts: ScanStarts, *, total_segments: int, page_size: int, now_s: int
+) -> Op[tuple[list[ri.VersionedRecord | ri.Unreadable], ScanStarts]]:
+    """One page of every segment in ``starts`` (in parallel): each record item in it, decoded
+    or reported unreadable, whatever its phase or index attributes, and where each segment
+    goes on. Records past their TTL are left out (DynamoDB deletes them days late).
+
+    A Scan reads the whole table (ledger entries too, filtered out after they are read), so
+    its cost grows with the table: it serves exports, never a listing. An export cannot go
+    through the phase index: a record whose phase this version does not know (a newer
+    writer's), or which lacks its index attributes, is in no partition this version queries.
+    """
+    base = {
+        "TableName": table,
+        "FilterExpression": "begins_with(#pk, :r) AND #sk = :sk",
+        "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY, "#sk": k.SORT_KEY},
+        "ExpressionAttributeValues": {":r": S(k.RESOURCE_PREFIX), ":sk": S(k.RESOURCE_SK)},
+        "TotalSegments": total_segments,
+        "Limit": page_size,
+    }
+    items, after = yield from scan_round(base, starts)
+    found: list[ri.VersionedRecord | ri.Unreadable] = []
+    for item in items:
+        stored = ri.decode_or_unreadable(item)
+        if isinstance(stored, ri.Unreadable) or not ri.hidden(stored, now_s):
+            found.append(stored)
+    return found, after
 
 
 def batch_get_records(table: str, ids: list[str]) -> Op[list[ri.VersionedRecord | ri.Unreadable]]:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from sandbox_ledger.errors import ConflictError, InvalidInputError
+from sandbox_ledger.resources._items import Unreadable
 from sandbox_ledger.resources.models import ResourceActivityRecord
 
 if TYPE_CHECKING:
@@ -184,40 +185,28 @@ def export_directory(
     *,
     on_file: Callable[[str], None] | None = None,
     page_size: int = 1000,
+    segments: int = 1,
 ) -> DirectoryExport:
     """Write every record of the table to ``directory/<id>.json``; returns the files written
     and the records that could not be decoded (never dropped silently).
 
-    Each file is written to a temporary name and renamed into place, so a failure never
-    leaves a half-written file (files of records already written stay).
+    The records are read by a Scan of the table, not through the phase index, so a record
+    in a phase this version does not know, or without its index attributes, is reported
+    unreadable instead of missed. Each file is written to a temporary name and renamed into
+    place, so a failure never leaves a half-written file (files of records already written
+    stay).
     """
     directory.mkdir(parents=True, exist_ok=True)
-    written: dict[str, None] = {}
+    written: list[str] = []
     unreadable: dict[str, str] = {}
-    while True:
-        # Listing is newest updatedAt first, so a record heartbeated during a long export
-        # moves in front of the cursor: pass again until a pass finds nothing new.
-        fresh = 0
-        cursor: str | None = None
-        while True:
-            page = store.list(limit=page_size, cursor=cursor)
-            for bad in page.unreadable:
-                unreadable[bad.record_id] = bad.reason
-            for versioned in page.records:
-                name = f"{versioned.record.id}.json"
-                if name in written:
-                    continue
-                _write_atomically(directory / name, record_file_text(versioned.record))
-                written[name] = None
-                fresh += 1
-                if on_file is not None:
-                    on_file(name)
-            cursor = page.cursor
-            if cursor is None:
-                break
-        if fresh == 0:
-            # A record rewritten by this version since it was found unreadable was exported.
-            done = {name.removesuffix(".json") for name in written}
-            return DirectoryExport(
-                list(written), {i: why for i, why in unreadable.items() if i not in done}
-            )
+    for page in store.scan(segments=segments, page_size=page_size):
+        for stored in page:
+            if isinstance(stored, Unreadable):
+                unreadable[stored.record_id] = stored.reason
+                continue
+            name = f"{stored.record.id}.json"
+            _write_atomically(directory / name, record_file_text(stored.record))
+            written.append(name)
+            if on_file is not None:
+                on_file(name)
+    return DirectoryExport(written, unreadable)

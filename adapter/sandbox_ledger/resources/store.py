@@ -18,10 +18,11 @@ from sandbox_ledger.resources.models import FAILED_PHASES, LIVE_PHASES, Resource
 from sandbox_ledger.resources.settings import resolve_policy
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import AsyncIterator, Callable, Iterator
 
     from botocore.config import Config
 
+    from sandbox_ledger.ddb.paging import ScanStarts
     from sandbox_ledger.ddb.steps import Op
     from sandbox_ledger.deployment import TableDescriptor
     from sandbox_ledger.resources.policy import ExpiryPolicy
@@ -39,6 +40,18 @@ __all__ = [
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+Found = list[VersionedRecord | Unreadable]
+"""One page of a scan: each record decoded, or why it cannot be."""
+
+
+def _scan_starts(segments: int, page_size: int) -> ScanStarts:
+    if isinstance(segments, bool) or not isinstance(segments, int) or not 1 <= segments <= 64:
+        raise InvalidInputError("segments", "must be an integer from 1 to 64")
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+        raise InvalidInputError("page_size", "must be a positive integer")
+    return dict.fromkeys(range(segments))
 
 
 class _Base:
@@ -147,6 +160,17 @@ class _Base:
             )
         )
 
+    def _scan(
+        self, starts: ScanStarts, segments: int, page_size: int
+    ) -> Op[tuple[Found, ScanStarts]]:
+        return _ops.scan_records(
+            self.table_name,
+            starts,
+            total_segments=segments,
+            page_size=page_size,
+            now_s=self._now_s(),
+        )
+
     def _list(
         self, phase: str | None, provider: str | None, limit: int, cursor: str | None
     ) -> Op[Page]:
@@ -231,6 +255,15 @@ class ResourceRecordStore(_Base, AsyncClientOwner):
     ) -> Page:
         """Records newest updatedAt first, by phase and/or provider; ``cursor`` pages on."""
         return await self.run(self._list(phase, provider, limit, cursor))
+
+    async def scan(self, *, segments: int = 1, page_size: int = 1000) -> AsyncIterator[Found]:
+        """Every record of the table, a page at a time, whatever its phase: decoded, or
+        :class:`Unreadable` saying why not. A Scan of the whole table (cost grows with the
+        table, not the result): for exports, not listings."""
+        starts = _scan_starts(segments, page_size)
+        while starts:
+            found, starts = await self.run(self._scan(starts, segments, page_size))
+            yield found
 
     async def touch(self, record_id: str) -> VersionedRecord:
         """Heartbeat: refresh updatedAt now. Raises ConflictError if the record is gone or
@@ -377,6 +410,15 @@ class SyncResourceRecordStore(_Base, SyncClientOwner):
     ) -> Page:
         """Records newest updatedAt first, by phase and/or provider; ``cursor`` pages on."""
         return self.run(self._list(phase, provider, limit, cursor))
+
+    def scan(self, *, segments: int = 1, page_size: int = 1000) -> Iterator[Found]:
+        """Every record of the table, a page at a time, whatever its phase: decoded, or
+        :class:`Unreadable` saying why not. A Scan of the whole table (cost grows with the
+        table, not the result): for exports, not listings."""
+        starts = _scan_starts(segments, page_size)
+        while starts:
+            found, starts = self.run(self._scan(starts, segments, page_size))
+            yield found
 
     def touch(self, record_id: str) -> VersionedRecord:
         """Heartbeat: refresh updatedAt now."""
