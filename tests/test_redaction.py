@@ -196,3 +196,46 @@ def test_cli_processes_never_print_the_password(reachable: dict[str, str]) -> No
         assert done.returncode in (2, 3), done.stderr
         assert done.stderr.startswith("error: ")
         assert_hidden(done.stdout + done.stderr)
+
+
+# Short pieces (under the 4 characters free text is scrubbed of) and an unencoded '?' and
+# space: found by the red-team review of the redactor.
+SHORT = {
+    "'?' in the userinfo": ("postgresql://u:Zq9?Xj7@{at}", ("Zq9", "Xj7")),
+    "short pieces around '@'": ("postgresql://u:Zq9@Xj7@{at}", ("Zq9", "Xj7")),
+    "a space": ("postgresql://u:Zq9 Xj7@{at}", ("Zq9", "Xj7")),
+}
+
+
+def test_short_and_unencoded_passwords_are_masked_where_the_driver_shows_them(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Each form through the redactor, in free text naming the URL, and through the real
+    driver's errors and the pool's logs on a closed port."""
+    caplog.set_level(logging.WARNING, logger="psycopg.pool")
+    port = closed_port()
+    for form, (template, pieces) in SHORT.items():
+        url = template.format(at=f"127.0.0.1:{port}/postgres")
+        shown = redact_url(url)
+        assert shown == f"postgresql://u:***@127.0.0.1:{port}/postgres", form
+        assert not any(p in scrub(f"cannot connect to {url}: refused") for p in pieces), form
+        with pytest.raises(StorageError) as failed:
+            asyncio.run(PostgresAdapter(url, timeout=0.3).connect())
+        assert not any(p in str(failed.value) for p in pieces), (form, str(failed.value))
+    logged = [r.getMessage() for r in caplog.records if r.name == "psycopg.pool"]
+    assert any("failed to resolve host" in m for m in logged)  # psycopg names 'Xj7@127...'
+    assert not any(p in m for m in logged for p in ("Zq9", "Xj7")), logged
+
+
+def test_urls_without_a_password_are_shown_as_given() -> None:
+    """An '@' or ':' in a path or a query value is no userinfo."""
+    for url in (
+        "sqlite:///data/a:b@c/ledger.db",
+        "sqlite:////tmp/x@y.db?retention_days=30",
+        "postgresql://db.example/ledger?application_name=job@host&sslmode=require",
+        "dynamodb://ledger?endpoint_url=http://localhost:4566&region=us-east-1",
+        "dynamodb://ledger?profile=ops@prod",
+        "postgresql://alice@db.example/ledger",
+    ):
+        assert redact_url(url) == url
+        assert scrub(f"cannot open {url}: refused", url) == f"cannot open {url}: refused"

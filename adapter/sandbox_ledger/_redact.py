@@ -45,16 +45,33 @@ def redact_url(url: str) -> str:
     if "://" not in url:
         return _KEYWORD_PASSWORD.sub(f"password={MASK}", url)
     scheme, rest = url.split("://", 1)
-    head, mark, query = rest.partition("?")
-    # The userinfo ends at the last '@' before the query: a password may hold '@', ':', '/'.
-    at = head.rfind("@")
-    if at >= 0:
-        userinfo, host = head[:at], head[at:]
+    userinfo, rest = _userinfo(rest)
+    if userinfo is not None:
         user, colon, _ = userinfo.partition(":")
-        head = (f"{user}:{MASK}" if colon else user) + host
+        rest = (f"{user}:{MASK}" if colon else user) + rest
+    head, mark, query = rest.partition("?")
     if mark:
         query = "&".join(_masked_parameter(p) for p in query.split("&"))
     return f"{scheme}://{head}{mark}{query}"
+
+
+def _userinfo(rest: str) -> tuple[str | None, str]:
+    """A URL's userinfo (what is after ``://`` and before its '@') and the rest from that
+    '@' on, or None and ``rest`` when it has none.
+
+    A password may hold '@', ':', '/', '?' or a space unencoded (libpq reads a password up to
+    the first '@' it finds before a '/', a careless one up to the last): the userinfo ends at
+    the last '@' whose user name (before the first ':') holds no '/', '?' or '#', so an '@'
+    in the path or the query (a ``sqlite:///a:b@c/x.db`` path, an ``endpoint_url`` of the
+    query) is no userinfo.
+    """
+    at = rest.rfind("@")
+    while at >= 0:
+        user = rest[:at].partition(":")[0]
+        if not any(c in user for c in "/?#"):
+            return rest[:at], rest[at:]
+        at = rest.rfind("@", 0, at)
+    return None, rest
 
 
 def _masked_parameter(parameter: str) -> str:
@@ -79,10 +96,10 @@ def passwords(url: str) -> set[str]:
             if value.startswith("'"):
                 found.add(re.sub(r"\\(.)", r"\1", value.strip("'")))
     else:
-        head, _, query = url.split("://", 1)[1].partition("?")
-        userinfo = head[: max(head.rfind("@"), 0)]
-        if ":" in userinfo:
+        userinfo, rest = _userinfo(url.split("://", 1)[1])
+        if userinfo is not None and ":" in userinfo:
             found.add(userinfo.partition(":")[2])
+        query = rest.partition("?")[2]
         for parameter in query.split("&"):
             key, equals, value = parameter.partition("=")
             if equals and unquote(key).strip() == "password":
@@ -97,13 +114,18 @@ def scrub(text: str, *sources: str | None) -> str:
     URL or ``password=`` in the text itself redacted."""
     secrets = {os.environ.get(name, "") for name in SECRET_VARIABLES}
     secrets = {value for value in secrets if len(value) >= _SCRUB_MIN["env"]}
+    placed: dict[str, str] = {}
     for source in sources:
         if source:
-            secrets |= {p for p in passwords(source) if len(p) >= _SCRUB_MIN["source"]}
-    forms = {form for secret in secrets for form in _forms(secret)}
+            found = passwords(source)
+            secrets |= {p for p in found if len(p) >= _SCRUB_MIN["source"]}
+            for secret in found:
+                placed |= _placed_forms(secret)
+    forms = {form: MASK for secret in secrets for form in _forms(secret)}
+    forms = placed | forms
     # Longest first: a secret holding another is masked whole.
     for form in sorted(forms, key=len, reverse=True):
-        text = text.replace(form, MASK)
+        text = text.replace(form, forms[form])
     text = _KEYWORD_PASSWORD.sub(f"password={MASK}", text)
     return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
 
@@ -115,8 +137,21 @@ def _forms(secret: str) -> set[str]:
     return forms | {piece for piece in pieces if len(piece) >= _SCRUB_MIN["source"]}
 
 
+def _placed_forms(secret: str) -> dict[str, str]:
+    """The pieces of a source's password, of any length, where a driver shows them: quoted
+    as a value (libpq's 'unexpected spaces found in "a b"') or as a host before the
+    next '@' (libpq and psycopg end the password at the first '@': "failed to resolve host
+    'b@host'" for ``u:a@b@host``)."""
+    pieces = {secret, *re.split(r"[@:/\s']", secret)}
+    forms = {f"{q}{piece}{q}": f"{q}{MASK}{q}" for piece in pieces if piece for q in "\"'"}
+    return forms | {f"{piece}@": f"{MASK}@" for piece in secret.split("@")[1:] if piece}
+
+
 # A URL inside a longer text (an error message quoting a DSN, a suggested command).
-_URL_IN_TEXT = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"`]*")
+# Its password may hold spaces (up to the '@' that ends the userinfo, on the same line).
+_URL_IN_TEXT = re.compile(
+    r"[a-zA-Z][a-zA-Z0-9+.-]*://(?:[^\s'\"`@/?#]*:[^\n'\"`@/]{0,256}@)?[^\s'\"`]*"
+)
 
 
 class ScrubbingFilter(logging.Filter):
