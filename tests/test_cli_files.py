@@ -208,3 +208,19 @@ def test_an_ignored_hangup_lets_the_export_finish(tmp_path: Path) -> None:
         signal.signal(signal.SIGHUP, before)
     assert out.read_text().splitlines() == [f'{{"n": {i}}}' for i in range(4)]
     assert sorted(os.listdir(tmp_path)) == ["backup.jsonl"]
+
+
+def test_an_export_to_a_missing_directory_or_a_directory_names_it(
+    store: str, tmp_path: Path
+) -> None:
+    """Usage errors naming what the user gave (not an internal temporary file), exit 2."""
+    missing = tmp_path / "no-such-dir" / "backup.jsonl"
+    done = CliRunner().invoke(app, ["--store", store, "export", "-o", str(missing)])
+    assert done.exit_code == 2, done.output
+    assert f"{missing}: its directory {missing.parent} does not exist" in done.stderr
+    assert ".partial" not in done.stderr
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    done = CliRunner().invoke(app, ["--store", store, "export", "-o", str(folder)])
+    assert done.exit_code == 2 and f"{folder} is a directory" in done.stderr, done.output
+    assert list(folder.iterdir()) == []

@@ -196,6 +196,8 @@ def test_json_of_ledger_commands_is_the_wire_shape(
     assert [s["sandboxId"] for s in page["sessions"]] == ["sb-2"] and page["cursor"]
     rest = as_json(runner, [*args, "ls", "--limit", "1", "--cursor", page["cursor"]])
     assert [s["sandboxId"] for s in rest["sessions"]] == ["sb-1"]
+    pasted = as_json(runner, [*args, "ls", "--limit", "1", "--cursor", f" {page['cursor']}\n"])
+    assert pasted == rest  # a pasted line's whitespace is no part of the cursor
     assert as_json(runner, [*args, "checkpoints", "job", "sb-1"]) == [
         c.wire() for c in ledger.list_checkpoints("job", "sb-1")
     ]

@@ -325,6 +325,11 @@ def _missing_session(target: Target, name: str, sandbox_id: str, what: str) -> C
     )
 
 
+def _pasted(cursor: str | None) -> str | None:
+    """A cursor as pasted: the whitespace around it (a copied line's end) is no part of it."""
+    return None if cursor is None else cursor.strip()
+
+
 def _quote(word: str) -> str:
     import shlex
 
@@ -428,7 +433,7 @@ def ls(
 
     before_ms = None if before is None else parse_time(before)
     ledger = _ledger(_target(store))
-    opts = ListSandboxOptions(status=status, before=before_ms, limit=limit, cursor=cursor)
+    opts = ListSandboxOptions(status=status, before=before_ms, limit=limit, cursor=_pasted(cursor))
     page = ledger.list_sandbox_page(name, opts) if name else ledger.list_all_sandbox_page(opts)
     rows = page.sessions
     if as_json:
@@ -677,7 +682,10 @@ def resources_ls(
 ) -> None:
     """Resource activity records, newest updatedAt first, one page."""
     page = _store(_target()).list(
-        phase=None if phase is None else phase.value, provider=provider, limit=limit, cursor=cursor
+        phase=None if phase is None else phase.value,
+        provider=provider,
+        limit=limit,
+        cursor=_pasted(cursor),
     )
     if as_json:
         emit(

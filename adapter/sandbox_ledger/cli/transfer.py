@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
+from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.transfer import ImportReport, export_lines, import_entries, parse_lines
 
 if TYPE_CHECKING:
@@ -88,6 +89,12 @@ def _export(lines: Iterator[str], output: Path | None) -> int:
     # A symlink's target is what gets replaced (renaming onto the link would replace the
     # link and leave the file it points at as it was), keeping the file's permissions.
     target = Path(os.path.realpath(output))
+    if not target.parent.is_dir():
+        raise InvalidInputError(
+            "--output", f"{output}: its directory {target.parent} does not exist"
+        )
+    if target.is_dir():
+        raise InvalidInputError("--output", f"{output} is a directory")
     if output.exists() and not output.is_file():
         # A FIFO, a terminal, /dev/stdout into a pipe: nothing to replace, written as is.
         with output.open("w", encoding="utf-8", newline="\n") as stream:
