@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sandbox_ledger.resources import ResourceActivityRecord
+from sandbox_ledger.resources import Expiry, ResourceActivityRecord
 from sandbox_ledger.resources.models import to_iso
 
 TS_RECORD = {
@@ -91,3 +93,16 @@ def observed_earlier(store: Any, stored: Any, ago: timedelta) -> None:
     sweeper's clock, never from updatedAt alone)."""
     at_ms = int((datetime.now(UTC) - ago).timestamp() * 1000)
     assert store.observe(stored.record.id, stored.revision, at_ms), "already observed or changed"
+
+
+class Collector:
+    """A publisher that keeps what it is given (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.published: list[Expiry] = []
+        self.lock = threading.Lock()
+
+    def publish(self, expiries: Sequence[Expiry]) -> set[str]:
+        with self.lock:
+            self.published += list(expiries)
+        return set()

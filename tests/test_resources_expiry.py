@@ -14,26 +14,12 @@ import boto3
 import pytest
 from typer.testing import CliRunner
 
-from resource_fixtures import record
+from resource_fixtures import Collector, record
 from sandbox_ledger import keys as k
 from sandbox_ledger.cli import app
 from sandbox_ledger.errors import ConflictError, StorageError
 from sandbox_ledger.resources import Expiry, ExpiryPolicy, SyncResourceRecordStore, sweep
 from sandbox_ledger.resources import _items as ri
-
-
-class Collector:
-    """A publisher that keeps what it is given (thread-safe)."""
-
-    def __init__(self) -> None:
-        self.published: list[Expiry] = []
-        self.lock = threading.Lock()
-
-    def publish(self, expiries: Sequence[Expiry]) -> set[str]:
-        with self.lock:
-            self.published += list(expiries)
-        return set()
-
 
 # The default stale_after, and a minute: a sweeper's clock is ``now`` plus its run's elapsed
 # time, so a run one window after another judges a record observed late in the first run (a

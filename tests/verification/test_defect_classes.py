@@ -1,0 +1,415 @@
+"""Every defect class of the mutation table (docs/verification.md) put back in process, one
+at a time, and the fixed scenario that must catch it: deterministic, in ``make test``, a
+few seconds each. The model-based runs explore; these make sure a known bug never comes
+back on an unlucky seed.
+
+A defect is a textual change to one function's source (compiled in its own module's
+namespace and installed where that function is looked up, by every module that imported
+it by name). When a defect's text no longer matches the code it was written against, its
+test fails saying so: rewrite the defect against the new code, never drop it.
+"""
+
+from __future__ import annotations
+import __future__
+
+import importlib
+import inspect
+import sys
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import test_delete_race as race
+from faults import PartialBatches, ResendAfterSuccess
+from resource_fixtures import Collector, record
+from sandbox_ledger import LedgerEntry, LedgerEvent, ListSandboxOptions
+from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+from sandbox_ledger.errors import ConflictError
+from sandbox_ledger.resources import ExpiryPolicy, SyncResourceRecordStore, VersionedRecord, sweep
+from sandbox_ledger.resources.policy import expiry_reason
+from sandbox_ledger.transfer import export_lines, import_entries, parse_lines
+
+# -- putting a defect back ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Patch:
+    """Replace ``old`` (exactly once in the source of ``module``'s ``qualname``) by ``new``."""
+
+    module: str
+    qualname: str
+    old: str
+    new: str
+
+
+def install(patch: Patch, monkeypatch: pytest.MonkeyPatch) -> None:
+    module = importlib.import_module(patch.module)
+    *path, name = patch.qualname.split(".")
+    owner: Any = module
+    for part in path:
+        owner = getattr(owner, part)
+    original = owner.__dict__[name] if path else getattr(module, name)
+    source = textwrap.dedent(inspect.getsource(original))
+    assert source.count(patch.old) == 1, (
+        f"{patch.module}.{patch.qualname} no longer holds the defect's text {patch.old!r}: "
+        "rewrite the defect against today's code"
+    )
+    code = compile(
+        source.replace(patch.old, patch.new),
+        inspect.getsourcefile(original) or patch.module,
+        "exec",
+        flags=__future__.annotations.compiler_flag,
+        dont_inherit=True,
+    )
+    namespace: dict[str, Any] = {}
+    exec(code, module.__dict__, namespace)  # the function's own source, changed
+    mutant = namespace[name]
+    monkeypatch.setattr(owner, name, mutant)
+    if not path:  # modules that imported the function by name call it under their own name
+        for other in list(sys.modules.values()):
+            ours = (other.__name__ or "").startswith("sandbox_ledger") and other is not module
+            if ours and getattr(other, name, None) is original:
+                monkeypatch.setattr(other, name, mutant)
+
+
+# -- scenarios ------------------------------------------------------------------------------
+
+
+@dataclass
+class World:
+    endpoint: str
+    table: str
+    tmp: Path
+
+    def ledger(self) -> SyncDynamoDBAdapter:
+        return SyncDynamoDBAdapter(self.table, endpoint_url=self.endpoint)
+
+    def records(self) -> SyncResourceRecordStore:
+        return SyncResourceRecordStore(self.table, endpoint_url=self.endpoint)
+
+
+def entry(event: str, ts: int, step: int = -1, sid: str = "s1") -> LedgerEntry:
+    return LedgerEntry(
+        ts=ts, name="defects", sandbox_id=sid, step_index=step, event=event, payload={"n": ts}
+    )
+
+
+def lifecycle(sid: str = "s1") -> list[LedgerEntry]:
+    return [
+        entry(LedgerEvent.SandboxCreated, 10, sid=sid),
+        entry(LedgerEvent.ExecStarted, 11, 0, sid=sid),
+        entry(LedgerEvent.ExecComplete, 12, 0, sid=sid),
+        entry(LedgerEvent.ExecComplete, 13, 1, sid=sid),
+        entry(LedgerEvent.SandboxClosed, 14, sid=sid),
+    ]
+
+
+def resent_writes_count_once(world: World) -> None:
+    """Every write's response is lost and the SDK resends it, once each: each entry is stored
+    once and counted once."""
+    ledger = world.ledger()
+    resend = ResendAfterSuccess(1.0, {"PutItem", "TransactWriteItems", "UpdateItem"})
+    resend.attach(ledger.client())
+    sent = lifecycle()
+    for e in sent:
+        ledger.append(e)
+    assert resend.resent >= len(sent)
+    assert [e.wire() for e in ledger.read_all("defects", "s1")] == [e.wire() for e in sent]
+    details = ledger.get_sandbox_details("defects", "s1")
+    assert details is not None and details.exec_count == 2, details
+
+
+def the_first_created_wins(world: World) -> None:
+    """A second sandbox.created (a later ts) changes neither startedAt nor the listing's
+    order key."""
+    ledger = world.ledger()
+    ledger.append(entry(LedgerEvent.SandboxCreated, 10))
+    ledger.append(entry(LedgerEvent.SandboxCreated, 20))
+    details = ledger.get_sandbox_details("defects", "s1")
+    assert details is not None and details.started_at == 10, details
+    listed = ledger.list_sandbox_details("defects", ListSandboxOptions(before=15))
+    assert [d.sandbox_id for d in listed] == ["s1"]
+
+
+def an_append_racing_a_delete_is_counted_where_it_lands(world: World) -> None:
+    """An exec.complete lands between the delete's read of the partition and its writes."""
+    race.test_an_append_between_the_delete_query_and_its_writes(world.endpoint, world.table)
+
+
+def a_delete_under_partial_batches_removes_everything(world: World) -> None:
+    """Every BatchWriteItem leaves part of its batch unprocessed: the delete still removes
+    every entry, and a large entry's parts are all written."""
+    ledger = world.ledger()
+    sent = [entry(LedgerEvent.SandboxCreated, 10)]
+    sent += [entry(LedgerEvent.ExecStarted, 11 + i, i) for i in range(30)]
+    sent.append(
+        LedgerEntry(
+            ts=99,
+            name="defects",
+            sandbox_id="s1",
+            step_index=30,
+            event=LedgerEvent.ExecComplete,
+            payload={"blob": "x" * 1_500_000},  # several parts, written in one batch
+        )
+    )
+    PartialBatches(0.5).attach(ledger.client())
+    for e in sent:
+        ledger.append(e)
+    assert [e.wire() for e in ledger.read_all("defects", "s1")] == [e.wire() for e in sent]
+    ledger.delete_sandbox("defects", "s1")
+    assert ledger.read_all("defects", "s1") == []
+    assert ledger.get_sandbox_details("defects", "s1") is None
+
+
+def claim(
+    store: SyncResourceRecordStore, stored: VersionedRecord, *, owner: str, now: datetime
+) -> None:
+    """Claim ``stored`` at the revision it was read at, for a 10-minute lease."""
+    now_ms = int(now.timestamp() * 1000)
+    store.claim(
+        stored.record.id,
+        stored.revision,
+        "stale",
+        owner=owner,
+        now_ms=now_ms,
+        until_ms=now_ms + 600_000,
+    )
+
+
+def a_claim_needs_the_revision_it_judged(world: World) -> None:
+    """A sweeper claims at the revision it read: the owner's heartbeat in between wins."""
+    store = world.records()
+    stored = store.put(record(age=timedelta(hours=1)))
+    store.touch(stored.record.id)
+    with pytest.raises(ConflictError):
+        claim(store, stored, owner="sweeper", now=datetime.now(UTC))
+    store.touch(stored.record.id)  # still the owner's
+
+
+def an_export_imported_back_writes_nothing(world: World) -> None:
+    """The entries were appended (no import identity): importing their export into the same
+    store finds them all present."""
+    ledger = world.ledger()
+    sent = lifecycle() + lifecycle("s2")
+    for e in sent:
+        ledger.append(e)
+    lines = list(export_lines(ledger, ledger.scan_sessions()))
+    report = import_entries(ledger, parse_lines(line.encode() for line in lines))
+    assert (report.new, report.present, report.failed) == (0, len(sent), []), report
+    assert len(ledger.read_all("defects", "s1")) == 5
+
+
+def ttls_follow_the_retention_policy(world: World) -> None:
+    """Each phase's TTL lies beyond the policy's own expiry of it by the horizon: a failed
+    record kept for a week is not removed by TTL after the horizon alone."""
+    store = world.records()
+    for phase in ("ready", "cleanup-failed"):
+        before = datetime.now(UTC).timestamp()
+        stored = store.put(record(age=timedelta(0), phase=phase))
+        latest = ExpiryPolicy().latest_expiry(phase)
+        assert latest is not None and stored.expires_at is not None
+        floor = before + latest.total_seconds() + store.ttl_horizon.total_seconds()
+        assert stored.expires_at >= int(floor), (phase, stored.expires_at, floor)
+
+
+def failed_records_are_kept_for_their_retention(world: World) -> None:
+    """A cleanup-failed record unchanged a little past stale_after is kept (retained for a
+    week), where a live one expires."""
+    unchanged = ExpiryPolicy().stale_after + timedelta(minutes=1)
+    failed = record(age=timedelta(0), phase="cleanup-failed")
+    assert expiry_reason(failed, unchanged_for=unchanged) is None
+    assert expiry_reason(record(age=timedelta(0)), unchanged_for=unchanged) is not None
+
+
+def another_sweepers_live_claim_is_left_to_it(world: World) -> None:
+    """A record another run claimed (its lease live) is skipped, not published again."""
+    store = world.records()
+    stored = store.put(record(age=timedelta(hours=1)))
+    now = datetime.now(UTC)
+    claim(store, stored, owner="another-run", now=now)
+    publisher = Collector()
+    result = sweep(store, publisher, now=now + timedelta(minutes=1))
+    assert result.skipped == [stored.record.id] and result.expired == [], result
+    assert publisher.published == []
+
+
+# -- the table ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Defect:
+    row: int
+    what: str
+    patches: tuple[Patch, ...]
+    scenario: Callable[[World], None]
+
+
+OPS = "sandbox_ledger.dynamodb._ops"
+DEFECTS = (
+    Defect(
+        1,
+        "unconditional append: the head's attribute_not_exists removed",
+        (
+            Patch(
+                OPS,
+                "append",
+                'put = {"TableName": table, "Item": encoded.head, **absent}',
+                'put = {"TableName": table, "Item": encoded.head}',
+            ),
+        ),
+        resent_writes_count_once,
+    ),
+    Defect(
+        2,
+        "the summary updated outside the entry's transaction",
+        (
+            Patch(
+                OPS,
+                "append",
+                "    if summary is not None:\n"
+                '        actions.append({"Update": {"TableName": table, **summary}})\n',
+                "    if summary is not None:\n"
+                '        yield Call("update_item", {"TableName": table, **summary})\n'
+                "        summary, summary_at = None, -1\n",
+            ),
+        ),
+        resent_writes_count_once,
+    ),
+    Defect(
+        3,
+        "the last sandbox.created wins instead of the first",
+        (
+            Patch(
+                "sandbox_ledger.dynamodb._items",
+                "summary_update",
+                '_set_if_absent(A.STARTED_AT, ":ts"),\n'
+                '            _set_if_absent(k.INDEX_SORT_KEY, ":ts"),',
+                'f"{A.STARTED_AT} = :ts",\n            f"{k.INDEX_SORT_KEY} = :ts",',
+            ),
+        ),
+        the_first_created_wins,
+    ),
+    Defect(
+        4,
+        "appends racing delete_sandbox: the summary's delete lease not checked",
+        (
+            Patch(
+                OPS,
+                "_summary_condition",
+                'condition = "(attribute_not_exists(#dl) OR #dl < :now)"',
+                'condition = "(attribute_not_exists(#dl) OR #dl < :now OR #dl >= :now)"',
+            ),
+        ),
+        an_append_racing_a_delete_is_counted_where_it_lands,
+    ),
+    Defect(
+        5,
+        "retention ignored: failed-phase records judged like live ones",
+        (
+            Patch(
+                "sandbox_ledger.resources.policy",
+                "ExpiryPolicy.window",
+                "return self.retain_failed or None",
+                "return self.stale_after",
+            ),
+        ),
+        failed_records_are_kept_for_their_retention,
+    ),
+    Defect(
+        7,
+        "unprocessed batch items dropped",
+        (
+            Patch(
+                "sandbox_ledger.ddb.batching",
+                "batch_write",
+                "queue.extendleft(reversed(left))",
+                "pass",
+            ),
+        ),
+        a_delete_under_partial_batches_removes_everything,
+    ),
+    Defect(
+        8,
+        "a claim without the revision condition",
+        (
+            Patch(
+                "sandbox_ledger.resources._ops",
+                "mark_expiring",
+                '"ConditionExpression": "#rev = :rev AND (attribute_not_exists(#exp) OR "',
+                '"ConditionExpression": "(attribute_not_exists(#exp) OR "',
+            ),
+        ),
+        a_claim_needs_the_revision_it_judged,
+    ),
+    Defect(
+        9,
+        "position-keyed import: the copies the session holds not reconciled",
+        (
+            Patch(
+                "sandbox_ledger.transfer",
+                "plan_session",
+                "held = Counter(content_digest(e) for e in existing)",
+                "held: Counter[str] = Counter()",
+            ),
+        ),
+        an_export_imported_back_writes_nothing,
+    ),
+    Defect(
+        10,
+        "a TTL that ignores the retention policy",
+        (
+            Patch(
+                "sandbox_ledger.resources.store",
+                "_Base._ttls",
+                "None if latest is None else int(now_s + latest.total_seconds() + self._horizon)",
+                "int(now_s + self._horizon)",
+            ),
+        ),
+        ttls_follow_the_retention_policy,
+    ),
+    Defect(
+        11,
+        "a sweeper taking another's live claim",
+        (
+            Patch(
+                "sandbox_ledger.resources.sweeper",
+                "_held_by_another",
+                "    return (\n        stored.expiring is not None",
+                "    return False and (\n        stored.expiring is not None",
+            ),
+            Patch(
+                "sandbox_ledger.resources._ops",
+                "mark_expiring",
+                '"attribute_not_exists(#until) OR #until < :now)"',
+                '"attribute_not_exists(#until) OR #until < :now OR attribute_exists(#exp))"',
+            ),
+        ),
+        another_sweepers_live_claim_is_left_to_it,
+    ),
+)
+
+
+@pytest.fixture
+def world(moto_endpoint: str, sync_table: str, tmp_path: Path) -> World:
+    return World(moto_endpoint, sync_table, tmp_path)
+
+
+@pytest.mark.parametrize("defect", DEFECTS, ids=[f"row{d.row}" for d in DEFECTS])
+def test_the_scenario_holds(defect: Defect, world: World) -> None:
+    defect.scenario(world)
+
+
+@pytest.mark.parametrize("defect", DEFECTS, ids=[f"row{d.row}" for d in DEFECTS])
+def test_the_defect_is_caught(
+    defect: Defect, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for patch in defect.patches:
+        install(patch, monkeypatch)
+    with pytest.raises((AssertionError, pytest.fail.Exception)) as caught:
+        defect.scenario(world)
+    print(f"row {defect.row} ({defect.what}): {str(caught.value).splitlines()[0][:200]}")
