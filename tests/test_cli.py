@@ -198,7 +198,7 @@ def test_resources_ls_and_sweep(
     # A table made by create_table() describes no deployment: the operator must say where
     # the notices go and which windows apply, or the sweep refuses.
     refused = runner.invoke(app, [*args, "resources", "sweep", "--dry-run"])
-    assert refused.exit_code == 2 and "event_bus_name" in refused.output, refused.output
+    assert refused.exit_code == 2 and "--event-bus" in refused.output, refused.output
     explicit = ["--event-bus", event_bus, "--stale-after", "900", "--retain-failed", "604800"]
     dry = runner.invoke(app, [*args, "resources", "sweep", "--dry-run", *explicit])
     assert dry.exit_code == 0 and f"would expire {stale.id}" in dry.output
@@ -303,3 +303,49 @@ def test_demo_runs_end_to_end(runner: CliRunner) -> None:
     assert "records expired" in result.output
     # Three images among six sandboxes: each built once, then reused.
     assert "environments built 3, reused 3" in result.output
+
+
+def test_a_table_made_by_table_create_can_be_swept_without_flags(
+    runner: CliRunner, moto_endpoint: str, table_name: str
+) -> None:
+    """`table create` records the sweep's bus and windows (flags to choose them); a dry run
+    observes as a real run would, so a later dry run reports what a real run then expires;
+    a sweep says when the records it watches expire."""
+    import time
+
+    args = ["--table", table_name, "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
+    made = runner.invoke(app, [*args, "table", "create", "--stale-after", "1"])
+    assert made.exit_code == 0, made.output
+    assert "resource sweep: bus default, live records expire 1 s without heartbeat" in made.output
+    store = SyncResourceRecordStore(table_name, endpoint_url=moto_endpoint)
+    stale = store.put(record(age=timedelta(hours=1))).record
+    first = runner.invoke(app, [*args, "resources", "sweep", "--dry-run"])
+    assert first.exit_code == 0, first.output
+    assert "0 would expire" in first.output and "1 record(s) unchanged since" in first.output
+    time.sleep(1.2)  # the window (1 s) passes with the record unchanged
+    second = runner.invoke(app, [*args, "resources", "sweep", "--dry-run", "--json"])
+    assert json.loads(second.stdout)["expired"] == [stale.id], second.output
+    assert store.get(stale.id) is not None  # a dry run changes nothing the owner relies on
+    store.touch(stale.id)  # the owner writes: the observation is void, as in a real run
+    third = runner.invoke(app, [*args, "resources", "sweep", "--json"])
+    done = json.loads(third.stdout)
+    assert done["expired"] == [] and done["skipped"] == [stale.id], third.output
+    assert list(done["due"]) == [stale.id]
+    again = runner.invoke(app, [*args, "table", "create", "--stale-after", "60"])
+    assert again.exit_code == 2 and "--stale-after: 60 was given" in again.output, again.output
+
+
+def test_a_table_without_sweep_settings_is_refused_naming_every_flag_then_completed(
+    runner: CliRunner, args: list[str], moto_endpoint: str, sync_table: str
+) -> None:
+    """A table made by the library's create_table() records no sweep settings: the sweep
+    names the three flags in one line; `table create` adds them and keeps the rest."""
+    refused = runner.invoke(app, [*args, "resources", "sweep"])
+    assert refused.exit_code == 2
+    assert "give --event-bus and --stale-after and --retain-failed" in refused.stderr
+    assert "event_bus_name" not in refused.output
+    made = runner.invoke(app, [*args, "table", "create", "--retain-failed", "0"])
+    assert made.exit_code == 0 and "already exists" in made.output, made.output
+    assert "failed ones never" in made.output
+    swept = runner.invoke(app, [*args, "resources", "sweep"])
+    assert swept.exit_code == 0 and "0 expired" in swept.output, swept.output

@@ -219,6 +219,7 @@ def test_json_of_table_import_and_resources(
     assert as_json(runner, [*other, "table", "create"]) == {
         "table": f"{table_name}-2",
         "created": True,
+        "sweep": {"eventBus": "default", "staleAfterSeconds": 900, "retainFailedSeconds": 604800},
     }
     assert as_json(runner, [*other, "table", "create"])["created"] is False
     lines = tmp_path / "in.jsonl"

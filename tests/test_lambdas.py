@@ -177,9 +177,14 @@ def test_dry_run_reports_and_changes_nothing(
     sweeper = load_handler("expire_stale_resources")
     summary = sweeper.handler(SCHEDULED_EVENT, FakeContext())
     assert summary["dryRun"] is True and summary["expired"] == [stale.record.id]
-    assert summary["observed"] == [new.record.id]  # would observe: nothing written
+    assert summary["observed"] == [new.record.id]
     assert wiring.store.get_versioned(stale.record.id) == observed
-    assert wiring.store.get_versioned(new.record.id) == new
+    # Observed as a real run would (its revision and record unchanged): nothing else written.
+    now_observed = wiring.store.get_versioned(new.record.id)
+    assert now_observed is not None and now_observed.observed_rev == new.revision
+    assert (now_observed.record, now_observed.revision) == (new.record, new.revision)
+    assert now_observed.expiring is None and now_observed.expires_at == new.expires_at
+    assert list(summary["due"]) == [new.record.id]
     assert wiring.received() == []
 
 

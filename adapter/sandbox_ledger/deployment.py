@@ -17,13 +17,14 @@ client), or run :func:`get_descriptor` with an adapter's or store's ``run``::
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger import keys as k
 from sandbox_ledger.ddb.attributes import N, S
 from sandbox_ledger.ddb.steps import Call, run_async, run_sync
 from sandbox_ledger.errors import InvalidInputError
+from sandbox_ledger.resources.policy import DEFAULT_RETAIN_FAILED, DEFAULT_STALE_AFTER
 
 if TYPE_CHECKING:
     from sandbox_ledger.ddb.attributes import Item
@@ -33,9 +34,11 @@ __all__ = [
     "FORMAT",
     "DeploymentMismatchError",
     "ShardCount",
+    "SweepSettings",
     "TableDescriptor",
     "aread_descriptor",
     "check_ledger_retention",
+    "complete_descriptor",
     "descriptor_item",
     "descriptor_key",
     "get_descriptor",
@@ -113,6 +116,21 @@ class TableDescriptor:
             and self.stale_after_seconds is not None
             and self.retain_failed_seconds is not None
         )
+
+
+@dataclass(frozen=True)
+class SweepSettings:
+    """The bus and windows the sweep of a table made by ``create_table(sweep=...)`` uses, as
+    its descriptor records them (the CDK stack records its own): ResourceExpired events go to
+    ``event_bus_name``; a live record expires unchanged for ``stale_after_seconds``, a failed
+    one after ``retain_failed_seconds`` (0: kept forever). The defaults are the stack's."""
+
+    event_bus_name: str = "default"
+    stale_after_seconds: int = int(DEFAULT_STALE_AFTER.total_seconds())
+    retain_failed_seconds: int = int(DEFAULT_RETAIN_FAILED.total_seconds())
+
+    def __post_init__(self) -> None:
+        TableDescriptor(**asdict(self))  # the descriptor's own checks, naming the setting
 
 
 def descriptor_key() -> Item:
@@ -218,6 +236,35 @@ def put_descriptor(table: str, descriptor: TableDescriptor) -> Op[TableDescripto
             return existing
         raise
     return descriptor
+
+
+def complete_descriptor(table: str, sweep: SweepSettings) -> Op[TableDescriptor]:
+    """Record ``sweep``'s settings in the table's descriptor where it has none (a table made
+    before ``create_table`` recorded them); a setting it has is kept. Returns the result."""
+    names = {
+        "#bus": k.DESCRIPTOR_EVENT_BUS,
+        "#stale": k.DESCRIPTOR_STALE_AFTER,
+        "#retain": k.DESCRIPTOR_RETAIN_FAILED,
+        "#pk": k.PARTITION_KEY,
+    }
+    response = yield Call(
+        "update_item",
+        {
+            "TableName": table,
+            "Key": descriptor_key(),
+            "UpdateExpression": "SET #bus = if_not_exists(#bus, :bus), "
+            "#stale = if_not_exists(#stale, :stale), #retain = if_not_exists(#retain, :retain)",
+            "ConditionExpression": "attribute_exists(#pk)",
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": {
+                ":bus": S(sweep.event_bus_name),
+                ":stale": N(sweep.stale_after_seconds),
+                ":retain": N(sweep.retain_failed_seconds),
+            },
+            "ReturnValues": "ALL_NEW",
+        },
+    )
+    return _decode(response["Attributes"], table)
 
 
 def read_descriptor(client: Any, table: str) -> TableDescriptor | None:

@@ -281,7 +281,9 @@ def _ledger(
 
     ledger = adapter(target.retention)
     if target.embedded:
-        ledger.create_table()
+        from sandbox_ledger.deployment import SweepSettings
+
+        ledger.create_table(sweep=SweepSettings())
     elif writes and target.retention is None:
         recorded = _recorded_retention(ledger)
         if recorded is not None:
@@ -387,24 +389,77 @@ def demo(
         render(report, out())
 
 
+_SWEEP_FLAGS = {
+    "event_bus_name": "--event-bus",
+    "stale_after_seconds": "--stale-after",
+    "retain_failed_seconds": "--retain-failed",
+}
+
+
 @table_app.command("create")
 @handled
-def table_create(as_json: bool = _JSON) -> None:
-    """Create the table (as the CDK stack does) if it does not exist; wait until ACTIVE."""
-    target = _target(writes="table create")
-    target.require_dynamodb("table create")
+def table_create(
+    ctx: typer.Context,
+    event_bus: str = typer.Option(
+        "default",
+        "--event-bus",
+        help="EventBridge bus the resource sweep publishes ResourceExpired events to.",
+    ),
+    stale_after: int = typer.Option(
+        900, "--stale-after", min=1, help="Seconds without heartbeat before a live record expires."
+    ),
+    retain_failed: int = typer.Option(
+        604_800, "--retain-failed", min=0, help="Seconds failed records are kept; 0: forever."
+    ),
+    as_json: bool = _JSON,
+) -> None:
+    """Create the table (as the CDK stack does) if it does not exist; wait until ACTIVE. Its
+    descriptor records the resource sweep's bus and windows, so `resources sweep` needs no
+    flags (a table that records them already keeps its own)."""
+    from sandbox_ledger.deployment import DeploymentMismatchError, SweepSettings, read_descriptor
     from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 
-    created = SyncDynamoDBAdapter(
+    target = _target(writes="table create")
+    target.require_dynamodb("table create")
+    settings = SweepSettings(event_bus, stale_after, retain_failed)
+    ledger = SyncDynamoDBAdapter(
         target.table or "",
         session=target.boto3_session(),
         retention=target.retention,
         **target.kwargs(),
-    ).create_table()
+    )
+    created = ledger.create_table(sweep=settings)
+    described = read_descriptor(ledger.client(), ledger.table_name)
+    for name, flag in _SWEEP_FLAGS.items():
+        given = _from_command_line(ctx, flag.lstrip("-").replace("-", "_"), getattr(settings, name))
+        recorded = getattr(described, name) if described is not None else None
+        if given is not None and recorded is not None and given != recorded:
+            raise DeploymentMismatchError(flag, given, recorded, target.table or "")
     if as_json:
-        emit({"table": target.table, "created": created})
+        emit({"table": target.table, "created": created, "sweep": _sweep_json(described)})
     else:
         out().print(f"table {target.table}: {'created' if created else 'already exists'}")
+        if described is not None and described.describes_sweep:
+            out().print(
+                f"resource sweep: bus {described.event_bus_name}, live records expire "
+                f"{described.stale_after_seconds} s without heartbeat, failed ones "
+                + (
+                    f"after {described.retain_failed_seconds} s"
+                    if described.retain_failed_seconds
+                    else "never"
+                ),
+                markup=False,
+            )
+
+
+def _sweep_json(described: Any) -> dict[str, Any] | None:
+    if described is None or not described.describes_sweep:
+        return None
+    return {
+        "eventBus": described.event_bus_name,
+        "staleAfterSeconds": described.stale_after_seconds,
+        "retainFailedSeconds": described.retain_failed_seconds,
+    }
 
 
 @app.command("ls")
@@ -758,6 +813,7 @@ def resources_sweep(
         stale_after_seconds=stale_after,
         retain_failed_seconds=retain_failed,
         require_deployment=True,
+        names=_SWEEP_FLAGS,
     )
     session = target.boto3_session() or boto3.session.Session()
     events = session.client("events", endpoint_url=target.endpoint_url, region_name=target.region)
@@ -780,10 +836,17 @@ def resources_sweep(
         for record_id in result.expired:
             out().print(f"{verb} {record_id}: {result.reasons[record_id]}", markup=False)
         out().print(
-            f"{len(result.expired)} {verb}, {len(result.skipped)} skipped, "
-            f"{len(result.failed)} failed (bus {plan.event_bus_name})",
+            f"{len(result.expired)} {verb}, {len(result.skipped)} skipped (not stale, or "
+            f"another sweep's), {len(result.failed)} failed (bus {plan.event_bus_name})",
             markup=False,
         )
+        if result.due:
+            out().print(
+                f"{len(result.due)} record(s) unchanged since a sweep observed them: if they "
+                f"stay so, the first sweep from {min(result.due.values())} on expires the "
+                "first of them (each one a whole window after its observation)",
+                markup=False,
+            )
     if result.failed:
         raise typer.Exit(ExitCode.PARTIAL)
 

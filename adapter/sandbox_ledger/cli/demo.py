@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from rich.progress import Progress
 from rich.table import Table
 
+from sandbox_ledger.deployment import SweepSettings
 from sandbox_ledger.dynamodb import DynamoDBAdapter
 from sandbox_ledger.models import EnvironmentRecord, LedgerEntry, LedgerEvent, SandboxStatus
 from sandbox_ledger.resources import ResourceActivityRecord, ResourceRecordStore
@@ -87,7 +88,7 @@ async def _run(target: Target, config: DemoConfig, console: Console) -> Report:
     async with DynamoDBAdapter(
         table, session=target.aioboto3_session(), **target.kwargs()
     ) as ledger:
-        await ledger.create_table()
+        await ledger.create_table(sweep=SweepSettings(event_bus_name=_bus(target)))
         store = ResourceRecordStore(table, session=target.aioboto3_session(), **target.kwargs())
         for client in (await ledger.client(), await store.client()):
             client.meta.events.register("before-call.dynamodb", stats.on_call)
@@ -291,6 +292,11 @@ class _SandboxRun:
             await self.stats.run("resource.touch", self.store.touch(record_id))
 
 
+def _bus(target: Target) -> str:
+    """The demo's event bus: its own on the embedded server, else the account's default."""
+    return "sandbox-ledger-demo" if target.embedded else "default"
+
+
 def _sweep(target: Target) -> tuple[dict[str, Any], str]:
     """Run the scheduled sweeper's handler code, built with the demo's environment."""
     from sandbox_ledger.handlers import expire_stale_resources as sweeper_handler
@@ -298,7 +304,7 @@ def _sweep(target: Target) -> tuple[dict[str, Any], str]:
     session = target.boto3_session()
     env = {
         "TABLE_NAME": target.table or "",
-        "EVENT_BUS_NAME": "sandbox-ledger-demo" if target.embedded else "default",
+        "EVENT_BUS_NAME": _bus(target),
     }
     if target.shard_count is not None:
         env["SHARD_COUNT"] = str(target.shard_count)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from dataclasses import asdict
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -25,7 +26,12 @@ from sandbox_ledger.ddb.paging import (
     scan_round,
 )
 from sandbox_ledger.ddb.steps import MAX_ATTEMPTS, Call, Op, Sleep, error_code, log
-from sandbox_ledger.deployment import TableDescriptor, put_descriptor
+from sandbox_ledger.deployment import (
+    SweepSettings,
+    TableDescriptor,
+    complete_descriptor,
+    put_descriptor,
+)
 from sandbox_ledger.dynamodb import _items as it
 from sandbox_ledger.errors import ConflictError, StorageError
 from sandbox_ledger.keys import LedgerAttr as A
@@ -610,13 +616,16 @@ def list_environments(table: str) -> Op[list[EnvironmentRecord]]:
 
 
 def create_table(
-    table: str, shard_count: int, retention: int | None = None
+    table: str,
+    shard_count: int,
+    retention: int | None = None,
+    sweep: SweepSettings | None = None,
 ) -> Op[tuple[bool, TableDescriptor]]:
     """Create the table and its TTL setting if absent, wait for ACTIVE, and write its
-    deployment descriptor with ``shard_count`` and the ledger ``retention`` (seconds, None:
-    keep forever) unless it has one. Returns whether this call
-    created the table, and the table's descriptor (the existing one wins: the caller checks
-    that it agrees)."""
+    deployment descriptor with ``shard_count``, the ledger ``retention`` (seconds, None:
+    keep forever) and ``sweep``'s bus and windows unless it has one (then only the sweep
+    settings it lacks are added). Returns whether this call created the table, and the
+    table's descriptor (the existing one wins: the caller checks that it agrees)."""
     created = False
     try:
         yield Call("create_table", k.table_definition(table))
@@ -645,7 +654,11 @@ def create_table(
                 "TimeToLiveSpecification": {"Enabled": True, "AttributeName": k.TTL_ATTRIBUTE},
             },
         )
+    settings = asdict(sweep) if sweep is not None else {}
     described = yield from put_descriptor(
-        table, TableDescriptor(shard_count=shard_count, ledger_retention_seconds=retention)
+        table,
+        TableDescriptor(shard_count=shard_count, ledger_retention_seconds=retention, **settings),
     )
+    if sweep is not None and not described.describes_sweep:
+        described = yield from complete_descriptor(table, sweep)
     return created, described

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from botocore.config import Config
 
     from sandbox_ledger.ddb.steps import Op
+    from sandbox_ledger.deployment import SweepSettings
     from sandbox_ledger.models import (
         CheckpointInfo,
         ListSandboxOptions,
@@ -66,9 +67,11 @@ class _Base:
     def _resolve_shards(self) -> Op[int]:
         return self._shards.resolve(writing=False)
 
-    def _create_table(self) -> Op[bool]:
+    def _create_table(self, sweep: SweepSettings | None) -> Op[bool]:
         shards = self._shards.explicit or k.DEFAULT_SHARD_COUNT
-        created, described = yield from _ops.create_table(self.table_name, shards, self._retention)
+        created, described = yield from _ops.create_table(
+            self.table_name, shards, self._retention, sweep
+        )
         self._shards.agree(described)
         return created
 
@@ -158,12 +161,14 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
             endpoint_url=endpoint_url, region_name=region_name, session=session, config=config
         )
 
-    async def create_table(self) -> bool:
+    async def create_table(self, *, sweep: SweepSettings | None = None) -> bool:
         """Create the table as the CDK stack provisions it, if absent; wait until ACTIVE.
+        With ``sweep``, its descriptor also records the resource sweep's bus and windows (the
+        settings it already records are kept), so ``resources sweep`` needs no flags.
 
         Returns True if this call created it.
         """
-        return await self.run(self._create_table())
+        return await self.run(self._create_table(sweep))
 
     async def table_shard_count(self) -> int:
         """The table's shard count: its descriptor's, read once per client (see
@@ -282,9 +287,10 @@ class SyncDynamoDBAdapter(_Base, SyncClientOwner):
             endpoint_url=endpoint_url, region_name=region_name, session=session, config=config
         )
 
-    def create_table(self) -> bool:
-        """Create the table as the CDK stack provisions it, if absent; wait until ACTIVE."""
-        return self.run(self._create_table())
+    def create_table(self, *, sweep: SweepSettings | None = None) -> bool:
+        """Create the table as the CDK stack provisions it, if absent; wait until ACTIVE
+        (``sweep``: see DynamoDBAdapter)."""
+        return self.run(self._create_table(sweep))
 
     def table_shard_count(self) -> int:
         """The table's shard count, read once per client (see DynamoDBAdapter)."""

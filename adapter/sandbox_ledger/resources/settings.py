@@ -140,11 +140,14 @@ def resolve_sweep(
     stale_after_seconds: int | None = None,
     retain_failed_seconds: int | None = None,
     require_deployment: bool = False,
+    names: Mapping[str, str] | None = None,
 ) -> SweepPlan:
     """The bus and windows of a sweep of ``table``: the descriptor's; an explicit value must
     agree with it (DeploymentMismatchError names both). What the descriptor does not say
     comes from the explicit value, else the default, unless ``require_deployment`` (the
-    operator's CLI), which refuses to guess (InvalidInputError naming the setting)."""
+    operator's CLI), which refuses to guess (InvalidInputError naming every missing setting
+    at once). ``names`` gives the settings the caller's own names (the CLI's flags) in
+    messages."""
     defaults: dict[str, Any] = {
         "event_bus_name": "default",
         "stale_after_seconds": int(DEFAULT_STALE_AFTER.total_seconds()),
@@ -155,22 +158,25 @@ def resolve_sweep(
         "stale_after_seconds": stale_after_seconds,
         "retain_failed_seconds": retain_failed_seconds,
     }
+    shown = {name: (names or {}).get(name, name) for name in defaults}
     chosen: dict[str, Any] = {}
+    missing: list[str] = []
     for name, default in defaults.items():
         described = getattr(descriptor, name) if descriptor is not None else None
         given = explicit[name]
         if described is not None and given is not None and described != given:
-            raise DeploymentMismatchError(name, given, described, table)
+            raise DeploymentMismatchError(shown[name], given, described, table)
         value = described if described is not None else given
         if value is None:
-            if require_deployment:
-                raise InvalidInputError(
-                    name,
-                    f"table {table} does not describe a deployment's {name} (it was not "
-                    "deployed by the stack): give it explicitly",
-                )
+            missing.append(shown[name])
             value = default
         chosen[name] = value
+    if missing and require_deployment:
+        raise InvalidInputError(
+            missing[0] if len(missing) == 1 else ", ".join(missing),
+            f"table {table} does not record its resource sweep's settings (it was made "
+            f"neither by the stack nor by `table create`): give {' and '.join(missing)}",
+        )
     return SweepPlan(
         event_bus_name=chosen["event_bus_name"],
         policy=ExpiryPolicy(

@@ -81,6 +81,10 @@ class SweepResult:
     observed: list[str] = field(default_factory=list)
     """Candidates whose revision this run started watching (also in ``skipped``): they expire
     if a later run finds the same revision a whole window later by the sweeper's clock."""
+    due: dict[str, str] = field(default_factory=dict)
+    """Skipped records this run watches (observed now or by an earlier run) -> when a sweep
+    expires them if they stay unchanged (ISO 8601, by the sweeper's clock: a sweep at or
+    after that moment, the next scheduled one at the latest)."""
     failed: list[str] = field(default_factory=list)
     reasons: dict[str, str] = field(default_factory=dict)
     unreadable: dict[str, str] = field(default_factory=dict)
@@ -96,6 +100,7 @@ class SweepResult:
             "expired": self.expired,
             "skipped": self.skipped,
             "observed": self.observed,
+            "due": self.due,
             "failed": self.failed,
             "reasons": self.reasons,
             "unreadable": self.unreadable,
@@ -160,7 +165,10 @@ def sweep(
     left to it: skipped), publish ResourceExpired, then delete it (batched). A claim whose
     event could not be published is released, so its owner is never locked out. A run that
     dies leaves claims that a later run takes over once their lease ends: reporting is at
-    least once, never lost. In a dry run nothing is claimed, published or deleted.
+    least once, never lost. In a dry run nothing is claimed, published or deleted, but
+    candidates are observed as in a real run (an observation bumps no revision and is
+    voided by any owner write, so it changes nothing an owner or another sweeper relies on):
+    dry runs a window apart report what real runs at those moments would expire.
     """
     if not dry_run and publisher is None:
         raise ValueError("publisher: required unless dry_run")
@@ -249,16 +257,27 @@ def _judge(run: _Run, stored: VersionedRecord) -> str | None:
     unless it is refreshed or already observed, observe it)."""
     now_ms = run.clock_ms()
     observed = stored.observed_ms
+    record_id = stored.record.id
     if observed is not None:
         unchanged = timedelta(milliseconds=max(0, now_ms - observed))
-        return expiry_reason(stored.record, unchanged_for=unchanged, policy=run.policy)
+        reason = expiry_reason(stored.record, unchanged_for=unchanged, policy=run.policy)
+        if reason is None:
+            _note_due(run, stored, observed)
+        return reason
     now = datetime.fromtimestamp(now_ms / 1000, UTC)
     if not run.policy.is_hint(stored.record, now):  # refreshed since the index was read
         return None
-    record_id = stored.record.id
-    if run.dry_run or run.store.observe(record_id, stored.revision, now_ms):
+    if run.store.observe(record_id, stored.revision, now_ms):
         run.result.observed.append(record_id)
+        _note_due(run, stored, now_ms)
     return None
+
+
+def _note_due(run: _Run, stored: VersionedRecord, observed_ms: int) -> None:
+    window = run.policy.window(stored.record.phase)
+    if window is not None:
+        due = datetime.fromtimestamp(observed_ms / 1000, UTC) + window
+        run.result.due[stored.record.id] = to_iso(due)
 
 
 def _held_by_another(run: _Run, stored: VersionedRecord) -> bool:
