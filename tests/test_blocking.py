@@ -145,22 +145,24 @@ def test_an_interrupted_call_cancels_its_task_and_the_process_exits() -> None:
     assert left_open.returncode == 0 and left_open.stdout.strip() == "[]", left_open.stderr
 
 
-def test_the_facade_offers_exactly_the_adapters_extensions(tmp_path: Path) -> None:
-    """Import and export look the stores' extensions up by name: through the facade they are
-    there when the adapter has them (SQLite: all four) and absent otherwise (the memory store
-    has no append_once), never a method that fails when called."""
+def test_the_facade_is_a_sync_transfer_adapter_over_every_store(tmp_path: Path) -> None:
+    """Import and export take a SyncTransferAdapter: the facade declares every method of it,
+    over the memory store too (which gained append_once), each reaching the adapter; any
+    other name is an AttributeError, never a method that fails when called."""
     from sandbox_ledger.memory import MemoryAdapter
+    from sandbox_ledger.protocol import SyncTransferAdapter
 
     sqlite = BlockingAdapter(SQLiteAdapter(tmp_path / "ledger.db"))
-    for name in ("append_once", "read_stored", "read_in_append_order", "scan_sessions"):
-        assert callable(getattr(sqlite, name, None)), name
     memory = BlockingAdapter(MemoryAdapter())
-    assert getattr(memory, "append_once", None) is None
-    assert callable(getattr(memory, "read_stored", None))
-    assert getattr(sqlite, "no_such_method", None) is None
-    with sqlite:
-        sqlite.append(created("sb", 1))
-        assert sqlite.scan_sessions() == [("job", "sb")]
+    for ledger in (sqlite, memory):
+        assert isinstance(ledger, SyncTransferAdapter)
+        assert not hasattr(ledger, "no_such_method")
+        with ledger:
+            assert ledger.append_once(created("sb", 1), 1) is True
+            assert ledger.append_once(created("sb", 1), 1) is False
+            assert ledger.scan_sessions(segments=2) == [("job", "sb")]
+            assert ledger.read_stored("job", "sb") == ledger.read_in_append_order("job", "sb")
+            assert ledger.ledger_retention() is None
 
 
 def test_imports_at_once_through_the_facade_store_each_entry_once(tmp_path: Path) -> None:

@@ -311,7 +311,7 @@ def test_a_reimport_writes_nothing_twice_when_entries_have_expired(store: Store)
     expired: importing it again must find them stored (until a purge), not append them
     again (each run added them once more, raised execCount and, with the summary's expiry
     taken from an older entry, hid the session)."""
-    from sandbox_ledger.cli.context import BlockingStore
+    from sandbox_ledger.blocking import BlockingAdapter
     from sandbox_ledger.transfer import entry_line, import_entries, parse_lines
 
     now = _now_ms()
@@ -321,7 +321,7 @@ def test_a_reimport_writes_nothing_twice_when_entries_have_expired(store: Store)
         entry_line(_e("sb1", LedgerEvent.ExecComplete, old + 1)).encode(),
         entry_line(_e("sb1", LedgerEvent.ExecComplete, now - 3_600_000)).encode(),
     ]
-    target = BlockingStore(store.adapter(DAY))
+    target = BlockingAdapter(store.adapter(DAY))
     try:
         # Appended live (an import no longer writes an entry already expired: it counts it).
         for line in parse_lines(lines).entries:

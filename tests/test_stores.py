@@ -322,7 +322,7 @@ def test_the_memory_store_exports_every_session(tmp_path: Path) -> None:
     exported in append order and re-imported equal."""
     from rich.console import Console
 
-    from sandbox_ledger.cli.context import BlockingStore
+    from sandbox_ledger.blocking import BlockingAdapter
     from sandbox_ledger.cli.transfer import export_to, import_from
 
     source, destination = MemoryAdapter(), MemoryAdapter()
@@ -336,10 +336,10 @@ def test_the_memory_store_exports_every_session(tmp_path: Path) -> None:
     asyncio.run(seed())
     err = Console(stderr=True)
     path = tmp_path / "ledger.jsonl"
-    counts = export_to(BlockingStore(source), name=None, sandbox_id=None, output=path, err=err)
+    counts = export_to(BlockingAdapter(source), name=None, sandbox_id=None, output=path, err=err)
     assert counts == (4, len(_ledger()), len(_environments()))
     with path.open("rb") as stream:
-        report = import_from(BlockingStore(destination), stream, label="x", err=err)
+        report = import_from(BlockingAdapter(destination), stream, label="x", err=err)
     assert report.summary() == (
         f"{len(_ledger())} new, 0 already present, 0 expired, 0 failed; "
         "environments: 4 new, 0 updated, 0 already present, 0 not newer than the store's"
@@ -454,49 +454,6 @@ def test_an_explicit_store_wins_over_an_exported_table(
     monkeypatch.setenv("SANDBOX_LEDGER_STORE", sqlite_url)  # both variables: ambiguous
     both = runner.invoke(app, ["ls"])
     assert both.exit_code == 2 and "SANDBOX_LEDGER_TABLE" in both.output
-
-
-def test_an_adapter_without_scan_sessions_exports_listed_sessions_and_says_so(
-    tmp_path: Path,
-) -> None:
-    """A third-party adapter with the contract's methods only: the export says what it
-    cannot include."""
-    import io
-
-    from rich.console import Console
-
-    from sandbox_ledger.cli.context import BlockingStore
-    from sandbox_ledger.cli.transfer import export_to
-
-    memory = MemoryAdapter()
-    asyncio.run(_seed_adapter(memory))
-    inner = BlockingStore(memory)
-
-    class ContractOnly:
-        def list_all_sandbox_details(self) -> Any:
-            return inner.list_all_sandbox_details()
-
-        def read_all(self, name: str, sandbox_id: str) -> Any:
-            return inner.read_all(name, sandbox_id)
-
-        def list_environments(self) -> Any:
-            return inner.list_environments()
-
-    stderr = io.StringIO()
-    sessions, count, _ = export_to(
-        ContractOnly(),  # type: ignore[arg-type]
-        name=None,
-        sandbox_id=None,
-        output=tmp_path / "out.jsonl",
-        err=Console(file=stderr),
-    )
-    assert sessions == 3 and count == len(_ledger()) - 4
-    assert "sessions without one are not exported" in stderr.getvalue()
-
-
-async def _seed_adapter(adapter: Any) -> None:
-    for entry in _ledger():
-        await adapter.append(entry)
 
 
 @pytest.mark.parametrize("url", ["memory://", "sqlite:///:memory:"])

@@ -86,3 +86,68 @@ def test_the_rule_catches_a_cross_package_private_import(tmp_path: Path) -> None
         "adapter/sandbox_ledger/resources/store.py: imports sandbox_ledger.dynamodb.adapter._x",
         "adapter/sandbox_ledger/resources/sweep.py: imports sandbox_ledger.dynamodb._ops",
     ]
+
+
+def _declared_methods(root: Path) -> set[str]:
+    """The methods of the Protocols in ``protocol.py``: the capabilities an adapter declares
+    (but ``connect`` and ``close``, names every file and WSGI iterable shares)."""
+    tree = ast.parse((root / "adapter" / "sandbox_ledger" / "protocol.py").read_text())
+    return {
+        item.name
+        for node in tree.body
+        if isinstance(node, ast.ClassDef)
+        and any(
+            isinstance(b, ast.Name) and b.id.endswith(("Protocol", "Adapter")) for b in node.bases
+        )
+        for item in node.body
+        if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
+    } - {"connect", "close"}
+
+
+def capability_probes(root: Path = ROOT) -> list[str]:
+    """``getattr``/``hasattr`` calls in shipped code that look up a declared method by name:
+    an adapter declares what it can do (``protocol.py``), callers never ask."""
+    declared = _declared_methods(root)
+    probes = []
+    for top in SHIPPED:
+        for path in sorted((root / top).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Name)
+                    and node.func.id in {"getattr", "hasattr"}
+                    and len(node.args) >= 2
+                    and isinstance(node.args[1], ast.Constant)
+                    and node.args[1].value in declared
+                ):
+                    where = f"{path.relative_to(root)}:{node.lineno}"
+                    probes.append(f"{where}: {node.func.id}(..., {node.args[1].value!r})")
+    return probes
+
+
+def test_no_shipped_code_probes_a_declared_capability() -> None:
+    assert {"scan_sessions", "append_once", "read_stored", "append"} <= _declared_methods(ROOT)
+    assert capability_probes() == []
+
+
+def test_the_rule_catches_a_capability_probe(tmp_path: Path) -> None:
+    package = tmp_path / "adapter" / "sandbox_ledger"
+    package.mkdir(parents=True)
+    (package / "protocol.py").write_text(
+        "class TransferAdapter(StorageAdapter, Protocol):\n"
+        "    async def scan_sessions(self): ...\n"
+        "class Other:\n"
+        "    def not_declared(self): ...\n"
+    )
+    (package / "transfer.py").write_text(
+        "scan = getattr(store, 'scan_sessions', None)\n"
+        "ok = getattr(exc, 'response', None) or getattr(store, 'not_declared', None)\n"
+        "if hasattr(store, 'scan_sessions'):\n"
+        "    pass\n"
+    )
+    for top in SHIPPED[1:]:
+        (tmp_path / top).mkdir()
+    assert capability_probes(tmp_path) == [
+        "adapter/sandbox_ledger/transfer.py:1: getattr(..., 'scan_sessions')",
+        "adapter/sandbox_ledger/transfer.py:3: hasattr(..., 'scan_sessions')",
+    ]

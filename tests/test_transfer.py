@@ -408,11 +408,14 @@ class Envs:
         self.held = {r.name: r for r in held}
         self.saves = 0
 
-    def read_all(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
+    def read_stored(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         return []
 
-    def append(self, entry: LedgerEntry) -> None:
+    def append_once(self, entry: LedgerEntry, occurrence: int) -> bool:
         raise AssertionError("no entries in these files")
+
+    def ledger_retention(self) -> int | None:
+        return None
 
     def get_environment(self, name: str) -> EnvironmentRecord | None:
         return self.held.get(name)
@@ -513,7 +516,7 @@ def test_concurrent_imports_into_a_sql_store_store_each_entry_once(
     """Two imports of one file at once into SQLite or PostgreSQL both read the session
     before either writes: the second must find the first's entries by their identity (it
     appended every entry again: 13 entries stored twice, execCount doubled)."""
-    from sandbox_ledger.cli.context import BlockingStore
+    from sandbox_ledger.blocking import BlockingAdapter
 
     def adapter() -> object:
         if kind == "sqlite":
@@ -529,7 +532,7 @@ def test_concurrent_imports_into_a_sql_store_store_each_entry_once(
     entries += [e("job", "c", "exec.complete", 10 + i % 3, {"i": i % 4}, step=i) for i in range(11)]
     entries += [e("job", "c", "exec.complete", 10, {"i": 0}, step=0)]  # a repeat of one above
     parsed = parse_lines([line(x).encode() + b"\n" for x in entries])
-    first, second = BlockingStore(adapter()), BlockingStore(adapter())
+    first, second = BlockingAdapter(adapter()), BlockingAdapter(adapter())
     reports = []
     try:
         meanwhile: list[object] = [lambda: reports.append(import_entries(second, parsed))]

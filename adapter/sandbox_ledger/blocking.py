@@ -13,7 +13,8 @@ instead::
         print(ledger.get_sandbox_details("job", "sb-1"))
 
 The facade owns one event loop, in a daemon thread of its own, and runs each call there: the
-methods are the contract's, without ``await``, with the same results and errors. It may be
+methods are :class:`~sandbox_ledger.protocol.TransferAdapter`'s without ``await``, with the
+same results and errors (a :class:`~sandbox_ledger.protocol.SyncTransferAdapter`). It may be
 called from any number of threads at once (their calls run concurrently on the loop, as
 concurrent tasks of one async client would). A call interrupted in the calling thread (Ctrl-C)
 cancels its task on the loop. ``close()`` closes the adapter, then stops the loop; used again,
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
         SandboxDetails,
         SandboxPage,
     )
-    from sandbox_ledger.protocol import StorageAdapter
+    from sandbox_ledger.protocol import TransferAdapter
 
 T = TypeVar("T")
 
@@ -47,7 +48,7 @@ __all__ = ["BlockingAdapter", "open_blocking_store"]
 class BlockingAdapter:
     """An async storage adapter behind synchronous methods (see the module docstring)."""
 
-    def __init__(self, adapter: StorageAdapter) -> None:
+    def __init__(self, adapter: TransferAdapter) -> None:
         self.adapter = adapter
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -153,29 +154,24 @@ class BlockingAdapter:
     def list_environments(self) -> list[EnvironmentRecord]:
         return self._run(self.adapter.list_environments())
 
-    # -- the stores' optional extensions, where the adapter has them --------------------------
+    # -- moving a ledger (TransferAdapter), without await ------------------------------------
 
-    def __getattr__(self, name: str) -> Any:
-        """The extensions beyond the contract that the wrapped adapter has (import and export
-        look for them: ``append_once``, ``ledger_retention``, ``read_stored``,
-        ``read_in_append_order``, ``scan_sessions``), without await; any other name is an
-        AttributeError, so ``getattr(store, name, None)`` finds exactly what the adapter
-        offers."""
-        if name not in _EXTENSIONS or "adapter" not in self.__dict__:
-            raise AttributeError(name)
-        method = getattr(self.adapter, name)  # AttributeError when the adapter lacks it
+    def scan_sessions(
+        self, name: str | None = None, *, segments: int | None = None
+    ) -> list[tuple[str, str]]:
+        return self._run(self.adapter.scan_sessions(name, segments=segments))
 
-        def call(*args: Any, **kwargs: Any) -> Any:
-            return self._run(method(*args, **kwargs))
+    def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
+        return self._run(self.adapter.read_in_append_order(name, sandbox_id))
 
-        call.__name__ = call.__qualname__ = name
-        call.__doc__ = method.__doc__
-        return call
+    def read_stored(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
+        return self._run(self.adapter.read_stored(name, sandbox_id))
 
+    def append_once(self, entry: LedgerEntry, occurrence: int) -> bool:
+        return self._run(self.adapter.append_once(entry, occurrence))
 
-_EXTENSIONS = frozenset(
-    {"append_once", "ledger_retention", "read_stored", "read_in_append_order", "scan_sessions"}
-)
+    def ledger_retention(self) -> int | None:
+        return self._run(self.adapter.ledger_retention())
 
 
 def open_blocking_store(url: str) -> BlockingAdapter:

@@ -383,6 +383,30 @@ def check_retention(retention: object) -> int | None:
     return math.ceil(retention.total_seconds())
 
 
+MAX_OCCURRENCE = 999_999
+"""The most copies of one content in one session an import identifies (six digits of
+:func:`claim_sk`)."""
+
+
+def check_occurrence(occurrence: object) -> int:
+    """An import occurrence (``append_once``): an integer from 1 to :data:`MAX_OCCURRENCE`."""
+    if isinstance(occurrence, bool) or not isinstance(occurrence, int):
+        raise InvalidInputError("occurrence", f"must be an integer from 1 to {MAX_OCCURRENCE}")
+    if not 1 <= occurrence <= MAX_OCCURRENCE:
+        raise InvalidInputError("occurrence", f"must be an integer from 1 to {MAX_OCCURRENCE}")
+    return occurrence
+
+
+def check_segments(segments: object) -> int | None:
+    """A ``scan_sessions`` parallelism hint, checked by every store whether it scans in
+    parallel or not: None (the store's default) or an integer from 1 to 64."""
+    if segments is None:
+        return None
+    if isinstance(segments, bool) or not isinstance(segments, int) or not 1 <= segments <= 64:
+        raise InvalidInputError("segments", "must be an integer from 1 to 64")
+    return segments
+
+
 def ledger_expires_at(ts: int, retention: int | None) -> int | None:
     """The TTL (Unix seconds) of an item whose entry has time ``ts`` (ms), or None."""
     return None if retention is None else ts // 1000 + retention

@@ -13,7 +13,9 @@ from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.keys import (
     check_component,
     check_environment_name,
+    check_occurrence,
     check_retention,
+    check_segments,
     check_session_key,
     ledger_expires_at,
 )
@@ -54,10 +56,21 @@ class _Session:
     events: list[tuple[int, int, LedgerEntry]] = field(default_factory=list)
     # The summary's TTL (Unix s): the latest of the entries that changed it; None: forever.
     expires: int | None = None
+    # The import identities append_once stored: (content digest, occurrence).
+    claims: set[tuple[str, int]] = field(default_factory=set)
 
 
 def _require(value: str, field_name: str) -> str:
     return check_component(value, field_name)
+
+
+def _storable(entry: object) -> tuple[str, str]:
+    """The session key of an entry every store would accept."""
+    if not isinstance(entry, LedgerEntry):
+        raise InvalidInputError("entry", f"expected a LedgerEntry, got {type(entry).__name__}")
+    key = check_session_key(entry.name, entry.sandbox_id)
+    require_storable(entry)
+    return key
 
 
 class MemoryAdapter:
@@ -103,10 +116,24 @@ class MemoryAdapter:
 
     async def append(self, entry: LedgerEntry) -> None:
         """Store one entry (the pair must pass :func:`~sandbox_ledger.keys.check_session_key`)."""
-        if not isinstance(entry, LedgerEntry):
-            raise InvalidInputError("entry", f"expected a LedgerEntry, got {type(entry).__name__}")
-        key = check_session_key(entry.name, entry.sandbox_id)
-        require_storable(entry)
+        self._append(entry, _storable(entry))
+
+    async def append_once(self, entry: LedgerEntry, occurrence: int) -> bool:
+        """Append the ``occurrence``-th copy of this content in its session unless an earlier
+        ``append_once`` stored it (the import identity, see :mod:`sandbox_ledger.transfer`):
+        True if this call stored it. Atomic: nothing awaits between the check and the write."""
+        from sandbox_ledger.transfer import content_digest  # it imports the DynamoDB layer
+
+        occurrence = check_occurrence(occurrence)
+        key = _storable(entry)
+        claim = (content_digest(entry), occurrence)
+        held = self._sessions.get(key)
+        if held is not None and claim in held.claims:
+            return False
+        self._append(entry, key).claims.add(claim)
+        return True
+
+    def _append(self, entry: LedgerEntry, key: tuple[str, str]) -> _Session:
         session = self._sessions.get(key)
         if session is None:
             session = self._sessions[key] = _Session(
@@ -120,6 +147,7 @@ class MemoryAdapter:
         if entry.event in _SUMMARY_EVENTS and expires is not None:
             # The summary's expiry never moves back: an append out of ts order keeps it.
             session.expires = max(expires, session.expires or expires)
+        return session
 
     def _live_events(self, session: _Session) -> list[tuple[int, int, LedgerEntry]]:
         if self._retention is None:
@@ -159,11 +187,15 @@ class MemoryAdapter:
             return []
         return [_copy(e) for _, _, e in sorted(self._live_events(session), key=lambda t: t[1])]
 
-    async def scan_sessions(self, name: str | None = None) -> list[tuple[str, str]]:
+    async def scan_sessions(
+        self, name: str | None = None, *, segments: int | None = None
+    ) -> list[tuple[str, str]]:
         """Every (name, sandboxId) with at least one entry, listed or not (sessions without
-        ``sandbox.created`` included), sorted; for exports."""
+        ``sandbox.created`` included), sorted; for exports (``segments`` is checked and
+        ignored)."""
         if name is not None:
             _require(name, "name")
+        check_segments(segments)
         return sorted(
             key
             for key, session in self._sessions.items()

@@ -29,11 +29,13 @@ new):
 
   :func:`sandbox_ledger.summary.keyset_page` implements it for an adapter that can hand over
   (details, tie-break) rows.
-* **Export helpers** (optional; every adapter of this library has them).
-  ``scan_sessions(name=None)`` returns every (name, sandboxId) with at least one entry,
-  sorted, sessions never created included; ``read_in_append_order(name, sandbox_id)`` returns
-  a session's entries in the order they were appended. ``sandbox-ledger export`` uses them;
-  without them it exports listed sessions only, in ``read_all`` order, and says so.
+* **Moving a ledger.** :class:`TransferAdapter` declares what ``sandbox-ledger export``
+  and ``import`` (:mod:`sandbox_ledger.transfer`) need beyond the contract: sessions found
+  by scanning rather than listing, entries in append order and as stored, the import
+  identity (``append_once``) and the retention. Every adapter of this library implements it;
+  :class:`SyncStorageAdapter` and :class:`SyncTransferAdapter` are the same contracts without
+  ``await`` (``SyncDynamoDBAdapter``, and :class:`~sandbox_ledger.blocking.BlockingAdapter`
+  over any async adapter).
 """
 
 from __future__ import annotations
@@ -133,3 +135,107 @@ class StorageAdapter(Protocol):
     async def list_environments(self) -> list[EnvironmentRecord]:
         """Every environment record, newest ``builtAt`` first."""
         ...
+
+
+@runtime_checkable
+class TransferAdapter(StorageAdapter, Protocol):
+    """The contract and what export and import need to move a ledger completely and exactly
+    once (every adapter of this library; the conformance suite checks it)."""
+
+    async def scan_sessions(
+        self, name: str | None = None, *, segments: int | None = None
+    ) -> list[tuple[str, str]]:
+        """Every (name, sandboxId) with at least one visible entry (of ``name`` if given),
+        sorted, sessions without ``sandbox.created`` included.
+
+        ``segments`` is a hint for a store that scans in parallel (DynamoDB: the number of
+        Scan segments, default 4); a store that does not checks it and ignores it.
+
+        Raises:
+            InvalidInputError: ``segments`` is not None or an integer from 1 to 64.
+        """
+        ...
+
+    async def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
+        """Every visible entry of the session in the order it was appended (what an export
+        writes, so that replaying it rebuilds every summary)."""
+        ...
+
+    async def read_stored(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
+        """Every entry the store still holds for the session, ascending ts, those past the
+        retention included until the store removes them (what an import reconciles against)."""
+        ...
+
+    async def append_once(self, entry: LedgerEntry, occurrence: int) -> bool:
+        """Append the ``occurrence``-th copy (1-based) of this content in its session unless
+        an earlier ``append_once`` stored it, atomically: True if this call stored it.
+
+        Raises:
+            InvalidInputError: ``occurrence`` is not an integer from 1 to 999999, or the
+                entry is one ``append`` refuses (nothing is written).
+        """
+        ...
+
+    async def ledger_retention(self) -> int | None:
+        """The ledger retention appends write with, in seconds (None: kept forever)."""
+        ...
+
+
+@runtime_checkable
+class SyncStorageAdapter(Protocol):
+    """:class:`StorageAdapter` without ``await``, with the same results and errors."""
+
+    def connect(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def append(self, entry: LedgerEntry) -> None: ...
+
+    def read_all(self, name: str, sandbox_id: str) -> list[LedgerEntry]: ...
+
+    def last_checkpoint(self, name: str, sandbox_id: str) -> LedgerEntry | None: ...
+
+    def list_sandbox_details(
+        self, name: str, opts: ListSandboxOptions | None = None
+    ) -> list[SandboxDetails]: ...
+
+    def list_all_sandbox_details(
+        self, opts: ListSandboxOptions | None = None
+    ) -> list[SandboxDetails]: ...
+
+    def list_sandbox_page(
+        self, name: str, opts: ListSandboxOptions | None = None
+    ) -> SandboxPage: ...
+
+    def list_all_sandbox_page(self, opts: ListSandboxOptions | None = None) -> SandboxPage: ...
+
+    def get_sandbox_details(self, name: str, sandbox_id: str) -> SandboxDetails | None: ...
+
+    def delete_sandbox(self, name: str, sandbox_id: str) -> None: ...
+
+    def list_checkpoints(self, name: str, sandbox_id: str) -> list[CheckpointInfo]: ...
+
+    def get_environment(self, name: str) -> EnvironmentRecord | None: ...
+
+    def save_environment(self, record: EnvironmentRecord) -> None: ...
+
+    def delete_environment(self, name: str) -> None: ...
+
+    def list_environments(self) -> list[EnvironmentRecord]: ...
+
+
+@runtime_checkable
+class SyncTransferAdapter(SyncStorageAdapter, Protocol):
+    """:class:`TransferAdapter` without ``await``: what the importer and exporter take."""
+
+    def scan_sessions(
+        self, name: str | None = None, *, segments: int | None = None
+    ) -> list[tuple[str, str]]: ...
+
+    def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]: ...
+
+    def read_stored(self, name: str, sandbox_id: str) -> list[LedgerEntry]: ...
+
+    def append_once(self, entry: LedgerEntry, occurrence: int) -> bool: ...
+
+    def ledger_retention(self) -> int | None: ...

@@ -31,7 +31,7 @@ from sandbox_ledger._redact import redact_url, scrub
 from sandbox_ledger.errors import InvalidInputError
 
 if TYPE_CHECKING:
-    from sandbox_ledger.protocol import StorageAdapter
+    from sandbox_ledger.protocol import TransferAdapter
 
 __all__ = ["SCHEMES", "is_ephemeral", "open_store", "parse_store_url"]
 
@@ -162,7 +162,7 @@ def _whole(url: str, options: dict[str, str], key: str) -> int:
     return int(value)
 
 
-def open_store(url: str) -> StorageAdapter:
+def open_store(url: str) -> TransferAdapter:
     """The async adapter a store URL names (not connected yet: it connects on first use).
 
     Raises:

@@ -38,7 +38,7 @@ import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from sandbox_ledger.deployment import DeploymentMismatchError
 from sandbox_ledger.errors import InvalidInputError
@@ -47,6 +47,8 @@ from sandbox_ledger.models import EnvironmentRecord, LedgerEntry
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
+
+    from sandbox_ledger.protocol import SyncTransferAdapter
 
 __all__ = [
     "ENVIRONMENT_KIND",
@@ -195,23 +197,6 @@ def parse_lines(lines: Iterable[bytes]) -> ParsedFile:
     return parsed
 
 
-class ImportTarget(Protocol):
-    """What the importer needs from a (sync) adapter; with ``ledger_retention`` (every store
-    of this library) it writes no entry already expired. With ``append_once`` (DynamoDB, SQLite,
-    PostgreSQL) writes are conditional on their identity, so concurrent imports never
-    duplicate; without it (``append`` only: the memory store) repeated, overlapping and
-    reordered imports are still reconciled, but two imports running at the same moment may
-    both write a missing entry."""
-
-    def read_all(self, name: str, sandbox_id: str) -> list[LedgerEntry]: ...
-
-    def append(self, entry: LedgerEntry) -> object: ...
-
-    def get_environment(self, name: str) -> EnvironmentRecord | None: ...
-
-    def save_environment(self, record: EnvironmentRecord) -> object: ...
-
-
 @dataclass
 class EnvironmentCounts:
     """What an import did with the file's environment records (see the module)."""
@@ -276,35 +261,34 @@ def plan_session(
 
 
 def import_entries(
-    target: ImportTarget,
+    target: SyncTransferAdapter,
     parsed: ParsedFile,
     *,
     progress: Callable[[int], None] | None = None,
 ) -> ImportReport:
     """Reconcile the parsed file into ``target`` session by session (see the module).
 
-    Lines the store refuses (:class:`~sandbox_ledger.errors.InvalidInputError`) are reported
-    as failed and the import goes on; a storage failure stops it (a re-run resumes: nothing
-    is written twice). An entry the store does not hold and that is already past the
-    store's retention (``ledger_retention()``, where the store has one) is not written
+    Each write is ``append_once`` with the entry's identity, so imports running at once
+    store every entry once. Lines the store refuses
+    (:class:`~sandbox_ledger.errors.InvalidInputError`) are reported as failed and the import
+    goes on; a storage failure stops it (a re-run resumes: nothing is written twice). An
+    entry the store does not hold and that is already past the store's retention
+    (``ledger_retention()``) is not written
     (TTL or ``purge_expired`` removed it, or it was never there): counted as expired.
     Written, it would be hidden at once and move the session's summary towards its old
     expiry. ``progress`` is called with the number of entries done.
     """
     report = ImportReport(failed=list(parsed.errors))
-    append_once = getattr(target, "append_once", None)
-    retention = getattr(target, "ledger_retention", None)
-    seconds = retention() if retention is not None else None
+    seconds = target.ledger_retention()
     now = int(time.time())
     # What the session holds, expired entries included where the store still keeps them
     # (SQL stores until a purge, DynamoDB until TTL deletes them): reconciling against the
     # visible entries only would write an expired entry again on every run.
-    read = getattr(target, "read_stored", None) or target.read_all
     sessions: dict[tuple[str, str], list[tuple[int, LedgerEntry]]] = {}
     for number, entry in parsed.entries:
         sessions.setdefault((entry.name, entry.sandbox_id), []).append((number, entry))
     for (name, sandbox_id), incoming in sessions.items():
-        writes, present = plan_session(read(name, sandbox_id), incoming)
+        writes, present = plan_session(target.read_stored(name, sandbox_id), incoming)
         report.present += present
         if progress is not None and present:
             progress(present)
@@ -316,11 +300,7 @@ def import_entries(
                     progress(1)
                 continue
             try:
-                if append_once is not None:
-                    stored = bool(append_once(entry, occurrence))
-                else:
-                    target.append(entry)
-                    stored = True
+                stored = target.append_once(entry, occurrence)
             except DeploymentMismatchError:
                 raise  # the client disagrees with the table, not this line: stop at once
             except InvalidInputError as exc:
@@ -344,7 +324,7 @@ def import_entries(
 
 
 def _reconcile_environment(
-    target: ImportTarget, record: EnvironmentRecord, counts: EnvironmentCounts
+    target: SyncTransferAdapter, record: EnvironmentRecord, counts: EnvironmentCounts
 ) -> None:
     """Save ``record`` unless the store holds it or a record at least as new (see the module)."""
     held = target.get_environment(record.name)
@@ -360,25 +340,23 @@ def _reconcile_environment(
             counts.updated += 1
 
 
-class ExportSource(Protocol):
-    """What the exporter needs from a (sync) adapter; ``read_in_append_order`` is used when
-    the adapter has it (every adapter of this library), ``read_all`` (ts order) otherwise."""
-
-    def read_all(self, name: str, sandbox_id: str) -> list[LedgerEntry]: ...
-
-
 def export_lines(
-    source: ExportSource,
+    source: SyncTransferAdapter,
     sessions: Iterable[tuple[str, str]],
     environments: Iterable[EnvironmentRecord] = (),
+    *,
+    progress: Callable[[int], None] | None = None,
 ) -> Iterator[str]:
     """Every entry of the sessions, in (name, sandboxId) order and append order within each,
     then the environment records in the order given (``list_environments()``: newest
     ``builtAt`` first, ties in first-saved order, which an import reproduces), as lines with
-    their newline: deterministic, so exporting twice gives the same bytes."""
-    read = getattr(source, "read_in_append_order", None) or source.read_all
+    their newline: deterministic, so exporting twice gives the same bytes. ``progress`` is
+    called with the number of sessions read."""
     for name, sandbox_id in sorted(set(sessions)):
-        for entry in read(name, sandbox_id):
+        entries = source.read_in_append_order(name, sandbox_id)
+        if progress is not None:
+            progress(1)
+        for entry in entries:
             yield entry_line(entry) + "\n"
     for record in environments:
         yield environment_line(record) + "\n"

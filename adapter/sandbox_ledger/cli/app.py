@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from datetime import timedelta
 
     from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+    from sandbox_ledger.protocol import SyncTransferAdapter
     from sandbox_ledger.resources import SyncResourceRecordStore
 
 F = TypeVar("F", bound="Callable[..., Any]")
@@ -261,15 +262,14 @@ _SANDBOX_ID = typer.Argument(..., metavar="SANDBOX_ID", help="The session's sand
 
 def _ledger(
     target: Target, *, interactive: bool = True, writes: bool = False
-) -> SyncDynamoDBAdapter:
+) -> SyncTransferAdapter:
     """The command's ledger. A command that ``writes`` entries (import) writes with the
     table's recorded retention unless the dynamodb:// URL names one (which must agree)."""
     from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 
     other = target.sql_or_memory_store()
     if other is not None:
-        # Same methods, driven synchronously.
-        return other  # type: ignore[return-value]
+        return other
 
     def adapter(retention: timedelta | None) -> SyncDynamoDBAdapter:
         return SyncDynamoDBAdapter(

@@ -15,6 +15,8 @@ from sandbox_ledger.errors import InvalidInputError
 if TYPE_CHECKING:
     from datetime import timedelta
 
+    from sandbox_ledger.blocking import BlockingAdapter
+
 EMBEDDED_TABLE = "sandbox-ledger"
 
 
@@ -78,13 +80,14 @@ class Target:
             file=sys.stderr,
         )
 
-    def sql_or_memory_store(self) -> BlockingStore | None:
-        """The store the URL names, when it is not DynamoDB (whose commands use the table)."""
+    def sql_or_memory_store(self) -> BlockingAdapter | None:
+        """The store the URL names, when it is not DynamoDB (whose commands use the table),
+        driven synchronously."""
         if not self.store or self.table:
             return None
-        from sandbox_ledger.stores import open_store
+        from sandbox_ledger.blocking import open_blocking_store
 
-        blocking = BlockingStore(open_store(self.store))
+        blocking = open_blocking_store(self.store)
         self._stack.callback(blocking.close)
         return blocking
 
@@ -154,38 +157,6 @@ class Target:
 
     def close(self) -> None:
         self._stack.close()
-
-
-class BlockingStore:
-    """An async storage adapter driven by the CLI's synchronous commands (one private loop)."""
-
-    def __init__(self, adapter: Any) -> None:
-        import asyncio
-
-        self._adapter = adapter
-        self._runner = asyncio.Runner()
-
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self._adapter, name)
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            return self._runner.run(method(*args, **kwargs))
-
-        return call
-
-    def append_at(self, entry: Any, position: int) -> None:
-        """Idempotent where the adapter can be (SQL stores); the memory store just appends."""
-        method = getattr(self._adapter, "append_at", None)
-        if method is None:
-            self._runner.run(self._adapter.append(entry))
-        else:
-            self._runner.run(method(entry, position))
-
-    def close(self) -> None:
-        try:
-            self._runner.run(self._adapter.close())
-        finally:
-            self._runner.close()
 
 
 def cli_config(*, interactive: bool = True) -> Any:

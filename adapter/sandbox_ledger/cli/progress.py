@@ -30,35 +30,16 @@ def _bar(console: Console, *, total: bool) -> Progress:
     )
 
 
-class _CountingReader:
-    """A ledger whose session reads advance a bar (export reads each session once)."""
-
-    def __init__(self, ledger: Any, progress: Progress, task: TaskID) -> None:
-        self._ledger = ledger
-        self._progress = progress
-        self._task = task
-        if hasattr(ledger, "read_in_append_order"):
-            self.read_in_append_order = self._counting(ledger.read_in_append_order)
-        self.read_all = self._counting(ledger.read_all)
-
-    def _counting(self, read: Any) -> Any:
-        def call(name: str, sandbox_id: str) -> Any:
-            entries = read(name, sandbox_id)
-            self._progress.advance(self._task)
-            return entries
-
-        return call
-
-
 @contextlib.contextmanager
-def reading(ledger: Any, label: str, console: Console, total: int) -> Iterator[Any]:
-    """The ledger to export from: itself, or (on a terminal) one that shows a bar of the
-    ``total`` sessions read."""
+def reading(label: str, console: Console, total: int) -> Iterator[Callable[[int], None] | None]:
+    """A ``progress`` callback for :func:`~sandbox_ledger.transfer.export_lines` that shows a
+    bar of the ``total`` sessions read, or None when not on a terminal."""
     if not console.is_terminal or not total:
-        yield ledger
+        yield None
         return
     with _bar(console, total=True) as progress:
-        yield _CountingReader(ledger, progress, progress.add_task(label, total=total))
+        task = progress.add_task(label, total=total)
+        yield lambda n: progress.advance(task, n)
 
 
 @contextlib.contextmanager

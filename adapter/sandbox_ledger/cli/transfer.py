@@ -23,18 +23,11 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
-    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
-
-
-LISTED_ONLY = (
-    "note: this adapter has no scan_sessions(): sessions are found through their "
-    "sandbox.created event, so sessions without one are not exported (every store this "
-    "library ships exports them all)"
-)
+    from sandbox_ledger.protocol import SyncTransferAdapter
 
 
 def export_to(
-    ledger: SyncDynamoDBAdapter,
+    ledger: SyncTransferAdapter,
     *,
     name: str | None,
     sandbox_id: str | None,
@@ -47,20 +40,15 @@ def export_to(
     A file is written beside its destination and renamed into place only once complete, so
     a failed export leaves an existing file untouched.
     """
-    scan = getattr(ledger, "scan_sessions", None)
     if name is not None and sandbox_id is not None:
         sessions = [(name, sandbox_id)]
-    elif scan is not None:
-        sessions = scan(name)
     else:
-        err.print(LISTED_ONLY, markup=False)
-        found = ledger.list_sandbox_details(name) if name else ledger.list_all_sandbox_details()
-        sessions = [(d.name, d.sandbox_id) for d in found]
+        sessions = ledger.scan_sessions(name)
     environments = ledger.list_environments() if name is None else []
     from sandbox_ledger.cli.progress import reading
 
-    with reading(ledger, "exporting", err, total=len(set(sessions))) as source:
-        lines = export_lines(source, sessions, environments)
+    with reading("exporting", err, total=len(set(sessions))) as progress:
+        lines = export_lines(ledger, sessions, environments, progress=progress)
         if name is not None:
             # A named export that finds nothing is a mistyped name, not an empty backup:
             # refused before the output is opened, so an existing file keeps its contents.
@@ -213,7 +201,7 @@ def _write(stream: object, lines: Iterator[str]) -> int:
 
 
 def import_from(
-    ledger: SyncDynamoDBAdapter, source: BinaryIO, *, label: str, err: Console
+    ledger: SyncTransferAdapter, source: BinaryIO, *, label: str, err: Console
 ) -> ImportReport:
     """Reconcile the JSON lines of ``source`` into ``ledger``; failed lines are printed to
     ``err`` as ``label:line: reason``, with a progress bar when ``err`` is a terminal."""

@@ -31,6 +31,9 @@ if TYPE_CHECKING:
         SandboxPage,
     )
 
+_SCAN_SEGMENTS = 4
+"""``scan_sessions``' default parallelism: Scan segments read at once."""
+
 
 def _entry(entry: object) -> LedgerEntry:
     if not isinstance(entry, LedgerEntry):
@@ -90,18 +93,14 @@ class _Base:
         )
 
     def _append_once(self, entry: LedgerEntry, occurrence: int) -> Op[bool]:
-        if isinstance(occurrence, bool) or not isinstance(occurrence, int):
-            raise InvalidInputError("occurrence", "must be an integer from 1 to 999999")
-        if not 1 <= occurrence <= 999_999:
-            raise InvalidInputError("occurrence", "must be an integer from 1 to 999999")
+        occurrence = k.check_occurrence(occurrence)
         claim = k.claim_sk(content_digest(_entry(entry)), occurrence)
         return self._append(entry, claim)
 
-    def _scan(self, name: str | None, segments: int) -> Op[list[tuple[str, str]]]:
+    def _scan(self, name: str | None, segments: int | None) -> Op[list[tuple[str, str]]]:
         if name is not None:
             k.by_name_pk(name)
-        if isinstance(segments, bool) or not isinstance(segments, int) or not 1 <= segments <= 64:
-            raise InvalidInputError("segments", "must be an integer from 1 to 64")
+        segments = k.check_segments(segments) or _SCAN_SEGMENTS
         return _ops.scan_sessions(self.table_name, name=name, segments=segments)
 
     def _list(self, name: str | None, opts: Any) -> Op[list[SandboxDetails]]:
@@ -202,10 +201,11 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
         return await self.run(_ops.read_stored(self.table_name, name, sandbox_id))
 
     async def scan_sessions(
-        self, name: str | None = None, *, segments: int = 4
+        self, name: str | None = None, *, segments: int | None = None
     ) -> list[tuple[str, str]]:
         """Every (name, sandboxId) with at least one entry, listed or not, sorted: a parallel
-        Scan of the whole table (see docs/table-design.md for its cost); for exports."""
+        Scan of the whole table in ``segments`` segments (default 4; see docs/table-design.md
+        for its cost); for exports."""
         return await self.run(self._scan(name, segments))
 
     async def read_all(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
@@ -316,7 +316,9 @@ class SyncDynamoDBAdapter(_Base, SyncClientOwner):
         """Every entry still stored, expired ones included (see DynamoDBAdapter.read_stored)."""
         return self.run(_ops.read_stored(self.table_name, name, sandbox_id))
 
-    def scan_sessions(self, name: str | None = None, *, segments: int = 4) -> list[tuple[str, str]]:
+    def scan_sessions(
+        self, name: str | None = None, *, segments: int | None = None
+    ) -> list[tuple[str, str]]:
         """Every (name, sandboxId) with at least one entry (a parallel Scan; for exports)."""
         return self.run(self._scan(name, segments))
 

@@ -16,7 +16,12 @@ from typing import Any
 from sandbox_ledger import _json
 from sandbox_ledger.cursor import decode_cursor, encode_cursor
 from sandbox_ledger.errors import InvalidInputError
-from sandbox_ledger.keys import check_environment_name, check_session_key
+from sandbox_ledger.keys import (
+    check_environment_name,
+    check_occurrence,
+    check_segments,
+    check_session_key,
+)
 from sandbox_ledger.models import (
     CheckpointInfo,
     EnvironmentRecord,
@@ -185,9 +190,15 @@ def claim_key(entry: LedgerEntry, occurrence: int) -> str:
     claim, so imports running at once store each copy once."""
     from sandbox_ledger.transfer import content_digest
 
-    if not isinstance(occurrence, int) or isinstance(occurrence, bool) or occurrence < 1:
-        raise InvalidInputError("occurrence", "must be a positive integer")
-    return f"i{occurrence:06d}-{content_digest(entry)}"
+    return f"i{check_occurrence(occurrence):06d}-{content_digest(entry)}"
+
+
+def check_scan(name: str | None, segments: int | None) -> None:
+    """Check ``scan_sessions``' arguments as every store does (``segments`` is a hint the SQL
+    stores ignore)."""
+    if name is not None:
+        check_text(name, "name")
+    check_segments(segments)
 
 
 def encode_entry(entry: object, *, key: str, nul_ok: bool = True) -> EventRow:

@@ -492,11 +492,13 @@ class SQLiteAdapter:
         found = await self._fetchall(self.queries.read_in_append_order, (*key, _now()))
         return [rows.decode_entry(name, sandbox_id, *r) for r in found]
 
-    async def scan_sessions(self, name: str | None = None) -> list[tuple[str, str]]:
+    async def scan_sessions(
+        self, name: str | None = None, *, segments: int | None = None
+    ) -> list[tuple[str, str]]:
         """Every (name, sandboxId) with at least one entry, listed or not (sessions without
-        ``sandbox.created`` included), sorted; for exports (reads every session row)."""
-        if name is not None:
-            rows.check_text(name, "name")
+        ``sandbox.created`` included), sorted; for exports (reads every session row in one
+        query: ``segments`` is checked and ignored)."""
+        rows.check_scan(name, segments)
         found = await self._fetchall(
             self.queries.sessions_with_entries, {"name": name, "now": _now()}
         )

@@ -1,4 +1,6 @@
-"""The conformance suite every :class:`~sandbox_ledger.StorageAdapter` must pass.
+"""The conformance suite every adapter must pass: the storage contract
+(:class:`~sandbox_ledger.StorageAdapter`) and what export and import need
+(:class:`~sandbox_ledger.protocol.TransferAdapter`).
 
 Subclass :class:`StorageAdapterContract` in a test module, name the subclass ``Test...`` and
 override the ``adapter`` fixture to yield a fresh, empty adapter::

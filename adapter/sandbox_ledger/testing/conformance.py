@@ -20,6 +20,7 @@ from sandbox_ledger.protocol import StorageAdapter
 from sandbox_ledger.testing._build import entry, ids, session
 from sandbox_ledger.testing.cursors import CursorContract
 from sandbox_ledger.testing.parity import StoreParityContract
+from sandbox_ledger.testing.transfer import TransferContract
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -42,8 +43,10 @@ EXOTIC_PAYLOADS: list[Any] = [
 ]
 
 
-class StorageAdapterContract(StoreParityContract, CursorContract):
-    """Abstract contract tests; subclasses provide the ``adapter`` fixture."""
+class StorageAdapterContract(StoreParityContract, CursorContract, TransferContract):
+    """Abstract contract tests of a :class:`~sandbox_ledger.protocol.TransferAdapter` (the
+    storage contract and what moving a ledger needs); subclasses provide the ``adapter``
+    fixture."""
 
     @pytest.fixture
     async def adapter(self) -> AsyncIterator[StorageAdapter]:
