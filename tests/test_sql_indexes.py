@@ -127,14 +127,13 @@ def _assert_sqlite_indexed(plan: list[str]) -> None:
 
 def _sqlite_queries() -> list[tuple[str, str, Any]]:
     q = SQLiteAdapter(":memory:").queries
-    key = (KEY["name"], KEY["sandbox_id"], NOW)
     cases: list[tuple[str, str, Any]] = [
-        ("read_all", q.read_all, key),
-        ("list_checkpoints", q.checkpoints, key),
-        ("last_checkpoint", q.last_checkpoint, key),
-        ("get_sandbox_details", q.details, key),
-        ("purge_expired entries", q.purge_events, (NOW, 1000)),
-        ("purge_expired sessions", q.purge_sessions, (NOW, 1000)),
+        ("read_all", q.read_all, KEY),
+        ("list_checkpoints", q.checkpoints, KEY),
+        ("last_checkpoint", q.last_checkpoint, KEY),
+        ("get_sandbox_details", q.details, KEY),
+        ("purge_expired entries", q.purge_events, {"now": NOW, "limit": 1000}),
+        ("purge_expired sessions", q.purge_sessions, {"now": NOW, "limit": 1000}),
         (
             "list_environments",
             "SELECT record FROM ledger_environments ORDER BY built_at DESC, id",
