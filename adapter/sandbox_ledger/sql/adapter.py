@@ -2,12 +2,13 @@
 
 :class:`SQLAdapter` validates, encodes, picks the statement and decodes; a dialect
 (``sandbox_ledger.sqlite``, ``sandbox_ledger.postgres``) subclasses it and brings only what
-differs: its connections and their retries (:meth:`~SQLAdapter._fetchall`,
-:meth:`~SQLAdapter._write`), how an append is stored and kept exactly-once
-(:meth:`~SQLAdapter._insert`, :meth:`~SQLAdapter._live_append_key`), whether its text holds
-NUL, what a purge does between batches, its migrations and its statements
-(:class:`~sandbox_ledger.sql.statements.Statements`). A new contract method is written here,
-over the statements, once.
+differs, each difference a hook: its connections, their retries and transactions
+(``_read``, ``_writing``, over a :class:`~sandbox_ledger.sql.connection.Connection`), how an
+append is stored exactly once (``_insert``, ``_live_append_key``), whether its text holds NUL
+(``text_holds_nul``), what a purge does between batches (``_between_batches``), its
+migrations (``_migrations``) and its statements
+(:class:`~sandbox_ledger.sql.statements.Statements`). A new contract method is written here
+once, over a statement in ``Statements`` (or one in each dialect's subclass where they differ).
 """
 
 from __future__ import annotations
@@ -129,6 +130,7 @@ class SQLAdapter(ABC):
     # -- statements -------------------------------------------------------------------------
 
     async def _fetchall(self, sql: str, params: Mapping[str, Any] | Sequence[Any]) -> list[Any]:
+        """The rows of one read."""
         if self._never_stored(params):
             return []
         return await self._read(lambda conn: conn.rows(sql, params))
@@ -264,11 +266,11 @@ class SQLAdapter(ABC):
         many rows went (entries and sessions).
 
         Each batch of at most ``batch_size`` rows is one short transaction found through the
-        partial indexes on ``expires_at``, so no lock is held for long (and on SQLite, after
-        each full batch the purge pauses as long as the batch took, so waiting writers get
-        the file's write lock in between). A session row goes once every entry ever appended
-        to it has expired (its summary with it). Nothing expires, and nothing is purged, on a
-        database without a retention.
+        partial indexes on ``expires_at``, so no lock is held for long; after a full batch the
+        dialect may give way (SQLite pauses as long as the batch held the file's write lock,
+        so waiting writers get it in between). A session row goes once every entry ever
+        appended to it has expired (its summary with it). Nothing expires, and nothing is
+        purged, on a database without a retention.
         """
         size = ret.check_batch_size(batch_size)
         params = {"now": _now(), "limit": size}
