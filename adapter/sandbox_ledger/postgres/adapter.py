@@ -6,6 +6,9 @@ is computed by the database, under the session row's lock, never read and rewrit
 Python, so concurrent appends from any number of processes lose nothing. Each append carries
 a key fixed before its first attempt; when a connection fails, the append is retried and a
 retry whose first attempt had in fact committed is recognised and stored once.
+
+The contract's methods are :class:`~sandbox_ledger.sql.adapter.SQLAdapter`'s; this module
+brings PostgreSQL's pool, retries, migrations and statements as its hooks.
 """
 
 from __future__ import annotations

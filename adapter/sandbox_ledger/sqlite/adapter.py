@@ -5,6 +5,9 @@ threads or processes may share one file. WAL mode lets readers run beside the wr
 write is one ``BEGIN IMMEDIATE`` transaction that waits ``busy_timeout`` for the file's write
 lock and is retried with backoff while SQLite reports SQLITE_BUSY, so concurrent writers
 lose nothing and, since a busy transaction never commits, duplicate nothing.
+
+The contract's methods are :class:`~sandbox_ledger.sql.adapter.SQLAdapter`'s; this module
+brings SQLite's connection, retries, migrations and statements as its hooks.
 """
 
 from __future__ import annotations
