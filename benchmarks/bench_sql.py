@@ -247,7 +247,8 @@ async def pg_listing(dsn: str, events: int, n: int) -> dict[str, tuple[float, fl
 def adapter_query(name: str | None, opts: ListSandboxOptions) -> Any:
     from sandbox_ledger.sql.rows import list_query
 
-    return list_query(name, opts)
+    # The store only binds the listing's cursors; a first page has none.
+    return list_query(name, opts, "bench")
 
 
 async def list_rows(

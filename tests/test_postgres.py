@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import logging
 import subprocess
 import sys
 import tempfile
@@ -24,18 +23,11 @@ from sandbox_ledger import (
     LedgerEntry,
     LedgerEvent,
     ListSandboxOptions,
-    SchemaVersionError,
     StorageError,
 )
 from sandbox_ledger.postgres import PostgresAdapter
 from sandbox_ledger.postgres import adapter as pg_module
-from sandbox_ledger.sql.schema import Migration
-
-
-def _entry(
-    event: str, ts: int, *, name: str = "n", sandbox_id: str = "s", **kw: Any
-) -> LedgerEntry:
-    return LedgerEntry(ts=ts, name=name, sandbox_id=sandbox_id, step_index=-1, event=event, **kw)
+from sql_store import entry as _entry
 
 
 @pytest.fixture
@@ -230,66 +222,6 @@ async def test_processes_starting_at_once_on_an_empty_database(
         await adapter.append(_entry(LedgerEvent.SandboxCreated, 0))
         details = await adapter.get_sandbox_details("n", "s")
         assert details is not None and details.exec_count == 150
-
-
-async def test_newer_library_migrates_an_older_schema_forward(
-    postgres_dsn: str,
-    pg_schema: str,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    async with PostgresAdapter(postgres_dsn, schema=pg_schema) as adapter:
-        await adapter.append(_entry(LedgerEvent.SandboxCreated, 1))
-    newer = Migration(
-        pg_module.SCHEMA_VERSION + 1,
-        "session_labels",
-        "ALTER TABLE ledger_sessions ADD COLUMN label text;\n"
-        "UPDATE ledger_sessions SET label = 'migrated';\n",
-    )
-    monkeypatch.setattr(pg_module, "MIGRATIONS", (*pg_module.MIGRATIONS, newer))
-    caplog.set_level(logging.INFO, logger="sandbox_ledger.schema")
-    async with PostgresAdapter(postgres_dsn, schema=pg_schema) as adapter:
-        assert len(await adapter.read_all("n", "s")) == 1
-    assert f"from version {newer.version - 1} to {newer.version}" in caplog.text
-    assert _query(postgres_dsn, f"SELECT version FROM {pg_schema}.ledger_schema") == [
-        (newer.version,)
-    ]
-    assert _query(postgres_dsn, f"SELECT label FROM {pg_schema}.ledger_sessions") == [("migrated",)]
-
-
-async def test_failed_migration_changes_nothing(
-    postgres_dsn: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    async with PostgresAdapter(postgres_dsn, schema=pg_schema) as adapter:
-        await adapter.append(_entry(LedgerEvent.SandboxCreated, 1))
-    broken = Migration(
-        pg_module.SCHEMA_VERSION + 1,
-        "broken",
-        "ALTER TABLE ledger_events ADD COLUMN extra text;\nSELECT * FROM no_such_table;\n",
-    )
-    monkeypatch.setattr(pg_module, "MIGRATIONS", (*pg_module.MIGRATIONS, broken))
-    with pytest.raises(Exception, match="no_such_table"):
-        await PostgresAdapter(postgres_dsn, schema=pg_schema).connect()
-    assert _query(postgres_dsn, f"SELECT version FROM {pg_schema}.ledger_schema") == [
-        (pg_module.SCHEMA_VERSION,)
-    ]
-    columns = _query(
-        postgres_dsn,
-        "SELECT column_name FROM information_schema.columns "
-        "WHERE table_schema = %s AND table_name = 'ledger_events'",
-        pg_schema,
-    )
-    assert ("extra",) not in columns
-
-
-async def test_older_library_refuses_a_newer_schema(postgres_dsn: str, pg_schema: str) -> None:
-    async with PostgresAdapter(postgres_dsn, schema=pg_schema) as adapter:
-        await adapter.append(_entry(LedgerEvent.SandboxCreated, 1))
-    _query(postgres_dsn, f"UPDATE {pg_schema}.ledger_schema SET version = version + 1")
-    adapter = PostgresAdapter(postgres_dsn, schema=pg_schema)
-    with pytest.raises(SchemaVersionError, match="newer than this library"):
-        await adapter.read_all("n", "s")
-    await adapter.close()
 
 
 def test_local_postgres_says_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,6 +23,7 @@ import pytest
 from sandbox_ledger.models import SandboxStatus
 from sandbox_ledger.postgres import PostgresAdapter
 from sandbox_ledger.sql.rows import ListQuery
+from sandbox_ledger.sql.statements import Statements
 from sandbox_ledger.sqlite import SQLiteAdapter
 
 SESSIONS, EVENTS_PER_SESSION = 5_000, 20
@@ -125,21 +126,17 @@ def _assert_sqlite_indexed(plan: list[str]) -> None:
     assert not any("TEMP B-TREE" in step for step in plan), plan
 
 
-def _sqlite_queries() -> list[tuple[str, str, Any]]:
-    q = SQLiteAdapter(":memory:").queries
-    key = (KEY["name"], KEY["sandbox_id"], NOW)
+def _queries(q: Statements) -> list[tuple[str, str, Any]]:
+    """Each query the adapter runs, with its parameters, in one dialect's spelling."""
+    purge = {"now": NOW, "limit": 1000}
     cases: list[tuple[str, str, Any]] = [
-        ("read_all", q.read_all, key),
-        ("list_checkpoints", q.checkpoints, key),
-        ("last_checkpoint", q.last_checkpoint, key),
-        ("get_sandbox_details", q.details, key),
-        ("purge_expired entries", q.purge_events, (NOW, 1000)),
-        ("purge_expired sessions", q.purge_sessions, (NOW, 1000)),
-        (
-            "list_environments",
-            "SELECT record FROM ledger_environments ORDER BY built_at DESC, id",
-            (),
-        ),
+        ("read_all", q.read_all, KEY),
+        ("list_checkpoints", q.checkpoints, KEY),
+        ("last_checkpoint", q.last_checkpoint, KEY),
+        ("get_sandbox_details", q.details, KEY),
+        ("list_environments", q.list_environments, ()),
+        ("purge_expired entries", q.purge_events, purge),
+        ("purge_expired sessions", q.purge_sessions, purge),
     ]
     for listing in LISTINGS:
         sql, params = q.list_sessions(listing, NOW)
@@ -149,7 +146,7 @@ def _sqlite_queries() -> list[tuple[str, str, Any]]:
 
 @pytest.mark.parametrize(
     ("what", "sql", "params"),
-    _sqlite_queries(),
+    _queries(SQLiteAdapter(":memory:").queries),
     ids=lambda v: v if isinstance(v, str) and len(v) < 80 else "",
 )
 def test_sqlite_query_uses_an_index(sqlite_db: Path, what: str, sql: str, params: Any) -> None:
@@ -218,26 +215,9 @@ def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _pg_queries() -> list[tuple[str, str, Any]]:
-    q = PostgresAdapter("postgresql://unused", schema="explain_100k").queries
-    cases: list[tuple[str, str, Any]] = [
-        ("read_all", q.read_all, KEY),
-        ("list_checkpoints", q.checkpoints, KEY),
-        ("last_checkpoint", q.last_checkpoint, KEY),
-        ("get_sandbox_details", q.details, KEY),
-        ("list_environments", q.list_environments, ()),
-        ("purge_expired entries", q.purge_events, {"now": NOW, "limit": 1000}),
-        ("purge_expired sessions", q.purge_sessions, {"now": NOW, "limit": 1000}),
-    ]
-    for listing in LISTINGS:
-        sql, params = q.list_sessions(listing, NOW)
-        cases.append((_ids(listing), sql, params))
-    return cases
-
-
 @pytest.mark.parametrize(
     ("what", "sql", "params"),
-    _pg_queries(),
+    _queries(PostgresAdapter("postgresql://unused", schema="explain_100k").queries),
     ids=lambda v: v if isinstance(v, str) and len(v) < 80 else "",
 )
 def test_postgres_query_uses_an_index(

@@ -10,8 +10,7 @@ import asyncio
 import logging
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from sandbox_ledger.sql import rows
 from sandbox_ledger.sqlite import SQLiteAdapter
 from sandbox_ledger.sqlite import adapter as sqlite_module
 from sandbox_ledger.stores import open_store
+from sql_store import Store
 
 DAY = timedelta(days=1)
 DAY_MS = 86_400_000
@@ -43,42 +43,6 @@ def _e(sid: str, event: str, ts: int, name: str = "job") -> LedgerEntry:
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-class Store:
-    """One SQL database, opened by adapters with any retention, and read raw."""
-
-    def __init__(self, kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
-        self.kind = kind
-        if kind == "sqlite":
-            self.path = tmp_path / "ledger.db"
-        else:
-            self.dsn = request.getfixturevalue("postgres_dsn")
-            self.schema = request.getfixturevalue("pg_schema")
-
-    def adapter(self, retention: timedelta | None = None) -> Any:
-        if self.kind == "sqlite":
-            return SQLiteAdapter(self.path, retention=retention)
-        return PostgresAdapter(self.dsn, schema=self.schema, retention=retention, max_size=2)
-
-    @asynccontextmanager
-    async def opened(self, retention: timedelta | None = None) -> AsyncIterator[Any]:
-        async with self.adapter(retention) as adapter:
-            yield adapter
-
-    def query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-        """Run ``sql`` (tables unqualified, ``?`` placeholders) on the database directly."""
-        if self.kind == "sqlite":
-            with sqlite3.connect(self.path) as db:
-                return list(db.execute(sql, params))
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            conn.execute(f"SET search_path TO {self.schema}")
-            cursor = conn.execute(sql.replace("?", "%s").encode(), params)
-            return list(cursor.fetchall()) if cursor.description else []
-
-    def stored_retention(self) -> int | None:
-        [(seconds,)] = self.query("SELECT retention_seconds FROM ledger_settings")
-        return None if seconds is None else int(seconds)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import sqlite3
 import subprocess
 import sys
@@ -15,32 +14,16 @@ from pathlib import Path
 import pytest
 
 from sandbox_ledger import (
-    EnvironmentRecord,
     InvalidInputError,
     LedgerEntry,
     LedgerEvent,
     ListSandboxOptions,
-    SchemaVersionError,
     StorageError,
 )
 from sandbox_ledger.cursor import seal, unseal
-from sandbox_ledger.sql.schema import Migration
 from sandbox_ledger.sqlite import SQLiteAdapter
 from sandbox_ledger.sqlite import adapter as sqlite_module
-
-
-def _entry(
-    event: str,
-    ts: int,
-    *,
-    name: str = "n",
-    sandbox_id: str = "s",
-    step_index: int = -1,
-    **kw: object,
-) -> LedgerEntry:
-    return LedgerEntry(
-        ts=ts, name=name, sandbox_id=sandbox_id, step_index=step_index, event=event, **kw
-    )
+from sql_store import entry as _entry
 
 
 async def test_creates_file_with_schema_in_wal_mode(tmp_path: Path) -> None:
@@ -275,71 +258,7 @@ async def test_a_write_cancelled_twice_still_releases_the_lock(tmp_path: Path) -
     await _holds_no_lock_and_kept(adapter, path, blocker, timeout=0.5)
 
 
-# -- schema versions ------------------------------------------------------------------------
-
-
-async def test_newer_library_migrates_an_older_schema_forward(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    path = tmp_path / "old.db"
-    async with SQLiteAdapter(path) as adapter:
-        await adapter.append(_entry(LedgerEvent.SandboxCreated, 1))
-        await adapter.save_environment(EnvironmentRecord(name="py", built_at=5))
-    newer = Migration(
-        sqlite_module.SCHEMA_VERSION + 1,
-        "environment_notes",
-        "ALTER TABLE ledger_environments ADD COLUMN note TEXT;\n"
-        "UPDATE ledger_environments SET note = 'migrated';\n",
-    )
-    monkeypatch.setattr(sqlite_module, "MIGRATIONS", (*sqlite_module.MIGRATIONS, newer))
-    caplog.set_level(logging.INFO, logger="sandbox_ledger.schema")
-    async with SQLiteAdapter(path) as adapter:
-        assert len(await adapter.read_all("n", "s")) == 1
-        assert (await adapter.get_environment("py")) == EnvironmentRecord(name="py", built_at=5)
-    assert f"from version {newer.version - 1} to {newer.version}" in caplog.text
-    with sqlite3.connect(path) as db:
-        assert db.execute("SELECT version FROM ledger_schema").fetchone() == (newer.version,)
-        assert db.execute("SELECT note FROM ledger_environments").fetchone() == ("migrated",)
-    caplog.clear()
-    async with SQLiteAdapter(path) as adapter:  # already current: nothing to do, nothing said
-        await adapter.list_environments()
-    assert "migrated" not in caplog.text
-
-
-async def test_failed_migration_changes_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    path = tmp_path / "fail.db"
-    async with SQLiteAdapter(path) as adapter:
-        await adapter.append(_entry(LedgerEvent.SandboxCreated, 1))
-    broken = Migration(
-        sqlite_module.SCHEMA_VERSION + 1,
-        "broken",
-        "ALTER TABLE ledger_events ADD COLUMN extra TEXT;\nSELECT * FROM no_such_table;\n",
-    )
-    monkeypatch.setattr(sqlite_module, "MIGRATIONS", (*sqlite_module.MIGRATIONS, broken))
-    with pytest.raises(StorageError, match="no_such_table"):
-        await SQLiteAdapter(path).connect()
-    with sqlite3.connect(path) as db:
-        assert db.execute("SELECT version FROM ledger_schema").fetchone() == (
-            sqlite_module.SCHEMA_VERSION,
-        )
-        columns = [r[1] for r in db.execute("PRAGMA table_info(ledger_events)")]
-    assert "extra" not in columns
-
-
-async def test_older_library_refuses_a_newer_schema(tmp_path: Path) -> None:
-    path = tmp_path / "future.db"
-    async with SQLiteAdapter(path) as adapter:
-        await adapter.append(_entry(LedgerEvent.SandboxCreated, 1))
-    with sqlite3.connect(path) as db:
-        db.execute("UPDATE ledger_schema SET version = version + 1")
-    adapter = SQLiteAdapter(path)
-    with pytest.raises(SchemaVersionError, match="newer than this library") as caught:
-        await adapter.read_all("n", "s")
-    assert caught.value.found == sqlite_module.SCHEMA_VERSION + 1
-    assert caught.value.supported == sqlite_module.SCHEMA_VERSION
-    await adapter.close()
+# -- schema versions (migrations, on both dialects: test_sql_schema.py) ---------------------
 
 
 def test_schema_files_are_package_data() -> None:

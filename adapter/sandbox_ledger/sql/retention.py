@@ -20,6 +20,9 @@ from sandbox_ledger.models import LedgerEvent
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from sandbox_ledger.sql.connection import Connection
+    from sandbox_ledger.sql.statements import Statements
+
 __all__ = [
     "SUMMARY_EVENTS",
     "agree",
@@ -30,6 +33,7 @@ __all__ = [
     "log_recorded",
     "purge_in_batches",
     "retention_of",
+    "settle",
 ]
 
 log = logging.getLogger("sandbox_ledger.schema")
@@ -82,6 +86,29 @@ def agree(stored: int | None, explicit: int | None, where: str) -> None:
     if explicit is None or stored is None:
         return
     check_ledger_retention(TableDescriptor(ledger_retention_seconds=stored), explicit, where)
+
+
+async def settle(
+    conn: Connection, statements: Statements, explicit: int | None, where: str
+) -> None:
+    """Agree on the retention on ``connect()``: a database without one records ``explicit``.
+
+    Raises:
+        DeploymentMismatchError: the database records another retention than ``explicit``.
+    """
+    stored = await _stored(conn, statements)
+    if stored is None and explicit is not None:
+        # Only a database without a retention takes one (one statement: atomic; a
+        # concurrent connect may record another first, which agree() then reports).
+        if await conn.count(statements.record_retention, {"seconds": explicit}):
+            log_recorded(where, explicit)
+        stored = await _stored(conn, statements)
+    agree(stored, explicit, where)
+
+
+async def _stored(conn: Connection, statements: Statements) -> int | None:
+    found = await conn.rows(statements.retention)
+    return None if not found or found[0][0] is None else int(found[0][0])
 
 
 def log_recorded(where: str, seconds: int) -> None:

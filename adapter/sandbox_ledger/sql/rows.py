@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +56,7 @@ __all__ = [
     "decode_environment",
     "encode_entry",
     "encode_environment",
+    "holds_nul",
     "list_query",
     "list_sql",
     "row_checkpoint",
@@ -94,6 +96,12 @@ def _encodable(value: str, field: str, *, nul_ok: bool) -> None:
         raise InvalidInputError(field, f"not valid UTF-8 text ({exc.reason})") from exc
     if not nul_ok and "\x00" in value:
         raise InvalidInputError(field, "PostgreSQL text cannot contain NUL (\\x00) characters")
+
+
+def holds_nul(params: Mapping[str, Any] | Sequence[Any]) -> bool:
+    """Whether a statement's text parameter holds NUL (what PostgreSQL text cannot)."""
+    values = params.values() if isinstance(params, Mapping) else params
+    return any(isinstance(v, str) and "\x00" in v for v in values)
 
 
 def _int64(value: int, field: str) -> int:

@@ -17,10 +17,22 @@ import logging
 import re
 from dataclasses import dataclass
 from importlib import resources
+from typing import TYPE_CHECKING
 
 from sandbox_ledger.errors import SchemaVersionError
 
-__all__ = ["Migration", "load_migrations", "log_migration", "pending", "schema_logger"]
+if TYPE_CHECKING:
+    from sandbox_ledger.sql.connection import Connection
+    from sandbox_ledger.sql.statements import Statements
+
+__all__ = [
+    "Migration",
+    "load_migrations",
+    "log_migration",
+    "migrate",
+    "pending",
+    "schema_logger",
+]
 
 schema_logger = logging.getLogger("sandbox_ledger.schema")
 
@@ -85,3 +97,37 @@ def log_migration(where: str, current: int | None, applied: tuple[Migration, ...
         )
     else:
         schema_logger.info("created ledger schema version %d at %s", applied[-1].version, where)
+
+
+async def migrate(
+    conn: Connection,
+    statements: Statements,
+    migrations: tuple[Migration, ...],
+    *,
+    where: str,
+) -> None:
+    """Bring the database's schema to the newest of ``migrations``, in one transaction.
+
+    Raises:
+        SchemaVersionError: the database's schema is newer than ``migrations`` reach.
+    """
+    # The usual case (schema current) only reads, so it never waits for a writer or a lock.
+    current = await _version(conn, statements)
+    if pending(current, migrations, where=where) == ():
+        return
+    async with conn.exclusive():
+        await conn.rows(statements.version_table)
+        current = await _version(conn, statements)  # another process may have migrated
+        todo = pending(current, migrations, where=where)
+        for migration in todo:
+            await conn.apply(migration)
+        if todo:
+            await conn.rows(statements.set_version, {"version": todo[-1].version})
+    log_migration(where, current, todo)
+
+
+async def _version(conn: Connection, statements: Statements) -> int | None:
+    if not await conn.rows(statements.schema_exists):
+        return None
+    found = await conn.rows(statements.version)
+    return int(found[0][0]) if found else None

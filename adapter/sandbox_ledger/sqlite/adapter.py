@@ -5,6 +5,9 @@ threads or processes may share one file. WAL mode lets readers run beside the wr
 write is one ``BEGIN IMMEDIATE`` transaction that waits ``busy_timeout`` for the file's write
 lock and is retried with backoff while SQLite reports SQLITE_BUSY, so concurrent writers
 lose nothing and, since a busy transaction never commits, duplicate nothing.
+
+The contract's methods are :class:`~sandbox_ledger.sql.adapter.SQLAdapter`'s; this module
+brings SQLite's connection, retries, migrations and statements as its hooks.
 """
 
 from __future__ import annotations
@@ -17,140 +20,65 @@ import secrets
 import sqlite3
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sandbox_ledger.errors import ConfigurationError, StorageError
-from sandbox_ledger.keys import check_environment_name, check_retention
-from sandbox_ledger.models import LedgerEvent
-from sandbox_ledger.sql import retention as ret
 from sandbox_ledger.sql import rows
-from sandbox_ledger.sql.schema import Migration, load_migrations, log_migration, pending
+from sandbox_ledger.sql.adapter import SQLAdapter
+from sandbox_ledger.sql.schema import Migration, load_migrations
+from sandbox_ledger.sql.statements import Statements
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
     from datetime import timedelta
-    from types import TracebackType
 
     import aiosqlite
 
-    from sandbox_ledger.models import (
-        CheckpointInfo,
-        EnvironmentRecord,
-        LedgerEntry,
-        ListSandboxOptions,
-        SandboxDetails,
-        SandboxPage,
-    )
+    from sandbox_ledger.models import LedgerEntry
+    from sandbox_ledger.sql.connection import Connection
 
 MIGRATIONS: tuple[Migration, ...] = load_migrations("sandbox_ledger.sqlite")
 """The schema files shipped with this library, oldest first."""
 SCHEMA_VERSION = MIGRATIONS[-1].version
 """The schema version this library writes."""
 
-_CHECKPOINT = LedgerEvent.CheckpointCreated.value
-
-_SESSION_ID_SQL = "SELECT id FROM ledger_sessions WHERE name = ? AND sandbox_id = ?"
-_RETENTION = ret.retention_of("ledger_settings")
-_LATER_SUMMARY_EXPIRY = ret.later_summary_expiry(
-    "ledger_sessions.summary_expires_at", "excluded.summary_expires_at"
-)
+T = TypeVar("T")
 
 
-class Queries:
-    """The SQL text the adapter runs (for DBAs and EXPLAIN); names as in the PostgreSQL adapter."""
+class Queries(Statements):
+    """The SQL text the adapter runs (for DBAs and EXPLAIN): the shared statements, an append
+    as an upsert and an insert in one transaction, and SQLite's purge."""
 
-    upsert_session = f"""
-INSERT INTO ledger_sessions (name, sandbox_id, started_at, completed_at, status, exec_count,
-                             summary_expires_at, expires_at)
-VALUES (:name, :sandbox_id, :started_at, :completed_at,
-        CASE WHEN :completed_at IS NULL THEN 'running' ELSE 'completed' END, :exec_delta,
-        CASE WHEN :summarizes THEN :ts_s + {_RETENTION} END, :ts_s + {_RETENTION})
-ON CONFLICT (name, sandbox_id) DO UPDATE SET
-    started_at = coalesce(ledger_sessions.started_at, excluded.started_at),
-    completed_at = coalesce(ledger_sessions.completed_at, excluded.completed_at),
-    status = CASE WHEN coalesce(ledger_sessions.completed_at, excluded.completed_at) IS NULL
-                  THEN 'running' ELSE 'completed' END,
-    exec_count = ledger_sessions.exec_count + excluded.exec_count,
-    summary_expires_at = CASE WHEN :summarizes THEN {_LATER_SUMMARY_EXPIRY}
-                              ELSE ledger_sessions.summary_expires_at END,
-    expires_at = {ret.latest_expiry("ledger_sessions.expires_at", "excluded.expires_at")}
-RETURNING id
-"""
-    insert_event = f"""
-INSERT INTO ledger_events (session_id, ts, step_index, branch, event, payload, error, append_key,
-                           expires_at)
-VALUES (:session_id, :ts, :step_index, :branch, :event, :payload, :error, :append_key,
-        :ts_s + {_RETENTION})
-"""
-    session_id = _SESSION_ID_SQL
-    read_all = f"""
-SELECT e.ts, e.step_index, e.branch, e.event, e.payload, e.error
-FROM ledger_events AS e
-WHERE e.session_id = ({_SESSION_ID_SQL}) AND {ret.live("e.expires_at", "?")}
-ORDER BY e.ts, e.seq
-"""
-    read_in_append_order = f"""
-SELECT e.ts, e.step_index, e.branch, e.event, e.payload, e.error
-FROM ledger_events AS e
-WHERE e.session_id = ({_SESSION_ID_SQL}) AND {ret.live("e.expires_at", "?")}
-ORDER BY e.seq
-"""
-    sessions_with_entries = f"""
-SELECT s.name, s.sandbox_id FROM ledger_sessions AS s
-WHERE (:name IS NULL OR s.name = :name)
-  AND EXISTS (SELECT 1 FROM ledger_events AS e
-              WHERE e.session_id = s.id AND {ret.live("e.expires_at", ":now")})
-"""
-    checkpoints = f"""
-SELECT e.ts, e.payload FROM ledger_events AS e
-WHERE e.session_id = ({_SESSION_ID_SQL}) AND e.event = '{_CHECKPOINT}'
-  AND {ret.live("e.expires_at", "?")}
-ORDER BY e.ts, e.seq
-"""
-    last_checkpoint = f"""
-SELECT e.ts, e.step_index, e.branch, e.event, e.payload, e.error
-FROM ledger_events AS e
-WHERE e.session_id = ({_SESSION_ID_SQL}) AND e.event = '{_CHECKPOINT}'
-  AND {ret.live("e.expires_at", "?")}
-ORDER BY e.ts DESC, e.seq DESC
-LIMIT 1
-"""
-    details = f"""
-SELECT name, sandbox_id, started_at, completed_at, exec_count FROM ledger_sessions
-WHERE name = ? AND sandbox_id = ? AND started_at IS NOT NULL
-  AND {ret.live("summary_expires_at", "?")}
-"""
-    save_environment = """
-INSERT INTO ledger_environments (name, built_at, record) VALUES (?, ?, ?)
-ON CONFLICT (name) DO UPDATE SET built_at = excluded.built_at, record = excluded.record
-"""
-    retention = "SELECT retention_seconds FROM ledger_settings WHERE id = 1"
-    record_retention = (
-        "UPDATE ledger_settings SET retention_seconds = ? "
-        "WHERE id = 1 AND retention_seconds IS NULL"
-    )
-    # One bounded batch each, oldest expiry first, through the partial indexes on expires_at.
-    purge_events = """
+    placeholder = "?"
+    schema_exists = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ledger_schema'"
+
+    def param(self, name: str, sql_type: str | None = None) -> str:
+        """The named parameter ``name`` (SQLite infers every type)."""
+        return f":{name}"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.claimed = "SELECT 1 FROM ledger_events WHERE append_key = :append_key"
+        self.insert_event = (
+            f"INSERT INTO {self.event_columns}\nVALUES (:session_id, {self.event_values})"
+        )
+        # No cascade in this schema: the entries go first, then their session.
+        self.delete_sandbox = (
+            f"DELETE FROM ledger_events WHERE session_id = ({self.session_id})",
+            "DELETE FROM ledger_sessions WHERE name = :name AND sandbox_id = :sandbox_id",
+        )
+        # One bounded batch each, oldest expiry first, through the partial indexes on expires_at.
+        self.purge_events = """
 DELETE FROM ledger_events WHERE seq IN (
-    SELECT seq FROM ledger_events WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)
+    SELECT seq FROM ledger_events WHERE expires_at <= :now ORDER BY expires_at LIMIT :limit)
 """
-    purge_sessions = """
+        self.purge_sessions = """
 DELETE FROM ledger_sessions WHERE id IN (
     SELECT s.id FROM ledger_sessions AS s
-    WHERE s.expires_at <= ?
+    WHERE s.expires_at <= :now
       AND NOT EXISTS (SELECT 1 FROM ledger_events AS e WHERE e.session_id = s.id)
-    ORDER BY s.expires_at LIMIT ?)
+    ORDER BY s.expires_at LIMIT :limit)
 """
-    version_table = """
-CREATE TABLE IF NOT EXISTS ledger_schema (
-    id      INTEGER PRIMARY KEY CHECK (id = 1),
-    version INTEGER NOT NULL
-)
-"""
-
-    def list_sessions(self, query: rows.ListQuery, now: int | None = None) -> tuple[str, list[Any]]:
-        """The listing SELECT and its parameters (``now``: Unix s, default the clock's)."""
-        return rows.list_sql(query, _now() if now is None else now)
 
 
 def split_statements(script: str) -> list[str]:
@@ -166,11 +94,6 @@ def split_statements(script: str) -> list[str]:
     ):
         raise ValueError(f"incomplete SQL statement at the end of a schema file: {buffer!r}")
     return statements
-
-
-def _now() -> int:
-    """The reader's clock in Unix seconds: what expiries are compared with."""
-    return int(time.time())
 
 
 def _is_busy(exc: BaseException) -> bool:
@@ -193,7 +116,7 @@ async def _release(db: aiosqlite.Connection) -> None:
         await db.execute("ROLLBACK")
 
 
-class SQLiteAdapter:
+class SQLiteAdapter(SQLAdapter):
     """The ledger contract on one SQLite database file.
 
     Args:
@@ -201,16 +124,15 @@ class SQLiteAdapter:
             for a private in-memory database that lives until :meth:`close`.
         busy_timeout: seconds one attempt waits for another writer's lock.
         max_wait: seconds a write keeps retrying SQLITE_BUSY before raising StorageError.
-        retention: how long ledger entries are kept (a positive ``timedelta``), recorded in
-            the database on :meth:`connect` if it has none yet; None (the default) uses the
-            database's (keep forever unless an adapter recorded one). A retention other than
-            the database's raises ``DeploymentMismatchError`` naming both on :meth:`connect`.
-            Reads hide what has expired; :meth:`purge_expired` deletes it. See
-            docs/table-design.md, Ledger retention.
+        retention: how long ledger entries are kept (a positive ``timedelta``; None, the
+            default: the database's), as :class:`~sandbox_ledger.sql.adapter.SQLAdapter` says.
 
     The file is put in WAL mode. Safe to share between processes and threads (each with its
     own adapter); one adapter serializes its own operations.
     """
+
+    text_holds_nul = True
+    queries: Queries
 
     def __init__(
         self,
@@ -224,15 +146,13 @@ class SQLiteAdapter:
             path = str(path)
         if not isinstance(path, str) or not path:
             raise ValueError("path: must be a file path or ':memory:'")
+        private = path == ":memory:"
+        store = f"sqlite:{secrets.token_hex(8) if private else os.path.realpath(path)}"
+        super().__init__(store=store, retention=retention, where=f"sqlite {path}")
         self.path = path
         self.busy_timeout = busy_timeout
         self.max_wait = max_wait
-        self._retention = check_retention(retention)
-        self.retention = retention
         self.queries = Queries()
-        # What cursors are bound to: the database file, so another file refuses them.
-        private = path == ":memory:"
-        self._store = f"sqlite:{secrets.token_hex(8) if private else os.path.realpath(path)}"
         self._db: aiosqlite.Connection | None = None
         self._releasing: asyncio.Future[None] | None = None
         self._lock = asyncio.Lock()
@@ -257,18 +177,6 @@ class SQLiteAdapter:
             if db is not None:
                 await db.close()
 
-    async def __aenter__(self) -> SQLiteAdapter:
-        await self.connect()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
     async def _open(self) -> aiosqlite.Connection:
         if self._db is not None:
             return self._db
@@ -291,14 +199,14 @@ class SQLiteAdapter:
         except sqlite3.Error as exc:
             raise StorageError(f"sqlite: cannot open {self.path}: {exc}") from exc
         try:
-            await self._retry(lambda: self._prepare(db), db)
+            await self._retry(lambda: self._set_up(db), db)
         except BaseException:
             await db.close()
             raise
         self._db = db
         return db
 
-    async def _prepare(self, db: aiosqlite.Connection) -> None:
+    async def _set_up(self, db: aiosqlite.Connection) -> None:
         await db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
         if self.path != ":memory:":
             async with db.execute("PRAGMA journal_mode = WAL") as cursor:
@@ -306,62 +214,10 @@ class SQLiteAdapter:
             if row is None or str(row[0]).lower() != "wal":
                 raise StorageError(f"sqlite: {self.path} cannot use WAL mode (got {row})")
         await db.execute("PRAGMA foreign_keys = ON")
-        await self._migrate(db, MIGRATIONS)
-        await self._agree_retention(db)
+        await self._prepare(_Connection(db))
 
-    async def _agree_retention(self, db: aiosqlite.Connection) -> None:
-        where = f"ledger_settings of sqlite {self.path}"
-        stored = await self._stored_retention(db)
-        if stored is None and self._retention is not None:
-            # Only a database without a retention takes one (one statement: atomic; a
-            # concurrent connect may record another first, which agree() then reports).
-            cursor = await db.execute(self.queries.record_retention, (self._retention,))
-            if cursor.rowcount:
-                ret.log_recorded(where, self._retention)
-            stored = await self._stored_retention(db)
-        ret.agree(stored, self._retention, where)
-
-    async def _stored_retention(self, db: aiosqlite.Connection) -> int | None:
-        async with db.execute(self.queries.retention) as cursor:
-            row = await cursor.fetchone()
-        return None if row is None or row[0] is None else int(row[0])
-
-    async def _migrate(self, db: aiosqlite.Connection, migrations: tuple[Migration, ...]) -> None:
-        # The usual case (schema current) only reads, so it never waits for a writer.
-        current = await self._schema_version(db)
-        if pending(current, migrations, where=f"sqlite {self.path}") == ():
-            return
-        await db.execute("BEGIN IMMEDIATE")
-        try:
-            await db.execute(self.queries.version_table)
-            current = await self._schema_version(db)  # another process may have migrated
-            todo = pending(current, migrations, where=f"sqlite {self.path}")
-            for migration in todo:
-                for statement in split_statements(migration.sql):
-                    await db.execute(statement)
-            if todo:
-                await db.execute(
-                    "INSERT INTO ledger_schema (id, version) VALUES (1, ?) "
-                    "ON CONFLICT (id) DO UPDATE SET version = excluded.version",
-                    (todo[-1].version,),
-                )
-            await db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                await db.execute("ROLLBACK")
-            raise
-        log_migration(f"sqlite {self.path}", current, todo)
-
-    @staticmethod
-    async def _schema_version(db: aiosqlite.Connection) -> int | None:
-        async with db.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ledger_schema'"
-        ) as cursor:
-            if await cursor.fetchone() is None:
-                return None
-        async with db.execute("SELECT version FROM ledger_schema WHERE id = 1") as cursor:
-            row = await cursor.fetchone()
-        return int(row[0]) if row else None
+    def _migrations(self) -> tuple[Migration, ...]:
+        return MIGRATIONS
 
     async def _retry(self, attempt: Callable[[], Awaitable[Any]], db: aiosqlite.Connection) -> Any:
         """Run ``attempt`` until it is not refused by SQLITE_BUSY, up to ``max_wait`` seconds."""
@@ -392,7 +248,7 @@ class SQLiteAdapter:
             db = await self._open()
             return await self._retry(lambda: op(db), db)
 
-    async def _write(self, op: Callable[[aiosqlite.Connection], Awaitable[Any]]) -> Any:
+    async def _transaction(self, op: Callable[[aiosqlite.Connection], Awaitable[Any]]) -> Any:
         """One write transaction: BEGIN IMMEDIATE, ``op``, COMMIT; rolled back on any error."""
 
         async def transaction(db: aiosqlite.Connection) -> Any:
@@ -418,219 +274,71 @@ class SQLiteAdapter:
 
         return await self._run(transaction)
 
-    # -- ledger -----------------------------------------------------------------------------
+    # -- the contract's hooks ---------------------------------------------------------------
 
-    async def append(self, entry: LedgerEntry) -> None:
-        """Store one entry and fold it into its session's summary, in one transaction."""
-        await self._append(rows.encode_entry(entry, key=""), idempotent=False)
-
-    async def append_at(self, entry: LedgerEntry, position: int) -> None:
-        """Append idempotently at a caller-chosen position (e.g. a line number on import):
-        the same entry at the same position is stored once however often it is appended."""
-        key = rows.append_key(rows.check_entry(entry), position)
-        await self._append(rows.encode_entry(entry, key=key), idempotent=True)
-
-    async def append_once(self, entry: LedgerEntry, occurrence: int) -> bool:
-        """Append occurrence ``occurrence`` of this content in its session unless it is
-        stored (what an import writes, see :mod:`sandbox_ledger.transfer`); False, writing
-        nothing, when another write stored it first, so imports running at once store it
-        once."""
-        key = rows.claim_key(rows.check_entry(entry), occurrence)
-        return await self._append(rows.encode_entry(entry, key=key), idempotent=True)
-
-    async def _append(self, row: rows.EventRow, *, idempotent: bool) -> bool:
-        params = rows.append_params(row)
-        params["append_key"] = row.append_key or None
-
-        async def op(db: aiosqlite.Connection) -> bool:
-            if idempotent:
-                async with db.execute(
-                    "SELECT 1 FROM ledger_events WHERE append_key = ?", (row.append_key,)
-                ) as cursor:
-                    if await cursor.fetchone() is not None:
-                        return False
-            async with db.execute(self.queries.upsert_session, params) as cursor:
-                found = await cursor.fetchone()
-            assert found is not None
-            await db.execute(self.queries.insert_event, {**params, "session_id": found[0]})
-            return True
-
-        stored: bool = await self._write(op)
-        return stored
-
-    async def _fetchall(self, sql: str, params: Any) -> list[Any]:
-        async def op(db: aiosqlite.Connection) -> list[Any]:
-            async with db.execute(sql, params) as cursor:
-                return list(await cursor.fetchall())
-
-        result: list[Any] = await self._run(op)
+    async def _read(self, work: Callable[[Connection], Awaitable[T]]) -> T:
+        result: T = await self._run(lambda db: work(_Connection(db)))
         return result
 
-    async def read_all(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
-        """Every entry of the session, ascending ts, ties in append order (one query)."""
-        key = self._key(name, sandbox_id)
-        found = await self._fetchall(self.queries.read_all, (*key, _now()))
-        return [rows.decode_entry(name, sandbox_id, *r) for r in found]
+    async def _writing(
+        self, work: Callable[[Connection], Awaitable[T]], *, one_statement: bool
+    ) -> T:
+        # Every write, one statement or more, is a BEGIN IMMEDIATE transaction: it waits for
+        # the file's write lock and is retried whole while SQLite reports busy.
+        result: T = await self._transaction(lambda db: work(_Connection(db)))
+        return result
 
-    async def ledger_retention(self) -> int | None:
-        """The ledger retention appends use (seconds; None: keep forever): what an import
-        checks entries against, so it never writes one already expired.
-        The database's, whatever this adapter was given."""
-        [(seconds,)] = await self._fetchall(self.queries.retention, ())
-        return None if seconds is None else int(seconds)
+    def _live_append_key(self, entry: LedgerEntry) -> str:
+        # None (stored NULL): a write refused as busy never commits (one transaction), so a
+        # retry of it cannot store it twice.
+        return ""
 
-    async def read_stored(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
-        """Every entry still stored, expired ones included until a purge removes them (what
-        an import reconciles a file against, so that a re-import writes nothing twice)."""
-        key = self._key(name, sandbox_id)
-        found = await self._fetchall(self.queries.read_all, (*key, ret.EVERYTHING))
-        return [rows.decode_entry(name, sandbox_id, *r) for r in found]
+    async def _insert(self, row: rows.EventRow, *, idempotent: bool) -> bool:
+        params = {**rows.append_params(row), "append_key": row.append_key or None}
+        q = self.queries
 
-    async def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
-        """Every entry of the session in the order it was appended (what an export replays)."""
-        key = self._key(name, sandbox_id)
-        found = await self._fetchall(self.queries.read_in_append_order, (*key, _now()))
-        return [rows.decode_entry(name, sandbox_id, *r) for r in found]
+        async def work(conn: Connection) -> bool:
+            # BEGIN IMMEDIATE holds the file's write lock: nothing stores the key meanwhile.
+            if idempotent and await conn.rows(q.claimed, params):
+                return False
+            [(session_id,)] = await conn.rows(q.upsert_session, params)
+            await conn.count(q.insert_event, {**params, "session_id": session_id})
+            return True
 
-    async def scan_sessions(
-        self, name: str | None = None, *, segments: int | None = None
-    ) -> list[tuple[str, str]]:
-        """Every (name, sandboxId) with at least one entry, listed or not (sessions without
-        ``sandbox.created`` included), sorted; for exports (reads every session row in one
-        query: ``segments`` is checked and ignored)."""
-        rows.check_scan(name, segments)
-        found = await self._fetchall(
-            self.queries.sessions_with_entries, {"name": name, "now": _now()}
-        )
-        return sorted((n, sid) for n, sid in found)
+        return await self._writing(work, one_statement=False)
 
-    async def last_checkpoint(self, name: str, sandbox_id: str) -> LedgerEntry | None:
-        """The session's last checkpoint entry (one indexed query), or None."""
-        key = self._key(name, sandbox_id)
-        found = await self._fetchall(self.queries.last_checkpoint, (*key, _now()))
-        return rows.decode_entry(name, sandbox_id, *found[0]) if found else None
+    async def _between_batches(self, elapsed: float) -> None:
+        # More to come: step aside as long as the batch held the file's write lock, so
+        # writers polling for it (SQLite's busy handler sleeps) get it first.
+        await asyncio.sleep(elapsed)
 
-    async def list_checkpoints(self, name: str, sandbox_id: str) -> list[CheckpointInfo]:
-        """Checkpoints in creation order (only checkpoint rows are read)."""
-        key = self._key(name, sandbox_id)
-        return [
-            rows.row_checkpoint(ts, p)
-            for ts, p in await self._fetchall(self.queries.checkpoints, (*key, _now()))
-        ]
 
-    async def list_sandbox_details(
-        self, name: str, opts: ListSandboxOptions | None = None
-    ) -> list[SandboxDetails]:
-        """Sessions of one name, newest first (one indexed query)."""
-        rows.check_text(name, "name")
-        return await self._list(rows.list_query(name, opts, self._store))
+class _Connection:
+    """The aiosqlite connection as the SQL core uses it (a :class:`.connection.Connection`)."""
 
-    async def list_all_sandbox_details(
-        self, opts: ListSandboxOptions | None = None
-    ) -> list[SandboxDetails]:
-        """Sessions of every name, newest first (one indexed query)."""
-        return await self._list(rows.list_query(None, opts, self._store))
+    def __init__(self, db: aiosqlite.Connection) -> None:
+        self._db = db
 
-    async def list_sandbox_page(
-        self, name: str, opts: ListSandboxOptions | None = None
-    ) -> SandboxPage:
-        """One page of sessions of one name and the cursor of the next (keyset on
-        (startedAt, session id), one indexed query)."""
-        rows.check_text(name, "name")
-        return await self._page(rows.list_query(name, opts, self._store))
+    async def rows(
+        self, sql: str, params: Mapping[str, Any] | Sequence[Any] | None = None
+    ) -> list[Any]:
+        async with self._db.execute(sql, params or {}) as cursor:
+            return list(await cursor.fetchall())
 
-    async def list_all_sandbox_page(self, opts: ListSandboxOptions | None = None) -> SandboxPage:
-        """One page of sessions of every name and the cursor of the next."""
-        return await self._page(rows.list_query(None, opts, self._store))
+    async def count(self, sql: str, params: Mapping[str, Any] | None = None) -> int:
+        return int((await self._db.execute(sql, params or {})).rowcount)
 
-    async def _list(self, query: rows.ListQuery) -> list[SandboxDetails]:
-        return (await self._page(query)).sessions
+    @contextlib.asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        await self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+            await self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                await self._db.execute("ROLLBACK")
+            raise
 
-    async def _page(self, query: rows.ListQuery) -> SandboxPage:
-        sql, params = self.queries.list_sessions(query, _now())
-        return rows.page_of(await self._fetchall(sql, params), query)
-
-    async def get_sandbox_details(self, name: str, sandbox_id: str) -> SandboxDetails | None:
-        """One session's summary (one row), or None."""
-        key = self._key(name, sandbox_id)
-        found = await self._fetchall(self.queries.details, (*key, _now()))
-        return rows.decode_details(*found[0]) if found else None
-
-    async def delete_sandbox(self, name: str, sandbox_id: str) -> None:
-        """Delete the session's entries and summary in one transaction."""
-        key = self._key(name, sandbox_id)
-
-        async def op(db: aiosqlite.Connection) -> None:
-            await db.execute(
-                f"DELETE FROM ledger_events WHERE session_id = ({_SESSION_ID_SQL})", key
-            )
-            await db.execute("DELETE FROM ledger_sessions WHERE name = ? AND sandbox_id = ?", key)
-
-        await self._write(op)
-
-    async def purge_expired(self, *, batch_size: int = 1000) -> int:
-        """Delete the entries, and then the session rows, that expired by now; return how
-        many rows went (entries and sessions).
-
-        Each batch of at most ``batch_size`` rows is one short transaction found through the
-        partial indexes on ``expires_at``; after each full batch the purge pauses as long as
-        the batch took, so waiting writers get the file's write lock in between. A session
-        row goes once every entry ever appended to it has expired (its summary with it).
-        Nothing expires, and nothing is purged, on a database without a retention.
-        """
-        size = ret.check_batch_size(batch_size)
-        now = _now()
-
-        async def batch(sql: str) -> int:
-            async def op(db: aiosqlite.Connection) -> int:
-                return int((await db.execute(sql, (now, size))).rowcount)
-
-            start = time.monotonic()
-            deleted: int = await self._write(op)
-            if deleted == size:
-                # More to come: step aside as long as the batch held the file's write lock,
-                # so writers polling for it (SQLite's busy handler sleeps) get it first.
-                await asyncio.sleep(time.monotonic() - start)
-            return deleted
-
-        statements = (self.queries.purge_events, self.queries.purge_sessions)
-        return await ret.purge_in_batches(batch, statements, size)
-
-    @staticmethod
-    def _key(name: str, sandbox_id: str) -> tuple[str, str]:
-        return rows.check_text(name, "name"), rows.check_text(sandbox_id, "sandboxId")
-
-    # -- environments -----------------------------------------------------------------------
-
-    async def get_environment(self, name: str) -> EnvironmentRecord | None:
-        """The environment record, or None."""
-        found = await self._fetchall(
-            "SELECT record FROM ledger_environments WHERE name = ?",
-            (check_environment_name(name),),
-        )
-        return rows.decode_environment(found[0][0]) if found else None
-
-    async def save_environment(self, record: EnvironmentRecord) -> None:
-        """Create or replace the record with ``record.name``."""
-        values = rows.encode_environment(record)
-
-        async def op(db: aiosqlite.Connection) -> None:
-            await db.execute(self.queries.save_environment, values)
-
-        await self._write(op)
-
-    async def delete_environment(self, name: str) -> None:
-        """Remove the record if present."""
-        key = (check_environment_name(name),)
-
-        async def op(db: aiosqlite.Connection) -> None:
-            await db.execute("DELETE FROM ledger_environments WHERE name = ?", key)
-
-        await self._write(op)
-
-    async def list_environments(self) -> list[EnvironmentRecord]:
-        """Every record, newest builtAt first, ties in first-saved order."""
-        found = await self._fetchall(
-            "SELECT record FROM ledger_environments ORDER BY built_at DESC, id", ()
-        )
-        return [rows.decode_environment(r[0]) for r in found]
+    async def apply(self, migration: Migration) -> None:
+        for statement in split_statements(migration.sql):
+            await self._db.execute(statement)

@@ -1,0 +1,151 @@
+"""The SQL text of the contract, written once over a dialect's table names and placeholders.
+
+Every statement takes named parameters (``name``, ``sandbox_id``, ``now``, ...), so the
+contract in :mod:`sandbox_ledger.sql.adapter` passes the same mapping to either dialect. A
+dialect subclasses :class:`Statements`: it says how a table and a parameter are spelled and
+adds the statements that differ in kind (the append, the purge, the deletion of a session).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, ClassVar
+
+from sandbox_ledger.models import LedgerEvent
+from sandbox_ledger.sql import retention as ret
+from sandbox_ledger.sql import rows
+
+__all__ = ["Statements"]
+
+_CHECKPOINT = LedgerEvent.CheckpointCreated.value
+_ENTRY_COLUMNS = "e.ts, e.step_index, e.branch, e.event, e.payload, e.error"
+
+
+class Statements:
+    """The statements both dialects share, in one dialect's spelling (for DBAs and EXPLAIN)."""
+
+    placeholder: ClassVar[str]
+    """The driver's positional placeholder (``?``, ``%s``), for the listing's SELECT."""
+    schema_exists: str
+    """A SELECT that returns a row if and only if the table ``ledger_schema`` exists."""
+    delete_sandbox: tuple[str, ...]
+    """What deletes a session's entries and summary (``name``, ``sandbox_id``), in order."""
+    purge_events: str
+    """One batch (``limit`` rows) of the entries expired by ``now``, oldest expiry first."""
+    purge_sessions: str
+    """One batch of the session rows expired by ``now`` whose entries are all gone."""
+
+    def table(self, name: str) -> str:
+        """A ledger table's name as the statements write it (schema-qualified or bare)."""
+        return name
+
+    def param(self, name: str, sql_type: str | None = None) -> str:
+        """The named parameter ``name``; ``sql_type`` where a bare NULL needs one."""
+        raise NotImplementedError
+
+    def __init__(self) -> None:
+        p = self.param
+        sessions, events = self.table("ledger_sessions"), self.table("ledger_events")
+        environments, settings = self.table("ledger_environments"), self.table("ledger_settings")
+        self.sessions = sessions
+        self.retention_seconds = ret.retention_of(settings)
+        """The database's retention as a scalar subquery, for the dialect's append."""
+        self.session_id = (
+            f"SELECT id FROM {sessions} WHERE name = {p('name')} AND sandbox_id = {p('sandbox_id')}"
+        )
+        live = ret.live("e.expires_at", p("now"))
+        of_session = f"FROM {events} AS e WHERE e.session_id = ({self.session_id})"
+        self.read_all = f"""
+SELECT {_ENTRY_COLUMNS}
+{of_session} AND {live}
+ORDER BY e.ts, e.seq
+"""
+        self.read_in_append_order = f"""
+SELECT {_ENTRY_COLUMNS}
+{of_session} AND {live}
+ORDER BY e.seq
+"""
+        self.sessions_with_entries = f"""
+SELECT s.name, s.sandbox_id FROM {sessions} AS s
+WHERE ({p("name", "text")} IS NULL OR s.name = {p("name")})
+  AND EXISTS (SELECT 1 FROM {events} AS e WHERE e.session_id = s.id AND {live})
+"""
+        self.checkpoints = f"""
+SELECT e.ts, e.payload
+{of_session} AND e.event = '{_CHECKPOINT}' AND {live}
+ORDER BY e.ts, e.seq
+"""
+        self.last_checkpoint = f"""
+SELECT {_ENTRY_COLUMNS}
+{of_session} AND e.event = '{_CHECKPOINT}' AND {live}
+ORDER BY e.ts DESC, e.seq DESC
+LIMIT 1
+"""
+        # An append's summary upsert, computed by the database under the session row's lock
+        # (never read and rewritten from Python), and the values of its entry row.
+        ts_s, retention = p("ts_s", "bigint"), self.retention_seconds
+        later_summary = ret.later_summary_expiry(
+            "cur.summary_expires_at", "excluded.summary_expires_at"
+        )
+        self.upsert_session = f"""
+INSERT INTO {sessions} AS cur
+    (name, sandbox_id, started_at, completed_at, status, exec_count,
+     summary_expires_at, expires_at)
+VALUES ({p("name")}, {p("sandbox_id")}, {p("started_at")}, {p("completed_at")},
+        CASE WHEN {p("completed_at", "bigint")} IS NULL THEN 'running' ELSE 'completed' END,
+        {p("exec_delta")},
+        CASE WHEN {p("summarizes")} THEN {ts_s} + {retention} END, {ts_s} + {retention})
+ON CONFLICT (name, sandbox_id) DO UPDATE SET
+    started_at = coalesce(cur.started_at, excluded.started_at),
+    completed_at = coalesce(cur.completed_at, excluded.completed_at),
+    status = CASE WHEN coalesce(cur.completed_at, excluded.completed_at) IS NULL
+                  THEN 'running' ELSE 'completed' END,
+    exec_count = cur.exec_count + excluded.exec_count,
+    summary_expires_at = CASE WHEN {p("summarizes")} THEN {later_summary}
+                              ELSE cur.summary_expires_at END,
+    expires_at = {ret.latest_expiry("cur.expires_at", "excluded.expires_at")}
+RETURNING id
+"""
+        self.event_columns = (
+            f"{events} (session_id, ts, step_index, branch, event, payload, error, append_key, "
+            "expires_at)"
+        )
+        self.event_values = (
+            f"{p('ts')}, {p('step_index')}, {p('branch')}, {p('event')}, {p('payload')}, "
+            f"{p('error')}, {p('append_key')}, {ts_s} + {retention}"
+        )
+        self.details = f"""
+SELECT name, sandbox_id, started_at, completed_at, exec_count FROM {sessions}
+WHERE name = {p("name")} AND sandbox_id = {p("sandbox_id")} AND started_at IS NOT NULL
+  AND {ret.live("summary_expires_at", p("now"))}
+"""
+        self.get_environment = f"SELECT record FROM {environments} WHERE name = {p('name')}"
+        self.save_environment = f"""
+INSERT INTO {environments} (name, built_at, record)
+VALUES ({p("name")}, {p("built_at")}, {p("record")})
+ON CONFLICT (name) DO UPDATE SET built_at = excluded.built_at, record = excluded.record
+"""
+        self.delete_environment = f"DELETE FROM {environments} WHERE name = {p('name')}"
+        self.list_environments = f"SELECT record FROM {environments} ORDER BY built_at DESC, id"
+        self.retention = f"SELECT retention_seconds FROM {settings} WHERE id = 1"
+        self.record_retention = (
+            f"UPDATE {settings} SET retention_seconds = {p('seconds')} "
+            "WHERE id = 1 AND retention_seconds IS NULL"
+        )
+        schema = self.table("ledger_schema")
+        self.version_table = f"""
+CREATE TABLE IF NOT EXISTS {schema} (
+    id      INTEGER PRIMARY KEY CHECK (id = 1),
+    version INTEGER NOT NULL
+)
+"""
+        self.version = f"SELECT version FROM {schema} WHERE id = 1"
+        self.set_version = f"""
+INSERT INTO {schema} (id, version) VALUES (1, {p("version")})
+ON CONFLICT (id) DO UPDATE SET version = excluded.version
+"""
+
+    def list_sessions(self, query: rows.ListQuery, now: int | None = None) -> tuple[str, list[Any]]:
+        """The listing SELECT and its parameters (``now``: Unix s, default the clock's)."""
+        now = int(time.time()) if now is None else now
+        return rows.list_sql(query, now, table=self.sessions, param=self.placeholder)
