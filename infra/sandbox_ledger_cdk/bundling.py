@@ -11,7 +11,20 @@ from typing import Any
 import jsii
 from aws_cdk import ILocalBundling
 
-ROOT = Path(__file__).resolve().parents[1]
+import sandbox_ledger
+
+LIBRARY = Path(sandbox_ledger.__file__).resolve().parent
+HANDLERS = ("expire_stale_resources", "on_ttl_expiry")
+
+
+def entry_points() -> Path:
+    """The folder of the handlers' entry modules: the wheel ships them inside this package,
+    a source checkout has them in its top-level ``lambdas/``."""
+    here = Path(__file__).resolve().parent
+    shipped = here / "lambdas"
+    return shipped if shipped.is_dir() else here.parents[1] / "lambdas"
+
+
 # What the handlers import at run time; boto3/botocore come with the Lambda runtime.
 RUNTIME_REQUIREMENTS = ("pydantic>=2.11", "aws-lambda-powertools>=3.0")
 # What Powertools' Tracer imports when tracing is on, without the botocore the X-Ray SDK
@@ -42,14 +55,14 @@ class PipBundling:
         if self.tracing:
             self._pip(out, TRACING_REQUIREMENTS, "--no-deps")
         shutil.copytree(
-            ROOT / "adapter" / "sandbox_ledger",
+            LIBRARY,
             out / "sandbox_ledger",
             ignore=shutil.ignore_patterns("__pycache__", "cli", "testing"),
             dirs_exist_ok=True,
         )
-        for handler in ("expire_stale_resources", "on_ttl_expiry"):
+        for handler in HANDLERS:
             shutil.copytree(
-                ROOT / "lambdas" / handler,
+                entry_points() / handler,
                 out / handler,
                 ignore=shutil.ignore_patterns("__pycache__"),
                 dirs_exist_ok=True,
