@@ -4,14 +4,11 @@ cdk-nag (part of the synth), cfn-lint, and by creating it in moto's CloudFormati
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import io
 import json
 import os
 import shutil
 import subprocess
 import sys
-import zipfile
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -29,11 +26,14 @@ from aws_cdk import assertions  # noqa: E402
 from infra.app import build  # noqa: E402
 
 import least_privilege as lp  # noqa: E402
+from moto_cloudformation import create_stack  # noqa: E402
 from sandbox_ledger import keys as k  # noqa: E402
 from sandbox_ledger_cdk import ConfigError, LedgerConfig  # noqa: E402
+from sandbox_ledger_cdk.bundling import RUNTIME_LOCK, TRACING_LOCK, PipBundling  # noqa: E402
 from sandbox_ledger_cdk.nag import ACKNOWLEDGED  # noqa: E402
 
 CONTEXT = json.loads((ROOT / "cdk.json").read_text())["context"]
+REAL_PIP = PipBundling._pip  # before pip_once_per_requirements replaces it
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -45,9 +45,7 @@ def pip_once_per_requirements(tmp_path_factory: pytest.TempPathFactory) -> Itera
     fresh-process synth (test_synth_prints_no_deprecation_warning) runs pip without it.
     Session-scoped, so that the session's synth (``synthesized``) goes through it too: a
     module-scoped one was set up after it, and the next synth ran the same pip again."""
-    from sandbox_ledger_cdk.bundling import PipBundling
-
-    real = PipBundling._pip
+    real = REAL_PIP
     cache = tmp_path_factory.mktemp("pip-cache")
     done: dict[tuple[str, ...], Path] = {}
 
@@ -559,52 +557,13 @@ def test_bad_context_is_refused_with_the_key(context: dict[str, Any], key: str) 
         LedgerConfig.from_context(context)
 
 
-def _zip(directory: Path) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for path in sorted(directory.rglob("*")):
-            if path.is_file():
-                archive.write(path, path.relative_to(directory).as_posix())
-    return buffer.getvalue()
-
-
 def test_deployed_stack_serves_the_library(
     synthesized: tuple[dict[str, Any], Path], moto_endpoint: str
 ) -> None:
     """Create the synthesized stack in moto's CloudFormation, then run the adapter, the
     resource store and the sweeper against the table it created."""
     raw, outdir = synthesized
-    manifest = json.loads((outdir / "SandboxLedger.assets.json").read_text())
-    s3 = boto3.client("s3", endpoint_url=moto_endpoint)
-    for asset in manifest["files"].values():
-        for destination in asset["destinations"].values():
-            bucket = (
-                destination["bucketName"]
-                .replace("${AWS::AccountId}", "123456789012")
-                .replace("${AWS::Region}", "us-east-1")
-            )
-            with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
-                s3.create_bucket(Bucket=bucket)
-            source = outdir / asset["source"]["path"]
-            body = _zip(source) if source.is_dir() else source.read_bytes()
-            s3.put_object(Bucket=bucket, Key=destination["objectKey"], Body=body)
-    # moto runs a custom resource's provider in docker (absent here): create the stack
-    # without the descriptor's custom resource, then make the exact call it describes.
-    deployable = json.loads(json.dumps(raw))
-    [descriptor_id] = resources(raw, "Custom::AWS")
-    descriptor_call = deployable["Resources"].pop(descriptor_id)["Properties"]["Create"]
-    for resource in deployable["Resources"].values():
-        if descriptor_id in resource.get("DependsOn", []):
-            resource["DependsOn"].remove(descriptor_id)
-    cfn = boto3.client("cloudformation", endpoint_url=moto_endpoint)
-    cfn.create_stack(
-        StackName="SandboxLedger",
-        TemplateBody=json.dumps(deployable),
-        Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM"],
-    )
-    stack = cfn.describe_stacks(StackName="SandboxLedger")["Stacks"][0]
-    assert stack["StackStatus"] == "CREATE_COMPLETE", stack
-    outputs = {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}
+    outputs, descriptor_call = create_stack(raw, outdir, "SandboxLedger", moto_endpoint)
     table = outputs["TableName"]
     lam = boto3.client("lambda", endpoint_url=moto_endpoint)
     mappings = lam.list_event_source_mappings()["EventSourceMappings"]
@@ -1220,3 +1179,89 @@ def test_the_descriptor_role_allows_exactly_the_descriptors_put(
         lp.role_statements(raw, "LedgerDescriptorRole"), raw, _table_arn(raw)
     )
     assert allowed == sent == {("dynamodb:PutItem", lp.TABLE, k.DESCRIPTOR_PK)}
+
+
+# The Lambda asset: exact packages from the lock files, no host bytecode, reproducible.
+
+
+def _lock(path: Path) -> dict[str, str]:
+    from packaging.utils import canonicalize_name
+
+    pins = [line.split("==") for line in path.read_text().splitlines() if "==" in line]
+    return {canonicalize_name(name): version for name, version in pins}
+
+
+def _asset(outdir: Path, raw: dict[str, Any]) -> Path:
+    [sweeper] = [
+        r["Properties"]
+        for r in resources(raw, "AWS::Lambda::Function").values()
+        if r["Properties"]["Handler"].startswith("expire_stale_resources")
+    ]
+    return outdir / f"asset.{sweeper['Code']['S3Key'].removesuffix('.zip')}"
+
+
+# What the Lambda Python runtime ships: never bundled.
+RUNTIME_PROVIDED = {"boto3", "botocore", "s3transfer", "jmespath", "python-dateutil", "urllib3"}
+
+
+def test_the_lambda_lock_matches_the_packages_dependencies(
+    synthesized: tuple[dict[str, Any], Path],
+) -> None:
+    """The asset holds exactly the locked packages; the lock satisfies what the package
+    declares for its handlers (its dependencies and the ``lambda`` extra, the runtime's own
+    aside), and every dependency of a locked package is locked too, or comes with the
+    runtime. A dependency bump without a lock update fails here."""
+    from importlib.metadata import requires
+
+    from packaging.metadata import Metadata
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    lock, tracing = _lock(RUNTIME_LOCK), _lock(TRACING_LOCK)
+    declared = [Requirement(r) for r in requires("sandbox-ledger-dynamodb") or []]
+    for requirement in declared:
+        name = canonicalize_name(requirement.name)
+        marker = requirement.marker
+        if name in RUNTIME_PROVIDED or (
+            marker is not None and not marker.evaluate({"extra": "lambda"})
+        ):
+            continue
+        assert name in lock, f"{name} is a dependency of the handlers but not locked"
+        assert requirement.specifier.contains(lock[name]), (requirement, lock[name])
+    asset = _asset(synthesized[1], synthesized[0])
+    bundled = {}
+    environment = {
+        "python_version": "3.14",
+        "python_full_version": "3.14.0",
+        "sys_platform": "linux",
+        "platform_machine": "aarch64",
+        "implementation_name": "cpython",
+        "extra": "",
+    }
+    for info in asset.glob("*.dist-info"):
+        metadata = Metadata.from_email((info / "METADATA").read_text(), validate=False)
+        bundled[canonicalize_name(metadata.name)] = str(metadata.version)
+        for requirement in metadata.requires_dist or []:
+            if requirement.marker is None or requirement.marker.evaluate(environment):
+                name = canonicalize_name(requirement.name)
+                assert name in lock or name in RUNTIME_PROVIDED, (metadata.name, requirement)
+                if name in lock:
+                    assert requirement.specifier.contains(lock[name]), (requirement, lock[name])
+    assert bundled == lock
+    assert not set(lock) & set(tracing)
+
+
+def test_the_asset_has_no_host_bytecode(synthesized: tuple[dict[str, Any], Path]) -> None:
+    asset = _asset(synthesized[1], synthesized[0])
+    assert (asset / "sandbox_ledger" / "keys.py").is_file()
+    assert [p for p in asset.rglob("*") if p.suffix == ".pyc" or p.name == "__pycache__"] == []
+
+
+def test_two_synths_give_the_same_asset_hash(
+    synthesized: tuple[dict[str, Any], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second synth with a fresh pip run (not the session's cached copy) gives the same
+    asset, byte for byte: its hash is the session synth's."""
+    monkeypatch.setattr(PipBundling, "_pip", REAL_PIP)
+    again, _ = synth(tmp_path, local=True)
+    assert _asset(tmp_path, again).name == _asset(synthesized[1], synthesized[0]).name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -25,11 +26,11 @@ def entry_points() -> Path:
     return shipped if shipped.is_dir() else here.parents[1] / "lambdas"
 
 
-# What the handlers import at run time; boto3/botocore come with the Lambda runtime.
-RUNTIME_REQUIREMENTS = ("pydantic>=2.11", "aws-lambda-powertools>=3.0")
-# What Powertools' Tracer imports when tracing is on, without the botocore the X-Ray SDK
-# depends on (the runtime has it).
-TRACING_REQUIREMENTS = ("aws-xray-sdk>=2.12", "wrapt>=1.14")
+# What the handlers import at run time, exact (boto3/botocore come with the Lambda runtime),
+# and what Powertools' Tracer adds when tracing is on: the same commit always ships the same
+# packages, whatever the index holds by then.
+RUNTIME_LOCK = Path(__file__).resolve().parent / "lambda-requirements.txt"
+TRACING_LOCK = Path(__file__).resolve().parent / "lambda-tracing-requirements.txt"
 
 
 @jsii.implements(ILocalBundling)
@@ -51,9 +52,9 @@ class PipBundling:
 
     def try_bundle(self, output_dir: str, *, image: Any = None, **_: Any) -> bool:
         out = Path(output_dir)
-        self._pip(out, RUNTIME_REQUIREMENTS)
+        self._pip(out, ("-r", str(RUNTIME_LOCK)), "--no-deps")
         if self.tracing:
-            self._pip(out, TRACING_REQUIREMENTS, "--no-deps")
+            self._pip(out, ("-r", str(TRACING_LOCK)), "--no-deps")
         shutil.copytree(
             LIBRARY,
             out / "sandbox_ledger",
@@ -78,6 +79,7 @@ class PipBundling:
                 "install",
                 "--quiet",
                 "--disable-pip-version-check",
+                "--no-compile",  # no bytecode of the build host's Python in the asset
                 "--platform",
                 self.platform,
                 "--only-binary=:all:",
@@ -93,6 +95,7 @@ class PipBundling:
             capture_output=True,
             text=True,
             check=False,
+            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
         )
         if done.returncode != 0:
             raise RuntimeError(f"pip could not bundle the Lambda dependencies:\n{done.stderr}")
