@@ -194,6 +194,39 @@ def test_alarms_notify_a_topic_the_stack_creates(synthesized: tuple[dict[str, An
     }
 
 
+def test_the_dashboard_shows_sweeps_ttl_removals_and_the_table_and_functions(
+    synthesized: tuple[dict[str, Any], Path],
+) -> None:
+    """One dashboard: sweeps (expired, failed, unreadable, duration), TTL removals
+    (reported, unreported), the table's throttles, errors and latency, the functions'
+    errors, throttles and duration, and the alarms; its name is an output."""
+    raw = synthesized[0]
+    [(dashboard_id, dashboard)] = resources(raw, "AWS::CloudWatch::Dashboard").items()
+    assert raw["Outputs"]["DashboardName"]["Value"] == {"Ref": dashboard_id}
+    body = dashboard["Properties"]["DashboardBody"]["Fn::Join"][1]
+    text = "".join(p if isinstance(p, str) else "<ref>" for p in body)
+    widgets = json.loads(text.replace('"<ref>"', '"x"').replace("<ref>", "x"))["widgets"]
+    graphs = {w["properties"]["title"]: w["properties"] for w in widgets}
+    labels = {
+        title: [m[-1]["label"] for m in props.get("metrics", [])] for title, props in graphs.items()
+    }
+    assert labels["Sweeps: records"] == ["expired", "failed", "unreadable", "skipped"]
+    assert labels["Sweeps: duration"] == ["max", "average"]
+    assert labels["TTL removals"] == ["reported", "unreported (kept in the bucket)", "failed"]
+    assert labels["Table: throttles"] == ["ReadThrottleEvents", "WriteThrottleEvents"]
+    assert "SystemErrors TransactWriteItems" in labels["Table: system errors"]
+    assert "SuccessfulRequestLatency Query" in labels["Table: latency (ms)"]
+    assert labels["Functions: errors and throttles"] == [
+        "sweeper errors",
+        "sweeper throttles",
+        "TTL handler errors",
+        "TTL handler throttles",
+    ]
+    assert len(graphs["Alarms"]["alarms"]) == 6
+    namespaces = {m[0] for props in graphs.values() for m in props.get("metrics", []) if len(m) > 1}
+    assert namespaces == {"SandboxLedger", "AWS/DynamoDB", "AWS/Lambda"}
+
+
 def test_unknown_settings_are_refused_naming_the_nearest_key() -> None:
     """A misspelt context key or prop fails at synth, naming it and the key meant; CDK's own
     context keys pass."""

@@ -4,7 +4,7 @@ the TTL stream handler, the bus, the alarms and their topic, and the wiring."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import jsii
 from aws_cdk import (
@@ -126,6 +126,7 @@ class SandboxLedger(Construct):
             self._bus_policy()
         self.alarm_topic = alarm_topic or self._alarm_topic()
         self.alarms = self._alarms()
+        self.dashboard = self._dashboard()
         self._outputs()
         acknowledge(self)  # cdk-nag findings the design accepts, each with its reason
 
@@ -322,6 +323,7 @@ class SandboxLedger(Construct):
         CfnOutput(self, "UnreportedBucketName", value=self.unreported.bucket_name)
         CfnOutput(self, "TtlFunctionName", value=self.ttl_handler.function_name)
         CfnOutput(self, "AlarmTopicArn", value=self.alarm_topic.topic_arn)
+        CfnOutput(self, "DashboardName", value=self.dashboard.dashboard_name)
 
     def _function(
         self,
@@ -420,6 +422,119 @@ class SandboxLedger(Construct):
         for alarm in alarms:
             alarm.add_alarm_action(cw_actions.SnsAction(self.alarm_topic))
         return alarms
+
+    def _dashboard(self) -> cw.Dashboard:
+        """One page: what the sweeps did and how long they took, what the TTL backstop
+        reported and could not, and the table's and the functions' throttles, errors and
+        latency."""
+        period = Duration.minutes(5)
+
+        def ours(name: str, service: str, label: str) -> cw.Metric:
+            return cw.Metric(
+                namespace="SandboxLedger",
+                metric_name=name,
+                dimensions_map={"service": service},
+                statistic="Sum",
+                period=period,
+                label=label,
+            )
+
+        def table(name: str, statistic: str, **dimensions: str) -> cw.Metric:
+            return cw.Metric(
+                namespace="AWS/DynamoDB",
+                metric_name=name,
+                dimensions_map={"TableName": self.ledger.table.table_name, **dimensions},
+                statistic=statistic,
+                period=period,
+                label=" ".join((name, *dimensions.values())),
+            )
+
+        sweeper, ttl = "sandbox-ledger-sweeper", "sandbox-ledger-ttl"
+        functions = (("sweeper", self.sweeper), ("TTL handler", self.ttl_handler))
+        # The operations the adapter and the stores send most (appends are transactions).
+        operations = ("TransactWriteItems", "UpdateItem", "GetItem", "Query", "BatchWriteItem")
+
+        def graph(title: str, left: list[cw.IMetric], **options: Any) -> cw.GraphWidget:
+            return cw.GraphWidget(title=title, left=left, width=8, **options)
+
+        return cw.Dashboard(
+            self,
+            "Dashboard",
+            period_override=cw.PeriodOverride.AUTO,
+            widgets=[
+                [
+                    graph(
+                        "Sweeps: records",
+                        [
+                            ours("Expired", sweeper, "expired"),
+                            ours("Failed", sweeper, "failed"),
+                            ours("Unreadable", sweeper, "unreadable"),
+                            ours("Skipped", sweeper, "skipped"),
+                        ],
+                    ),
+                    graph(
+                        "Sweeps: duration",
+                        [
+                            self.sweeper.metric_duration(
+                                statistic="Maximum", period=period, label="max"
+                            ),
+                            self.sweeper.metric_duration(
+                                statistic="Average", period=period, label="average"
+                            ),
+                        ],
+                    ),
+                    graph(
+                        "TTL removals",
+                        [
+                            ours("Expired", ttl, "reported"),
+                            ours("Unreported", ttl, "unreported (kept in the bucket)"),
+                            ours("Failed", ttl, "failed"),
+                        ],
+                    ),
+                ],
+                [
+                    graph(
+                        "Table: throttles",
+                        [
+                            table("ReadThrottleEvents", "Sum"),
+                            table("WriteThrottleEvents", "Sum"),
+                        ],
+                    ),
+                    graph(
+                        "Table: system errors",
+                        [table("SystemErrors", "Sum", Operation=o) for o in operations],
+                    ),
+                    graph(
+                        "Table: latency (ms)",
+                        [
+                            table("SuccessfulRequestLatency", "Average", Operation=o)
+                            for o in operations
+                        ],
+                    ),
+                ],
+                [
+                    graph(
+                        "Functions: errors and throttles",
+                        [
+                            metric
+                            for name, fn in functions
+                            for metric in (
+                                fn.metric_errors(period=period, label=f"{name} errors"),
+                                fn.metric_throttles(period=period, label=f"{name} throttles"),
+                            )
+                        ],
+                    ),
+                    graph(
+                        "Functions: duration (ms)",
+                        [
+                            fn.metric_duration(statistic="p99", period=period, label=f"{name} p99")
+                            for name, fn in functions
+                        ],
+                    ),
+                    cw.AlarmStatusWidget(title="Alarms", alarms=self.alarms, width=8),
+                ],
+            ],
+        )
 
     def _alarm(
         self, name: str, metric: cw.IMetric, description: str, *, periods: int = 1
