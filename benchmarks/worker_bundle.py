@@ -26,29 +26,29 @@ RUNTIME_SHIPS = "boto3"
 MB = 1024 * 1024
 
 
-def build(target: Path) -> None:
-    """The wheel and its dependencies installed into ``target`` for Lambda (arm64, 3.14)."""
+LAMBDA = (
+    "--platform",
+    "manylinux2014_aarch64",
+    "--only-binary=:all:",
+    "--python-version",
+    "3.14",
+    "--implementation",
+    "cp",
+)
+"""How Lambda's Python 3.14 on arm64 is targeted; without it, pip installs for this machine."""
+
+
+def build(target: Path, platform: tuple[str, ...] = LAMBDA) -> None:
+    """The wheel and its dependencies installed into ``target`` (for Lambda by default)."""
     wheels = target.parent / "wheel"
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
     subprocess.run([*pip, "wheel", "--no-deps", "-w", wheels, ROOT], check=True)
     [wheel] = wheels.glob("*.whl")
+    # capture_output: pip warns about the development environment's packages.
     subprocess.run(
-        [
-            *pip,
-            "install",
-            "--no-compile",
-            "--platform",
-            "manylinux2014_aarch64",
-            "--only-binary=:all:",
-            "--python-version",
-            "3.14",
-            "--implementation",
-            "cp",
-            "--target",
-            target,
-            wheel,
-        ],
+        [*pip, "install", "--no-compile", *platform, "--target", target, wheel],
         check=True,
+        capture_output=True,
     )
 
 
