@@ -1,6 +1,8 @@
-# The README's two commands: `make demo` (the main job) and `make test` (the tests).
-# Each creates .venv and installs what it needs on first use: the demo only the CLI (the `cli`
-# extra, with the handlers' runtime), the tests everything (`dev`).
+# The README's commands: `make demo` (the main job), `make test` (the tests) and
+# `make synth` / `make deploy` (the AWS deployment). Each creates its virtualenv and installs
+# what it needs on first use: the demo only the CLI (the `cli` extra, with the handlers'
+# runtime), the tests everything (`dev`), the deployment only the construct library and the
+# CDK (`cdk`, in .venv-deploy) and the CDK CLI pinned in package.json.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -8,7 +10,14 @@ STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: demo test test-all lint typecheck check clean verify
+DEPLOY_VENV := .venv-deploy
+DEPLOY_STAMP := $(DEPLOY_VENV)/.installed
+# Offline-friendly CDK CLI: no notices fetched, no telemetry, no version check.
+CDK := PATH="$(abspath $(DEPLOY_VENV))/bin:$$PATH" CDK_DISABLE_CLI_TELEMETRY=true \
+	CDK_DISABLE_VERSION_CHECK=1 npm_config_update_notifier=false npx cdk
+CDK_ARGS ?=
+
+.PHONY: demo test test-all lint typecheck check clean verify deploy-tools synth deploy
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,6 +30,23 @@ $(DEMO_STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
 	$(BIN)/python -m pip install --quiet -e ".[cli]"
 	touch $(DEMO_STAMP)
+
+$(DEPLOY_STAMP): pyproject.toml package.json package-lock.json
+	test -x $(DEPLOY_VENV)/bin/python || $(PYTHON) -m venv $(DEPLOY_VENV)
+	$(DEPLOY_VENV)/bin/python -m pip install --quiet --upgrade "pip>=24"
+	$(DEPLOY_VENV)/bin/python -m pip install --quiet -e ".[cdk]"
+	test -x node_modules/.bin/cdk || npm ci --no-audit --no-fund --silent
+	touch $(DEPLOY_STAMP)
+
+# What `cdk synth` and `cdk deploy` need, and nothing of the test suite.
+deploy-tools: $(DEPLOY_STAMP)
+
+synth: $(DEPLOY_STAMP)
+	$(CDK) synth --no-notices $(CDK_ARGS)
+
+# e.g. make deploy CDK_ARGS="-c table_name=sandbox-ledger"
+deploy: $(DEPLOY_STAMP)
+	$(CDK) deploy --no-notices $(CDK_ARGS)
 
 demo: $(DEMO_STAMP)
 	$(BIN)/sandbox-ledger demo
@@ -54,4 +80,4 @@ typecheck: $(STAMP)
 check: lint typecheck test
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(DEPLOY_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -5,8 +5,8 @@
     python benchmarks/cold_start.py --before /tmp/before  # also another checkout's handlers
 
 The handlers are measured on the Lambda asset's own contents, built for this machine
-(``infra.bundling.PipBundling`` for the host's platform and Python, with the tracing extras)
-plus boto3, which the Lambda runtime provides: each run is a fresh ``python -I -S -X
+(``sandbox_ledger_cdk.bundling.PipBundling`` for the host's platform and Python, with the
+tracing extras) plus boto3, which the Lambda runtime provides: each run is a fresh ``python -I -S -X
 importtime`` whose ``sys.path`` is those two folders, as on Lambda, so the development
 environment's 200-odd distributions (which pydantic's plugin loader scans) play no part.
 
@@ -102,7 +102,7 @@ def build_packages(where: Path, before: Path | None) -> dict[str, list[Path]]:
     this tree's handlers and, with ``before``, of that tree's handlers on the same packages."""
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
     sys.path.insert(0, str(ROOT))
-    from infra.bundling import PipBundling
+    from sandbox_ledger_cdk.bundling import PipBundling
 
     machine = {"x86_64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}[platform.machine()]
     asset, runtime = where / "asset", where / "runtime"
@@ -280,8 +280,8 @@ def botocore_docs_report(paths: list[Path], runs: int) -> None:
 def asset_report() -> None:
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
     sys.path.insert(0, str(ROOT))
-    from infra.bundling import PipBundling
-    from infra.stack import PYTHON_VERSION
+    from sandbox_ledger_cdk.bundling import PipBundling
+    from sandbox_ledger_cdk.deployment import PYTHON_VERSION
 
     for tracing in (False, True):
         with tempfile.TemporaryDirectory() as tmp:

@@ -1,27 +1,56 @@
-"""``cdk synth`` / ``cdk deploy`` entry point: the stack from validated context."""
+"""``cdk synth`` / ``cdk deploy`` entry point: a thin user of the construct library, the
+stack from validated context."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "adapter"))
+from typing import Any
 
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
-from infra.config import ConfigError, LedgerConfig
-from infra.nag import acknowledge
-from infra.stack import SandboxLedgerStack
+from sandbox_ledger_cdk import ConfigError, LedgerConfig, SandboxLedger
+from sandbox_ledger_cdk.config import APP_CONTEXT_KEYS
+
+
+class SandboxLedgerStack(cdk.Stack):
+    """The deployment alone in its stack, under the id ``Default``: its logical ids are the
+    ones this stack has always had."""
+
+    def __init__(
+        self, scope: cdk.App, construct_id: str, *, config: LedgerConfig, **kwargs: Any
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        self.ledger = SandboxLedger(self, "Default", config=config)
+
+
+def _tags(raw: object) -> dict[str, str]:
+    """The ``tags`` context value: a JSON object of strings (or one, given with ``-c``)."""
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else raw
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise ConfigError(
+            f'tags: must be a JSON object of strings, e.g. {{"team": "x"}}, got {raw!r}'
+        )
+    return value
 
 
 def build(app: cdk.App) -> SandboxLedgerStack:
-    """The stack with cdk-nag AwsSolutions checks attached (findings fail the synth)."""
-    config = LedgerConfig.from_context(app.node.try_get_context)
-    region = app.node.try_get_context("region") or os.environ.get("CDK_DEFAULT_REGION")
-    account = app.node.try_get_context("account") or os.environ.get("CDK_DEFAULT_ACCOUNT")
+    """The stack with cdk-nag AwsSolutions checks attached (findings fail the synth).
+
+    Raises:
+        ConfigError: a bad or unknown context key, named.
+    """
+    context = app.node.get_all_context()
+    config = LedgerConfig.from_context(context, also_known=APP_CONTEXT_KEYS)
+    region = context.get("region") or os.environ.get("CDK_DEFAULT_REGION")
+    account = context.get("account") or os.environ.get("CDK_DEFAULT_ACCOUNT")
     if config.replica_regions and not region:
         raise ConfigError(
             "replica_regions: the stack needs a region (context region, or "
@@ -29,15 +58,16 @@ def build(app: cdk.App) -> SandboxLedgerStack:
         )
     stack = SandboxLedgerStack(
         app,
-        str(app.node.try_get_context("stack_name") or "SandboxLedger"),
+        str(context.get("stack_name") or "SandboxLedger"),
         config=config,
         env=cdk.Environment(account=account, region=region) if region else None,
         synthesizer=cdk.DefaultStackSynthesizer(generate_bootstrap_version_rule=False)
-        if app.node.try_get_context("local")
+        if context.get("local")
         else None,
     )
+    for key, value in _tags(context.get("tags") or {}).items():
+        cdk.Tags.of(stack).add(key, value)
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
-    acknowledge(stack, tracing=config.tracing)
     return stack
 
 

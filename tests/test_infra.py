@@ -4,14 +4,11 @@ cdk-nag (part of the synth), cfn-lint, and by creating it in moto's CloudFormati
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import io
 import json
 import os
 import shutil
 import subprocess
 import sys
-import zipfile
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -27,13 +24,16 @@ sys.path[:0] = [str(ROOT)]
 aws_cdk = pytest.importorskip("aws_cdk")
 from aws_cdk import assertions  # noqa: E402
 from infra.app import build  # noqa: E402
-from infra.config import ConfigError, LedgerConfig  # noqa: E402
-from infra.nag import ACKNOWLEDGED  # noqa: E402
 
 import least_privilege as lp  # noqa: E402
+from moto_cloudformation import create_stack  # noqa: E402
 from sandbox_ledger import keys as k  # noqa: E402
+from sandbox_ledger_cdk import ConfigError, LedgerConfig  # noqa: E402
+from sandbox_ledger_cdk.bundling import RUNTIME_LOCK, TRACING_LOCK, PipBundling  # noqa: E402
+from sandbox_ledger_cdk.nag import ACKNOWLEDGED  # noqa: E402
 
 CONTEXT = json.loads((ROOT / "cdk.json").read_text())["context"]
+REAL_PIP = PipBundling._pip  # before pip_once_per_requirements replaces it
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -45,9 +45,7 @@ def pip_once_per_requirements(tmp_path_factory: pytest.TempPathFactory) -> Itera
     fresh-process synth (test_synth_prints_no_deprecation_warning) runs pip without it.
     Session-scoped, so that the session's synth (``synthesized``) goes through it too: a
     module-scoped one was set up after it, and the next synth ran the same pip again."""
-    from infra.bundling import PipBundling
-
-    real = PipBundling._pip
+    real = REAL_PIP
     cache = tmp_path_factory.mktemp("pip-cache")
     done: dict[tuple[str, ...], Path] = {}
 
@@ -179,6 +177,128 @@ def test_alarms(template: assertions.Template) -> None:
     template.resource_count_is("AWS::CloudWatch::Alarm", 6)
     for metric in ("Errors", "ReadThrottleEvents", "WriteThrottleEvents"):
         template.has_resource_properties("AWS::CloudWatch::Alarm", {"MetricName": metric})
+
+
+def test_alarms_notify_a_topic_the_stack_creates(synthesized: tuple[dict[str, Any], Path]) -> None:
+    """Without ``alarm_topic_arn``, every alarm notifies a TLS-only topic of the stack's own,
+    whose ARN is an output to subscribe to."""
+    raw = synthesized[0]
+    [topic_id] = resources(raw, "AWS::SNS::Topic")
+    alarms = resources(raw, "AWS::CloudWatch::Alarm").values()
+    assert all(a["Properties"]["AlarmActions"] == [{"Ref": topic_id}] for a in alarms)
+    assert raw["Outputs"]["AlarmTopicArn"]["Value"] == {"Ref": topic_id}
+    [policy] = resources(raw, "AWS::SNS::TopicPolicy").values()
+    [tls] = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert tls["Effect"] == "Deny" and tls["Condition"] == {
+        "Bool": {"aws:SecureTransport": "false"}
+    }
+
+
+def test_the_dashboard_shows_sweeps_ttl_removals_and_the_table_and_functions(
+    synthesized: tuple[dict[str, Any], Path],
+) -> None:
+    """One dashboard: sweeps (expired, failed, unreadable, duration), TTL removals
+    (reported, unreported), the table's throttles, errors and latency, the functions'
+    errors, throttles and duration, and the alarms; its name is an output."""
+    raw = synthesized[0]
+    [(dashboard_id, dashboard)] = resources(raw, "AWS::CloudWatch::Dashboard").items()
+    assert raw["Outputs"]["DashboardName"]["Value"] == {"Ref": dashboard_id}
+    body = dashboard["Properties"]["DashboardBody"]["Fn::Join"][1]
+    text = "".join(p if isinstance(p, str) else "<ref>" for p in body)
+    widgets = json.loads(text.replace('"<ref>"', '"x"').replace("<ref>", "x"))["widgets"]
+    graphs = {w["properties"]["title"]: w["properties"] for w in widgets}
+    labels = {
+        title: [m[-1]["label"] for m in props.get("metrics", [])] for title, props in graphs.items()
+    }
+    assert labels["Sweeps: records"] == ["expired", "failed", "unreadable", "skipped"]
+    assert labels["Sweeps: duration"] == ["max", "average"]
+    assert labels["TTL removals"] == ["reported", "unreported (kept in the bucket)", "failed"]
+    assert labels["Table: throttles"] == ["ReadThrottleEvents", "WriteThrottleEvents"]
+    assert "SystemErrors TransactWriteItems" in labels["Table: system errors"]
+    assert "SuccessfulRequestLatency Query" in labels["Table: latency (ms)"]
+    assert labels["Functions: errors and throttles"] == [
+        "sweeper errors",
+        "sweeper throttles",
+        "TTL handler errors",
+        "TTL handler throttles",
+    ]
+    assert len(graphs["Alarms"]["alarms"]) == 6
+    namespaces = {m[0] for props in graphs.values() for m in props.get("metrics", []) if len(m) > 1}
+    assert namespaces == {"SandboxLedger", "AWS/DynamoDB", "AWS/Lambda"}
+
+
+def test_unknown_settings_are_refused_naming_the_nearest_key() -> None:
+    """A misspelt context key or prop fails at synth, naming it and the key meant; CDK's own
+    context keys pass."""
+    from sandbox_ledger_cdk import SandboxLedger
+
+    with pytest.raises(
+        ConfigError, match=r"^shard_cont: not a known context key \(did you mean shard_count\?\)"
+    ):
+        LedgerConfig.from_context({"shard_cont": "8"})
+    app = aws_cdk.App(context={**CONTEXT, "shard_cont": 8, "stack_nme": "x"})
+    with pytest.raises(ConfigError, match="did you mean shard_count"):
+        build(app)
+    with pytest.raises(ConfigError, match=r"stack_nme: .*did you mean stack_name"):
+        LedgerConfig.from_context({"stack_nme": "x"}, also_known=("stack_name",))
+    cdk_keys = {"aws:cdk:enable-path-metadata": True, "@aws-cdk/core:newStyleStackSynthesis": 1}
+    assert LedgerConfig.from_context({**CONTEXT, **cdk_keys}).shard_count == 4
+    with pytest.raises(ConfigError, match=r"^shard_cont: not a known prop.*shard_count"):
+        LedgerConfig(shard_cont=8)  # type: ignore[call-arg]
+    with pytest.raises(ConfigError, match="shard_count: must be an integer"):
+        LedgerConfig(shard_count="8")  # type: ignore[arg-type]
+    stack = aws_cdk.Stack(aws_cdk.App(), "Props")
+    with pytest.raises(ConfigError, match=r"alarm_topc: .*did you mean alarm_topic\?"):
+        SandboxLedger(stack, "Ledger", alarm_topc=None)  # type: ignore[call-arg]
+    with pytest.raises(ConfigError, match="tags: must be a JSON object"):
+        build(aws_cdk.App(context={**CONTEXT, "tags": "team=x"}))
+
+
+def test_the_construct_takes_your_bus_topic_key_and_tags(tmp_path: Path) -> None:
+    """Bring your own: the construct creates no bus, topic or key of its own, names your bus
+    in the descriptor and the functions' settings, alarms to your topic, encrypts with your
+    key, and tags what it creates (with the app's tags too)."""
+    from aws_cdk import aws_events as events
+    from aws_cdk import aws_kms as kms
+    from aws_cdk import aws_sns as sns
+
+    from sandbox_ledger_cdk import SandboxLedger
+
+    app = aws_cdk.App(outdir=str(tmp_path))
+    stack = aws_cdk.Stack(app, "Mine")
+    aws_cdk.Tags.of(app).add("cost-center", "42")
+    bus = events.EventBus(stack, "MyBus")
+    topic = sns.Topic(stack, "MyTopic")
+    key = kms.Key(stack, "MyKey", enable_key_rotation=True)
+    ledger = SandboxLedger(
+        stack,
+        "Ledger",
+        config=LedgerConfig(shard_count=8),
+        event_bus=bus,
+        alarm_topic=topic,
+        encryption_key=key,
+        tags={"team": "sandboxes"},
+    )
+    assert ledger.bus is bus and ledger.alarm_topic is topic and ledger.ledger.key is key
+    raw = assertions.Template.from_stack(stack).to_json()
+    assert list(resources(raw, "AWS::Events::EventBus")) == [
+        stack.get_logical_id(bus.node.default_child)
+    ]
+    assert len(resources(raw, "AWS::SNS::Topic")) == 1 and len(resources(raw, "AWS::KMS::Key")) == 1
+    bus_ref = {"Ref": stack.get_logical_id(bus.node.default_child)}
+    topic_ref = {"Ref": stack.get_logical_id(topic.node.default_child)}
+    alarms = resources(raw, "AWS::CloudWatch::Alarm").values()
+    assert alarms and all(a["Properties"]["AlarmActions"] == [topic_ref] for a in alarms)
+    [table] = resources(raw, "AWS::DynamoDB::Table").values()
+    key_arn = {"Fn::GetAtt": [stack.get_logical_id(key.node.default_child), "Arn"]}
+    assert table["Properties"]["SSESpecification"]["KMSMasterKeyId"] == key_arn
+    tags = {t["Key"]: t["Value"] for t in table["Properties"]["Tags"]}
+    assert tags == {"team": "sandboxes", "cost-center": "42"}
+    for function in resources(raw, "AWS::Lambda::Function").values():
+        env = function["Properties"].get("Environment", {}).get("Variables", {})
+        if "EVENT_BUS_NAME" in env:
+            assert env["EVENT_BUS_NAME"] == bus_ref
+    assert f'"{k.DESCRIPTOR_SHARD_COUNT}":{{"N":"8"}}' in _descriptor_create(raw)
 
 
 def test_unreported_ttl_removals_are_kept_in_a_retained_locked_bucket(
@@ -314,18 +434,18 @@ def test_least_privilege(synthesized: tuple[dict[str, Any], Path]) -> None:
 def test_grant_worker_gives_the_worker_policys_statements_and_the_key() -> None:
     """A role granted with ``grant_worker`` may do exactly what the managed policy allows."""
     from aws_cdk import aws_iam as iam
-    from infra.table import KMS_ACTIONS, LedgerTable
+
+    from sandbox_ledger_cdk.table import KMS_ACTIONS, LedgerTable
 
     app = aws_cdk.App()
     stack = aws_cdk.Stack(app, "WorkerGrant")
-    ledger = LedgerTable(stack, "Ledger", kms_key="create")
+    ledger = LedgerTable(stack, "Ledger", config=LedgerConfig(kms="create"))
     role = iam.Role(stack, "Worker", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
     ledger.grant_worker(role)
     iam.ManagedPolicy(stack, "Managed", statements=ledger.worker_policy_statements())
     raw = assertions.Template.from_stack(stack).to_json()
-    [policy] = resources(raw, "AWS::IAM::Policy").values()
     [managed] = resources(raw, "AWS::IAM::ManagedPolicy").values()
-    granted = policy["Properties"]["PolicyDocument"]["Statement"]
+    granted = lp.role_statements(raw, "Worker")
     table_arn = _table_arn(raw)
     assert lp.allowed_triples(granted, raw, table_arn) == lp.allowed_triples(
         managed["Properties"]["PolicyDocument"]["Statement"], raw, table_arn
@@ -425,10 +545,8 @@ def _descriptor_create(raw: dict[str, Any]) -> str:
 def test_ledger_retention_is_forever_unless_given(
     synthesized: tuple[dict[str, Any], Path],
 ) -> None:
-    assert LedgerConfig.from_context({}.get).ledger_retention_days is None
-    assert (
-        LedgerConfig.from_context({"ledger_retention_days": "30"}.get).ledger_retention_days == 30
-    )
+    assert LedgerConfig.from_context({}).ledger_retention_days is None
+    assert LedgerConfig.from_context({"ledger_retention_days": "30"}).ledger_retention_days == 30
     assert k.DESCRIPTOR_LEDGER_RETENTION not in _descriptor_create(synthesized[0])
 
 
@@ -469,16 +587,7 @@ def test_replicas_make_a_global_table(tmp_path: Path) -> None:
 )
 def test_bad_context_is_refused_with_the_key(context: dict[str, Any], key: str) -> None:
     with pytest.raises(ConfigError, match=key):
-        LedgerConfig.from_context(context.get)
-
-
-def _zip(directory: Path) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for path in sorted(directory.rglob("*")):
-            if path.is_file():
-                archive.write(path, path.relative_to(directory).as_posix())
-    return buffer.getvalue()
+        LedgerConfig.from_context(context)
 
 
 def test_deployed_stack_serves_the_library(
@@ -487,37 +596,7 @@ def test_deployed_stack_serves_the_library(
     """Create the synthesized stack in moto's CloudFormation, then run the adapter, the
     resource store and the sweeper against the table it created."""
     raw, outdir = synthesized
-    manifest = json.loads((outdir / "SandboxLedger.assets.json").read_text())
-    s3 = boto3.client("s3", endpoint_url=moto_endpoint)
-    for asset in manifest["files"].values():
-        for destination in asset["destinations"].values():
-            bucket = (
-                destination["bucketName"]
-                .replace("${AWS::AccountId}", "123456789012")
-                .replace("${AWS::Region}", "us-east-1")
-            )
-            with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
-                s3.create_bucket(Bucket=bucket)
-            source = outdir / asset["source"]["path"]
-            body = _zip(source) if source.is_dir() else source.read_bytes()
-            s3.put_object(Bucket=bucket, Key=destination["objectKey"], Body=body)
-    # moto runs a custom resource's provider in docker (absent here): create the stack
-    # without the descriptor's custom resource, then make the exact call it describes.
-    deployable = json.loads(json.dumps(raw))
-    [descriptor_id] = resources(raw, "Custom::AWS")
-    descriptor_call = deployable["Resources"].pop(descriptor_id)["Properties"]["Create"]
-    for resource in deployable["Resources"].values():
-        if descriptor_id in resource.get("DependsOn", []):
-            resource["DependsOn"].remove(descriptor_id)
-    cfn = boto3.client("cloudformation", endpoint_url=moto_endpoint)
-    cfn.create_stack(
-        StackName="SandboxLedger",
-        TemplateBody=json.dumps(deployable),
-        Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM"],
-    )
-    stack = cfn.describe_stacks(StackName="SandboxLedger")["Stacks"][0]
-    assert stack["StackStatus"] == "CREATE_COMPLETE", stack
-    outputs = {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}
+    outputs, descriptor_call = create_stack(raw, outdir, "SandboxLedger", moto_endpoint)
     table = outputs["TableName"]
     lam = boto3.client("lambda", endpoint_url=moto_endpoint)
     mappings = lam.list_event_source_mappings()["EventSourceMappings"]
@@ -612,7 +691,7 @@ def test_the_stack_writes_the_descriptor_with_least_privilege(
     )
     assert '"action":"putItem"' in create and f'"PK":{{"S":"{k.DESCRIPTOR_PK}"}}' in create
     assert resource["Properties"]["Update"] == resource["Properties"]["Create"]
-    statements = [s for n, s in _statements(raw) if n.startswith("DescriptorRole")]
+    statements = [s for n, s in _statements(raw) if n.startswith("LedgerDescriptorRole")]
     put = [s for s in statements if s["Action"] == "dynamodb:PutItem"]
     assert len(put) == 1
     assert put[0]["Condition"] == {
@@ -787,8 +866,9 @@ def test_the_policy_evaluator_allows_and_denies_as_iam_does() -> None:
 
 
 @pytest.fixture(scope="module")
-def worker_calls(moto_endpoint: str) -> lp.CallRecorder:
-    """Every call a worker's adapter and resource store make, through each public method."""
+def role_calls(moto_endpoint: str) -> dict[str, lp.CallRecorder]:
+    """Every call a worker's adapter (``ledger``) and resource store (``resources``) make,
+    through each public method, and the calls of their read methods alone (``reader``)."""
     from resource_fixtures import record
     from sandbox_ledger import LedgerEntry, ListSandboxOptions
     from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
@@ -799,7 +879,7 @@ def worker_calls(moto_endpoint: str) -> lp.CallRecorder:
     table = f"ledger-lp-{os.getpid()}"
     with SyncDynamoDBAdapter(table, endpoint_url=moto_endpoint) as admin:
         admin.create_table()  # an operator's call, not a worker's: not recorded
-    recorder = lp.CallRecorder()
+    recorder, store_recorder = lp.CallRecorder(), lp.CallRecorder()
     ledger = SyncDynamoDBAdapter(table, endpoint_url=moto_endpoint)
     recorder.watch(ledger.client())
     events = [("sandbox.created", 1), ("exec.complete", 2), ("checkpoint.created", 3)]
@@ -834,7 +914,7 @@ def worker_calls(moto_endpoint: str) -> lp.CallRecorder:
     ledger.delete_sandbox("w", "sb")
     ledger.delete_sandbox("w", "big")
     store = SyncResourceRecordStore(table, endpoint_url=moto_endpoint)
-    recorder.watch(store.client())
+    store_recorder.watch(store.client())
     stored = store.put(record())
     rid = stored.record.id
     store.put(stored.record, expected_revision=stored.revision)
@@ -850,12 +930,65 @@ def worker_calls(moto_endpoint: str) -> lp.CallRecorder:
     assert store.delete(rid) is True
     ledger.close()
     store.close()
-    asyncio.run(_async_worker(table, moto_endpoint, recorder))
+    asyncio.run(_async_worker(table, moto_endpoint, recorder, store_recorder))
+    return {
+        "ledger": recorder,
+        "resources": store_recorder,
+        "reader": _reader_calls(table, moto_endpoint),
+    }
+
+
+def _reader_calls(table: str, endpoint: str) -> lp.CallRecorder:
+    """A reader's calls: every read method of the adapter and the store, nothing else."""
+    from resource_fixtures import record
+    from sandbox_ledger import LedgerEntry, ListSandboxOptions
+    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+    from sandbox_ledger.resources import SyncResourceRecordStore
+
+    with SyncDynamoDBAdapter(table, endpoint_url=endpoint) as writer:
+        writer.append(
+            LedgerEntry(ts=1, name="r", sandbox_id="s", step_index=-1, event="sandbox.created")
+        )
+    with SyncResourceRecordStore(table, endpoint_url=endpoint) as owner:
+        rid = owner.put(record()).record.id
+    recorder = lp.CallRecorder()
+    with SyncDynamoDBAdapter(table, endpoint_url=endpoint) as ledger:
+        recorder.watch(ledger.client())
+        ledger.read_all("r", "s")
+        ledger.read_stored("r", "s")
+        ledger.read_in_append_order("r", "s")
+        ledger.last_checkpoint("r", "s")
+        ledger.list_checkpoints("r", "s")
+        ledger.get_sandbox_details("r", "s")
+        for status in (None, "running", "completed"):
+            opts = ListSandboxOptions(limit=10, **({"status": status} if status else {}))
+            ledger.list_sandbox_details("r", opts)
+            ledger.list_all_sandbox_details(opts)
+            ledger.list_sandbox_page("r", opts)
+            ledger.list_all_sandbox_page(opts)
+        ledger.get_environment("env")
+        ledger.list_environments()
+    with SyncResourceRecordStore(table, endpoint_url=endpoint) as store:
+        recorder.watch(store.client())
+        store.get(rid)
+        store.get_versioned(rid)
+        for phase, provider in ((None, None), ("ready", None), (None, "docker")):
+            store.list(phase=phase, provider=provider)
     return recorder
 
 
-async def _async_worker(table: str, endpoint: str, recorder: lp.CallRecorder) -> None:
-    """The async twins' main paths, on the same recorder (they send the same calls)."""
+@pytest.fixture(scope="module")
+def worker_calls(role_calls: dict[str, lp.CallRecorder]) -> lp.CallRecorder:
+    """Every call of a worker's adapter and resource store (the ``WorkerPolicy``'s code)."""
+    union = lp.CallRecorder()
+    union.requests = [*role_calls["ledger"].requests, *role_calls["resources"].requests]
+    return union
+
+
+async def _async_worker(
+    table: str, endpoint: str, recorder: lp.CallRecorder, store_recorder: lp.CallRecorder
+) -> None:
+    """The async twins' main paths, on the same recorders (they send the same calls)."""
     from resource_fixtures import record
     from sandbox_ledger import LedgerEntry, ListSandboxOptions
     from sandbox_ledger.dynamodb import DynamoDBAdapter
@@ -869,7 +1002,7 @@ async def _async_worker(table: str, endpoint: str, recorder: lp.CallRecorder) ->
         await ledger.list_all_sandbox_details(ListSandboxOptions(limit=5))
         await ledger.delete_sandbox("a", "s")
     async with ResourceRecordStore(table, endpoint_url=endpoint) as store:
-        recorder.watch(await store.client())
+        store_recorder.watch(await store.client())
         stored = await store.put(record())
         await store.list(phase="ready")
         await store.delete(stored.record.id)
@@ -900,6 +1033,56 @@ def test_the_worker_policy_allows_exactly_the_key_families_its_code_sends(
         f"{k.BY_NAME_PREFIX}*",
         f"{k.RESOURCE_PHASE_PREFIX}*",
     }
+
+
+@pytest.fixture(scope="module")
+def granted_roles() -> dict[str, Any]:
+    """A user's stack: a table and one function role granted each access."""
+    from aws_cdk import aws_iam as iam
+
+    from sandbox_ledger_cdk import LedgerTable
+
+    stack = aws_cdk.Stack(aws_cdk.App(), "Granted")
+    ledger = LedgerTable(stack, "Ledger", config=LedgerConfig(kms="create"))
+    for name, grant in (
+        ("LedgerWriter", ledger.grant_ledger),
+        ("ResourceOwner", ledger.grant_resources),
+        ("Reader", ledger.grant_read),
+    ):
+        grant(iam.Role(stack, name, assumed_by=iam.ServicePrincipal("lambda.amazonaws.com")))
+    return assertions.Template.from_stack(stack).to_json()
+
+
+@pytest.mark.parametrize(
+    ("role", "calls"),
+    [("LedgerWriter", "ledger"), ("ResourceOwner", "resources"), ("Reader", "reader")],
+)
+def test_each_role_allows_exactly_what_its_code_sends(
+    granted_roles: dict[str, Any],
+    role_calls: dict[str, lp.CallRecorder],
+    role: str,
+    calls: str,
+) -> None:
+    """``grant_ledger``, ``grant_resources`` and ``grant_read``: every call of the role's
+    code is allowed; on the table and each index the role's policy allows exactly the key
+    families and the actions its code sends there; the descriptor is only read; a reader
+    can write nothing, and only decrypt with the key."""
+    raw = granted_roles
+    statements, table_arn = lp.role_statements(raw, role), _table_arn(raw)
+    recorder = role_calls[calls]
+    for request in recorder.requests:
+        target = lp.arn(table_arn, request.resource)
+        assert lp.allows(statements, request.action, target, request.keys, raw), request
+    sent, allowed = recorder.triples(), lp.allowed_triples(statements, raw, table_arn)
+    assert {(r, f) for _, r, f in allowed} == {(r, f) for _, r, f in sent}
+    assert {(a, r) for a, r, _ in allowed} == {(a, r) for a, r, _ in sent}
+    assert {a for a, _, f in allowed if f == k.DESCRIPTOR_PK} == {"dynamodb:GetItem"}
+    kms = {a for s in statements for a in _actions(s) if a.startswith("kms:")}
+    if role == "Reader":
+        assert not {a for a, _, _ in allowed} & lp.WRITE_ACTIONS
+        assert kms == {"kms:Decrypt", "kms:DescribeKey"}
+    else:
+        assert "kms:GenerateDataKey" in kms
 
 
 @pytest.mark.parametrize(
@@ -1025,5 +1208,93 @@ def test_the_descriptor_role_allows_exactly_the_descriptors_put(
     raw = synthesized[0]
     request = deploy_descriptor_request("t", TableDescriptor(shard_count=4))
     sent = {t for r in lp.requests("PutItem", request) for t in r.triples()}
-    allowed = lp.allowed_triples(lp.role_statements(raw, "DescriptorRole"), raw, _table_arn(raw))
+    allowed = lp.allowed_triples(
+        lp.role_statements(raw, "LedgerDescriptorRole"), raw, _table_arn(raw)
+    )
     assert allowed == sent == {("dynamodb:PutItem", lp.TABLE, k.DESCRIPTOR_PK)}
+
+
+# The Lambda asset: exact packages from the lock files, no host bytecode, reproducible.
+
+
+def _lock(path: Path) -> dict[str, str]:
+    from packaging.utils import canonicalize_name
+
+    pins = [line.split("==") for line in path.read_text().splitlines() if "==" in line]
+    return {canonicalize_name(name): version for name, version in pins}
+
+
+def _asset(outdir: Path, raw: dict[str, Any]) -> Path:
+    [sweeper] = [
+        r["Properties"]
+        for r in resources(raw, "AWS::Lambda::Function").values()
+        if r["Properties"]["Handler"].startswith("expire_stale_resources")
+    ]
+    return outdir / f"asset.{sweeper['Code']['S3Key'].removesuffix('.zip')}"
+
+
+# What the Lambda Python runtime ships: never bundled.
+RUNTIME_PROVIDED = {"boto3", "botocore", "s3transfer", "jmespath", "python-dateutil", "urllib3"}
+
+
+def test_the_lambda_lock_matches_the_packages_dependencies(
+    synthesized: tuple[dict[str, Any], Path],
+) -> None:
+    """The asset holds exactly the locked packages; the lock satisfies what the package
+    declares for its handlers (its dependencies and the ``lambda`` extra, the runtime's own
+    aside), and every dependency of a locked package is locked too, or comes with the
+    runtime. A dependency bump without a lock update fails here."""
+    from importlib.metadata import requires
+
+    from packaging.metadata import Metadata
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    lock, tracing = _lock(RUNTIME_LOCK), _lock(TRACING_LOCK)
+    declared = [Requirement(r) for r in requires("sandbox-ledger-dynamodb") or []]
+    for requirement in declared:
+        name = canonicalize_name(requirement.name)
+        marker = requirement.marker
+        if name in RUNTIME_PROVIDED or (
+            marker is not None and not marker.evaluate({"extra": "lambda"})
+        ):
+            continue
+        assert name in lock, f"{name} is a dependency of the handlers but not locked"
+        assert requirement.specifier.contains(lock[name]), (requirement, lock[name])
+    asset = _asset(synthesized[1], synthesized[0])
+    bundled = {}
+    environment = {
+        "python_version": "3.14",
+        "python_full_version": "3.14.0",
+        "sys_platform": "linux",
+        "platform_machine": "aarch64",
+        "implementation_name": "cpython",
+        "extra": "",
+    }
+    for info in asset.glob("*.dist-info"):
+        metadata = Metadata.from_email((info / "METADATA").read_text(), validate=False)
+        bundled[canonicalize_name(metadata.name)] = str(metadata.version)
+        for requirement in metadata.requires_dist or []:
+            if requirement.marker is None or requirement.marker.evaluate(environment):
+                name = canonicalize_name(requirement.name)
+                assert name in lock or name in RUNTIME_PROVIDED, (metadata.name, requirement)
+                if name in lock:
+                    assert requirement.specifier.contains(lock[name]), (requirement, lock[name])
+    assert bundled == lock
+    assert not set(lock) & set(tracing)
+
+
+def test_the_asset_has_no_host_bytecode(synthesized: tuple[dict[str, Any], Path]) -> None:
+    asset = _asset(synthesized[1], synthesized[0])
+    assert (asset / "sandbox_ledger" / "keys.py").is_file()
+    assert [p for p in asset.rglob("*") if p.suffix == ".pyc" or p.name == "__pycache__"] == []
+
+
+def test_two_synths_give_the_same_asset_hash(
+    synthesized: tuple[dict[str, Any], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second synth with a fresh pip run (not the session's cached copy) gives the same
+    asset, byte for byte: its hash is the session synth's."""
+    monkeypatch.setattr(PipBundling, "_pip", REAL_PIP)
+    again, _ = synth(tmp_path, local=True)
+    assert _asset(tmp_path, again).name == _asset(synthesized[1], synthesized[0]).name

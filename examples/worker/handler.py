@@ -2,7 +2,8 @@
 
 Deploy it with ``sandbox-ledger-dynamodb`` in its requirements (``requirements.txt`` here),
 the stack's ``WorkerPolicyArn`` managed policy attached to its role (or, in your own CDK app,
-``LedgerTable.grant_worker(fn)``) and ``TABLE_NAME`` in its environment.
+``LedgerTable.grant_ledger(fn)``, all this worker needs) and ``TABLE_NAME`` in its environment;
+the base install (pydantic and boto3, no async stack) is all it imports.
 
 The event is one ledger entry in the wire shape, e.g.::
 

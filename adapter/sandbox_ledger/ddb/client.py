@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import threading
 from contextlib import AsyncExitStack
@@ -88,6 +89,21 @@ def _sync_session() -> Any:
     return _deduplicated(boto3.session.Session(botocore_session=botocore_session))
 
 
+ASYNC_EXTRA = ("aioboto3", "aiobotocore", "aiohttp")
+"""What the async adapter and store import: the ``async`` extra (a sync worker needs none)."""
+
+
+def require_async_extra() -> None:
+    """Raise one line naming the ``async`` extra if a module of it is not installed."""
+    for name in ASYNC_EXTRA:
+        if importlib.util.find_spec(name) is None:
+            raise ModuleNotFoundError(
+                "the async adapter and store need the 'async' extra: "
+                f"pip install 'sandbox-ledger-dynamodb[async]' (missing module: {name})",
+                name=name,
+            )
+
+
 def _async_session() -> Any:
     """A new aioboto3 session reading service models through the shared loader."""
     import aioboto3
@@ -164,6 +180,7 @@ class AsyncClient:
         session: Any | None,
         config: Config | None,
     ) -> None:
+        require_async_extra()
         self._kwargs = _client_kwargs(endpoint_url, region_name, config)
         self._given_config = config
         self._session = session

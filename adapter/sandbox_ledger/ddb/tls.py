@@ -28,8 +28,15 @@ import threading
 import weakref
 from typing import Any
 
-from aiobotocore.httpsession import AIOHTTPSession
 from botocore.httpsession import get_cert_path
+
+from sandbox_ledger.ddb.client import require_async_extra
+
+try:
+    from aiobotocore.httpsession import AIOHTTPSession
+except ModuleNotFoundError:  # pragma: no cover - depends on the install
+    require_async_extra()  # one line naming the extra
+    raise
 
 CONTEXTS_KEPT = 8
 """Bundle paths whose context each session class keeps, the most recently used: a process

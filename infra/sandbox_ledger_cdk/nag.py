@@ -6,12 +6,15 @@ import re
 from typing import TYPE_CHECKING
 
 import aws_cdk as cdk
+from aws_cdk import aws_sns as sns
 
 if TYPE_CHECKING:
     from constructs import IConstruct
 
-# (construct path under the stack, rule id, why the finding does not apply there); ``{Path}``
-# in a rule id stands for the logical id of the resource at that path.
+    from .deployment import SandboxLedger
+
+# (construct path under the SandboxLedger construct, rule id, why the finding does not apply
+# there); ``{Path}`` in a rule id stands for the logical id of the resource at that path.
 ACKNOWLEDGED: list[tuple[str, str, str]] = [
     (
         "UnreportedExpiries",
@@ -49,21 +52,39 @@ TRACING_ACKNOWLEDGED: list[tuple[str, str, str]] = [
 ]
 
 
-def acknowledge(stack: IConstruct, *, tracing: bool = False) -> None:
-    """Acknowledge each finding of :data:`ACKNOWLEDGED` (and, with ``tracing``, of
-    :data:`TRACING_ACKNOWLEDGED`) on its construct only."""
-    for path, rule, reason in ACKNOWLEDGED + (TRACING_ACKNOWLEDGED if tracing else []):
-        scope = _find(stack, path)
+# When the deployment creates its alarm topic.
+TOPIC_ACKNOWLEDGED: list[tuple[str, str, str]] = [
+    (
+        "AlarmTopic",
+        "AwsSolutions::AwsSolutions-SNS2",
+        "The topic carries alarm names and states, no ledger data; CloudWatch cannot publish "
+        "to a topic encrypted with the AWS managed SNS key, and a key of our own for it would "
+        "be one more retained key. Give alarm_topic to use an encrypted topic of yours.",
+    ),
+]
+
+
+def acknowledge(ledger: SandboxLedger) -> None:
+    """Acknowledge each finding of :data:`ACKNOWLEDGED` (with the ``tracing`` setting, of
+    :data:`TRACING_ACKNOWLEDGED`; with the topic it creates, of :data:`TOPIC_ACKNOWLEDGED`)
+    on its construct of ``ledger`` only."""
+    findings = list(ACKNOWLEDGED)
+    if ledger.config.tracing:
+        findings += TRACING_ACKNOWLEDGED
+    if isinstance(ledger.node.try_find_child("AlarmTopic"), sns.Topic):  # created, not given
+        findings += TOPIC_ACKNOWLEDGED
+    for path, rule, reason in findings:
+        scope = _find(ledger, path)
         # A rule naming a resource by its logical id: ``{Path}`` stands for it.
         for name in re.findall(r"\{(\w+)\}", rule):
-            cfn = _find(stack, name).node.default_child
+            cfn = _find(ledger, name).node.default_child
             assert isinstance(cfn, cdk.CfnElement)
             rule = rule.replace(f"{{{name}}}", cdk.Stack.of(cfn).resolve(cfn.logical_id))
         cdk.Validations.of(scope).acknowledge(cdk.Acknowledgment(id=rule, reason=reason))
 
 
-def _find(stack: IConstruct, path: str) -> IConstruct:
-    scope = stack
+def _find(root: IConstruct, path: str) -> IConstruct:
+    scope = root
     for part in path.split("/"):
         scope = scope.node.find_child(part)
     return scope

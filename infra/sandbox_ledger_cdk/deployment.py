@@ -1,7 +1,9 @@
-"""The stack: the ledger table, the sweeper and the TTL stream handler, and their wiring."""
+"""The whole deployment as one construct: the ledger table and its descriptor, the sweeper,
+the TTL stream handler, the bus, the alarms and their topic, and the wiring."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import jsii
@@ -12,6 +14,7 @@ from aws_cdk import (
     Duration,
     RemovalPolicy,
     Stack,
+    Tags,
 )
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
@@ -23,19 +26,22 @@ from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sns as sns
-from aws_cdk import custom_resources as cr
+from constructs import Construct
 
-from infra.bundling import ROOT, PipBundling
-from infra.table import LedgerTable, family, leading_keys
 from sandbox_ledger import keys as k
-from sandbox_ledger.deployment import TableDescriptor, deploy_descriptor_request
 from sandbox_ledger.handlers.tracing import TRACING_VARIABLE
 from sandbox_ledger.resources.unreported import ON_FAILURE_PREFIX, REPLAY_PREFIXES
 
-if TYPE_CHECKING:
-    from constructs import Construct
+from ._logs import log_retention
+from .bundling import PipBundling
+from .config import ConfigError, LedgerConfig, named_keywords
+from .nag import acknowledge
+from .table import LedgerTable, family, leading_keys
 
-    from infra.config import LedgerConfig
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from aws_cdk import aws_kms as kms
 
 RUNTIME = lambda_.Runtime.PYTHON_3_14
 PYTHON_VERSION = "3.14"
@@ -59,26 +65,47 @@ class _BucketOnFailure:
         return lambda_.DlqDestinationConfig(destination=self.bucket.bucket_arn)
 
 
-class SandboxLedgerStack(Stack):
-    """Wires and grants; the constructs and the library hold the logic."""
+class SandboxLedger(Construct):
+    """The whole deployment in your own stack; it wires and grants, the constructs and the
+    library hold the logic. Give it the id ``Default`` to keep the logical ids of the
+    repository's stack (CDK leaves that id out of them).
 
+    Props: ``config`` (every setting, :class:`LedgerConfig`); bring your own ``event_bus``
+    (instead of ``config.event_bus``), ``alarm_topic`` (instead of ``config.alarm_topic_arn``
+    or the topic created otherwise) and ``encryption_key`` (instead of ``config.kms``);
+    ``tags`` put on every resource it creates.
+
+    Attributes: ``ledger`` (:class:`LedgerTable`, with the ``grant_*`` methods of the three
+    roles), ``bus``, ``sweeper``, ``ttl_handler``, ``unreported`` (bucket),
+    ``worker_policy``, ``alarm_topic``, ``alarms``.
+
+    Raises:
+        ConfigError: an unknown prop (naming the nearest one), or conflicting settings.
+    """
+
+    @named_keywords("prop of SandboxLedger")
     def __init__(
-        self, scope: Construct, construct_id: str, *, config: LedgerConfig, **kwargs: Any
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: LedgerConfig | None = None,
+        event_bus: events.IEventBus | None = None,
+        alarm_topic: sns.ITopic | None = None,
+        encryption_key: kms.IKey | None = None,
+        tags: Mapping[str, str] | None = None,
     ) -> None:
-        super().__init__(scope, construct_id, **kwargs)
-        self.config = config
+        super().__init__(scope, construct_id)
+        self.config = config = config or LedgerConfig()
+        if alarm_topic is not None and config.alarm_topic_arn:
+            raise ConfigError("alarm_topic: give either the topic or alarm_topic_arn, not both")
+        for key, value in (tags or {}).items():
+            Tags.of(self).add(key, value)
+        self.bus = event_bus or self._event_bus()
         self.ledger = LedgerTable(
-            self,
-            "Ledger",
-            table_name=config.table_name,
-            billing=config.billing,
-            min_capacity=config.min_capacity,
-            max_capacity=config.max_capacity,
-            kms_key=config.kms,
-            replica_regions=config.replica_regions,
+            self, "Ledger", config=config, event_bus=self.bus, encryption_key=encryption_key
         )
-        self.bus = self._event_bus()
-        self.descriptor = self._descriptor()
+        self.descriptor = self.ledger.descriptor
         code = self._lambda_code()
         common_env = {
             "TABLE_NAME": self.ledger.table.table_name,
@@ -95,9 +122,13 @@ class SandboxLedgerStack(Stack):
             description="Use the sandbox-ledger table through sandbox_ledger (no Scan, no admin)",
             statements=self.ledger.worker_policy_statements(),
         )
-        self._bus_policy()
+        if event_bus is None:
+            self._bus_policy()
+        self.alarm_topic = alarm_topic or self._alarm_topic()
         self.alarms = self._alarms()
+        self.dashboard = self._dashboard()
         self._outputs()
+        acknowledge(self)  # cdk-nag findings the design accepts, each with its reason
 
     def _event_bus(self) -> events.IEventBus:
         if self.config.event_bus == "create":
@@ -106,57 +137,11 @@ class SandboxLedgerStack(Stack):
             )
         return events.EventBus.from_event_bus_name(self, "Bus", "default")
 
-    def _descriptor(self) -> cr.AwsCustomResource:
-        """The table's deployment descriptor, written at every deploy (one PutItem by a role
-        that may put only that item): what every client of the table must agree on."""
-        config, table = self.config, self.ledger.table
-        request = deploy_descriptor_request(
-            table.table_name,
-            TableDescriptor(
-                shard_count=config.shard_count,
-                event_bus_name=self.bus.event_bus_name,
-                stale_after_seconds=config.stale_after_seconds,
-                retain_failed_seconds=config.retain_failed_seconds,
-                ledger_retention_seconds=None
-                if config.ledger_retention_days is None
-                else config.ledger_retention_days * 86400,
-            ),
-        )
-        call = cr.AwsSdkCall(
-            service="DynamoDB",
-            action="putItem",
-            parameters=request,
-            physical_resource_id=cr.PhysicalResourceId.of("deployment-descriptor"),
-        )
-        log_group = logs.LogGroup(
-            self, "DescriptorLogs", retention=_retention(self.config.log_retention_days)
-        )
-        role = iam.Role(
-            self, "DescriptorRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com")
-        )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                actions=["logs:CreateLogStream", "logs:PutLogEvents"],
-                resources=[log_group.log_group_arn],
-            )
-        )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                actions=["dynamodb:PutItem"],
-                resources=[table.table_arn],
-                conditions=leading_keys(k.DESCRIPTOR_PK),
-            )
-        )
-        self.ledger.grant_key(role)
-        return cr.AwsCustomResource(
-            self,
-            "Descriptor",
-            on_create=call,
-            on_update=call,
-            role=role,
-            log_group=log_group,
-            install_latest_aws_sdk=False,
-        )
+    def _alarm_topic(self) -> sns.ITopic:
+        """The topic given by ARN, else one of our own (subscribe to it after deploying)."""
+        if self.config.alarm_topic_arn:
+            return sns.Topic.from_topic_arn(self, "AlarmTopic", self.config.alarm_topic_arn)
+        return sns.Topic(self, "AlarmTopic", display_name="sandbox-ledger alarms", enforce_ssl=True)
 
     def _bus_policy(self) -> None:
         """A created bus accepts ResourceExpired only from the stack's two functions: nobody
@@ -171,9 +156,10 @@ class SandboxLedgerStack(Stack):
             return  # the account's default bus is shared; it is not ours to lock
         bus = self.bus.node.default_child
         assert isinstance(bus, events.CfnEventBus)
-        name = self.resolve(bus.name)
+        stack = Stack.of(self)
+        name = stack.resolve(bus.name)
         assert isinstance(name, str), "the bus's name is known at synth"
-        arn = self.format_arn(service="events", resource="event-bus", resource_name=name)
+        arn = stack.format_arn(service="events", resource="event-bus", resource_name=name)
         roles = [self.sweeper.role, self.ttl_handler.role]
         statement = iam.PolicyStatement(
             sid=BUS_POLICY_SID,
@@ -188,7 +174,8 @@ class SandboxLedgerStack(Stack):
     def _lambda_code(self) -> lambda_.Code:
         """Both functions' code: the library and the handlers, bundled locally with pip."""
         return lambda_.Code.from_asset(
-            str(ROOT),
+            # The source is unused (its hash is the output's); bundling copies what runs.
+            str(Path(__file__).parent),
             asset_hash_type=AssetHashType.OUTPUT,
             exclude=["*"],  # bundling copies exactly what the functions need
             bundling=BundlingOptions(
@@ -335,6 +322,8 @@ class SandboxLedgerStack(Stack):
         CfnOutput(self, "ShardCount", value=str(self.config.shard_count))
         CfnOutput(self, "UnreportedBucketName", value=self.unreported.bucket_name)
         CfnOutput(self, "TtlFunctionName", value=self.ttl_handler.function_name)
+        CfnOutput(self, "AlarmTopicArn", value=self.alarm_topic.topic_arn)
+        CfnOutput(self, "DashboardName", value=self.dashboard.dashboard_name)
 
     def _function(
         self,
@@ -348,7 +337,7 @@ class SandboxLedgerStack(Stack):
         statements: list[iam.PolicyStatement],
     ) -> lambda_.Function:
         log_group = logs.LogGroup(
-            self, f"{name}Logs", retention=_retention(self.config.log_retention_days)
+            self, f"{name}Logs", retention=log_retention(self.config.log_retention_days)
         )
         role = iam.Role(
             self, f"{name}Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com")
@@ -430,11 +419,122 @@ class SandboxLedgerStack(Stack):
                     f"Table{kind}", metric, f"The ledger table is throttled ({kind})", periods=2
                 )
             )
-        if self.config.alarm_topic_arn:
-            topic = sns.Topic.from_topic_arn(self, "AlarmTopic", self.config.alarm_topic_arn)
-            for alarm in alarms:
-                alarm.add_alarm_action(cw_actions.SnsAction(topic))
+        for alarm in alarms:
+            alarm.add_alarm_action(cw_actions.SnsAction(self.alarm_topic))
         return alarms
+
+    def _dashboard(self) -> cw.Dashboard:
+        """One page: what the sweeps did and how long they took, what the TTL backstop
+        reported and could not, and the table's and the functions' throttles, errors and
+        latency."""
+        period = Duration.minutes(5)
+
+        def ours(name: str, service: str, label: str) -> cw.Metric:
+            return cw.Metric(
+                namespace="SandboxLedger",
+                metric_name=name,
+                dimensions_map={"service": service},
+                statistic="Sum",
+                period=period,
+                label=label,
+            )
+
+        def table(name: str, statistic: str, **dimensions: str) -> cw.Metric:
+            return cw.Metric(
+                namespace="AWS/DynamoDB",
+                metric_name=name,
+                dimensions_map={"TableName": self.ledger.table.table_name, **dimensions},
+                statistic=statistic,
+                period=period,
+                label=" ".join((name, *dimensions.values())),
+            )
+
+        sweeper, ttl = "sandbox-ledger-sweeper", "sandbox-ledger-ttl"
+        functions = (("sweeper", self.sweeper), ("TTL handler", self.ttl_handler))
+        # The operations the adapter and the stores send most (appends are transactions).
+        operations = ("TransactWriteItems", "UpdateItem", "GetItem", "Query", "BatchWriteItem")
+
+        def graph(title: str, left: list[cw.IMetric], **options: Any) -> cw.GraphWidget:
+            return cw.GraphWidget(title=title, left=left, width=8, **options)
+
+        return cw.Dashboard(
+            self,
+            "Dashboard",
+            period_override=cw.PeriodOverride.AUTO,
+            widgets=[
+                [
+                    graph(
+                        "Sweeps: records",
+                        [
+                            ours("Expired", sweeper, "expired"),
+                            ours("Failed", sweeper, "failed"),
+                            ours("Unreadable", sweeper, "unreadable"),
+                            ours("Skipped", sweeper, "skipped"),
+                        ],
+                    ),
+                    graph(
+                        "Sweeps: duration",
+                        [
+                            self.sweeper.metric_duration(
+                                statistic="Maximum", period=period, label="max"
+                            ),
+                            self.sweeper.metric_duration(
+                                statistic="Average", period=period, label="average"
+                            ),
+                        ],
+                    ),
+                    graph(
+                        "TTL removals",
+                        [
+                            ours("Expired", ttl, "reported"),
+                            ours("Unreported", ttl, "unreported (kept in the bucket)"),
+                            ours("Failed", ttl, "failed"),
+                        ],
+                    ),
+                ],
+                [
+                    graph(
+                        "Table: throttles",
+                        [
+                            table("ReadThrottleEvents", "Sum"),
+                            table("WriteThrottleEvents", "Sum"),
+                        ],
+                    ),
+                    graph(
+                        "Table: system errors",
+                        [table("SystemErrors", "Sum", Operation=o) for o in operations],
+                    ),
+                    graph(
+                        "Table: latency (ms)",
+                        [
+                            table("SuccessfulRequestLatency", "Average", Operation=o)
+                            for o in operations
+                        ],
+                    ),
+                ],
+                [
+                    graph(
+                        "Functions: errors and throttles",
+                        [
+                            metric
+                            for name, fn in functions
+                            for metric in (
+                                fn.metric_errors(period=period, label=f"{name} errors"),
+                                fn.metric_throttles(period=period, label=f"{name} throttles"),
+                            )
+                        ],
+                    ),
+                    graph(
+                        "Functions: duration (ms)",
+                        [
+                            fn.metric_duration(statistic="p99", period=period, label=f"{name} p99")
+                            for name, fn in functions
+                        ],
+                    ),
+                    cw.AlarmStatusWidget(title="Alarms", alarms=self.alarms, width=8),
+                ],
+            ],
+        )
 
     def _alarm(
         self, name: str, metric: cw.IMetric, description: str, *, periods: int = 1
@@ -449,35 +549,3 @@ class SandboxLedgerStack(Stack):
             treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
             alarm_description=description,
         )
-
-
-_RETENTION = {
-    1: "ONE_DAY",
-    3: "THREE_DAYS",
-    5: "FIVE_DAYS",
-    7: "ONE_WEEK",
-    14: "TWO_WEEKS",
-    30: "ONE_MONTH",
-    60: "TWO_MONTHS",
-    90: "THREE_MONTHS",
-    120: "FOUR_MONTHS",
-    150: "FIVE_MONTHS",
-    180: "SIX_MONTHS",
-    365: "ONE_YEAR",
-    400: "THIRTEEN_MONTHS",
-    545: "EIGHTEEN_MONTHS",
-    731: "TWO_YEARS",
-    1096: "THREE_YEARS",
-    1827: "FIVE_YEARS",
-    2192: "SIX_YEARS",
-    2557: "SEVEN_YEARS",
-    2922: "EIGHT_YEARS",
-    3288: "NINE_YEARS",
-    3653: "TEN_YEARS",
-}
-
-
-def _retention(days: int) -> logs.RetentionDays:
-    """The shortest CloudWatch Logs retention that keeps at least ``days``."""
-    allowed = next(d for d in sorted(_RETENTION) if d >= days)
-    return getattr(logs.RetentionDays, _RETENTION[allowed])  # type: ignore[no-any-return]

@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as ddb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
+from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from sandbox_ledger import keys as k
+from sandbox_ledger.deployment import TableDescriptor, deploy_descriptor_request
+
+from ._logs import log_retention
+from .config import ConfigError, LedgerConfig, named_keywords
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from aws_cdk import aws_events as events
 
 _TYPES = {"S": ddb.AttributeType.STRING, "N": ddb.AttributeType.NUMBER}
 _PROJECTIONS = {"KEYS_ONLY": ddb.ProjectionType.KEYS_ONLY, "ALL": ddb.ProjectionType.ALL}
@@ -29,6 +38,15 @@ WORKER_ACTIONS = (
     "dynamodb:Query",
     "dynamodb:BatchGetItem",
     "dynamodb:BatchWriteItem",
+)
+READ_ACTIONS = ("dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem")
+# The resource store writes a record with UpdateItem (conditioned on its revision) and lists
+# through the indexes: no PutItem, no batch write, no Query of the table.
+RESOURCE_ACTIONS = (
+    "dynamodb:GetItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:BatchGetItem",
 )
 
 # What can change an item: denied to workers on the deployment descriptor (PartiQL's writes
@@ -49,23 +67,72 @@ def family(prefix: str) -> str:
     return f"{prefix}*"
 
 
-# The partition key families a worker's calls carry: on the table, its sessions, environment
-# records and resource records (never the descriptor, which it only reads); on each index,
-# the index's own partition key values (IAM checks a GSI Query's leading key against the
-# index's partition key, not the table's).
-WORKER_TABLE_KEYS = (family(k.SESSION_PREFIX), k.ENVIRONMENT_PK, family(k.RESOURCE_PREFIX))
-_INDEX_FAMILIES = (
+# A customer-managed table key, named action by action (no wildcards); a reader only
+# decrypts.
+KMS_ACTIONS = (
+    "kms:Decrypt",
+    "kms:Encrypt",
+    "kms:GenerateDataKey",
+    "kms:ReEncryptFrom",
+    "kms:ReEncryptTo",
+    "kms:DescribeKey",
+)
+KMS_READ_ACTIONS = ("kms:Decrypt", "kms:DescribeKey")
+
+
+@dataclass(frozen=True)
+class Access:
+    """What one kind of application function may do on the table: item actions on its
+    partition key families of the table, a Query of each index on the index's families it
+    uses, a read of the descriptor, and these actions on a customer-managed key. Every
+    access is also denied any write of the descriptor, even beside broader grants."""
+
+    name: str
+    actions: tuple[str, ...]
+    table_keys: tuple[str, ...]
+    index_uses: tuple[tuple[k.IndexSpec, str], ...]
+    """(logical index, its partition key prefix): IAM checks a GSI Query's leading key
+    against the index's partition key, not the table's."""
+    kms_actions: tuple[str, ...]
+
+    def index_keys(self, index: k.IndexSpec) -> tuple[str, ...]:
+        """The leading key families of the physical ``index`` this access queries."""
+        return tuple(family(p) for use, p in self.index_uses if use.name == index.name)
+
+
+_LEDGER_INDEXES = (
     (k.BY_NAME, k.BY_NAME_PREFIX),
-    (k.RESOURCES_BY_PHASE, k.RESOURCE_PHASE_PREFIX),
     (k.BY_NAME_STATUS, k.BY_NAME_STATUS_PREFIX),
-    (k.RESOURCES_BY_PROVIDER, k.RESOURCE_PROVIDER_PREFIX),
     (k.ALL, k.ALL_PREFIX),
     (k.ALL_STATUS, k.ALL_STATUS_PREFIX),
 )
-WORKER_INDEX_KEYS: dict[str, tuple[str, ...]] = {
-    index.name: tuple(family(p) for use, p in _INDEX_FAMILIES if use.name == index.name)
-    for index in k.INDEXES
-}
+_RESOURCE_INDEXES = (
+    (k.RESOURCES_BY_PHASE, k.RESOURCE_PHASE_PREFIX),
+    (k.RESOURCES_BY_PROVIDER, k.RESOURCE_PROVIDER_PREFIX),
+)
+_LEDGER_KEYS = (family(k.SESSION_PREFIX), k.ENVIRONMENT_PK)
+_RESOURCE_KEYS = (family(k.RESOURCE_PREFIX),)
+
+LEDGER = Access("ledger", WORKER_ACTIONS, _LEDGER_KEYS, _LEDGER_INDEXES, KMS_ACTIONS)
+"""Append to and read the ledger (sessions and environment records): ``DynamoDBAdapter``."""
+RESOURCES = Access("resources", RESOURCE_ACTIONS, _RESOURCE_KEYS, _RESOURCE_INDEXES, KMS_ACTIONS)
+"""Own resource records (put, heartbeat, list, delete): ``ResourceRecordStore``."""
+READER = Access(
+    "reader",
+    READ_ACTIONS,
+    (*_LEDGER_KEYS, *_RESOURCE_KEYS),
+    (*_LEDGER_INDEXES, *_RESOURCE_INDEXES),
+    KMS_READ_ACTIONS,
+)
+"""Read the ledger and the resource records, change nothing."""
+WORKER = Access(
+    "worker",
+    WORKER_ACTIONS,
+    (*_LEDGER_KEYS, *_RESOURCE_KEYS),
+    (*_LEDGER_INDEXES, *_RESOURCE_INDEXES),
+    KMS_ACTIONS,
+)
+"""Both writers' access at once: the stack's ``WorkerPolicy``."""
 
 
 def leading_keys(*patterns: str) -> dict[str, dict[str, list[str]]]:
@@ -82,17 +149,6 @@ def leading_keys(*patterns: str) -> dict[str, dict[str, list[str]]]:
     return {operator: {"dynamodb:LeadingKeys": list(patterns)}}
 
 
-# A customer-managed table key, named action by action (no wildcards).
-KMS_ACTIONS = (
-    "kms:Decrypt",
-    "kms:Encrypt",
-    "kms:GenerateDataKey",
-    "kms:ReEncryptFrom",
-    "kms:ReEncryptTo",
-    "kms:DescribeKey",
-)
-
-
 def _attribute(name: str) -> ddb.Attribute:
     return ddb.Attribute(name=name, type=_TYPES[k.KEY_ATTRIBUTE_TYPES[name]])
 
@@ -100,24 +156,38 @@ def _attribute(name: str) -> ddb.Attribute:
 class LedgerTable(Construct):
     """The single table: keys, the four indexes and the TTL attribute from
     ``sandbox_ledger.keys``; on-demand (or provisioned with auto scaling), point-in-time
-    recovery, deletion protection, RETAIN, encryption, a NEW_AND_OLD_IMAGES stream, and
-    optional replica regions (a global table)."""
+    recovery, deletion protection, RETAIN, encryption, a NEW_AND_OLD_IMAGES stream, optional
+    replica regions (a global table), and its deployment descriptor, written at every
+    deploy (what the adapters, the sweeper and the CLI read).
 
+    Props: ``config`` (the table's settings and what the descriptor records),
+    ``event_bus`` (the bus the descriptor names for ``ResourceExpired`` events, if any) and
+    ``encryption_key`` (your own key; else ``config.kms`` decides).
+
+    Raises:
+        ConfigError: an unknown prop (naming the nearest one), or conflicting settings.
+    """
+
+    @named_keywords("prop of LedgerTable")
     def __init__(
         self,
         scope: Construct,
         construct_id: str,
         *,
-        table_name: str | None = None,
-        billing: str = "on-demand",
-        min_capacity: int = 5,
-        max_capacity: int = 500,
-        kms_key: str = "aws-owned",
-        replica_regions: Sequence[str] = (),
+        config: LedgerConfig | None = None,
+        event_bus: events.IEventBus | None = None,
+        encryption_key: kms.IKey | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
+        self.config = config = config or LedgerConfig()
         self.key: kms.IKey | None = None
-        if kms_key == "create":
+        if encryption_key is not None:
+            if config.kms != "aws-owned":
+                raise ConfigError("encryption_key: give either the key or config.kms, not both")
+            if config.replica_regions:
+                raise ConfigError("encryption_key: replica regions need a key per region")
+            self.key = encryption_key
+        elif config.kms == "create":
             self.key = kms.Key(
                 self,
                 "Key",
@@ -125,14 +195,69 @@ class LedgerTable(Construct):
                 description="sandbox-ledger table encryption",
                 removal_policy=RemovalPolicy.RETAIN,
             )
-        elif kms_key != "aws-owned":
-            self.key = kms.Key.from_key_arn(self, "Key", kms_key)
+        elif config.kms != "aws-owned":
+            self.key = kms.Key.from_key_arn(self, "Key", config.kms)
         pitr = ddb.PointInTimeRecoverySpecification(point_in_time_recovery_enabled=True)
         self.table: ddb.ITable
-        if replica_regions:
-            self.table = self._global_table(table_name, pitr, replica_regions)
+        if config.replica_regions:
+            self.table = self._global_table(config.table_name, pitr, config.replica_regions)
         else:
-            self.table = self._regional_table(table_name, pitr, billing, min_capacity, max_capacity)
+            self.table = self._regional_table(
+                config.table_name, pitr, config.billing, config.min_capacity, config.max_capacity
+            )
+        self.descriptor = self._descriptor(event_bus)
+
+    def _descriptor(self, event_bus: events.IEventBus | None) -> cr.AwsCustomResource:
+        """The table's deployment descriptor, written at every deploy (one PutItem by a role
+        that may put only that item): what every client of the table must agree on."""
+        config = self.config
+        request = deploy_descriptor_request(
+            self.table.table_name,
+            TableDescriptor(
+                shard_count=config.shard_count,
+                event_bus_name=None if event_bus is None else event_bus.event_bus_name,
+                stale_after_seconds=config.stale_after_seconds,
+                retain_failed_seconds=config.retain_failed_seconds,
+                ledger_retention_seconds=None
+                if config.ledger_retention_days is None
+                else config.ledger_retention_days * 86400,
+            ),
+        )
+        call = cr.AwsSdkCall(
+            service="DynamoDB",
+            action="putItem",
+            parameters=request,
+            physical_resource_id=cr.PhysicalResourceId.of("deployment-descriptor"),
+        )
+        log_group = logs.LogGroup(
+            self, "DescriptorLogs", retention=log_retention(config.log_retention_days)
+        )
+        role = iam.Role(
+            self, "DescriptorRole", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com")
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                resources=[log_group.log_group_arn],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["dynamodb:PutItem"],
+                resources=[self.table.table_arn],
+                conditions=leading_keys(k.DESCRIPTOR_PK),
+            )
+        )
+        self.grant_key(role)
+        return cr.AwsCustomResource(
+            self,
+            "Descriptor",
+            on_create=call,
+            on_update=call,
+            role=role,
+            log_group=log_group,
+            install_latest_aws_sdk=False,
+        )
 
     def _regional_table(
         self,
@@ -234,13 +359,28 @@ class LedgerTable(Construct):
         """The ARN of one of the table's indexes."""
         return f"{self.table.table_arn}/index/{index.name}"
 
+    def grant_ledger(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Append to and read the ledger (:data:`LEDGER`): what ``DynamoDBAdapter`` sends."""
+        return self.grant(grantee, LEDGER)
+
+    def grant_resources(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Own resource records (:data:`RESOURCES`): what ``ResourceRecordStore`` sends."""
+        return self.grant(grantee, RESOURCES)
+
+    def grant_read(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Read the ledger and the resource records, write nothing (:data:`READER`)."""
+        return self.grant(grantee, READER)
+
     def grant_worker(self, grantee: iam.IGrantable) -> iam.Grant:
-        """What a worker using the adapter and the resource stores needs (the statements of
-        :meth:`worker_policy_statements`): item actions on its sessions, environments and
-        resource records, queries on the indexes' families, a read of the descriptor (and
-        the key, if customer-managed); no table management, no Scan."""
+        """Both the ledger's and the resource records' access (:data:`WORKER`), the
+        statements of :meth:`worker_policy_statements`; no table management, no Scan."""
+        return self.grant(grantee, WORKER)
+
+    def grant(self, grantee: iam.IGrantable, access: Access) -> iam.Grant:
+        """Add the statements of ``access`` (:meth:`policy_statements`) to the grantee's
+        policy."""
         grants = []
-        for statement in self.worker_policy_statements():
+        for statement in self.policy_statements(access):
             if statement.effect == iam.Effect.DENY:
                 grantee.grant_principal.add_to_principal_policy(statement)
                 continue
@@ -273,24 +413,29 @@ class LedgerTable(Construct):
         )
 
     def worker_policy_statements(self) -> list[iam.PolicyStatement]:
-        """A worker's permissions as statements, for a managed policy: item actions on the
-        worker's key families of the table, a read of the descriptor, a Query of each index
-        on that index's families, the key if customer-managed, and an explicit deny of any
-        write of the descriptor (which also holds against broader grants the role has)."""
+        """The :data:`WORKER` access as statements, for a managed policy."""
+        return self.policy_statements(WORKER)
+
+    def policy_statements(self, access: Access) -> list[iam.PolicyStatement]:
+        """An access as statements: its item actions on its key families of the table, a
+        read of the descriptor, a Query of each index it uses on its families there, its
+        actions on the key if customer-managed, and an explicit deny of any write of the
+        descriptor (which also holds against broader grants the role has)."""
         statements = [
             iam.PolicyStatement(
-                actions=list(WORKER_ACTIONS),
+                actions=list(access.actions),
                 resources=[self.table.table_arn],
-                conditions=leading_keys(*WORKER_TABLE_KEYS),
+                conditions=leading_keys(*access.table_keys),
             ),
             self.descriptor_read(),
             *(
                 iam.PolicyStatement(
                     actions=["dynamodb:Query"],
                     resources=[self.index_arn(index)],
-                    conditions=leading_keys(*WORKER_INDEX_KEYS[index.name]),
+                    conditions=leading_keys(*access.index_keys(index)),
                 )
                 for index in k.INDEXES
+                if access.index_keys(index)
             ),
             iam.PolicyStatement(
                 effect=iam.Effect.DENY,
@@ -303,6 +448,6 @@ class LedgerTable(Construct):
         ]
         if self.key is not None:
             statements.append(
-                iam.PolicyStatement(actions=list(KMS_ACTIONS), resources=[self.key.key_arn])
+                iam.PolicyStatement(actions=list(access.kms_actions), resources=[self.key.key_arn])
             )
         return statements

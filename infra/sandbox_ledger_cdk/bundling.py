@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -11,12 +12,25 @@ from typing import Any
 import jsii
 from aws_cdk import ILocalBundling
 
-ROOT = Path(__file__).resolve().parents[1]
-# What the handlers import at run time; boto3/botocore come with the Lambda runtime.
-RUNTIME_REQUIREMENTS = ("pydantic>=2.11", "aws-lambda-powertools>=3.0")
-# What Powertools' Tracer imports when tracing is on, without the botocore the X-Ray SDK
-# depends on (the runtime has it).
-TRACING_REQUIREMENTS = ("aws-xray-sdk>=2.12", "wrapt>=1.14")
+import sandbox_ledger
+
+LIBRARY = Path(sandbox_ledger.__file__).resolve().parent
+HANDLERS = ("expire_stale_resources", "on_ttl_expiry")
+
+
+def entry_points() -> Path:
+    """The folder of the handlers' entry modules: the wheel ships them inside this package,
+    a source checkout has them in its top-level ``lambdas/``."""
+    here = Path(__file__).resolve().parent
+    shipped = here / "lambdas"
+    return shipped if shipped.is_dir() else here.parents[1] / "lambdas"
+
+
+# What the handlers import at run time, exact (boto3/botocore come with the Lambda runtime),
+# and what Powertools' Tracer adds when tracing is on: the same commit always ships the same
+# packages, whatever the index holds by then.
+RUNTIME_LOCK = Path(__file__).resolve().parent / "lambda-requirements.txt"
+TRACING_LOCK = Path(__file__).resolve().parent / "lambda-tracing-requirements.txt"
 
 
 @jsii.implements(ILocalBundling)
@@ -38,18 +52,18 @@ class PipBundling:
 
     def try_bundle(self, output_dir: str, *, image: Any = None, **_: Any) -> bool:
         out = Path(output_dir)
-        self._pip(out, RUNTIME_REQUIREMENTS)
+        self._pip(out, ("-r", str(RUNTIME_LOCK)), "--no-deps")
         if self.tracing:
-            self._pip(out, TRACING_REQUIREMENTS, "--no-deps")
+            self._pip(out, ("-r", str(TRACING_LOCK)), "--no-deps")
         shutil.copytree(
-            ROOT / "adapter" / "sandbox_ledger",
+            LIBRARY,
             out / "sandbox_ledger",
             ignore=shutil.ignore_patterns("__pycache__", "cli", "testing"),
             dirs_exist_ok=True,
         )
-        for handler in ("expire_stale_resources", "on_ttl_expiry"):
+        for handler in HANDLERS:
             shutil.copytree(
-                ROOT / "lambdas" / handler,
+                entry_points() / handler,
                 out / handler,
                 ignore=shutil.ignore_patterns("__pycache__"),
                 dirs_exist_ok=True,
@@ -65,6 +79,7 @@ class PipBundling:
                 "install",
                 "--quiet",
                 "--disable-pip-version-check",
+                "--no-compile",  # no bytecode of the build host's Python in the asset
                 "--platform",
                 self.platform,
                 "--only-binary=:all:",
@@ -80,6 +95,7 @@ class PipBundling:
             capture_output=True,
             text=True,
             check=False,
+            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
         )
         if done.returncode != 0:
             raise RuntimeError(f"pip could not bundle the Lambda dependencies:\n{done.stderr}")

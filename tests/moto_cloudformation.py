@@ -1,0 +1,70 @@
+"""Create a synthesized CDK stack in moto's CloudFormation (shared by the CDK tests)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+
+def zip_folder(directory: Path) -> bytes:
+    """The folder as a zip archive, as the CDK CLI uploads a folder asset."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(directory.rglob("*")):
+            if path.is_file():
+                archive.write(path, path.relative_to(directory).as_posix())
+    return buffer.getvalue()
+
+
+def create_stack(
+    template: dict[str, Any], outdir: Path, stack_name: str, endpoint: str
+) -> tuple[dict[str, str], dict[str, Any]]:
+    """Upload the stack's file assets to moto's S3 and create the stack; returns its outputs
+    and the descriptor's custom resource ``Create`` call.
+
+    moto runs a custom resource's provider in docker (absent here): the stack is created
+    without the descriptor's custom resource, whose exact call the caller makes itself. It
+    also creates no alarms (it skips the type), so the dashboard, whose alarm widget names
+    them, is left out too (the tests check it on the template)."""
+    manifest = json.loads((outdir / f"{stack_name}.assets.json").read_text())
+    s3 = boto3.client("s3", endpoint_url=endpoint)
+    for asset in manifest["files"].values():
+        for destination in asset["destinations"].values():
+            bucket = (
+                destination["bucketName"]
+                .replace("${AWS::AccountId}", "123456789012")
+                .replace("${AWS::Region}", "us-east-1")
+            )
+            with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
+                s3.create_bucket(Bucket=bucket)
+            source = outdir / asset["source"]["path"]
+            body = zip_folder(source) if source.is_dir() else source.read_bytes()
+            s3.put_object(Bucket=bucket, Key=destination["objectKey"], Body=body)
+    deployable = json.loads(json.dumps(template))
+    [descriptor_id] = [n for n, r in template["Resources"].items() if r["Type"] == "Custom::AWS"]
+    descriptor_call = deployable["Resources"].pop(descriptor_id)["Properties"]["Create"]
+    for resource in deployable["Resources"].values():
+        if descriptor_id in resource.get("DependsOn", []):
+            resource["DependsOn"].remove(descriptor_id)
+    for name, resource in template["Resources"].items():
+        if resource["Type"] == "AWS::CloudWatch::Dashboard":
+            del deployable["Resources"][name]
+            outputs = deployable.get("Outputs", {})
+            for output in [o for o, v in outputs.items() if v["Value"] == {"Ref": name}]:
+                del outputs[output]
+    cfn = boto3.client("cloudformation", endpoint_url=endpoint)
+    cfn.create_stack(
+        StackName=stack_name,
+        TemplateBody=json.dumps(deployable),
+        Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM"],
+    )
+    stack = cfn.describe_stacks(StackName=stack_name)["Stacks"][0]
+    assert stack["StackStatus"] == "CREATE_COMPLETE", stack
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}
+    return outputs, descriptor_call
