@@ -8,6 +8,7 @@ import threading
 from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -53,7 +54,7 @@ def _raw_item(age: timedelta, **change: Any) -> tuple[str, dict[str, Any]]:
 
 
 def test_a_poison_record_among_good_ones_is_reported_and_the_sweep_goes_on(
-    moto_endpoint: str, sync_table: str
+    moto_endpoint: str, sync_table: str, tmp_path: Path
 ) -> None:
     store = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint)
     good = [store.put(record(age=timedelta(hours=1))).record.id for _ in range(3)]
@@ -64,10 +65,15 @@ def test_a_poison_record_among_good_ones_is_reported_and_the_sweep_goes_on(
         "newer writer": {"body": {"gpu": "a100"}},
         "field missing": {"drop_body": "sandboxProvider"},
         "not json": {"raw_body": "{not json"},
+        "nested too deep": {"raw_body": "[" * 50_000 + "]" * 50_000},  # the decoder recurses
     }.items():
         record_id, item = _raw_item(timedelta(hours=2), **change)
         client.put_item(TableName=sync_table, Item=item)
         poison[record_id] = label
+    args = ["--table", sync_table, "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
+    exported = CliRunner().invoke(app, [*args, "resources", "export", str(tmp_path / "out")])
+    assert exported.exit_code == 4, exported.output
+    assert sorted(p.stem for p in (tmp_path / "out").iterdir()) == sorted(good)
     publisher = Collector()
     observing = sweep(store, publisher, now=datetime.now(UTC))
     assert sorted(observing.observed) == sorted(good) and observing.complete
@@ -94,7 +100,7 @@ def test_a_poison_record_among_good_ones_is_reported_and_the_sweep_goes_on(
     for record_id in poison:
         [line] = [x for x in listed.output.splitlines() if record_id in x]
         assert "unreadable" in line
-    assert "4 unreadable" in listed.output
+    assert "5 unreadable" in listed.output
 
 
 def test_a_stored_record_whose_id_is_not_canonical_is_reported_never_expired(

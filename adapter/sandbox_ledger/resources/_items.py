@@ -73,6 +73,8 @@ def _why(exc: Exception) -> str:
         return f"missing attribute {exc.args[0]!r}"
     if isinstance(exc, json.JSONDecodeError):
         return f"record body is not JSON ({exc.msg})"
+    if isinstance(exc, RecursionError):
+        return "record body is nested too deeply to decode"
     return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
 
 
@@ -80,7 +82,9 @@ def decode_or_unreadable(item: Item) -> VersionedRecord | Unreadable:
     """:func:`decode`, or an :class:`Unreadable` saying why it cannot be decoded."""
     try:
         return decode(item)
-    except (KeyError, ValueError, TypeError) as exc:  # pydantic's ValidationError included
+    # pydantic's ValidationError is a ValueError; a body nested deeper than the JSON decoder
+    # recurses is a RecursionError: each a damaged record to report, never a failed sweep.
+    except (KeyError, ValueError, TypeError, RecursionError) as exc:
         try:
             record_id = record_id_of(item)
         except (KeyError, ValueError):
