@@ -83,12 +83,12 @@ class LocalDynamoDB:
         if self._server is not None:
             return self.endpoint_url
         try:
+            from moto.moto_server import werkzeug_app
             from moto.moto_server.werkzeug_app import (
                 DomainDispatcherApplication,
-                MotoRequestHandler,
                 create_backend_app,
             )
-            from werkzeug.serving import make_server
+            from werkzeug.serving import WSGIRequestHandler, make_server
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise RuntimeError(
                 "the embedded DynamoDB needs moto: pip install 'sandbox-ledger-dynamodb[cli]'"
@@ -106,7 +106,10 @@ class LocalDynamoDB:
             self._port,
             _serialized(app, settings),
             threaded=True,
-            request_handler=_keep_alive(MotoRequestHandler),
+            # moto before 5.2 has no handler of its own (it keeps underscored header names).
+            request_handler=_keep_alive(
+                getattr(werkzeug_app, "MotoRequestHandler", WSGIRequestHandler)
+            ),
         )
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
