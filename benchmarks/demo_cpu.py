@@ -26,13 +26,14 @@ from typing import Any
 
 CHILD = """
 import cProfile, os, sys, threading
-import sandbox_ledger.local as local
+import sandbox_ledger.local.dynamodb as server_module
+from sandbox_ledger.local import LocalDynamoDB, adjustments
 prof = cProfile.Profile()
 
-def _serialized(app):
+def _serialized(app, settings):
     lock = threading.Lock()
     def handle(environ, start_response):
-        with lock:
+        with lock, adjustments.serving(settings):
             prof.enable()
             try:
                 return list(app(environ, start_response))
@@ -40,9 +41,10 @@ def _serialized(app):
                 prof.disable()
     return handle
 
-local._serialized = _serialized
-server = local.LocalDynamoDB("127.0.0.1", 0)
-print(server.start(), flush=True)
+server_module._serialized = _serialized
+server = LocalDynamoDB("127.0.0.1", 0)
+print(server.start())
+print(flush=True)  # no adjustment left off (see LocalDynamoDBProcess.start)
 sys.stdin.read()
 prof.dump_stats(sys.argv[1])
 sys.stdout.flush()
@@ -56,7 +58,7 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args()
 
-    import sandbox_ledger.local as local
+    import sandbox_ledger.local.dynamodb as server_module
     from sandbox_ledger.cli.app import main as cli
 
     folder = Path(tempfile.mkdtemp(prefix="demo-cpu-"))
@@ -71,7 +73,7 @@ def main() -> None:
                 command = [sys.executable, str(script), str(stats)]
             return real(command, *a, **kw)
 
-        module: Any = local
+        module: Any = server_module
         module = module.subprocess  # what LocalDynamoDBProcess.start() starts its child with
         module.Popen = popen
 

@@ -5,11 +5,12 @@ serializer's keys), in one process and one run.
 First the demo runs once against an embedded server that records every request it serves
 (headers and body). Then this process replays that recording into moto's WSGI application
 directly (no sockets, no client), ``--rounds`` times per side, alternating: the server as
-``LocalDynamoDB`` patches it, and the same with moto's own parser, validator and serializer
-put back (``local._STOCK_HOT_PATH``). moto is reset before each replay, so every replay
-serves the same requests on the same data. It reports each side's CPU time (the smallest
-of its rounds, then per request of each operation) and how many responses differ between
-the sides (those with a creation time or a random id in them, nothing else).
+``LocalDynamoDB`` adjusts it, and the same with moto's own parser, validator and serializer
+(the adjustments ``update_expressions``, ``conditions`` and ``serializer`` left off). moto
+is reset before each replay, so every replay serves the same requests on the same data.
+It reports each side's CPU time (the smallest of its rounds, then per request of each
+operation) and how many responses differ between the sides (those with a creation time or
+a random id in them, nothing else).
 
     .venv/bin/python benchmarks/server_replay.py             # records the demo, replays 5 + 5
     .venv/bin/python benchmarks/server_replay.py --rounds 3 --keep /tmp/demo-requests.json
@@ -34,16 +35,17 @@ from typing import Any
 # The embedded server's child, recording each request before serving it.
 RECORDER = """
 import base64, io, json, os, sys, threading
-import sandbox_ledger.local as local
+import sandbox_ledger.local.dynamodb as server_module
+from sandbox_ledger.local import LocalDynamoDB, adjustments
 log = []
 KEEP = ("REQUEST_METHOD", "PATH_INFO", "QUERY_STRING", "CONTENT_TYPE", "CONTENT_LENGTH",
         "SERVER_NAME", "SERVER_PORT", "SERVER_PROTOCOL", "SCRIPT_NAME", "REMOTE_ADDR",
         "wsgi.url_scheme")
 
-def _serialized(app):
+def _serialized(app, settings):
     lock = threading.Lock()
     def handle(environ, start_response):
-        with lock:
+        with lock, adjustments.serving(settings):
             body = environ["wsgi.input"].read()
             environ["wsgi.input"] = io.BytesIO(body)
             kept = {k: v for k, v in environ.items()
@@ -52,9 +54,10 @@ def _serialized(app):
             return list(app(environ, start_response))
     return handle
 
-local._serialized = _serialized
-server = local.LocalDynamoDB("127.0.0.1", 0)
-print(server.start(), flush=True)
+server_module._serialized = _serialized
+server = LocalDynamoDB("127.0.0.1", 0)
+print(server.start())
+print(flush=True)  # no adjustment left off (see LocalDynamoDBProcess.start)
 sys.stdin.read()
 with open(sys.argv[1], "w") as out:
     json.dump(log, out)
@@ -65,7 +68,7 @@ os._exit(0)
 
 def record(path: Path) -> None:
     """Run ``sandbox-ledger demo`` once, its embedded server writing its requests to ``path``."""
-    import sandbox_ledger.local as local
+    import sandbox_ledger.local.dynamodb as server_module
     from sandbox_ledger.cli.app import main as cli
 
     script = path.with_suffix(".recorder.py")
@@ -77,7 +80,7 @@ def record(path: Path) -> None:
             command = [sys.executable, str(script), str(path)]
         return real(command, *a, **kw)
 
-    module: Any = local
+    module: Any = server_module
     module.subprocess.Popen = popen
     sys.argv = ["sandbox-ledger", "demo", "--json"]
     try:
@@ -91,9 +94,13 @@ def record(path: Path) -> None:
         time.sleep(0.1)
 
 
-def replay(app: Any, requests: list[Any]) -> tuple[dict[str, float], list[tuple[str, bytes]]]:
-    """Serve every request; CPU seconds per operation, and each (status, body)."""
+def replay(
+    app: Any, settings: Any, requests: list[Any]
+) -> tuple[dict[str, float], list[tuple[str, bytes]]]:
+    """Serve every request with ``settings``; CPU seconds per operation, each (status, body)."""
     from moto.moto_api._internal.models import moto_api_backend
+
+    from sandbox_ledger.local import adjustments
 
     moto_api_backend.reset()
     cpu: dict[str, float] = collections.Counter()
@@ -113,7 +120,8 @@ def replay(app: Any, requests: list[Any]) -> tuple[dict[str, float], list[tuple[
         )
         status: list[str] = []
         start = time.process_time()
-        chunks = list(app(environ, lambda s, h, *_: status.append(s)))
+        with adjustments.serving(settings):
+            chunks = list(app(environ, lambda s, h, *_: status.append(s)))
         operation = kept.get("HTTP_X_AMZ_TARGET", "?").rpartition(".")[2]
         cpu[operation] += time.process_time() - start
         answers.append((status[0], b"".join(chunks)))
@@ -136,28 +144,29 @@ def main() -> None:
 
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
-    import sandbox_ledger.local as local
+    from sandbox_ledger.local import adjustments
+    from sandbox_ledger.local.adjustments.dispatch import _DynamoDBFirst
+    from sandbox_ledger.local.dynamodb import DEFAULT_STREAM_RECORDS, _local_credentials
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    local._local_credentials()
-    local.install_moto_patches()
-    patched = [(owner, name, vars(owner)[name]) for owner, name, _ in local._STOCK_HOT_PATH]
-    sides = {"patched": patched, "moto's own": local._STOCK_HOT_PATH}
-    app = local._DynamoDBFirst(DomainDispatcherApplication(create_backend_app))
-    replay(app, requests)  # warm up: moto loads its service models on first use
+    _local_credentials()
+    on, _ = adjustments.prepare()
+    hot_path = {"update_expressions", "conditions", "serializer"}
+    sides = {
+        "patched": adjustments.Settings(on=on, stream_records=DEFAULT_STREAM_RECORDS),
+        "moto's own": adjustments.Settings(on=on - hot_path, stream_records=DEFAULT_STREAM_RECORDS),
+    }
+    app = _DynamoDBFirst(DomainDispatcherApplication(create_backend_app))
+    replay(app, sides["patched"], requests)  # warm up: moto loads its service models
 
     best: dict[str, tuple[float, dict[str, float]]] = {}
     answers: dict[str, list[tuple[str, bytes]]] = {}
     for _ in range(args.rounds):
-        for side, values in sides.items():
-            for owner, name, value in values:
-                setattr(owner, name, value)
-            cpu, answers[side] = replay(app, requests)
+        for side, settings in sides.items():
+            cpu, answers[side] = replay(app, settings, requests)
             total = sum(cpu.values())
             if side not in best or total < best[side][0]:
                 best[side] = (total, cpu)
-    for owner, name, value in patched:
-        setattr(owner, name, value)
 
     counts = collections.Counter(
         kept.get("HTTP_X_AMZ_TARGET", "?").rpartition(".")[2] for kept, _ in requests

@@ -311,28 +311,43 @@ def test_a_table_made_by_table_create_can_be_swept_without_flags(
     """`table create` records the sweep's bus and windows (flags to choose them); a dry run
     observes as a real run would, so a later dry run reports what a real run then expires;
     a sweep says when the records it watches expire."""
-    import time
+    import boto3
+
+    from sandbox_ledger import keys as k
+    from sandbox_ledger.resources import _items as ri
 
     args = ["--table", table_name, "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
-    made = runner.invoke(app, [*args, "table", "create", "--stale-after", "1"])
+    made = runner.invoke(app, [*args, "table", "create", "--stale-after", "60"])
     assert made.exit_code == 0, made.output
-    assert "resource sweep: bus default, live records expire 1 s without heartbeat" in made.output
+    assert "resource sweep: bus default, live records expire 60 s without heartbeat" in made.output
     store = SyncResourceRecordStore(table_name, endpoint_url=moto_endpoint)
     stale = store.put(record(age=timedelta(hours=1))).record
-    first = runner.invoke(app, [*args, "resources", "sweep", "--dry-run"])
-    assert first.exit_code == 0, first.output
-    assert "0 would expire" in first.output and "1 record(s) unchanged since" in first.output
-    time.sleep(1.2)  # the window (1 s) passes with the record unchanged
+    first = json.loads(
+        runner.invoke(app, [*args, "resources", "sweep", "--dry-run", "--json"]).stdout
+    )
+    assert first["expired"] == [] and first["observed"] == [stale.id], first
+    assert list(first["due"]) == [stale.id]
+    shown = runner.invoke(app, [*args, "resources", "sweep", "--dry-run"])
+    assert "0 would expire" in shown.output and "1 record(s) unchanged since" in shown.output
+    # The window passes with the record unchanged: its observation is a minute older.
+    observed = store.get_versioned(stale.id)
+    assert observed is not None and observed.observed_at_ms is not None
+    boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1").update_item(
+        TableName=table_name,
+        Key=ri.record_key(stale.id),
+        UpdateExpression="SET #oat = :at",
+        ExpressionAttributeNames={"#oat": k.OBSERVED_AT},
+        ExpressionAttributeValues={":at": {"N": str(observed.observed_at_ms - 61_000)}},
+    )
     second = runner.invoke(app, [*args, "resources", "sweep", "--dry-run", "--json"])
     assert json.loads(second.stdout)["expired"] == [stale.id], second.output
     assert store.get(stale.id) is not None  # a dry run changes nothing the owner relies on
     store.touch(stale.id)  # the owner writes: the observation is void, as in a real run
     third = runner.invoke(app, [*args, "resources", "sweep", "--json"])
-    done = json.loads(third.stdout)
-    assert done["expired"] == [] and done["skipped"] == [stale.id], third.output
-    assert list(done["due"]) == [stale.id]
-    again = runner.invoke(app, [*args, "table", "create", "--stale-after", "60"])
-    assert again.exit_code == 2 and "--stale-after: 60 was given" in again.output, again.output
+    assert json.loads(third.stdout)["expired"] == [], third.output
+    assert store.get(stale.id) is not None
+    again = runner.invoke(app, [*args, "table", "create", "--stale-after", "30"])
+    assert again.exit_code == 2 and "--stale-after: 30 was given" in again.output, again.output
 
 
 def test_a_table_without_sweep_settings_is_refused_naming_every_flag_then_completed(

@@ -7,6 +7,7 @@ import contextlib
 import copy
 import random
 import uuid
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +19,50 @@ from botocore.exceptions import ClientError
 from sandbox_ledger import LedgerEntry, LedgerEvent, local
 from sandbox_ledger import keys as k
 from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+from sandbox_ledger.local import adjustments
+from sandbox_ledger.local.adjustments import queries, transactions, update_expressions
+
+# The adjustments of moto's per-request work (parser, validator, lexer, serializer).
+HOT_PATH = ("update_expressions", "conditions", "serializer")
+
+
+def off_for_this_moto() -> dict[str, str]:
+    """The adjustments that do not fit the installed moto (none on those they were written
+    for), each with its warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", local.MotoAdjustmentWarning)
+        return adjustments.prepare()[1]
+
+
+def needs(*names: str) -> None:
+    """Skip a test of what adjustments ``names`` do, on a moto they do not fit."""
+    missing = sorted(set(names) & set(off_for_this_moto()))
+    if missing:
+        import moto
+
+        pytest.skip(f"adjustments {missing} are off for moto {moto.__version__}")
+
+
+def in_order(names: set[str]) -> tuple[str, ...]:
+    return tuple(a.name for a in adjustments.all_adjustments() if a.name in names)
+
+
+def adjusted(*names: str, stream_records: int | None = None) -> Any:
+    """A block in which this thread's calls into moto are adjusted as a server's request is."""
+    needs(*names)
+    return adjustments.serving(
+        adjustments.Settings(on=frozenset(names), stream_records=stream_records)
+    )
+
+
+@contextlib.contextmanager
+def stock_server(*names: str) -> Iterator[str]:
+    """An embedded server without the adjustments ``names`` (moto's own code there)."""
+    server = local.LocalDynamoDB(leave_off=names)
+    try:
+        yield server.start()
+    finally:
+        server.stop()
 
 
 @pytest.fixture
@@ -174,6 +219,7 @@ def _summary_update(adapter: SyncDynamoDBAdapter, entry: LedgerEntry) -> dict[st
 
 
 def test_refused_transactions_change_nothing(client: Any, table: str) -> None:
+    needs("transactions")  # stock moto keeps the actions before a second operation's
     seed(client, table)
     before = scan(client, table)
     put = {"Put": {"TableName": table, "Item": {**key("p", "x"), "v": {"S": "1"}}}}
@@ -284,26 +330,20 @@ def _outcome(call: Any, *args: Any) -> str:
     return "ok"
 
 
-@pytest.fixture
-def unbounded_streams(monkeypatch: pytest.MonkeyPatch) -> None:
-    local.install_moto_patches()
-    monkeypatch.setattr(local, "_stream_limit", None)
-
-
-@pytest.mark.usefixtures("unbounded_streams")
 @pytest.mark.parametrize(
-    ("seed", "transactions"), [(2026, 150), pytest.param(7, 500, marks=pytest.mark.slow)]
+    ("seed", "count"), [(2026, 150), pytest.param(7, 500, marks=pytest.mark.slow)]
 )
-def test_same_results_as_stock_moto_on_random_transactions(seed: int, transactions: int) -> None:
+def test_same_results_as_stock_moto_on_random_transactions(seed: int, count: int) -> None:
     """Random transactions on a few contended keys: the item-level rollback leaves the same
     items, stream records and errors as moto's whole-table copy."""
     stock, patched = _backend("t"), _backend("t")
     rng = random.Random(seed)
     outcomes: set[str] = set()
-    for _ in range(transactions):
+    for _ in range(count):
         actions = [_random_action(rng, "t") for _ in range(rng.randint(1, 4))]
-        expected = _outcome(local._STOCK_TRANSACT_WRITE_ITEMS, stock, actions)
-        got = _outcome(patched.transact_write_items, actions)
+        expected = _outcome(stock.transact_write_items, actions)
+        with adjusted("transactions", "streams", stream_records=None):
+            got = _outcome(patched.transact_write_items, actions)
         assert got == expected
         assert _state(patched, "t") == _state(stock, "t")
         outcomes.add(got.split(":")[0])
@@ -373,20 +413,16 @@ def _all_pages(client: Any, query: dict[str, Any]) -> list[Any]:
             return pages
 
 
-def test_queries_answer_as_stock_moto(
-    client: Any, table: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_queries_answer_as_stock_moto(client: Any, table: str) -> None:
     """Base-table and index queries, forward and backward, with key conditions, limits and
     every page: the same items, pages and LastEvaluatedKeys as moto's own Query."""
-    from moto.dynamodb.models.table import Table
-
-    local.install_moto_patches()
     rng = random.Random(2026)
     _fill(client, table, rng, partitions=10, per=12)
-    queries = list(_queries(table, rng))
-    patched = [_all_pages(client, q) for q in queries]
-    monkeypatch.setattr(Table, "query", local._STOCK_QUERY)
-    stock = [_all_pages(client, q) for q in queries]
+    asked = list(_queries(table, rng))
+    patched = [_all_pages(client, q) for q in asked]
+    with stock_server(queries.NAME) as endpoint:
+        stock_client = boto3.client("dynamodb", endpoint_url=endpoint)
+        stock = [_all_pages(stock_client, q) for q in asked]
     assert patched == stock
     assert sum(len(items) for pages in stock for items, _ in pages) > 100  # not all empty
 
@@ -399,7 +435,7 @@ def test_a_query_costs_the_same_in_a_bigger_table(
     whole table for every Query)."""
     from moto.dynamodb.models.dynamo_type import DynamoType
 
-    local.install_moto_patches()
+    needs("queries")
     comparisons = {"n": 0}
     stock_lt, stock_eq = DynamoType.__lt__, DynamoType.__eq__
 
@@ -741,24 +777,28 @@ def once(moto_endpoint: str) -> Any:
     )
 
 
-def test_updates_and_responses_are_stock_moto_s(once: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def _no_retries(endpoint: str) -> Any:
+    return boto3.client(
+        "dynamodb", endpoint_url=endpoint, config=Config(retries={"max_attempts": 1})
+    )
+
+
+def test_updates_and_responses_are_stock_moto_s(once: Any) -> None:
     """Every request above answers byte for byte as with moto's own parser, validator and
     serializer, and leaves the same items: the library's expressions, every refusal, and
     responses of every attribute type."""
     client = once
-    local.install_moto_patches()
-    local._parsed.clear()
-    local._source_of.clear()
-    local._checked.clear()
+    update_expressions._parsed.clear()
+    update_expressions._source_of.clear()
+    update_expressions._checked.clear()
     table = f"local-{uuid.uuid4().hex[:10]}"
     patched, patched_items = _answers(client, table)
     # The patched run did take the shortcuts: parsed once, checked once per shape.
     summary = "SET #a0 = :a0, #a1 = :a1, #a2 = :a2, #rev = if_not_exists(#rev, :zero) + :one"
-    assert local._parsed.get(summary) is not None
-    assert any(shape[0] == summary for shape in local._checked._entries)
-    for owner, attribute, value in local._STOCK_HOT_PATH:
-        monkeypatch.setattr(owner, attribute, value)
-    stock, stock_items = _answers(client, table)
+    assert update_expressions._parsed.get(summary) is not None
+    assert any(shape[0] == summary for shape in update_expressions._checked._entries)
+    with stock_server(*HOT_PATH) as endpoint:
+        stock, stock_items = _answers(_no_retries(endpoint), table)
     assert len(patched) == len(_hot_path_requests(table))
     for index, (got, expected) in enumerate(zip(patched, stock, strict=True)):
         assert got == expected, (index, got, expected)
@@ -767,12 +807,9 @@ def test_updates_and_responses_are_stock_moto_s(once: Any, monkeypatch: pytest.M
     assert {200, 400, 500} <= set(statuses) and statuses.count(400) > 25
 
 
-def test_descriptions_are_stock_moto_s(
-    once: Any, table: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_descriptions_are_stock_moto_s(once: Any, table: str) -> None:
     """Responses built from nested dicts and lists of moto's own (table, indexes, stream,
     TTL, tags): byte for byte as moto's serializer makes them, on the same table."""
-    local.install_moto_patches()
     once.update_time_to_live(
         TableName=table, TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"}
     )
@@ -785,25 +822,24 @@ def test_descriptions_are_stock_moto_s(
         ("describe_table", {"TableName": "no-such-table"}),
     ]
 
-    def answers() -> list[Any]:
+    def answers(client: Any) -> list[Any]:
         raw: list[Any] = []
 
         def keep(http_response: Any, **_: Any) -> None:
             raw.append((http_response.status_code, http_response.content))
 
-        once.meta.events.register("after-call.dynamodb.*", keep)
+        client.meta.events.register("after-call.dynamodb.*", keep)
         try:
             for operation, params in calls:
                 with contextlib.suppress(ClientError):
-                    getattr(once, operation)(**params)
+                    getattr(client, operation)(**params)
         finally:
-            once.meta.events.unregister("after-call.dynamodb.*", keep)
+            client.meta.events.unregister("after-call.dynamodb.*", keep)
         return raw
 
-    patched = answers()
-    for owner, attribute, value in local._STOCK_HOT_PATH:
-        monkeypatch.setattr(owner, attribute, value)
-    assert answers() == patched
+    patched = answers(once)
+    with stock_server(*HOT_PATH) as endpoint:
+        assert answers(_no_retries(endpoint)) == patched
     assert b"GlobalSecondaryIndexes" in patched[0][1] and patched[3][0] == 400
 
 
@@ -829,22 +865,16 @@ def _lexed(text: str) -> Any:
         "",
     ],
 )
-def test_condition_tokens_are_stock_moto_s(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_condition_tokens_are_stock_moto_s(text: str) -> None:
     """A condition's tokens, or the error for a text that does not lex: as moto's lexer
     gives them, each time, and new lists each time (changing one changes no later parse)."""
-    from moto.dynamodb.comparisons import ConditionExpressionParser
-
-    local.install_moto_patches()
-    patched = [_lexed(text) for _ in range(2)]
-    changed = _lexed(text)
-    if isinstance(changed, list) and changed:
-        changed[0].children.append("changed")
-    patched.append(_lexed(text))
-    stock_lex = dict((a, v) for o, a, v in local._STOCK_HOT_PATH if o is ConditionExpressionParser)[
-        "_lex_condition_expression"
-    ]
-    monkeypatch.setattr(ConditionExpressionParser, "_lex_condition_expression", stock_lex)
-    stock = _lexed(text)
+    with adjusted("conditions"):
+        patched = [_lexed(text) for _ in range(2)]
+        changed = _lexed(text)
+        if isinstance(changed, list) and changed:
+            changed[0].children.append("changed")
+        patched.append(_lexed(text))
+    stock = _lexed(text)  # outside a server's request: moto's own lexer
     assert patched == [stock] * 3
 
 
@@ -866,20 +896,21 @@ def test_remembered_trees_are_fresh_parses_and_copy_as_deepcopy_does(once: Any) 
     from moto.dynamodb.parsing.ast_nodes import Node
     from moto.dynamodb.parsing.expressions import UpdateExpressionParser
 
-    local.install_moto_patches()
     table = f"local-{uuid.uuid4().hex[:10]}"
     _answers(once, table)
-    stock_make = dict((a, v) for o, a, v in local._STOCK_HOT_PATH if o is UpdateExpressionParser)[
-        "make"
-    ].__func__
-    texts = [text for text in local._parsed._entries if "SET" in text or "REMOVE" in text]
+    entries = update_expressions._parsed._entries
+    texts = [text for text in entries if "SET" in text or "REMOVE" in text]
     assert len(texts) >= 8
     for text in texts:
-        tree = UpdateExpressionParser.make(text)
-        assert UpdateExpressionParser.make(text) is tree  # remembered
-        assert _tree(tree) == _tree(stock_make(UpdateExpressionParser, text))
-        assert local._plain_tree(tree, Node)
-        assert _tree(local._copy_tree(tree, None, Node)) == _tree(copy.deepcopy(tree))
+        with adjusted("update_expressions"):
+            tree = UpdateExpressionParser.make(text)
+            assert UpdateExpressionParser.make(text) is tree  # remembered
+        stock = UpdateExpressionParser.make(text)  # outside a server's request: a new parse
+        assert stock is not tree
+        assert _tree(tree) == _tree(stock)
+        assert update_expressions._plain_tree(tree, Node)
+        copied = update_expressions._copy_tree(tree, None, Node)
+        assert _tree(copied) == _tree(copy.deepcopy(tree))
 
 
 def _first_inner_node(tree: Any) -> Any:
@@ -906,36 +937,42 @@ def test_a_tree_that_is_not_plain_is_left_to_deepcopy(spoil: Any) -> None:
     from moto.dynamodb.parsing.ast_nodes import Node
     from moto.dynamodb.parsing.expressions import UpdateExpressionParser
 
-    local.install_moto_patches()
     tree = copy.deepcopy(UpdateExpressionParser.make("SET a = :v, b = if_not_exists(b, :w)"))
-    assert local._plain_tree(tree, Node)
+    assert update_expressions._plain_tree(tree, Node)
     spoil(tree, _first_inner_node(tree))
-    assert not local._plain_tree(tree, Node)
+    assert not update_expressions._plain_tree(tree, Node)
 
 
 def test_the_parse_and_check_caches_are_bounded() -> None:
     from moto.dynamodb.parsing.expressions import UpdateExpressionParser
 
-    local.install_moto_patches()
-    for i in range(local.UPDATE_EXPRESSIONS_CACHED + 20):
-        UpdateExpressionParser.make(f"SET bounded{i} = :v")
-    assert len(local._parsed) == local.UPDATE_EXPRESSIONS_CACHED
-    assert len(local._source_of) == local.UPDATE_EXPRESSIONS_CACHED
-    assert len(local._checked) <= local.UPDATE_EXPRESSIONS_CACHED
-    assert "SET bounded0 = :v" not in local._parsed._entries  # the oldest forgotten
+    ue = update_expressions
+    with adjusted("update_expressions"):
+        for i in range(ue.UPDATE_EXPRESSIONS_CACHED + 20):
+            UpdateExpressionParser.make(f"SET bounded{i} = :v")
+    assert len(ue._parsed) == ue.UPDATE_EXPRESSIONS_CACHED
+    assert len(ue._source_of) == ue.UPDATE_EXPRESSIONS_CACHED
+    assert len(ue._checked) <= ue.UPDATE_EXPRESSIONS_CACHED
+    assert "SET bounded0 = :v" not in ue._parsed._entries  # the oldest forgotten
 
 
 # -- streams ------------------------------------------------------------------------------------
 
 
 @pytest.fixture
-def five_records(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(local, "_stream_limit", 5)
-    yield
+def five_records() -> Iterator[str]:
+    """An embedded server whose streams keep five records."""
+    server = local.LocalDynamoDB(stream_records=5)
+    yield server.start()
+    server.stop()
 
 
-@pytest.mark.usefixtures("five_records")
-def test_stream_keeps_the_newest_records(moto_endpoint: str, client: Any, table: str) -> None:
+def test_stream_keeps_the_newest_records(five_records: str) -> None:
+    needs("streams")
+    moto_endpoint = five_records
+    client = boto3.client("dynamodb", endpoint_url=moto_endpoint)
+    table = f"local-{uuid.uuid4().hex[:10]}"
+    client.create_table(**k.table_definition(table))
     for i in range(8):
         client.put_item(TableName=table, Item={**key("p", f"{i}"), "i": {"N": str(i)}})
     records = stream_records(moto_endpoint, client, table)
@@ -958,6 +995,7 @@ def test_stream_keeps_the_newest_records(moto_endpoint: str, client: Any, table:
 def test_stream_turned_off_stops_records_and_writes_still_work(
     moto_endpoint: str, client: Any, table: str
 ) -> None:
+    needs("streams")
     adapter = SyncDynamoDBAdapter(table, endpoint_url=moto_endpoint)
     adapter.append(
         LedgerEntry(ts=1, name="n", sandbox_id="s", step_index=-1, event=LedgerEvent.SandboxCreated)
@@ -977,32 +1015,101 @@ def test_stream_records_must_be_a_count() -> None:
         local.LocalDynamoDB(stream_records=-1)
 
 
-# -- the version check ---------------------------------------------------------------------------
+# -- the check of each adjustment against the installed moto ------------------------------------
 
 
-def test_an_unknown_moto_refuses_to_be_patched() -> None:
+def test_an_adjustment_whose_moto_code_differs_is_left_off_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A moto whose transaction code changed: that adjustment alone is left off, the warning
+    names it, the function, the moto version and the behaviour that then differs, and the
+    server starts and serves."""
     import moto
 
-    def transact_write_items(self: Any, transact_items: Any) -> None:
-        """Stands for a moto release whose transaction code changed."""
+    monkeypatch.setitem(
+        transactions.KNOWN_SOURCES,
+        "DynamoDBBackend.transact_write_items",
+        frozenset({"0123456789abcdef"}),
+    )
+    already = set(off_for_this_moto())
+    server = local.LocalDynamoDB()
+    with pytest.warns(local.MotoAdjustmentWarning) as caught:
+        endpoint = server.start()
+    try:
+        assert server.adjustments_off == in_order(already | {"transactions"})
+        assert len(caught) == len(server.adjustments_off)  # one warning each
+        (message,) = [str(w.message) for w in caught if "'transactions'" in str(w.message)]
+        assert "'transactions'" in message
+        assert "DynamoDBBackend.transact_write_items" in message
+        assert f"moto {moto.__version__}" in message
+        assert "Behaviour differs from DynamoDB" in message
+        client = boto3.client("dynamodb", endpoint_url=endpoint)
+        assert "TableNames" in client.list_tables()
+    finally:
+        server.stop()
 
-    with pytest.raises(RuntimeError) as info:
-        local.check_moto_sources({"DynamoDBBackend.transact_write_items": transact_write_items})
-    message = str(info.value)
-    assert "DynamoDBBackend.transact_write_items" in message
-    assert f"moto {moto.__version__}" in message
+
+def test_a_speed_adjustment_left_off_says_the_answers_stay_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    already = set(off_for_this_moto())
+    monkeypatch.setitem(queries.KNOWN_SOURCES, "Table.query", frozenset({"0123456789abcdef"}))
+    server = local.LocalDynamoDB()
+    with pytest.warns(local.MotoAdjustmentWarning) as caught:
+        server.start()
+    server.stop()
+    assert server.adjustments_off == in_order(already | {"queries"})
+    (message,) = [str(w.message) for w in caught if "'queries'" in str(w.message)]
+    assert "answers the same, slower" in message
+
+
+def test_adjustments_asked_off_are_reported_without_a_warning() -> None:
+    already = set(off_for_this_moto())
+    server = local.LocalDynamoDB(leave_off=["queries", "serializer"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", local.MotoAdjustmentWarning)
+        server.start()
+    server.stop()
+    assert server.adjustments_off == in_order(already | {"queries", "serializer"})
+    assert len(caught) == len(already - {"queries", "serializer"})  # none for those asked
+    with pytest.raises(ValueError, match="leave_off"):
+        local.LocalDynamoDB(leave_off=["no-such-adjustment"])
 
 
 def test_the_installed_moto_is_a_known_one() -> None:
+    """On the moto releases the adjustments were written for, every one is on, and its hooks
+    are in place of moto's own functions."""
+    import moto
     from moto.dynamodb.models import DynamoDBBackend
 
-    local.install_moto_patches()
-    local.check_moto_sources(
-        {"DynamoDBBackend.transact_write_items": local._STOCK_TRANSACT_WRITE_ITEMS}
+    if moto.__version__ not in adjustments.WRITTEN_FOR:
+        pytest.skip(f"moto {moto.__version__} is not one the fingerprints were taken from")
+    on, off = adjustments.prepare()
+    assert off == {}
+    assert on == {adjustment.name for adjustment in adjustments.all_adjustments()}
+    stock = adjustments._stock["transactions"]["DynamoDBBackend.transact_write_items"]
+    assert DynamoDBBackend.transact_write_items is not stock
+
+
+def test_outside_a_server_s_request_moto_is_its_own() -> None:
+    """Calls into moto that no embedded server serves (``mock_aws``, a test calling a backend)
+    get moto's own code: a stream turned off then fails writes, as stock moto does."""
+    needs("streams")
+    backend = _backend("t")
+    backend.update_table(
+        "t",
+        billing_mode=None,
+        throughput=None,
+        attr_definitions=None,
+        global_index=None,
+        stream_spec={"StreamEnabled": False},
+        deletion_protection_enabled=None,
+        warm_throughput=None,
     )
-    assert DynamoDBBackend.transact_write_items is local._transact_write_items
-    for owner, attribute, stock in local._STOCK_HOT_PATH:
-        assert vars(owner)[attribute] is not stock, (owner, attribute)
+    with pytest.raises(KeyError):
+        backend.put_item("t", {**key("p", "s")})
+    with adjusted("streams"):
+        backend.put_item("t", {**key("p", "s")})
 
 
 # -- the server in a child process (the CLI's embedded DynamoDB) --------------------------------

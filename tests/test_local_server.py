@@ -13,6 +13,7 @@ import boto3
 import pytest
 
 from sandbox_ledger import local
+from sandbox_ledger.local.adjustments import dispatch
 
 SIGNED = (
     "AWS4-HMAC-SHA256 Credential=AKID/20261201/us-east-1/{}/aws4_request, "
@@ -122,7 +123,7 @@ def test_other_services_still_reach_their_own_backend(moto_endpoint: str) -> Non
 def test_only_signed_dynamodb_requests_skip_moto_dispatch(
     environ: dict[str, Any], expected: tuple[str, str] | None
 ) -> None:
-    assert local._dynamodb_request(environ) == expected
+    assert dispatch._dynamodb_request(environ) == expected
 
 
 def _raw_exchange(endpoint: str, payload: bytes) -> bytes:

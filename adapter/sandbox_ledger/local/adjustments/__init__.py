@@ -1,0 +1,200 @@
+"""Adjustments of moto for the embedded DynamoDB, each checked and applied on its own.
+
+Stock moto is slow as an embedded server (costs that grow with the table, work repeated on
+every request) and differs from DynamoDB in a few places. Each module here adjusts one thing:
+
+- :mod:`.transactions`: a transaction's rollback snapshots the items it names, not every
+  table it touches (fixes behaviour too: a request refused for two operations in one action
+  is undone whole).
+- :mod:`.streams`: a table's stream keeps its newest records, and a stream turned off stops
+  its records (fixes behaviour: stock moto keeps every record and then fails every write).
+- :mod:`.queries`: a Query reads its partition, not the whole table sorted.
+- :mod:`.dispatch`: moto's choice of service app is remembered for DynamoDB requests.
+- :mod:`.method_lists`: the list of a response class's methods is computed once.
+- :mod:`.update_expressions`: an update expression is parsed once, its static checks run once
+  per shape, and its tree copied without ``copy.deepcopy``'s bookkeeping.
+- :mod:`.conditions`: a condition expression's text is split into tokens once.
+- :mod:`.serializer`: the keys moto's response serializer tries for a member are worked out
+  once per member.
+
+An adjustment takes effect only while an embedded server serves a request (:func:`serving`):
+its hooks on moto's classes defer to moto's own code everywhere else in the process
+(``mock_aws``, another moto server, a test calling moto directly). Each one is written against
+the moto source it replaces or relies on, checked by a fingerprint of that source
+(:func:`prepare`): one whose moto code differs is left off with a
+:class:`MotoAdjustmentWarning` naming it, and the server still starts, with moto's own code
+there (slower, or, for an adjustment that fixes behaviour, with moto's behaviour, which the
+warning names).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import inspect
+import threading
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Collection, Iterator, Mapping
+
+WRITTEN_FOR = ("5.2.1", "5.2.5")
+"""The moto releases whose source the fingerprints are taken from (identical there)."""
+
+
+class MotoAdjustmentWarning(UserWarning):
+    """An adjustment of moto was left off: the installed moto's code differs from its own."""
+
+
+class Mismatch(Exception):
+    """Raised by an adjustment's ``sources`` when moto lacks or changed what it relies on."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What one embedded server applies while it serves a request."""
+
+    on: frozenset[str]
+    stream_records: int | None
+
+
+@dataclass
+class Adjustment:
+    """One adjustment: what it buys, what differs without it, the moto code it relies on."""
+
+    name: str
+    gain: str
+    # None: only speed; else what behaves otherwise when the adjustment is off.
+    behaviour: str | None
+    # The moto objects the adjustment replaces or relies on, by name (raises Mismatch).
+    sources: Callable[[], dict[str, Any]]
+    # The fingerprints of each source in the releases of WRITTEN_FOR.
+    known: Mapping[str, frozenset[str]]
+    # Puts the adjustment's hooks in place, given moto's own objects from ``sources``.
+    install: Callable[[dict[str, Any]], None]
+
+
+_serving = threading.local()
+
+
+@contextlib.contextmanager
+def serving(settings: Settings) -> Iterator[None]:
+    """Apply ``settings`` in this thread for the duration of the block (one request)."""
+    outer = getattr(_serving, "settings", None)
+    _serving.settings = settings
+    try:
+        yield
+    finally:
+        _serving.settings = outer
+
+
+def active(name: str) -> Settings | None:
+    """The settings of the request this thread serves, if adjustment ``name`` is on for it."""
+    settings: Settings | None = getattr(_serving, "settings", None)
+    return settings if settings is not None and name in settings.on else None
+
+
+def fingerprint(source: Any) -> str:
+    """A digest of a function's or class's source, blind to indentation and blank lines."""
+    lines = (line.strip() for line in inspect.getsource(source).splitlines())
+    return hashlib.sha256("\n".join(line for line in lines if line).encode()).hexdigest()[:16]
+
+
+def all_adjustments() -> tuple[Adjustment, ...]:
+    """Every adjustment, in the order they are checked and installed."""
+    from . import (
+        conditions,
+        dispatch,
+        method_lists,
+        queries,
+        serializer,
+        streams,
+        transactions,
+        update_expressions,
+    )
+
+    modules = (
+        transactions,
+        streams,
+        queries,
+        dispatch,
+        method_lists,
+        update_expressions,
+        conditions,
+        serializer,
+    )
+    return tuple(module.ADJUSTMENT for module in modules)
+
+
+_lock = threading.Lock()
+_stock: dict[str, dict[str, Any]] = {}  # adjustment -> moto's own objects, before its hooks
+_digests: dict[str, dict[str, str]] = {}  # adjustment -> fingerprint of each of those
+_installed: set[str] = set()
+
+
+def prepare(leave_off: Collection[str] = ()) -> tuple[frozenset[str], dict[str, str]]:
+    """Install every adjustment that matches the installed moto (once per process), except
+    those in ``leave_off``; return the names on, and each name off with the warning given
+    for it (empty for those in ``leave_off``).
+
+    Warns (:class:`MotoAdjustmentWarning`), once per call, for each adjustment left off
+    because moto's code differs from its own.
+    """
+    on: set[str] = set()
+    off: dict[str, str] = {}
+    with _lock:
+        for adjustment in all_adjustments():
+            if adjustment.name in leave_off:
+                off[adjustment.name] = ""
+                continue
+            why = _mismatch(adjustment)
+            if why is not None:
+                off[adjustment.name] = _left_off(adjustment, why)
+                warnings.warn(off[adjustment.name], MotoAdjustmentWarning, stacklevel=3)
+                continue
+            if adjustment.name not in _installed:
+                adjustment.install(_stock[adjustment.name])
+                _installed.add(adjustment.name)
+            on.add(adjustment.name)
+    return frozenset(on), off
+
+
+def _mismatch(adjustment: Adjustment) -> str | None:
+    """Why ``adjustment`` does not fit the installed moto, or None when it does."""
+    if adjustment.name not in _stock:
+        try:
+            stock = adjustment.sources()
+        except (Mismatch, ImportError, AttributeError) as exc:
+            return str(exc)
+        digests = {}
+        for name, source in stock.items():
+            try:
+                digests[name] = fingerprint(source)
+            except (OSError, TypeError):
+                digests[name] = "no source"
+        _stock[adjustment.name], _digests[adjustment.name] = stock, digests
+    digests = _digests[adjustment.name]
+    unknown = [
+        f"{name} ({digest})"
+        for name, digest in digests.items()
+        if digest not in adjustment.known.get(name, frozenset())
+    ]
+    if not unknown:
+        return None
+    return f"the code of {', '.join(unknown)} differs from moto {' and '.join(WRITTEN_FOR)}'s"
+
+
+def _left_off(adjustment: Adjustment, why: str) -> str:
+    import moto
+
+    consequence = (
+        f"Behaviour differs from DynamoDB: {adjustment.behaviour}."
+        if adjustment.behaviour
+        else "The server answers the same, slower."
+    )
+    return (
+        f"sandbox_ledger.local: the embedded DynamoDB's adjustment {adjustment.name!r} "
+        f"({adjustment.gain}) is left off for moto {moto.__version__}: {why}. {consequence}"
+    )

@@ -1,0 +1,260 @@
+"""The embedded DynamoDB: a moto server on a loopback port, in a thread or a child process.
+
+Besides moto's own DynamoDB, the server adds what an embedded server needs:
+
+- **One request at a time.** moto's backends are not thread-safe: two concurrent
+  ``UpdateItem ... ADD`` on one item can lose an update (seen here: 19 of 20 increments under
+  concurrent transactions), where DynamoDB serializes writes to an item. The server handles
+  one request at a time while still accepting many connections, so that what passes here
+  does not pass by luck.
+- **A connection serves many requests** (:mod:`.keepalive`): moto's server (werkzeug's
+  development server) closes the connection after every response.
+- **The adjustments of moto** (:mod:`.adjustments`), applied only to the requests this server
+  serves; one that does not fit the installed moto is left off with a warning
+  (:attr:`LocalDynamoDB.adjustments_off`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from ..errors import InvalidInputError
+from . import adjustments
+from .keepalive import _end_connections, _keep_alive
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Collection, Iterable
+
+DEFAULT_STREAM_RECORDS = 1000
+"""Stream records kept per table unless :class:`LocalDynamoDB` is told otherwise."""
+
+
+class LocalDynamoDB:
+    """A moto server on a loopback port. ``start()`` returns its endpoint URL.
+
+    Args:
+        host, port: where to listen (port 0: a free port).
+        stream_records: stream records kept per table (``None``: all, as stock moto; 0: none),
+            for the writes this server serves.
+        leave_off: names of adjustments (:mod:`sandbox_ledger.local.adjustments`) to leave
+            off, so that the server runs moto's own code there (to compare with it).
+
+    Raises:
+        InvalidInputError: ``stream_records`` is negative or ``leave_off`` names no adjustment.
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        stream_records: int | None = DEFAULT_STREAM_RECORDS,
+        leave_off: Collection[str] = (),
+    ) -> None:
+        _check_stream_records(stream_records)
+        unknown = set(leave_off) - {a.name for a in adjustments.all_adjustments()}
+        if unknown:
+            raise InvalidInputError("leave_off", f"no such adjustment: {sorted(unknown)}")
+        self._host, self._port = host, port
+        self._stream_records = stream_records
+        self._leave_off = frozenset(leave_off)
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self.endpoint_url = ""
+        self.adjustments_off: tuple[str, ...] = ()
+        """The adjustments this server runs without (left off, or not fitting moto)."""
+        self._left_off: dict[str, str] = {}
+
+    def start(self) -> str:
+        """Start serving in a daemon thread; idempotent.
+
+        Warns (:class:`~sandbox_ledger.local.adjustments.MotoAdjustmentWarning`) for each
+        adjustment left off because the installed moto's code differs from its own.
+
+        Raises:
+            RuntimeError: moto is not installed.
+        """
+        if self._server is not None:
+            return self.endpoint_url
+        try:
+            from moto.moto_server import werkzeug_app
+            from moto.moto_server.werkzeug_app import (
+                DomainDispatcherApplication,
+                create_backend_app,
+            )
+            from werkzeug.serving import WSGIRequestHandler, make_server
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise RuntimeError(
+                "the embedded DynamoDB needs moto: pip install 'sandbox-ledger-dynamodb[cli]'"
+            ) from exc
+        on, off = adjustments.prepare(leave_off=self._leave_off)
+        self.adjustments_off, self._left_off = tuple(off), off
+        settings = adjustments.Settings(on=on, stream_records=self._stream_records)
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        _local_credentials()
+        app: Any = DomainDispatcherApplication(create_backend_app)
+        if adjustments.dispatch.NAME in on:
+            app = adjustments.dispatch._DynamoDBFirst(app)
+        self._server = make_server(
+            self._host,
+            self._port,
+            _serialized(app, settings),
+            threaded=True,
+            # moto before 5.2 has no handler of its own (it keeps underscored header names).
+            request_handler=_keep_alive(
+                getattr(werkzeug_app, "MotoRequestHandler", WSGIRequestHandler)
+            ),
+        )
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        host, port = self._server.server_address[:2]
+        self.endpoint_url = f"http://{host}:{port}"
+        return self.endpoint_url
+
+    def stop(self) -> None:
+        """Stop serving; the data is gone."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            _end_connections(self._server)
+            if self._thread is not None:
+                self._thread.join()
+            self._server, self._thread = None, None
+
+
+class LocalDynamoDBProcess:
+    """:class:`LocalDynamoDB` in a child process: the server's CPU does not compete with the
+    caller's for one interpreter lock, so a client and its server use two cores. The child
+    ends when :meth:`stop` is called or the parent goes away (its stdin closes).
+
+    Args: as :class:`LocalDynamoDB` (but ``leave_off``).
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        stream_records: int | None = DEFAULT_STREAM_RECORDS,
+    ) -> None:
+        _check_stream_records(stream_records)
+        self._args = [
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--stream-records",
+            "all" if stream_records is None else str(stream_records),
+        ]
+        self._child: subprocess.Popen[str] | None = None
+        self.endpoint_url = ""
+        self.adjustments_off: tuple[str, ...] = ()
+        """The adjustments the child's server runs without."""
+
+    def start(self) -> str:
+        """Start the child and wait until it serves; idempotent.
+
+        Warns as :meth:`LocalDynamoDB.start` does, for the child's server.
+
+        Raises:
+            RuntimeError: the child could not start a server (its last error line).
+        """
+        if self._child is not None:
+            return self.endpoint_url
+        _local_credentials()
+        child = subprocess.Popen(
+            [sys.executable, "-m", "sandbox_ledger.local", *self._args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout is not None and child.stderr is not None
+        line = child.stdout.readline().strip()
+        if not line.startswith("http://"):
+            child.wait(timeout=30)
+            errors = [x for x in child.stderr.read().splitlines() if x.strip()]
+            raise RuntimeError(
+                "the embedded DynamoDB did not start: " + (errors[-1] if errors else line)
+            )
+        # Then a line per adjustment left off ("name<TAB>its warning"), and a blank line.
+        while (entry := child.stdout.readline().rstrip("\n")) != "":
+            name, _, why = entry.partition("\t")
+            self.adjustments_off += (name,)
+            if why:
+                warnings.warn(why, adjustments.MotoAdjustmentWarning, stacklevel=2)
+        # Keep reading the child's stderr (its request log on errors), so it never blocks.
+        threading.Thread(target=child.stderr.read, daemon=True).start()
+        self._child, self.endpoint_url = child, line
+        return line
+
+    def stop(self) -> None:
+        """Stop the child; the data is gone."""
+        child, self._child = self._child, None
+        if child is not None:
+            assert child.stdin is not None
+            child.stdin.close()
+            try:
+                child.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+
+
+def _check_stream_records(stream_records: int | None) -> None:
+    if stream_records is not None and stream_records < 0:
+        raise InvalidInputError("stream_records", "must be None or a count >= 0")
+
+
+def _serve_until_stdin_closes(argv: list[str] | None = None) -> None:
+    """``python -m sandbox_ledger.local``: serve, print the endpoint, then each adjustment
+    left off and a blank line; stop at stdin's end."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m sandbox_ledger.local")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--stream-records", default=str(DEFAULT_STREAM_RECORDS))
+    args = parser.parse_args(argv)
+    records = None if args.stream_records == "all" else int(args.stream_records)
+    server = LocalDynamoDB(args.host, args.port, stream_records=records)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", adjustments.MotoAdjustmentWarning)  # told the parent
+        endpoint = server.start()
+    print(endpoint)
+    for name, why in server._left_off.items():
+        print(f"{name}\t{why}".replace("\n", " "))
+    print(flush=True)
+    sys.stdin.read()
+    server.stop()
+    # The data is thrown away: skip the interpreter's teardown of moto's state (seconds
+    # for a large table, which the parent would otherwise wait for).
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _local_credentials() -> None:
+    """moto needs credentials and a region to sign against; these never leave this machine."""
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+
+
+def _serialized(
+    app: Callable[..., Any], settings: adjustments.Settings
+) -> Callable[..., Iterable[bytes]]:
+    """``app`` serving one request at a time, with this server's adjustments applied."""
+    lock = threading.Lock()
+
+    def handle(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        with lock, adjustments.serving(settings):
+            # Drain the response inside the lock: werkzeug may produce it lazily.
+            return list(app(environ, start_response))
+
+    return handle
