@@ -239,3 +239,22 @@ def test_urls_without_a_password_are_shown_as_given() -> None:
     ):
         assert redact_url(url) == url
         assert scrub(f"cannot open {url}: refused", url) == f"cannot open {url}: refused"
+
+
+def test_the_forms_the_second_red_team_found_are_masked() -> None:
+    """A quoted value right before password= (libpq needs no space after a quote), a query
+    key PASSWORD in any case, and a user name holding '#' (libpq's user 'u#x')."""
+    for dsn in (
+        f"host='db.example'password={BARE} dbname=x",
+        f"postgresql://db.example/postgres?PASSWORD={quote(SECRET, safe='')}&schema=Bad",
+        f"postgresql://db.example/postgres?Password={quote(SECRET, safe='')}",
+        f"postgresql://u#x:{quote(SECRET, safe='')}@db.example/postgres",
+    ):
+        assert_hidden(redact_url(dsn))
+        assert "db.example" in redact_url(dsn)
+        assert_hidden(scrub(f"invalid connection option in {dsn!r}"))
+    with pytest.raises(InvalidInputError) as bad:
+        open_store(
+            f"postgresql://127.0.0.1/postgres?PASSWORD={quote(SECRET, safe='')}&schema=Bad"
+        )
+    assert_hidden(str(bad.value))

@@ -34,9 +34,10 @@ _SCRUB_MIN = {"env": 16, "source": 4}
 
 # libpq's keyword/value syntax: a bare value runs to the next space; a quoted one allows
 # spaces, with \' and \\ as escapes (an unterminated quote runs to the end).
-# Any case: libpq refuses 'PASSWORD=' as an unknown keyword, and may quote it back.
+# Any case: libpq refuses 'PASSWORD=' as an unknown keyword, and may quote it back. A quoted
+# value needs no space after it: host='h'password=S is libpq's too.
 _KEYWORD_PASSWORD = re.compile(
-    r"(?:^|(?<=\s))password\s*=\s*('(?:[^'\\]|\\.)*'?|\S*)", re.IGNORECASE
+    r"(?:^|(?<=\s)|(?<=[^\\]'))password\s*=\s*('(?:[^'\\]|\\.)*'?|\S*)", re.IGNORECASE
 )
 
 
@@ -61,14 +62,14 @@ def _userinfo(rest: str) -> tuple[str | None, str]:
 
     A password may hold '@', ':', '/', '?' or a space unencoded (libpq reads a password up to
     the first '@' it finds before a '/', a careless one up to the last): the userinfo ends at
-    the last '@' whose user name (before the first ':') holds no '/', '?' or '#', so an '@'
-    in the path or the query (a ``sqlite:///a:b@c/x.db`` path, an ``endpoint_url`` of the
+    the last '@' whose user name (before the first ':') holds no '/' or '?' (libpq takes a
+    '#' in it as part of the name), so an '@' in the path or the query (a ``sqlite:///a:b@c/x.db`` path, an ``endpoint_url`` of the
     query) is no userinfo.
     """
     at = rest.rfind("@")
     while at >= 0:
         user = rest[:at].partition(":")[0]
-        if not any(c in user for c in "/?#"):
+        if not any(c in user for c in "/?"):
             return rest[:at], rest[at:]
         at = rest.rfind("@", 0, at)
     return None, rest
@@ -76,7 +77,7 @@ def _userinfo(rest: str) -> tuple[str | None, str]:
 
 def _masked_parameter(parameter: str) -> str:
     key, equals, value = parameter.partition("=")
-    if equals and unquote(key).strip() == "password":
+    if equals and unquote(key).strip().lower() == "password":
         return f"{key}={MASK}"
     # 'password%3DS': no '=' before decoding, so libpq refuses it quoting the whole parameter.
     if not equals and unquote(key).strip().lower().startswith("password"):
@@ -102,7 +103,7 @@ def passwords(url: str) -> set[str]:
         query = rest.partition("?")[2]
         for parameter in query.split("&"):
             key, equals, value = parameter.partition("=")
-            if equals and unquote(key).strip() == "password":
+            if equals and unquote(key).strip().lower() == "password":
                 found.add(value)
     decoded = {unquote(value) for value in found}
     return {value for value in found | decoded if value}
