@@ -63,8 +63,8 @@ def _userinfo(rest: str) -> tuple[str | None, str]:
     A password may hold '@', ':', '/', '?' or a space unencoded (libpq reads a password up to
     the first '@' it finds before a '/', a careless one up to the last): the userinfo ends at
     the last '@' whose user name (before the first ':') holds no '/' or '?' (libpq takes a
-    '#' in it as part of the name), so an '@' in the path or the query (a ``sqlite:///a:b@c/x.db`` path, an ``endpoint_url`` of the
-    query) is no userinfo.
+    '#' in it as part of the name), so an '@' in the path or the query (a
+    ``sqlite:///a:b@c/x.db`` path, an ``endpoint_url`` of the query) is no userinfo.
     """
     at = rest.rfind("@")
     while at >= 0:
