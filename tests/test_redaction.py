@@ -254,7 +254,5 @@ def test_the_forms_the_second_red_team_found_are_masked() -> None:
         assert "db.example" in redact_url(dsn)
         assert_hidden(scrub(f"invalid connection option in {dsn!r}"))
     with pytest.raises(InvalidInputError) as bad:
-        open_store(
-            f"postgresql://127.0.0.1/postgres?PASSWORD={quote(SECRET, safe='')}&schema=Bad"
-        )
+        open_store(f"postgresql://127.0.0.1/postgres?PASSWORD={quote(SECRET, safe='')}&schema=Bad")
     assert_hidden(str(bad.value))
