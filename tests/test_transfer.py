@@ -645,3 +645,27 @@ def test_an_export_into_a_pipe_or_fifo_writes_through_it(tmp_path: Path) -> None
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0 and done.stdout == '{"ts": 1}\n', done.stderr
+
+
+def test_an_entry_that_expires_while_the_import_runs_is_not_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store's retention is checked against the clock at each entry, not at the start:
+    an entry that expired during a long import is counted expired, never written hidden."""
+    import time as real_time
+
+    from sandbox_ledger import transfer
+    from sandbox_ledger.blocking import BlockingAdapter
+    from sandbox_ledger.memory import MemoryAdapter
+
+    start = int(real_time.time())
+    day = 86_400
+    early = e("n", "s", "exec.started", (start - day + 1_000) * 1000, step=0)  # 1,000 s left
+    late = e("n", "s", "exec.started", (start - day + 50) * 1000, step=1)  # 50 s left
+    readings = iter([start])  # the first reading is the start; later ones 100 s on
+    monkeypatch.setattr(transfer.time, "time", lambda: next(readings, start + 100))
+    target = BlockingAdapter(MemoryAdapter(retention=timedelta(days=1)))
+    parsed = parse_lines([line(early).encode(), line(late).encode()])
+    report = import_entries(target, parsed)
+    assert (report.new, report.expired) == (1, 1), report
+    assert target.read_stored("n", "s") == [early]

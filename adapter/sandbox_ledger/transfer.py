@@ -280,7 +280,6 @@ def import_entries(
     """
     report = ImportReport(failed=list(parsed.errors))
     seconds = target.ledger_retention()
-    now = int(time.time())
     # What the session holds, expired entries included where the store still keeps them
     # (SQL stores until a purge, DynamoDB until TTL deletes them): reconciling against the
     # visible entries only would write an expired entry again on every run.
@@ -294,7 +293,9 @@ def import_entries(
             progress(present)
         for number, entry, occurrence in writes:
             expires = ledger_expires_at(entry.ts, seconds)
-            if expires is not None and expires <= now:  # as reads judge it: hidden already
+            # The clock is read per entry: an import that runs long must not write an entry
+            # that expired since it began (a read judges it hidden at once).
+            if expires is not None and expires <= int(time.time()):
                 report.expired += 1
                 if progress is not None:
                     progress(1)
