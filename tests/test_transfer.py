@@ -669,3 +669,33 @@ def test_an_entry_that_expires_while_the_import_runs_is_not_written(
     report = import_entries(target, parsed)
     assert (report.new, report.expired) == (1, 1), report
     assert target.read_stored("n", "s") == [early]
+
+
+def test_an_export_counts_only_the_sessions_it_exported() -> None:
+    """A session listed by the scan and emptied before it is read (a delete running) has
+    nothing exported and is not counted as exported."""
+    from sandbox_ledger.blocking import BlockingAdapter
+    from sandbox_ledger.cli.transfer import export_to
+    from sandbox_ledger.memory import MemoryAdapter
+    from sandbox_ledger.transfer import export_lines
+
+    source = BlockingAdapter(MemoryAdapter())
+    kept = e("n", "s", "sandbox.created", 1)
+    source.append(kept)
+    exported: list[tuple[str, str]] = []
+    lines = list(export_lines(source, [("n", "s"), ("gone", "x")], exported=exported))
+    assert lines == [line(kept) + "\n"] and exported == [("n", "s")]
+
+    class ListsAGoneSession(BlockingAdapter):
+        def scan_sessions(
+            self, name: str | None = None, *, segments: int | None = None
+        ) -> list[tuple[str, str]]:
+            return [*super().scan_sessions(name, segments=segments), ("gone", "x")]
+
+    from rich.console import Console
+
+    racing = ListsAGoneSession(source.adapter)
+    sessions, entries, _ = export_to(
+        racing, name=None, sandbox_id=None, output=None, err=Console(stderr=True)
+    )
+    assert (sessions, entries) == (1, 1)

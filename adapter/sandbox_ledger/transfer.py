@@ -347,16 +347,20 @@ def export_lines(
     environments: Iterable[EnvironmentRecord] = (),
     *,
     progress: Callable[[int], None] | None = None,
+    exported: list[tuple[str, str]] | None = None,
 ) -> Iterator[str]:
     """Every entry of the sessions, in (name, sandboxId) order and append order within each,
     then the environment records in the order given (``list_environments()``: newest
     ``builtAt`` first, ties in first-saved order, which an import reproduces), as lines with
     their newline: deterministic, so exporting twice gives the same bytes. ``progress`` is
-    called with the number of sessions read."""
+    called with the number of sessions read; ``exported`` collects the sessions that had an
+    entry to export (one listed but emptied meanwhile, by a delete, had none)."""
     for name, sandbox_id in sorted(set(sessions)):
         entries = source.read_in_append_order(name, sandbox_id)
         if progress is not None:
             progress(1)
+        if entries and exported is not None:
+            exported.append((name, sandbox_id))
         for entry in entries:
             yield entry_line(entry) + "\n"
     for record in environments:

@@ -34,8 +34,8 @@ def export_to(
     output: Path | None,
     err: Console,
 ) -> tuple[int, int, int]:
-    """Write the export to ``output`` (or stdout); returns (sessions, entries, environment
-    records). A whole-store export (no ``name``) carries the environment records too.
+    """Write the export to ``output`` (or stdout); returns (sessions exported, entries,
+    environment records). A whole-store export (no ``name``) carries the environment records too.
 
     A file is written beside its destination and renamed into place only once complete, so
     a failed export leaves an existing file untouched.
@@ -48,7 +48,8 @@ def export_to(
     from sandbox_ledger.cli.progress import reading
 
     with reading("exporting", err, total=len(set(sessions))) as progress:
-        lines = export_lines(ledger, sessions, environments, progress=progress)
+        exported: list[tuple[str, str]] = []
+        lines = export_lines(ledger, sessions, environments, progress=progress, exported=exported)
         if name is not None:
             # A named export that finds nothing is a mistyped name, not an empty backup:
             # refused before the output is opened, so an existing file keeps its contents.
@@ -57,7 +58,7 @@ def export_to(
                 raise NothingToExport(name, sandbox_id)
             lines = itertools.chain([first], lines)
         count = _export(lines, output)
-    return len(sessions), count - len(environments), len(environments)
+    return len(exported), count - len(environments), len(environments)
 
 
 class NothingToExport(LookupError):
