@@ -48,10 +48,7 @@ def _check(value: Any, path: str, depth: int) -> Any:
     if depth > 200:
         raise ValueError(f"{path}: nested more than 200 levels deep")
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _largest_int():
-        raise ValueError(
-            f"{path}: an integer of more than {_int_digits()} digits (Python's limit on "
-            "integer-string conversion: no store could write it or read it back)"
-        )
+        raise ValueError(f"{path}: {_too_many_digits()}")
     if value is None or isinstance(value, (str, bool, int)):
         return value
     if isinstance(value, float):
@@ -75,21 +72,41 @@ def _check(value: Any, path: str, depth: int) -> Any:
 def find_surrogate(value: Any, path: str) -> str | None:
     """The path of the first string (or object key) in ``value`` holding a lone UTF-16
     surrogate, which UTF-8, and so DynamoDB and PostgreSQL, cannot store; None if none."""
+    found = find_unstorable(value, path)
+    return found[0] if found is not None and found[1] == _SURROGATE else None
+
+
+def find_unstorable(value: Any, path: str) -> tuple[str, str] | None:
+    """The path of the first part of ``value`` no store can hold, and why: a string or object
+    key with a lone surrogate, or an integer past :data:`MAX_INT_DIGITS` digits (a payload
+    changed in place after it was validated); None if every part is storable."""
     if isinstance(value, str):
-        return path if _has_surrogate(value) else None
+        return (path, _SURROGATE) if _has_surrogate(value) else None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (path, _too_many_digits()) if abs(value) > _largest_int() else None
     if isinstance(value, dict):
         for key, item in value.items():
             if isinstance(key, str) and _has_surrogate(key):
-                return f"{path} (an object key)"
-            found = find_surrogate(item, f"{path}.{key}")
+                return f"{path} (an object key)", _SURROGATE
+            found = find_unstorable(item, f"{path}.{key}")
             if found:
                 return found
     elif isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
-            found = find_surrogate(item, f"{path}[{i}]")
+            found = find_unstorable(item, f"{path}[{i}]")
             if found:
                 return found
     return None
+
+
+_SURROGATE = "contains a lone UTF-16 surrogate (not storable as UTF-8)"
+
+
+def _too_many_digits() -> str:
+    return (
+        f"an integer of more than {_int_digits()} digits (Python's limit on integer-string "
+        "conversion: no store could write it or read it back)"
+    )
 
 
 def _has_surrogate(text: str) -> bool:

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from pydantic import ConfigDict, Field, StrictInt, field_validator, model_validator
 
 from sandbox_ledger._enums import LedgerEvent, SandboxStatus
-from sandbox_ledger._json import MAX_SAFE_INTEGER, check_json_value, find_surrogate
+from sandbox_ledger._json import MAX_SAFE_INTEGER, check_json_value, find_unstorable
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.wire import WireModel
 
@@ -77,20 +77,22 @@ class LedgerEntry(WireModel):
         out.update(self.model_extra or {})
         return out
 
-    def unstorable(self) -> str | None:
-        """The first field that no UTF-8 store can hold (a lone surrogate), or None."""
-        return find_surrogate(self.wire(), "entry")
+    def unstorable(self) -> tuple[str, str] | None:
+        """The first field that no store can hold, and why, or None."""
+        return find_unstorable(self.wire(), "entry")
 
 
 def require_storable(value: LedgerEntry | EnvironmentRecord) -> None:
     """Refuse what no UTF-8 store can hold, before any write; every adapter calls it.
 
     Raises:
-        InvalidInputError: a string or object key holds a lone UTF-16 surrogate.
+        InvalidInputError: a string or object key holds a lone UTF-16 surrogate, or an
+            integer has more digits than any store can carry (a payload changed in place
+            after it was validated), naming its path.
     """
-    where = value.unstorable()
-    if where is not None:
-        raise InvalidInputError(where, "contains a lone UTF-16 surrogate (not storable as UTF-8)")
+    found = value.unstorable()
+    if found is not None:
+        raise InvalidInputError(*found)
 
 
 class SandboxDetails(WireModel):
@@ -157,6 +159,6 @@ class EnvironmentRecord(WireModel):
         """The record as the client sent it: every field kept, null values included."""
         return self.model_dump(by_alias=True)
 
-    def unstorable(self) -> str | None:
-        """The first field that no UTF-8 store can hold (a lone surrogate), or None."""
-        return find_surrogate(self.wire(), "record")
+    def unstorable(self) -> tuple[str, str] | None:
+        """The first field that no store can hold, and why, or None."""
+        return find_unstorable(self.wire(), "record")

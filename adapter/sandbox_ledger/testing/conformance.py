@@ -652,6 +652,18 @@ class StorageAdapterContract(StoreParityContract, CursorContract, TransferContra
         await adapter.append(entry("n", "s", LedgerEvent.SandboxCreated, 1, payload="🚀"))
         assert [e.payload for e in await adapter.read_all("n", "s")] == ["🚀"]
 
+    async def test_a_payload_changed_after_validation_is_refused_naming_it(
+        self, adapter: StorageAdapter
+    ) -> None:
+        """An entry is frozen, its payload's contents are not: an integer grown in place past
+        what any store can carry is refused naming its path, before any write."""
+        grown = entry("n", "s", LedgerEvent.SandboxCreated, 1, payload={"n": 1})
+        grown.payload["n"] = 10**4300
+        with pytest.raises(InvalidInputError, match=r"entry\.payload\.n") as refused:
+            await adapter.append(grown)
+        assert "digits" in str(refused.value)
+        assert await adapter.read_all("n", "s") == []
+
     # -- bad input --------------------------------------------------------------------------
 
     async def test_empty_keys_are_refused(self, adapter: StorageAdapter) -> None:
