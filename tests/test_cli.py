@@ -301,6 +301,12 @@ def test_demo_runs_end_to_end(runner: CliRunner) -> None:
     ):
         assert part in result.output
     assert "records expired" in result.output
+    # It explains itself: what skipped means, that the sweeper's clock is simulated and by
+    # how much, and each expired record's provider and phase.
+    assert "(owners still heartbeating, or failed cleanups kept for attention)" in result.output
+    assert "The sweeper's clock is simulated" in result.output
+    assert "clock 15 minutes later (one window)" in result.output
+    assert "docker" in result.output or "vercel" in result.output
     # Three images among six sandboxes: each built once, then reused.
     assert "environments built 3, reused 3" in result.output
 

@@ -258,6 +258,10 @@ def test_demo_json(runner: CliRunner) -> None:
     assert report["operations"]["append"]["requestsPerOp"] >= 1
     assert sum(report["sessions"].values()) == 3
     assert report["sweptBy"] == "sandbox_ledger.handlers.expire_stale_resources"
+    assert report["sweepClockAdvancedSeconds"] == 900
+    for expired in report["expired"].values():
+        assert expired["provider"] in ("docker", "vercel", "firecracker")
+        assert expired["phase"] in ("ready", "cleanup-failed") and expired["reason"]
 
 
 # --- exit codes --------------------------------------------------------------------------------

@@ -50,6 +50,10 @@ class Report:
     environments_reused: int = 0
     sweep: dict[str, Any] = field(default_factory=dict)
     sweep_via: str = ""
+    sweep_clock: timedelta = timedelta(0)
+    """How far the demo moved the sweeper's clock on (one window: see :func:`_sweep`)."""
+    records: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Each resource record the demo wrote: id -> (provider, phase)."""
     elapsed: float = 0.0
     concurrency: int = 0
     entries: int = 0
@@ -106,7 +110,7 @@ async def _run(target: Target, config: DemoConfig, console: Console) -> Report:
         everything = await stats.run("list_all_sandbox_details", ledger.list_all_sandbox_details())
         report.statuses.update(str(d.status) for d in everything)
         await store.close()
-    report.sweep, report.sweep_via = _sweep(target)
+    report.sweep, report.sweep_via, report.sweep_clock = _sweep(target)
     report.elapsed = time.perf_counter() - started
     return report
 
@@ -224,6 +228,7 @@ class _SandboxRun:
             }
         )
         await self.stats.run("resource.put", self.store.put(record))
+        self.stats.report.records[record.id] = (record.sandbox_provider, record.phase)
         return record.id
 
     async def execs(self, record_id: str) -> None:
@@ -297,7 +302,7 @@ def _bus(target: Target) -> str:
     return "sandbox-ledger-demo" if target.embedded else "default"
 
 
-def _sweep(target: Target) -> tuple[dict[str, Any], str]:
+def _sweep(target: Target) -> tuple[dict[str, Any], str, timedelta]:
     """Run the scheduled sweeper's handler code, built with the demo's environment."""
     from sandbox_ledger.handlers import expire_stale_resources as sweeper_handler
 
@@ -322,13 +327,13 @@ def _sweep(target: Target) -> tuple[dict[str, Any], str]:
         # scheduled run one window later expires those still unchanged. The demo runs that
         # later run at once, its clock moved on by the window.
         sweeper_handler.run(sweeper, remaining_ms=None)
-        later = datetime.now(UTC) + sweeper.plan().policy.stale_after
-        summary = sweeper_handler.run(sweeper, remaining_ms=None, now=later)
+        window = sweeper.plan().policy.stale_after
+        summary = sweeper_handler.run(sweeper, remaining_ms=None, now=datetime.now(UTC) + window)
     finally:
         # Powertools shares metric state across the process; leave none behind.
         sweeper_handler.metrics.clear_metrics()
         sweeper_handler.logger.setLevel(level)
-    return summary, sweeper_handler.__name__
+    return summary, sweeper_handler.__name__, window
 
 
 def _ms(samples: list[float], q: float) -> str:
@@ -353,15 +358,29 @@ def render(report: Report, console: Console) -> None:
     for status in (SandboxStatus.Running, SandboxStatus.Completed):
         sessions.add_row(str(status), str(report.statuses[str(status)]))
     console.print(sessions)
-    expired = Table("record", "why", title=f"Expired resource records ({report.sweep_via})")
+    expired = Table(
+        "record",
+        "provider",
+        "phase",
+        "why",
+        title=f"Expired resource records ({report.sweep_via})",
+    )
     for record_id in report.sweep.get("expired", []):
-        expired.add_row(record_id, report.sweep["reasons"].get(record_id, ""))
+        provider, phase = report.records.get(record_id, ("?", "?"))
+        expired.add_row(record_id, provider, phase, report.sweep["reasons"].get(record_id, ""))
     console.print(expired)
     console.print(
         f"{report.entries} ledger entries; {report.resumed} sandboxes resumed from their "
         f"ledger; environments built {report.environments_built}, reused "
         f"{report.environments_reused}; records expired {len(report.sweep.get('expired', []))}, "
-        f"skipped {len(report.sweep.get('skipped', []))}; {report.elapsed:.1f}s"
+        f"skipped {len(report.sweep.get('skipped', []))} (owners still heartbeating, or failed "
+        f"cleanups kept for attention); {report.elapsed:.1f}s"
+    )
+    console.print(
+        "The sweeper's clock is simulated: a first sweep observed the candidates, and a "
+        f"second ran with its clock {report.sweep_clock.total_seconds() / 60:g} minutes later "
+        "(one window), as the scheduled sweep would, so records whose owners died expire "
+        "within this run."
     )
     console.print(
         f"{report.concurrency} sandboxes at once; latency includes queueing behind the others "
@@ -385,9 +404,14 @@ def report_json(report: Report) -> dict[str, Any]:
         "operations": operations,
         "sessions": {str(s): report.statuses[str(s)] for s in SandboxStatus},
         "expired": {
-            record_id: report.sweep.get("reasons", {}).get(record_id, "")
+            record_id: {
+                "provider": report.records.get(record_id, ("?", "?"))[0],
+                "phase": report.records.get(record_id, ("?", "?"))[1],
+                "reason": report.sweep.get("reasons", {}).get(record_id, ""),
+            }
             for record_id in report.sweep.get("expired", [])
         },
+        "sweepClockAdvancedSeconds": int(report.sweep_clock.total_seconds()),
         "skipped": len(report.sweep.get("skipped", [])),
         "sweptBy": report.sweep_via,
         "entries": report.entries,
