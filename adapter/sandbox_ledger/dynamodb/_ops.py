@@ -533,7 +533,7 @@ def list_details(
         state = decode_cursor(_CURSOR_KIND, opts.cursor, listing)
         if set(state) != {"p"}:
             raise bad_position()
-        resume = check_resume(state["p"], index, partitions, _is_summary_key)
+        resume = check_resume(state["p"], index, partitions, _is_summary_key, before=before)
     keys, state = yield from newest_first(
         table, index, partitions, before=before, want=want, resume=resume
     )

@@ -144,6 +144,32 @@ class CursorContract:
                     page = await self._first(adapter, name, cursor=forged)
                     assert set(ids(page.sessions)) <= set(everything)
 
+    async def test_a_forged_cursor_past_before_is_refused(self, adapter: StorageAdapter) -> None:
+        # A position at or past ``before`` is outside the listing's own range (DynamoDB
+        # refuses such an ExclusiveStartKey with a ValidationException; moto does not check).
+        await _sessions(adapter)
+        for name in (None, "a"):
+            within = ids(
+                await adapter.list_all_sandbox_details(ListSandboxOptions(before=104))
+                if name is None
+                else await adapter.list_sandbox_details(name, ListSandboxOptions(before=104))
+            )
+            cursor = (await self._first(adapter, name, before=104)).cursor
+            assert cursor is not None
+            body = unseal(cursor)
+            # The position's startedAt (103, s3's), as a number or as DynamoDB's digits.
+            paths = [path for path, value in state_paths(body["s"]) if value in (103, "103")]
+            assert paths
+            for path in paths:
+                spell = type(dict(state_paths(body["s"]))[path])
+                for past in (104, 500):
+                    forged = seal({**body, "s": with_value(body["s"], path, spell(past))})
+                    await self._refused(adapter, name, forged, before=104)
+                for earlier in (0, 102):
+                    forged = seal({**body, "s": with_value(body["s"], path, spell(earlier))})
+                    page = await self._first(adapter, name, cursor=forged, before=104)
+                    assert set(ids(page.sessions)) <= set(within)
+
     async def test_a_cursor_of_another_listing_is_refused(self, adapter: StorageAdapter) -> None:
         await _sessions(adapter)
         by_name = (await self._first(adapter, "a")).cursor
