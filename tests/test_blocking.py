@@ -30,6 +30,12 @@ class TestBlockingSQLite(StorageAdapterContract):
         yield adapter
         await adapter.close()
 
+    @pytest.fixture
+    async def second_client(self, tmp_path: Path) -> AsyncIterator[AsyncOverSync]:
+        other = AsyncOverSync(BlockingAdapter(SQLiteAdapter(tmp_path / "ledger.db")))
+        yield other
+        await other.close()
+
 
 def created(sandbox_id: str, ts: int, name: str = "job") -> LedgerEntry:
     return LedgerEntry(

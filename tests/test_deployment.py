@@ -11,6 +11,7 @@ import pytest
 
 from resource_fixtures import record
 from sandbox_ledger import (
+    InvalidInputError,
     LedgerEntry,
     LedgerEvent,
     ListSandboxOptions,
@@ -39,13 +40,15 @@ def client(endpoint: str) -> object:
 def test_create_table_writes_the_descriptor_once(moto_endpoint: str, table_name: str) -> None:
     with SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, shard_count=8) as adapter:
         assert adapter.create_table() is True
-        assert read_descriptor(client(moto_endpoint), table_name) == TableDescriptor(shard_count=8)
+        made = read_descriptor(client(moto_endpoint), table_name)
+        assert made is not None and made.store_id  # a random identity, for cursors
+        assert made == TableDescriptor(shard_count=8, store_id=made.store_id)
         # Creating again with the same shard count is a no-op; a different one is refused.
         assert adapter.create_table() is False
     other = SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, shard_count=4)
     with pytest.raises(DeploymentMismatchError, match=r"shard_count: 4 .* 8"):
         other.create_table()
-    assert read_descriptor(client(moto_endpoint), table_name) == TableDescriptor(shard_count=8)
+    assert read_descriptor(client(moto_endpoint), table_name) == made
 
 
 def test_a_redeploy_may_change_every_setting_but_the_shard_count(
@@ -90,7 +93,8 @@ async def test_async_create_table_and_reader(moto_endpoint: str, table_name: str
     async with DynamoDBAdapter(table_name, endpoint_url=moto_endpoint, shard_count=2) as adapter:
         await adapter.create_table()
         found = await aread_descriptor(await adapter.client(), table_name)
-    assert found == TableDescriptor(shard_count=2)
+    assert found is not None and found.store_id
+    assert found == TableDescriptor(shard_count=2, store_id=found.store_id)
 
 
 def test_a_table_without_descriptor_reads_none(moto_endpoint: str, table_name: str) -> None:
@@ -290,7 +294,9 @@ def test_a_table_without_descriptor_uses_the_given_count_and_says_so(
     assert "shard_count 4 (the default)" in caplog.text
     # create_table() on the existing table records the count: every client follows it.
     assert old.create_table() is False
-    assert read_descriptor(raw, table_name) == TableDescriptor(shard_count=8)
+    recorded = read_descriptor(raw, table_name)
+    assert recorded is not None and recorded.store_id
+    assert recorded == TableDescriptor(shard_count=8, store_id=recorded.store_id)
     follower = SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint)
     assert [d.sandbox_id for d in follower.list_all_sandbox_details()] == ["s"]
     assert follower.shard_count == 8
@@ -339,3 +345,58 @@ async def _list_and_close(store: object) -> list[tuple[str, str]]:
         return [(d.name, d.sandbox_id) for d in await store.list_all_sandbox_details()]
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("described", [True, False], ids=["descriptor-without-id", "none"])
+def test_cursors_of_a_table_without_store_id_are_bound_to_its_region(
+    moto_endpoint: str, table_name: str, described: bool
+) -> None:
+    """A table described before descriptors held an id (or not described at all) keeps
+    paging: its cursors are bound to its name and the client's region, and a listing
+    writes nothing to record an id."""
+    regions = ("us-east-1", "eu-west-1")
+    for region in regions:
+        raw = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name=region)
+        raw.create_table(**k.table_definition(table_name))
+        if described:
+            raw.put_item(TableName=table_name, Item=descriptor_item(TableDescriptor()))
+    here, there, again = (
+        SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, region_name=region)
+        for region in (*regions, regions[0])
+    )
+    for adapter, base in ((here, 100), (there, 200)):
+        for i in range(3):
+            adapter.append(_e("n", f"s{base + i}", LedgerEvent.SandboxCreated, base + i))
+    for name in ("n", None):
+        first = (
+            here.list_sandbox_page(name, ListSandboxOptions(limit=1))
+            if name
+            else here.list_all_sandbox_page(ListSandboxOptions(limit=1))
+        )
+        options = ListSandboxOptions(cursor=first.cursor)
+        with pytest.raises(InvalidInputError, match="cursor") as refused:
+            there.list_sandbox_details("n", options) if name else there.list_all_sandbox_details(
+                options
+            )
+        assert refused.value.field == "cursor"
+        rest = (
+            again.list_sandbox_details("n", options)
+            if name
+            else again.list_all_sandbox_details(options)
+        )
+        assert [d.sandbox_id for d in rest] == ["s101", "s100"]
+    for adapter in (here, there, again):
+        stored = read_descriptor(adapter.client(), table_name)
+        assert stored == (TableDescriptor() if described else None)  # nothing recorded
+        adapter.close()
+
+
+def test_create_table_records_a_store_id_every_client_reads(
+    moto_endpoint: str, table_name: str
+) -> None:
+    with SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint) as made:
+        made.create_table()
+        first = read_descriptor(made.client(), table_name)
+        made.create_table()  # again: the table's id is kept
+        assert first is not None and first.store_id
+        assert read_descriptor(made.client(), table_name) == first

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from collections.abc import AsyncIterator
 from typing import Any
@@ -84,12 +85,37 @@ class AsyncOverSync:
         await self.close()
 
 
+@contextlib.asynccontextmanager
+async def _namesake(
+    table: str, endpoint: str, shard_count: int | None = None
+) -> AsyncIterator[DynamoDBAdapter]:
+    """A table of the same name in another region (as in another account)."""
+    other = DynamoDBAdapter(
+        table, endpoint_url=endpoint, region_name="eu-west-1", shard_count=shard_count
+    )
+    async with other:
+        await other.create_table()
+        yield other
+
+
 class TestDynamoDBAdapter(StorageAdapterContract):
     @pytest.fixture
     async def adapter(self, moto_endpoint: str, sync_table: str) -> AsyncIterator[DynamoDBAdapter]:
         adapter = DynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
         yield adapter
         await adapter.close()
+
+    @pytest.fixture
+    async def namesake(self, moto_endpoint: str, sync_table: str) -> AsyncIterator[DynamoDBAdapter]:
+        async with _namesake(sync_table, moto_endpoint) as other:
+            yield other
+
+    @pytest.fixture
+    async def second_client(
+        self, moto_endpoint: str, sync_table: str
+    ) -> AsyncIterator[DynamoDBAdapter]:
+        async with DynamoDBAdapter(sync_table, endpoint_url=moto_endpoint) as other:
+            yield other
 
 
 class TestSyncDynamoDBAdapter(StorageAdapterContract):
@@ -98,6 +124,23 @@ class TestSyncDynamoDBAdapter(StorageAdapterContract):
         adapter = AsyncOverSync(SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint))
         yield adapter
         await adapter.close()
+
+    @pytest.fixture
+    async def namesake(self, moto_endpoint: str, sync_table: str) -> AsyncIterator[AsyncOverSync]:
+        other = AsyncOverSync(
+            SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint, region_name="eu-west-1")
+        )
+        await other.create_table()
+        yield other
+        await other.close()
+
+    @pytest.fixture
+    async def second_client(
+        self, moto_endpoint: str, sync_table: str
+    ) -> AsyncIterator[AsyncOverSync]:
+        other = AsyncOverSync(SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint))
+        yield other
+        await other.close()
 
 
 class TestShardedOne(StorageAdapterContract):
@@ -109,3 +152,16 @@ class TestShardedOne(StorageAdapterContract):
         await adapter.create_table()  # a one-shard table: its descriptor says 1
         yield adapter
         await adapter.close()
+
+    @pytest.fixture
+    async def namesake(self, moto_endpoint: str, table_name: str) -> AsyncIterator[DynamoDBAdapter]:
+        async with _namesake(table_name, moto_endpoint, shard_count=1) as other:
+            yield other
+
+    @pytest.fixture
+    async def second_client(
+        self, moto_endpoint: str, table_name: str
+    ) -> AsyncIterator[DynamoDBAdapter]:
+        # No shard count given: the table's.
+        async with DynamoDBAdapter(table_name, endpoint_url=moto_endpoint) as other:
+            yield other

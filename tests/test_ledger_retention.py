@@ -178,9 +178,9 @@ async def _everything(adapter: Any) -> list[Any]:
 def test_items_carry_the_ttl_of_their_own_entry(moto_endpoint: str, table_name: str) -> None:
     with SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, retention=DAY) as adapter:
         adapter.create_table()
-        assert read_descriptor(
-            boto3.client("dynamodb", endpoint_url=moto_endpoint), table_name
-        ) == (TableDescriptor(ledger_retention_seconds=86_400))
+        made = read_descriptor(boto3.client("dynamodb", endpoint_url=moto_endpoint), table_name)
+        assert made is not None and made.store_id
+        assert made == TableDescriptor(ledger_retention_seconds=86_400, store_id=made.store_id)
         t0 = 1_700_000_000_500  # far in the past: every item below has expired
         adapter.append(_e("s", LedgerEvent.SandboxCreated, t0))
         adapter.append(_e("s", LedgerEvent.CheckpointCreated, t0 + 10_000, {"snapshotId": "x"}))

@@ -424,3 +424,25 @@ def test_the_writer_takes_the_policy_from_the_deployment_and_refuses_another(
         policy=ExpiryPolicy(stale_after=timedelta(minutes=10), retain_failed=timedelta(0)),
     )
     assert agreeing.put(record(phase="allocation-uncertain", now=clock.now)).expires_at is None
+
+
+def test_list_cursors_are_bound_to_the_table_not_its_name(
+    moto_endpoint: str, sync_table: str, store: SyncResourceRecordStore, clock: Clock
+) -> None:
+    """The same table name in another region (or account) refuses a cursor; another client
+    of the same table pages on with it."""
+    with SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint, region_name="eu-west-1") as t:
+        t.create_table()
+    elsewhere = SyncResourceRecordStore(
+        sync_table, endpoint_url=moto_endpoint, region_name="eu-west-1", clock=clock
+    )
+    for target in (store, elsewhere):
+        for i in range(3):
+            target.put(record(age=timedelta(seconds=100 - i), phase="ready", now=clock.now))
+    cursor = store.list(phase="ready", limit=1).cursor
+    assert cursor is not None
+    with pytest.raises(InvalidInputError, match="cursor") as refused:
+        elsewhere.list(phase="ready", limit=10, cursor=cursor)
+    assert refused.value.field == "cursor"
+    other_client = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint, clock=clock)
+    assert len(other_client.list(phase="ready", limit=10, cursor=cursor).records) == 2

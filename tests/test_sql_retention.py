@@ -171,8 +171,8 @@ async def test_a_schema_1_database_migrates_and_keeps_its_entries_forever(
         assert await adapter.get_sandbox_details("job", "new") is None
         assert await adapter.purge_expired() == 2  # the new session's entry and row only
         assert [d.sandbox_id for d in await adapter.list_sandbox_details("job")] == ["old"]
-    assert "from version 1 to 2 (0002_ledger_retention)" in caplog.text
-    assert store.query("SELECT version FROM ledger_schema") == [(2,)]
+    assert "from version 1 to 3 (0002_ledger_retention, 0003_store_id)" in caplog.text
+    assert store.query("SELECT version FROM ledger_schema") == [(3,)]
     assert store.stored_retention() == 86_400
     assert store.query("SELECT expires_at FROM ledger_events") == [(None,), (None,)]
     caplog.clear()
@@ -184,12 +184,26 @@ async def test_a_schema_1_database_migrates_and_keeps_its_entries_forever(
 async def test_the_postgres_migration_can_run_twice(postgres_dsn: str, pg_schema: str) -> None:
     async with PostgresAdapter(postgres_dsn, schema=pg_schema, retention=DAY):
         pass
-    [_, second] = pg_module.MIGRATIONS
+    second = pg_module.MIGRATIONS[1]
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         conn.execute(f"SET search_path TO {pg_schema}")
         conn.execute(second.sql.encode())
         [(seconds,)] = conn.execute("SELECT retention_seconds FROM ledger_settings").fetchall()
     assert seconds == 86_400  # the recorded retention survives a second run
+
+
+async def test_the_postgres_store_id_migration_can_run_twice(
+    postgres_dsn: str, pg_schema: str
+) -> None:
+    async with PostgresAdapter(postgres_dsn, schema=pg_schema):
+        pass
+    third = pg_module.MIGRATIONS[2]
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(f"SET search_path TO {pg_schema}")
+        [(before,)] = conn.execute("SELECT store_id FROM ledger_settings").fetchall()
+        conn.execute(third.sql.encode())
+        [(after,)] = conn.execute("SELECT store_id FROM ledger_settings").fetchall()
+    assert before and after == before  # the identity cursors are bound to never changes
 
 
 async def test_purge_deletes_what_expired_in_bounded_batches(store: Store) -> None:

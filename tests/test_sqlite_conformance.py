@@ -17,3 +17,16 @@ class TestSQLiteAdapter(StorageAdapterContract):
         adapter = SQLiteAdapter(tmp_path / "ledger.db")
         yield adapter
         await adapter.close()
+
+    @pytest.fixture
+    async def namesake(self, tmp_path: Path) -> AsyncIterator[SQLiteAdapter]:
+        (tmp_path / "other").mkdir()
+        other = SQLiteAdapter(tmp_path / "other" / "ledger.db")
+        yield other
+        await other.close()
+
+    @pytest.fixture
+    async def second_client(self, tmp_path: Path) -> AsyncIterator[SQLiteAdapter]:
+        other = SQLiteAdapter(tmp_path / "ledger.db")
+        yield other
+        await other.close()

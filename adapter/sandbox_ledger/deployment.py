@@ -17,12 +17,13 @@ client), or run :func:`get_descriptor` with an adapter's or store's ``run``::
 from __future__ import annotations
 
 import logging
+import secrets
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger import keys as k
 from sandbox_ledger.ddb.attributes import N, S
-from sandbox_ledger.ddb.steps import Call, run_async, run_sync
+from sandbox_ledger.ddb.steps import Call, Region, run_async, run_sync
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.resources.policy import DEFAULT_RETAIN_FAILED, DEFAULT_STALE_AFTER
 
@@ -42,9 +43,11 @@ __all__ = [
     "descriptor_item",
     "descriptor_key",
     "get_descriptor",
+    "new_store_id",
     "put_descriptor",
     "read_descriptor",
     "resolve_shard_count",
+    "store_identity",
 ]
 
 FORMAT = 1
@@ -81,7 +84,8 @@ class TableDescriptor:
     records are kept forever) are None for a table that is not a deployed stack (one made by
     ``create_table()``). ``ledger_retention_seconds`` is the ledger retention every ledger
     writer uses (None: ledger items are kept forever; see docs/table-design.md, Ledger
-    retention).
+    retention). ``store_id`` is the table's own identity, which paging cursors are bound to
+    (None on tables described before it existed; see :func:`store_identity`).
     """
 
     shard_count: int = k.DEFAULT_SHARD_COUNT
@@ -89,9 +93,12 @@ class TableDescriptor:
     stale_after_seconds: int | None = None
     retain_failed_seconds: int | None = None
     ledger_retention_seconds: int | None = None
+    store_id: str | None = None
 
     def __post_init__(self) -> None:
         k.check_shard_count(self.shard_count)
+        if self.store_id is not None and (not isinstance(self.store_id, str) or not self.store_id):
+            raise InvalidInputError("store_id", "must be a non-empty string or None")
         if self.event_bus_name is not None and not self.event_bus_name:
             raise InvalidInputError("event_bus_name", "must be a non-empty string or None")
         for name in ("stale_after_seconds", "retain_failed_seconds"):
@@ -154,6 +161,8 @@ def descriptor_item(descriptor: TableDescriptor) -> Item:
         item[k.DESCRIPTOR_RETAIN_FAILED] = N(descriptor.retain_failed_seconds)
     if descriptor.ledger_retention_seconds is not None:
         item[k.DESCRIPTOR_LEDGER_RETENTION] = N(descriptor.ledger_retention_seconds)
+    if descriptor.store_id is not None:
+        item[k.DESCRIPTOR_STORE_ID] = S(descriptor.store_id)
     return item
 
 
@@ -195,6 +204,7 @@ def _decode(item: Item, table: str) -> TableDescriptor:
             stale_after_seconds=number(k.DESCRIPTOR_STALE_AFTER),
             retain_failed_seconds=number(k.DESCRIPTOR_RETAIN_FAILED),
             ledger_retention_seconds=number(k.DESCRIPTOR_LEDGER_RETENTION),
+            store_id=item[k.DESCRIPTOR_STORE_ID]["S"] if k.DESCRIPTOR_STORE_ID in item else None,
         )
     except (KeyError, ValueError) as exc:
         raise InvalidInputError(
@@ -277,6 +287,23 @@ async def aread_descriptor(client: Any, table: str) -> TableDescriptor | None:
     return await run_async(client, get_descriptor(table))
 
 
+def new_store_id() -> str:
+    """A fresh table identity, for a descriptor that records none yet."""
+    return secrets.token_hex(16)
+
+
+def store_identity(table: str, descriptor: TableDescriptor | None) -> Op[str]:
+    """What the table's paging cursors are bound to, the same for every client of it: the
+    descriptor's ``store_id``; on a table whose descriptor has none (described before it
+    existed, or not at all), the table name and the client's region, never a write on a
+    read (the same table name in another account and the same region is then not told
+    apart)."""
+    if descriptor is not None and descriptor.store_id is not None:
+        return f"dynamodb:{descriptor.store_id}"
+    region = yield Region()
+    return f"dynamodb:{table}@{region}"
+
+
 def resolve_shard_count(
     descriptor: TableDescriptor | None, explicit: int | None, table: str = "?"
 ) -> int:
@@ -318,6 +345,7 @@ class ShardCount:
         self.retention_seconds = retention_seconds
         self.resolved: int | None = None
         self._described: TableDescriptor | None = None
+        self._read = False
         self._retention_checked = False
 
     @property
@@ -330,12 +358,19 @@ class ShardCount:
         ledger retention must be the table's (:func:`check_ledger_retention`); a reader's
         need not (reads hide expired items by their own TTL attribute, whoever wrote them)."""
         if self.resolved is None:
-            described = yield from get_descriptor(self.table)
+            described = yield from self.described()
             self._adopt(described)
         if writing:
             self._check_retention()
         assert self.resolved is not None
         return self.resolved
+
+    def described(self) -> Op[TableDescriptor | None]:
+        """The table's descriptor (read on the first call only), whatever it says."""
+        if not self._read:
+            self._described = yield from get_descriptor(self.table)
+            self._read = True
+        return self._described
 
     def agree(self, described: TableDescriptor | None) -> int:
         """Adopt the descriptor a client just wrote or found (``create_table``: a write, so
@@ -346,7 +381,7 @@ class ShardCount:
 
     def _adopt(self, described: TableDescriptor | None) -> int:
         shards = resolve_shard_count(described, self.explicit, self.table)
-        self._described, self.resolved = described, shards
+        self._described, self._read, self.resolved = described, True, shards
         return shards
 
     def _check_retention(self) -> None:

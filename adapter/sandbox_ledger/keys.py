@@ -83,6 +83,7 @@ DESCRIPTOR_EVENT_BUS: Final = "eventBusName"
 DESCRIPTOR_STALE_AFTER: Final = "staleAfterSeconds"
 DESCRIPTOR_RETAIN_FAILED: Final = "retainFailedSeconds"
 DESCRIPTOR_LEDGER_RETENTION: Final = "ledgerRetentionSeconds"
+DESCRIPTOR_STORE_ID: Final = "storeId"
 
 # Attribute names of resource record items (besides the keys, index keys and TTL above).
 ITEM_TYPE: Final = "itemType"

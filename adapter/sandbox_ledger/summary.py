@@ -114,7 +114,7 @@ def keyset_page(
         before = opts.before
         ordered = [row for row in ordered if row[0].started_at < before]
     if opts is not None and opts.cursor is not None:
-        after, tie = keyset_position(decode_cursor(kind, opts.cursor, listing))
+        after, tie = keyset_position(decode_cursor(kind, opts.cursor, listing), opts.before)
         ordered = [row for row in ordered if (-row[0].started_at, row[1]) > (-after, tie)]
     limit = opts.limit if opts is not None and opts.limit else None
     if limit is None or len(ordered) <= limit:
@@ -124,16 +124,18 @@ def keyset_page(
     return SandboxPage(sessions=[row[0] for row in ordered[:limit]], cursor=cursor)
 
 
-def keyset_position(state: dict[str, Any]) -> tuple[int, int]:
-    """The (startedAt, tie-break) of a keyset cursor's state: a timestamp and an integer from
-    0 to 2**63 - 1 (what every store's tie-break and a SQL bind hold), nothing else.
+def keyset_position(state: dict[str, Any], before: int | None = None) -> tuple[int, int]:
+    """The (startedAt, tie-break) of a keyset cursor's state: a timestamp (below ``before``,
+    if given: the listing's own range) and an integer from 0 to 2**63 - 1 (what every store's
+    tie-break and a SQL bind hold), nothing else.
 
     Raises:
         InvalidInputError: naming ``cursor``.
     """
     if set(state) != {"t", "q"}:
         raise bad_position()
-    return check_int(state["t"], 0, MAX_SAFE_INTEGER), check_int(state["q"], 0, _INT63)
+    high = before - 1 if before else MAX_SAFE_INTEGER
+    return check_int(state["t"], 0, high), check_int(state["q"], 0, _INT63)
 
 
 def checkpoint_info(entry: LedgerEntry) -> CheckpointInfo:

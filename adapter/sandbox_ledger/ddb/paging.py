@@ -137,13 +137,19 @@ def newest_first(
 
 
 def check_resume(
-    state: object, index: IndexSpec, partitions: list[str], is_item: Callable[[str, str], bool]
+    state: object,
+    index: IndexSpec,
+    partitions: list[str],
+    is_item: Callable[[str, str], bool],
+    *,
+    before: int | None = None,
 ) -> dict[str, Any]:
     """The per-partition positions of a cursor's state for :func:`newest_first`, if each is
     a position in its partition of ``index``: ``"done"``, None (not read yet) or an index key
     (the table key, which ``is_item(pk, sk)`` accepts, the partition itself, and a
-    non-negative integer ``gsk``), so a forged cursor can start at another position of the
-    same listing but never send DynamoDB a key it refuses.
+    non-negative integer ``gsk``, below ``before`` if given), so a forged cursor can start at
+    another position of the same listing but never send DynamoDB a key it refuses (a start
+    key outside the query's range condition is a ValidationException).
 
     Raises:
         InvalidInputError: naming ``cursor``.
@@ -165,7 +171,8 @@ def check_resume(
             raise bad_position()
         if len(digits) > 16:  # past any timestamp, and int() of it could be slow
             raise bad_position()
-        if str(check_int(int(digits), 0, MAX_SAFE_INTEGER)) != digits:
+        high = before - 1 if before else MAX_SAFE_INTEGER
+        if str(check_int(int(digits), 0, high)) != digits:
             raise bad_position()
     return state
 

@@ -2,7 +2,8 @@
 
 An operation is a generator that yields :class:`Call` (one SDK call; the response is sent
 back, a botocore error is thrown in), :class:`Parallel` (several calls, responses sent back as a
-list; the first error is thrown in) or :class:`Sleep`. Paging, retrying unprocessed items and
+list; the first error is thrown in), :class:`Sleep` or :class:`Region` (the client's region is
+sent back). Paging, retrying unprocessed items and
 merging shards are written once here; only :func:`run_sync` and :func:`run_async` do I/O.
 """
 
@@ -48,7 +49,12 @@ class Sleep:
     seconds: float
 
 
-Step = Call | Parallel | Sleep
+@dataclass(frozen=True)
+class Region:
+    """Ask for the client's region (``client.meta.region_name``)."""
+
+
+Step = Call | Parallel | Sleep | Region
 Op = Generator[Step, Any, T]
 
 _SDK_ERRORS = (ClientError, BotoCoreError)
@@ -131,6 +137,8 @@ def run_sync(client: Any, op: Op[T]) -> T:
                     value = getattr(client, step.operation)(**step.params)
                 elif isinstance(step, Parallel):
                     value = _parallel_sync(client, step.calls)
+                elif isinstance(step, Region):
+                    value = client.meta.region_name
                 else:
                     time.sleep(step.seconds)
             except _SDK_ERRORS as exc:
@@ -177,6 +185,8 @@ async def run_async(client: Any, op: Op[T]) -> T:
                     value = await getattr(client, step.operation)(**step.params)
                 elif isinstance(step, Parallel):
                     value = await _parallel_async(client, step.calls)
+                elif isinstance(step, Region):
+                    value = client.meta.region_name
                 else:
                     import asyncio
 

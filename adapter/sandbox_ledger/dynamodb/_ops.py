@@ -30,6 +30,7 @@ from sandbox_ledger.deployment import (
     SweepSettings,
     TableDescriptor,
     complete_descriptor,
+    new_store_id,
     put_descriptor,
 )
 from sandbox_ledger.dynamodb import _items as it
@@ -506,8 +507,11 @@ def list_details(
     name: str | None,
     opts: ListSandboxOptions | None,
     shard_count: int,
+    store: str | None,
 ) -> Op[SandboxPage]:
     """Sessions newest first from the status-appropriate index; never reads events.
+    ``store`` is what the cursors are bound to (:func:`sandbox_ledger.deployment.store_identity`;
+    None for a listing with neither cursor nor limit, which reads and makes none).
 
     The cursor holds, per index partition, the key of the last item the page took from it:
     a Query resumes exactly after it (ExclusiveStartKey), so sessions sharing a startedAt
@@ -527,13 +531,13 @@ def list_details(
             k.all_status_pk(status, shard) if status else k.all_pk(shard)
             for shard in range(shard_count)
         ]
-    listing = session_listing(f"dynamodb:{table}", name, opts)
+    listing = session_listing(store, name, opts) if store is not None else []
     resume = None
     if opts is not None and opts.cursor is not None:
         state = decode_cursor(_CURSOR_KIND, opts.cursor, listing)
         if set(state) != {"p"}:
             raise bad_position()
-        resume = check_resume(state["p"], index, partitions, _is_summary_key)
+        resume = check_resume(state["p"], index, partitions, _is_summary_key, before=before)
     keys, state = yield from newest_first(
         table, index, partitions, before=before, want=want, resume=resume
     )
@@ -657,7 +661,12 @@ def create_table(
     settings = asdict(sweep) if sweep is not None else {}
     described = yield from put_descriptor(
         table,
-        TableDescriptor(shard_count=shard_count, ledger_retention_seconds=retention, **settings),
+        TableDescriptor(
+            shard_count=shard_count,
+            ledger_retention_seconds=retention,
+            store_id=new_store_id(),
+            **settings,
+        ),
     )
     if sweep is not None and not described.describes_sweep:
         described = yield from complete_descriptor(table, sweep)

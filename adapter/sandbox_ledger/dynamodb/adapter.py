@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger import keys as k
 from sandbox_ledger.ddb.client import AsyncClientOwner, SyncClientOwner
-from sandbox_ledger.deployment import ShardCount
+from sandbox_ledger.deployment import ShardCount, store_identity
 from sandbox_ledger.dynamodb import _ops
 from sandbox_ledger.dynamodb._items import order_ids
 from sandbox_ledger.errors import InvalidInputError
@@ -59,6 +59,7 @@ class _Base:
         self._retention = k.check_retention(retention)
         self.retention = retention
         self._shards = ShardCount(self.table_name, shard_count, self._retention)
+        self._store: str | None = None
 
     @property
     def shard_count(self) -> int | None:
@@ -113,9 +114,16 @@ class _Base:
         checked = validate_list_options(opts)
         # Listing one name reads its own index partition: no shard count needed.
         shards = 0 if name is not None else (yield from self._shards.resolve(writing=False))
+        # A listing that reads or makes a cursor needs the table's identity: read with the
+        # descriptor, once per client (a whole listing of one name needs neither).
+        paged = checked is not None and (checked.cursor is not None or bool(checked.limit))
+        if paged and self._store is None:
+            described = yield from self._shards.described()
+            self._store = yield from store_identity(self.table_name, described)
+        store = self._store if paged else None
         return (
             yield from _ops.list_details(
-                self.table_name, name=name, opts=checked, shard_count=shards
+                self.table_name, name=name, opts=checked, shard_count=shards, store=store
             )
         )
 

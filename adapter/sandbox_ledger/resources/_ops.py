@@ -382,6 +382,7 @@ def _is_record_key(pk: str, sk: str) -> bool:
 def list_records(
     table: str,
     *,
+    store: str,
     phase: str | None,
     provider: str | None,
     limit: int,
@@ -389,7 +390,8 @@ def list_records(
     shard_count: int,
     now_s: int,
 ) -> Op[Page]:
-    """Records newest updatedAt first, by phase or provider (or all phases), one page."""
+    """Records newest updatedAt first, by phase or provider (or all phases), one page; its
+    cursor is bound to ``store`` (:func:`sandbox_ledger.deployment.store_identity`)."""
     if not isinstance(limit, int) or not 1 <= limit <= 1000:
         raise InvalidInputError("limit", "must be between 1 and 1000")
     if phase is not None and phase not in _PHASES:
@@ -403,7 +405,7 @@ def list_records(
         index = k.RESOURCES_BY_PHASE
         phases = [phase] if phase else list(_PHASES)
         partitions = [k.resource_phase_pk(p, s) for p in phases for s in range(shard_count)]
-    listing = [f"dynamodb:{table}", phase, provider]
+    listing = [store, phase, provider]
     resume = None
     if cursor is not None:
         state = decode_cursor(_CURSOR_KIND, cursor, listing)

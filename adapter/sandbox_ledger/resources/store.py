@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger import keys as k
 from sandbox_ledger.ddb.client import AsyncClientOwner, SyncClientOwner
-from sandbox_ledger.deployment import get_descriptor, resolve_shard_count
+from sandbox_ledger.deployment import get_descriptor, resolve_shard_count, store_identity
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.resources import _ops
 from sandbox_ledger.resources._items import Unreadable, VersionedRecord
@@ -69,6 +69,8 @@ class _Base:
         self.table_name = k.check_table_name(table_name)
         self._explicit_shards = None if shard_count is None else k.check_shard_count(shard_count)
         self._shards: int | None = None
+        self._described: TableDescriptor | None = None
+        self._store: str | None = None
         self._explicit_policy = policy
         self._policy: ExpiryPolicy | None = None
         self.ttl_horizon = ttl_horizon
@@ -93,7 +95,7 @@ class _Base:
             described = yield from get_descriptor(self.table_name)
             shards = resolve_shard_count(described, self._explicit_shards, self.table_name)
             self._policy = resolve_policy(described, self._explicit_policy, self.table_name)
-            self._shards = shards
+            self._shards, self._described = shards, described
         return self._shards
 
     def _ttls(self) -> Op[dict[str, int | None]]:
@@ -175,9 +177,12 @@ class _Base:
         self, phase: str | None, provider: str | None, limit: int, cursor: str | None
     ) -> Op[Page]:
         shards = yield from self._shard_count()
+        if self._store is None:
+            self._store = yield from store_identity(self.table_name, self._described)
         return (
             yield from _ops.list_records(
                 self.table_name,
+                store=self._store,
                 phase=phase,
                 provider=provider,
                 limit=limit,

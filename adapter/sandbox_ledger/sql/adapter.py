@@ -69,8 +69,10 @@ class SQLAdapter(ABC):
     def __init__(self, *, store: str, retention: timedelta | None, where: str) -> None:
         self._retention = check_retention(retention)
         self.retention = retention
-        # What cursors are bound to: the database, so another database refuses them.
+        # What cursors are bound to: the database and its own store_id (read once per
+        # client), so another database refuses them, even one of the same name.
         self._store = store
+        self._store_id: str | None = None
         self._where = where
 
     # -- the dialect's hooks ----------------------------------------------------------------
@@ -230,13 +232,13 @@ class SQLAdapter(ABC):
     ) -> list[SandboxDetails]:
         """Sessions of one name, newest first (one indexed query)."""
         rows.check_text(name, "name")
-        return (await self._page(rows.list_query(name, opts, self._store))).sessions
+        return (await self._page(rows.list_query(name, opts, await self._identity()))).sessions
 
     async def list_all_sandbox_details(
         self, opts: ListSandboxOptions | None = None
     ) -> list[SandboxDetails]:
         """Sessions of every name, newest first (one indexed query)."""
-        return (await self._page(rows.list_query(None, opts, self._store))).sessions
+        return (await self._page(rows.list_query(None, opts, await self._identity()))).sessions
 
     async def list_sandbox_page(
         self, name: str, opts: ListSandboxOptions | None = None
@@ -244,11 +246,18 @@ class SQLAdapter(ABC):
         """One page of sessions of one name and the cursor of the next (keyset on
         (startedAt, session id), one indexed query)."""
         rows.check_text(name, "name")
-        return await self._page(rows.list_query(name, opts, self._store))
+        return await self._page(rows.list_query(name, opts, await self._identity()))
 
     async def list_all_sandbox_page(self, opts: ListSandboxOptions | None = None) -> SandboxPage:
         """One page of sessions of every name and the cursor of the next."""
-        return await self._page(rows.list_query(None, opts, self._store))
+        return await self._page(rows.list_query(None, opts, await self._identity()))
+
+    async def _identity(self) -> str:
+        """The store the listings' cursors are bound to (read on the first listing only)."""
+        if self._store_id is None:
+            found = await self._fetchall(self.queries.store_id, [])
+            self._store_id = str(found[0][0])
+        return f"{self._store}:{self._store_id}"
 
     async def _page(self, query: rows.ListQuery) -> SandboxPage:
         sql, params = self.queries.list_sessions(query, _now())

@@ -339,7 +339,7 @@ def list_query(name: str | None, opts: ListSandboxOptions | None, store: str) ->
         return ListQuery(name, None, None, None, listing=listing)
     after = None
     if o.cursor is not None:
-        after = keyset_position(decode_cursor(CURSOR_KIND, o.cursor, listing))
+        after = keyset_position(decode_cursor(CURSOR_KIND, o.cursor, listing), o.before)
     # A limit beyond any table is no limit, but still one page: kept within what the
     # databases bind (SQLite refuses an integer past 64 bits; list_sql asks for limit + 1).
     limit = min(o.limit, INT64_MAX - 1) if o.limit else None

@@ -128,6 +128,7 @@ ON CONFLICT (name) DO UPDATE SET built_at = excluded.built_at, record = excluded
         self.delete_environment = f"DELETE FROM {environments} WHERE name = {p('name')}"
         self.list_environments = f"SELECT record FROM {environments} ORDER BY built_at DESC, id"
         self.retention = f"SELECT retention_seconds FROM {settings} WHERE id = 1"
+        self.store_id = f"SELECT store_id FROM {settings} WHERE id = 1"
         self.record_retention = (
             f"UPDATE {settings} SET retention_seconds = {p('seconds')} "
             "WHERE id = 1 AND retention_seconds IS NULL"

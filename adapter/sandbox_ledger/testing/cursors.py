@@ -18,7 +18,7 @@ from sandbox_ledger.models import ListSandboxOptions, SandboxPage, SandboxStatus
 from sandbox_ledger.testing._build import ids, session
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import AsyncIterator, Iterator
 
     from sandbox_ledger.protocol import StorageAdapter
 
@@ -73,7 +73,20 @@ def valid_moves(value: Any) -> list[Any]:
 
 
 class CursorContract:
-    """Cursor tests; :class:`~sandbox_ledger.testing.StorageAdapterContract` includes them."""
+    """Cursor tests; :class:`~sandbox_ledger.testing.StorageAdapterContract` includes them.
+
+    A store whose clients name it (a table, a schema, a file) overrides ``namesake`` with
+    another store of the same name (another region, database or directory), and
+    ``second_client`` with another client of the adapter's store.
+    """
+
+    @pytest.fixture
+    async def namesake(self) -> AsyncIterator[StorageAdapter]:
+        yield MemoryAdapter()
+
+    @pytest.fixture
+    async def second_client(self, adapter: StorageAdapter) -> AsyncIterator[StorageAdapter]:
+        yield adapter
 
     async def _first(self, adapter: StorageAdapter, name: str | None, **opts: Any) -> SandboxPage:
         options = ListSandboxOptions(limit=1, **opts)
@@ -144,6 +157,32 @@ class CursorContract:
                     page = await self._first(adapter, name, cursor=forged)
                     assert set(ids(page.sessions)) <= set(everything)
 
+    async def test_a_forged_cursor_past_before_is_refused(self, adapter: StorageAdapter) -> None:
+        # A position at or past ``before`` is outside the listing's own range (DynamoDB
+        # refuses such an ExclusiveStartKey with a ValidationException; moto does not check).
+        await _sessions(adapter)
+        for name in (None, "a"):
+            within = ids(
+                await adapter.list_all_sandbox_details(ListSandboxOptions(before=104))
+                if name is None
+                else await adapter.list_sandbox_details(name, ListSandboxOptions(before=104))
+            )
+            cursor = (await self._first(adapter, name, before=104)).cursor
+            assert cursor is not None
+            body = unseal(cursor)
+            # The position's startedAt (103, s3's), as a number or as DynamoDB's digits.
+            paths = [path for path, value in state_paths(body["s"]) if value in (103, "103")]
+            assert paths
+            for path in paths:
+                spell = type(dict(state_paths(body["s"]))[path])
+                for past in (104, 500):
+                    forged = seal({**body, "s": with_value(body["s"], path, spell(past))})
+                    await self._refused(adapter, name, forged, before=104)
+                for earlier in (0, 102):
+                    forged = seal({**body, "s": with_value(body["s"], path, spell(earlier))})
+                    page = await self._first(adapter, name, cursor=forged, before=104)
+                    assert set(ids(page.sessions)) <= set(within)
+
     async def test_a_cursor_of_another_listing_is_refused(self, adapter: StorageAdapter) -> None:
         await _sessions(adapter)
         by_name = (await self._first(adapter, "a")).cursor
@@ -173,3 +212,37 @@ class CursorContract:
             cursor = (await self._first(other, name)).cursor
             assert cursor is not None
             await self._refused(adapter, name, cursor)
+
+    async def test_a_cursor_of_a_store_of_the_same_name_is_refused(
+        self, adapter: StorageAdapter, namesake: StorageAdapter
+    ) -> None:
+        # Same table or schema name, another store: its sessions (startedAt 100 to 104 here)
+        # would otherwise be silently skipped by a position taken from the other one.
+        await _sessions(adapter)
+        for i in range(3):
+            await session(namesake, "a", f"y{i}", 2000 + i)
+        for name in (None, "a"):
+            for source, target in ((namesake, adapter), (adapter, namesake)):
+                cursor = (await self._first(source, name)).cursor
+                assert cursor is not None
+                await self._refused(target, name, cursor)
+
+    async def test_a_cursor_works_across_clients_of_one_store(
+        self, adapter: StorageAdapter, second_client: StorageAdapter
+    ) -> None:
+        await _sessions(adapter)
+        for name in (None, "a"):
+            first = await self._first(adapter, name)
+            assert first.cursor is not None
+            options = ListSandboxOptions(cursor=first.cursor)
+            rest = (
+                await second_client.list_all_sandbox_details(options)
+                if name is None
+                else await second_client.list_sandbox_details(name, options)
+            )
+            everything = (
+                await adapter.list_all_sandbox_details()
+                if name is None
+                else await adapter.list_sandbox_details(name)
+            )
+            assert ids(first.sessions) + ids(rest) == ids(everything)
