@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 # Shipped code: the library, the handlers and the CDK app. The tests and the benchmarks are
 # white-box tools and may import the private modules of the package they examine.
@@ -151,3 +153,53 @@ def test_the_rule_catches_a_capability_probe(tmp_path: Path) -> None:
         "adapter/sandbox_ledger/transfer.py:1: getattr(..., 'scan_sessions')",
         "adapter/sandbox_ledger/transfer.py:3: hasattr(..., 'scan_sessions')",
     ]
+
+
+# Public names written once: a package's lazy exports are the imports of its TYPE_CHECKING
+# block (read by mypy), and __all__, __getattr__ and __dir__ come from that same block.
+LAZY_PACKAGES = ("sandbox_ledger", "sandbox_ledger.resources")
+
+
+@pytest.mark.parametrize("package", LAZY_PACKAGES)
+def test_each_lazy_export_is_the_name_its_module_defines(package: str) -> None:
+    import importlib
+
+    module = importlib.import_module(package)
+    assert module.__all__ == sorted(module.__all__)
+    for name in module.__all__:
+        value = getattr(module, name)  # each name resolves
+        if name != "__version__" and hasattr(value, "__module__"):
+            origin = importlib.import_module(value.__module__)
+            assert getattr(origin, name.split(".")[-1], value) is value
+    public = {n for n in dir(module) if not n.startswith("_")}
+    assert public - set(module.__all__) <= {
+        n for n in public if type(getattr(module, n)) is type(ast)
+    }
+    with pytest.raises(AttributeError, match="nope"):
+        module.nope  # noqa: B018
+
+
+def test_a_lazy_export_must_be_written_as_a_re_export(tmp_path: Path) -> None:
+    from sandbox_ledger._lazy import exports
+
+    init = tmp_path / "__init__.py"
+    init.write_text("if TYPE_CHECKING:\n    from json import dumps as dumps\n")
+    names, getattr_, _ = exports("json", str(init))
+    assert names == ["dumps"] and getattr_("dumps").__name__ == "dumps"
+    init.write_text("if TYPE_CHECKING:\n    from json import dumps\n")
+    with pytest.raises(ValueError, match="'dumps as dumps'"):
+        exports("json", str(init))
+    init.write_text("if TYPE_CHECKING:\n    import json\n")
+    with pytest.raises(ValueError, match="only 'from m import Name as Name'"):
+        exports("json", str(init))
+
+
+def test_the_version_is_written_once() -> None:
+    import importlib.metadata
+    import tomllib
+
+    import sandbox_ledger
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert "version" not in project and "version" in project["dynamic"]
+    assert importlib.metadata.version("sandbox-ledger-dynamodb") == sandbox_ledger.__version__

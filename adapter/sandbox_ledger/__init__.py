@@ -8,103 +8,39 @@ in-memory adapter, the SQL stores).
 
 from __future__ import annotations
 
-import importlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from sandbox_ledger._lazy import exports
 
 if TYPE_CHECKING:
-    from sandbox_ledger.errors import (
-        AccessDeniedError,
-        ConfigurationError,
-        ConflictError,
-        InvalidInputError,
-        KeyTooLongError,
-        LedgerError,
-        SchemaVersionError,
-        StorageError,
-        TableNotFoundError,
-        ThrottledError,
-    )
-    from sandbox_ledger.memory import MemoryAdapter
-    from sandbox_ledger.models import (
-        CheckpointInfo,
-        EnvironmentRecord,
-        LedgerEntry,
-        LedgerEvent,
-        ListSandboxOptions,
-        SandboxDetails,
-        SandboxPage,
-        SandboxStatus,
-    )
-    from sandbox_ledger.protocol import StorageAdapter
-    from sandbox_ledger.stores import open_store
+    from sandbox_ledger._enums import LedgerEvent as LedgerEvent
+    from sandbox_ledger._enums import SandboxStatus as SandboxStatus
+    from sandbox_ledger.errors import AccessDeniedError as AccessDeniedError
+    from sandbox_ledger.errors import ConfigurationError as ConfigurationError
+    from sandbox_ledger.errors import ConflictError as ConflictError
+    from sandbox_ledger.errors import InvalidInputError as InvalidInputError
+    from sandbox_ledger.errors import KeyTooLongError as KeyTooLongError
+    from sandbox_ledger.errors import LedgerError as LedgerError
+    from sandbox_ledger.errors import SchemaVersionError as SchemaVersionError
+    from sandbox_ledger.errors import StorageError as StorageError
+    from sandbox_ledger.errors import TableNotFoundError as TableNotFoundError
+    from sandbox_ledger.errors import ThrottledError as ThrottledError
+    from sandbox_ledger.memory import MemoryAdapter as MemoryAdapter
+    from sandbox_ledger.models import CheckpointInfo as CheckpointInfo
+    from sandbox_ledger.models import EnvironmentRecord as EnvironmentRecord
+    from sandbox_ledger.models import LedgerEntry as LedgerEntry
+    from sandbox_ledger.models import ListSandboxOptions as ListSandboxOptions
+    from sandbox_ledger.models import SandboxDetails as SandboxDetails
+    from sandbox_ledger.models import SandboxPage as SandboxPage
+    from sandbox_ledger.protocol import StorageAdapter as StorageAdapter
+    from sandbox_ledger.stores import open_store as open_store
 
 __version__ = "0.1.0"
+"""The package's version, read by the build (pyproject.toml's ``[tool.hatch.version]``)."""
+
+__all__, __getattr__, __dir__ = exports(__name__, __file__, "__version__")
 
 # The library logs retries, conflicts, partial batches and give-ups on the "sandbox_ledger"
 # logger; silent unless the application configures logging.
 logging.getLogger(__name__).addHandler(logging.NullHandler())
-
-_WHERE = {
-    "AccessDeniedError": "errors",
-    "CheckpointInfo": "models",
-    "ConfigurationError": "errors",
-    "ConflictError": "errors",
-    "EnvironmentRecord": "models",
-    "InvalidInputError": "errors",
-    "KeyTooLongError": "errors",
-    "LedgerEntry": "models",
-    "LedgerError": "errors",
-    "LedgerEvent": "_enums",
-    "ListSandboxOptions": "models",
-    "MemoryAdapter": "memory",
-    "SandboxDetails": "models",
-    "SandboxPage": "models",
-    "SandboxStatus": "_enums",
-    "SchemaVersionError": "errors",
-    "StorageAdapter": "protocol",
-    "StorageError": "errors",
-    "TableNotFoundError": "errors",
-    "ThrottledError": "errors",
-    "open_store": "stores",
-}
-
-__all__ = [
-    "AccessDeniedError",
-    "CheckpointInfo",
-    "ConfigurationError",
-    "ConflictError",
-    "EnvironmentRecord",
-    "InvalidInputError",
-    "KeyTooLongError",
-    "LedgerEntry",
-    "LedgerError",
-    "LedgerEvent",
-    "ListSandboxOptions",
-    "MemoryAdapter",
-    "SandboxDetails",
-    "SandboxPage",
-    "SandboxStatus",
-    "SchemaVersionError",
-    "StorageAdapter",
-    "StorageError",
-    "TableNotFoundError",
-    "ThrottledError",
-    "__version__",
-    "open_store",
-]
-
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'sandbox_ledger' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"sandbox_ledger.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    # The public names, whether imported yet or not, and none of this module's helpers.
-    hidden = ["Any", "TYPE_CHECKING", "annotations", "importlib", "logging"]
-    return sorted((set(globals()) - set(hidden)) | set(__all__))

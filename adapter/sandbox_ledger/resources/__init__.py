@@ -6,117 +6,41 @@ stream parser, or the other way round.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from sandbox_ledger._lazy import exports
 
 if TYPE_CHECKING:
-    from sandbox_ledger.resources._items import Unreadable, VersionedRecord
-    from sandbox_ledger.resources._ops import Page
-    from sandbox_ledger.resources.events import DETAIL_TYPE, SOURCE, EventPublisher, Expiry
-    from sandbox_ledger.resources.models import (
-        LocalProcessIdentity,
-        ResourceActivityRecord,
-        ResourceOperation,
-        ResourceOperationResult,
-    )
-    from sandbox_ledger.resources.owner import current_identity, is_owner_alive
-    from sandbox_ledger.resources.policy import ExpiryPolicy, expiry_reason
-    from sandbox_ledger.resources.settings import (
-        StreamSettings,
-        SweeperSettings,
-        SweepPlan,
-        resolve_sweep,
-    )
-    from sandbox_ledger.resources.store import ResourceRecordStore, SyncResourceRecordStore
-    from sandbox_ledger.resources.stream import is_ttl_removal, ttl_expiry
-    from sandbox_ledger.resources.sweeper import SweepResult, SweepStore, sweep
-    from sandbox_ledger.resources.unreported import (
-        BatchReport,
-        ReplayResult,
-        UnreportedStore,
-        replay_failed_expiries,
-        report_ttl_removals,
-    )
+    from sandbox_ledger.resources._items import Unreadable as Unreadable
+    from sandbox_ledger.resources._items import VersionedRecord as VersionedRecord
+    from sandbox_ledger.resources._ops import Page as Page
+    from sandbox_ledger.resources.events import DETAIL_TYPE as DETAIL_TYPE
+    from sandbox_ledger.resources.events import SOURCE as SOURCE
+    from sandbox_ledger.resources.events import EventPublisher as EventPublisher
+    from sandbox_ledger.resources.events import Expiry as Expiry
+    from sandbox_ledger.resources.models import LocalProcessIdentity as LocalProcessIdentity
+    from sandbox_ledger.resources.models import ResourceActivityRecord as ResourceActivityRecord
+    from sandbox_ledger.resources.models import ResourceOperation as ResourceOperation
+    from sandbox_ledger.resources.models import ResourceOperationResult as ResourceOperationResult
+    from sandbox_ledger.resources.owner import current_identity as current_identity
+    from sandbox_ledger.resources.owner import is_owner_alive as is_owner_alive
+    from sandbox_ledger.resources.policy import ExpiryPolicy as ExpiryPolicy
+    from sandbox_ledger.resources.policy import expiry_reason as expiry_reason
+    from sandbox_ledger.resources.settings import StreamSettings as StreamSettings
+    from sandbox_ledger.resources.settings import SweeperSettings as SweeperSettings
+    from sandbox_ledger.resources.settings import SweepPlan as SweepPlan
+    from sandbox_ledger.resources.settings import resolve_sweep as resolve_sweep
+    from sandbox_ledger.resources.store import ResourceRecordStore as ResourceRecordStore
+    from sandbox_ledger.resources.store import SyncResourceRecordStore as SyncResourceRecordStore
+    from sandbox_ledger.resources.stream import is_ttl_removal as is_ttl_removal
+    from sandbox_ledger.resources.stream import ttl_expiry as ttl_expiry
+    from sandbox_ledger.resources.sweeper import SweepResult as SweepResult
+    from sandbox_ledger.resources.sweeper import SweepStore as SweepStore
+    from sandbox_ledger.resources.sweeper import sweep as sweep
+    from sandbox_ledger.resources.unreported import BatchReport as BatchReport
+    from sandbox_ledger.resources.unreported import ReplayResult as ReplayResult
+    from sandbox_ledger.resources.unreported import UnreportedStore as UnreportedStore
+    from sandbox_ledger.resources.unreported import replay_failed_expiries as replay_failed_expiries
+    from sandbox_ledger.resources.unreported import report_ttl_removals as report_ttl_removals
 
-_WHERE = {
-    "BatchReport": "unreported",
-    "ReplayResult": "unreported",
-    "UnreportedStore": "unreported",
-    "replay_failed_expiries": "unreported",
-    "report_ttl_removals": "unreported",
-    "DETAIL_TYPE": "events",
-    "EventPublisher": "events",
-    "Expiry": "events",
-    "ExpiryPolicy": "policy",
-    "LocalProcessIdentity": "models",
-    "Page": "_ops",
-    "ResourceActivityRecord": "models",
-    "ResourceOperation": "models",
-    "ResourceOperationResult": "models",
-    "ResourceRecordStore": "store",
-    "SOURCE": "events",
-    "StreamSettings": "settings",
-    "SweepPlan": "settings",
-    "SweepResult": "sweeper",
-    "SweepStore": "sweeper",
-    "SweeperSettings": "settings",
-    "SyncResourceRecordStore": "store",
-    "Unreadable": "_items",
-    "VersionedRecord": "_items",
-    "current_identity": "owner",
-    "expiry_reason": "policy",
-    "is_owner_alive": "owner",
-    "is_ttl_removal": "stream",
-    "resolve_sweep": "settings",
-    "sweep": "sweeper",
-    "ttl_expiry": "stream",
-}
-
-__all__ = [
-    "DETAIL_TYPE",
-    "SOURCE",
-    "BatchReport",
-    "EventPublisher",
-    "Expiry",
-    "ExpiryPolicy",
-    "LocalProcessIdentity",
-    "Page",
-    "ReplayResult",
-    "ResourceActivityRecord",
-    "ResourceOperation",
-    "ResourceOperationResult",
-    "ResourceRecordStore",
-    "StreamSettings",
-    "SweepPlan",
-    "SweepResult",
-    "SweepStore",
-    "SweeperSettings",
-    "SyncResourceRecordStore",
-    "Unreadable",
-    "UnreportedStore",
-    "VersionedRecord",
-    "current_identity",
-    "expiry_reason",
-    "is_owner_alive",
-    "is_ttl_removal",
-    "replay_failed_expiries",
-    "report_ttl_removals",
-    "resolve_sweep",
-    "sweep",
-    "ttl_expiry",
-]
-
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'sandbox_ledger.resources' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"sandbox_ledger.resources.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    # The public names, whether imported yet or not, and none of this module's helpers.
-    hidden = ["Any", "TYPE_CHECKING", "annotations", "importlib"]
-    return sorted((set(globals()) - set(hidden)) | set(__all__))
+__all__, __getattr__, __dir__ = exports(__name__, __file__)
