@@ -76,8 +76,8 @@ test-newest-moto:
 	$(NEWEST_MOTO_VENV)/bin/python -c "import moto; print('moto', moto.__version__)"
 	$(NEWEST_MOTO_VENV)/bin/python -m pytest -q -m "not slow" -n 2 -p no:cacheprovider \
 		-W "default::sandbox_ledger.local.adjustments.MotoAdjustmentWarning" \
-		tests/test_local.py tests/test_local_server.py tests/test_local_degraded.py \
-		tests/test_dynamodb_conformance.py
+		tests/local/test_local.py tests/local/test_local_server.py tests/local/test_local_degraded.py \
+		tests/dynamodb/test_dynamodb_conformance.py
 
 # Long model-based verification runs (docs/verification.md); VERIFY_PROFILE=deep for CI's budget.
 VERIFY_PROFILE ?= long

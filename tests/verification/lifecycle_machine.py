@@ -219,7 +219,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     def create(self, skew: timedelta, phase: str, oversized: bool) -> None:
         """A new record; oversized ones (a 300 KB error text) only under the strict protocol,
         which promises to report them within EventBridge's limits."""
-        from resource_fixtures import record
+        from resources.resource_fixtures import record
 
         store = self.rig.owners[skew]
         extra: dict[str, Any] = {}

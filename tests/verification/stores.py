@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from botocore.config import Config
 from botocore.exceptions import ConnectionClosedError
 
-from faults import FailShare, PartialBatches, ResendAfterSuccess
+from dynamodb.faults import FailShare, PartialBatches, ResendAfterSuccess
 from sandbox_ledger import MemoryAdapter
 from sandbox_ledger import keys as k
 

@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-import test_delete_race as race
-from faults import PartialBatches, ResendAfterSuccess
-from resource_fixtures import Collector, record
+from dynamodb import test_delete_race as race
+from dynamodb.faults import PartialBatches, ResendAfterSuccess
+from resources.resource_fixtures import Collector, record
 from sandbox_ledger import LedgerEntry, LedgerEvent, ListSandboxOptions
 from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 from sandbox_ledger.errors import ConflictError

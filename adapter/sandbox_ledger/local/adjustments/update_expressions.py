@@ -4,7 +4,7 @@ moto parsed every UpdateItem's expression twice (its request handler, then its b
 validated it once or twice (twice for a new item), each validation running ten passes over a
 ``copy.deepcopy`` of the tree, three of which look at nothing but the expression, the names and
 the table's keys: more than half of an UpdateItem's server time. The answers and errors stay
-moto's, byte for byte (``tests/test_local.py``).
+moto's, byte for byte (``tests/local/test_local.py``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,226 @@
+"""``export -o FILE`` and ``import PATH`` as real processes: a killed export leaves FILE as it
+was and nothing that blocks or piles up; import reads pipes, FIFOs and stdin."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sandbox_ledger.cli import app
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMAND = Path(sys.executable).parent / "sandbox-ledger"
+LEDGER = ROOT / "examples" / "ledger.jsonl"
+
+# The CLI in a child process whose read of session sb-2 announces itself (touches the file
+# named by its first argument) and then waits: an export killed then is killed mid-file,
+# with sb-1's lines written and sb-2's not, whatever the machine's speed.
+HELD_EXPORT = """
+import sys, time
+from pathlib import Path
+from sandbox_ledger.sqlite.adapter import SQLiteAdapter
+
+reached = Path(sys.argv.pop(1))
+original = SQLiteAdapter.read_in_append_order
+
+async def held(self, name, sandbox_id):
+    if sandbox_id == "sb-2":
+        reached.touch()
+        time.sleep(600)
+    return await original(self, name, sandbox_id)
+
+SQLiteAdapter.read_in_append_order = held
+sys.argv[0] = "sandbox-ledger"
+from sandbox_ledger.cli import main
+main()
+"""
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A SQLite store holding examples/ledger.jsonl (sessions build/sb-1 and build/sb-2)."""
+    for name in ("SANDBOX_LEDGER_TABLE", "SANDBOX_LEDGER_STORE"):
+        monkeypatch.delenv(name, raising=False)
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    done = CliRunner().invoke(app, ["--store", url, "import", str(LEDGER)])
+    assert done.exit_code == 0, done.output
+    return url
+
+
+def partials(output: Path) -> list[Path]:
+    return sorted(output.parent.glob(f".{output.name}.*.partial"))
+
+
+def env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("SANDBOX_LEDGER_")}
+
+
+def kill_mid_export(store: str, output: Path, number: signal.Signals, tmp_path: Path) -> int:
+    """Start an export to ``output``, wait until it is reading its second session, send it
+    ``number``; returns its exit status."""
+    reached = tmp_path / f"reached-{number.name}"
+    process = subprocess.Popen(
+        [sys.executable, "-c", HELD_EXPORT, str(reached), "--store", store, "export", "-o", output],
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        while not reached.exists():
+            assert process.poll() is None, process.communicate()[1]
+            time.sleep(0.01)
+        assert len(partials(output)) == 1  # mid-export: its temporary file is there
+        process.send_signal(number)
+        process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return process.returncode
+
+
+def test_a_killed_export_leaves_the_file_and_nothing_that_blocks_or_piles_up(
+    store: str, tmp_path: Path
+) -> None:
+    output = tmp_path / "backup.jsonl"
+    output.write_text("the previous backup\n")
+
+    assert kill_mid_export(store, output, signal.SIGTERM, tmp_path) == -signal.SIGTERM
+    assert output.read_text() == "the previous backup\n"
+    assert partials(output) == []  # SIGTERM: removed on the way out
+
+    assert kill_mid_export(store, output, signal.SIGKILL, tmp_path) == -signal.SIGKILL
+    assert output.read_text() == "the previous backup\n"
+    assert len(partials(output)) == 1  # SIGKILL leaves it: nothing can run
+
+    done = subprocess.run(
+        [COMMAND, "--store", store, "export", "-o", output],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert len(output.read_text().splitlines()) == len(LEDGER.read_text().splitlines())
+    assert partials(output) == []  # the dead run's file is gone, and so is this run's
+
+
+def test_a_leftover_of_this_very_pid_never_blocks_and_a_live_writers_file_is_kept(
+    store: str, tmp_path: Path
+) -> None:
+    """Every container run is PID 1: a file named after the PID must not stop the next run;
+    a file whose writer still runs (it holds its lock) is left alone."""
+    output = tmp_path / "backup.jsonl"
+    (tmp_path / f".{output.name}.{os.getpid()}.partial").write_text("killed run\n")
+    live = tmp_path / f".{output.name}.0123456789abcdef.partial"
+    with live.open("w") as writer:
+        fcntl.flock(writer.fileno(), fcntl.LOCK_EX)
+        done = CliRunner().invoke(app, ["--store", store, "export", "-o", str(output)])
+        assert done.exit_code == 0, done.output
+        assert partials(output) == [live]
+    assert len(output.read_text().splitlines()) == len(LEDGER.read_text().splitlines())
+
+
+def run_import(store: str, path: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [COMMAND, "--store", store, "import", path],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        **kwargs,  # type: ignore[call-overload]
+    )
+
+
+@pytest.mark.parametrize("path", ["/dev/stdin", "-"])
+def test_import_reads_a_pipe(tmp_path: Path, path: str) -> None:
+    """`cat f | sandbox-ledger import /dev/stdin` (or `-`): stdin is a pipe here."""
+    store = f"sqlite:///{tmp_path / 'ledger.db'}"
+    done = run_import(store, path, input=LEDGER.read_text())
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().endswith("6 new, 0 already present, 0 expired, 0 failed")
+
+
+def test_import_reads_a_fifo(tmp_path: Path) -> None:
+    """`import <(zcat f.gz)` names a pipe as a path: a FIFO is the same."""
+    store = f"sqlite:///{tmp_path / 'ledger.db'}"
+    fifo = tmp_path / "entries.fifo"
+    os.mkfifo(fifo)
+    process = subprocess.Popen(
+        [COMMAND, "--store", store, "import", str(fifo)],
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    while True:  # until the command opens it for reading (or gives up on it)
+        try:
+            writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            break
+        except OSError as exc:
+            assert exc.errno == errno.ENXIO, exc  # no reader yet
+            assert process.poll() is None, process.communicate()[1]
+            time.sleep(0.01)
+    os.set_blocking(writer, True)
+    with open(writer, "wb") as stream:
+        stream.write(LEDGER.read_bytes())
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr
+    assert stderr.strip().endswith("6 new, 0 already present, 0 expired, 0 failed")
+
+
+def test_import_of_a_directory_says_so(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'ledger.db'}"
+    done = run_import(store, str(tmp_path))
+    assert done.returncode == 2
+    assert f"{tmp_path}: is a directory" in done.stderr
+    assert not (tmp_path / "ledger.db").exists()  # refused before the store was opened
+
+
+def test_an_ignored_hangup_lets_the_export_finish(tmp_path: Path) -> None:
+    # As under nohup: SIGHUP ignored. The export used to remove its temporary file on the
+    # signal, then go on writing and fail (FileNotFoundError), leaving the old file.
+    from sandbox_ledger.cli.transfer import _export
+
+    out = tmp_path / "backup.jsonl"
+    out.write_text("OLD\n")
+
+    def lines() -> Iterator[str]:
+        for i in range(4):
+            if i == 2:
+                os.kill(os.getpid(), signal.SIGHUP)
+            yield f'{{"n": {i}}}\n'
+
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        assert _export(lines(), out) == 4
+    finally:
+        signal.signal(signal.SIGHUP, before)
+    assert out.read_text().splitlines() == [f'{{"n": {i}}}' for i in range(4)]
+    assert sorted(os.listdir(tmp_path)) == ["backup.jsonl"]
+
+
+def test_an_export_to_a_missing_directory_or_a_directory_names_it(
+    store: str, tmp_path: Path
+) -> None:
+    """Usage errors naming what the user gave (not an internal temporary file), exit 2."""
+    missing = tmp_path / "no-such-dir" / "backup.jsonl"
+    done = CliRunner().invoke(app, ["--store", store, "export", "-o", str(missing)])
+    assert done.exit_code == 2, done.output
+    assert f"{missing}: its directory {missing.parent} does not exist" in done.stderr
+    assert ".partial" not in done.stderr
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    done = CliRunner().invoke(app, ["--store", store, "export", "-o", str(folder)])
+    assert done.exit_code == 2 and f"{folder} is a directory" in done.stderr, done.output
+    assert list(folder.iterdir()) == []
