@@ -26,12 +26,12 @@ import boto3
 
 from sandbox_ledger import EnvironmentRecord, LedgerEntry, LedgerEvent, ListSandboxOptions
 from sandbox_ledger import keys as k
-from sandbox_ledger.ddb.batching import batch_write
-from sandbox_ledger.ddb.steps import run_sync
 from sandbox_ledger.dynamodb import DynamoDBAdapter, SyncDynamoDBAdapter
 from sandbox_ledger.dynamodb import _items as it
 from sandbox_ledger.dynamodb.instrument import RequestCounter
 from sandbox_ledger.local import LocalDynamoDB
+from sandbox_ledger.sdk.batching import batch_write
+from sandbox_ledger.sdk.steps import run_sync
 
 
 def pct(samples: list[float], q: float) -> float:

@@ -7,7 +7,7 @@ Sides, interleaved run after run, each a fresh client and one ``ListTables``:
 - ``raw aioboto3, one session``: a new client from one long-lived session;
 - ``adapter, stock TLS``: ``DynamoDBAdapter`` with aiobotocore's own HTTP session (a new TLS
   context per client, the CA bundle loaded into each), i.e. the adapter before
-  ``sandbox_ledger.ddb.tls``;
+  ``sandbox_ledger.sdk.tls``;
 - ``adapter``: ``DynamoDBAdapter`` as shipped (one TLS context per CA bundle and process).
 
     python benchmarks/client_setup.py             # 200 runs per side

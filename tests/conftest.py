@@ -93,7 +93,7 @@ def fast_sdk_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     """Keep botocore's retry delays tiny, so fault-injection tests stay quick."""
     from botocore.retries import standard
 
-    from sandbox_ledger.ddb import steps
+    from sandbox_ledger.sdk import steps
 
     monkeypatch.setattr(standard.ExponentialBackoff, "delay_amount", lambda self, ctx: 0.001)
     monkeypatch.setattr(steps, "backoff", lambda attempt: 0.001)

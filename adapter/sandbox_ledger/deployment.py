@@ -22,14 +22,14 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger import keys as k
-from sandbox_ledger.ddb.attributes import N, S
-from sandbox_ledger.ddb.steps import Call, Region, run_async, run_sync
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.resources.policy import DEFAULT_RETAIN_FAILED, DEFAULT_STALE_AFTER
+from sandbox_ledger.sdk.attributes import N, S
+from sandbox_ledger.sdk.steps import Call, Region, run_async, run_sync
 
 if TYPE_CHECKING:
-    from sandbox_ledger.ddb.attributes import Item
-    from sandbox_ledger.ddb.steps import Op
+    from sandbox_ledger.sdk.attributes import Item
+    from sandbox_ledger.sdk.steps import Op
 
 __all__ = [
     "FORMAT",
@@ -226,7 +226,7 @@ def put_descriptor(table: str, descriptor: TableDescriptor) -> Op[TableDescripto
     (an existing deployment is never redescribed by a client)."""
     from botocore.exceptions import ClientError
 
-    from sandbox_ledger.ddb.steps import error_code
+    from sandbox_ledger.sdk.steps import error_code
 
     try:
         yield Call(

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from sandbox_ledger.cli import app
 from sandbox_ledger.cli.context import cli_config
-from sandbox_ledger.ddb.client import DEFAULT_CONFIG, client_config
+from sandbox_ledger.sdk.client import DEFAULT_CONFIG, client_config
 
 
 @pytest.fixture

@@ -64,7 +64,7 @@ def test_wheel_with_runtime_dependencies_only(tmp_path: Path) -> None:
                 "sandbox_ledger.cli.",
                 "sandbox_ledger.testing",
                 "sandbox_ledger.handlers",
-                "sandbox_ledger.ddb.tls",
+                "sandbox_ledger.sdk.tls",
             )
         ), module
         assert "pip install 'sandbox-ledger-dynamodb[" in message or module.startswith(
@@ -72,7 +72,7 @@ def test_wheel_with_runtime_dependencies_only(tmp_path: Path) -> None:
         ), (module, message)
     assert "[testing]" in needing_extras["sandbox_ledger.testing"]
     assert "[lambda]" in needing_extras["sandbox_ledger.handlers"]
-    assert "[async]" in needing_extras["sandbox_ledger.ddb.tls"]  # aiobotocore's TLS session
+    assert "[async]" in needing_extras["sandbox_ledger.sdk.tls"]  # aiobotocore's TLS session
     assert not any(line.lower().startswith(("aioboto3", "aiohttp")) for line in installed.split())
 
     command = subprocess.run(

@@ -141,7 +141,7 @@ def test_partial_batches_and_sdk_give_ups_are_logged(
 def test_the_library_is_silent_unless_logging_is_configured() -> None:
     code = (
         "import sandbox_ledger\n"
-        "from sandbox_ledger.ddb.steps import log\n"
+        "from sandbox_ledger.sdk.steps import log\n"
         "log.warning('should not be printed')\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -22,13 +22,13 @@ from sandbox_ledger import (
     TableNotFoundError,
 )
 from sandbox_ledger import keys as k
-from sandbox_ledger.ddb.attributes import MAX_ITEM_BYTES, item_size
-from sandbox_ledger.ddb.batching import batch_write
-from sandbox_ledger.ddb.paging import query_all
-from sandbox_ledger.ddb.steps import run_sync
 from sandbox_ledger.dynamodb import DynamoDBAdapter, SyncDynamoDBAdapter
 from sandbox_ledger.dynamodb import _items as it
 from sandbox_ledger.dynamodb.instrument import RequestCounter
+from sandbox_ledger.sdk.attributes import MAX_ITEM_BYTES, item_size
+from sandbox_ledger.sdk.batching import batch_write
+from sandbox_ledger.sdk.paging import query_all
+from sandbox_ledger.sdk.steps import run_sync
 
 PACKAGE = Path(__file__).parents[2] / "adapter" / "sandbox_ledger"
 
@@ -67,15 +67,15 @@ def seed_fleet(adapter: SyncDynamoDBAdapter, sessions: int, events: int, *, star
 
 
 def test_no_scan_outside_the_exports() -> None:
-    """One Scan call, in ``ddb.paging.scan_round``, reached only by the two exports (the
+    """One Scan call, in ``sdk.paging.scan_round``, reached only by the two exports (the
     ledger's ``scan_sessions`` and the resource records' ``scan_records``); the record
     store's ``scan`` is called only by the records' directory export."""
     import inspect
 
-    from sandbox_ledger.ddb import paging
     from sandbox_ledger.dynamodb import _ops
     from sandbox_ledger.resources import _ops as resource_ops
     from sandbox_ledger.resources import files
+    from sandbox_ledger.sdk import paging
 
     allowed = {
         "scan_round": inspect.getsource(paging.scan_round),

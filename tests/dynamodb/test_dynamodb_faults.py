@@ -12,13 +12,13 @@ from botocore.config import Config
 
 from dynamodb.faults import FailShare, PartialBatches, ResendAfterSuccess
 from sandbox_ledger import LedgerEntry, LedgerEvent, StorageError, ThrottledError
-from sandbox_ledger.ddb.batching import batch_write
-from sandbox_ledger.ddb.paging import query_all
-from sandbox_ledger.ddb.steps import run_sync
 from sandbox_ledger.dynamodb import DynamoDBAdapter, SyncDynamoDBAdapter
 from sandbox_ledger.dynamodb import _items as it
 from sandbox_ledger.dynamodb.instrument import RequestCounter
 from sandbox_ledger.keys import session_pk
+from sandbox_ledger.sdk.batching import batch_write
+from sandbox_ledger.sdk.paging import query_all
+from sandbox_ledger.sdk.steps import run_sync
 
 pytestmark = pytest.mark.usefixtures("fast_sdk_backoff")
 

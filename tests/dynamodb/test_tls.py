@@ -1,4 +1,4 @@
-"""The async clients share one TLS context per CA bundle (sandbox_ledger.ddb.tls), and that
+"""The async clients share one TLS context per CA bundle (sandbox_ledger.sdk.tls), and that
 context still verifies: a real HTTPS endpoint whose certificate the bundle holds answers, one
 the bundle does not hold is refused, and a bundle rewritten in place is read again."""
 
@@ -33,9 +33,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from sandbox_ledger.ddb import tls
-from sandbox_ledger.ddb.client import AsyncClient
 from sandbox_ledger.dynamodb import DynamoDBAdapter
+from sandbox_ledger.sdk import tls
+from sandbox_ledger.sdk.client import AsyncClient
 
 
 def _self_signed(directory: Path, name: str, dns_name: str | None = None) -> tuple[Path, Path]:

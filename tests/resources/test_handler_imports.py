@@ -47,7 +47,7 @@ NOT_IN_STREAM_HANDLER = (
     "sandbox_ledger.resources.models",
     "sandbox_ledger.resources.store",
     "sandbox_ledger.resources.sweeper",
-    "sandbox_ledger.ddb.client",
+    "sandbox_ledger.sdk.client",
 )
 # The sweeper has no use for the stream parser or the bucket of unreported removals.
 NOT_IN_SWEEPER = ("sandbox_ledger.resources.stream", "sandbox_ledger.resources.unreported")

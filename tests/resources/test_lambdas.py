@@ -17,11 +17,11 @@ import pytest
 
 from resources.resource_fixtures import FakeContext, observed_earlier, record
 from sandbox_ledger import keys as k
-from sandbox_ledger.ddb.batching import batch_write
-from sandbox_ledger.ddb.steps import run_sync
 from sandbox_ledger.handlers import expire_stale_resources, on_ttl_expiry
 from sandbox_ledger.resources import DETAIL_TYPE, SOURCE, SyncResourceRecordStore
 from sandbox_ledger.resources import _items as ri
+from sandbox_ledger.sdk.batching import batch_write
+from sandbox_ledger.sdk.steps import run_sync
 
 SCHEDULED_EVENT = {
     "version": "0",

@@ -325,7 +325,7 @@ DEFECTS = (
         "unprocessed batch items dropped",
         (
             Patch(
-                "sandbox_ledger.ddb.batching",
+                "sandbox_ledger.sdk.batching",
                 "batch_write",
                 "queue.extendleft(reversed(left))",
                 "pass",

@@ -14,7 +14,6 @@ from typing import Any
 
 from sandbox_ledger import _json
 from sandbox_ledger import keys as k
-from sandbox_ledger.ddb.attributes import B, Item, N, S
 from sandbox_ledger.keys import LedgerAttr as A
 from sandbox_ledger.models import (
     CheckpointInfo,
@@ -24,6 +23,7 @@ from sandbox_ledger.models import (
     SandboxDetails,
     SandboxStatus,
 )
+from sandbox_ledger.sdk.attributes import B, Item, N, S
 from sandbox_ledger.summary import checkpoint_info
 
 # A DynamoDB item stops at 400 KB (409,600 bytes) including attribute names and keys (up to

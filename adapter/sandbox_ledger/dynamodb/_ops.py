@@ -1,4 +1,4 @@
-"""Every contract operation as a generator of SDK calls (see :mod:`sandbox_ledger.ddb.steps`).
+"""Every contract operation as a generator of SDK calls (see :mod:`sandbox_ledger.sdk.steps`).
 
 Shared by :class:`DynamoDBAdapter` and :class:`SyncDynamoDBAdapter`; tested without AWS by
 driving them with a fake client.
@@ -15,17 +15,6 @@ from botocore.exceptions import ClientError
 
 from sandbox_ledger import keys as k
 from sandbox_ledger.cursor import bad_position, decode_cursor, encode_cursor
-from sandbox_ledger.ddb import steps
-from sandbox_ledger.ddb.attributes import N, S
-from sandbox_ledger.ddb.batching import BATCH_WRITE_MAX, batch_get, batch_write
-from sandbox_ledger.ddb.paging import (
-    ScanStarts,
-    check_resume,
-    newest_first,
-    query_all,
-    scan_round,
-)
-from sandbox_ledger.ddb.steps import MAX_ATTEMPTS, Call, Op, Sleep, error_code, log
 from sandbox_ledger.deployment import (
     SweepSettings,
     TableDescriptor,
@@ -45,6 +34,17 @@ from sandbox_ledger.models import (
     SandboxDetails,
     SandboxPage,
 )
+from sandbox_ledger.sdk import steps
+from sandbox_ledger.sdk.attributes import N, S
+from sandbox_ledger.sdk.batching import BATCH_WRITE_MAX, batch_get, batch_write
+from sandbox_ledger.sdk.paging import (
+    ScanStarts,
+    check_resume,
+    newest_first,
+    query_all,
+    scan_round,
+)
+from sandbox_ledger.sdk.steps import MAX_ATTEMPTS, Call, Op, Sleep, error_code, log
 from sandbox_ledger.summary import apply_list_options, session_listing
 
 _RETRYABLE_CANCELLATIONS = frozenset(

@@ -8,12 +8,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger import keys as k
-from sandbox_ledger.ddb.client import AsyncClientOwner, SyncClientOwner
 from sandbox_ledger.deployment import ShardCount, store_identity
 from sandbox_ledger.dynamodb import _ops
 from sandbox_ledger.dynamodb._items import order_ids
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.models import EnvironmentRecord, LedgerEntry, require_storable
+from sandbox_ledger.sdk.client import AsyncClientOwner, SyncClientOwner
 from sandbox_ledger.summary import validate_list_options
 from sandbox_ledger.transfer import content_digest
 
@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 
     from botocore.config import Config
 
-    from sandbox_ledger.ddb.steps import Op
     from sandbox_ledger.deployment import SweepSettings
     from sandbox_ledger.models import (
         CheckpointInfo,
@@ -30,6 +29,7 @@ if TYPE_CHECKING:
         SandboxDetails,
         SandboxPage,
     )
+    from sandbox_ledger.sdk.steps import Op
 
 _SCAN_SEGMENTS = 4
 """``scan_sessions``' default parallelism: Scan segments read at once."""

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbox_ledger import keys as k
-from sandbox_ledger.ddb.attributes import Item, N, S
 from sandbox_ledger.resources.models import ResourceActivityRecord
+from sandbox_ledger.sdk.attributes import Item, N, S
 
 ITEM_TYPE = k.RESOURCE_ITEM_TYPE
 

@@ -9,11 +9,6 @@ from botocore.exceptions import ClientError
 
 from sandbox_ledger import keys as k
 from sandbox_ledger.cursor import bad_position, decode_cursor, encode_cursor
-from sandbox_ledger.ddb import steps
-from sandbox_ledger.ddb.attributes import N, S
-from sandbox_ledger.ddb.batching import batch_get, batch_write
-from sandbox_ledger.ddb.paging import ScanStarts, check_resume, newest_first, scan_round
-from sandbox_ledger.ddb.steps import Call, Op, Sleep, error_code
 from sandbox_ledger.errors import ConflictError, InvalidInputError, StorageError
 from sandbox_ledger.resources import _items as ri
 from sandbox_ledger.resources.models import (
@@ -24,6 +19,11 @@ from sandbox_ledger.resources.models import (
     ResourceOperationResult,
     to_iso,
 )
+from sandbox_ledger.sdk import steps
+from sandbox_ledger.sdk.attributes import N, S
+from sandbox_ledger.sdk.batching import batch_get, batch_write
+from sandbox_ledger.sdk.paging import ScanStarts, check_resume, newest_first, scan_round
+from sandbox_ledger.sdk.steps import Call, Op, Sleep, error_code
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

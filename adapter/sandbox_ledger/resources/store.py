@@ -8,7 +8,6 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger import keys as k
-from sandbox_ledger.ddb.client import AsyncClientOwner, SyncClientOwner
 from sandbox_ledger.deployment import get_descriptor, resolve_shard_count, store_identity
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.resources import _ops
@@ -16,16 +15,17 @@ from sandbox_ledger.resources._items import Unreadable, VersionedRecord
 from sandbox_ledger.resources._ops import Page
 from sandbox_ledger.resources.models import FAILED_PHASES, LIVE_PHASES, ResourceActivityRecord
 from sandbox_ledger.resources.settings import resolve_policy
+from sandbox_ledger.sdk.client import AsyncClientOwner, SyncClientOwner
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
 
     from botocore.config import Config
 
-    from sandbox_ledger.ddb.paging import ScanStarts
-    from sandbox_ledger.ddb.steps import Op
     from sandbox_ledger.deployment import TableDescriptor
     from sandbox_ledger.resources.policy import ExpiryPolicy
+    from sandbox_ledger.sdk.paging import ScanStarts
+    from sandbox_ledger.sdk.steps import Op
 
 DEFAULT_TTL_HORIZON = timedelta(days=30)
 

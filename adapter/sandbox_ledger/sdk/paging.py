@@ -1,5 +1,5 @@
 """Queries followed to the end, and several index partitions merged newest first, as
-operations for :mod:`sandbox_ledger.ddb.steps`."""
+operations for :mod:`sandbox_ledger.sdk.steps`."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 from sandbox_ledger import keys as k
 from sandbox_ledger._json import MAX_SAFE_INTEGER, find_surrogate
 from sandbox_ledger.cursor import bad_position, check_int
-from sandbox_ledger.ddb.attributes import Item, N, S
-from sandbox_ledger.ddb.steps import Call, Op, Parallel
+from sandbox_ledger.sdk.attributes import Item, N, S
+from sandbox_ledger.sdk.steps import Call, Op, Parallel
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -1,17 +1,17 @@
 """BatchWriteItem and BatchGetItem over any number of requests, retrying what comes back
-unprocessed (never dropping it), as operations for :mod:`sandbox_ledger.ddb.steps`."""
+unprocessed (never dropping it), as operations for :mod:`sandbox_ledger.sdk.steps`."""
 
 from __future__ import annotations
 
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from sandbox_ledger.ddb import steps
-from sandbox_ledger.ddb.steps import MAX_ATTEMPTS, Call, Op, Sleep, log
 from sandbox_ledger.errors import ThrottledError
+from sandbox_ledger.sdk import steps
+from sandbox_ledger.sdk.steps import MAX_ATTEMPTS, Call, Op, Sleep, log
 
 if TYPE_CHECKING:
-    from sandbox_ledger.ddb.attributes import Item
+    from sandbox_ledger.sdk.attributes import Item
 
 BATCH_WRITE_MAX = 25
 BATCH_GET_MAX = 100

@@ -1,4 +1,4 @@
-"""The step runners (sandbox_ledger.ddb.steps) against fake clients: no server adds anything
+"""The step runners (sandbox_ledger.sdk.steps) against fake clients: no server adds anything
 to what is tested here."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from sandbox_ledger.ddb.batching import BATCH_GET_MAX, BATCH_WRITE_MAX, batch_get, batch_write
-from sandbox_ledger.ddb.steps import Call, Op, Parallel, Sleep, run_async, run_sync
 from sandbox_ledger.errors import StorageError, ThrottledError
+from sandbox_ledger.sdk.batching import BATCH_GET_MAX, BATCH_WRITE_MAX, batch_get, batch_write
+from sandbox_ledger.sdk.steps import Call, Op, Parallel, Sleep, run_async, run_sync
 
 
 def _denied(operation: str) -> ClientError:

@@ -1,5 +1,6 @@
-"""DynamoDB machinery shared by the ledger adapter (:mod:`sandbox_ledger.dynamodb`) and the
-resource record store (:mod:`sandbox_ledger.resources`).
+"""The AWS SDK machinery shared by the ledger's DynamoDB adapter (:mod:`sandbox_ledger.dynamodb`)
+and the resource record store (:mod:`sandbox_ledger.resources`): no contract here, only how
+SDK calls are made.
 
 - :mod:`.steps`: operations as generators of SDK calls, and the sync and async runners;
 - :mod:`.client`: one lazily created, reused client per adapter or store;

@@ -12,8 +12,8 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError
 
-from sandbox_ledger.ddb.steps import Op, run_async, run_sync
 from sandbox_ledger.errors import translate_client_error
+from sandbox_ledger.sdk.steps import Op, run_async, run_sync
 
 if TYPE_CHECKING:
     import asyncio
@@ -120,7 +120,7 @@ def _async_config(merged: Config, given: Config | None) -> Config:
     from aiobotocore.config import AioConfig
     from aiobotocore.endpoint import DEFAULT_HTTP_SESSION_CLS
 
-    from sandbox_ledger.ddb.tls import SharedTLSSession
+    from sandbox_ledger.sdk.tls import SharedTLSSession
 
     session_cls, connector_args = SharedTLSSession, None
     if isinstance(given, AioConfig):

@@ -30,7 +30,7 @@ from typing import Any
 
 from botocore.httpsession import get_cert_path
 
-from sandbox_ledger.ddb.client import require_async_extra
+from sandbox_ledger.sdk.client import require_async_extra
 
 try:
     from aiobotocore.httpsession import AIOHTTPSession
