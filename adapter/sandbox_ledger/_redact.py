@@ -46,7 +46,7 @@ def redact_url(url: str) -> str:
     if "://" not in url:
         return _KEYWORD_PASSWORD.sub(f"password={MASK}", url)
     scheme, rest = url.split("://", 1)
-    userinfo, rest = _userinfo(rest)
+    userinfo, rest = split_userinfo(rest)
     if userinfo is not None:
         user, colon, _ = userinfo.partition(":")
         rest = (f"{user}:{MASK}" if colon else user) + rest
@@ -56,20 +56,25 @@ def redact_url(url: str) -> str:
     return f"{scheme}://{head}{mark}{query}"
 
 
-def _userinfo(rest: str) -> tuple[str | None, str]:
+def split_userinfo(rest: str) -> tuple[str | None, str]:
     """A URL's userinfo (what is after ``://`` and before its '@') and the rest from that
     '@' on, or None and ``rest`` when it has none.
 
-    A password may hold '@', ':', '/', '?' or a space unencoded (libpq reads a password up to
-    the first '@' it finds before a '/', a careless one up to the last): the userinfo ends at
-    the last '@' whose user name (before the first ':') holds no '/' or '?' (libpq takes a
-    '#' in it as part of the name), so an '@' in the path or the query (a
-    ``sqlite:///a:b@c/x.db`` path, an ``endpoint_url`` of the query) is no userinfo.
+    The userinfo ends at an '@' before the query (the first '?' after the first '/'): an '@'
+    in a query value is no userinfo. Of those, the last one whose user name (before the first
+    ':') holds no '/' ends it, so a password holding '@' or '/' unencoded is masked whole (the
+    safe side of libpq, which stops at the first '@' before a '/' and then quotes the rest as
+    a host). Before the first '/' a '?' or '#' belongs to the user name or the password, as
+    libpq reads them (it has no fragment); after it, a user name holding '?' is a query's
+    (``dynamodb://T?endpoint_url=https://u:pw@proxy``), and a path's '@'
+    (``sqlite:///a:b@c/x.db``) is no userinfo either.
     """
-    at = rest.rfind("@")
+    slash = rest.find("/")
+    query = rest.find("?", slash) if slash >= 0 else -1
+    at = rest.rfind("@", 0, query if query >= 0 else len(rest))
     while at >= 0:
         user = rest[:at].partition(":")[0]
-        if not any(c in user for c in "/?"):
+        if "/" not in user and (slash < 0 or at < slash or "?" not in user):
             return rest[:at], rest[at:]
         at = rest.rfind("@", 0, at)
     return None, rest
@@ -97,7 +102,7 @@ def passwords(url: str) -> set[str]:
             if value.startswith("'"):
                 found.add(re.sub(r"\\(.)", r"\1", value.strip("'")))
     else:
-        userinfo, rest = _userinfo(url.split("://", 1)[1])
+        userinfo, rest = split_userinfo(url.split("://", 1)[1])
         if userinfo is not None and ":" in userinfo:
             found.add(userinfo.partition(":")[2])
         query = rest.partition("?")[2]
@@ -134,7 +139,7 @@ def scrub(text: str, *sources: str | None) -> str:
 def _forms(secret: str) -> set[str]:
     forms = {secret, quote(secret, safe=""), quote(secret), secret.replace("'", "\\'")}
     # A driver may quote a piece of a malformed URL (postgresql://u:a@b@host: host "b@host").
-    pieces = re.split(r"[@:/\s']", secret)
+    pieces = re.split(r"[@:/?#\s']", secret)
     return forms | {piece for piece in pieces if len(piece) >= _SCRUB_MIN["source"]}
 
 
@@ -143,7 +148,7 @@ def _placed_forms(secret: str) -> dict[str, str]:
     as a value (libpq's 'unexpected spaces found in "a b"') or as a host before the
     next '@' (libpq and psycopg end the password at the first '@': "failed to resolve host
     'b@host'" for ``u:a@b@host``)."""
-    pieces = {secret, *re.split(r"[@:/\s']", secret)}
+    pieces = {secret, *re.split(r"[@:/?#\s']", secret)}
     forms = {f"{q}{piece}{q}": f"{q}{MASK}{q}" for piece in pieces if piece for q in "\"'"}
     return forms | {f"{piece}@": f"{MASK}@" for piece in secret.split("@")[1:] if piece}
 
@@ -151,7 +156,7 @@ def _placed_forms(secret: str) -> dict[str, str]:
 # A URL inside a longer text (an error message quoting a DSN, a suggested command).
 # Its password may hold spaces (up to the '@' that ends the userinfo, on the same line).
 _URL_IN_TEXT = re.compile(
-    r"[a-zA-Z][a-zA-Z0-9+.-]*://(?:[^\s'\"`@/?#]*:[^\n'\"`@/]{0,256}@)?[^\s'\"`]*"
+    r"[a-zA-Z][a-zA-Z0-9+.-]*://(?:[^\s'\"`@/]*:[^\n'\"`@/]{0,256}@)?[^\s'\"`]*"
 )
 
 

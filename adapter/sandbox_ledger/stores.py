@@ -27,7 +27,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
-from sandbox_ledger._redact import redact_url, scrub
+from sandbox_ledger._redact import redact_url, scrub, split_userinfo
 from sandbox_ledger.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -59,19 +59,11 @@ def parse_store_url(url: str) -> tuple[str, dict[str, Any]]:
     scheme = url.split("://", 1)[0].lower()
     if scheme not in SCHEMES:
         raise _bad(url, f"unknown scheme {scheme!r} (expected one of {', '.join(SCHEMES)})")
-    parts = urlsplit(url)
     if scheme in ("postgresql", "postgres"):
-        # As libpq reads a URI's query: %XX decoded, '+' is a plus (a password may hold one).
-        pairs = [
-            (unquote(key), unquote(value))
-            for key, _, value in (p.partition("=") for p in parts.query.split("&") if p)
-        ]
-    else:
-        pairs = parse_qsl(parts.query, keep_blank_values=True)
-    options = dict(pairs)
-    repeated = sorted(key for key, n in Counter(key for key, _ in pairs).items() if n > 1)
-    if repeated:
-        raise _bad(url, f"option(s) {', '.join(repeated)} given more than once")
+        return _postgres(url)
+    parts = urlsplit(url)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    options = _options(url, pairs)
     if scheme == "memory":
         if parts.netloc or parts.path or parts.query:
             raise _bad(url, "memory:// takes no name, path or options")
@@ -90,19 +82,6 @@ def parse_store_url(url: str) -> tuple[str, dict[str, Any]]:
             kwargs["busy_timeout"] = _number(url, options, "busy_timeout")
         _retention(url, options, kwargs)
         return "sqlite", kwargs
-    if scheme in ("postgresql", "postgres"):
-        kwargs = {}
-        _retention(url, options, kwargs)
-        options.pop("retention_days", None)
-        schema = options.pop("schema", None)
-        # postgresql:// alone is allowed: libpq's defaults (PGHOST, PGDATABASE, ...). Built by
-        # hand: urlunsplit drops an empty host (postgresql:///db, a Unix socket), and libpq
-        # decodes %XX but not '+', so a space is written %20.
-        query = urlencode(options, quote_via=quote)
-        kwargs["dsn"] = f"postgresql://{parts.netloc}{parts.path}" + (f"?{query}" if query else "")
-        if schema is not None:
-            kwargs["schema"] = schema
-        return "postgresql", kwargs
     table = unquote(parts.netloc)
     if not table:
         raise _bad(url, "no table name (dynamodb://TABLE)")
@@ -120,6 +99,42 @@ def parse_store_url(url: str) -> tuple[str, dict[str, Any]]:
         kwargs["shard_count"] = _whole(url, options, "shard_count")
     _retention(url, options, kwargs)
     return "dynamodb", kwargs
+
+
+def _options(url: str, pairs: list[tuple[str, str]]) -> dict[str, str]:
+    repeated = sorted(key for key, n in Counter(key for key, _ in pairs).items() if n > 1)
+    if repeated:
+        raise _bad(url, f"option(s) {', '.join(repeated)} given more than once")
+    return dict(pairs)
+
+
+def _postgres(url: str) -> tuple[str, dict[str, Any]]:
+    """A PostgreSQL URL split as libpq splits it, not as :func:`urllib.parse.urlsplit` does:
+    the userinfo ends at the first '@' before a '/' (a password may hold '#' or '?'
+    unencoded; libpq has no fragment), and the query starts at the first '?' after it. The
+    DSN handed to the driver is the URL less the options this package takes."""
+    userinfo, rest = split_userinfo(url.split("://", 1)[1])
+    if userinfo is not None:
+        rest = rest[1:]  # the '@'
+    location, _, query = rest.partition("?")
+    # As libpq reads a URI's query: %XX decoded, '+' is a plus (a password may hold one).
+    pairs = [
+        (unquote(key), unquote(value))
+        for key, _, value in (p.partition("=") for p in query.split("&") if p)
+    ]
+    options = _options(url, pairs)
+    kwargs: dict[str, Any] = {}
+    _retention(url, options, kwargs)
+    options.pop("retention_days", None)
+    schema = options.pop("schema", None)
+    # postgresql:// alone is allowed: libpq's defaults (PGHOST, PGDATABASE, ...). libpq
+    # decodes %XX but not '+', so a space is written %20.
+    query = urlencode(options, quote_via=quote)
+    credentials = f"{userinfo}@" if userinfo is not None else ""
+    kwargs["dsn"] = f"postgresql://{credentials}{location}" + (f"?{query}" if query else "")
+    if schema is not None:
+        kwargs["schema"] = schema
+    return "postgresql", kwargs
 
 
 def is_ephemeral(url: str) -> bool:

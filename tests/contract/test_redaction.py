@@ -256,3 +256,51 @@ def test_the_forms_the_second_red_team_found_are_masked() -> None:
     with pytest.raises(InvalidInputError) as bad:
         open_store(f"postgresql://127.0.0.1/postgres?PASSWORD={quote(SECRET, safe='')}&schema=Bad")
     assert_hidden(str(bad.value))
+
+
+# The third red team's forms: libpq ends a URL's userinfo at the first '@' before a '/', so a
+# '#' or '?' in the password or a '?' in the user name is part of it; an '@' in a query value
+# is not. Each through the redactor, open_store's refusals, the real driver and the CLI.
+THIRD = {
+    "'#' in the password": "postgresql://u:Cq7ab#cdXYZ@127.0.0.1:{port}/postgres",
+    "'?' in the password": "postgresql://u:Cq7ab?cdXYZ@127.0.0.1:{port}/postgres",
+    "'?' in the user name": "postgresql://u?x:Cq7abcdXYZ@127.0.0.1:{port}/postgres",
+    "'@' in a query value": (
+        "postgresql://u:Cq7abcdXYZ@127.0.0.1:{port}/postgres?application_name=ops@team"
+    ),
+}
+THIRD_PIECES = ("Cq7ab", "cdXYZ", "Cq7abcdXYZ")
+
+
+def test_the_forms_the_third_red_team_found_are_masked(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="psycopg.pool")
+    port = closed_port()
+    for form, template in THIRD.items():
+        url = template.format(port=port)
+        shown = redact_url(url)
+        assert not any(p in shown for p in THIRD_PIECES), (form, shown)
+        assert f"127.0.0.1:{port}/postgres" in shown, (form, shown)  # not mangled
+        assert not any(p in scrub(f"cannot connect to {url}") for p in THIRD_PIECES), form
+        with pytest.raises(InvalidInputError) as bad:
+            open_store(f"{url}{'&' if '?' in url.split('/', 3)[-1] else '?'}retention_days=0")
+        assert "retention_days" in str(bad.value) and f"127.0.0.1:{port}" in str(bad.value)
+        assert not any(p in str(bad.value) for p in THIRD_PIECES), (form, str(bad.value))
+        # The DSN handed to the driver is the URL as libpq reads it (the password whole).
+        _, kwargs = parse_store_url(url)
+        from psycopg.conninfo import conninfo_to_dict
+
+        assert conninfo_to_dict(kwargs["dsn"]) == conninfo_to_dict(url), form
+        with pytest.raises(StorageError) as failed:
+            asyncio.run(PostgresAdapter(kwargs["dsn"], timeout=0.3).connect())
+        assert not any(p in str(failed.value) for p in THIRD_PIECES), (form, str(failed.value))
+    logged = " ".join(r.getMessage() for r in caplog.records if r.name == "psycopg.pool")
+    assert not any(p in logged for p in THIRD_PIECES), logged
+
+
+def test_an_endpoint_url_with_a_hash_in_its_password_is_masked() -> None:
+    url = "http://u:Cq7ab#cdXYZ@127.0.0.1:1"
+    assert not any(p in redact_url(url) for p in THIRD_PIECES), redact_url(url)
+    assert not any(p in scrub(f"could not connect to {url}: refused") for p in THIRD_PIECES)
+    assert not any(
+        p in scrub("Port could not be cast to integer value as 'Cq7ab'", url) for p in THIRD_PIECES
+    )
