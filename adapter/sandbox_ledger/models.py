@@ -79,7 +79,8 @@ class LedgerEntry(WireModel):
 
     def unstorable(self) -> tuple[str, str] | None:
         """The first field that no store can hold, and why, or None."""
-        return find_unstorable(self.wire(), "entry")
+        wire = self.wire()
+        return _nul_in_text(wire, "entry", _ENTRY_TEXT) or find_unstorable(wire, "entry")
 
 
 def require_storable(value: LedgerEntry | EnvironmentRecord) -> None:
@@ -161,4 +162,22 @@ class EnvironmentRecord(WireModel):
 
     def unstorable(self) -> tuple[str, str] | None:
         """The first field that no store can hold, and why, or None."""
-        return find_unstorable(self.wire(), "record")
+        wire = self.wire()
+        return _nul_in_text(wire, "record", ("name",)) or find_unstorable(wire, "record")
+
+
+_ENTRY_TEXT = ("name", "sandboxId", "event", "error")
+"""The entry's fields stored as text columns (keys and indexed values) on the SQL stores."""
+
+
+def _nul_in_text(
+    wire: dict[str, Any], path: str, fields: tuple[str, ...]
+) -> tuple[str, str] | None:
+    """NUL in a field a store keeps as text: PostgreSQL text cannot hold it, so no store
+    takes it (a ledger one store took could not move to PostgreSQL). In a payload or an
+    unknown field it is JSON, escaped, and stored everywhere."""
+    for field in fields:
+        value = wire.get(field)
+        if isinstance(value, str) and "\x00" in value:
+            return f"{path}.{field}", "contains NUL (\\x00), which PostgreSQL text cannot hold"
+    return None

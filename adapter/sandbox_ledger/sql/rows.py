@@ -217,10 +217,10 @@ def encode_entry(entry: object, *, key: str, nul_ok: bool = True) -> EventRow:
             beyond 64 bits (``stepIndex``, ``branch``).
     """
     e = check_entry(entry)
+    require_storable(e)  # first: what no store takes is refused alike everywhere
     check_text(e.name, "name", nul_ok=nul_ok)
     check_text(e.sandbox_id, "sandboxId", nul_ok=nul_ok)
     check_session_key(e.name, e.sandbox_id)
-    require_storable(e)
     for field in e.model_extra or {}:
         raise InvalidInputError(
             field,
@@ -301,6 +301,7 @@ def decode_details(
 def encode_environment(record: object, *, nul_ok: bool = True) -> tuple[str, int, str]:
     """(name, builtAt, the record's wire JSON text) of an environment record."""
     r = check_record(record)
+    require_storable(r)
     check_text(r.name, "name", nul_ok=nul_ok)
     check_environment_name(r.name)
     return r.name, r.built_at, _json_text(r.wire(), "record")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sandbox_ledger.errors import KeyTooLongError
+from sandbox_ledger.errors import InvalidInputError, KeyTooLongError
 from sandbox_ledger.models import EnvironmentRecord, LedgerEvent, ListSandboxOptions
 from sandbox_ledger.testing._build import entry, session
 
@@ -70,6 +70,31 @@ class StoreParityContract:
         # Nothing else was touched.
         assert len(await adapter.read_all("n", "s")) == 4
         assert [e.name for e in await adapter.list_environments()] == ["e"]
+
+    async def test_nul_in_a_text_field_is_refused_by_every_store(
+        self, adapter: StorageAdapter
+    ) -> None:
+        """PostgreSQL text cannot hold NUL, so no store takes it in a name, id, event or
+        error (a ledger one store took could not move to PostgreSQL): refused before any
+        write, naming the field. In a payload it is JSON (escaped) and stored everywhere."""
+        refused = (
+            ("name", entry("n\x00", "s", LedgerEvent.SandboxCreated, 1)),
+            ("sandboxId", entry("n", "s\x00", LedgerEvent.SandboxCreated, 1)),
+            ("event", entry("n", "s", "custom\x00", 1)),
+            ("error", entry("n", "s", LedgerEvent.ExecComplete, 1, error="boom\x00")),
+        )
+        for field, bad in refused:
+            with pytest.raises(InvalidInputError) as refusal:
+                await adapter.append(bad)
+            assert refusal.value.field == f"entry.{field}", refusal.value
+        with pytest.raises(InvalidInputError) as refusal:
+            await adapter.save_environment(EnvironmentRecord(name="e\x00", built_at=1))
+        assert refusal.value.field == "record.name"
+        assert await adapter.read_all("n", "s") == []
+        assert await adapter.list_environments() == []
+        await adapter.append(entry("n", "s", LedgerEvent.SandboxCreated, 1, payload="a\x00b"))
+        [kept] = await adapter.read_all("n", "s")
+        assert kept.payload == "a\x00b"
 
     async def test_one_length_rule_for_environment_names(self, adapter: StorageAdapter) -> None:
         longest = "é" * 512  # 1,024 UTF-8 bytes: DynamoDB's sort-key limit
