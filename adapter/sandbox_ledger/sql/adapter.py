@@ -17,16 +17,19 @@ import time
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
+from sandbox_ledger.follow import DEFAULT_POLL, Position, drive_async, start
 from sandbox_ledger.keys import check_environment_name, check_retention
+from sandbox_ledger.sql import follow as live
 from sandbox_ledger.sql import retention as ret
 from sandbox_ledger.sql import rows
 from sandbox_ledger.sql.schema import migrate
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Mapping, Sequence
+    from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
     from datetime import timedelta
     from types import TracebackType
 
+    from sandbox_ledger.follow import Batch, FollowedEntry, Poll, PollSettings
     from sandbox_ledger.models import (
         CheckpointInfo,
         EnvironmentRecord,
@@ -251,6 +254,29 @@ class SQLAdapter(ABC):
     async def list_all_sandbox_page(self, opts: ListSandboxOptions | None = None) -> SandboxPage:
         """One page of sessions of every name and the cursor of the next."""
         return await self._page(rows.list_query(None, opts, await self._identity()))
+
+    follow_poll: PollSettings = DEFAULT_POLL
+    """How often ``follow`` polls while idle (see :class:`~sandbox_ledger.follow.PollSettings`)."""
+
+    async def follow(
+        self, name: str, sandbox_id: str, *, after: str | None = None, until_closed: bool = True
+    ) -> AsyncGenerator[FollowedEntry, None]:
+        """The session's entries in append order as they are appended (see
+        :class:`~sandbox_ledger.protocol.FollowAdapter` and :mod:`sandbox_ledger.sql.follow`):
+        an indexed read per poll, backing off while idle."""
+        key = self._key(name, sandbox_id)
+        statements = live.FollowStatements(self.queries)
+        position = Position(await self._identity(), key["name"], key["sandbox_id"])
+        flow = start(
+            position, after, live.check_state, until_closed=until_closed, settings=self.follow_poll
+        )
+
+        async def step(request: Poll) -> Batch:
+            params = {**key, "now": _now()}
+            return await self._read(lambda conn: live.poll(conn, statements, params, request.state))
+
+        async for followed in drive_async(flow, step):
+            yield followed
 
     async def _identity(self) -> str:
         """The store the listings' cursors are bound to (read on the first listing only)."""
