@@ -82,6 +82,9 @@ class Batch:
 
     found: list[tuple[dict[str, Any], LedgerEntry]]
     gone: bool = False
+    due: float | None = None
+    """Seconds until an entry the store holds back is due (DynamoDB's settle window): the
+    next poll comes then, if that is sooner than the backoff's."""
 
 
 @dataclass(frozen=True)
@@ -184,6 +187,8 @@ def follow_flow(
             return
         idle = 0 if batch.found else idle + 1
         wait = settings.delay(idle) if idle else 0.0
+        if batch.due is not None:
+            wait = min(wait, batch.due)
 
 
 def _advance(flow: Flow, reply: Batch | None) -> FlowStep | None:

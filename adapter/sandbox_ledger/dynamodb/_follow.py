@@ -24,7 +24,7 @@ follower ends).
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger import keys as k
 from sandbox_ledger.ddb.attributes import S
@@ -33,6 +33,9 @@ from sandbox_ledger.ddb.steps import Call, Op
 from sandbox_ledger.dynamodb import _items as it
 from sandbox_ledger.follow import Batch, Poll, PollSettings, bad_after
 from sandbox_ledger.keys import LedgerAttr as A
+
+if TYPE_CHECKING:
+    from sandbox_ledger.models import LedgerEntry
 
 __all__ = ["SETTLE_MS", "SessionPoller", "check_state"]
 
@@ -85,30 +88,33 @@ class SessionPoller:
                 "ConsistentRead": True,
             }
         )
-        found = self._settled(items)
+        found, due = self._settled(items)
         if found:
-            return Batch(found)
+            return Batch(found, due=due)
         if request.idle % self.settings.liveness_every == 0:
-            return Batch([], gone=(yield from self._deleted()))
-        return Batch([])
+            return Batch([], gone=(yield from self._deleted()), due=due)
+        return Batch([], due=due)
 
-    def _settled(self, items: list[Any]) -> list[tuple[dict[str, Any], Any]]:
+    def _settled(
+        self, items: list[Any]
+    ) -> tuple[list[tuple[dict[str, Any], LedgerEntry]], float | None]:
         """The whole, settled entries among ``items``, in sort-key order, up to the first that
-        is not (held back, or a head read without a part: a delete is taking it)."""
+        is not (held back, or a head read without a part: a delete is taking it), and the
+        seconds until the first one held back is due."""
         now_s = it.now_s()
         keyed, broken = it.assemble_entries(
             self.name, self.sandbox_id, [i for i in items if it.live(i, now_s)]
         )
         stop = min((b.head_sk for b in broken), default=None)
         horizon = time.time_ns() // 1_000_000 - self.settle_ms if self.settle_ms else None
-        out = []
+        out: list[tuple[dict[str, Any], LedgerEntry]] = []
         for head_sk, entry in keyed:
             if stop is not None and head_sk >= stop:
                 break
             if horizon is not None and entry.ts > horizon:
-                break
+                return out, (entry.ts - horizon) / 1000
             out.append(({"sk": head_sk}, entry))
-        return out
+        return out, None
 
     def _exists(self, head_sk: str) -> Op[bool]:
         found = yield Call(
