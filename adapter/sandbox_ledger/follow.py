@@ -211,15 +211,23 @@ def drive(flow: Flow, poll: Callable[[Poll], Batch]) -> Generator[FollowedEntry,
             reply = poll(step)
 
 
+async def _sleep(step: Poll) -> None:
+    await asyncio.sleep(step.wait)
+
+
 async def drive_async(
-    flow: Flow, poll: Callable[[Poll], Awaitable[Batch]]
+    flow: Flow,
+    poll: Callable[[Poll], Awaitable[Batch]],
+    wait: Callable[[Poll], Awaitable[None]] = _sleep,
 ) -> AsyncGenerator[FollowedEntry, None]:
-    """Run ``flow`` on the running event loop: each :class:`Poll` by awaiting ``poll``."""
+    """Run ``flow`` on the running event loop: each :class:`Poll` by awaiting ``poll``,
+    after ``wait`` (default: sleep its ``wait``; a store that is told of new entries wakes
+    sooner)."""
     with contextlib.closing(flow):
         reply = None
         while (step := _advance(flow, reply)) is not None:
             if not isinstance(step, FollowedEntry):
-                await asyncio.sleep(step.wait)
+                await wait(step)
                 reply = await poll(step)
             else:
                 reply = None

@@ -13,6 +13,7 @@ once, over a statement in ``Statements`` (or one in each dialect's subclass wher
 
 from __future__ import annotations
 
+import asyncio
 import time
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
@@ -267,16 +268,26 @@ class SQLAdapter(ABC):
         key = self._key(name, sandbox_id)
         statements = live.FollowStatements(self.queries)
         position = Position(await self._identity(), key["name"], key["sandbox_id"])
+        settings, wait = await self._follow_wake()
         flow = start(
-            position, after, live.check_state, until_closed=until_closed, settings=self.follow_poll
+            position, after, live.check_state, until_closed=until_closed, settings=settings
         )
 
         async def step(request: Poll) -> Batch:
             params = {**key, "now": _now()}
             return await self._read(lambda conn: live.poll(conn, statements, params, request.state))
 
-        async for followed in drive_async(flow, step):
+        async for followed in drive_async(flow, step, wait):
             yield followed
+
+    async def _follow_wake(self) -> tuple[PollSettings, Callable[[Poll], Awaitable[None]]]:
+        """A new follower's poll schedule and how it waits between polls: the dialect's hook
+        (PostgreSQL: woken by notifications); here it sleeps on ``follow_poll``."""
+
+        async def sleep(step: Poll) -> None:
+            await asyncio.sleep(step.wait)
+
+        return self.follow_poll, sleep
 
     async def _identity(self) -> str:
         """The store the listings' cursors are bound to (read on the first listing only)."""
