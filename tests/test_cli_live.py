@@ -127,3 +127,14 @@ def test_a_closed_pipe_ends_it_with_the_position(tmp_path: Path) -> None:
     stderr = proc.stderr.read()
     assert proc.returncode == 141, stderr
     assert "position: " in stderr and "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("where", [[], ["--store", "memory://"]])
+def test_follow_refuses_a_store_nothing_else_can_write(
+    runner: CliRunner, where: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for variable in ("SANDBOX_LEDGER_TABLE", "SANDBOX_LEDGER_STORE"):
+        monkeypatch.delenv(variable, raising=False)
+    result = runner.invoke(app, [*where, "tail", "job", "sb", "--follow"])
+    assert result.exit_code == 2, result.output
+    assert "--table NAME" in result.stderr

@@ -79,3 +79,18 @@ async def test_followers_go_on_when_the_listening_connection_is_lost(
         assert time.perf_counter() - stored < 1.5
     finally:
         await stream.aclose()
+
+
+async def test_a_name_postgres_cannot_store_is_a_session_that_never_begins(
+    adapter: PostgresAdapter,
+) -> None:
+    """NUL cannot be stored in PostgreSQL text: following such a name waits, as following
+    any session not begun does, instead of failing on the server's refusal."""
+    await adapter.append(entry("f", "other", LedgerEvent.SandboxCreated, 1))  # connected
+    stream = adapter.follow("a\x00b", "s")
+    waiting = asyncio.create_task(anext(stream))
+    await asyncio.sleep(1.5)
+    assert not waiting.done()
+    waiting.cancel()
+    await asyncio.gather(waiting, return_exceptions=True)
+    await stream.aclose()

@@ -78,7 +78,22 @@ def tail(
         for entry in entries:
             sys.stdout.write(entry_line(entry, as_json=as_json) + "\n")
         return
+    _refuse_ephemeral(target)
     _follow(target, ledger, name, sandbox_id, after, until_closed=not forever, as_json=as_json)
+
+
+def _refuse_ephemeral(target: Target) -> None:
+    """Following waits for other writers: a store that lives only as long as this command
+    (the embedded DynamoDB, memory://) would have none, and the wait would never end."""
+    from sandbox_ledger.stores import is_ephemeral
+
+    if target.embedded or (target.store and is_ephemeral(target.store)):
+        raise CommandError(
+            "tail --follow waits for entries other programs append: name their table with "
+            "--table NAME (or SANDBOX_LEDGER_TABLE) or their store with --store URL; this "
+            "store lives only as long as this command",
+            ExitCode.USAGE,
+        )
 
 
 def _follow(

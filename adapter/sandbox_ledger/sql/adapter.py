@@ -18,7 +18,7 @@ import time
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
-from sandbox_ledger.follow import DEFAULT_POLL, Position, drive_async, start
+from sandbox_ledger.follow import DEFAULT_POLL, Batch, Position, drive_async, start
 from sandbox_ledger.keys import check_environment_name, check_retention
 from sandbox_ledger.sql import follow as live
 from sandbox_ledger.sql import retention as ret
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from datetime import timedelta
     from types import TracebackType
 
-    from sandbox_ledger.follow import Batch, FollowedEntry, Poll, PollSettings
+    from sandbox_ledger.follow import FollowedEntry, Poll, PollSettings
     from sandbox_ledger.models import (
         CheckpointInfo,
         EnvironmentRecord,
@@ -275,6 +275,8 @@ class SQLAdapter(ABC):
 
         async def step(request: Poll) -> Batch:
             params = {**key, "now": _now()}
+            if self._never_stored(key):  # a session no write can make: it never begins
+                return Batch([])
             return await self._read(lambda conn: live.poll(conn, statements, params, request.state))
 
         async for followed in drive_async(flow, step, wait):
