@@ -109,7 +109,8 @@ def test_ctrl_c_prints_where_to_resume(runner: CliRunner, tmp_path: Path) -> Non
     # Resuming there prints only what came after.
     _append(db, "exec.complete", "sandbox.closed", start=2)
     after = _resume_position(stderr)
-    result = runner.invoke(app, [*_store(db), "tail", "job", "sb 1", "--after", after, "--json"])
+    pasted = f" {after}\n"  # as copied from a terminal line
+    result = runner.invoke(app, [*_store(db), "tail", "job", "sb 1", "--after", pasted, "--json"])
     assert result.exit_code == 0, result.output
     assert [json.loads(x)["payload"]["i"] for x in result.stdout.splitlines()] == [2, 3]
 

@@ -21,6 +21,7 @@ from sandbox_ledger.cli.app import (
     _clip,
     _ledger,
     _missing_session,
+    _pasted,
     _quote,
     _target,
     app,
@@ -69,6 +70,7 @@ def tail(
     if output not in ("text", "json"):
         raise CommandError(f"--output: expected text or json, got {output!r}", ExitCode.USAGE)
     as_json = as_json or output == "json"
+    after = _pasted(after)
     target = _target(store)
     ledger = _ledger(target)
     if not (follow or after or forever):
