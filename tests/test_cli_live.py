@@ -85,7 +85,14 @@ def _spawn(db: Path, *args: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        # As a terminal starts it: a run launched in the background (`make test &`) would
+        # pass SIGINT on ignored, and Python then never raises KeyboardInterrupt.
+        preexec_fn=_default_sigint,
     )
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _resume_position(stderr: str) -> str:

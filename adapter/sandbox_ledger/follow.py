@@ -13,7 +13,6 @@ is refused with :class:`~sandbox_ledger.errors.InvalidInputError` naming ``after
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from collections.abc import Generator
@@ -212,6 +211,8 @@ def drive(flow: Flow, poll: Callable[[Poll], Batch]) -> Generator[FollowedEntry,
 
 
 async def _sleep(step: Poll) -> None:
+    import asyncio  # here: building a DynamoDB adapter must not load the async stack
+
     await asyncio.sleep(step.wait)
 
 
