@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -74,6 +75,24 @@ def test_a_bad_position_is_a_usage_error(runner: CliRunner, tmp_path: Path) -> N
     assert "after" in result.stderr
     bad = runner.invoke(app, [*_store(db), "tail", "job", "sb 1", "--output", "yaml"])
     assert bad.exit_code == 2 and "--output" in bad.stderr
+
+
+@pytest.fixture(autouse=True)
+def _no_follower_left(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Whatever a test asserts, no follower it started outlives it."""
+    started: list[subprocess.Popen[str]] = []
+    popen = subprocess.Popen
+
+    def spawn(*args: Any, **kwargs: Any) -> subprocess.Popen[str]:
+        started.append(popen(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(subprocess, "Popen", spawn)
+    yield
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def _spawn(db: Path, *args: str) -> subprocess.Popen[str]:
