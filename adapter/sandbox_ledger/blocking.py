@@ -28,8 +28,9 @@ import threading
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from collections.abc import Coroutine
+    from collections.abc import AsyncGenerator, Coroutine, Generator
 
+    from sandbox_ledger.follow import FollowedEntry
     from sandbox_ledger.models import (
         CheckpointInfo,
         EnvironmentRecord,
@@ -172,6 +173,39 @@ class BlockingAdapter:
 
     def ledger_retention(self) -> int | None:
         return self._run(self.adapter.ledger_retention())
+
+    # -- following a session (FollowAdapter), without await ----------------------------------
+
+    def follow(
+        self, name: str, sandbox_id: str, *, after: str | None = None, until_closed: bool = True
+    ) -> Generator[FollowedEntry, None, None]:
+        """The adapter's ``follow`` as a plain iterator: each entry is waited for on the
+        facade's loop; closing the iterator (or Ctrl-C while it waits) stops the follower."""
+        from sandbox_ledger.protocol import FollowAdapter
+
+        if not isinstance(self.adapter, FollowAdapter):
+            raise TypeError(f"{type(self.adapter).__name__} cannot follow a session")
+        stream = self.adapter.follow(name, sandbox_id, after=after, until_closed=until_closed)
+        return self._iterate(stream)
+
+    def _iterate(
+        self, stream: AsyncGenerator[FollowedEntry, None]
+    ) -> Generator[FollowedEntry, None, None]:
+        async def next_one() -> FollowedEntry | None:
+            try:
+                return await anext(stream)
+            except StopAsyncIteration:
+                return None
+
+        async def stop() -> None:
+            await stream.aclose()
+
+        try:
+            while (found := self._run(next_one())) is not None:
+                yield found
+        finally:
+            if self._loop is not None:
+                self._run(stop())
 
 
 def open_blocking_store(url: str) -> BlockingAdapter:

@@ -10,6 +10,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger.errors import InvalidInputError
+from sandbox_ledger.follow import (
+    DEFAULT_POLL,
+    Batch,
+    Poll,
+    PollSettings,
+    Position,
+    bad_after,
+    drive_async,
+    start,
+)
 from sandbox_ledger.keys import (
     check_component,
     check_environment_name,
@@ -34,9 +44,11 @@ from sandbox_ledger.summary import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncGenerator
     from datetime import timedelta
     from types import TracebackType
 
+    from sandbox_ledger.follow import FollowedEntry
     from sandbox_ledger.models import (
         CheckpointInfo,
         ListSandboxOptions,
@@ -273,6 +285,34 @@ class MemoryAdapter:
         records = sorted(self._environments.values(), key=lambda r: -r.built_at)
         return [r.model_copy(deep=True) for r in records]
 
+    follow_poll: PollSettings = DEFAULT_POLL
+    """How often ``follow`` polls while idle (see :class:`~sandbox_ledger.follow.PollSettings`)."""
+
+    def follow(
+        self, name: str, sandbox_id: str, *, after: str | None = None, until_closed: bool = True
+    ) -> AsyncGenerator[FollowedEntry, None]:
+        """The session's entries in append order as they are appended (see
+        :class:`~sandbox_ledger.protocol.FollowAdapter`); a poll reads this process's memory."""
+        key = (_require(name, "name"), _require(sandbox_id, "sandboxId"))
+        position = Position(self._store, *key)
+        flow = start(
+            position, after, _follow_state, until_closed=until_closed, settings=self.follow_poll
+        )
+
+        async def step(request: Poll) -> Batch:
+            return self._follow_poll(key, request.state)
+
+        return drive_async(flow, step)
+
+    def _follow_poll(self, key: tuple[str, str], state: dict[str, Any] | None) -> Batch:
+        session = self._sessions.get(key)
+        if session is None or (state is not None and session.seq != state["s"]):
+            # Deleted (and maybe begun again: another session); before it began, wait.
+            return Batch([], gone=state is not None)
+        last = -1 if state is None else state["q"]
+        new = sorted((t for t in self._live_events(session) if t[1] > last), key=lambda t: t[1])
+        return Batch([({"s": session.seq, "q": seq}, _copy(e)) for _, seq, e in new])
+
     def _rows(self, keep: Any) -> list[tuple[SandboxDetails, int]]:
         out = []
         for session in self._sessions.values():
@@ -286,6 +326,14 @@ class MemoryAdapter:
 _SUMMARY_EVENTS = frozenset(
     {LedgerEvent.SandboxCreated, LedgerEvent.SandboxClosed, LedgerEvent.ExecComplete}
 )
+
+
+def _follow_state(state: dict[str, Any]) -> dict[str, Any]:
+    if set(state) != {"s", "q"} or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in state.values()
+    ):
+        raise bad_after()
+    return state
 
 
 def _is_checkpoint(entry: LedgerEntry) -> bool:

@@ -36,6 +36,10 @@ new):
   :class:`SyncStorageAdapter` and :class:`SyncTransferAdapter` are the same contracts without
   ``await`` (``SyncDynamoDBAdapter``, and :class:`~sandbox_ledger.blocking.BlockingAdapter`
   over any async adapter).
+* **Following a session.** :class:`FollowAdapter` (and :class:`SyncFollowAdapter`) declare
+  ``follow``: a session's entries as they are appended, each with a position to resume from
+  (see :mod:`sandbox_ledger.follow` and docs/live.md). Every adapter of this library
+  implements it.
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncGenerator, Generator
+
+    from sandbox_ledger.follow import FollowedEntry
     from sandbox_ledger.models import (
         CheckpointInfo,
         EnvironmentRecord,
@@ -239,3 +246,33 @@ class SyncTransferAdapter(SyncStorageAdapter, Protocol):
     def append_once(self, entry: LedgerEntry, occurrence: int) -> bool: ...
 
     def ledger_retention(self) -> int | None: ...
+
+
+@runtime_checkable
+class FollowAdapter(Protocol):
+    """A store that hands out a session's entries as they are appended."""
+
+    def follow(
+        self, name: str, sandbox_id: str, *, after: str | None = None, until_closed: bool = True
+    ) -> AsyncGenerator[FollowedEntry, None]:
+        """Every entry of the session in the store's append order, those stored first, then
+        each new one once it is stored whole, each exactly once, with its position.
+
+        ``after`` (a position ``follow`` handed out for this session) starts just after that
+        entry. Ends after ``sandbox.closed`` (unless ``until_closed`` is False) and once the
+        session is deleted; otherwise waits for more.
+
+        Raises:
+            InvalidInputError: ``after`` is not a position of this session in this store
+                (field ``after``), or name/sandboxId are invalid; raised on first iteration.
+        """
+        ...
+
+
+@runtime_checkable
+class SyncFollowAdapter(Protocol):
+    """:class:`FollowAdapter` without ``await``: ``follow`` is a plain iterator."""
+
+    def follow(
+        self, name: str, sandbox_id: str, *, after: str | None = None, until_closed: bool = True
+    ) -> Generator[FollowedEntry, None, None]: ...

@@ -77,6 +77,19 @@ class AsyncOverSync:
     async def list_environments(self) -> Any:
         return await asyncio.to_thread(self.sync.list_environments)
 
+    def follow(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        """The sync twin's iterator, each step in a worker thread."""
+        stream = self.sync.follow(*args, **kwargs)
+
+        async def steps() -> AsyncIterator[Any]:
+            try:
+                while (found := await asyncio.to_thread(next, stream, None)) is not None:
+                    yield found
+            finally:
+                await asyncio.to_thread(stream.close)
+
+        return steps()
+
     async def __aenter__(self) -> AsyncOverSync:
         await self.connect()
         return self
@@ -99,6 +112,8 @@ async def _namesake(
 
 
 class TestDynamoDBAdapter(StorageAdapterContract):
+    follows_append_order = False
+
     @pytest.fixture
     async def adapter(self, moto_endpoint: str, sync_table: str) -> AsyncIterator[DynamoDBAdapter]:
         adapter = DynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
@@ -119,6 +134,8 @@ class TestDynamoDBAdapter(StorageAdapterContract):
 
 
 class TestSyncDynamoDBAdapter(StorageAdapterContract):
+    follows_append_order = False
+
     @pytest.fixture
     async def adapter(self, moto_endpoint: str, sync_table: str) -> AsyncIterator[AsyncOverSync]:
         adapter = AsyncOverSync(SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint))
@@ -145,6 +162,8 @@ class TestSyncDynamoDBAdapter(StorageAdapterContract):
 
 class TestShardedOne(StorageAdapterContract):
     """The contract holds whatever the shard count (here: one shard, no merge)."""
+
+    follows_append_order = False
 
     @pytest.fixture
     async def adapter(self, moto_endpoint: str, table_name: str) -> AsyncIterator[DynamoDBAdapter]:

@@ -888,4 +888,4 @@ def main() -> None:
 
 
 # Commands defined in their own modules register on the apps above.
-from sandbox_ledger.cli import resource_files  # noqa: E402, F401
+from sandbox_ledger.cli import live, resource_files  # noqa: E402, F401

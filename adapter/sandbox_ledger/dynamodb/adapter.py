@@ -9,20 +9,23 @@ from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger import keys as k
 from sandbox_ledger.deployment import ShardCount, store_identity
-from sandbox_ledger.dynamodb import _ops
+from sandbox_ledger.dynamodb import _follow, _ops
 from sandbox_ledger.dynamodb._items import order_ids
 from sandbox_ledger.errors import InvalidInputError
+from sandbox_ledger.follow import DEFAULT_POLL, PollSettings, Position, drive, drive_async, start
 from sandbox_ledger.models import EnvironmentRecord, LedgerEntry, require_storable
 from sandbox_ledger.sdk.client import AsyncClientOwner, SyncClientOwner
 from sandbox_ledger.summary import validate_list_options
 from sandbox_ledger.transfer import content_digest
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncGenerator, Generator
     from datetime import timedelta
 
     from botocore.config import Config
 
     from sandbox_ledger.deployment import SweepSettings
+    from sandbox_ledger.follow import Batch, Flow, FollowedEntry, Poll
     from sandbox_ledger.models import (
         CheckpointInfo,
         ListSandboxOptions,
@@ -104,6 +107,30 @@ class _Base:
         segments = k.check_segments(segments) or _SCAN_SEGMENTS
         return _ops.scan_sessions(self.table_name, name=name, segments=segments)
 
+    settle_ms: int = _follow.SETTLE_MS
+    """How long ``follow`` holds back an entry after its ts (see :mod:`._follow`)."""
+
+    def _identity(self) -> Op[str]:
+        """What cursors and positions are bound to (read with the descriptor, once)."""
+        if self._store is None:
+            described = yield from self._shards.described()
+            self._store = yield from store_identity(self.table_name, described)
+        return self._store
+
+    follow_poll: PollSettings = DEFAULT_POLL
+    """How often ``follow`` polls while idle (see :class:`~sandbox_ledger.follow.PollSettings`)."""
+
+    def _follower(
+        self, store: str, name: str, sandbox_id: str, after: str | None, until_closed: bool
+    ) -> tuple[Flow, _follow.SessionPoller]:
+        """The follow loop of one follower and its poller (see :mod:`._follow`)."""
+        k.check_session_key(name, sandbox_id)
+        poll = self.follow_poll
+        position = Position(store, name, sandbox_id)
+        flow = start(position, after, _follow.check_state, until_closed=until_closed, settings=poll)
+        poller = _follow.SessionPoller(self.table_name, name, sandbox_id, poll, self.settle_ms)
+        return flow, poller
+
     def _list(self, name: str | None, opts: Any) -> Op[list[SandboxDetails]]:
         page = yield from self._page(name, opts)
         return page.sessions
@@ -117,10 +144,7 @@ class _Base:
         # A listing that reads or makes a cursor needs the table's identity: read with the
         # descriptor, once per client (a whole listing of one name needs neither).
         paged = checked is not None and (checked.cursor is not None or bool(checked.limit))
-        if paged and self._store is None:
-            described = yield from self._shards.described()
-            self._store = yield from store_identity(self.table_name, described)
-        store = self._store if paged else None
+        store = (yield from self._identity()) if paged else None
         return (
             yield from _ops.list_details(
                 self.table_name, name=name, opts=checked, shard_count=shards, store=store
@@ -195,6 +219,21 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
     async def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry of the session in the order it was appended (what an export replays)."""
         return await self.run(_ops.read_in_append_order(self.table_name, name, sandbox_id))
+
+    async def follow(
+        self, name: str, sandbox_id: str, *, after: str | None = None, until_closed: bool = True
+    ) -> AsyncGenerator[FollowedEntry, None]:
+        """The session's entries in ``read_all`` order as they are stored whole: one Query on
+        its partition per poll, backing off while idle (see :mod:`._follow` and
+        docs/live.md for what is held back and what an idle minute costs)."""
+        store = await self.run(self._identity())
+        flow, poller = self._follower(store, name, sandbox_id, after, until_closed)
+
+        async def step(request: Poll) -> Batch:
+            return await self.run(poller.poll(request))
+
+        async for followed in drive_async(flow, step):
+            yield followed
 
     async def ledger_retention(self) -> int | None:
         """The ledger retention this client writes with (seconds; None: keep forever; a
@@ -315,6 +354,14 @@ class SyncDynamoDBAdapter(_Base, SyncClientOwner):
     def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry of the session in the order it was appended."""
         return self.run(_ops.read_in_append_order(self.table_name, name, sandbox_id))
+
+    def follow(
+        self, name: str, sandbox_id: str, *, after: str | None = None, until_closed: bool = True
+    ) -> Generator[FollowedEntry, None, None]:
+        """:meth:`DynamoDBAdapter.follow` as a plain iterator."""
+        store = self.run(self._identity())
+        flow, poller = self._follower(store, name, sandbox_id, after, until_closed)
+        return drive(flow, lambda request: self.run(poller.poll(request)))
 
     def ledger_retention(self) -> int | None:
         """The ledger retention this client writes with (see DynamoDBAdapter)."""

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sandbox_ledger._redact import ScrubbingFilter, redact_url, scrub
 from sandbox_ledger.errors import ConfigurationError, StorageError
+from sandbox_ledger.postgres.listen import Listener, Waker
 from sandbox_ledger.sql import rows
 from sandbox_ledger.sql.adapter import SQLAdapter
 from sandbox_ledger.sql.schema import Migration, load_migrations
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from psycopg import AsyncConnection
     from psycopg_pool import AsyncConnectionPool
 
+    from sandbox_ledger.follow import Poll, PollSettings
     from sandbox_ledger.models import LedgerEntry
     from sandbox_ledger.sql.connection import Connection
 
@@ -159,6 +161,7 @@ class PostgresAdapter(SQLAdapter):
         self._timeout = timeout
         self._lock = asyncio.Lock()
         self._log_filter: ScrubbingFilter | None = None
+        self._listener: Listener | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -175,6 +178,9 @@ class PostgresAdapter(SQLAdapter):
 
     async def close(self) -> None:
         """Close the pool the adapter created (a given pool stays open); idempotent."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            await listener.close()
         async with self._lock:
             pool, self._pool = self._pool, None
             if pool is not None and pool is not self._given_pool:
@@ -313,6 +319,24 @@ class PostgresAdapter(SQLAdapter):
 
         stored: bool = await self._run(op)
         return stored
+
+    async def _follow_wake(self) -> tuple[PollSettings, Callable[[Poll], Awaitable[None]]]:
+        """Followers woken by notifications when this adapter has a DSN and the server lets
+        it listen; otherwise they poll (see :mod:`sandbox_ledger.postgres.listen`)."""
+        if self.dsn is None:
+            return await super()._follow_wake()
+        await self._open()
+        if self._listener is None:
+            self._listener = Listener(self.dsn, self.schema)
+        listener, polling = self._listener, self.follow_poll
+        if not await listener.start():
+            return await super()._follow_wake()
+        waker = Waker()
+
+        async def wait(step: Poll) -> None:
+            await listener.wait(waker, step, polling)
+
+        return listener.settings(polling), wait
 
     async def _between_batches(self, elapsed: float) -> None:
         # Each batch is one statement holding its rows' locks only: nothing to give way to.

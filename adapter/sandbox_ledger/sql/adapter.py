@@ -13,20 +13,24 @@ once, over a statement in ``Statements`` (or one in each dialect's subclass wher
 
 from __future__ import annotations
 
+import asyncio
 import time
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
+from sandbox_ledger.follow import DEFAULT_POLL, Batch, Position, drive_async, start
 from sandbox_ledger.keys import check_environment_name, check_retention
+from sandbox_ledger.sql import follow as live
 from sandbox_ledger.sql import retention as ret
 from sandbox_ledger.sql import rows
 from sandbox_ledger.sql.schema import migrate
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Mapping, Sequence
+    from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
     from datetime import timedelta
     from types import TracebackType
 
+    from sandbox_ledger.follow import FollowedEntry, Poll, PollSettings
     from sandbox_ledger.models import (
         CheckpointInfo,
         EnvironmentRecord,
@@ -251,6 +255,41 @@ class SQLAdapter(ABC):
     async def list_all_sandbox_page(self, opts: ListSandboxOptions | None = None) -> SandboxPage:
         """One page of sessions of every name and the cursor of the next."""
         return await self._page(rows.list_query(None, opts, await self._identity()))
+
+    follow_poll: PollSettings = DEFAULT_POLL
+    """How often ``follow`` polls while idle (see :class:`~sandbox_ledger.follow.PollSettings`)."""
+
+    async def follow(
+        self, name: str, sandbox_id: str, *, after: str | None = None, until_closed: bool = True
+    ) -> AsyncGenerator[FollowedEntry, None]:
+        """The session's entries in append order as they are appended (see
+        :class:`~sandbox_ledger.protocol.FollowAdapter` and :mod:`sandbox_ledger.sql.follow`):
+        an indexed read per poll, backing off while idle."""
+        key = self._key(name, sandbox_id)
+        statements = live.FollowStatements(self.queries)
+        position = Position(await self._identity(), key["name"], key["sandbox_id"])
+        settings, wait = await self._follow_wake()
+        flow = start(
+            position, after, live.check_state, until_closed=until_closed, settings=settings
+        )
+
+        async def step(request: Poll) -> Batch:
+            params = {**key, "now": _now()}
+            if self._never_stored(key):  # a session no write can make: it never begins
+                return Batch([])
+            return await self._read(lambda conn: live.poll(conn, statements, params, request.state))
+
+        async for followed in drive_async(flow, step, wait):
+            yield followed
+
+    async def _follow_wake(self) -> tuple[PollSettings, Callable[[Poll], Awaitable[None]]]:
+        """A new follower's poll schedule and how it waits between polls: the dialect's hook
+        (PostgreSQL: woken by notifications); here it sleeps on ``follow_poll``."""
+
+        async def sleep(step: Poll) -> None:
+            await asyncio.sleep(step.wait)
+
+        return self.follow_poll, sleep
 
     async def _identity(self) -> str:
         """The store the listings' cursors are bound to (read on the first listing only)."""

@@ -19,6 +19,7 @@ from sandbox_ledger.models import (
 from sandbox_ledger.protocol import StorageAdapter
 from sandbox_ledger.testing._build import entry, ids, session
 from sandbox_ledger.testing.cursors import CursorContract
+from sandbox_ledger.testing.follow import FollowContract
 from sandbox_ledger.testing.parity import StoreParityContract
 from sandbox_ledger.testing.transfer import TransferContract
 
@@ -43,7 +44,7 @@ EXOTIC_PAYLOADS: list[Any] = [
 ]
 
 
-class StorageAdapterContract(StoreParityContract, CursorContract, TransferContract):
+class StorageAdapterContract(StoreParityContract, CursorContract, TransferContract, FollowContract):
     """Abstract contract tests of a :class:`~sandbox_ledger.protocol.TransferAdapter` (the
     storage contract and what moving a ledger needs); subclasses provide the ``adapter``
     fixture."""

@@ -1,0 +1,235 @@
+"""Following a session as it grows: :class:`FollowedEntry`, positions and the poll loop.
+
+Every adapter's ``follow(name, sandbox_id, *, after=None, until_closed=True)`` is the same loop
+(:func:`follow_flow`) over a store's own poll: read what is newer than the last position,
+hand it out, wait with backoff while nothing is new. The loop is written once as a generator
+that yields what it needs (:class:`Poll`) and what it hands out
+(:class:`FollowedEntry`); :func:`drive` and :func:`drive_async` run it.
+
+A position is an opaque string sealed as cursors are (:mod:`sandbox_ledger.cursor`): bound
+to the store and the session, so a position of another session or store, or an altered one,
+is refused with :class:`~sandbox_ledger.errors.InvalidInputError` naming ``after``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sandbox_ledger.cursor import decode_cursor, encode_cursor
+from sandbox_ledger.errors import InvalidInputError
+from sandbox_ledger.models import LedgerEntry, LedgerEvent
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncGenerator, Awaitable, Callable
+
+__all__ = [
+    "Batch",
+    "FollowedEntry",
+    "PollSettings",
+    "Position",
+    "drive",
+    "drive_async",
+    "follow_flow",
+    "start",
+]
+
+_KIND = "follow"
+
+
+@dataclass(frozen=True)
+class FollowedEntry:
+    """One entry handed out by ``follow``: the entry (exactly as ``read_all`` returns it) and
+    the position to pass back as ``after`` to resume just after it."""
+
+    entry: LedgerEntry
+    position: str
+
+
+@dataclass(frozen=True)
+class PollSettings:
+    """How often a follower asks its store while nothing is new: ``first`` seconds after the
+    first empty poll, doubling up to ``longest``; right away again after a poll that found
+    something. ``liveness_every``: a store that checks whether the session was deleted with
+    a request of its own (DynamoDB) does so on every n-th empty poll."""
+
+    first: float = 0.05
+    longest: float = 0.5
+    liveness_every: int = 4
+
+    def __post_init__(self) -> None:
+        if not (0 < self.first <= self.longest):
+            raise InvalidInputError("poll", "need 0 < first <= longest (seconds)")
+        if self.liveness_every < 1:
+            raise InvalidInputError("poll", "liveness_every must be at least 1")
+
+    def delay(self, idle: int) -> float:
+        """The wait after ``idle`` empty polls in a row (1 for the first)."""
+        return float(min(self.longest, self.first * 2 ** min(idle - 1, 30)))
+
+
+DEFAULT_POLL = PollSettings()
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What one poll found: (state after it, entry) pairs in follow order, and whether the
+    session is gone (deleted: the follower ends once the pairs are handed out)."""
+
+    found: list[tuple[dict[str, Any], LedgerEntry]]
+    gone: bool = False
+    due: float | None = None
+    """Seconds until an entry the store holds back is due (DynamoDB's settle window): the
+    next poll comes then, if that is sooner than the backoff's."""
+
+
+@dataclass(frozen=True)
+class Poll:
+    """Ask the store for what follows ``state`` (None: from the session's start), after
+    waiting ``wait`` seconds; ``idle`` is how many empty polls came right before."""
+
+    state: dict[str, Any] | None
+    idle: int
+    wait: float = 0.0
+
+
+class Position:
+    """Seals and reads the positions of one session of one store."""
+
+    def __init__(self, store: str, name: str, sandbox_id: str) -> None:
+        self._listing = [store, name, sandbox_id]
+
+    def seal(self, state: dict[str, Any], closed: bool) -> str:
+        """The position after the entry that left the store's poll at ``state``; ``closed``:
+        ``sandbox.closed`` was handed out by then (a follower resumed there ends at once)."""
+        return encode_cursor(_KIND, {"at": state, "closed": closed}, self._listing)
+
+    def read(self, after: object) -> tuple[dict[str, Any], bool]:
+        """The store's state in ``after``, a position this store made for this session, and
+        whether ``sandbox.closed`` came before it.
+
+        Raises:
+            InvalidInputError: naming ``after``: not a position, altered, or another
+                session's or store's.
+        """
+        try:
+            body = decode_cursor(_KIND, after, self._listing)
+        except InvalidInputError as exc:
+            reason = str(exc).partition(": ")[2] or str(exc)
+            raise InvalidInputError(
+                "after", f"not a position of this session in this store ({reason})"
+            ) from exc
+        state, closed = body.get("at"), body.get("closed")
+        if set(body) != {"at", "closed"} or not isinstance(state, dict):
+            raise bad_after()
+        if not isinstance(closed, bool):
+            raise bad_after()
+        return state, closed
+
+
+def bad_after() -> InvalidInputError:
+    """The error of a position whose state is not one this store makes."""
+    return InvalidInputError("after", "not a position of this session in this store")
+
+
+FlowStep = Poll | FollowedEntry
+Flow = Generator[FlowStep, "Batch | None", None]
+"""The follow loop (:func:`follow_flow`) as its drivers see it."""
+
+
+def start(
+    position: Position,
+    after: object,
+    check: Callable[[dict[str, Any]], dict[str, Any]],
+    *,
+    until_closed: bool,
+    settings: PollSettings,
+) -> Flow:
+    """The follow loop of one follower, from ``after`` (a position, checked by ``position``
+    and its state by the store's ``check``) or from the session's start."""
+    state, closed = (None, False) if after is None else position.read(after)
+    return follow_flow(
+        None if state is None else check(state),
+        position.seal,
+        until_closed=until_closed,
+        closed=closed,
+        settings=settings,
+    )
+
+
+def follow_flow(
+    begin: dict[str, Any] | None,
+    seal: Callable[[dict[str, Any], bool], str],
+    *,
+    until_closed: bool,
+    closed: bool = False,
+    settings: PollSettings = DEFAULT_POLL,
+) -> Generator[FlowStep, Batch | None, None]:
+    """The follow loop, once for every store and runner: poll, hand out, back off while idle;
+    ends after ``sandbox.closed`` (``until_closed``; ``closed``: the position resumed from
+    came after it) or when a poll finds the session gone."""
+    state, idle, wait = begin, 0, 0.0
+    if until_closed and closed:
+        return
+    while True:
+        batch = yield Poll(state, idle, wait)
+        assert batch is not None
+        for state, entry in batch.found:
+            closed = closed or entry.event == LedgerEvent.SandboxClosed
+            yield FollowedEntry(entry, seal(state, closed))
+            if until_closed and closed:
+                return
+        if batch.gone:
+            return
+        idle = 0 if batch.found else idle + 1
+        wait = settings.delay(idle) if idle else 0.0
+        if batch.due is not None:
+            wait = min(wait, batch.due)
+
+
+def _advance(flow: Flow, reply: Batch | None) -> FlowStep | None:
+    try:
+        return flow.send(reply)
+    except StopIteration:
+        return None
+
+
+def drive(flow: Flow, poll: Callable[[Poll], Batch]) -> Generator[FollowedEntry, None, None]:
+    """Run ``flow`` in this thread: each :class:`Poll` by ``poll``, after its wait."""
+    with contextlib.closing(flow):
+        reply = None
+        while (step := _advance(flow, reply)) is not None:
+            if isinstance(step, FollowedEntry):
+                yield step
+                reply = None
+                continue
+            time.sleep(step.wait)
+            reply = poll(step)
+
+
+async def _sleep(step: Poll) -> None:
+    import asyncio  # here: building a DynamoDB adapter must not load the async stack
+
+    await asyncio.sleep(step.wait)
+
+
+async def drive_async(
+    flow: Flow,
+    poll: Callable[[Poll], Awaitable[Batch]],
+    wait: Callable[[Poll], Awaitable[None]] = _sleep,
+) -> AsyncGenerator[FollowedEntry, None]:
+    """Run ``flow`` on the running event loop: each :class:`Poll` by awaiting ``poll``,
+    after ``wait`` (default: sleep its ``wait``; a store that is told of new entries wakes
+    sooner)."""
+    with contextlib.closing(flow):
+        reply = None
+        while (step := _advance(flow, reply)) is not None:
+            if not isinstance(step, FollowedEntry):
+                await wait(step)
+                reply = await poll(step)
+            else:
+                reply = None
+                yield step
