@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from sandbox_ledger.errors import StorageError as StorageError
     from sandbox_ledger.errors import TableNotFoundError as TableNotFoundError
     from sandbox_ledger.errors import ThrottledError as ThrottledError
+    from sandbox_ledger.follow import FollowedEntry as FollowedEntry
     from sandbox_ledger.memory import MemoryAdapter as MemoryAdapter
     from sandbox_ledger.models import CheckpointInfo as CheckpointInfo
     from sandbox_ledger.models import EnvironmentRecord as EnvironmentRecord

@@ -1,5 +1,5 @@
 """Following a session on DynamoDB (``DynamoDBAdapter.follow``), as operations for
-:mod:`sandbox_ledger.ddb.steps`, shared by both twins.
+:mod:`sandbox_ledger.sdk.steps`, shared by both twins.
 
 Each poll is one strongly consistent Query on the session's own partition for the entry
 items after the last head handed out (``SK BETWEEN <last head>$ AND E$``): it reads only what
@@ -27,12 +27,12 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger import keys as k
-from sandbox_ledger.ddb.attributes import S
-from sandbox_ledger.ddb.paging import query_all
-from sandbox_ledger.ddb.steps import Call, Op
 from sandbox_ledger.dynamodb import _items as it
 from sandbox_ledger.follow import Batch, Poll, PollSettings, bad_after
 from sandbox_ledger.keys import LedgerAttr as A
+from sandbox_ledger.sdk.attributes import S
+from sandbox_ledger.sdk.paging import query_all
+from sandbox_ledger.sdk.steps import Call, Op
 
 if TYPE_CHECKING:
     from sandbox_ledger.models import LedgerEntry
