@@ -125,3 +125,16 @@ def quiet_stdout() -> None:
         os.dup2(devnull, fd)
     finally:
         os.close(devnull)
+
+
+def clip(value: Any, width: int = 60) -> str:
+    """A value as one table cell of at most ``width`` characters (JSON if not a string)."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def new_table(*columns: str, title: str | None = None) -> Any:
+    """A rich table with these columns (rich loaded on first use)."""
+    from rich.table import Table
+
+    return Table(*columns, title=title)

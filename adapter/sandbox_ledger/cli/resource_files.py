@@ -7,13 +7,16 @@ from pathlib import Path  # noqa: TC003 - typer reads the annotation at run time
 
 import typer
 
-from sandbox_ledger.cli.app import _store, _target, handled, resources_app
+from sandbox_ledger.cli import connect
+from sandbox_ledger.cli.failures import handled
 from sandbox_ledger.cli.output import CommandError, ExitCode, emit, err, out
+from sandbox_ledger.cli.root import resources_app
 
 
 @resources_app.command("import")
 @handled
 def resources_import(
+    ctx: typer.Context,
     directory: Path = typer.Argument(..., help="An Outpost resources directory (*.json)."),
     as_json: bool = typer.Option(
         False,
@@ -26,7 +29,7 @@ def resources_import(
     from sandbox_ledger.cli.progress import per_file
     from sandbox_ledger.resources.files import import_directory
 
-    store = _store(_target(writes="resources import"))
+    store = connect.resource_store(connect.target(ctx, writes="resources import"))
     total = len(list(directory.glob("*.json"))) if directory.is_dir() else 0
     with per_file("importing records", err(), total) as on_file:
         report = import_directory(store, directory, on_file=on_file)
@@ -46,6 +49,7 @@ def resources_import(
 @resources_app.command("show")
 @handled
 def resources_show(
+    ctx: typer.Context,
     record_id: str = typer.Argument(..., metavar="ID", help="The record's id."),
     as_json: bool = typer.Option(
         False, "--json", help="Print the record file's JSON (the seed's exact shape)."
@@ -54,8 +58,8 @@ def resources_show(
     """One record: its fields, revision and expiry, or its file JSON with --json."""
     from sandbox_ledger.resources.files import record_file_text
 
-    target = _target()
-    stored = _store(target).get_versioned(record_id)
+    target = connect.target(ctx)
+    stored = connect.resource_store(target).get_versioned(record_id)
     if stored is None:
         raise CommandError(
             f"no resource record {record_id} in {target.describe()}; list the records with "
@@ -89,6 +93,7 @@ def resources_show(
 @resources_app.command("export")
 @handled
 def resources_export(
+    ctx: typer.Context,
     directory: Path = typer.Argument(..., help="Where to write <id>.json files."),
     as_json: bool = typer.Option(
         False,
@@ -103,7 +108,7 @@ def resources_export(
     from sandbox_ledger.cli.progress import per_file
     from sandbox_ledger.resources.files import export_directory
 
-    store = _store(_target())
+    store = connect.resource_store(connect.target(ctx))
     with per_file("exporting records", err(), None) as on_file:
         report = export_directory(store, directory, on_file=on_file)
     for record_id, reason in report.unreadable.items():

@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.transfer import ImportReport, export_lines, import_entries, parse_lines
@@ -192,9 +192,9 @@ def _removed_on_termination(temporary: Path) -> Iterator[None]:
             signal.signal(number, handler)
 
 
-def _write(stream: object, lines: Iterator[str]) -> int:
+def _write(stream: TextIO, lines: Iterator[str]) -> int:
     count = 0
-    write = stream.write  # type: ignore[attr-defined]
+    write = stream.write
     for line in lines:
         write(line)
         count += 1
