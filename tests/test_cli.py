@@ -283,10 +283,12 @@ def test_errors_are_one_line_without_traceback(runner: CliRunner, moto_endpoint:
     assert missing.exit_code == 2
 
 
-def test_embedded_default_is_announced(runner: CliRunner) -> None:
+def test_no_table_configured_is_a_usage_error(runner: CliRunner) -> None:
+    """No throwaway database passed off as the user's: only the demo runs on one."""
     result = runner.invoke(app, ["ls"])
-    assert result.exit_code == 0, result.output
-    assert "embedded DynamoDB" in result.output and "only as long as this command" in result.output
+    assert result.exit_code == 2, result.output
+    [line] = result.output.strip().splitlines()
+    assert "no table or store configured" in line and "sandbox-ledger local" in line
 
 
 def test_demo_runs_end_to_end(runner: CliRunner) -> None:

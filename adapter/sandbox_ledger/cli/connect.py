@@ -26,21 +26,36 @@ def current_target(ctx: typer.Context) -> Target:
     return found
 
 
-def target(ctx: typer.Context, store: str | None = None, writes: str | None = None) -> Target:
-    """The command's target; a ``--store`` given after the command wins over the root's; a
-    command that ``writes`` refuses the embedded server."""
+NOTHING_CONFIGURED = (
+    "no table or store configured: name one with --table NAME or --store URL (or set "
+    "SANDBOX_LEDGER_TABLE or SANDBOX_LEDGER_STORE), or start a local one with "
+    "`sandbox-ledger local` and paste the export lines it prints"
+)
+
+
+def target(
+    ctx: typer.Context,
+    store: str | None = None,
+    writes: str | None = None,
+    *,
+    embedded: bool = False,
+) -> Target:
+    """The command's target; a ``--store`` given after the command wins over the root's.
+    With nothing configured, only a command that allows the ``embedded`` server (the demo)
+    runs, on one that lives as long as it; a command that ``writes`` refuses a store that
+    lives only as long as the command.
+
+    Raises:
+        CommandError: (exit 2) nothing configured, or a write to an ephemeral store.
+    """
     found = current_target(ctx)
     if store:
         found.store = store
         found.store_from_env = False
         if found.table_from_env:
             found.table = None
-    if writes is not None and not found.table and not found.store:
-        raise CommandError(
-            f"{writes} writes data: name a table with --table NAME or SANDBOX_LEDGER_TABLE, or a "
-            "store with --store URL (the embedded DynamoDB would lose it when the command ends)",
-            ExitCode.USAGE,
-        )
+    if not embedded and not found.table and not found.store:
+        raise CommandError(NOTHING_CONFIGURED, ExitCode.USAGE)
     if writes is not None and found.store:
         from sandbox_ledger.stores import is_ephemeral
 

@@ -44,7 +44,8 @@ class Target:
 
     def resolve(self) -> None:
         """Apply a dynamodb:// store URL, or start the embedded DynamoDB if no table or store
-        is configured (announced on stderr)."""
+        is configured (only the demo allows it: see :func:`sandbox_ledger.cli.connect.target`;
+        announced on stderr)."""
         if self.store:
             from sandbox_ledger.stores import parse_store_url
 
@@ -74,9 +75,9 @@ class Target:
         self.embedded = True
         self.region = self.region or "us-east-1"
         print(
-            f"No table configured (--table or SANDBOX_LEDGER_TABLE): using an embedded "
-            f"DynamoDB (moto) at {self.endpoint_url}; its data lives only as long as this "
-            "command.",
+            f"No table configured (--table or SANDBOX_LEDGER_TABLE): the demo runs on an "
+            f"embedded DynamoDB (moto) at {self.endpoint_url}; its data lives only as long as "
+            "this command.",
             file=sys.stderr,
         )
 

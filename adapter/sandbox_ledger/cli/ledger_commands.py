@@ -219,15 +219,21 @@ def export(
             connect.ledger(target), name=name, sandbox_id=sandbox_id, output=output, err=err()
         )
     except NothingToExport as nothing:
-        if nothing.sandbox_id is not None:
-            unchanged = f" ({output} is unchanged)" if output else ""
+        unchanged = f"; {output} is unchanged" if output else ""
+        if nothing.name is not None and nothing.sandbox_id is not None:
             raise connect.missing_session(
-                target, nothing.name, nothing.sandbox_id, unchanged
+                target,
+                nothing.name,
+                nothing.sandbox_id,
+                f" ({output} is unchanged)" if output else "",
             ) from None
+        what = (
+            f"no sessions named {nothing.name}"
+            if nothing.name is not None
+            else "nothing to export: no session has an entry and there are no environment records"
+        )
         raise CommandError(
-            f"no sessions named {nothing.name} in {target.describe()}"
-            + (f"; {output} is unchanged" if output else ""),
-            ExitCode.NOT_FOUND,
+            f"{what} in {target.describe()}{unchanged}", ExitCode.NOT_FOUND
         ) from None
     err().print(
         f"exported {count} entries of {sessions} session(s)"

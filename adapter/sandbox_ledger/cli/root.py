@@ -87,9 +87,10 @@ def _root(
         help="Print the version and exit.",
     ),
 ) -> None:
-    """Operate sandbox ledgers on DynamoDB, SQLite or PostgreSQL. With no table or store
-    configured, an embedded local DynamoDB (moto) serves the command and is gone when it
-    ends. Exit codes: 0 ok, 1 failed, 2 usage, 3 not found, 4 partly failed (docs/cli.md)."""
+    """Operate sandbox ledgers on DynamoDB, SQLite or PostgreSQL. Name one with --table or
+    --store (or SANDBOX_LEDGER_TABLE, SANDBOX_LEDGER_STORE); `sandbox-ledger local` serves a
+    local DynamoDB; `sandbox-ledger demo` needs nothing. Exit codes: 0 ok, 1 failed, 2 usage,
+    3 not found, 4 partly failed (docs/cli.md)."""
     target = from_environment(
         from_command_line(ctx, "table", table),
         from_command_line(ctx, "endpoint_url", endpoint_url),

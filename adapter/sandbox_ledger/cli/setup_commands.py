@@ -41,7 +41,7 @@ def demo(
     from sandbox_ledger.cli.demo import DemoConfig, run_demo
     from sandbox_ledger.cli.demo_report import render, report_json
 
-    target = connect.target(ctx)
+    target = connect.target(ctx, embedded=True)
     target.require_dynamodb("the demo")
     config = DemoConfig(
         sandboxes=sandboxes,

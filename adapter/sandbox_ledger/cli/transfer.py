@@ -50,21 +50,21 @@ def export_to(
     with reading("exporting", err, total=len(set(sessions))) as progress:
         exported: list[tuple[str, str]] = []
         lines = export_lines(ledger, sessions, environments, progress=progress, exported=exported)
-        if name is not None:
-            # A named export that finds nothing is a mistyped name, not an empty backup:
-            # refused before the output is opened, so an existing file keeps its contents.
-            first = next(lines, None)
-            if first is None:
-                raise NothingToExport(name, sandbox_id)
-            lines = itertools.chain([first], lines)
+        # Nothing to export is a mistyped name or the wrong store, not an empty backup:
+        # refused before the output is opened, so an existing file keeps its contents.
+        first = next(lines, None)
+        if first is None:
+            raise NothingToExport(name, sandbox_id)
+        lines = itertools.chain([first], lines)
         count = _export(lines, output)
     return len(exported), count - len(environments), len(environments)
 
 
 class NothingToExport(LookupError):
-    """A named export (``--name``, with or without ``--sandbox-id``) found no entries."""
+    """An export found nothing: no entries of the session or name asked for, or (``name``
+    None) no entries and no environment records in the whole store."""
 
-    def __init__(self, name: str, sandbox_id: str | None) -> None:
+    def __init__(self, name: str | None, sandbox_id: str | None) -> None:
         super().__init__(name, sandbox_id)
         self.name, self.sandbox_id = name, sandbox_id
 

@@ -1,0 +1,94 @@
+"""The operator's first hour (issue 25), as real processes: what the process does with its
+exit code, its files, its signals and its stdout is the behaviour under test."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+COMMAND = Path(sys.executable).parent / "sandbox-ledger"
+
+
+def bare_env(**extra: str) -> dict[str, str]:
+    """A shell with AWS credentials and a region but no table or store configured."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("SANDBOX_LEDGER_", "AWS_", "PG"))
+    }
+    return {
+        **env,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+        **extra,
+    }
+
+
+def run(
+    argv: list[str], env: dict[str, str], *, cwd: Path | None = None, stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(COMMAND), *argv],
+        env=env,
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+# -- 1. no throwaway default but the demo --------------------------------------------------
+
+EVERY_COMMAND_BUT_DEMO_AND_LOCAL = [
+    ["ls"],
+    ["show", "job", "sb-1"],
+    ["checkpoints", "job", "sb-1"],
+    ["envs"],
+    ["rm", "job", "sb-1", "--yes"],
+    ["export"],
+    ["export", "-o", "backup.jsonl"],
+    ["import", "-"],
+    ["table", "create"],
+    ["resources", "ls"],
+    ["resources", "show", "r-1"],
+    ["resources", "sweep"],
+    ["resources", "sweep", "--dry-run"],
+    ["resources", "import", "."],
+    ["resources", "export", "out"],
+]
+
+
+@pytest.mark.parametrize("argv", EVERY_COMMAND_BUT_DEMO_AND_LOCAL, ids=" ".join)
+def test_without_a_table_or_store_every_command_says_how_to_name_one(
+    argv: list[str], tmp_path: Path
+) -> None:
+    backup = tmp_path / "backup.jsonl"
+    backup.write_text('{"an": "old backup"}\n')
+    done = run(argv, bare_env(), cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.splitlines()
+    for hint in ("--table", "--store", "SANDBOX_LEDGER_TABLE", "SANDBOX_LEDGER_STORE"):
+        assert hint in line
+    assert "`sandbox-ledger local`" in line
+    assert done.stdout == ""
+    assert backup.read_text() == '{"an": "old backup"}\n'  # the backup is as it was
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["backup.jsonl"]
+
+
+def test_an_export_that_finds_nothing_exits_3_and_keeps_the_file(tmp_path: Path) -> None:
+    backup = tmp_path / "backup.jsonl"
+    backup.write_text('{"an": "old backup"}\n')
+    store = f"sqlite:///{tmp_path / 'empty.db'}"
+    assert run(["--store", store, "import", "-"], bare_env(), stdin="").returncode == 0
+    done = run(["--store", store, "export", "-o", str(backup)], bare_env())
+    assert done.returncode == 3, done.stderr
+    [line] = done.stderr.splitlines()
+    assert "nothing to export" in line and f"{backup} is unchanged" in line
+    assert backup.read_text() == '{"an": "old backup"}\n'
+    to_stdout = run(["--store", store, "export"], bare_env())
+    assert (to_stdout.returncode, to_stdout.stdout) == (3, "")
