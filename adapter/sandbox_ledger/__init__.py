@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         LedgerError,
         SchemaVersionError,
         StorageError,
+        StoreNotFoundError,
         TableNotFoundError,
         ThrottledError,
     )
@@ -64,6 +65,7 @@ _WHERE = {
     "SchemaVersionError": "errors",
     "StorageAdapter": "protocol",
     "StorageError": "errors",
+    "StoreNotFoundError": "errors",
     "TableNotFoundError": "errors",
     "ThrottledError": "errors",
     "open_store": "stores",
@@ -88,6 +90,7 @@ __all__ = [
     "SchemaVersionError",
     "StorageAdapter",
     "StorageError",
+    "StoreNotFoundError",
     "TableNotFoundError",
     "ThrottledError",
     "__version__",

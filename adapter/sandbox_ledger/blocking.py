@@ -174,9 +174,9 @@ class BlockingAdapter:
         return self._run(self.adapter.ledger_retention())
 
 
-def open_blocking_store(url: str) -> BlockingAdapter:
+def open_blocking_store(url: str, *, read_only: bool = False) -> BlockingAdapter:
     """:func:`sandbox_ledger.open_store` for synchronous programs: the store ``url`` names,
     behind :class:`BlockingAdapter` (for ``dynamodb://`` prefer ``SyncDynamoDBAdapter``)."""
     from sandbox_ledger.stores import open_store
 
-    return BlockingAdapter(open_store(url))
+    return BlockingAdapter(open_store(url, read_only=read_only))

@@ -162,8 +162,12 @@ def _whole(url: str, options: dict[str, str], key: str) -> int:
     return int(value)
 
 
-def open_store(url: str) -> TransferAdapter:
+def open_store(url: str, *, read_only: bool = False) -> TransferAdapter:
     """The async adapter a store URL names (not connected yet: it connects on first use).
+
+    ``read_only``: a SQLite or PostgreSQL store is opened for reading only: one that does not
+    exist raises ``StoreNotFoundError`` on first use instead of being created, and no schema
+    migration or retention is applied (DynamoDB and memory reads never create anything).
 
     Raises:
         InvalidInputError: a malformed URL (field ``store``), naming what is wrong.
@@ -176,12 +180,12 @@ def open_store(url: str) -> TransferAdapter:
     if kind == "sqlite":
         from sandbox_ledger.sqlite import SQLiteAdapter
 
-        return SQLiteAdapter(**kwargs)
+        return SQLiteAdapter(**kwargs, read_only=read_only)
     if kind == "postgresql":
         from sandbox_ledger.postgres import PostgresAdapter
 
         try:
-            return PostgresAdapter(**kwargs)
+            return PostgresAdapter(**kwargs, read_only=read_only)
         except ValueError as exc:
             raise _bad(url, scrub(str(exc), url)) from exc
     from sandbox_ledger.dynamodb import DynamoDBAdapter

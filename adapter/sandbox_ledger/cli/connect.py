@@ -73,11 +73,13 @@ def target(
 def ledger(
     target: Target, *, interactive: bool = True, writes: bool = False
 ) -> SyncTransferAdapter:
-    """The command's ledger. A command that ``writes`` entries (import) writes with the
-    table's recorded retention unless the dynamodb:// URL names one (which must agree)."""
+    """The command's ledger. A command that does not ``write`` opens a SQL store read-only
+    (it creates, migrates and records nothing); one that writes entries (import, rm) writes
+    with the table's recorded retention unless the dynamodb:// URL names one (which must
+    agree)."""
     from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 
-    other = target.sql_or_memory_store()
+    other = target.sql_or_memory_store(read_only=not writes)
     if other is not None:
         return other
 

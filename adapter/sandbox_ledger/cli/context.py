@@ -81,14 +81,14 @@ class Target:
             file=sys.stderr,
         )
 
-    def sql_or_memory_store(self) -> BlockingAdapter | None:
+    def sql_or_memory_store(self, *, read_only: bool) -> BlockingAdapter | None:
         """The store the URL names, when it is not DynamoDB (whose commands use the table),
-        driven synchronously."""
+        driven synchronously; ``read_only``: a missing store is not found, never created."""
         if not self.store or self.table:
             return None
         from sandbox_ledger.blocking import open_blocking_store
 
-        blocking = open_blocking_store(self.store)
+        blocking = open_blocking_store(self.store, read_only=read_only)
         self._stack.callback(blocking.close)
         return blocking
 

@@ -14,6 +14,7 @@ from sandbox_ledger.errors import (
     AccessDeniedError,
     InvalidInputError,
     LedgerError,
+    StoreNotFoundError,
     TableNotFoundError,
 )
 
@@ -67,6 +68,11 @@ def failure(exc: BaseException, target: Target | None) -> tuple[ExitCode, str]:
     text = " ".join(str(error).split())
     if isinstance(error, CommandError):
         return error.exit_code, text
+    if isinstance(error, StoreNotFoundError) and target is not None:
+        return ExitCode.NOT_FOUND, (
+            f"{text}; check the {target.describe()}, or create the ledger with a write such "
+            f"as `{target.command('import', 'FILE')}`"
+        )
     if isinstance(error, TableNotFoundError) and target is not None and target.table:
         return ExitCode.NOT_FOUND, (
             f"table {target.table} not found {target.place()}; create it with "

@@ -175,7 +175,7 @@ def rm(
 ) -> None:
     """Delete a session and every entry of it."""
     target = connect.target(ctx, store, writes="rm")
-    ledger = connect.ledger(target)
+    ledger = connect.ledger(target, writes=True)
     if ledger.get_sandbox_details(name, sandbox_id) is None and not ledger.read_all(
         name, sandbox_id
     ):
