@@ -12,6 +12,7 @@ import sys
 # Each command module registers its commands on the apps of root.py when imported.
 from sandbox_ledger.cli import (  # noqa: F401
     ledger_commands,
+    local_command,
     resource_commands,
     resource_files,
     setup_commands,
