@@ -276,3 +276,62 @@ def test_local_on_a_taken_port_says_so_in_one_line(tmp_path: Path) -> None:
     assert done.returncode == 1
     [line] = done.stderr.splitlines()
     assert f"127.0.0.1:{port}" in line and "--port N" in line
+
+
+# -- 5. fast, quiet failures ------------------------------------------------------------------
+
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])  # closed again: connections are refused
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["ls"],
+        ["show", "job", "sb-1"],
+        ["checkpoints", "job", "sb-1"],
+        ["envs"],
+        ["rm", "job", "sb-1", "--yes"],
+        ["export"],
+        ["import", str(ROOT / "examples" / "ledger.jsonl")],
+        ["table", "create"],
+        ["resources", "ls"],
+        ["resources", "show", "0b7f6f4e-2f7a-4c55-9a59-3f1d7c2f8e10"],
+        ["resources", "sweep"],
+        ["resources", "import", "records"],
+        ["resources", "export", "out"],
+    ],
+    ids=lambda argv: " ".join(argv[:2]),
+)
+def test_an_unreachable_dynamodb_fails_fast_in_one_line(argv: list[str], tmp_path: Path) -> None:
+    from resource_fixtures import record
+    from sandbox_ledger.resources.files import record_file_text
+
+    (tmp_path / "records").mkdir()
+    one = record()
+    (tmp_path / "records" / f"{one.id}.json").write_text(record_file_text(one))
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    started = time.monotonic()
+    done = run(["--table", "ledger", "--endpoint-url", endpoint, *argv], bare_env(), cwd=tmp_path)
+    elapsed = time.monotonic() - started
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.splitlines()
+    assert endpoint in line
+    assert elapsed < 10
+
+
+@pytest.mark.parametrize("argv", [["ls"], ["import", str(ROOT / "examples" / "ledger.jsonl")]])
+def test_a_dead_postgres_fails_fast_in_one_line(argv: list[str]) -> None:
+    store = f"postgresql://ledger@127.0.0.1:{closed_port()}/ledger"
+    started = time.monotonic()
+    done = run(["--store", store, *argv], bare_env())
+    elapsed = time.monotonic() - started
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.splitlines()  # no pool warnings
+    assert store.split("/ledger")[0] in line
+    assert elapsed < 10

@@ -25,6 +25,11 @@ __all__ = ["app", "main"]
 
 def main() -> None:
     """Console-script entry point: a closed stdout (``| head``) ends it quietly with 141."""
+    import logging
+
+    # psycopg's pool logs each failed connection attempt as a multi-line warning, which
+    # Python's last-resort handler would print: the command's one error line says it.
+    logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
     try:
         try:
             app()

@@ -83,25 +83,25 @@ def ledger(
     if other is not None:
         return other
 
-    def adapter(retention: timedelta | None) -> SyncDynamoDBAdapter:
+    def adapter(retention: timedelta | None, *, budget: bool) -> SyncDynamoDBAdapter:
         return SyncDynamoDBAdapter(
             target.table or "",
             session=target.boto3_session(),
             retention=retention,
-            **target.kwargs(interactive=interactive),
+            **target.kwargs(interactive=budget),
         )
 
-    opened = adapter(target.retention)
-    if target.embedded:
-        from sandbox_ledger.deployment import SweepSettings
-
-        opened.create_table(sweep=SweepSettings())
-    elif writes and target.retention is None:
-        recorded = _recorded_retention(opened)
-        if recorded is not None:
-            opened.close()
-            opened = adapter(recorded)
-    return opened
+    retention = target.retention
+    if writes or not interactive:
+        # The table's descriptor, read with the interactive budget: an unreachable endpoint
+        # fails in seconds, before a bulk command's client (the library's retries) is made.
+        probe = adapter(None, budget=True)
+        try:
+            recorded = _recorded_retention(probe)
+        finally:
+            probe.close()
+        retention = retention if retention is not None else recorded
+    return adapter(retention, budget=interactive)
 
 
 def _recorded_retention(ledger: SyncDynamoDBAdapter) -> timedelta | None:
@@ -125,8 +125,6 @@ def resource_store(target: Target) -> SyncResourceRecordStore:
     from sandbox_ledger.resources import SyncResourceRecordStore
 
     target.require_dynamodb("resource records")
-    if target.embedded:
-        ledger(target)
     return SyncResourceRecordStore(
         target.table or "", session=target.boto3_session(), **target.kwargs()
     )

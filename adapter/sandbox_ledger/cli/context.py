@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from sandbox_ledger.blocking import BlockingAdapter
 
 EMBEDDED_TABLE = "sandbox-ledger"
+PG_CONNECT_TIMEOUT = 5.0
+"""Seconds the CLI waits for a PostgreSQL connection (the library's default, 30, is for
+servers): a dead server fails a command within seconds."""
 
 
 @dataclass
@@ -86,9 +89,11 @@ class Target:
         driven synchronously; ``read_only``: a missing store is not found, never created."""
         if not self.store or self.table:
             return None
-        from sandbox_ledger.blocking import open_blocking_store
+        from sandbox_ledger.blocking import BlockingAdapter
+        from sandbox_ledger.stores import open_store
 
-        blocking = open_blocking_store(self.store, read_only=read_only)
+        opened = open_store(self.store, read_only=read_only, connect_timeout=PG_CONNECT_TIMEOUT)
+        blocking = BlockingAdapter(opened)
         self._stack.callback(blocking.close)
         return blocking
 
@@ -165,7 +170,8 @@ def cli_config(*, interactive: bool = True) -> Any:
 
     Someone is waiting on an interactive command: connect within 2 s and try twice at most,
     so an unreachable endpoint or a wrong region fails in seconds rather than after minutes
-    of retries. Bulk commands (import) keep the library's retries for throttling.
+    of retries. Bulk commands (import) keep the library's retries for throttling, after a
+    first request with the interactive budget (:func:`sandbox_ledger.cli.connect.ledger`).
     """
     from botocore.config import Config
 

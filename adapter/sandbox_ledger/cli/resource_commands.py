@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from sandbox_ledger.cli import connect
+from sandbox_ledger.cli.context import cli_config
 from sandbox_ledger.cli.failures import handled
 from sandbox_ledger.cli.output import CommandError, ExitCode, clip, emit, err, new_table, out
 from sandbox_ledger.cli.root import resources_app
@@ -129,9 +130,12 @@ def resources_sweep(
         names=SWEEP_FLAGS,
     )
     session = target.boto3_session() or boto3.session.Session()
-    events = session.client("events", endpoint_url=target.endpoint_url, region_name=target.region)
-    if target.embedded and plan.event_bus_name != "default":
-        events.create_event_bus(Name=plan.event_bus_name)
+    events = session.client(
+        "events",
+        endpoint_url=target.endpoint_url,
+        region_name=target.region,
+        config=cli_config(),
+    )
     if not dry_run:
         _require_bus(events, plan.event_bus_name, target)
     with sweeping(store, err()) as counted:
