@@ -11,8 +11,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 COMMAND = Path(sys.executable).parent / "sandbox-ledger"
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,10 +64,10 @@ EVERY_COMMAND_BUT_DEMO_AND_LOCAL = [
     ["import", "-"],
     ["table", "create"],
     ["resources", "ls"],
-    ["resources", "show", "r-1"],
+    ["resources", "show", "0b7f6f4e-2f7a-4c55-9a59-3f1d7c2f8e10"],
     ["resources", "sweep"],
     ["resources", "sweep", "--dry-run"],
-    ["resources", "import", "."],
+    ["resources", "import", "records"],
     ["resources", "export", "out"],
 ]
 
@@ -289,25 +293,7 @@ def closed_port() -> int:
         return int(probe.getsockname()[1])  # closed again: connections are refused
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ["ls"],
-        ["show", "job", "sb-1"],
-        ["checkpoints", "job", "sb-1"],
-        ["envs"],
-        ["rm", "job", "sb-1", "--yes"],
-        ["export"],
-        ["import", str(ROOT / "examples" / "ledger.jsonl")],
-        ["table", "create"],
-        ["resources", "ls"],
-        ["resources", "show", "0b7f6f4e-2f7a-4c55-9a59-3f1d7c2f8e10"],
-        ["resources", "sweep"],
-        ["resources", "import", "records"],
-        ["resources", "export", "out"],
-    ],
-    ids=lambda argv: " ".join(argv[:2]),
-)
+@pytest.mark.parametrize("argv", EVERY_COMMAND_BUT_DEMO_AND_LOCAL, ids=" ".join)
 def test_an_unreachable_dynamodb_fails_fast_in_one_line(argv: list[str], tmp_path: Path) -> None:
     from resource_fixtures import record
     from sandbox_ledger.resources.files import record_file_text
@@ -335,3 +321,85 @@ def test_a_dead_postgres_fails_fast_in_one_line(argv: list[str]) -> None:
     [line] = done.stderr.splitlines()  # no pool warnings
     assert store.split("/ledger")[0] in line
     assert elapsed < 10
+
+
+# -- 6. Ctrl-C and SIGTERM ----------------------------------------------------------------------
+
+
+def big_file(path: Path, sessions: int = 60, each: int = 100) -> Path:
+    with path.open("w") as out:
+        for s in range(sessions):
+            for i in range(each):
+                line = {"ts": 1796119200000 + i, "name": "job", "sandboxId": f"sb-{s}"}
+                out.write(json.dumps({**line, "stepIndex": i, "event": "exec.complete"}) + "\n")
+    return path
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def stored(db: Path) -> int:
+    import sqlite3
+
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
+            return int(conn.execute("SELECT count(*) FROM ledger_events").fetchone()[0])
+    except sqlite3.OperationalError:
+        return 0  # not created yet
+
+
+@pytest.mark.parametrize(("number", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupted_import_says_how_far_it_got_and_resumes(
+    number: int, code: int, tmp_path: Path
+) -> None:
+    source = big_file(tmp_path / "big.jsonl", sessions=20)
+    db = tmp_path / "ledger.db"
+    argv = [str(COMMAND), "--store", f"sqlite:///{db}", "import", str(source)]
+    process = subprocess.Popen(argv, env=bare_env(), stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: stored(db) > 0, "the first entries")
+    process.send_signal(number)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == code, stderr
+    [line] = stderr.splitlines()
+    name = signal.Signals(number).name
+    found = re.fullmatch(
+        rf"interrupted by {name}: 2000 line\(s\) read, (\d+) of 2000 entries and environment "
+        r"records handled: (\d+) new, (\d+) already present \(or expired\); re-running the "
+        r"same import resumes without duplicates \(what is stored is recognised, not written "
+        r"again\)",
+        line,
+    )
+    assert found, line
+    handled_, new, present = (int(x) for x in found.groups())
+    assert 0 < handled_ < 2000 and (new, present) == (handled_, 0)
+    kept = stored(db)
+    assert new <= kept <= new + 1  # one write may land as the signal arrives
+    again = run(["--store", f"sqlite:///{db}", "import", str(source), "--json"], bare_env())
+    assert again.returncode == 0, again.stderr
+    report = json.loads(again.stdout)
+    assert report["new"] + report["present"] == 2000 and report["present"] == kept
+    assert stored(db) == 2000  # no duplicates
+
+
+def test_an_interrupted_export_leaves_the_file_and_says_so(tmp_path: Path) -> None:
+    source = big_file(tmp_path / "big.jsonl", sessions=30)
+    store = f"sqlite:///{tmp_path / 'ledger.db'}"
+    assert run(["--store", store, "import", str(source)], bare_env()).returncode == 0
+    backup = tmp_path / "backup.jsonl"
+    backup.write_text("old\n")
+    argv = [str(COMMAND), "--store", store, "export", "-o", str(backup)]
+    process = subprocess.Popen(argv, env=bare_env(), stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: any(tmp_path.glob(".backup.jsonl.*.partial")), "the temporary file")
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 143, stderr
+    assert stderr.splitlines() == [
+        "interrupted by SIGTERM: nothing was changed; an -o FILE is left as it was (stdout "
+        "may hold part of the export)"
+    ]
+    assert backup.read_text() == "old\n"
+    assert not any(tmp_path.glob(".backup.jsonl.*"))

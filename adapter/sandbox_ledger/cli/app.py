@@ -17,6 +17,7 @@ from sandbox_ledger.cli import (  # noqa: F401
     resource_files,
     setup_commands,
 )
+from sandbox_ledger.cli.interrupt import raise_on_sigterm
 from sandbox_ledger.cli.output import ExitCode, quiet_stdout
 from sandbox_ledger.cli.root import app
 
@@ -30,6 +31,7 @@ def main() -> None:
     # psycopg's pool logs each failed connection attempt as a multi-line warning, which
     # Python's last-resort handler would print: the command's one error line says it.
     logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
+    raise_on_sigterm()
     try:
         try:
             app()

@@ -13,6 +13,7 @@ from sandbox_ledger._redact import redact_url
 from sandbox_ledger.errors import InvalidInputError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from datetime import timedelta
 
     from sandbox_ledger.blocking import BlockingAdapter
@@ -43,6 +44,8 @@ class Target:
     """The table came from SANDBOX_LEDGER_TABLE, not --table (a later --store overrides it)."""
     store_from_env: bool = False
     """The store came from SANDBOX_LEDGER_STORE, not --store."""
+    so_far: Callable[[], str] | None = None
+    """How far the command got, for the line an interruption prints (None: its usual one)."""
     _stack: ExitStack = field(default_factory=ExitStack)
 
     def resolve(self) -> None:

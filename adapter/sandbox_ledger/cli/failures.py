@@ -9,6 +9,7 @@ import typer
 
 from sandbox_ledger._redact import scrub
 from sandbox_ledger.cli.connect import current_target
+from sandbox_ledger.cli.interrupt import Terminated, interrupted_line, signal_number
 from sandbox_ledger.cli.output import CommandError, ExitCode, err, quiet_stdout
 from sandbox_ledger.errors import (
     AccessDeniedError,
@@ -42,6 +43,12 @@ def handled(fn: Callable[P, R]) -> Callable[P, R]:
         except BrokenPipeError:
             quiet_stdout()
             raise typer.Exit(ExitCode.CLOSED_PIPE) from None
+        except (KeyboardInterrupt, Terminated) as stop:
+            number = signal_number(stop)
+            command = ctx.command_path.split(" ", 1)[-1] if ctx is not None else ""
+            so_far = target.so_far() if target is not None and target.so_far else None
+            err().print(interrupted_line(command, number, so_far), markup=False, soft_wrap=True)
+            raise typer.Exit(ExitCode(128 + number)) from None
         except Exception as exc:
             if target is not None and target.debug:
                 raise

@@ -258,6 +258,7 @@ def import_(
     exactly once however often, in whatever order or overlap it is imported; entries the
     table holds are not duplicated. Failed lines are reported with their numbers; the valid
     ones are kept; the exit code is 4 when any line failed."""
+    from sandbox_ledger.cli.interrupt import ImportStatus
     from sandbox_ledger.cli.transfer import import_from
 
     # Anything readable is a source (a file, a pipe, /dev/stdin, <(zcat f.gz), a FIFO), not
@@ -271,7 +272,9 @@ def import_(
     label = "<stdin>" if path == "-" else path
     with contextlib.ExitStack() as stack:
         source = sys.stdin.buffer if path == "-" else stack.enter_context(Path(path).open("rb"))
-        report = import_from(ledger, source, label=label, err=err())
+        status = ImportStatus()
+        target.so_far = status.describe
+        report = import_from(ledger, source, label=label, err=err(), status=status)
     err().print(f"imported {label}: {report.summary()}", markup=False)
     if as_json:
         failed = [{"line": f.number, "reason": f.reason} for f in report.failed]

@@ -29,6 +29,10 @@ class ExitCode(IntEnum):
     """The table, session, record or event bus named does not exist."""
     PARTIAL = 4
     """Some items (import lines, record files, swept records) failed; the rest were done."""
+    INTERRUPTED = 130
+    """Ctrl-C (SIGINT): 128 + 2, after one line saying how far the command got."""
+    TERMINATED = 143
+    """SIGTERM: 128 + 15, after the same line."""
     CLOSED_PIPE = 141
     """The reader of stdout went away (``| head``): 128 + SIGPIPE, as for other Unix tools."""
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
+    from sandbox_ledger.cli.interrupt import ImportStatus
     from sandbox_ledger.protocol import SyncTransferAdapter
 
 
@@ -202,20 +203,40 @@ def _write(stream: TextIO, lines: Iterator[str]) -> int:
 
 
 def import_from(
-    ledger: SyncTransferAdapter, source: BinaryIO, *, label: str, err: Console
+    ledger: SyncTransferAdapter,
+    source: BinaryIO,
+    *,
+    label: str,
+    err: Console,
+    status: ImportStatus | None = None,
 ) -> ImportReport:
     """Reconcile the JSON lines of ``source`` into ``ledger``; failed lines are printed to
-    ``err`` as ``label:line: reason``, with a progress bar when ``err`` is a terminal."""
+    ``err`` as ``label:line: reason``, with a progress bar when ``err`` is a terminal;
+    ``status`` follows how far it got (for the line an interruption prints)."""
+    from sandbox_ledger.cli.interrupt import ImportStatus
+
+    status = status if status is not None else ImportStatus()
     parsed = parse_lines(source)
     total = len(parsed.entries) + len(parsed.environments)
+    status.lines, status.total = total + len(parsed.errors), total
+    counted = status.counting(ledger)
+
+    def done(n: int) -> None:
+        status.done += n
+
     if err.is_terminal and total:
         from rich.progress import Progress
 
         with Progress(console=err, transient=True) as progress:
             task = progress.add_task(f"importing {label}", total=total)
-            report = import_entries(ledger, parsed, progress=lambda n: progress.advance(task, n))
+
+            def shown(n: int) -> None:
+                done(n)
+                progress.advance(task, n)
+
+            report = import_entries(counted, parsed, progress=shown)
     else:
-        report = import_entries(ledger, parsed)
+        report = import_entries(counted, parsed, progress=done)
     for failure in report.failed:
         err.print(f"{label}:{failure.number}: {failure.reason}", markup=False)
     return report
