@@ -360,7 +360,7 @@ def test_an_interrupted_import_says_how_far_it_got_and_resumes(
     db = tmp_path / "ledger.db"
     argv = [str(COMMAND), "--store", f"sqlite:///{db}", "import", str(source)]
     process = subprocess.Popen(argv, env=bare_env(), stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: stored(db) > 0, "the first entries")
+    wait_for(lambda: stored(db) >= 20, "the first entries")
     process.send_signal(number)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == code, stderr
@@ -403,3 +403,81 @@ def test_an_interrupted_export_leaves_the_file_and_says_so(tmp_path: Path) -> No
     ]
     assert backup.read_text() == "old\n"
     assert not any(tmp_path.glob(".backup.jsonl.*"))
+
+
+# -- 7. AWS CLI habits --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    done = run(["--store", url, "import", str(ROOT / "examples" / "ledger.jsonl")], bare_env())
+    assert done.returncode == 0, done.stderr
+    return url
+
+
+def stdout_on_a_terminal(argv: list[str]) -> tuple[int, str]:
+    """Run with stdout on a pseudo-terminal: exit code, what the terminal showed."""
+    import pty
+    import select
+
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        [str(COMMAND), *argv],
+        stdout=follower,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        env={**bare_env(), "TERM": "xterm", "COLUMNS": "200"},
+    )
+    os.close(follower)
+    seen = bytearray()
+    while True:
+        ready, _, _ = select.select([leader], [], [], 60)
+        assert ready, "no output for 60 s"
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closed
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(leader)
+    return process.wait(timeout=60), seen.decode("utf-8", "replace")
+
+
+def test_a_table_on_a_terminal_and_tab_separated_text_when_piped(sqlite_store: str) -> None:
+    code, shown = stdout_on_a_terminal(["--store", sqlite_store, "ls"])
+    assert code == 0 and "┏━" in shown and "2 session(s)" in shown
+    piped = run(["--store", sqlite_store, "ls"], bare_env())
+    assert piped.returncode == 0
+    assert [line.split("\t")[:3] for line in piped.stdout.splitlines()] == [
+        ["build", "sb-2", "running"],
+        ["build", "sb-1", "completed"],
+    ]
+    assert piped.stderr.splitlines() == ["2 session(s)"]  # summaries off stdout
+    code, asked = stdout_on_a_terminal(["--store", sqlite_store, "ls", "--output", "text"])
+    assert code == 0 and "┃" not in asked and "build\tsb-2\trunning" in asked
+    as_table = run(["--store", sqlite_store, "ls", "--output", "table"], bare_env())
+    assert "┃ name" in as_table.stdout
+
+
+def test_query_selects_from_the_json_shape(sqlite_store: str) -> None:
+    base = ["--store", sqlite_store]
+    ids = run([*base, "ls", "--query", "sessions[].sandboxId", "--output", "json"], bare_env())
+    assert json.loads(ids.stdout) == ["sb-2", "sb-1"]
+    text = run([*base, "ls", "--query", "sessions[?status=='running'].sandboxId"], bare_env())
+    assert text.stdout == "sb-2\n"
+    tags = run([*base, "checkpoints", "build", "sb-1", "--query", "[0].tag", "--json"], bare_env())
+    assert json.loads(tags.stdout) == "after-tests"
+    bad = run([*base, "ls", "--query", "sessions[?"], bare_env())
+    assert bad.returncode == 2
+    [line] = bad.stderr.splitlines()
+    assert line.startswith("error: --query: 'sessions[?' is not a JMESPath expression")
+
+
+def test_checkpoints_and_envs_of_something_missing_exit_3(sqlite_store: str) -> None:
+    base = ["--store", sqlite_store]
+    missing = run([*base, "checkpoints", "build", "sb-9"], bare_env())
+    assert missing.returncode == 3 and "no session build/sb-9" in missing.stderr
+    none = run([*base, "envs", "nope"], bare_env())
+    assert none.returncode == 3 and "no environment record nope" in none.stderr

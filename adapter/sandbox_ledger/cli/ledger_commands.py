@@ -11,19 +11,16 @@ from pathlib import Path
 import typer
 
 from sandbox_ledger._enums import SandboxStatus  # noqa: TC001 - typer reads it at run time
-from sandbox_ledger.cli import connect
+from sandbox_ledger.cli import connect, render
 from sandbox_ledger.cli.failures import handled
 from sandbox_ledger.cli.output import (
     CommandError,
     ExitCode,
-    clip,
-    emit,
     err,
-    new_table,
-    out,
     parse_time,
     when,
 )
+from sandbox_ledger.cli.render import OUTPUT, QUERY, Format, View
 from sandbox_ledger.cli.root import app
 from sandbox_ledger.errors import InvalidInputError
 
@@ -54,6 +51,8 @@ def ls(
     as_json: bool = typer.Option(
         False, "--json", help='Print {"sessions": [...], "cursor": ...} in the wire shape.'
     ),
+    output: Format | None = OUTPUT,
+    query: str | None = QUERY,
 ) -> None:
     """Sessions, newest first, one page; prints the cursor of the next page. Times are UTC."""
     from sandbox_ledger.models import ListSandboxOptions
@@ -65,23 +64,24 @@ def ls(
     )
     page = ledger.list_sandbox_page(name, opts) if name else ledger.list_all_sandbox_page(opts)
     rows = page.sessions
-    if as_json:
-        emit({"sessions": [d.wire() for d in rows], "cursor": page.cursor})
-        return
-    table = new_table("name", "sandboxId", "status", "started", "completed", "execs")
-    for d in rows:
-        table.add_row(
-            d.name,
-            d.sandbox_id,
-            str(d.status),
-            when(d.started_at),
-            when(d.completed_at),
-            str(d.exec_count),
-        )
-    out().print(table)
-    out().print(f"{len(rows)} session(s)")
-    if page.cursor:
-        out().print(f"next page: --cursor {page.cursor}", markup=False)
+    view = View(
+        {"sessions": [d.wire() for d in rows], "cursor": page.cursor},
+        ("name", "sandboxId", "status", "started", "completed", "execs"),
+        [
+            [
+                d.name,
+                d.sandbox_id,
+                str(d.status),
+                when(d.started_at),
+                when(d.completed_at),
+                str(d.exec_count),
+            ]
+            for d in rows
+        ],
+        [f"{len(rows)} session(s)"]
+        + ([f"next page: --cursor {page.cursor}"] if page.cursor else []),
+    )
+    render.show(view, render.choose(as_json, output), query)
 
 
 @app.command()
@@ -94,27 +94,28 @@ def show(
         False, "--json", help="JSON lines: one entry per line in the wire shape, as export."
     ),
     store: str | None = _STORE,
+    output: Format | None = OUTPUT,
+    query: str | None = QUERY,
 ) -> None:
     """A session's ledger as a timeline (times in UTC)."""
     target = connect.target(ctx, store)
     entries = connect.ledger(target).read_all(name, sandbox_id)
     if not entries:
         raise connect.missing_session(target, name, sandbox_id, "")
-    if as_json:
-        for e in entries:
-            sys.stdout.write(json.dumps(e.wire(), ensure_ascii=False) + "\n")
-        return
-    table = new_table("time", "step", "branch", "event", "payload", "error")
-    for e in entries:
-        table.add_row(
+    rows = [
+        [
             when(e.ts),
             str(e.step_index),
             "" if e.branch is None else str(e.branch),
             e.event,
-            "" if e.payload is None else clip(e.payload),
+            "" if e.payload is None else json.dumps(e.payload, ensure_ascii=False),
             e.error or "",
-        )
-    out().print(table)
+        ]
+        for e in entries
+    ]
+    columns = ("time", "step", "branch", "event", "payload", "error")
+    view = View([e.wire() for e in entries], columns, rows, json_lines=True)
+    render.show(view, render.choose(as_json, output), query)
 
 
 @app.command()
@@ -127,38 +128,64 @@ def checkpoints(
     as_json: bool = typer.Option(
         False, "--json", help="Print a JSON array of checkpoints in the wire shape."
     ),
+    output: Format | None = OUTPUT,
+    query: str | None = QUERY,
 ) -> None:
-    """A session's checkpoints in creation order."""
-    rows = connect.ledger(connect.target(ctx, store)).list_checkpoints(name, sandbox_id)
-    if as_json:
-        emit([c.wire() for c in rows])
-        return
-    table = new_table("created", "snapshotId", "tag")
-    for c in rows:
-        table.add_row(when(c.created_at), c.snapshot_id or "-", c.tag or "-")
-    out().print(table)
-    out().print(f"{len(rows)} checkpoint(s)")
+    """A session's checkpoints in creation order (exit code 3 if the session does not exist)."""
+    target = connect.target(ctx, store)
+    ledger = connect.ledger(target)
+    rows = ledger.list_checkpoints(name, sandbox_id)
+    missing = not rows and ledger.get_sandbox_details(name, sandbox_id) is None
+    if missing and not ledger.read_all(name, sandbox_id):
+        raise connect.missing_session(target, name, sandbox_id, "")
+    view = View(
+        [c.wire() for c in rows],
+        ("created", "snapshotId", "tag"),
+        [[when(c.created_at), c.snapshot_id or "-", c.tag or "-"] for c in rows],
+        [f"{len(rows)} checkpoint(s)"],
+    )
+    render.show(view, render.choose(as_json, output), query)
 
 
 @app.command()
 @handled
 def envs(
     ctx: typer.Context,
+    names: list[str] | None = typer.Argument(
+        None, metavar="[NAME]...", help="Only these records (exit code 3 if one is missing)."
+    ),
     store: str | None = _STORE,
     as_json: bool = typer.Option(
         False, "--json", help="Print a JSON array of environment records in the wire shape."
     ),
+    output: Format | None = OUTPUT,
+    query: str | None = QUERY,
 ) -> None:
-    """Environment records, newest builtAt first."""
-    rows = connect.ledger(connect.target(ctx, store)).list_environments()
-    if as_json:
-        emit([r.wire() for r in rows])
-        return
-    table = new_table("name", "built", "other fields")
-    for r in rows:
-        extra = {key: v for key, v in r.wire().items() if key not in ("name", "builtAt")}
-        table.add_row(r.name, when(r.built_at), clip(extra) if extra else "")
-    out().print(table)
+    """Environment records, newest builtAt first; with NAMEs, those records."""
+    target = connect.target(ctx, store)
+    ledger = connect.ledger(target)
+    if names:
+        found = {n: ledger.get_environment(n) for n in dict.fromkeys(names)}
+        missing = [n for n, r in found.items() if r is None]
+        if missing:
+            raise CommandError(
+                f"no environment record {', '.join(missing)} in {target.describe()}; list "
+                f"them with `{target.command('envs')}`",
+                ExitCode.NOT_FOUND,
+            )
+        rows = [r for r in found.values() if r is not None]
+    else:
+        rows = ledger.list_environments()
+    extra = [{k: v for k, v in r.wire().items() if k not in ("name", "builtAt")} for r in rows]
+    view = View(
+        [r.wire() for r in rows],
+        ("name", "built", "other fields"),
+        [
+            [r.name, when(r.built_at), json.dumps(x, ensure_ascii=False) if x else ""]
+            for r, x in zip(rows, extra, strict=True)
+        ],
+    )
+    render.show(view, render.choose(as_json, output), query)
 
 
 @app.command()
@@ -172,6 +199,8 @@ def rm(
     as_json: bool = typer.Option(
         False, "--json", help='Print {"name", "sandboxId", "deleted": true} when done.'
     ),
+    output: Format | None = OUTPUT,
+    query: str | None = QUERY,
 ) -> None:
     """Delete a session and every entry of it."""
     target = connect.target(ctx, store, writes="rm")
@@ -186,10 +215,9 @@ def rm(
 
     with deleting(ledger, f"deleting {name}/{sandbox_id}", err()):
         ledger.delete_sandbox(name, sandbox_id)
-    if as_json:
-        emit({"name": name, "sandboxId": sandbox_id, "deleted": True})
-    else:
-        out().print(f"deleted {name}/{sandbox_id}", markup=False)
+    doc = {"name": name, "sandboxId": sandbox_id, "deleted": True}
+    view = View(doc, notes=[f"deleted {name}/{sandbox_id}"])
+    render.show(view, render.choose(as_json, output), query)
 
 
 @app.command("export")
@@ -253,6 +281,8 @@ def import_(
         help='Print {"new", "present", "expired", "failed": [{"line", "reason"}], '
         '"environments": {...}}.',
     ),
+    output: Format | None = OUTPUT,
+    query: str | None = QUERY,
 ) -> None:
     """Reconcile JSON lines (as exported) into the table: each entry of the file is stored
     exactly once however often, in whatever order or overlap it is imported; entries the
@@ -276,7 +306,7 @@ def import_(
         target.so_far = status.describe
         report = import_from(ledger, source, label=label, err=err(), status=status)
     err().print(f"imported {label}: {report.summary()}", markup=False)
-    if as_json:
+    if as_json or output is not None or query is not None:  # the summary says the rest
         failed = [{"line": f.number, "reason": f.reason} for f in report.failed]
         env = report.environments
         environments = {
@@ -285,14 +315,13 @@ def import_(
             "present": env.present,
             "kept": env.kept,
         }
-        emit(
-            {
-                "new": report.new,
-                "present": report.present,
-                "expired": report.expired,
-                "failed": failed,
-                "environments": environments,
-            }
-        )
+        doc = {
+            "new": report.new,
+            "present": report.present,
+            "expired": report.expired,
+            "failed": failed,
+            "environments": environments,
+        }
+        render.show(View(doc), render.choose(as_json, output), query)
     if report.failed:
         raise typer.Exit(ExitCode.PARTIAL)
