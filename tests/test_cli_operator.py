@@ -481,3 +481,34 @@ def test_checkpoints_and_envs_of_something_missing_exit_3(sqlite_store: str) -> 
     assert missing.returncode == 3 and "no session build/sb-9" in missing.stderr
     none = run([*base, "envs", "nope"], bare_env())
     assert none.returncode == 3 and "no environment record nope" in none.stderr
+
+
+def test_errors_speak_in_flags_and_name_what_is_there(sqlite_store: str, tmp_path: Path) -> None:
+    no_region = {k: v for k, v in bare_env(HOME=str(tmp_path)).items() if k != "AWS_REGION"}
+    region = run(["--table", "ledger", "ls"], no_region)
+    assert region.returncode == 1
+    [line] = region.stderr.splitlines()
+    assert "--region REGION" in line and "region_name" not in line
+    huge = run(["--store", sqlite_store, "ls", "--before", "99" * 10], bare_env())
+    assert huge.returncode == 2
+    [line] = huge.stderr.splitlines()
+    assert line.startswith("error: --before: ") and "pydantic" not in line
+    for argv, what in (
+        (["resources", "export", "/etc/passwd"], "/etc/passwd is a file, not a directory"),
+        (["resources", "import", "/etc/passwd"], "/etc/passwd is a file, not a directory"),
+        (["import", str(ROOT / "examples")], "examples is a directory, not a file"),
+    ):
+        done = run(["--table", "ledger", "--endpoint-url", "http://127.0.0.1:9", *argv], bare_env())
+        assert done.returncode == 2, done.stderr
+        assert what in done.stderr and "Errno" not in done.stderr
+
+
+def test_shell_hints_are_quoted_for_a_shell() -> None:
+    from sandbox_ledger.cli.context import Target
+
+    odd = Target(table="my table's", endpoint_url=None, region="us-east-1", profile=None)
+    assert odd.command("table create") == "sandbox-ledger --table 'my table'\"'\"'s' table create"
+    store = Target(
+        table=None, endpoint_url=None, region=None, profile=None, store="sqlite:///a b.db"
+    )
+    assert store.command("ls") == "sandbox-ledger --store 'sqlite:///a b.db' ls"

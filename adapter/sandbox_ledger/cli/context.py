@@ -4,6 +4,7 @@ environment, or an embedded moto server."""
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -139,11 +140,12 @@ class Target:
         return f"in region {region} at endpoint {endpoint}"
 
     def command(self, *words: str) -> str:
-        """A command line that names this same store, for suggestions."""
+        """A command line that names this same store, for suggestions (quoted for a shell;
+        ``words`` are given quoted where they need it)."""
         if self.store:
-            naming = f" --store {redact_url(self.store)}"
+            naming = f" --store {shlex.quote(redact_url(self.store))}"
         elif self.table and not self.table_from_env:
-            naming = f" --table {self.table}"
+            naming = f" --table {shlex.quote(self.table)}"
         else:
             naming = ""
         return " ".join(("sandbox-ledger" + naming, *words))

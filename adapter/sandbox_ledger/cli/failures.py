@@ -12,7 +12,9 @@ from sandbox_ledger.cli.connect import current_target
 from sandbox_ledger.cli.interrupt import Terminated, interrupted_line, signal_number
 from sandbox_ledger.cli.output import CommandError, ExitCode, err, quiet_stdout
 from sandbox_ledger.errors import (
+    NO_REGION_FIX,
     AccessDeniedError,
+    ConfigurationError,
     InvalidInputError,
     LedgerError,
     StoreNotFoundError,
@@ -75,6 +77,11 @@ def failure(exc: BaseException, target: Target | None) -> tuple[ExitCode, str]:
     text = " ".join(str(error).split())
     if isinstance(error, CommandError):
         return error.exit_code, text
+    if isinstance(error, ConfigurationError) and text == NO_REGION_FIX:
+        return ExitCode.FAILED, (
+            "no AWS region configured: give --region REGION, or set AWS_REGION (or "
+            "AWS_DEFAULT_REGION), or use a profile with a region (--profile NAME)"
+        )
     if isinstance(error, StoreNotFoundError) and target is not None:
         return ExitCode.NOT_FOUND, (
             f"{text}; check the {target.describe()}, or create the ledger with a write such "

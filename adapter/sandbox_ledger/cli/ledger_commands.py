@@ -55,13 +55,20 @@ def ls(
     query: str | None = QUERY,
 ) -> None:
     """Sessions, newest first, one page; prints the cursor of the next page. Times are UTC."""
+    from pydantic import ValidationError
+
     from sandbox_ledger.models import ListSandboxOptions
 
     before_ms = None if before is None else parse_time(before)
     ledger = connect.ledger(connect.target(ctx, store))
-    opts = ListSandboxOptions(
-        status=status, before=before_ms, limit=limit, cursor=connect.pasted(cursor)
-    )
+    try:
+        opts = ListSandboxOptions(
+            status=status, before=before_ms, limit=limit, cursor=connect.pasted(cursor)
+        )
+    except ValidationError as exc:  # a flag's value the contract refuses, named by its flag
+        first = exc.errors()[0]
+        flag = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "option"
+        raise InvalidInputError(flag, f"{first['msg']} (got {first.get('input')!r})") from None
     page = ledger.list_sandbox_page(name, opts) if name else ledger.list_all_sandbox_page(opts)
     rows = page.sessions
     view = View(
@@ -294,7 +301,7 @@ def import_(
     # Anything readable is a source (a file, a pipe, /dev/stdin, <(zcat f.gz), a FIFO), not
     # only a regular file; a directory or a missing path is refused before anything is written.
     if path != "-" and Path(path).is_dir():
-        raise typer.BadParameter(f"{path}: is a directory, not a file", param_hint="PATH")
+        raise typer.BadParameter(f"{path} is a directory, not a file", param_hint="PATH")
     if path != "-" and not Path(path).exists():
         raise typer.BadParameter(f"{path}: no such file", param_hint="PATH")
     target = connect.target(ctx, store, writes="import")

@@ -142,3 +142,23 @@ def new_table(*columns: str, title: str | None = None) -> Any:
     from rich.table import Table
 
     return Table(*columns, title=title)
+
+
+def kind_of(path: Any) -> str:
+    """What is at ``path``, for messages: ``a directory``, ``a FIFO``, ``a file``, ``a
+    device``, ``a socket`` or ``nothing``."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "nothing"
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISREG, "a file"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "a device"

@@ -9,7 +9,7 @@ import typer
 
 from sandbox_ledger.cli import connect
 from sandbox_ledger.cli.failures import handled
-from sandbox_ledger.cli.output import CommandError, ExitCode, emit, err, out
+from sandbox_ledger.cli.output import CommandError, ExitCode, emit, err, kind_of, out
 from sandbox_ledger.cli.root import resources_app
 
 
@@ -29,6 +29,10 @@ def resources_import(
     from sandbox_ledger.cli.progress import per_file
     from sandbox_ledger.resources.files import import_directory
 
+    if not directory.is_dir():
+        raise CommandError(
+            f"DIRECTORY: {directory} is {kind_of(directory)}, not a directory", ExitCode.USAGE
+        )
     store = connect.resource_store(connect.target(ctx, writes="resources import"))
     total = len(list(directory.glob("*.json"))) if directory.is_dir() else 0
     with per_file("importing records", err(), total) as on_file:
@@ -108,6 +112,10 @@ def resources_export(
     from sandbox_ledger.cli.progress import per_file
     from sandbox_ledger.resources.files import export_directory
 
+    if directory.exists() and not directory.is_dir():
+        raise CommandError(
+            f"DIRECTORY: {directory} is {kind_of(directory)}, not a directory", ExitCode.USAGE
+        )
     store = connect.resource_store(connect.target(ctx))
     with per_file("exporting records", err(), None) as on_file:
         report = export_directory(store, directory, on_file=on_file)
