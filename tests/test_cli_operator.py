@@ -512,3 +512,32 @@ def test_shell_hints_are_quoted_for_a_shell() -> None:
         table=None, endpoint_url=None, region=None, profile=None, store="sqlite:///a b.db"
     )
     assert store.command("ls") == "sandbox-ledger --store 'sqlite:///a b.db' ls"
+
+
+DATA_COMMANDS = [
+    ["ls"],
+    ["show"],
+    ["checkpoints"],
+    ["envs"],
+    ["rm"],
+    ["import"],
+    ["table", "create"],
+    ["demo"],
+    ["resources", "ls"],
+    ["resources", "show"],
+    ["resources", "sweep"],
+    ["resources", "import"],
+    ["resources", "export"],
+]
+
+
+@pytest.mark.parametrize("path", DATA_COMMANDS, ids=" ".join)
+def test_every_command_that_prints_data_takes_output_and_query(path: list[str]) -> None:
+    from typer.testing import CliRunner
+
+    from sandbox_ledger.cli import app
+
+    shown = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    assert re.search(r"--output [<[]json\|text\|table[>\]]", shown.output), shown.output
+    assert "--query" in shown.output and "--json" in shown.output

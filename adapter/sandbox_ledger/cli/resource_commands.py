@@ -7,10 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from sandbox_ledger.cli import connect
+from sandbox_ledger.cli import connect, render
 from sandbox_ledger.cli.context import cli_config
 from sandbox_ledger.cli.failures import handled
-from sandbox_ledger.cli.output import CommandError, ExitCode, clip, emit, err, new_table, out
+from sandbox_ledger.cli.output import CommandError, ExitCode, err
+from sandbox_ledger.cli.render import OUTPUT, QUERY, Format, View
 from sandbox_ledger.cli.root import resources_app
 from sandbox_ledger.cli.setup_commands import SWEEP_FLAGS
 
@@ -47,6 +48,8 @@ def resources_ls(
         help='Print {"records": [...], "unreadable": [{"id", "reason"}], "cursor": ...}; '
         "records in the seed's file shape.",
     ),
+    output: Format | None = OUTPUT,
+    query: str | None = QUERY,
 ) -> None:
     """Resource activity records, newest updatedAt first, one page."""
     page = connect.resource_store(connect.target(ctx)).list(
@@ -55,31 +58,35 @@ def resources_ls(
         limit=limit,
         cursor=connect.pasted(cursor),
     )
-    if as_json:
-        emit(
-            {
-                "records": [v.record.wire() for v in page.records],
-                "unreadable": [{"id": u.record_id, "reason": u.reason} for u in page.unreadable],
-                "cursor": page.cursor,
-            }
-        )
-        return
-    table = new_table("id", "phase", "provider", "pid", "updated", "operations", "workspace")
-    for v in page.records:
-        r = v.record
-        ops = ", ".join(f"{o.kind} x{o.count}" for o in r.operations) or "-"
-        table.add_row(
-            r.id, r.phase, r.sandbox_provider, str(r.pid), r.updated_at, ops, clip(r.workspace, 40)
-        )
-    for bad in page.unreadable:
-        table.add_row(bad.record_id, "unreadable", "-", "-", "-", "-", clip(bad.reason, 80))
-    out().print(table)
-    out().print(
+    doc = {
+        "records": [v.record.wire() for v in page.records],
+        "unreadable": [{"id": u.record_id, "reason": u.reason} for u in page.unreadable],
+        "cursor": page.cursor,
+    }
+    rows = [
+        [
+            v.record.id,
+            v.record.phase,
+            v.record.sandbox_provider,
+            str(v.record.pid),
+            v.record.updated_at,
+            ", ".join(f"{o.kind} x{o.count}" for o in v.record.operations) or "-",
+            v.record.workspace,
+        ]
+        for v in page.records
+    ]
+    rows += [
+        [bad.record_id, "unreadable", "-", "-", "-", "-", bad.reason] for bad in page.unreadable
+    ]
+    notes = [
         f"{len(page.records)} record(s)"
-        + (f", {len(page.unreadable)} unreadable" if page.unreadable else "")
+        + (f", {len(page.unreadable)} unreadable" if page.unreadable else ""),
+        *([f"next page: --cursor {page.cursor}"] * bool(page.cursor)),
+    ]
+    columns = ("id", "phase", "provider", "pid", "updated", "operations", "workspace")
+    render.show(
+        View(doc, columns, rows, notes, clip_width=80), render.choose(as_json, output), query
     )
-    if page.cursor:
-        out().print(f"next page: --cursor {page.cursor}", markup=False)
 
 
 @resources_app.command("sweep")
@@ -107,6 +114,8 @@ def resources_sweep(
     as_json: bool = typer.Option(
         False, "--json", help="Print the sweep's result as JSON (as the scheduled handler's)."
     ),
+    output: Format | None = OUTPUT,
+    query: str | None = QUERY,
 ) -> None:
     """Expire stale records now, as the scheduled handler does: with the deployment's bus
     and windows (from the table's descriptor); a flag that disagrees is refused, and a table
@@ -146,24 +155,20 @@ def resources_sweep(
             policy=plan.policy,
             dry_run=dry_run,
         )
-    if as_json:
-        emit({**result.to_dict(), "eventBus": plan.event_bus_name})
-    else:
-        verb = "would expire" if dry_run else "expired"
-        for record_id in result.expired:
-            out().print(f"{verb} {record_id}: {result.reasons[record_id]}", markup=False)
-        out().print(
-            f"{len(result.expired)} {verb}, {len(result.skipped)} skipped (not stale, or "
-            f"another sweep's), {len(result.failed)} failed (bus {plan.event_bus_name})",
-            markup=False,
+    verb = "would expire" if dry_run else "expired"
+    notes = [f"{verb} {record_id}: {result.reasons[record_id]}" for record_id in result.expired]
+    notes.append(
+        f"{len(result.expired)} {verb}, {len(result.skipped)} skipped (not stale, or "
+        f"another sweep's), {len(result.failed)} failed (bus {plan.event_bus_name})"
+    )
+    if result.due:
+        notes.append(
+            f"{len(result.due)} record(s) unchanged since a sweep observed them: if they "
+            f"stay so, the first sweep from {min(result.due.values())} on expires the "
+            "first of them (each one a whole window after its observation)"
         )
-        if result.due:
-            out().print(
-                f"{len(result.due)} record(s) unchanged since a sweep observed them: if they "
-                f"stay so, the first sweep from {min(result.due.values())} on expires the "
-                "first of them (each one a whole window after its observation)",
-                markup=False,
-            )
+    doc = {**result.to_dict(), "eventBus": plan.event_bus_name}
+    render.show(View(doc, notes=notes), render.choose(as_json, output), query)
     if result.failed:
         raise typer.Exit(ExitCode.PARTIAL)
 

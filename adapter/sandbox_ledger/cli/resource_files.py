@@ -7,9 +7,10 @@ from pathlib import Path  # noqa: TC003 - typer reads the annotation at run time
 
 import typer
 
-from sandbox_ledger.cli import connect
+from sandbox_ledger.cli import connect, render
 from sandbox_ledger.cli.failures import handled
-from sandbox_ledger.cli.output import CommandError, ExitCode, emit, err, kind_of, out
+from sandbox_ledger.cli.output import CommandError, ExitCode, err, kind_of, out
+from sandbox_ledger.cli.render import OUTPUT, QUERY, Format, View
 from sandbox_ledger.cli.root import resources_app
 
 
@@ -23,6 +24,8 @@ def resources_import(
         "--json",
         help='Print {"written": [...], "unchanged": [...], "failed": {file: reason}}.',
     ),
+    output: Format | None = OUTPUT,
+    query: str | None = QUERY,
 ) -> None:
     """Load every <id>.json record of DIRECTORY; a newer record in the table is kept.
     Exit code 4 when any file failed (the others are loaded)."""
@@ -44,8 +47,9 @@ def resources_import(
         f"(the table's version is as new or newer), {len(report.failed)} failed",
         markup=False,
     )
-    if as_json:
-        emit({"written": report.written, "unchanged": report.unchanged, "failed": report.failed})
+    if as_json or output is not None or query is not None:  # the summary says the rest
+        doc = {"written": report.written, "unchanged": report.unchanged, "failed": report.failed}
+        render.show(View(doc), render.choose(as_json, output), query)
     if report.failed:
         raise typer.Exit(ExitCode.PARTIAL)
 
@@ -58,6 +62,8 @@ def resources_show(
     as_json: bool = typer.Option(
         False, "--json", help="Print the record file's JSON (the seed's exact shape)."
     ),
+    output: Format | None = OUTPUT,
+    query: str | None = QUERY,
 ) -> None:
     """One record: its fields, revision and expiry, or its file JSON with --json."""
     from sandbox_ledger.resources.files import record_file_text
@@ -70,7 +76,8 @@ def resources_show(
             f"`{target.command('resources ls')}`",
             ExitCode.NOT_FOUND,
         )
-    if as_json:
+    fmt = render.choose(as_json, output)
+    if fmt is Format.json and query is None:
         out().print(record_file_text(stored.record), end="", markup=False)
         return
     record = stored.record
@@ -90,8 +97,8 @@ def resources_show(
         "revision": str(stored.revision),
         "being expired": stored.expiring or "no",
     }
-    for key, value in rows.items():
-        out().print(f"{key:>15}  {value}", markup=False)
+    view = View(stored.record.wire(), ("field", "value"), [[k, v] for k, v in rows.items()])
+    render.show(view, fmt, query)
 
 
 @resources_app.command("export")
@@ -104,6 +111,8 @@ def resources_export(
         "--json",
         help='Print {"directory": ..., "files": [...], "unreadable": {id: reason}}.',
     ),
+    output: Format | None = OUTPUT,
+    query: str | None = QUERY,
 ) -> None:
     """Write every record of the table to DIRECTORY, one <id>.json file each. A record this
     version cannot read is named on stderr, no file written for it: exit code 4. The records
@@ -131,9 +140,12 @@ def resources_export(
         ),
         markup=False,
     )
-    if as_json:
-        emit(
-            {"directory": str(directory), "files": report.written, "unreadable": report.unreadable}
-        )
+    if as_json or output is not None or query is not None:  # the summary says the rest
+        doc = {
+            "directory": str(directory),
+            "files": report.written,
+            "unreadable": report.unreadable,
+        }
+        render.show(View(doc), render.choose(as_json, output), query)
     if report.unreadable:
         raise typer.Exit(ExitCode.PARTIAL)

@@ -7,9 +7,10 @@ from typing import Any
 
 import typer
 
-from sandbox_ledger.cli import connect
+from sandbox_ledger.cli import connect, render
 from sandbox_ledger.cli.failures import handled
-from sandbox_ledger.cli.output import emit, err, out
+from sandbox_ledger.cli.output import err, out
+from sandbox_ledger.cli.render import OUTPUT, QUERY, Format, View
 from sandbox_ledger.cli.root import app, from_command_line, table_app
 
 _JSON = typer.Option(False, "--json", help="Print JSON (the wire shape, camelCase).")
@@ -35,11 +36,16 @@ def demo(
     as_json: bool = typer.Option(
         False, "--json", help="Print the summary as JSON instead of tables."
     ),
+    output: Format | None = typer.Option(
+        None, "--output", help="json, text or table (default: table, piped or not)."
+    ),
+    query: str | None = QUERY,
 ) -> None:
     """Simulate a fleet end to end, then sweep expired resource records through the
     handler; prints a summary of operations, requests, latency and outcomes."""
     from sandbox_ledger.cli.demo import DemoConfig, run_demo
-    from sandbox_ledger.cli.demo_report import render, report_json
+    from sandbox_ledger.cli.demo_report import render as render_tables
+    from sandbox_ledger.cli.demo_report import report_json
 
     target = connect.target(ctx, embedded=True)
     target.require_dynamodb("the demo")
@@ -50,11 +56,13 @@ def demo(
         concurrency=concurrency,
         dead_owner_share=dead_owners,
     )
-    report = run_demo(target, config, err() if as_json else out())
-    if as_json:
-        emit(report_json(report))
+    # A summary for people: tables unless asked otherwise, piped or not.
+    fmt = render.choose(as_json, output) if as_json or output else Format.table
+    report = run_demo(target, config, err() if fmt is not Format.table else out())
+    if fmt is Format.table and query is None:
+        render_tables(report, out())
     else:
-        render(report, out())
+        render.show(View(report_json(report)), fmt, query)
 
 
 # The flag of each sweep setting, to name it in errors (read-only: no module state).
@@ -83,6 +91,8 @@ def table_create(
         604_800, "--retain-failed", min=0, help="Seconds failed records are kept; 0: forever."
     ),
     as_json: bool = _JSON,
+    output: Format | None = OUTPUT,
+    query: str | None = QUERY,
 ) -> None:
     """Create the table (as the CDK stack does) if it does not exist; wait until ACTIVE. Its
     descriptor records the resource sweep's bus and windows, so `resources sweep` needs no
@@ -106,21 +116,19 @@ def table_create(
         recorded = getattr(described, name) if described is not None else None
         if given is not None and recorded is not None and given != recorded:
             raise DeploymentMismatchError(flag, given, recorded, target.table or "")
-    if as_json:
-        emit({"table": target.table, "created": created, "sweep": _sweep_json(described)})
-    else:
-        out().print(f"table {target.table}: {'created' if created else 'already exists'}")
-        if described is not None and described.describes_sweep:
-            out().print(
-                f"resource sweep: bus {described.event_bus_name}, live records expire "
-                f"{described.stale_after_seconds} s without heartbeat, failed ones "
-                + (
-                    f"after {described.retain_failed_seconds} s"
-                    if described.retain_failed_seconds
-                    else "never"
-                ),
-                markup=False,
+    notes = [f"table {target.table}: {'created' if created else 'already exists'}"]
+    if described is not None and described.describes_sweep:
+        notes.append(
+            f"resource sweep: bus {described.event_bus_name}, live records expire "
+            f"{described.stale_after_seconds} s without heartbeat, failed ones "
+            + (
+                f"after {described.retain_failed_seconds} s"
+                if described.retain_failed_seconds
+                else "never"
             )
+        )
+    doc = {"table": target.table, "created": created, "sweep": _sweep_json(described)}
+    render.show(View(doc, notes=notes), render.choose(as_json, output), query)
 
 
 def _sweep_json(described: Any) -> dict[str, Any] | None:
