@@ -496,7 +496,7 @@ def test_errors_speak_in_flags_and_name_what_is_there(sqlite_store: str, tmp_pat
     for argv, what in (
         (["resources", "export", "/etc/passwd"], "/etc/passwd is a file, not a directory"),
         (["resources", "import", "/etc/passwd"], "/etc/passwd is a file, not a directory"),
-        (["import", str(ROOT / "examples")], "examples is a directory, not a file"),
+        (["import", str(ROOT / "examples")], "examples: is a directory, not a file"),
     ):
         done = run(["--table", "ledger", "--endpoint-url", "http://127.0.0.1:9", *argv], bare_env())
         assert done.returncode == 2, done.stderr

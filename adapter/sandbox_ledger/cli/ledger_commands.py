@@ -301,7 +301,7 @@ def import_(
     # Anything readable is a source (a file, a pipe, /dev/stdin, <(zcat f.gz), a FIFO), not
     # only a regular file; a directory or a missing path is refused before anything is written.
     if path != "-" and Path(path).is_dir():
-        raise typer.BadParameter(f"{path} is a directory, not a file", param_hint="PATH")
+        raise typer.BadParameter(f"{path}: is a directory, not a file", param_hint="PATH")
     if path != "-" and not Path(path).exists():
         raise typer.BadParameter(f"{path}: no such file", param_hint="PATH")
     target = connect.target(ctx, store, writes="import")

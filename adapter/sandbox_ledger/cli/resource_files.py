@@ -32,11 +32,12 @@ def resources_import(
     from sandbox_ledger.cli.progress import per_file
     from sandbox_ledger.resources.files import import_directory
 
+    target = connect.target(ctx, writes="resources import")  # a store named first
     if not directory.is_dir():
         raise CommandError(
             f"DIRECTORY: {directory} is {kind_of(directory)}, not a directory", ExitCode.USAGE
         )
-    store = connect.resource_store(connect.target(ctx, writes="resources import"))
+    store = connect.resource_store(target)
     total = len(list(directory.glob("*.json"))) if directory.is_dir() else 0
     with per_file("importing records", err(), total) as on_file:
         report = import_directory(store, directory, on_file=on_file)
@@ -121,11 +122,12 @@ def resources_export(
     from sandbox_ledger.cli.progress import per_file
     from sandbox_ledger.resources.files import export_directory
 
+    target = connect.target(ctx)  # a store named first
     if directory.exists() and not directory.is_dir():
         raise CommandError(
             f"DIRECTORY: {directory} is {kind_of(directory)}, not a directory", ExitCode.USAGE
         )
-    store = connect.resource_store(connect.target(ctx))
+    store = connect.resource_store(target)
     with per_file("exporting records", err(), None) as on_file:
         report = export_directory(store, directory, on_file=on_file)
     for record_id, reason in report.unreadable.items():
