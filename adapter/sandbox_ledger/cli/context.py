@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from sandbox_ledger.blocking import BlockingAdapter
 
 EMBEDDED_TABLE = "sandbox-ledger"
-PG_CONNECT_TIMEOUT = 5.0
+PG_CONNECT_TIMEOUT = 3.0
 """Seconds the CLI waits for a PostgreSQL connection (the library's default, 30, is for
 servers): a dead server fails a command within seconds."""
 
