@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from sandbox_ledger.errors import LedgerError as LedgerError
     from sandbox_ledger.errors import SchemaVersionError as SchemaVersionError
     from sandbox_ledger.errors import StorageError as StorageError
+    from sandbox_ledger.errors import StoreNotFoundError as StoreNotFoundError
     from sandbox_ledger.errors import TableNotFoundError as TableNotFoundError
     from sandbox_ledger.errors import ThrottledError as ThrottledError
     from sandbox_ledger.follow import FollowedEntry as FollowedEntry

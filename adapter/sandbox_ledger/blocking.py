@@ -208,9 +208,9 @@ class BlockingAdapter:
                 self._run(stop())
 
 
-def open_blocking_store(url: str) -> BlockingAdapter:
+def open_blocking_store(url: str, *, read_only: bool = False) -> BlockingAdapter:
     """:func:`sandbox_ledger.open_store` for synchronous programs: the store ``url`` names,
     behind :class:`BlockingAdapter` (for ``dynamodb://`` prefer ``SyncDynamoDBAdapter``)."""
     from sandbox_ledger.stores import open_store
 
-    return BlockingAdapter(open_store(url))
+    return BlockingAdapter(open_store(url, read_only=read_only))

@@ -8,6 +8,7 @@
     │   └── KeyTooLongError                     a name/sandboxId/id too long for a DynamoDB key
     └── StorageError                            the backend failed; the botocore error is chained
         ├── TableNotFoundError                  the table does not exist (or is not ACTIVE yet)
+        │   └── StoreNotFoundError              a SQL store opened read-only has no ledger schema
         ├── ThrottledError                      throughput exceeded after every retry
         ├── AccessDeniedError                   IAM refused the call
         ├── ConflictError                       a conditional write lost a race
@@ -62,6 +63,11 @@ class StorageError(LedgerError):
 
 class TableNotFoundError(StorageError):
     """The table does not exist in this account and region (or is still being created)."""
+
+
+class StoreNotFoundError(TableNotFoundError):
+    """A SQL store opened with ``read_only=True`` has no ledger there: the SQLite file or the
+    PostgreSQL schema does not exist (a read never creates one)."""
 
 
 class ThrottledError(StorageError):

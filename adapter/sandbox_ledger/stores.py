@@ -177,8 +177,17 @@ def _whole(url: str, options: dict[str, str], key: str) -> int:
     return int(value)
 
 
-def open_store(url: str) -> TransferAdapter:
+def open_store(
+    url: str, *, read_only: bool = False, connect_timeout: float | None = None
+) -> TransferAdapter:
     """The async adapter a store URL names (not connected yet: it connects on first use).
+
+    ``read_only``: a SQLite or PostgreSQL store is opened for reading only: one that does not
+    exist raises ``StoreNotFoundError`` on first use instead of being created, and no schema
+    migration or retention is applied (DynamoDB and memory reads never create anything).
+    ``connect_timeout``: for PostgreSQL, the seconds to wait for a connection (the pool's
+    ``timeout``, and libpq's ``connect_timeout`` unless the URL sets one); None: the
+    adapter's defaults (30 s, suited to servers). The other stores ignore it.
 
     Raises:
         InvalidInputError: a malformed URL (field ``store``), naming what is wrong.
@@ -191,12 +200,17 @@ def open_store(url: str) -> TransferAdapter:
     if kind == "sqlite":
         from sandbox_ledger.sqlite import SQLiteAdapter
 
-        return SQLiteAdapter(**kwargs)
+        return SQLiteAdapter(**kwargs, read_only=read_only)
     if kind == "postgresql":
         from sandbox_ledger.postgres import PostgresAdapter
 
+        if connect_timeout is not None:
+            kwargs["timeout"] = connect_timeout
+            if "connect_timeout" not in urlsplit(kwargs["dsn"]).query:
+                joiner = "&" if "?" in kwargs["dsn"] else "?"
+                kwargs["dsn"] += f"{joiner}connect_timeout={max(2, math.ceil(connect_timeout))}"
         try:
-            return PostgresAdapter(**kwargs)
+            return PostgresAdapter(**kwargs, read_only=read_only)
         except ValueError as exc:
             raise _bad(url, scrub(str(exc), url)) from exc
     from sandbox_ledger.dynamodb import DynamoDBAdapter

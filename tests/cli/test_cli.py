@@ -83,7 +83,7 @@ def test_table_create_is_idempotent(runner: CliRunner, moto_endpoint: str) -> No
 
 
 def test_ls_with_filters(runner: CliRunner, args: list[str], ledger: SyncDynamoDBAdapter) -> None:
-    result = runner.invoke(app, [*args, "ls"])
+    result = runner.invoke(app, [*args, "ls", "--output", "table"])
     assert result.exit_code == 0, result.output
     assert result.output.index("sb-2") < result.output.index("sb-1")  # newest first
     assert "2 session(s)" in result.output
@@ -91,13 +91,14 @@ def test_ls_with_filters(runner: CliRunner, args: list[str], ledger: SyncDynamoD
     assert "sb-2" in running.output and "sb-1" not in running.output
     before = runner.invoke(app, [*args, "ls", "--name", "job", "--before", "2000", "--limit", "5"])
     assert "sb-1" in before.output and "sb-2" not in before.output
-    assert "0 session(s)" in runner.invoke(app, [*args, "ls", "--name", "other"]).output
+    other = runner.invoke(app, [*args, "ls", "--name", "other", "--output", "table"])
+    assert "0 session(s)" in other.output
 
 
 def test_show_checkpoints_envs(
     runner: CliRunner, args: list[str], ledger: SyncDynamoDBAdapter
 ) -> None:
-    shown = runner.invoke(app, [*args, "show", "job", "sb-1"])
+    shown = runner.invoke(app, [*args, "show", "job", "sb-1", "--output", "table"])
     assert shown.exit_code == 0
     assert "exec.complete" in shown.output and "…" in shown.output  # payload truncated
     lines = runner.invoke(app, [*args, "show", "job", "sb-1", "--json"]).output.splitlines()
@@ -108,7 +109,7 @@ def test_show_checkpoints_envs(
         "sandbox.closed",
     ]
     assert json.loads(lines[1]) == ledger.read_all("job", "sb-1")[1].wire()
-    ck = runner.invoke(app, [*args, "checkpoints", "job", "sb-1"])
+    ck = runner.invoke(app, [*args, "checkpoints", "job", "sb-1", "--output", "table"])
     assert "snap-sb-1" in ck.output and "1 checkpoint(s)" in ck.output
     from sandbox_ledger import EnvironmentRecord
 
@@ -283,10 +284,12 @@ def test_errors_are_one_line_without_traceback(runner: CliRunner, moto_endpoint:
     assert missing.exit_code == 2
 
 
-def test_embedded_default_is_announced(runner: CliRunner) -> None:
+def test_no_table_configured_is_a_usage_error(runner: CliRunner) -> None:
+    """No throwaway database passed off as the user's: only the demo runs on one."""
     result = runner.invoke(app, ["ls"])
-    assert result.exit_code == 0, result.output
-    assert "embedded DynamoDB" in result.output and "only as long as this command" in result.output
+    assert result.exit_code == 2, result.output
+    [line] = result.output.strip().splitlines()
+    assert "no table or store configured" in line and "sandbox-ledger local" in line
 
 
 def test_demo_runs_end_to_end(runner: CliRunner) -> None:

@@ -23,8 +23,8 @@ from typer.testing import CliRunner
 from resources.resource_fixtures import observed_earlier, record
 from sandbox_ledger import EnvironmentRecord, LedgerEntry, LedgerEvent
 from sandbox_ledger.cli import app
-from sandbox_ledger.cli.app import PhaseChoice
 from sandbox_ledger.cli.output import ExitCode, parse_time, when
+from sandbox_ledger.cli.resource_commands import PhaseChoice
 from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 from sandbox_ledger.resources import SyncResourceRecordStore
 from sandbox_ledger.resources.models import Phase

@@ -360,25 +360,25 @@ def test_every_ledger_command_works_on_every_store(
     monkeypatch.setenv("SANDBOX_LEDGER_STORE", url)
     runner = CliRunner()
     expect = 3 if store != "memory" else 0
-    ls = runner.invoke(app, ["ls"])
+    table = ["--output", "table"]  # the summary lines under the table
+    ls = runner.invoke(app, ["ls", *table])
     assert ls.exit_code == 0, ls.output
     assert f"{expect} session(s)" in ls.stdout
-    ls_done = runner.invoke(app, ["ls", "--name", "build", "--status", "completed"])
+    ls_done = runner.invoke(app, ["ls", "--name", "build", "--status", "completed", *table])
     assert ls_done.exit_code == 0 and f"{1 if expect else 0} session(s)" in ls_done.stdout
     show = runner.invoke(app, ["show", "build", "sb-1", "--json"])
     assert show.exit_code == (0 if expect else 3), show.output  # a missing session fails
     sb1 = [e for e in _ledger() if e.sandbox_id == "sb-1"]
     assert len(show.stdout.splitlines()) == (len(sb1) if expect else 0)
-    checkpoints = runner.invoke(app, ["checkpoints", "build", "sb-1"])
-    assert (
-        checkpoints.exit_code == 0 and f"{1 if expect else 0} checkpoint(s)" in checkpoints.stdout
-    )
+    checkpoints = runner.invoke(app, ["checkpoints", "build", "sb-1", *table])
+    assert checkpoints.exit_code == (0 if expect else 3)  # a missing session fails, as show
+    assert ("1 checkpoint(s)" in checkpoints.stdout) == bool(expect)
     envs = runner.invoke(app, ["envs"])
     assert envs.exit_code == 0 and ("py" in envs.stdout) == bool(expect)
     rm = runner.invoke(app, ["rm", "build", "sb-1", "--yes"])
     # memory:// lives as long as the command: a write there is refused (usage error)
     assert rm.exit_code == (0 if expect else 2), rm.output
-    after = runner.invoke(app, ["ls"])
+    after = runner.invoke(app, ["ls", *table])
     assert f"{max(expect - 1, 0)} session(s)" in after.stdout
 
 
@@ -446,9 +446,10 @@ def test_an_explicit_store_wins_over_an_exported_table(
     asyncio.run(_seed(sqlite_url))
     monkeypatch.setenv("SANDBOX_LEDGER_TABLE", "some-deployed-table")
     runner = CliRunner()
-    before = runner.invoke(app, ["--store", sqlite_url, "ls"])
+    before = runner.invoke(app, ["--store", sqlite_url, "ls", "--output", "table"])
     assert before.exit_code == 0, before.output
-    after = runner.invoke(app, ["ls", "--store", sqlite_url])  # the flag after the command
+    # The flag after the command.
+    after = runner.invoke(app, ["ls", "--store", sqlite_url, "--output", "table"])
     assert after.exit_code == 0, after.output
     assert "3 session(s)" in before.stdout and "3 session(s)" in after.stdout
     monkeypatch.setenv("SANDBOX_LEDGER_STORE", sqlite_url)  # both variables: ambiguous

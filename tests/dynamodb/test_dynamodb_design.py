@@ -69,10 +69,12 @@ def seed_fleet(adapter: SyncDynamoDBAdapter, sessions: int, events: int, *, star
 def test_no_scan_outside_the_exports() -> None:
     """One Scan call, in ``sdk.paging.scan_round``, reached only by the two exports (the
     ledger's ``scan_sessions`` and the resource records' ``scan_records``); the record
-    store's ``scan`` is called only by the records' directory export."""
+    store's ``scan`` is called only by the records' directory export and the local server's
+    save (``sandbox-ledger local --data``, an export of the whole table)."""
     import inspect
 
     from sandbox_ledger.dynamodb import _ops
+    from sandbox_ledger.local import persist
     from sandbox_ledger.resources import _ops as resource_ops
     from sandbox_ledger.resources import files
     from sandbox_ledger.sdk import paging
@@ -82,10 +84,11 @@ def test_no_scan_outside_the_exports() -> None:
         "scan_sessions": inspect.getsource(_ops.scan_sessions),
         "scan_records": inspect.getsource(resource_ops.scan_records),
         "export_directory": inspect.getsource(files.export_directory),
+        "snapshot": inspect.getsource(persist.snapshot),
     }
     assert re.search(r"[\"'](scan|Scan)[\"']", allowed["scan_round"])
     assert all("scan_round(" in allowed[name] for name in ("scan_sessions", "scan_records"))
-    assert ".scan(" in allowed["export_directory"]
+    assert ".scan(" in allowed["export_directory"] and ".scan(" in allowed["snapshot"]
     for path in PACKAGE.rglob("*.py"):
         text = path.read_text()
         for source in allowed.values():

@@ -46,10 +46,12 @@ class Store:
             self.dsn = request.getfixturevalue("postgres_dsn")
             self.schema = request.getfixturevalue("pg_schema")
 
-    def adapter(self, retention: timedelta | None = None) -> Any:
+    def adapter(self, retention: timedelta | None = None, *, read_only: bool = False) -> Any:
         if self.kind == "sqlite":
-            return SQLiteAdapter(self.path, retention=retention)
-        return PostgresAdapter(self.dsn, schema=self.schema, retention=retention, max_size=2)
+            return SQLiteAdapter(self.path, retention=retention, read_only=read_only)
+        return PostgresAdapter(
+            self.dsn, schema=self.schema, retention=retention, max_size=2, read_only=read_only
+        )
 
     @asynccontextmanager
     async def opened(self, retention: timedelta | None = None) -> AsyncIterator[Any]:

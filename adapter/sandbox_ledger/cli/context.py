@@ -4,6 +4,7 @@ environment, or an embedded moto server."""
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -13,11 +14,15 @@ from sandbox_ledger._redact import redact_url
 from sandbox_ledger.errors import InvalidInputError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from datetime import timedelta
 
     from sandbox_ledger.blocking import BlockingAdapter
 
 EMBEDDED_TABLE = "sandbox-ledger"
+PG_CONNECT_TIMEOUT = 3.0
+"""Seconds the CLI waits for a PostgreSQL connection (the library's default, 30, is for
+servers): a dead server fails a command within seconds."""
 
 
 @dataclass
@@ -40,11 +45,14 @@ class Target:
     """The table came from SANDBOX_LEDGER_TABLE, not --table (a later --store overrides it)."""
     store_from_env: bool = False
     """The store came from SANDBOX_LEDGER_STORE, not --store."""
+    so_far: Callable[[], str] | None = None
+    """How far the command got, for the line an interruption prints (None: its usual one)."""
     _stack: ExitStack = field(default_factory=ExitStack)
 
     def resolve(self) -> None:
         """Apply a dynamodb:// store URL, or start the embedded DynamoDB if no table or store
-        is configured (announced on stderr)."""
+        is configured (only the demo allows it: see :func:`sandbox_ledger.cli.connect.target`;
+        announced on stderr)."""
         if self.store:
             from sandbox_ledger.stores import parse_store_url
 
@@ -74,20 +82,22 @@ class Target:
         self.embedded = True
         self.region = self.region or "us-east-1"
         print(
-            f"No table configured (--table or SANDBOX_LEDGER_TABLE): using an embedded "
-            f"DynamoDB (moto) at {self.endpoint_url}; its data lives only as long as this "
-            "command.",
+            f"No table configured (--table or SANDBOX_LEDGER_TABLE): the demo runs on an "
+            f"embedded DynamoDB (moto) at {self.endpoint_url}; its data lives only as long as "
+            "this command.",
             file=sys.stderr,
         )
 
-    def sql_or_memory_store(self) -> BlockingAdapter | None:
+    def sql_or_memory_store(self, *, read_only: bool) -> BlockingAdapter | None:
         """The store the URL names, when it is not DynamoDB (whose commands use the table),
-        driven synchronously."""
+        driven synchronously; ``read_only``: a missing store is not found, never created."""
         if not self.store or self.table:
             return None
-        from sandbox_ledger.blocking import open_blocking_store
+        from sandbox_ledger.blocking import BlockingAdapter
+        from sandbox_ledger.stores import open_store
 
-        blocking = open_blocking_store(self.store)
+        opened = open_store(self.store, read_only=read_only, connect_timeout=PG_CONNECT_TIMEOUT)
+        blocking = BlockingAdapter(opened)
         self._stack.callback(blocking.close)
         return blocking
 
@@ -130,11 +140,12 @@ class Target:
         return f"in region {region} at endpoint {endpoint}"
 
     def command(self, *words: str) -> str:
-        """A command line that names this same store, for suggestions."""
+        """A command line that names this same store, for suggestions (quoted for a shell;
+        ``words`` are given quoted where they need it)."""
         if self.store:
-            naming = f" --store {redact_url(self.store)}"
+            naming = f" --store {shlex.quote(redact_url(self.store))}"
         elif self.table and not self.table_from_env:
-            naming = f" --table {self.table}"
+            naming = f" --table {shlex.quote(self.table)}"
         else:
             naming = ""
         return " ".join(("sandbox-ledger" + naming, *words))
@@ -164,7 +175,8 @@ def cli_config(*, interactive: bool = True) -> Any:
 
     Someone is waiting on an interactive command: connect within 2 s and try twice at most,
     so an unreachable endpoint or a wrong region fails in seconds rather than after minutes
-    of retries. Bulk commands (import) keep the library's retries for throttling.
+    of retries. Bulk commands (import) keep the library's retries for throttling, after a
+    first request with the interactive budget (:func:`sandbox_ledger.cli.connect.ledger`).
     """
     from botocore.config import Config
 

@@ -9,25 +9,17 @@ the command that resumes there (``--after POSITION``).
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from typing import TYPE_CHECKING
 
 import typer
 
-from sandbox_ledger.cli.app import (
-    _NAME,
-    _SANDBOX_ID,
-    _STORE,
-    _clip,
-    _ledger,
-    _missing_session,
-    _pasted,
-    _quote,
-    _target,
-    app,
-    handled,
-)
-from sandbox_ledger.cli.output import CommandError, ExitCode, err, quiet_stdout, when
+from sandbox_ledger.cli import connect
+from sandbox_ledger.cli.failures import handled
+from sandbox_ledger.cli.ledger_commands import _NAME, _SANDBOX_ID, _STORE
+from sandbox_ledger.cli.output import CommandError, ExitCode, clip, err, quiet_stdout, when
+from sandbox_ledger.cli.root import app
 
 if TYPE_CHECKING:
     from sandbox_ledger.cli.context import Target
@@ -42,7 +34,7 @@ def entry_line(entry: LedgerEntry, *, as_json: bool) -> str:
     if as_json:
         return json.dumps(entry.wire(), ensure_ascii=False)
     branch = "" if entry.branch is None else str(entry.branch)
-    payload = "" if entry.payload is None else _clip(entry.payload)
+    payload = "" if entry.payload is None else clip(entry.payload)
     fields = (when(entry.ts), f"{entry.step_index:>4}", f"{branch:>3}", f"{entry.event:<22}")
     return "  ".join((*fields, payload, entry.error or "")).rstrip()
 
@@ -50,6 +42,7 @@ def entry_line(entry: LedgerEntry, *, as_json: bool) -> str:
 @app.command()
 @handled
 def tail(
+    ctx: typer.Context,
     name: str = _NAME,
     sandbox_id: str = _SANDBOX_ID,
     follow: bool = typer.Option(
@@ -70,13 +63,13 @@ def tail(
     if output not in ("text", "json"):
         raise CommandError(f"--output: expected text or json, got {output!r}", ExitCode.USAGE)
     as_json = as_json or output == "json"
-    after = _pasted(after)
-    target = _target(store)
-    ledger = _ledger(target)
+    after = connect.pasted(after)
+    target = connect.target(ctx, store)
+    ledger = connect.ledger(target)
     if not (follow or after or forever):
         entries = ledger.read_all(name, sandbox_id)
         if not entries:
-            raise _missing_session(target, name, sandbox_id, "")
+            raise connect.missing_session(target, name, sandbox_id, "")
         for entry in entries:
             sys.stdout.write(entry_line(entry, as_json=as_json) + "\n")
         return
@@ -136,6 +129,6 @@ def _resume_hint(target: Target, name: str, sandbox_id: str, position: str | Non
         return
     err().print(f"position: {position}", markup=False, soft_wrap=True)
     resume = target.command(
-        "tail", _quote(name), _quote(sandbox_id), "--follow", "--after", position
+        "tail", shlex.quote(name), shlex.quote(sandbox_id), "--follow", "--after", position
     )
     err().print(f"resume with: {resume}", markup=False, soft_wrap=True)

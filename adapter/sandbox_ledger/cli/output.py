@@ -29,6 +29,10 @@ class ExitCode(IntEnum):
     """The table, session, record or event bus named does not exist."""
     PARTIAL = 4
     """Some items (import lines, record files, swept records) failed; the rest were done."""
+    INTERRUPTED = 130
+    """Ctrl-C (SIGINT): 128 + 2, after one line saying how far the command got."""
+    TERMINATED = 143
+    """SIGTERM: 128 + 15, after the same line."""
     CLOSED_PIPE = 141
     """The reader of stdout went away (``| head``): 128 + SIGPIPE, as for other Unix tools."""
 
@@ -125,3 +129,36 @@ def quiet_stdout() -> None:
         os.dup2(devnull, fd)
     finally:
         os.close(devnull)
+
+
+def clip(value: Any, width: int = 60) -> str:
+    """A value as one table cell of at most ``width`` characters (JSON if not a string)."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def new_table(*columns: str, title: str | None = None) -> Any:
+    """A rich table with these columns (rich loaded on first use)."""
+    from rich.table import Table
+
+    return Table(*columns, title=title)
+
+
+def kind_of(path: Any) -> str:
+    """What is at ``path``, for messages: ``a directory``, ``a FIFO``, ``a file``, ``a
+    device``, ``a socket`` or ``nothing``."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "nothing"
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISREG, "a file"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "a device"

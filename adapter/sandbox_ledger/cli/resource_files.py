@@ -7,26 +7,37 @@ from pathlib import Path  # noqa: TC003 - typer reads the annotation at run time
 
 import typer
 
-from sandbox_ledger.cli.app import _store, _target, handled, resources_app
-from sandbox_ledger.cli.output import CommandError, ExitCode, emit, err, out
+from sandbox_ledger.cli import connect, render
+from sandbox_ledger.cli.failures import handled
+from sandbox_ledger.cli.output import CommandError, ExitCode, err, kind_of, out
+from sandbox_ledger.cli.render import OUTPUT, QUERY, Format, View
+from sandbox_ledger.cli.root import resources_app
 
 
 @resources_app.command("import")
 @handled
 def resources_import(
+    ctx: typer.Context,
     directory: Path = typer.Argument(..., help="An Outpost resources directory (*.json)."),
     as_json: bool = typer.Option(
         False,
         "--json",
         help='Print {"written": [...], "unchanged": [...], "failed": {file: reason}}.',
     ),
+    output: Format | None = OUTPUT,
+    query: str | None = QUERY,
 ) -> None:
     """Load every <id>.json record of DIRECTORY; a newer record in the table is kept.
     Exit code 4 when any file failed (the others are loaded)."""
     from sandbox_ledger.cli.progress import per_file
     from sandbox_ledger.resources.files import import_directory
 
-    store = _store(_target(writes="resources import"))
+    target = connect.target(ctx, writes="resources import")  # a store named first
+    if not directory.is_dir():
+        raise CommandError(
+            f"DIRECTORY: {directory} is {kind_of(directory)}, not a directory", ExitCode.USAGE
+        )
+    store = connect.resource_store(target)
     total = len(list(directory.glob("*.json"))) if directory.is_dir() else 0
     with per_file("importing records", err(), total) as on_file:
         report = import_directory(store, directory, on_file=on_file)
@@ -37,8 +48,9 @@ def resources_import(
         f"(the table's version is as new or newer), {len(report.failed)} failed",
         markup=False,
     )
-    if as_json:
-        emit({"written": report.written, "unchanged": report.unchanged, "failed": report.failed})
+    if as_json or output is not None or query is not None:  # the summary says the rest
+        doc = {"written": report.written, "unchanged": report.unchanged, "failed": report.failed}
+        render.show(View(doc), render.choose(as_json, output), query)
     if report.failed:
         raise typer.Exit(ExitCode.PARTIAL)
 
@@ -46,23 +58,27 @@ def resources_import(
 @resources_app.command("show")
 @handled
 def resources_show(
+    ctx: typer.Context,
     record_id: str = typer.Argument(..., metavar="ID", help="The record's id."),
     as_json: bool = typer.Option(
         False, "--json", help="Print the record file's JSON (the seed's exact shape)."
     ),
+    output: Format | None = OUTPUT,
+    query: str | None = QUERY,
 ) -> None:
     """One record: its fields, revision and expiry, or its file JSON with --json."""
     from sandbox_ledger.resources.files import record_file_text
 
-    target = _target()
-    stored = _store(target).get_versioned(record_id)
+    target = connect.target(ctx)
+    stored = connect.resource_store(target).get_versioned(record_id)
     if stored is None:
         raise CommandError(
             f"no resource record {record_id} in {target.describe()}; list the records with "
             f"`{target.command('resources ls')}`",
             ExitCode.NOT_FOUND,
         )
-    if as_json:
+    fmt = render.choose(as_json, output)
+    if fmt is Format.json and query is None:
         out().print(record_file_text(stored.record), end="", markup=False)
         return
     record = stored.record
@@ -82,19 +98,22 @@ def resources_show(
         "revision": str(stored.revision),
         "being expired": stored.expiring or "no",
     }
-    for key, value in rows.items():
-        out().print(f"{key:>15}  {value}", markup=False)
+    view = View(stored.record.wire(), ("field", "value"), [[k, v] for k, v in rows.items()])
+    render.show(view, fmt, query)
 
 
 @resources_app.command("export")
 @handled
 def resources_export(
+    ctx: typer.Context,
     directory: Path = typer.Argument(..., help="Where to write <id>.json files."),
     as_json: bool = typer.Option(
         False,
         "--json",
         help='Print {"directory": ..., "files": [...], "unreadable": {id: reason}}.',
     ),
+    output: Format | None = OUTPUT,
+    query: str | None = QUERY,
 ) -> None:
     """Write every record of the table to DIRECTORY, one <id>.json file each. A record this
     version cannot read is named on stderr, no file written for it: exit code 4. The records
@@ -103,7 +122,12 @@ def resources_export(
     from sandbox_ledger.cli.progress import per_file
     from sandbox_ledger.resources.files import export_directory
 
-    store = _store(_target())
+    target = connect.target(ctx)  # a store named first
+    if directory.exists() and not directory.is_dir():
+        raise CommandError(
+            f"DIRECTORY: {directory} is {kind_of(directory)}, not a directory", ExitCode.USAGE
+        )
+    store = connect.resource_store(target)
     with per_file("exporting records", err(), None) as on_file:
         report = export_directory(store, directory, on_file=on_file)
     for record_id, reason in report.unreadable.items():
@@ -118,9 +142,12 @@ def resources_export(
         ),
         markup=False,
     )
-    if as_json:
-        emit(
-            {"directory": str(directory), "files": report.written, "unreadable": report.unreadable}
-        )
+    if as_json or output is not None or query is not None:  # the summary says the rest
+        doc = {
+            "directory": str(directory),
+            "files": report.written,
+            "unreadable": report.unreadable,
+        }
+        render.show(View(doc), render.choose(as_json, output), query)
     if report.unreadable:
         raise typer.Exit(ExitCode.PARTIAL)

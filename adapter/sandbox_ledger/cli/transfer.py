@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.transfer import ImportReport, export_lines, import_entries, parse_lines
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
+    from sandbox_ledger.cli.interrupt import ImportStatus
     from sandbox_ledger.protocol import SyncTransferAdapter
 
 
@@ -50,21 +51,21 @@ def export_to(
     with reading("exporting", err, total=len(set(sessions))) as progress:
         exported: list[tuple[str, str]] = []
         lines = export_lines(ledger, sessions, environments, progress=progress, exported=exported)
-        if name is not None:
-            # A named export that finds nothing is a mistyped name, not an empty backup:
-            # refused before the output is opened, so an existing file keeps its contents.
-            first = next(lines, None)
-            if first is None:
-                raise NothingToExport(name, sandbox_id)
-            lines = itertools.chain([first], lines)
+        # Nothing to export is a mistyped name or the wrong store, not an empty backup:
+        # refused before the output is opened, so an existing file keeps its contents.
+        first = next(lines, None)
+        if first is None:
+            raise NothingToExport(name, sandbox_id)
+        lines = itertools.chain([first], lines)
         count = _export(lines, output)
     return len(exported), count - len(environments), len(environments)
 
 
 class NothingToExport(LookupError):
-    """A named export (``--name``, with or without ``--sandbox-id``) found no entries."""
+    """An export found nothing: no entries of the session or name asked for, or (``name``
+    None) no entries and no environment records in the whole store."""
 
-    def __init__(self, name: str, sandbox_id: str | None) -> None:
+    def __init__(self, name: str | None, sandbox_id: str | None) -> None:
         super().__init__(name, sandbox_id)
         self.name, self.sandbox_id = name, sandbox_id
 
@@ -192,9 +193,9 @@ def _removed_on_termination(temporary: Path) -> Iterator[None]:
             signal.signal(number, handler)
 
 
-def _write(stream: object, lines: Iterator[str]) -> int:
+def _write(stream: TextIO, lines: Iterator[str]) -> int:
     count = 0
-    write = stream.write  # type: ignore[attr-defined]
+    write = stream.write
     for line in lines:
         write(line)
         count += 1
@@ -202,20 +203,40 @@ def _write(stream: object, lines: Iterator[str]) -> int:
 
 
 def import_from(
-    ledger: SyncTransferAdapter, source: BinaryIO, *, label: str, err: Console
+    ledger: SyncTransferAdapter,
+    source: BinaryIO,
+    *,
+    label: str,
+    err: Console,
+    status: ImportStatus | None = None,
 ) -> ImportReport:
     """Reconcile the JSON lines of ``source`` into ``ledger``; failed lines are printed to
-    ``err`` as ``label:line: reason``, with a progress bar when ``err`` is a terminal."""
+    ``err`` as ``label:line: reason``, with a progress bar when ``err`` is a terminal;
+    ``status`` follows how far it got (for the line an interruption prints)."""
+    from sandbox_ledger.cli.interrupt import ImportStatus
+
+    status = status if status is not None else ImportStatus()
     parsed = parse_lines(source)
     total = len(parsed.entries) + len(parsed.environments)
+    status.lines, status.total = total + len(parsed.errors), total
+    counted = status.counting(ledger)
+
+    def done(n: int) -> None:
+        status.done += n
+
     if err.is_terminal and total:
         from rich.progress import Progress
 
         with Progress(console=err, transient=True) as progress:
             task = progress.add_task(f"importing {label}", total=total)
-            report = import_entries(ledger, parsed, progress=lambda n: progress.advance(task, n))
+
+            def shown(n: int) -> None:
+                done(n)
+                progress.advance(task, n)
+
+            report = import_entries(counted, parsed, progress=shown)
     else:
-        report = import_entries(ledger, parsed)
+        report = import_entries(counted, parsed, progress=done)
     for failure in report.failed:
         err.print(f"{label}:{failure.number}: {failure.reason}", markup=False)
     return report

@@ -123,6 +123,9 @@ class PostgresAdapter(SQLAdapter):
         timeout: seconds to wait for a connection from the pool.
         retention: how long ledger entries are kept (a positive ``timedelta``; None, the
             default: the database's), as :class:`~sandbox_ledger.sql.adapter.SQLAdapter` says.
+        read_only: open for reading only: a schema without the ledger raises
+            ``StoreNotFoundError`` (none is created), and nothing is migrated, recorded or
+            written.
     """
 
     text_holds_nul = False
@@ -138,6 +141,7 @@ class PostgresAdapter(SQLAdapter):
         max_size: int = 10,
         timeout: float = 30.0,
         retention: timedelta | None = None,
+        read_only: bool = False,
     ) -> None:
         if (dsn is None) == (pool is None):
             raise ValueError("dsn, pool: give exactly one")
@@ -150,7 +154,10 @@ class PostgresAdapter(SQLAdapter):
         # Cursors are bound to the schema (the DSN may hold a password; not the server,
         # which only a query could name), so a cursor of another schema is refused.
         super().__init__(
-            store=f"postgres:{schema}", retention=retention, where=f"postgres schema {schema}"
+            store=f"postgres:{schema}",
+            retention=retention,
+            where=f"postgres schema {schema}",
+            read_only=read_only,
         )
         self.dsn = dsn
         self.schema = schema

@@ -18,6 +18,7 @@ import time
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
+from sandbox_ledger.errors import StorageError
 from sandbox_ledger.follow import DEFAULT_POLL, Batch, Position, drive_async, start
 from sandbox_ledger.keys import check_environment_name, check_retention
 from sandbox_ledger.sql import follow as live
@@ -62,6 +63,10 @@ class SQLAdapter(ABC):
     database's raises ``DeploymentMismatchError`` naming both on :meth:`connect`. Reads hide
     what has expired; :meth:`purge_expired` deletes it. See docs/table-design.md, Ledger
     retention.
+
+    ``read_only=True`` (what the CLI's read commands open) creates, migrates and records
+    nothing: a store without the ledger schema raises ``StoreNotFoundError``, an older schema
+    ``StorageError``, and every write ``StorageError``.
     """
 
     text_holds_nul: ClassVar[bool]
@@ -70,8 +75,12 @@ class SQLAdapter(ABC):
     queries: Statements
     """The SQL text the adapter runs (for DBAs and EXPLAIN)."""
 
-    def __init__(self, *, store: str, retention: timedelta | None, where: str) -> None:
+    def __init__(
+        self, *, store: str, retention: timedelta | None, where: str, read_only: bool = False
+    ) -> None:
         self._retention = check_retention(retention)
+        self.read_only = read_only
+        """Opened for reading only: :meth:`connect` creates, migrates and records nothing."""
         self.retention = retention
         # What cursors are bound to: the database and its own store_id (read once per
         # client), so another database refuses them, even one of the same name.
@@ -117,9 +126,15 @@ class SQLAdapter(ABC):
         """The schema files this library ships for the dialect, oldest first."""
 
     async def _prepare(self, conn: Connection) -> None:
-        """Create or migrate the schema and agree on the retention, on ``connect()``."""
-        await migrate(conn, self.queries, self._migrations(), where=self._where)
-        await ret.settle(conn, self.queries, self._retention, f"ledger_settings of {self._where}")
+        """Create or migrate the schema and agree on the retention, on ``connect()``; opened
+        ``read_only``, only check that the schema is there and current."""
+        migrations = self._migrations()
+        await migrate(conn, self.queries, migrations, where=self._where, read_only=self.read_only)
+        settings = f"ledger_settings of {self._where}"
+        if self.read_only:
+            await ret.check(conn, self.queries, self._retention, settings)
+        else:
+            await ret.settle(conn, self.queries, self._retention, settings)
 
     async def __aenter__(self) -> Self:
         await self.connect()
@@ -143,6 +158,7 @@ class SQLAdapter(ABC):
 
     async def _write(self, statements: tuple[str, ...], params: Mapping[str, Any]) -> int:
         """Run ``statements`` in one transaction; the rows the last one changed."""
+        self._check_writable()
         if self._never_stored(params):
             return 0
 
@@ -181,7 +197,13 @@ class SQLAdapter(ABC):
         key = rows.claim_key(rows.check_entry(entry), occurrence)
         return await self._insert(self._encode(entry, key), idempotent=True)
 
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise StorageError(f"{self._where}: opened read_only, a write is refused")
+
     def _encode(self, entry: LedgerEntry, key: str) -> rows.EventRow:
+        """The row of an entry to store (every append encodes one: refused read-only)."""
+        self._check_writable()
         return rows.encode_entry(entry, key=key, nul_ok=self.text_holds_nul)
 
     async def read_all(self, name: str, sandbox_id: str) -> list[LedgerEntry]:

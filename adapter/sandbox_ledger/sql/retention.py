@@ -106,6 +106,15 @@ async def settle(
     agree(stored, explicit, where)
 
 
+async def check(conn: Connection, statements: Statements, explicit: int | None, where: str) -> None:
+    """What a read-only ``connect()`` does instead of :func:`settle`: agree, record nothing.
+
+    Raises:
+        DeploymentMismatchError: the database records another retention than ``explicit``.
+    """
+    agree(await _stored(conn, statements), explicit, where)
+
+
 async def _stored(conn: Connection, statements: Statements) -> int | None:
     found = await conn.rows(statements.retention)
     return None if not found or found[0][0] is None else int(found[0][0])

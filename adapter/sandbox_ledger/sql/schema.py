@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING
 
-from sandbox_ledger.errors import SchemaVersionError
+from sandbox_ledger.errors import SchemaVersionError, StorageError, StoreNotFoundError
 
 if TYPE_CHECKING:
     from sandbox_ledger.sql.connection import Connection
@@ -105,15 +105,28 @@ async def migrate(
     migrations: tuple[Migration, ...],
     *,
     where: str,
+    read_only: bool = False,
 ) -> None:
-    """Bring the database's schema to the newest of ``migrations``, in one transaction.
+    """Bring the database's schema to the newest of ``migrations``, in one transaction;
+    ``read_only`` (a read-only adapter): only check that it is there and current.
 
     Raises:
         SchemaVersionError: the database's schema is newer than ``migrations`` reach.
+        StoreNotFoundError: ``read_only`` and there is no ledger schema.
+        StorageError: ``read_only`` and the schema is older (a read does not migrate it).
     """
     # The usual case (schema current) only reads, so it never waits for a writer or a lock.
     current = await _version(conn, statements)
-    if pending(current, migrations, where=where) == ():
+    todo = pending(current, migrations, where=where)
+    if read_only and current is None:
+        raise StoreNotFoundError(f"{where} holds no ledger (a read never creates one)")
+    if read_only and todo:
+        raise StorageError(
+            f"{where}: the ledger schema is at version {current}, older than this library's "
+            f"{todo[-1].version}; a read does not migrate it (a write, or an adapter opened "
+            "without read_only, does)"
+        )
+    if todo == ():
         return
     async with conn.exclusive():
         await conn.rows(statements.version_table)

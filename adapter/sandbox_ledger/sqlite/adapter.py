@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sandbox_ledger.errors import ConfigurationError, StorageError
+from sandbox_ledger.errors import ConfigurationError, StorageError, StoreNotFoundError
 from sandbox_ledger.sql import rows
 from sandbox_ledger.sql.adapter import SQLAdapter
 from sandbox_ledger.sql.schema import Migration, load_migrations
@@ -126,9 +126,12 @@ class SQLiteAdapter(SQLAdapter):
         max_wait: seconds a write keeps retrying SQLITE_BUSY before raising StorageError.
         retention: how long ledger entries are kept (a positive ``timedelta``; None, the
             default: the database's), as :class:`~sandbox_ledger.sql.adapter.SQLAdapter` says.
+        read_only: open for reading only: a missing file raises ``StoreNotFoundError`` (none
+            is created), and nothing is migrated, recorded or written.
 
-    The file is put in WAL mode. Safe to share between processes and threads (each with its
-    own adapter); one adapter serializes its own operations.
+    The file is put in WAL mode (not when opened ``read_only``). Safe to share between
+    processes and threads (each with its own adapter); one adapter serializes its own
+    operations.
     """
 
     text_holds_nul = True
@@ -141,6 +144,7 @@ class SQLiteAdapter(SQLAdapter):
         busy_timeout: float = 5.0,
         max_wait: float = 60.0,
         retention: timedelta | None = None,
+        read_only: bool = False,
     ) -> None:
         if isinstance(path, Path):
             path = str(path)
@@ -148,7 +152,9 @@ class SQLiteAdapter(SQLAdapter):
             raise ValueError("path: must be a file path or ':memory:'")
         private = path == ":memory:"
         store = f"sqlite:{secrets.token_hex(8) if private else os.path.realpath(path)}"
-        super().__init__(store=store, retention=retention, where=f"sqlite {path}")
+        super().__init__(
+            store=store, retention=retention, where=f"sqlite {path}", read_only=read_only
+        )
         self.path = path
         self.busy_timeout = busy_timeout
         self.max_wait = max_wait
@@ -194,6 +200,9 @@ class SQLiteAdapter(SQLAdapter):
             parent = Path(location).parent
             if not parent.is_dir():
                 raise StorageError(f"sqlite: folder {parent} does not exist (for {self.path})")
+            if self.read_only and not Path(location).is_file():
+                what = "is not a file" if Path(location).exists() else "does not exist"
+                raise StoreNotFoundError(f"sqlite: {self.path} {what} (a read never creates one)")
         try:
             db = await aiosqlite.connect(location, timeout=self.busy_timeout, isolation_level=None)
         except sqlite3.Error as exc:
@@ -208,7 +217,7 @@ class SQLiteAdapter(SQLAdapter):
 
     async def _set_up(self, db: aiosqlite.Connection) -> None:
         await db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-        if self.path != ":memory:":
+        if self.path != ":memory:" and not self.read_only:
             async with db.execute("PRAGMA journal_mode = WAL") as cursor:
                 row = await cursor.fetchone()
             if row is None or str(row[0]).lower() != "wal":

@@ -1,0 +1,204 @@
+"""``sandbox-ledger local``: the embedded DynamoDB (and, with ``--postgres``, a local
+PostgreSQL) served until Ctrl-C or SIGTERM, for the development loop."""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import sys
+import threading
+from pathlib import Path  # noqa: TC003 - typer reads the annotation at run time
+from typing import TYPE_CHECKING
+
+import typer
+
+from sandbox_ledger.cli.failures import handled
+from sandbox_ledger.cli.output import CommandError, ExitCode, err
+from sandbox_ledger.cli.root import app
+
+if TYPE_CHECKING:
+    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+    from sandbox_ledger.local import LocalPostgres
+    from sandbox_ledger.local.persist import Snapshot
+    from sandbox_ledger.resources import SyncResourceRecordStore
+
+REGION = "us-east-1"
+CREDENTIALS = (("AWS_ACCESS_KEY_ID", "local"), ("AWS_SECRET_ACCESS_KEY", "local"))
+
+
+@app.command("local")
+@handled
+def local(
+    ctx: typer.Context,
+    table: str = typer.Option(
+        "sandbox-ledger",
+        "--table",
+        help="The table to create, with a complete descriptor (the resource sweep's bus and "
+        "windows: the stack's defaults).",
+    ),
+    port: int = typer.Option(8000, "--port", min=0, max=65535, help="Port; 0: any free one."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    data: Path | None = typer.Option(
+        None,
+        "--data",
+        metavar="FILE",
+        help="Keep the ledger and the resource records in FILE across restarts: loaded at "
+        "start, saved atomically every --save-every seconds and on exit.",
+    ),
+    save_every: float = typer.Option(
+        5.0, "--save-every", min=0.5, help="Seconds between saves of --data."
+    ),
+    postgres: bool = typer.Option(
+        False, "--postgres", help="Also serve a local PostgreSQL (the postgres-server extra)."
+    ),
+) -> None:
+    """Serve a local DynamoDB until Ctrl-C or SIGTERM (exit 0), printing the `export` lines a
+    shell needs to use it: eval "$(sandbox-ledger local)" in another shell, or paste them."""
+    from sandbox_ledger.deployment import SweepSettings
+    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+    from sandbox_ledger.local import LocalDynamoDB
+    from sandbox_ledger.resources import SyncResourceRecordStore
+
+    if data is not None:
+        _check_data_file(data)
+    stop = threading.Event()
+    received: list[int] = []
+
+    def on_signal(number: int, _frame: object) -> None:
+        received.append(number)
+        stop.set()
+
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, on_signal)
+    _require_free(host, port)
+    server = LocalDynamoDB(host, port)
+    endpoint = server.start()
+    ledger = SyncDynamoDBAdapter(table, endpoint_url=endpoint, region_name=REGION)
+    ledger.create_table(sweep=SweepSettings())
+    store = SyncResourceRecordStore(table, endpoint_url=endpoint, region_name=REGION)
+    saver = _Saver(data, ledger, store)
+    saver.load()
+    pg = _start_postgres() if postgres else None
+    _announce(endpoint, table, pg, data)
+    try:
+        while not stop.wait(save_every):
+            saver.save()
+        saver.save()
+    finally:
+        if pg is not None:
+            pg.stop()
+        store.close()
+        ledger.close()
+        server.stop()
+    name = signal.Signals(received[0]).name if received else "stop"
+    err().print(f"{name}: stopped{saver.summary()}", markup=False, soft_wrap=True)
+
+
+def _require_free(host: str, port: int) -> None:
+    """One line naming the port when it is taken (werkzeug would print two and exit 1)."""
+    import socket
+
+    if port == 0:
+        return
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise CommandError(
+                f"cannot listen on {host}:{port} ({exc.strerror or exc}); choose another "
+                "port with --port N (0: any free port)",
+                ExitCode.FAILED,
+            ) from exc
+
+
+def _check_data_file(data: Path) -> None:
+    """The data file's place is usable before the server starts (a typo fails at once)."""
+    if data.is_dir():
+        raise CommandError(f"--data: {data} is a directory, not a file", ExitCode.USAGE)
+    if data.exists() and not data.is_file():
+        raise CommandError(f"--data: {data} is not a regular file", ExitCode.USAGE)
+    if not data.parent.resolve().is_dir():
+        raise CommandError(f"--data: the directory of {data} does not exist", ExitCode.USAGE)
+
+
+class _Saver:
+    """Loads ``data`` at start and writes it when the tables changed since the last save."""
+
+    def __init__(
+        self, data: Path | None, ledger: SyncDynamoDBAdapter, store: SyncResourceRecordStore
+    ) -> None:
+        self.data, self.ledger, self.store = data, ledger, store
+        self.last: Snapshot | None = None
+
+    def load(self) -> None:
+        from sandbox_ledger.local.persist import load, snapshot
+
+        if self.data is None or not self.data.exists():
+            return
+        loaded = load(self.data, self.ledger, self.store)
+        self.last = snapshot(self.ledger, self.store)
+        err().print(
+            f"loaded {self.data}: {loaded.entries} entries, {loaded.environments} environment "
+            f"record(s), {loaded.records} resource record(s)",
+            markup=False,
+            soft_wrap=True,
+        )
+
+    def save(self) -> None:
+        from sandbox_ledger.cli.transfer import _export
+        from sandbox_ledger.local.persist import snapshot
+
+        if self.data is None:
+            return
+        now = snapshot(self.ledger, self.store)
+        if self.last is not None and now.digest == self.last.digest and self.data.exists():
+            return
+        _export(iter(now.lines), self.data)
+        self.last = now
+
+    def summary(self) -> str:
+        if self.data is None:
+            return " (no --data: the tables are gone)"
+        last = self.last
+        if last is None:
+            return f"; nothing was stored, {self.data} not written"
+        return (
+            f"; saved {last.entries} entries, {last.environments} environment record(s) and "
+            f"{last.records} resource record(s) to {self.data}"
+        )
+
+
+def _start_postgres() -> LocalPostgres:
+    from sandbox_ledger.local import LocalPostgres
+
+    server = LocalPostgres()
+    try:
+        server.start()
+    except RuntimeError as exc:
+        raise CommandError(f"--postgres: {exc}", ExitCode.FAILED) from exc
+    return server
+
+
+def _announce(endpoint: str, table: str, pg: LocalPostgres | None, data: Path | None) -> None:
+    """The shell lines on stdout (flushed at once: a reader may wait on them), the rest on
+    stderr."""
+    lines = [
+        f"export AWS_ENDPOINT_URL={shlex.quote(endpoint)}",
+        f"export AWS_REGION={REGION}",
+        f"export AWS_DEFAULT_REGION={REGION}",
+        *(f"export {k}={v}" for k, v in CREDENTIALS),
+        "unset AWS_PROFILE AWS_SESSION_TOKEN SANDBOX_LEDGER_STORE",
+        f"export SANDBOX_LEDGER_TABLE={shlex.quote(table)}",
+    ]
+    if pg is not None:
+        lines.append(f"# PostgreSQL: sandbox-ledger --store {shlex.quote(pg.dsn)} ...")
+    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.flush()
+    kept = f"kept in {data}" if data else "gone when it stops (--data FILE keeps it)"
+    err().print(
+        f"serving DynamoDB at {endpoint} with table {table}; its data is {kept}. "
+        "Ctrl-C or SIGTERM stops it.",
+        markup=False,
+        soft_wrap=True,
+    )

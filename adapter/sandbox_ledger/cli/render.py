@@ -1,0 +1,152 @@
+"""What a command prints, in the format asked: ``--output json|text|table`` (``--json`` is
+``--output json``), ``table`` on a terminal and tab-separated ``text`` when stdout is piped,
+and ``--query`` (JMESPath, as the AWS CLI's) over the JSON shape."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import typer
+
+from sandbox_ledger.cli.output import clip, emit, err, new_table, out
+from sandbox_ledger.errors import InvalidInputError
+
+
+class Format(StrEnum):
+    json = "json"
+    text = "text"
+    table = "table"
+
+
+OUTPUT = typer.Option(
+    None,
+    "--output",
+    help="json, text (tab-separated) or table; default: table on a terminal, text when piped.",
+)
+QUERY = typer.Option(
+    None, "--query", help="A JMESPath expression over the JSON output (as the AWS CLI's)."
+)
+
+
+@dataclass
+class View:
+    """A command's result: its JSON shape, and the rows a table or text shows."""
+
+    doc: Any
+    columns: tuple[str, ...] = ()
+    rows: list[list[str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """Summary lines: under the table; on stderr with text (stdout stays rows only)."""
+    json_lines: bool = False
+    """``doc`` is a list printed one item per line (``show``, as ``export``)."""
+    clip_width: int = 60
+
+
+def choose(as_json: bool, output: Format | None) -> Format:
+    """The format: ``--json``, else ``--output``, else by whether stdout is a terminal."""
+    if as_json:
+        if output not in (None, Format.json):
+            raise InvalidInputError("--json, --output", f"--json is --output json, not {output}")
+        return Format.json
+    if output is not None:
+        return output
+    return Format.table if sys.stdout.isatty() else Format.text
+
+
+def show(view: View, fmt: Format, query: str | None) -> None:
+    """Print ``view`` as ``fmt``, or what ``query`` selects of its JSON shape."""
+    if query is not None:
+        _show_value(_search(query, view.doc), fmt)
+        return
+    if fmt is Format.json:
+        if view.json_lines:
+            for item in view.doc:
+                emit(item)
+        else:
+            emit(view.doc)
+        return
+    if not view.columns:
+        if fmt is Format.text:
+            _text(view.doc)
+        for note in view.notes:
+            (err() if fmt is Format.text else out()).print(note, markup=False, soft_wrap=True)
+        return
+    if fmt is Format.text:
+        for row in view.rows:
+            _line(row)
+        for note in view.notes:
+            err().print(note, markup=False, soft_wrap=True)
+        return
+    table = new_table(*view.columns)
+    for row in view.rows:
+        table.add_row(*(clip(cell, view.clip_width) for cell in row))
+    out().print(table)
+    for note in view.notes:
+        out().print(note, markup=False, soft_wrap=True)
+
+
+def _search(query: str, doc: Any) -> Any:
+    import jmespath
+    from jmespath.exceptions import JMESPathError
+
+    try:
+        return jmespath.search(query, doc)
+    except JMESPathError as exc:
+        reason = " ".join(str(exc).split())
+        raise InvalidInputError(
+            "--query", f"{query!r} is not a JMESPath expression ({reason})"
+        ) from None
+
+
+def _show_value(value: Any, fmt: Format) -> None:
+    if fmt is Format.json:
+        emit(value)
+    elif fmt is Format.text:
+        _text(value)
+    elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        columns = list(dict.fromkeys(k for v in value for k in v))
+        table = new_table(*columns)
+        for v in value:
+            table.add_row(*(_cell(v.get(k)) for k in columns))
+        out().print(table)
+    else:
+        _text(value)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, str | int | float):
+        return str(value)
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _line(cells: list[str]) -> None:
+    # A tab or line break inside a value would split it: written as a space.
+    clean = (c.replace("\t", " ").replace("\r", " ").replace("\n", " ") for c in cells)
+    sys.stdout.write("\t".join(clean) + "\n")
+
+
+def _text(value: Any) -> None:
+    """The AWS CLI's text shape, simplified: a list of objects is one line per object (its
+    values, tab-separated), a list of scalars one line, an object one ``key<TAB>value`` line
+    per key, a scalar itself; nested values are compact JSON."""
+    if isinstance(value, list):
+        if all(not isinstance(v, dict | list) for v in value):
+            _line([_cell(v) for v in value])
+            return
+        for item in value:
+            values = item.values() if isinstance(item, dict) else item
+            _line([_cell(v) for v in (values if isinstance(values, list) else list(values))])
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _line([key, _cell(item)])
+        return
+    _line([_cell(value)])
