@@ -10,13 +10,15 @@ import os
 import secrets
 import shutil
 import signal
+import stat
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from sandbox_ledger.errors import InvalidInputError
-from sandbox_ledger.transfer import ImportReport, export_lines, import_entries, parse_lines
+from sandbox_ledger.transfer import ImportReport, export_lines, import_lines
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -204,18 +206,59 @@ def _write(stream: object, lines: Iterator[str]) -> int:
 def import_from(
     ledger: SyncTransferAdapter, source: BinaryIO, *, label: str, err: Console
 ) -> ImportReport:
-    """Reconcile the JSON lines of ``source`` into ``ledger``; failed lines are printed to
-    ``err`` as ``label:line: reason``, with a progress bar when ``err`` is a terminal."""
-    parsed = parse_lines(source)
-    total = len(parsed.entries) + len(parsed.environments)
-    if err.is_terminal and total:
-        from rich.progress import Progress
-
-        with Progress(console=err, transient=True) as progress:
-            task = progress.add_task(f"importing {label}", total=total)
-            report = import_entries(ledger, parsed, progress=lambda n: progress.advance(task, n))
+    """Reconcile the JSON lines of ``source`` into ``ledger`` as they are read (streamed: a
+    pipe and a file alike); failed lines are printed to ``err`` as ``label:line: reason``.
+    On a terminal a progress line shows the lines done and lines/s, and for a regular file
+    the share read and the time left; nothing on a pipe or a redirected stderr."""
+    if err.is_terminal:
+        report = _import_with_progress(ledger, source, label, err)
     else:
-        report = import_entries(ledger, parsed)
+        report = import_lines(ledger, source)
     for failure in report.failed:
         err.print(f"{label}:{failure.number}: {failure.reason}", markup=False)
     return report
+
+
+def _file_size(source: BinaryIO) -> int | None:
+    """The size of a regular file (what a share of it read means), None for a pipe."""
+    try:
+        status = os.fstat(source.fileno())
+    except (OSError, ValueError, AttributeError):
+        return None
+    return status.st_size if stat.S_ISREG(status.st_mode) and status.st_size else None
+
+
+def _import_with_progress(
+    ledger: SyncTransferAdapter, source: BinaryIO, label: str, err: Console
+) -> ImportReport:
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        ProgressColumn,
+        TaskProgressColumn,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    size = _file_size(source)
+    columns: list[ProgressColumn] = [
+        TextColumn("{task.description}"),
+        TextColumn("{task.fields[lines]}"),
+    ]
+    if size is not None:
+        columns[1:1] = [BarColumn(), TaskProgressColumn(), TimeRemainingColumn()]
+    started = time.monotonic()
+    with Progress(*columns, console=err, transient=True) as progress:
+        task = progress.add_task(f"importing {label}", total=size, lines="")
+        read = 0
+
+        def counted() -> Iterator[bytes]:
+            nonlocal read
+            for number, line in enumerate(source, start=1):
+                read += len(line)
+                if number % 1000 == 0:
+                    rate = number / max(time.monotonic() - started, 1e-9)
+                    progress.update(task, completed=read, lines=f"{number:,} lines, {rate:,.0f}/s")
+                yield line
+
+        return import_lines(ledger, counted())

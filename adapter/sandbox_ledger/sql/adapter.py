@@ -18,8 +18,8 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 from sandbox_ledger.keys import check_environment_name, check_retention
+from sandbox_ledger.sql import bulk, rows
 from sandbox_ledger.sql import retention as ret
-from sandbox_ledger.sql import rows
 from sandbox_ledger.sql.schema import migrate
 
 if TYPE_CHECKING:
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from datetime import timedelta
     from types import TracebackType
 
+    from sandbox_ledger.errors import InvalidInputError
     from sandbox_ledger.models import (
         CheckpointInfo,
         EnvironmentRecord,
@@ -176,6 +177,20 @@ class SQLAdapter(ABC):
         once."""
         key = rows.claim_key(rows.check_entry(entry), occurrence)
         return await self._insert(self._encode(entry, key), idempotent=True)
+
+    async def read_stored_sessions(
+        self, sessions: Sequence[tuple[str, str]]
+    ) -> list[list[LedgerEntry]]:
+        """``read_stored`` of each session, in order, a few hundred per query (an import's
+        reconciliation read of one batch; see :mod:`sandbox_ledger.sql.bulk`)."""
+        return await bulk.read_stored_sessions(self, sessions)
+
+    async def append_once_many(
+        self, items: Sequence[tuple[LedgerEntry, int]]
+    ) -> list[bool | InvalidInputError]:
+        """``append_once`` of each item in one transaction, each session's summary updated
+        once; a refused item's error is its outcome (see :mod:`sandbox_ledger.sql.bulk`)."""
+        return await bulk.append_once_many(self, items)
 
     def _encode(self, entry: LedgerEntry, key: str) -> rows.EventRow:
         return rows.encode_entry(entry, key=key, nul_ok=self.text_holds_nul)

@@ -94,7 +94,7 @@ INSERT INTO {sessions} AS cur
 VALUES ({p("name")}, {p("sandbox_id")}, {p("started_at")}, {p("completed_at")},
         CASE WHEN {p("completed_at", "bigint")} IS NULL THEN 'running' ELSE 'completed' END,
         {p("exec_delta")},
-        CASE WHEN {p("summarizes")} THEN {ts_s} + {retention} END, {ts_s} + {retention})
+        {p("summary_ts_s", "bigint")} + {retention}, {ts_s} + {retention})
 ON CONFLICT (name, sandbox_id) DO UPDATE SET
     started_at = coalesce(cur.started_at, excluded.started_at),
     completed_at = coalesce(cur.completed_at, excluded.completed_at),
@@ -113,6 +113,9 @@ RETURNING id
         self.event_values = (
             f"{p('ts')}, {p('step_index')}, {p('branch')}, {p('event')}, {p('payload')}, "
             f"{p('error')}, {p('append_key')}, {ts_s} + {retention}"
+        )
+        self.insert_event = (
+            f"INSERT INTO {self.event_columns}\nVALUES ({p('session_id')}, {self.event_values})"
         )
         self.details = f"""
 SELECT name, sandbox_id, started_at, completed_at, exec_count FROM {sessions}
