@@ -3,7 +3,8 @@
 
 A batch is one write transaction. Inside it the claims already stored are read through the
 unique index on ``append_key`` (a few hundred keys per query), every other item is inserted
-with one ``executemany``, and each session's summary is upserted once with the batch's
+with one ``executemany`` (each finding its session's id through the session key's index),
+after each session's summary was upserted once, in one ``executemany``, with the batch's
 deltas folded together (first ``sandbox.created`` and ``sandbox.closed`` in the batch's
 order, ``exec.complete`` counted, the latest expiries), which is what appending the items
 one by one computes. Exactly once under concurrent importers: SQLite's ``BEGIN IMMEDIATE``
@@ -143,12 +144,10 @@ async def _write(adapter: SQLAdapter, conn: Connection, batch: list[rows.EventRo
         if fresh:
             claimed.add(row.append_key)  # the same identity twice in one batch: stored once
             sessions.setdefault((row.name, row.sandbox_id), []).append(row)
-    inserts: list[dict[str, Any]] = []
     # Sessions in key order: two batches lock their session rows in the same order.
-    for key in sorted(sessions):
-        group = sessions[key]
-        [(session_id,)] = await conn.rows(q.upsert_session, summary_params(group))
-        inserts += [{**rows.append_params(r), "session_id": session_id} for r in group]
-    if inserts:
-        await conn.many(q.insert_event, inserts)
+    folded = [summary_params(sessions[key]) for key in sorted(sessions)]
+    if folded:
+        await conn.many(q.fold_session, folded)
+        inserts = [rows.append_params(r) for key in sorted(sessions) for r in sessions[key]]
+        await conn.many(q.insert_keyed_event, inserts)
     return stored
