@@ -127,6 +127,14 @@ def parse_line(raw: bytes) -> LedgerEntry | EnvironmentRecord | None:
         ValueError: not UTF-8, not JSON, not an entry, keys too long, or a typed line of an
             unknown kind or with an invalid record (the reason says which).
     """
+    return _parse_line(raw, None)
+
+
+def _parse_line(
+    raw: bytes, checked: tuple[str, str] | None
+) -> LedgerEntry | EnvironmentRecord | None:
+    """:func:`parse_line`; ``checked``: a session key that passed the key rule already (the
+    previous line's, in a file whose sessions' lines are together), not checked again."""
     raw = raw.rstrip(b"\r\n")
     if not raw.strip():
         return None
@@ -141,7 +149,8 @@ def parse_line(raw: bytes) -> LedgerEntry | EnvironmentRecord | None:
         if typed is not None:
             return typed
         raise ValueError(_reason(exc)) from exc
-    check_session_key(entry.name, entry.sandbox_id)
+    if (entry.name, entry.sandbox_id) != checked:
+        check_session_key(entry.name, entry.sandbox_id)
     return entry
 
 
@@ -279,14 +288,17 @@ def import_lines(
 def _parsed(
     lines: Iterable[bytes],
 ) -> Iterator[tuple[int, LedgerEntry | EnvironmentRecord | LineError]]:
+    checked: tuple[str, str] | None = None
     for number, raw in enumerate(lines, start=1):
         if number == 1 and raw.startswith(_BOM):
             raw = raw[len(_BOM) :]
         try:
-            item = parse_line(raw)
+            item = _parse_line(raw, checked)
         except ValueError as exc:
             yield number, LineError(number, str(exc))
             continue
+        if isinstance(item, LedgerEntry):
+            checked = (item.name, item.sandbox_id)
         if item is not None:
             yield number, item
 
