@@ -183,3 +183,28 @@ def test_memory_is_bounded_by_a_batch_not_the_file(tmp_path: Path) -> None:
         target.close()
     assert peaks[1] < peaks[0] * 1.5 + 2_000_000, peaks
     assert peaks[1] < 96_000 * 400, peaks  # far below the 1.8 KB per line of a loaded file
+
+
+def test_progress_shows_on_a_terminal_only(tmp_path: Path) -> None:
+    """The import's progress line (lines done, lines/s, the share of a regular file) is
+    drawn on a terminal; a redirected stderr gets only the failed lines."""
+    import io
+    import re
+
+    from rich.console import Console
+
+    from sandbox_ledger.cli.transfer import import_from
+
+    file = tmp_path / "ledger.jsonl"
+    file.write_bytes(b"".join(_export_like(400)) + b"{bad\n")
+    for terminal in (True, False):
+        shown = io.StringIO()
+        console = Console(file=shown, force_terminal=terminal, width=120)
+        with file.open("rb") as source:
+            report = import_from(
+                BlockingAdapter(MemoryAdapter()), source, label="f", err=console
+            )
+        assert report.new == 2400 and [f.number for f in report.failed] == [2401]
+        out = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", shown.getvalue())  # colours off
+        assert "f:2401:" in out
+        assert ("2,000 lines" in out and "%" in out and "/s" in out) is terminal, out
