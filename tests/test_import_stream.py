@@ -201,9 +201,7 @@ def test_progress_shows_on_a_terminal_only(tmp_path: Path) -> None:
         shown = io.StringIO()
         console = Console(file=shown, force_terminal=terminal, width=120)
         with file.open("rb") as source:
-            report = import_from(
-                BlockingAdapter(MemoryAdapter()), source, label="f", err=console
-            )
+            report = import_from(BlockingAdapter(MemoryAdapter()), source, label="f", err=console)
         assert report.new == 2400 and [f.number for f in report.failed] == [2401]
         out = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", shown.getvalue())  # colours off
         assert "f:2401:" in out
