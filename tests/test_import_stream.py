@@ -206,3 +206,39 @@ def test_progress_shows_on_a_terminal_only(tmp_path: Path) -> None:
         out = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", shown.getvalue())  # colours off
         assert "f:2401:" in out
         assert ("2,000 lines" in out and "%" in out and "/s" in out) is terminal, out
+
+
+async def test_a_postgres_batch_refused_by_a_concurrent_claim_runs_again(
+    postgres_dsn: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another importer commits the same identities between this batch's claim read and its
+    insert (injected there): the unique index refuses the insert, the whole transaction
+    (summaries included) rolls back, and the batch runs again, finding every claim stored:
+    each entry once, execCount counted once, nothing reported new twice."""
+    from sandbox_ledger.postgres import PostgresAdapter
+    from sandbox_ledger.postgres import adapter as pg
+
+    first = PostgresAdapter(postgres_dsn, schema=pg_schema)
+    second = PostgresAdapter(postgres_dsn, schema=pg_schema)
+    items = [(e("job", "s", "sandbox.created", 1), 1)]
+    items += [(e("job", "s", "exec.complete", 2 + i, {"i": i}), 1) for i in range(5)]
+    many = pg._Connection.many
+    interleaved: list[list[Any]] = []
+    started: list[bool] = []
+
+    async def many_after_the_other(self: Any, sql: str, params: Any) -> None:
+        if not started:  # the first batch's first executemany: after its claim read
+            started.append(True)
+            interleaved.append(await second.append_once_many(items))
+        await many(self, sql, params)
+
+    monkeypatch.setattr(pg._Connection, "many", many_after_the_other)
+    try:
+        assert await first.append_once_many(items) == [False] * 6
+        assert interleaved == [[True] * 6]
+        assert len(await first.read_all("job", "s")) == 6
+        details = await first.get_sandbox_details("job", "s")
+        assert details is not None and details.exec_count == 5
+    finally:
+        await first.close()
+        await second.close()
