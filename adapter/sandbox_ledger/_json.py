@@ -80,6 +80,26 @@ def find_unstorable(value: Any, path: str) -> tuple[str, str] | None:
     """The path of the first part of ``value`` no store can hold, and why: a string or object
     key with a lone surrogate, or an integer past :data:`MAX_INT_DIGITS` digits (a payload
     changed in place after it was validated); None if every part is storable."""
+    if isinstance(value, (dict, list)) and _storable_at_once(value):
+        return None  # a container: one pass in C; a scalar's walk is one check already
+    return _find_unstorable(value, path)
+
+
+def _storable_at_once(value: Any) -> bool:
+    """Whether ``value`` is storable, judged in one pass of the C encoder (what every write
+    pays, instead of a walk in Python): its JSON text encodes as UTF-8 (no lone surrogate)
+    and every integer converts within the limit. False means "walk it" (something is
+    unstorable, or not JSON, or this process's integer limit is not the stores' limit)."""
+    if sys.get_int_max_str_digits() != _int_digits():
+        return False  # no limit, or one past MAX_INT_DIGITS: the encoder would accept more
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except (ValueError, TypeError, RecursionError):  # UnicodeEncodeError is a ValueError
+        return False
+    return True
+
+
+def _find_unstorable(value: Any, path: str) -> tuple[str, str] | None:
     if isinstance(value, str):
         return (path, _SURROGATE) if _has_surrogate(value) else None
     if isinstance(value, int) and not isinstance(value, bool):
@@ -88,12 +108,12 @@ def find_unstorable(value: Any, path: str) -> tuple[str, str] | None:
         for key, item in value.items():
             if isinstance(key, str) and _has_surrogate(key):
                 return f"{path} (an object key)", _SURROGATE
-            found = find_unstorable(item, f"{path}.{key}")
+            found = _find_unstorable(item, f"{path}.{key}")
             if found:
                 return found
     elif isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
-            found = find_unstorable(item, f"{path}[{i}]")
+            found = _find_unstorable(item, f"{path}[{i}]")
             if found:
                 return found
     return None

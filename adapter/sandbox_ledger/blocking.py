@@ -28,8 +28,9 @@ import threading
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, Coroutine, Generator
+    from collections.abc import AsyncGenerator, Coroutine, Generator, Sequence
 
+    from sandbox_ledger.errors import InvalidInputError
     from sandbox_ledger.follow import FollowedEntry
     from sandbox_ledger.models import (
         CheckpointInfo,
@@ -170,6 +171,14 @@ class BlockingAdapter:
 
     def append_once(self, entry: LedgerEntry, occurrence: int) -> bool:
         return self._run(self.adapter.append_once(entry, occurrence))
+
+    def read_stored_sessions(self, sessions: Sequence[tuple[str, str]]) -> list[list[LedgerEntry]]:
+        return self._run(self.adapter.read_stored_sessions(sessions))
+
+    def append_once_many(
+        self, items: Sequence[tuple[LedgerEntry, int]]
+    ) -> list[bool | InvalidInputError]:
+        return self._run(self.adapter.append_once_many(items))
 
     def ledger_retention(self) -> int | None:
         return self._run(self.adapter.ledger_retention())

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sandbox_ledger._bulk import append_each_once, read_each_stored
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.follow import (
     DEFAULT_POLL,
@@ -44,7 +45,7 @@ from sandbox_ledger.summary import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator
+    from collections.abc import AsyncGenerator, Sequence
     from datetime import timedelta
     from types import TracebackType
 
@@ -191,6 +192,18 @@ class MemoryAdapter:
         if session is None:
             return []
         return [_copy(e) for _, _, e in session.events]
+
+    async def read_stored_sessions(
+        self, sessions: Sequence[tuple[str, str]]
+    ) -> list[list[LedgerEntry]]:
+        """``read_stored`` of each session, in order."""
+        return await read_each_stored(self.read_stored, sessions)
+
+    async def append_once_many(
+        self, items: Sequence[tuple[LedgerEntry, int]]
+    ) -> list[bool | InvalidInputError]:
+        """``append_once`` of each item in order, a refused item's error as its outcome."""
+        return await append_each_once(self.append_once, items)
 
     async def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry of the session in the order it was appended (what an export replays)."""

@@ -32,10 +32,12 @@ new):
 * **Moving a ledger.** :class:`TransferAdapter` declares what ``sandbox-ledger export``
   and ``import`` (:mod:`sandbox_ledger.transfer`) need beyond the contract: sessions found
   by scanning rather than listing, entries in append order and as stored, the import
-  identity (``append_once``) and the retention. Every adapter of this library implements it;
-  :class:`SyncStorageAdapter` and :class:`SyncTransferAdapter` are the same contracts without
-  ``await`` (``SyncDynamoDBAdapter``, and :class:`~sandbox_ledger.blocking.BlockingAdapter`
-  over any async adapter).
+  identity (``append_once``), its batched forms (``read_stored_sessions``,
+  ``append_once_many``: what the streaming import writes through) and the retention. Every
+  adapter of this library implements it; :class:`SyncStorageAdapter` and
+  :class:`SyncTransferAdapter` are the same contracts without ``await``
+  (``SyncDynamoDBAdapter``, and :class:`~sandbox_ledger.blocking.BlockingAdapter` over any
+  async adapter).
 * **Following a session.** :class:`FollowAdapter` (and :class:`SyncFollowAdapter`) declare
   ``follow``: a session's entries as they are appended, each with a position to resume from
   (see :mod:`sandbox_ledger.follow` and docs/live.md). Every adapter of this library
@@ -47,8 +49,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, Generator
+    from collections.abc import AsyncGenerator, Generator, Sequence
 
+    from sandbox_ledger.errors import InvalidInputError
     from sandbox_ledger.follow import FollowedEntry
     from sandbox_ledger.models import (
         CheckpointInfo,
@@ -183,6 +186,29 @@ class TransferAdapter(StorageAdapter, Protocol):
         """
         ...
 
+    async def read_stored_sessions(
+        self, sessions: Sequence[tuple[str, str]]
+    ) -> list[list[LedgerEntry]]:
+        """``read_stored`` of each (name, sandboxId), in the order given: what an import
+        reconciles a batch of sessions against (a SQL store reads them in one query)."""
+        ...
+
+    async def append_once_many(
+        self, items: Sequence[tuple[LedgerEntry, int]]
+    ) -> list[bool | InvalidInputError]:
+        """``append_once`` of each (entry, occurrence), in order, with each item's outcome:
+        True if this call stored it, False if an earlier ``append_once`` had, or the
+        ``InvalidInputError`` that ``append_once`` would raise for it (nothing written for
+        that item; the others are written). A SQL store writes the batch in one transaction
+        with each session's summary updated once; every store keeps each identity's
+        exactly-once under concurrent calls.
+
+        Raises:
+            DeploymentMismatchError: the client disagrees with the store (nothing more is
+                written; what was written stays, each item exactly once).
+        """
+        ...
+
     async def ledger_retention(self) -> int | None:
         """The ledger retention appends write with, in seconds (None: kept forever)."""
         ...
@@ -244,6 +270,14 @@ class SyncTransferAdapter(SyncStorageAdapter, Protocol):
     def read_stored(self, name: str, sandbox_id: str) -> list[LedgerEntry]: ...
 
     def append_once(self, entry: LedgerEntry, occurrence: int) -> bool: ...
+
+    def read_stored_sessions(
+        self, sessions: Sequence[tuple[str, str]]
+    ) -> list[list[LedgerEntry]]: ...
+
+    def append_once_many(
+        self, items: Sequence[tuple[LedgerEntry, int]]
+    ) -> list[bool | InvalidInputError]: ...
 
     def ledger_retention(self) -> int | None: ...
 

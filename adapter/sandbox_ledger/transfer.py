@@ -34,15 +34,14 @@ than what the builder read, as any two writers of one record.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sandbox_ledger.deployment import DeploymentMismatchError
 from sandbox_ledger.errors import InvalidInputError
-from sandbox_ledger.keys import check_session_key, ledger_expires_at
+from sandbox_ledger.keys import check_session_key
 from sandbox_ledger.models import EnvironmentRecord, LedgerEntry
 
 if TYPE_CHECKING:
@@ -60,6 +59,7 @@ __all__ = [
     "environment_line",
     "export_lines",
     "import_entries",
+    "import_lines",
     "parse_lines",
 ]
 
@@ -127,6 +127,14 @@ def parse_line(raw: bytes) -> LedgerEntry | EnvironmentRecord | None:
         ValueError: not UTF-8, not JSON, not an entry, keys too long, or a typed line of an
             unknown kind or with an invalid record (the reason says which).
     """
+    return _parse_line(raw, None)
+
+
+def _parse_line(
+    raw: bytes, checked: tuple[str, str] | None
+) -> LedgerEntry | EnvironmentRecord | None:
+    """:func:`parse_line`; ``checked``: a session key that passed the key rule already (the
+    previous line's, in a file whose sessions' lines are together), not checked again."""
     raw = raw.rstrip(b"\r\n")
     if not raw.strip():
         return None
@@ -141,7 +149,8 @@ def parse_line(raw: bytes) -> LedgerEntry | EnvironmentRecord | None:
         if typed is not None:
             return typed
         raise ValueError(_reason(exc)) from exc
-    check_session_key(entry.name, entry.sandbox_id)
+    if (entry.name, entry.sandbox_id) != checked:
+        check_session_key(entry.name, entry.sandbox_id)
     return entry
 
 
@@ -182,17 +191,12 @@ def parse_lines(lines: Iterable[bytes]) -> ParsedFile:
     first line and CRLF line ends are accepted; blank lines are skipped; every other line is
     an entry or a :class:`LineError`, and a bad line never stops the ones after it."""
     parsed = ParsedFile()
-    for number, raw in enumerate(lines, start=1):
-        if number == 1 and raw.startswith(_BOM):
-            raw = raw[len(_BOM) :]
-        try:
-            item = parse_line(raw)
-        except ValueError as exc:
-            parsed.errors.append(LineError(number, str(exc)))
-            continue
-        if isinstance(item, LedgerEntry):
+    for number, item in _parsed(lines):
+        if isinstance(item, LineError):
+            parsed.errors.append(item)
+        elif isinstance(item, LedgerEntry):
             parsed.entries.append((number, item))
-        elif item is not None:
+        else:
             parsed.environments.append((number, item))
     return parsed
 
@@ -242,12 +246,19 @@ class ImportReport:
 
 
 def plan_session(
-    existing: Iterable[LedgerEntry], incoming: Iterable[tuple[int, LedgerEntry]]
+    existing: Iterable[LedgerEntry],
+    incoming: Iterable[tuple[int, LedgerEntry]],
+    *,
+    seen: Counter[str] | None = None,
 ) -> tuple[list[tuple[int, LedgerEntry, int]], int]:
     """What to write for one session: (line, entry, occurrence) for every copy beyond those
-    the session holds (compared as a multiset of contents), and how many are present."""
+    the session holds (compared as a multiset of contents), and how many are present.
+
+    ``seen``: how often each content came in earlier lines of the file (a session whose
+    lines are not all together), counted on into it.
+    """
     held = Counter(content_digest(e) for e in existing)
-    seen: Counter[str] = Counter()
+    seen = Counter() if seen is None else seen
     writes: list[tuple[int, LedgerEntry, int]] = []
     present = 0
     for number, entry in incoming:
@@ -260,85 +271,88 @@ def plan_session(
     return writes, present
 
 
+def import_lines(
+    target: SyncTransferAdapter,
+    lines: Iterable[bytes],
+    *,
+    progress: Callable[[int], None] | None = None,
+    report: ImportReport | None = None,
+) -> ImportReport:
+    """Parse and reconcile JSON lines into ``target`` as they are read (a file, a pipe):
+    memory holds one batch of sessions, not the file. Lines are parsed as
+    :func:`parse_lines` parses them and reconciled as :func:`import_entries` says. The
+    counts go into ``report`` (a new one if None) batch by batch as each is written, so a
+    caller that keeps it knows how far an interrupted import got."""
+    from sandbox_ledger._import_stream import stream_import
+
+    report = report if report is not None else ImportReport()
+    return stream_import(target, _parsed(lines), report, progress=progress)
+
+
+def _parsed(
+    lines: Iterable[bytes],
+) -> Iterator[tuple[int, LedgerEntry | EnvironmentRecord | LineError]]:
+    checked: tuple[str, str] | None = None
+    for number, raw in enumerate(lines, start=1):
+        if number == 1 and raw.startswith(_BOM):
+            raw = raw[len(_BOM) :]
+        try:
+            item = _parse_line(raw, checked)
+        except ValueError as exc:
+            yield number, LineError(number, str(exc))
+            continue
+        if isinstance(item, LedgerEntry):
+            checked = (item.name, item.sandbox_id)
+        if item is not None:
+            yield number, item
+
+
 def import_entries(
     target: SyncTransferAdapter,
     parsed: ParsedFile,
     *,
     progress: Callable[[int], None] | None = None,
 ) -> ImportReport:
-    """Reconcile the parsed file into ``target`` session by session (see the module).
+    """Reconcile the parsed file into ``target`` (see the module), in line order, a batch of
+    whole sessions at a time (``append_once_many``, after one ``read_stored_sessions``).
 
-    Each write is ``append_once`` with the entry's identity, so imports running at once
-    store every entry once. Lines the store refuses
-    (:class:`~sandbox_ledger.errors.InvalidInputError`) are reported as failed and the import
-    goes on; a storage failure stops it (a re-run resumes: nothing is written twice). An
-    entry the store does not hold and that is already past the store's retention
-    (``ledger_retention()``) is not written
-    (TTL or ``purge_expired`` removed it, or it was never there): counted as expired.
-    Written, it would be hidden at once and move the session's summary towards its old
-    expiry. ``progress`` is called with the number of entries done.
+    Every write carries the entry's identity, so imports running at once store every entry
+    once. Lines the store refuses (:class:`~sandbox_ledger.errors.InvalidInputError`) are
+    reported as failed and the import goes on; a storage failure stops it (a re-run
+    resumes: nothing is written twice). An entry the store does not hold and that is
+    already past the store's retention (``ledger_retention()``) is not written (TTL or
+    ``purge_expired`` removed it, or it was never there): counted as expired. ``progress``
+    is called with the number of entries and records done.
     """
+    from sandbox_ledger._import_stream import stream_import
+
     report = ImportReport(failed=list(parsed.errors))
-    seconds = target.ledger_retention()
-    # What the session holds, expired entries included where the store still keeps them
-    # (SQL stores until a purge, DynamoDB until TTL deletes them): reconciling against the
-    # visible entries only would write an expired entry again on every run.
-    sessions: dict[tuple[str, str], list[tuple[int, LedgerEntry]]] = {}
-    for number, entry in parsed.entries:
-        sessions.setdefault((entry.name, entry.sandbox_id), []).append((number, entry))
-    for (name, sandbox_id), incoming in sessions.items():
-        writes, present = plan_session(target.read_stored(name, sandbox_id), incoming)
-        report.present += present
-        if progress is not None and present:
-            progress(present)
-        for number, entry, occurrence in writes:
-            expires = ledger_expires_at(entry.ts, seconds)
-            # The clock is read per entry: an import that runs long must not write an entry
-            # that expired since it began (a read judges it hidden at once).
-            if expires is not None and expires <= int(time.time()):
-                report.expired += 1
-                if progress is not None:
-                    progress(1)
-                continue
-            try:
-                stored = target.append_once(entry, occurrence)
-            except DeploymentMismatchError:
-                raise  # the client disagrees with the table, not this line: stop at once
-            except InvalidInputError as exc:
-                report.failed.append(LineError(number, str(exc)))
-                continue
-            if stored:
-                report.new += 1
-            else:
-                report.present += 1
-            if progress is not None:
-                progress(1)
-    for number, record in parsed.environments:
-        try:
-            _reconcile_environment(target, record, report.environments)
-        except InvalidInputError as exc:
-            report.failed.append(LineError(number, str(exc)))
-        if progress is not None:
-            progress(1)
-    report.failed.sort(key=lambda e: e.number)
-    return report
+    items: Iterator[tuple[int, LedgerEntry | EnvironmentRecord | LineError]] = heapq.merge(
+        parsed.entries, parsed.environments, key=lambda pair: pair[0]
+    )
+    return stream_import(target, items, report, progress=progress)
 
 
-def _reconcile_environment(
-    target: SyncTransferAdapter, record: EnvironmentRecord, counts: EnvironmentCounts
+def reconcile_environment(
+    target: SyncTransferAdapter, number: int, record: EnvironmentRecord, report: ImportReport
 ) -> None:
-    """Save ``record`` unless the store holds it or a record at least as new (see the module)."""
-    held = target.get_environment(record.name)
-    if held is not None and held.wire() == record.wire():
-        counts.present += 1
-    elif held is not None and held.built_at >= record.built_at:
-        counts.kept += 1
-    else:
-        target.save_environment(record)
-        if held is None:
-            counts.new += 1
+    """Save ``record`` unless the store holds it or a record at least as new (see the
+    module); a record the store refuses is line ``number``'s failure."""
+    counts = report.environments
+    try:
+        held = target.get_environment(record.name)
+        if held is not None and held.wire() == record.wire():
+            counts.present += 1
+        elif held is not None and held.built_at >= record.built_at:
+            counts.kept += 1
         else:
-            counts.updated += 1
+            target.save_environment(record)
+            if held is None:
+                counts.new += 1
+            else:
+                counts.updated += 1
+    except InvalidInputError as exc:
+        report.failed.append(LineError(number, str(exc)))
 
 
 def export_lines(

@@ -194,3 +194,32 @@ def test_integer_digits_follow_a_fixed_limit_not_the_process_setting() -> None:
             LedgerEntry.model_validate({**WIRE, "payload": 10**640})
     finally:
         sys.set_int_max_str_digits(before)
+
+
+@pytest.mark.parametrize("setting", [None, 0, 100_000, 640])
+def test_the_one_pass_storable_check_agrees_with_the_walk(setting: int | None) -> None:
+    """require_storable judges a storable value in one pass of the C encoder (issue 26: the
+    walk in Python was a third of an import's write CPU); whatever the process's integer
+    limit, it refuses exactly what the walk refuses, naming the same path."""
+    from sandbox_ledger._json import _find_unstorable, find_unstorable
+
+    surrogate = "\ud800"
+    values = [
+        {"a": [1, "x", {"b": None, "c": 2.5}]},
+        {"a": [1, {"b": surrogate}]},
+        {surrogate: 1},
+        {"n": 10**4300},
+        {"n": -(10**4300 - 1)},
+        {"n": 10**640},
+        {"deep": [[[["é", 10**639]]]]},
+        float("nan"),
+        {1: "non-string key"},
+    ]
+    before = sys.get_int_max_str_digits()
+    try:
+        if setting is not None:
+            sys.set_int_max_str_digits(setting)
+        for value in values:
+            assert find_unstorable(value, "entry") == _find_unstorable(value, "entry"), value
+    finally:
+        sys.set_int_max_str_digits(before)

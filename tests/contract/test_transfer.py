@@ -492,7 +492,7 @@ def test_a_table_export_carries_environments_and_a_refused_record_is_a_failed_li
 
 
 class _ReadsThenWaits:
-    """An import target whose first session read is followed by another whole import, before
+    """An import target whose first reconciliation read is followed by another whole import, before
     this import writes anything: the interleaving of two imports running at once."""
 
     def __init__(self, inner: object, meanwhile: list[object]) -> None:
@@ -502,8 +502,8 @@ class _ReadsThenWaits:
     def __getattr__(self, name: str) -> object:
         return getattr(self._inner, name)
 
-    def read_stored(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
-        found: list[LedgerEntry] = self._inner.read_stored(name, sandbox_id)  # type: ignore[attr-defined]
+    def read_stored_sessions(self, sessions: list[tuple[str, str]]) -> list[list[LedgerEntry]]:
+        found: list[list[LedgerEntry]] = self._inner.read_stored_sessions(sessions)  # type: ignore[attr-defined]
         while self._meanwhile:
             self._meanwhile.pop()()  # type: ignore[operator]
         return found
@@ -654,7 +654,7 @@ def test_an_entry_that_expires_while_the_import_runs_is_not_written(
     an entry that expired during a long import is counted expired, never written hidden."""
     import time as real_time
 
-    from sandbox_ledger import transfer
+    from sandbox_ledger import _import_stream
     from sandbox_ledger.blocking import BlockingAdapter
     from sandbox_ledger.memory import MemoryAdapter
 
@@ -663,7 +663,7 @@ def test_an_entry_that_expires_while_the_import_runs_is_not_written(
     early = e("n", "s", "exec.started", (start - day + 1_000) * 1000, step=0)  # 1,000 s left
     late = e("n", "s", "exec.started", (start - day + 50) * 1000, step=1)  # 50 s left
     readings = iter([start])  # the first reading is the start; later ones 100 s on
-    monkeypatch.setattr(transfer.time, "time", lambda: next(readings, start + 100))
+    monkeypatch.setattr(_import_stream.time, "time", lambda: next(readings, start + 100))
     target = BlockingAdapter(MemoryAdapter(retention=timedelta(days=1)))
     parsed = parse_lines([line(early).encode(), line(late).encode()])
     report = import_entries(target, parsed)

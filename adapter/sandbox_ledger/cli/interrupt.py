@@ -6,10 +6,10 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sandbox_ledger.protocol import SyncTransferAdapter
+    from sandbox_ledger.transfer import ImportReport
 
 
 class Terminated(BaseException):
@@ -68,35 +68,17 @@ def interrupted_line(command: str, number: int, so_far: str | None) -> str:
 class ImportStatus:
     """How far an import got, for the line an interruption prints."""
 
-    lines: int | None = None
-    """Lines read from the file (None: still reading it)."""
-    total: int = 0
-    done: int = 0
-    new: int = 0
+    lines: int = 0
+    """Lines read from the file so far."""
+    report: ImportReport | None = None
+    """The importer's running report: what the batches written so far did."""
 
     def describe(self) -> str:
-        resume = "re-running the same import resumes without duplicates"
-        if self.lines is None:
-            return f"while reading the file, before any write; {resume}"
-        return (
-            f"{self.lines} line(s) read, {self.done} of {self.total} entries and environment "
-            f"records handled: {self.new} new, {self.done - self.new} already present (or "
-            f"expired); {resume} (what is stored is recognised, not written again)"
+        resume = (
+            "re-running the same import resumes without duplicates (what is stored is "
+            "recognised, not written again)"
         )
-
-    def counting(self, ledger: SyncTransferAdapter) -> SyncTransferAdapter:
-        """``ledger``, counting the entries its ``append_once`` stores."""
-        return _Counting(ledger, self)
-
-
-class _Counting:
-    def __init__(self, ledger: SyncTransferAdapter, status: ImportStatus) -> None:
-        self._ledger, self._status = ledger, status
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._ledger, name)
-
-    def append_once(self, entry: Any, occurrence: int) -> bool:
-        stored = self._ledger.append_once(entry, occurrence)
-        self._status.new += int(stored)
-        return stored
+        report = self.report
+        if report is None:
+            return f"before any write; {resume}"
+        return f"{self.lines} line(s) read; written so far: {report.summary()}; {resume}"

@@ -10,16 +10,18 @@ import os
 import secrets
 import shutil
 import signal
+import stat
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from sandbox_ledger.errors import InvalidInputError
-from sandbox_ledger.transfer import ImportReport, export_lines, import_entries, parse_lines
+from sandbox_ledger.transfer import ImportReport, export_lines, import_lines
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterable, Iterator
 
     from rich.console import Console
 
@@ -210,33 +212,76 @@ def import_from(
     err: Console,
     status: ImportStatus | None = None,
 ) -> ImportReport:
-    """Reconcile the JSON lines of ``source`` into ``ledger``; failed lines are printed to
-    ``err`` as ``label:line: reason``, with a progress bar when ``err`` is a terminal;
-    ``status`` follows how far it got (for the line an interruption prints)."""
+    """Reconcile the JSON lines of ``source`` into ``ledger`` as they are read (streamed: a
+    pipe and a file alike); failed lines are printed to ``err`` as ``label:line: reason``.
+    On a terminal a progress line shows the lines done and lines/s, and for a regular file
+    the share read and the time left; nothing on a pipe or a redirected stderr. ``status``
+    follows how far it got (for the line an interruption prints)."""
     from sandbox_ledger.cli.interrupt import ImportStatus
 
     status = status if status is not None else ImportStatus()
-    parsed = parse_lines(source)
-    total = len(parsed.entries) + len(parsed.environments)
-    status.lines, status.total = total + len(parsed.errors), total
-    counted = status.counting(ledger)
+    status.report = ImportReport()
 
-    def done(n: int) -> None:
-        status.done += n
+    def read() -> Iterator[bytes]:
+        for line in source:
+            status.lines += 1
+            yield line
 
-    if err.is_terminal and total:
-        from rich.progress import Progress
-
-        with Progress(console=err, transient=True) as progress:
-            task = progress.add_task(f"importing {label}", total=total)
-
-            def shown(n: int) -> None:
-                done(n)
-                progress.advance(task, n)
-
-            report = import_entries(counted, parsed, progress=shown)
+    if err.is_terminal:
+        report = _import_with_progress(
+            ledger, read(), _file_size(source), label, err, status.report
+        )
     else:
-        report = import_entries(counted, parsed, progress=done)
+        report = import_lines(ledger, read(), report=status.report)
     for failure in report.failed:
         err.print(f"{label}:{failure.number}: {failure.reason}", markup=False)
     return report
+
+
+def _file_size(source: BinaryIO) -> int | None:
+    """The size of a regular file (what a share of it read means), None for a pipe."""
+    try:
+        status = os.fstat(source.fileno())
+    except (OSError, ValueError, AttributeError):
+        return None
+    return status.st_size if stat.S_ISREG(status.st_mode) and status.st_size else None
+
+
+def _import_with_progress(
+    ledger: SyncTransferAdapter,
+    source: Iterable[bytes],
+    size: int | None,
+    label: str,
+    err: Console,
+    report: ImportReport,
+) -> ImportReport:
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        ProgressColumn,
+        TaskProgressColumn,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    columns: list[ProgressColumn] = [
+        TextColumn("{task.description}"),
+        TextColumn("{task.fields[lines]}"),
+    ]
+    if size is not None:
+        columns[1:1] = [BarColumn(), TaskProgressColumn(), TimeRemainingColumn()]
+    started = time.monotonic()
+    with Progress(*columns, console=err, transient=True) as progress:
+        task = progress.add_task(f"importing {label}", total=size, lines="")
+        read = 0
+
+        def counted() -> Iterator[bytes]:
+            nonlocal read
+            for number, line in enumerate(source, start=1):
+                read += len(line)
+                if number % 1000 == 0:
+                    rate = number / max(time.monotonic() - started, 1e-9)
+                    progress.update(task, completed=read, lines=f"{number:,} lines, {rate:,.0f}/s")
+                yield line
+
+        return import_lines(ledger, counted(), report=report)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger import keys as k
 from sandbox_ledger.deployment import ShardCount, store_identity
-from sandbox_ledger.dynamodb import _follow, _ops
+from sandbox_ledger.dynamodb import _bulk, _follow, _ops
 from sandbox_ledger.dynamodb._items import order_ids
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.follow import DEFAULT_POLL, PollSettings, Position, drive, drive_async, start
@@ -19,7 +19,7 @@ from sandbox_ledger.summary import validate_list_options
 from sandbox_ledger.transfer import content_digest
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, Generator
+    from collections.abc import AsyncGenerator, Generator, Sequence
     from datetime import timedelta
 
     from botocore.config import Config
@@ -100,6 +100,16 @@ class _Base:
         occurrence = k.check_occurrence(occurrence)
         claim = k.claim_sk(content_digest(_entry(entry)), occurrence)
         return self._append(entry, claim)
+
+    def _append_once_many(
+        self, items: Sequence[tuple[LedgerEntry, int]]
+    ) -> Op[list[bool | InvalidInputError]]:
+        return _bulk.append_each_once(self._append_once, items)
+
+    def _read_stored_sessions(
+        self, sessions: Sequence[tuple[str, str]]
+    ) -> Op[list[list[LedgerEntry]]]:
+        return _bulk.read_each_stored(self.table_name, sessions)
 
     def _scan(self, name: str | None, segments: int | None) -> Op[list[tuple[str, str]]]:
         if name is not None:
@@ -215,6 +225,19 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
         a previous ``append_once`` stored it: the import identity (see
         :mod:`sandbox_ledger.transfer`). True if this call stored it. One transaction."""
         return await self.run(self._append_once(entry, occurrence))
+
+    async def read_stored_sessions(
+        self, sessions: Sequence[tuple[str, str]]
+    ) -> list[list[LedgerEntry]]:
+        """``read_stored`` of each session, in order (one query each)."""
+        return await self.run(self._read_stored_sessions(sessions))
+
+    async def append_once_many(
+        self, items: Sequence[tuple[LedgerEntry, int]]
+    ) -> list[bool | InvalidInputError]:
+        """``append_once`` of each item in order (one transaction each), a refused item's
+        error as its outcome."""
+        return await self.run(self._append_once_many(items))
 
     async def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry of the session in the order it was appended (what an export replays)."""
@@ -350,6 +373,16 @@ class SyncDynamoDBAdapter(_Base, SyncClientOwner):
     def append_once(self, entry: LedgerEntry, occurrence: int) -> bool:
         """Append one identified copy unless stored (see DynamoDBAdapter.append_once)."""
         return self.run(self._append_once(entry, occurrence))
+
+    def read_stored_sessions(self, sessions: Sequence[tuple[str, str]]) -> list[list[LedgerEntry]]:
+        """``read_stored`` of each session (see DynamoDBAdapter.read_stored_sessions)."""
+        return self.run(self._read_stored_sessions(sessions))
+
+    def append_once_many(
+        self, items: Sequence[tuple[LedgerEntry, int]]
+    ) -> list[bool | InvalidInputError]:
+        """``append_once`` of each item (see DynamoDBAdapter.append_once_many)."""
+        return self.run(self._append_once_many(items))
 
     def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry of the session in the order it was appended."""

@@ -366,6 +366,10 @@ class _Connection:
     async def count(self, sql: str, params: Mapping[str, Any] | None = None) -> int:
         return int((await self._conn.execute(sql, params)).rowcount)
 
+    async def many(self, sql: str, params: Sequence[Mapping[str, Any]]) -> None:
+        async with self._conn.cursor() as cursor:
+            await cursor.executemany(sql, params)
+
     @contextlib.asynccontextmanager
     async def exclusive(self) -> AsyncIterator[None]:
         async with self._conn.transaction():

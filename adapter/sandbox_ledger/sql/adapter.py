@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 from sandbox_ledger.errors import StorageError
 from sandbox_ledger.follow import DEFAULT_POLL, Batch, Position, drive_async, start
 from sandbox_ledger.keys import check_environment_name, check_retention
+from sandbox_ledger.sql import bulk, rows
 from sandbox_ledger.sql import follow as live
 from sandbox_ledger.sql import retention as ret
-from sandbox_ledger.sql import rows
 from sandbox_ledger.sql.schema import migrate
 
 if TYPE_CHECKING:
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from datetime import timedelta
     from types import TracebackType
 
+    from sandbox_ledger.errors import InvalidInputError
     from sandbox_ledger.follow import FollowedEntry, Poll, PollSettings
     from sandbox_ledger.models import (
         CheckpointInfo,
@@ -200,6 +201,20 @@ class SQLAdapter(ABC):
     def _check_writable(self) -> None:
         if self.read_only:
             raise StorageError(f"{self._where}: opened read_only, a write is refused")
+
+    async def read_stored_sessions(
+        self, sessions: Sequence[tuple[str, str]]
+    ) -> list[list[LedgerEntry]]:
+        """``read_stored`` of each session, in order, a few hundred per query (an import's
+        reconciliation read of one batch; see :mod:`sandbox_ledger.sql.bulk`)."""
+        return await bulk.read_stored_sessions(self, sessions)
+
+    async def append_once_many(
+        self, items: Sequence[tuple[LedgerEntry, int]]
+    ) -> list[bool | InvalidInputError]:
+        """``append_once`` of each item in one transaction, each session's summary updated
+        once; a refused item's error is its outcome (see :mod:`sandbox_ledger.sql.bulk`)."""
+        return await bulk.append_once_many(self, items)
 
     def _encode(self, entry: LedgerEntry, key: str) -> rows.EventRow:
         """The row of an entry to store (every append encodes one: refused read-only)."""

@@ -158,7 +158,8 @@ class EventRow:
 def append_params(row: EventRow) -> dict[str, Any]:
     """The named parameters of an append: the columns, the summary deltas, and what the
     statement needs to compute the expiries (``ts_s``: ts in whole seconds, rounded down;
-    ``summarizes``: whether the entry changes the summary, and so sets its expiry)."""
+    ``summarizes``: whether the entry changes the summary, and so sets its expiry from
+    ``summary_ts_s``, its ts_s, None otherwise)."""
     return {
         "name": row.name,
         "sandbox_id": row.sandbox_id,
@@ -168,6 +169,7 @@ def append_params(row: EventRow) -> dict[str, Any]:
         "ts": row.ts,
         "ts_s": row.ts // 1000,
         "summarizes": row.event in SUMMARY_EVENTS,
+        "summary_ts_s": row.ts // 1000 if row.event in SUMMARY_EVENTS else None,
         "step_index": row.step_index,
         "branch": row.branch,
         "event": row.event,

@@ -87,14 +87,14 @@ LIMIT 1
         later_summary = ret.later_summary_expiry(
             "cur.summary_expires_at", "excluded.summary_expires_at"
         )
-        self.upsert_session = f"""
+        self.fold_session = f"""
 INSERT INTO {sessions} AS cur
     (name, sandbox_id, started_at, completed_at, status, exec_count,
      summary_expires_at, expires_at)
 VALUES ({p("name")}, {p("sandbox_id")}, {p("started_at")}, {p("completed_at")},
         CASE WHEN {p("completed_at", "bigint")} IS NULL THEN 'running' ELSE 'completed' END,
         {p("exec_delta")},
-        CASE WHEN {p("summarizes")} THEN {ts_s} + {retention} END, {ts_s} + {retention})
+        {p("summary_ts_s", "bigint")} + {retention}, {ts_s} + {retention})
 ON CONFLICT (name, sandbox_id) DO UPDATE SET
     started_at = coalesce(cur.started_at, excluded.started_at),
     completed_at = coalesce(cur.completed_at, excluded.completed_at),
@@ -104,8 +104,9 @@ ON CONFLICT (name, sandbox_id) DO UPDATE SET
     summary_expires_at = CASE WHEN {p("summarizes")} THEN {later_summary}
                               ELSE cur.summary_expires_at END,
     expires_at = {ret.latest_expiry("cur.expires_at", "excluded.expires_at")}
-RETURNING id
 """
+        """The summary upsert without a result (an import batch runs it once per session)."""
+        self.upsert_session = f"{self.fold_session}RETURNING id\n"
         self.event_columns = (
             f"{events} (session_id, ts, step_index, branch, event, payload, error, append_key, "
             "expires_at)"
@@ -114,6 +115,13 @@ RETURNING id
             f"{p('ts')}, {p('step_index')}, {p('branch')}, {p('event')}, {p('payload')}, "
             f"{p('error')}, {p('append_key')}, {ts_s} + {retention}"
         )
+        self.insert_event = (
+            f"INSERT INTO {self.event_columns}\nVALUES ({p('session_id')}, {self.event_values})"
+        )
+        self.insert_keyed_event = (
+            f"INSERT INTO {self.event_columns}\nVALUES (({self.session_id}), {self.event_values})"
+        )
+        """An entry's insert that finds its session's id by the session key's unique index."""
         self.details = f"""
 SELECT name, sandbox_id, started_at, completed_at, exec_count FROM {sessions}
 WHERE name = {p("name")} AND sandbox_id = {p("sandbox_id")} AND started_at IS NOT NULL

@@ -59,9 +59,6 @@ class Queries(Statements):
     def __init__(self) -> None:
         super().__init__()
         self.claimed = "SELECT 1 FROM ledger_events WHERE append_key = :append_key"
-        self.insert_event = (
-            f"INSERT INTO {self.event_columns}\nVALUES (:session_id, {self.event_values})"
-        )
         # No cascade in this schema: the entries go first, then their session.
         self.delete_sandbox = (
             f"DELETE FROM ledger_events WHERE session_id = ({self.session_id})",
@@ -336,6 +333,9 @@ class _Connection:
 
     async def count(self, sql: str, params: Mapping[str, Any] | None = None) -> int:
         return int((await self._db.execute(sql, params or {})).rowcount)
+
+    async def many(self, sql: str, params: Sequence[Mapping[str, Any]]) -> None:
+        await self._db.executemany(sql, params)
 
     @contextlib.asynccontextmanager
     async def exclusive(self) -> AsyncIterator[None]:

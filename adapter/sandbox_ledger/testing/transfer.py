@@ -122,3 +122,68 @@ class TransferContract:
     async def test_scan_sessions_refuses_an_empty_name(self, adapter: TransferAdapter) -> None:
         with pytest.raises(InvalidInputError):
             await adapter.scan_sessions("")
+
+    async def test_append_once_many_stores_each_identity_once_with_the_summary_of_one_by_one(
+        self, adapter: TransferAdapter
+    ) -> None:
+        created = entry("n", "s", LedgerEvent.SandboxCreated, 5)
+        done = entry("n", "s", LedgerEvent.ExecComplete, 7, step=0, payload={"x": 1})
+        closed = entry("n", "s", LedgerEvent.SandboxClosed, 9)
+        later = entry("n", "s", LedgerEvent.SandboxCreated, 8)  # not the first created
+        other = entry("m", "t", LedgerEvent.SandboxCreated, 3)
+        assert await adapter.append_once(done, 1) is True  # stored before the batch
+        items = [(created, 1), (done, 1), (done, 2), (later, 1), (closed, 1), (other, 1)]
+        assert await adapter.append_once_many(items) == [True, False, True, True, True, True]
+        assert await adapter.append_once_many(items) == [False] * 6  # a re-run stores nothing
+        assert _wires(await adapter.read_all("n", "s")) == _wires(
+            [created, done, done, later, closed]
+        )
+        details = await adapter.get_sandbox_details("n", "s")
+        assert details is not None
+        assert (details.started_at, details.completed_at, details.exec_count) == (5, 9, 2)
+        assert details.status == "completed"
+        assert await adapter.get_sandbox_details("m", "t") is not None
+        assert await adapter.append_once(done, 2) is False  # the batch's identities are claims
+        assert await adapter.append_once_many([]) == []
+
+    async def test_append_once_many_refuses_an_item_and_stores_the_others(
+        self, adapter: TransferAdapter
+    ) -> None:
+        good = entry("n", "s", LedgerEvent.SandboxCreated, 1)
+        too_long = entry("n" * 2036, "s", LedgerEvent.ExecStarted, 2, step=0)
+        also = entry("n", "s", LedgerEvent.ExecStarted, 3, step=0)
+        outcomes = await adapter.append_once_many(
+            [(good, 1), (too_long, 1), (also, 0), ("no", 1), (also, 1)]  # type: ignore[list-item]
+        )
+        assert outcomes[0] is True and outcomes[4] is True
+        assert isinstance(outcomes[1], KeyTooLongError)
+        assert isinstance(outcomes[2], InvalidInputError) and outcomes[2].field == "occurrence"
+        assert isinstance(outcomes[3], InvalidInputError) and outcomes[3].field == "entry"
+        assert await adapter.scan_sessions() == [("n", "s")]
+        assert _wires(await adapter.read_all("n", "s")) == _wires([good, also])
+
+    async def test_append_once_many_at_once_stores_each_identity_once(
+        self, adapter: TransferAdapter
+    ) -> None:
+        items = [
+            (entry("n", f"s{i % 3}", LedgerEvent.ExecComplete, i, step=i), 1) for i in range(9)
+        ]
+        results = await asyncio.gather(*(adapter.append_once_many(items) for _ in range(3)))
+        assert [sum(r[i] is True for r in results) for i in range(9)] == [1] * 9
+        for i in range(3):
+            assert len(await adapter.read_all("n", f"s{i}")) == 3
+            await adapter.append_once(entry("n", f"s{i}", LedgerEvent.SandboxCreated, 0), 1)
+            details = await adapter.get_sandbox_details("n", f"s{i}")
+            assert details is not None and details.exec_count == 3
+
+    async def test_read_stored_sessions_is_read_stored_of_each(
+        self, adapter: TransferAdapter
+    ) -> None:
+        for sid, ts in (("a", 3), ("b", 1), ("a", 2)):
+            await adapter.append(entry("n", sid, LedgerEvent.ExecStarted, ts, step=ts))
+        keys = [("n", "b"), ("n", "none"), ("n", "a"), ("n", "b")]
+        found = await adapter.read_stored_sessions(keys)
+        expected = [await adapter.read_stored(name, sid) for name, sid in keys]
+        assert [_wires(f) for f in found] == [_wires(x) for x in expected]
+        assert [len(f) for f in found] == [1, 0, 2, 1]
+        assert await adapter.read_stored_sessions([]) == []

@@ -1,0 +1,181 @@
+"""The streaming importer behind :func:`sandbox_ledger.transfer.import_lines` and
+:func:`~sandbox_ledger.transfer.import_entries`.
+
+Lines arrive in file order. Consecutive lines of one session form a group; groups are
+gathered into a batch of about :data:`BATCH_ENTRIES` entries (whole sessions), and a batch is
+reconciled with one ``read_stored_sessions`` and written with one ``append_once_many``, so
+memory holds one batch (or one session, if larger), never the file.
+
+An entry's identity is its content and its occurrence among identical entries of its session
+*in the whole file*. A session whose lines come back after its batch was written (a file
+whose sessions are interleaved) continues the occurrences counted for it so far: every
+written session's counts are kept in a temporary SQLite database on disk (one row per
+session, consulted only for a session that comes back out of key order; an export lists
+sessions in key order, so an export never consults it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import time
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from sandbox_ledger.keys import ledger_expires_at
+from sandbox_ledger.models import EnvironmentRecord, LedgerEntry
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    from sandbox_ledger.protocol import SyncTransferAdapter
+    from sandbox_ledger.transfer import ImportReport, LineError
+
+__all__ = ["BATCH_ENTRIES", "stream_import"]
+
+BATCH_ENTRIES = 1000
+"""Entries gathered (whole sessions) before a batch is reconciled and written."""
+
+Key = tuple[str, str]
+Item = tuple[int, "LedgerEntry | EnvironmentRecord | LineError"]
+
+
+class _Counted:
+    """The file's occurrence counts of the sessions already written (see the module)."""
+
+    def __init__(self) -> None:
+        self._db: sqlite3.Connection | None = None
+        self._highest: Key | None = None
+
+    def prior(self, key: Key) -> Counter[str]:
+        """How often each content of the session came earlier in the file."""
+        if self._db is None or self._highest is None or key > self._highest:
+            return Counter()  # after every written session in key order: never seen
+        row = self._db.execute("SELECT counts FROM seen WHERE session = ?", (_id(key),)).fetchone()
+        return Counter(json.loads(row[0])) if row else Counter()
+
+    def record(self, counts: dict[Key, Counter[str]]) -> None:
+        if self._db is None:
+            # "": a private temporary database SQLite deletes on close (on disk past its cache).
+            self._db = sqlite3.connect("", isolation_level=None)
+            self._db.execute("CREATE TABLE seen (session BLOB PRIMARY KEY, counts TEXT)")
+        rows = [(_id(key), json.dumps(c, separators=(",", ":"))) for key, c in counts.items()]
+        self._db.execute("BEGIN")
+        self._db.executemany("INSERT OR REPLACE INTO seen VALUES (?, ?)", rows)
+        self._db.execute("COMMIT")
+        top = max(counts)
+        if self._highest is None or top > self._highest:
+            self._highest = top
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
+def _id(key: Key) -> bytes:
+    # JSON escapes lone surrogates, which a name may hold and SQLite's text may not.
+    return hashlib.sha256(json.dumps(key).encode()).digest()[:16]
+
+
+class _Batch:
+    """Whole sessions waiting to be reconciled and written."""
+
+    def __init__(self) -> None:
+        self.sessions: dict[Key, list[tuple[int, LedgerEntry]]] = {}
+        self.prior: dict[Key, Counter[str]] = {}
+        self.size = 0
+
+
+def stream_import(
+    target: SyncTransferAdapter,
+    items: Iterable[Item],
+    report: ImportReport,
+    *,
+    progress: Callable[[int], None] | None = None,
+    batch_entries: int | None = None,
+) -> ImportReport:
+    """Reconcile ``items`` (line number and what the line held, in file order) into
+    ``target``, batch by batch (``batch_entries``, default :data:`BATCH_ENTRIES`), counting
+    into ``report`` (see the module)."""
+    from sandbox_ledger.transfer import LineError, reconcile_environment
+
+    limit = batch_entries or BATCH_ENTRIES
+    seconds = target.ledger_retention()
+    counted = _Counted()
+    batch = _Batch()
+    current: Key | None = None
+    try:
+        for number, item in items:
+            if isinstance(item, LineError):
+                report.failed.append(item)
+            elif isinstance(item, EnvironmentRecord):
+                reconcile_environment(target, number, item, report)
+                if progress is not None:
+                    progress(1)
+            else:
+                key = (item.name, item.sandbox_id)
+                if key != current:
+                    if batch.size >= limit:
+                        _write(target, batch, counted, report, seconds, progress)
+                        batch = _Batch()
+                    current = key
+                    if key not in batch.sessions:
+                        batch.sessions[key] = []
+                        batch.prior[key] = counted.prior(key)
+                batch.sessions[key].append((number, item))
+                batch.size += 1
+        if batch.size:
+            _write(target, batch, counted, report, seconds, progress)
+    finally:
+        counted.close()
+    report.failed.sort(key=lambda e: e.number)
+    return report
+
+
+def _write(
+    target: SyncTransferAdapter,
+    batch: _Batch,
+    counted: _Counted,
+    report: ImportReport,
+    seconds: int | None,
+    progress: Callable[[int], None] | None,
+) -> None:
+    """Reconcile one batch against what the store holds (expired entries included, where the
+    store still keeps them: reconciling against the visible ones only would write an expired
+    entry again on every run) and write what it lacks."""
+    from sandbox_ledger.transfer import LineError, plan_session
+
+    keys = list(batch.sessions)
+    writes: list[tuple[int, LedgerEntry, int]] = []
+    done = 0
+    for key, held in zip(keys, target.read_stored_sessions(keys), strict=True):
+        planned, present = plan_session(held, batch.sessions[key], seen=batch.prior[key])
+        report.present += present
+        done += present
+        for number, entry, occurrence in planned:
+            expires = ledger_expires_at(entry.ts, seconds)
+            # The clock is read per entry: an import that runs long must not write an entry
+            # that expired since it began (a read judges it hidden at once). Written, it
+            # would be hidden at once and move the summary towards its old expiry.
+            if expires is not None and expires <= int(time.time()):
+                report.expired += 1
+                done += 1
+            else:
+                writes.append((number, entry, occurrence))
+    if writes:
+        # A DeploymentMismatchError (the client disagrees with the table, not a line) stops
+        # the import: what the batch wrote stays, each entry once, and a re-run resumes.
+        outcomes = target.append_once_many([(e, occurrence) for _, e, occurrence in writes])
+        for (number, _, _), outcome in zip(writes, outcomes, strict=True):
+            if outcome is True:
+                report.new += 1
+            elif outcome is False:
+                report.present += 1
+            else:
+                report.failed.append(LineError(number, str(outcome)))
+            done += 1
+    counted.record(batch.prior)  # plan_session counted this batch's lines into them
+    if progress is not None and done:
+        progress(done)

@@ -1,0 +1,153 @@
+"""The SQL stores' batched import (``read_stored_sessions`` and ``append_once_many`` of
+:class:`~sandbox_ledger.protocol.TransferAdapter`), written once over the dialect's hooks.
+
+A batch is one write transaction. Inside it the claims already stored are read through the
+unique index on ``append_key`` (a few hundred keys per query), every other item is inserted
+with one ``executemany`` (each finding its session's id through the session key's index),
+after each session's summary was upserted once, in one ``executemany``, with the batch's
+deltas folded together (first ``sandbox.created`` and ``sandbox.closed`` in the batch's
+order, ``exec.complete`` counted, the latest expiries), which is what appending the items
+one by one computes. Exactly once under concurrent importers: SQLite's ``BEGIN IMMEDIATE``
+holds the file's write lock from the claim read to the commit; on PostgreSQL an importer
+that stored a claim between the read and the insert makes the unique index refuse the
+insert, the whole transaction rolls back and the batch runs again (it then reads that
+claim), falling back to one transaction per item if it keeps colliding.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sandbox_ledger._bulk import append_each_once
+from sandbox_ledger.errors import InvalidInputError, StorageError
+from sandbox_ledger.sql import rows
+from sandbox_ledger.sql.retention import SUMMARY_EVENTS
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from sandbox_ledger.models import LedgerEntry
+    from sandbox_ledger.sql.adapter import SQLAdapter
+    from sandbox_ledger.sql.connection import Connection
+
+__all__ = ["append_once_many", "read_stored_sessions", "summary_params"]
+
+_SESSIONS_PER_READ = 300
+"""Sessions per reconciliation query (two parameters each: within every SQLite's limit)."""
+_KEYS_PER_READ = 500
+"""Claim keys per query of the claims already stored."""
+_ATTEMPTS = 8
+"""Batches refused by a concurrent importer's claim before the batch goes item by item."""
+_UNIQUE_VIOLATION = "23505"
+
+
+def _chunks(values: list[Any], size: int) -> list[list[Any]]:
+    return [values[i : i + size] for i in range(0, len(values), size)]
+
+
+async def read_stored_sessions(
+    adapter: SQLAdapter, sessions: Sequence[tuple[str, str]]
+) -> list[list[LedgerEntry]]:
+    """``read_stored`` of each session, in order: one query per few hundred sessions through
+    the session key's unique index, expired entries included."""
+    keys = [(rows.check_text(n, "name"), rows.check_text(s, "sandboxId")) for n, s in sessions]
+    q = adapter.queries
+    ph = q.placeholder
+    events = q.table("ledger_events")
+    found: dict[tuple[str, str], list[LedgerEntry]] = {}
+    wanted = [key for key in dict.fromkeys(keys) if not adapter._never_stored(key)]
+    for chunk in _chunks(wanted, _SESSIONS_PER_READ):
+        values = ", ".join(f"({ph}, {ph})" for _ in chunk)
+        sql = (
+            "SELECT s.name, s.sandbox_id, e.ts, e.step_index, e.branch, e.event, e.payload, "
+            f"e.error FROM (VALUES {values}) AS k JOIN {q.sessions} AS s "
+            "ON s.name = k.column1 AND s.sandbox_id = k.column2 "
+            f"JOIN {events} AS e ON e.session_id = s.id ORDER BY s.id, e.ts, e.seq"
+        )
+        params = [part for key in chunk for part in key]
+        found_rows = await adapter._fetchall(sql, params)
+        for row in found_rows:
+            found.setdefault((row[0], row[1]), []).append(rows.decode_entry(*row))
+    return [list(found.get(key, ())) for key in keys]
+
+
+def summary_params(group: Sequence[rows.EventRow]) -> dict[str, Any]:
+    """The summary upsert's parameters for a session's new entries folded into one: what
+    appending them one by one, in this order, leaves in the summary."""
+    first = group[0]
+    summarizing = [r.ts // 1000 for r in group if r.event in SUMMARY_EVENTS]
+    return {
+        "name": first.name,
+        "sandbox_id": first.sandbox_id,
+        "started_at": next((r.started_at for r in group if r.started_at is not None), None),
+        "completed_at": next((r.completed_at for r in group if r.completed_at is not None), None),
+        "exec_delta": sum(r.exec_delta for r in group),
+        "ts_s": max(r.ts // 1000 for r in group),
+        "summarizes": bool(summarizing),
+        "summary_ts_s": max(summarizing) if summarizing else None,
+    }
+
+
+async def append_once_many(
+    adapter: SQLAdapter, items: Sequence[tuple[LedgerEntry, int]]
+) -> list[bool | InvalidInputError]:
+    """``append_once`` of each item, the batch in one transaction (see the module)."""
+    outcomes: list[bool | InvalidInputError] = []
+    prepared: list[tuple[int, rows.EventRow]] = []
+    for entry, occurrence in items:
+        try:
+            key = rows.claim_key(rows.check_entry(entry), occurrence)
+            prepared.append((len(outcomes), adapter._encode(entry, key)))
+            outcomes.append(False)
+        except InvalidInputError as exc:
+            outcomes.append(exc)
+    if not prepared:
+        return outcomes
+    batch = [row for _, row in prepared]
+    for _ in range(_ATTEMPTS):
+        try:
+            stored = await adapter._writing(
+                lambda conn: _write(adapter, conn, batch), one_statement=False
+            )
+        except StorageError as exc:
+            if exc.code != _UNIQUE_VIOLATION:
+                raise
+            continue  # a concurrent importer stored a claim meanwhile: read the claims again
+        for (index, _), done in zip(prepared, stored, strict=True):
+            outcomes[index] = done
+        return outcomes
+    items_left = [items[index] for index, _ in prepared]
+    for (index, _), outcome in zip(
+        prepared, await append_each_once(adapter.append_once, items_left), strict=True
+    ):
+        outcomes[index] = outcome
+    return outcomes
+
+
+async def _write(adapter: SQLAdapter, conn: Connection, batch: list[rows.EventRow]) -> list[bool]:
+    """Inside the batch's transaction: which rows it stores (their claims not yet stored),
+    each session's summary once, then the entries."""
+    q = adapter.queries
+    events = q.table("ledger_events")
+    claimed: set[str] = set()
+    for chunk in _chunks([row.append_key for row in batch], _KEYS_PER_READ):
+        sql = (
+            f"SELECT append_key FROM {events} "
+            f"WHERE append_key IN ({', '.join([q.placeholder] * len(chunk))})"
+        )
+        claimed.update(key for (key,) in await conn.rows(sql, chunk))
+    stored: list[bool] = []
+    sessions: dict[tuple[str, str], list[rows.EventRow]] = {}
+    for row in batch:
+        fresh = row.append_key not in claimed
+        stored.append(fresh)
+        if fresh:
+            claimed.add(row.append_key)  # the same identity twice in one batch: stored once
+            sessions.setdefault((row.name, row.sandbox_id), []).append(row)
+    # Sessions in key order: two batches lock their session rows in the same order.
+    folded = [summary_params(sessions[key]) for key in sorted(sessions)]
+    if folded:
+        await conn.many(q.fold_session, folded)
+        inserts = [rows.append_params(r) for key in sorted(sessions) for r in sessions[key]]
+        await conn.many(q.insert_keyed_event, inserts)
+    return stored
