@@ -63,6 +63,10 @@ def test_a_live_owner_keeps_its_record() -> None:
     ("unchanged", "said"),
     [
         (timedelta(minutes=12, seconds=5), "12m5s"),
+        (timedelta(hours=1), "1h0m"),
+        (timedelta(hours=1, minutes=1), "1h1m"),
+        (timedelta(days=1), "1d0h"),
+        (timedelta(days=1, hours=1), "1d1h"),
         (timedelta(hours=1, minutes=59, seconds=59), "1h59m"),
         (timedelta(hours=25, minutes=30), "1d1h"),
     ],
@@ -76,6 +80,8 @@ def test_hints_are_the_records_half_a_window_away() -> None:
         return POLICY.is_hint(record(phase=phase, age=age, now=NOW), NOW)
 
     half = timedelta(minutes=5)
+    assert not hint("ready", half)  # exactly half a window: not yet
+    assert not hint("ready", -half)
     assert not hint("ready", half - SECOND)
     assert hint("ready", half + SECOND)
     assert not hint("ready", -(half - SECOND))  # an owner's clock ahead of the sweeper's
