@@ -13,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 import test_kills_cursor as cursor_kills
 import test_kills_models as models_kills
 import test_kills_policy as policy_kills
+import test_kills_sql_rows as rows_kills
 import test_kills_summary as summary_kills
 
 from mutants import Patch, install
@@ -27,11 +29,16 @@ from mutants import Patch, install
 @dataclass(frozen=True)
 class Sample:
     patch: Patch
-    killed_by: Callable[[], object]  # a test without fixtures, sync or async
+    killed_by: Callable[..., object]  # a test, sync or async, taking at most ``tmp_path``
+    args: dict[str, object] = field(default_factory=dict)  # its other parameters
 
 
-def run(check: Callable[[], object]) -> None:
-    result = check()
+def run(sample: Sample, tmp_path: Path) -> None:
+    tmp_path.mkdir()
+    params = inspect.signature(sample.killed_by).parameters
+    args = {"tmp_path": tmp_path, **sample.args} if "tmp_path" in params else sample.args
+    assert set(params) == set(args), f"{sample.killed_by.__name__} takes {list(params)}"
+    result = sample.killed_by(**args)
     if inspect.iscoroutine(result):
         asyncio.run(result)
 
@@ -39,6 +46,7 @@ def run(check: Callable[[], object]) -> None:
 SUMMARY = "sandbox_ledger.summary"
 CURSOR = "sandbox_ledger.cursor"
 POLICY = "sandbox_ledger.resources.policy"
+ROWS = "sandbox_ledger.sql.rows"
 SAMPLES = {
     "summary-first-created-wins": Sample(
         Patch(
@@ -130,15 +138,33 @@ SAMPLES = {
         Patch(POLICY, "ExpiryPolicy.is_hint", "ms < band[0]", "ms > band[0]"),
         policy_kills.test_hints_are_the_records_half_a_window_away,
     ),
+    "rows-import-key-of-the-entry": Sample(
+        Patch(ROWS, "append_key", "_json.dumps(entry.wire())", "_json.dumps(None)"),
+        rows_kills.test_append_at_stores_each_entry_once_per_position,
+    ),
+    "rows-position-range": Sample(
+        Patch(ROWS, "append_key", "0 <= position < 10**20", "0 <= position <= 10**20"),
+        rows_kills.test_a_bad_position_is_refused_by_name,
+        {"position": 10**20},
+    ),
+    "rows-page-end": Sample(
+        Patch(ROWS, "page_of", "len(found) <= query.limit", "len(found) < query.limit"),
+        rows_kills.test_a_page_that_ends_exactly_at_the_limit_has_no_cursor,
+    ),
+    "rows-expiry-in-seconds": Sample(
+        Patch(ROWS, "append_params", "row.ts // 1000", "row.ts // 1001"),
+        rows_kills.test_a_fresh_entry_is_kept_for_the_retention,
+    ),
 }
 
 
 @pytest.mark.parametrize("name", list(SAMPLES))
-def test_the_sample_is_killed(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_sample_is_killed(name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     sample = SAMPLES[name]
+    run(sample, tmp_path / "unchanged")  # the test passes on the code as it is
     install(sample.patch, monkeypatch)
     try:
-        run(sample.killed_by)
+        run(sample, tmp_path / "mutant")
     except (Exception, pytest.fail.Exception):  # any failure kills the mutant, as in mutmut
         return
     pytest.fail(f"{name} survived {sample.killed_by.__name__}: {sample.patch}")
