@@ -125,3 +125,45 @@ async def test_a_fresh_entry_is_kept_for_the_retention(tmp_path: Path) -> None:
         )
         assert len(await adapter.read_all("n", "s")) == 1
         assert [d.sandbox_id for d in await adapter.list_sandbox_details("n")] == ["s"]
+
+
+async def test_a_field_of_a_newer_client_is_refused_by_name(tmp_path: Path) -> None:
+    async with opened(tmp_path) as store:
+        newer = LedgerEntry.model_validate(
+            {"ts": 1, "name": "n", "sandboxId": "s", "stepIndex": 0, "event": "e", "region": "x"}
+        )
+        with pytest.raises(InvalidInputError) as caught:
+            await store.append(newer)
+        assert str(caught.value) == (
+            "region: this SQL store keeps only the contract's fields (the DynamoDB and memory "
+            "stores keep fields of newer clients)"
+        )
+        assert await store.read_all("n", "s") == []
+
+
+async def test_sqlite_keeps_a_nul_in_names(tmp_path: Path) -> None:
+    async with opened(tmp_path) as store:
+        await store.append(
+            LedgerEntry(ts=1, name="a\x00b", sandbox_id="c\x00d", step_index=0, event="e")
+        )
+        assert len(await store.read_all("a\x00b", "c\x00d")) == 1
+
+
+@pytest.mark.parametrize("value", [-(2**63), 2**63 - 1])
+async def test_integers_of_64_bits_are_stored(tmp_path: Path, value: int) -> None:
+    async with opened(tmp_path) as store:
+        await store.append(
+            LedgerEntry(ts=1, name="n", sandbox_id="s", step_index=0, branch=value, event="e")
+        )
+        [stored] = await store.read_all("n", "s")
+        assert stored.branch == value
+
+
+@pytest.mark.parametrize("value", [-(2**63) - 1, 2**63])
+async def test_integers_past_64_bits_are_refused_by_name(tmp_path: Path, value: int) -> None:
+    async with opened(tmp_path) as store:
+        entry = LedgerEntry(ts=1, name="n", sandbox_id="s", step_index=0, branch=value, event="e")
+        with pytest.raises(InvalidInputError) as caught:
+            await store.append(entry)
+        assert str(caught.value) == "branch: must fit in a signed 64-bit integer"
+        assert await store.read_all("n", "s") == []
