@@ -20,6 +20,7 @@ import pytest
 import test_kills_cursor as cursor_kills
 import test_kills_models as models_kills
 import test_kills_policy as policy_kills
+import test_kills_sql_retention as retention_kills
 import test_kills_sql_rows as rows_kills
 import test_kills_summary as summary_kills
 
@@ -47,6 +48,7 @@ SUMMARY = "sandbox_ledger.summary"
 CURSOR = "sandbox_ledger.cursor"
 POLICY = "sandbox_ledger.resources.policy"
 ROWS = "sandbox_ledger.sql.rows"
+RETENTION = "sandbox_ledger.sql.retention"
 SAMPLES = {
     "summary-first-created-wins": Sample(
         Patch(
@@ -154,6 +156,21 @@ SAMPLES = {
     "rows-expiry-in-seconds": Sample(
         Patch(ROWS, "append_params", "row.ts // 1000", "row.ts // 1001"),
         rows_kills.test_a_fresh_entry_is_kept_for_the_retention,
+    ),
+    "retention-batch-not-a-bool": Sample(
+        Patch(
+            RETENTION,
+            "check_batch_size",
+            "isinstance(batch_size, bool) or not isinstance",
+            "not isinstance",
+        ),
+        retention_kills.test_a_bad_batch_size_is_refused_by_name,
+        {"size": True, "message": "must be a positive integer, got True"},
+    ),
+    "retention-batch-at-most": Sample(
+        Patch(RETENTION, "check_batch_size", "batch_size > MAX_BATCH_SIZE", "batch_size >= 10"),
+        retention_kills.test_any_batch_size_in_range_purges,
+        {"size": 1_000_000},
     ),
 }
 
