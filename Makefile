@@ -17,7 +17,7 @@ CDK := PATH="$(abspath $(DEPLOY_VENV))/bin:$$PATH" CDK_DISABLE_CLI_TELEMETRY=tru
 	CDK_DISABLE_VERSION_CHECK=1 npm_config_update_notifier=false npx cdk
 CDK_ARGS ?=
 
-.PHONY: demo test test-all lint typecheck check clean verify test-newest-moto deploy-tools synth deploy
+.PHONY: demo test test-all lint typecheck check clean verify mutation test-newest-moto deploy-tools synth deploy
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -83,6 +83,17 @@ test-newest-moto:
 VERIFY_PROFILE ?= long
 verify: $(STAMP)
 	SANDBOX_LEDGER_VERIFY=$(VERIFY_PROFILE) $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/verification
+
+# Mutation score of the core (docs/verification.md), with mutmut 3, one module at a time, e.g.
+# make mutation MUTATION_MODULES="summary.py cursor.py" (default: every module listed in
+# tests/verification/mutation/run_mutmut.py). mutmut 3 imports the code it mutates from ./, src/ or source/,
+# and ours is adapter/sandbox_ledger: each module runs in a generated copy,
+# .mutation/<module>/ (git-ignored), holding sandbox_ledger/, tests/ and a pyproject.toml whose
+# [tool.mutmut] names the module and only its fast tests; mutmut runs there under nice -n 15,
+# MUTATION_CHILDREN (default 2) mutants at a time.
+MUTATION_MODULES ?=
+mutation: $(STAMP)
+	$(BIN)/python tests/verification/mutation/run_mutmut.py $(MUTATION_MODULES)
 
 lint: $(STAMP)
 	$(BIN)/ruff check adapter lambdas tests benchmarks infra examples

@@ -10,17 +10,11 @@ test fails saying so: rewrite the defect against the new code, never drop it.
 """
 
 from __future__ import annotations
-import __future__
 
-import importlib
-import inspect
-import sys
-import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -33,49 +27,7 @@ from sandbox_ledger.errors import ConflictError
 from sandbox_ledger.resources import ExpiryPolicy, SyncResourceRecordStore, VersionedRecord, sweep
 from sandbox_ledger.resources.policy import expiry_reason
 from sandbox_ledger.transfer import export_lines, import_entries, parse_lines
-
-# -- putting a defect back ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Patch:
-    """Replace ``old`` (exactly once in the source of ``module``'s ``qualname``) by ``new``."""
-
-    module: str
-    qualname: str
-    old: str
-    new: str
-
-
-def install(patch: Patch, monkeypatch: pytest.MonkeyPatch) -> None:
-    module = importlib.import_module(patch.module)
-    *path, name = patch.qualname.split(".")
-    owner: Any = module
-    for part in path:
-        owner = getattr(owner, part)
-    original = owner.__dict__[name] if path else getattr(module, name)
-    source = textwrap.dedent(inspect.getsource(original))
-    assert source.count(patch.old) == 1, (
-        f"{patch.module}.{patch.qualname} no longer holds the defect's text {patch.old!r}: "
-        "rewrite the defect against today's code"
-    )
-    code = compile(
-        source.replace(patch.old, patch.new),
-        inspect.getsourcefile(original) or patch.module,
-        "exec",
-        flags=__future__.annotations.compiler_flag,
-        dont_inherit=True,
-    )
-    namespace: dict[str, Any] = {}
-    exec(code, module.__dict__, namespace)  # the function's own source, changed
-    mutant = namespace[name]
-    monkeypatch.setattr(owner, name, mutant)
-    if not path:  # modules that imported the function by name call it under their own name
-        for other in list(sys.modules.values()):
-            ours = (other.__name__ or "").startswith("sandbox_ledger") and other is not module
-            if ours and getattr(other, name, None) is original:
-                monkeypatch.setattr(other, name, mutant)
-
+from verification.mutants import Patch, install
 
 # -- scenarios ------------------------------------------------------------------------------
 

@@ -1,0 +1,155 @@
+"""Mutation testing of the core with mutmut 3, one module at a time (``make mutation``).
+
+mutmut 3 imports the code it mutates from ``./``, ``src/`` or ``source/`` of the directory it
+runs in, under the module name its path gives. Our package lives in ``adapter/sandbox_ledger``
+(module ``sandbox_ledger``), so each module runs in a generated workspace,
+``.mutation/<module>/``: ``sandbox_ledger/`` (a copy of ``adapter/sandbox_ledger``), ``tests/``
+(a copy) and ``pyproject.toml`` (ours, plus a ``[tool.mutmut]`` section naming the one module to
+mutate and its fast tests). mutmut copies that into ``mutants/``, puts ``mutants/`` first on
+``sys.path`` (ahead of the editable install's ``adapter/``), records which tests reach which
+function, and runs only those tests against each mutant.
+
+Usage: ``python tests/verification/mutation/run_mutmut.py [module ...]`` (keys of
+``MODULES``; all when none). Each module's counts are printed and written to
+``.mutation/<module>/result.json`` with the surviving mutants' names
+(``cd .mutation/<module> && mutmut show NAME`` shows one).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+WORK = ROOT / ".mutation"
+
+CONFORMANCE = ["tests/contract/test_memory_conformance.py", "tests/sql/test_sqlite_conformance.py"]
+KILLS = "tests/verification/mutation"  # the tests written for mutants, and the tripwire
+# Each mutant runs in a child forked from mutmut, which starts a test session of its own: a
+# PostgreSQL or moto server per mutant would cost seconds each, so those cases are left out.
+NO_SERVERS = ["-k", "not postgres"]
+PYTEST_ARGS = ["-p", "no:cacheprovider", "-p", "no:xdist", "-q"]
+
+# Per module, the fast tests that exercise it: the conformance suite on memory and SQLite,
+# and the module's own unit tests; nothing that needs the moto or PostgreSQL servers unless the
+# module only runs against DynamoDB.
+MODULES: dict[str, list[str]] = {
+    "summary.py": [*CONFORMANCE, "tests/contract/test_models.py", KILLS],
+    "keys.py": [
+        "tests/dynamodb/test_dynamodb_conformance.py",
+        "tests/dynamodb/test_dynamodb_design.py",
+        KILLS,
+    ],
+    "cursor.py": [*CONFORMANCE, "tests/resources/test_resources_models.py", KILLS],
+    "models.py": [*CONFORMANCE, "tests/contract/test_models.py", KILLS],
+    "sql/retention.py": [
+        "tests/sql/test_sqlite_conformance.py",
+        "tests/sql/test_sql_retention.py",
+        *NO_SERVERS,
+        KILLS,
+    ],
+    "resources/policy.py": ["tests/resources/test_resources_models.py", KILLS],
+    "sql/rows.py": [
+        "tests/sql/test_sqlite_conformance.py",
+        "tests/sql/test_sqlite.py",
+        "tests/sql/test_sql_schema.py",
+        *NO_SERVERS,
+        KILLS,
+    ],
+    "transfer.py": [*CONFORMANCE, "tests/contract/test_transfer.py", KILLS],
+    "dynamodb/_items.py": ["tests/dynamodb/test_dynamodb_conformance.py", KILLS],
+    "dynamodb/_ops.py": ["tests/dynamodb/test_dynamodb_conformance.py", KILLS],
+    "resources/sweeper.py": ["tests/resources/test_resources_sweeper.py", KILLS],
+    "resources/_ops.py": ["tests/resources/test_resources_store.py", KILLS],
+    "resources/store.py": ["tests/resources/test_resources_store.py", KILLS],
+}
+
+# These run against the moto server, which each mutant's test session starts anew (about 4 s):
+# their children are forked from a fork server that never ran a test (a child forked from
+# mutmut's main process, which ran them, inherits the server's threads and can hang).
+ON_MOTO = {"keys.py", "dynamodb/_items.py", "dynamodb/_ops.py", "resources/_ops.py"}
+ON_MOTO |= {"resources/store.py"}
+
+# mutmut's exit codes, as its `results` command names them.
+STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 36: "timeout"}
+STATUS |= {-24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout", None: "not checked"}
+
+
+def workspace(module: str) -> Path:
+    """A fresh workspace for ``module`` (a path under ``adapter/sandbox_ledger``)."""
+    path = WORK / module.removesuffix(".py").replace("/", ".")
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(ROOT / "adapter" / "sandbox_ledger", path / "sandbox_ledger", ignore=ignore)
+    shutil.copytree(ROOT / "tests", path / "tests", ignore=ignore)
+    section = {
+        "source_paths": ["sandbox_ledger"],
+        "only_mutate": [f"sandbox_ledger/{module}"],
+        # The tripwire patches functions by their source text, which mutmut rewrites.
+        "pytest_add_cli_args": [
+            *PYTEST_ARGS,
+            "--ignore=tests/verification/mutation/test_tripwire.py",
+        ],
+        "pytest_add_cli_args_test_selection": MODULES[module],
+        "use_git_change_detection": False,
+        "process_isolation": "forkserver" if module in ON_MOTO else "fork",
+    }
+    lines = [f"{key} = {json.dumps(value)}" for key, value in section.items()]
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    text = pyproject + "\n[tool.mutmut]\n" + "\n".join(lines) + "\n"
+    (path / "pyproject.toml").write_text(text, encoding="utf-8")
+    return path
+
+
+def counts(path: Path, module: str) -> dict[str, object]:
+    meta = path / "mutants" / "sandbox_ledger" / f"{module}.meta"
+    exit_codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
+    statuses = {name: STATUS.get(code, "suspicious") for name, code in exit_codes.items()}
+    tally = Counter(statuses.values())
+    return {
+        "module": module,
+        "generated": len(statuses),
+        **{status: tally.get(status, 0) for status in ("killed", "survived", "no tests")},
+        "timeout": tally.get("timeout", 0),
+        "other": sum(n for s, n in tally.items() if s not in STATUS.values()),
+        "survivors": sorted(n for n, s in statuses.items() if s in {"survived", "no tests"}),
+    }
+
+
+def run(module: str) -> dict[str, object]:
+    path = workspace(module)
+    mutmut = Path(sys.executable).with_name("mutmut")
+    children = os.environ.get("MUTATION_CHILDREN", "2")
+    command = ["nice", "-n", "15", str(mutmut), "run", "--max-children", children]
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": ""}
+    done = subprocess.run(command, cwd=path, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:  # e.g. a test that fails without any mutant
+        print(done.stdout[-3000:], done.stderr[-3000:], sep="\n", file=sys.stderr)
+        raise SystemExit(f"mutmut failed on {module} (exit {done.returncode}) in {path}")
+    result = counts(path, module)
+    (path / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def main(argv: list[str]) -> int:
+    unknown = [m for m in argv if m not in MODULES]
+    if unknown:
+        print(f"unknown module(s) {unknown}; choose among {sorted(MODULES)}", file=sys.stderr)
+        return 2
+    print("| module | generated | killed | survived | no tests | timed out |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for module in argv or list(MODULES):
+        r = run(module)
+        cells = [r["generated"], r["killed"], r["survived"], r["no tests"], r["timeout"]]
+        print(f"| {module} | " + " | ".join(str(c) for c in cells) + " |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,176 @@
+"""The SQL stores' rows (``sql/rows.py``) as a caller of SQLite meets them: what ``append_at``
+stores once and refuses, what ``save_environment`` refuses by name, and which text a statement
+sent to PostgreSQL cannot carry."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from sandbox_ledger import EnvironmentRecord, LedgerEntry
+from sandbox_ledger.errors import InvalidInputError
+from sandbox_ledger.sql import rows
+from sandbox_ledger.sqlite import SQLiteAdapter
+
+
+@asynccontextmanager
+async def opened(tmp_path: Path) -> AsyncIterator[SQLiteAdapter]:
+    async with SQLiteAdapter(tmp_path / "ledger.db") as adapter:
+        yield adapter
+
+
+def entry(ts: int, payload: object = None) -> LedgerEntry:
+    return LedgerEntry(ts=ts, name="n", sandbox_id="s", step_index=0, event="e", payload=payload)
+
+
+async def test_append_at_stores_each_entry_once_per_position(tmp_path: Path) -> None:
+    async with opened(tmp_path) as store:
+        first, second = entry(1, {"a": 1}), entry(1, {"a": 2})
+        for position in (0, 0, 10**20 - 1):
+            await store.append_at(first, position)
+        await store.append_at(second, 0)  # another entry at a taken position is its own
+        await store.append_at(second, 0)
+        stored = [e.payload for e in await store.read_all("n", "s")]
+        assert sorted(p["a"] for p in stored) == [1, 1, 2]
+
+
+def test_the_import_key_is_stored_as_earlier_versions_stored_it() -> None:
+    # A re-import into a database written by an earlier version finds its lines by this key.
+    assert rows.append_key(entry(1, {"a": 1}), 3) == "p00000000000000000003-ce9b9b1a15b3b530"
+
+
+@pytest.mark.parametrize("position", [-1, 10**20, True, "3", 1.0])
+async def test_a_bad_position_is_refused_by_name(tmp_path: Path, position: object) -> None:
+    async with opened(tmp_path) as store:
+        with pytest.raises(InvalidInputError) as caught:
+            await store.append_at(entry(1), position)  # type: ignore[arg-type]
+        assert str(caught.value) == "position: must be an integer from 0 to 10**20 - 1"
+        assert caught.value.field == "position"
+        assert await store.read_all("n", "s") == []
+
+
+async def test_save_environment_refuses_what_is_not_a_record(tmp_path: Path) -> None:
+    async with opened(tmp_path) as store:
+        with pytest.raises(InvalidInputError) as caught:
+            await store.save_environment({"name": "x", "builtAt": 1})  # type: ignore[arg-type]
+        assert str(caught.value) == "record: expected an EnvironmentRecord, got dict"
+        assert await store.list_environments() == []
+
+
+async def test_sqlite_refuses_a_nul_in_an_environment_name_as_every_store(
+    tmp_path: Path,
+) -> None:
+    # NUL in a name is refused by every store alike (PostgreSQL text cannot hold it).
+    async with opened(tmp_path) as store:
+        record = EnvironmentRecord.model_validate({"name": "a\x00b", "builtAt": 1})
+        with pytest.raises(InvalidInputError) as caught:
+            await store.save_environment(record)
+        assert caught.value.field == "record.name"
+        assert await store.list_environments() == []
+
+
+async def test_an_environment_field_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
+    async with opened(tmp_path) as store:
+        record = EnvironmentRecord.model_validate({"name": "e", "builtAt": 1, "extra": "a\ud800"})
+        with pytest.raises(InvalidInputError) as caught:
+            await store.save_environment(record)
+        assert caught.value.field.startswith("record")
+        assert await store.list_environments() == []
+
+
+@pytest.mark.parametrize(
+    ("params", "held"),
+    [
+        ({"a": "x\x00y", "b": 1}, True),
+        ({"a": "xy", "b": None}, False),
+        (["x", "\x00"], True),
+        (["x", 2], False),
+        ([], False),
+    ],
+)
+def test_text_with_nul_is_found_in_a_statements_parameters(params: object, held: bool) -> None:
+    assert rows.holds_nul(params) is held  # type: ignore[arg-type]
+
+
+async def test_an_empty_name_is_refused_by_listings_and_scans(tmp_path: Path) -> None:
+    async with opened(tmp_path) as store:
+        for call in (
+            store.list_sandbox_details(""),
+            store.list_sandbox_page(""),
+            store.scan_sessions(""),
+        ):
+            with pytest.raises(InvalidInputError) as caught:
+                await call
+            assert str(caught.value) == "name: must be a non-empty string"
+
+
+async def test_a_page_that_ends_exactly_at_the_limit_has_no_cursor(tmp_path: Path) -> None:
+    async with opened(tmp_path) as store:
+        for n in range(2):
+            await store.append(
+                LedgerEntry(
+                    ts=n, name="n", sandbox_id=f"s{n}", step_index=0, event="sandbox.created"
+                )
+            )
+        page = await store.list_sandbox_page("n", {"limit": 2})  # type: ignore[arg-type]
+        assert [d.sandbox_id for d in page.sessions] == ["s1", "s0"]
+        assert page.cursor is None
+
+
+async def test_a_fresh_entry_is_kept_for_the_retention(tmp_path: Path) -> None:
+    now_ms = int(time.time() * 1000)
+    async with SQLiteAdapter(tmp_path / "kept.db", retention=timedelta(days=7)) as adapter:
+        await adapter.append(
+            LedgerEntry(ts=now_ms, name="n", sandbox_id="s", step_index=0, event="sandbox.created")
+        )
+        assert len(await adapter.read_all("n", "s")) == 1
+        assert [d.sandbox_id for d in await adapter.list_sandbox_details("n")] == ["s"]
+
+
+async def test_a_field_of_a_newer_client_is_refused_by_name(tmp_path: Path) -> None:
+    async with opened(tmp_path) as store:
+        newer = LedgerEntry.model_validate(
+            {"ts": 1, "name": "n", "sandboxId": "s", "stepIndex": 0, "event": "e", "region": "x"}
+        )
+        with pytest.raises(InvalidInputError) as caught:
+            await store.append(newer)
+        assert str(caught.value) == (
+            "region: this SQL store keeps only the contract's fields (the DynamoDB and memory "
+            "stores keep fields of newer clients)"
+        )
+        assert await store.read_all("n", "s") == []
+
+
+async def test_sqlite_refuses_a_nul_in_names_as_every_store(tmp_path: Path) -> None:
+    async with opened(tmp_path) as store:
+        with pytest.raises(InvalidInputError) as caught:
+            await store.append(
+                LedgerEntry(ts=1, name="a\x00b", sandbox_id="c\x00d", step_index=0, event="e")
+            )
+        assert caught.value.field == "entry.name"
+        assert await store.read_all("a\x00b", "c\x00d") == []
+
+
+@pytest.mark.parametrize("value", [-(2**63), 2**63 - 1])
+async def test_integers_of_64_bits_are_stored(tmp_path: Path, value: int) -> None:
+    async with opened(tmp_path) as store:
+        await store.append(
+            LedgerEntry(ts=1, name="n", sandbox_id="s", step_index=0, branch=value, event="e")
+        )
+        [stored] = await store.read_all("n", "s")
+        assert stored.branch == value
+
+
+@pytest.mark.parametrize("value", [-(2**63) - 1, 2**63])
+async def test_integers_past_64_bits_are_refused_by_name(tmp_path: Path, value: int) -> None:
+    async with opened(tmp_path) as store:
+        entry = LedgerEntry(ts=1, name="n", sandbox_id="s", step_index=0, branch=value, event="e")
+        with pytest.raises(InvalidInputError) as caught:
+            await store.append(entry)
+        assert str(caught.value) == "branch: must fit in a signed 64-bit integer"
+        assert await store.read_all("n", "s") == []

@@ -1,0 +1,188 @@
+"""The mutation score's tripwire, in ``make test``: a few mutants per core module, chosen among
+those that matter (a wrong count, a listing that loses or repeats a session, a cursor refused or
+accepted wrongly, a record expired early), each put back in process and required to be killed by
+the test named beside it. ``make mutation`` measures the whole score (docs/verification.md);
+this catches, in about a second, a test or a suite weakened until a sample survives.
+
+A mutant is a textual change to one function (tests/verification/mutants.py); when the
+function no longer holds its text, the test fails saying so: rewrite the sample against the
+new code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from verification.mutants import Patch, install
+from verification.mutation import test_kills_cursor as cursor_kills
+from verification.mutation import test_kills_models as models_kills
+from verification.mutation import test_kills_policy as policy_kills
+from verification.mutation import test_kills_sql_retention as retention_kills
+from verification.mutation import test_kills_sql_rows as rows_kills
+from verification.mutation import test_kills_summary as summary_kills
+
+
+@dataclass(frozen=True)
+class Sample:
+    patch: Patch
+    killed_by: Callable[..., object]  # a test, sync or async, taking at most ``tmp_path``
+    args: dict[str, object] = field(default_factory=dict)  # its other parameters
+
+
+def run(sample: Sample, tmp_path: Path) -> None:
+    tmp_path.mkdir()
+    params = inspect.signature(sample.killed_by).parameters
+    args = {"tmp_path": tmp_path, **sample.args} if "tmp_path" in params else sample.args
+    assert set(params) == set(args), f"{sample.killed_by.__name__} takes {list(params)}"
+    result = sample.killed_by(**args)
+    if inspect.iscoroutine(result):
+        asyncio.run(result)
+
+
+SUMMARY = "sandbox_ledger.summary"
+CURSOR = "sandbox_ledger.cursor"
+POLICY = "sandbox_ledger.resources.policy"
+ROWS = "sandbox_ledger.sql.rows"
+RETENTION = "sandbox_ledger.sql.retention"
+SAMPLES = {
+    "summary-first-created-wins": Sample(
+        Patch(
+            SUMMARY,
+            "SessionSummary.apply",
+            "SandboxCreated and self.started_at is None",
+            "SandboxCreated",
+        ),
+        summary_kills.test_the_summary_is_derived_from_the_events,
+    ),
+    "summary-exec-count": Sample(
+        Patch(SUMMARY, "SessionSummary.apply", "self.exec_count += 1", "self.exec_count = 1"),
+        summary_kills.test_the_summary_is_derived_from_the_events,
+    ),
+    "summary-status-filter": Sample(
+        Patch(
+            SUMMARY,
+            "apply_list_options",
+            "d.status == opts.status",
+            "d.status != opts.status",
+        ),
+        summary_kills.test_the_listing_filters_by_status_then_before_then_limits,
+    ),
+    "summary-page-end": Sample(
+        Patch(SUMMARY, "keyset_page", "len(ordered) <= limit", "len(ordered) < limit"),
+        summary_kills.test_a_page_that_ends_exactly_at_the_limit_has_no_cursor,
+    ),
+    "summary-before-edge": Sample(
+        Patch(SUMMARY, "keyset_position", "before - 1", "before - 2"),
+        summary_kills.test_a_cursor_just_below_before_resumes_the_listing,
+    ),
+    "cursor-canonical-digest": Sample(
+        Patch(CURSOR, "_digest", "sort_keys=True", "sort_keys=False"),
+        cursor_kills.test_a_cursor_printed_by_another_process_is_accepted,
+    ),
+    "cursor-url-safe-alphabet": Sample(
+        Patch(CURSOR, "unseal", 'altchars=b"-_", ', ""),
+        cursor_kills.test_every_cursor_made_is_accepted_back,
+    ),
+    "cursor-digest-checked": Sample(
+        Patch(
+            CURSOR,
+            "unseal",
+            "if not hmac.compare_digest(digest.encode(), expected.encode()):",
+            "if False:",
+        ),
+        cursor_kills.test_a_cursor_whose_state_was_edited_is_refused,
+    ),
+    "cursor-bound-to-its-listing": Sample(
+        Patch(
+            CURSOR,
+            "decode_cursor",
+            'body["k"] != kind or body["l"] != listing_tag(listing)',
+            'body["k"] != kind',
+        ),
+        cursor_kills.test_a_printed_cursor_belongs_to_its_listing_only,
+    ),
+    "models-record-path": Sample(
+        Patch(
+            "sandbox_ledger.models",
+            "EnvironmentRecord.unstorable",
+            'find_unstorable(wire, "record")',
+            'find_unstorable(wire, "entry")',
+        ),
+        models_kills.test_an_unstorable_environment_field_is_refused_by_its_name,
+    ),
+    "models-storable-checked": Sample(
+        Patch(
+            "sandbox_ledger.models",
+            "require_storable",
+            "if found is not None:",
+            "if found is None:",
+        ),
+        models_kills.test_an_unstorable_environment_field_is_refused_by_its_name,
+    ),
+    "policy-retention-kept": Sample(
+        Patch(POLICY, "ExpiryPolicy.window", "return self.retain_failed or None", "return None"),
+        policy_kills.test_each_phase_waits_its_own_window,
+    ),
+    "policy-window-edge": Sample(
+        Patch(POLICY, "expiry_reason", "unchanged_for < window", "unchanged_for <= window"),
+        policy_kills.test_each_phase_waits_its_own_window,
+    ),
+    "policy-owner-alive": Sample(
+        Patch(POLICY, "expiry_reason", "if owner_alive is True:", "if owner_alive is False:"),
+        policy_kills.test_a_live_owner_keeps_its_record,
+    ),
+    "policy-hint-band": Sample(
+        Patch(POLICY, "ExpiryPolicy.is_hint", "ms < band[0]", "ms > band[0]"),
+        policy_kills.test_hints_are_the_records_half_a_window_away,
+    ),
+    "rows-import-key-of-the-entry": Sample(
+        Patch(ROWS, "append_key", "_json.dumps(entry.wire())", "_json.dumps(None)"),
+        rows_kills.test_append_at_stores_each_entry_once_per_position,
+    ),
+    "rows-position-range": Sample(
+        Patch(ROWS, "append_key", "0 <= position < 10**20", "0 <= position <= 10**20"),
+        rows_kills.test_a_bad_position_is_refused_by_name,
+        {"position": 10**20},
+    ),
+    "rows-page-end": Sample(
+        Patch(ROWS, "page_of", "len(found) <= query.limit", "len(found) < query.limit"),
+        rows_kills.test_a_page_that_ends_exactly_at_the_limit_has_no_cursor,
+    ),
+    "rows-expiry-in-seconds": Sample(
+        Patch(ROWS, "append_params", '"ts_s": row.ts // 1000', '"ts_s": row.ts // 1001'),
+        rows_kills.test_a_fresh_entry_is_kept_for_the_retention,
+    ),
+    "retention-batch-not-a-bool": Sample(
+        Patch(
+            RETENTION,
+            "check_batch_size",
+            "isinstance(batch_size, bool) or not isinstance",
+            "not isinstance",
+        ),
+        retention_kills.test_a_bad_batch_size_is_refused_by_name,
+        {"size": True, "message": "must be a positive integer, got True"},
+    ),
+    "retention-batch-at-most": Sample(
+        Patch(RETENTION, "check_batch_size", "batch_size > MAX_BATCH_SIZE", "batch_size >= 10"),
+        retention_kills.test_any_batch_size_in_range_purges,
+        {"size": 1_000_000},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(SAMPLES))
+def test_the_sample_is_killed(name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    sample = SAMPLES[name]
+    run(sample, tmp_path / "unchanged")  # the test passes on the code as it is
+    install(sample.patch, monkeypatch)
+    try:
+        run(sample, tmp_path / "mutant")
+    except (Exception, pytest.fail.Exception):  # any failure kills the mutant, as in mutmut
+        return
+    pytest.fail(f"{name} survived {sample.killed_by.__name__}: {sample.patch}")
