@@ -223,3 +223,10 @@ def test_the_tests_mirror_the_package() -> None:
         "sql",
         "verification",
     }
+
+
+def test_the_readme_introduces_and_links() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 250
+    for page in ("architecture", "library", "cli", "deploy", "benchmarks"):
+        assert f"(docs/{page}.md)" in readme, page
