@@ -230,3 +230,12 @@ def test_the_readme_introduces_and_links() -> None:
     assert len(readme.splitlines()) <= 250
     for page in ("architecture", "library", "cli", "deploy", "benchmarks"):
         assert f"(docs/{page}.md)" in readme, page
+
+
+def test_each_sql_dialect_keeps_only_its_hooks() -> None:
+    """The contract is written once in sql/; a dialect adapter is its connection, retries,
+    migrations and statements (issue 24, part 3)."""
+    package = ROOT / "adapter" / "sandbox_ledger"
+    for dialect in ("sqlite", "postgres"):
+        adapter = package / dialect / "adapter.py"
+        assert len(adapter.read_text(encoding="utf-8").splitlines()) < 350, adapter

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sandbox_ledger._redact import ScrubbingFilter, redact_url, scrub
 from sandbox_ledger.errors import ConfigurationError, StorageError
 from sandbox_ledger.postgres.listen import Listener, Waker
+from sandbox_ledger.postgres.queries import Queries
 from sandbox_ledger.sql import rows
 from sandbox_ledger.sql.adapter import SQLAdapter
 from sandbox_ledger.sql.schema import Migration, load_migrations
-from sandbox_ledger.sql.statements import Statements
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -50,59 +50,6 @@ _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 T = TypeVar("T")
 # Connection failures are retried this many times (the append key keeps that exactly-once).
 MAX_ATTEMPTS = 4
-
-
-class Queries(Statements):
-    """The SQL text the adapter runs, with the schema filled in (for DBAs and EXPLAIN): the
-    shared statements, an append as one statement, and PostgreSQL's purge."""
-
-    placeholder = "%s"
-
-    def table(self, name: str) -> str:
-        """The table ``name`` in the adapter's schema."""
-        return f"{self.schema}.{name}"
-
-    def param(self, name: str, sql_type: str | None = None) -> str:
-        """The named parameter ``name``, cast to ``sql_type`` where a bare NULL needs one."""
-        return f"%({name})s" + (f"::{sql_type}" if sql_type else "")
-
-    def __init__(self, schema: str) -> None:
-        s = self.schema = f'"{schema}"'
-        super().__init__()
-        # The schema's name is a checked identifier (_SCHEMA_NAME), safe to quote in.
-        self.schema_exists = f"SELECT 1 WHERE to_regclass('{s}.ledger_schema') IS NOT NULL"
-        # The summary upsert and the entry's insert in one statement: the unique append key
-        # rolls both back together.
-        self.append = f"""
-WITH session AS ({self.upsert_session.strip()})
-INSERT INTO {self.event_columns}
-SELECT id, {self.event_values}
-FROM session
-"""
-        # The events go with their session (ON DELETE CASCADE), in this one statement.
-        self.delete_sandbox = (
-            f"DELETE FROM {s}.ledger_sessions WHERE name = %(name)s "
-            "AND sandbox_id = %(sandbox_id)s",
-        )
-        # One bounded batch each, oldest expiry first, through the partial indexes on
-        # expires_at; the batch's keys as an array, so the rows are then found by primary
-        # key (an IN (subquery) may be planned as a hash join over the whole table). A
-        # session goes only if it is still expired when its row is locked (PostgreSQL
-        # re-checks the DELETE's own conditions on a row updated meanwhile): an append that
-        # made it live again wins, and the cascade takes no live entry.
-        self.purge_events = f"""
-DELETE FROM {s}.ledger_events WHERE seq = ANY (ARRAY(
-    SELECT seq FROM {s}.ledger_events WHERE expires_at <= %(now)s
-    ORDER BY expires_at LIMIT %(limit)s))
-"""
-        self.purge_sessions = f"""
-DELETE FROM {s}.ledger_sessions AS d
-WHERE d.expires_at <= %(now)s AND d.id = ANY (ARRAY(
-    SELECT s.id FROM {s}.ledger_sessions AS s
-    WHERE s.expires_at <= %(now)s
-      AND NOT EXISTS (SELECT 1 FROM {s}.ledger_events AS e WHERE e.session_id = s.id)
-    ORDER BY s.expires_at LIMIT %(limit)s))
-"""
 
 
 def _lock_key(schema: str) -> int:
