@@ -224,3 +224,43 @@ def test_an_export_to_a_missing_directory_or_a_directory_names_it(
     done = CliRunner().invoke(app, ["--store", store, "export", "-o", str(folder)])
     assert done.exit_code == 2 and f"{folder} is a directory" in done.stderr, done.output
     assert list(folder.iterdir()) == []
+
+
+def _small_store(tmp_path: Path) -> str:
+    source = tmp_path / "in.jsonl"
+    source.write_text(
+        '{"ts": 1, "name": "job", "sandboxId": "sb-1", "stepIndex": -1, '
+        '"event": "sandbox.created"}\n'
+    )
+    store = f"sqlite:///{tmp_path / 'l.db'}"
+    assert run_import(store, str(source)).returncode == 0
+    return store
+
+
+def test_export_to_dash_writes_stdout_as_import_reads_stdin(tmp_path: Path) -> None:
+    store = _small_store(tmp_path)
+    done = subprocess.run(
+        [COMMAND, "--store", store, "export", "-o", "-"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert '"sandboxId": "sb-1"' in done.stdout
+    assert not (tmp_path / "-").exists()
+
+
+def test_an_output_that_cannot_be_created_is_named_as_given(tmp_path: Path) -> None:
+    """Not the temporary file written beside it (red team: '.x.jsonl.<hex>.partial')."""
+    store = _small_store(tmp_path)
+    done = subprocess.run(
+        [COMMAND, "--store", store, "export", "-o", "/proc/x.jsonl"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        "error: --output: /proc/x.jsonl: cannot create a file in /proc (No such file or directory)"
+    ]

@@ -74,7 +74,7 @@ class NothingToExport(LookupError):
 
 def _export(lines: Iterator[str], output: Path | None) -> int:
     """Write the lines to ``output`` (or stdout); returns how many."""
-    if output is None:
+    if output is None or str(output) == "-":  # "-" is stdout, as import's "-" is stdin
         count = _write(sys.stdout, lines)
         sys.stdout.flush()
         return count
@@ -95,7 +95,14 @@ def _export(lines: Iterator[str], output: Path | None) -> int:
     # Created with the replaced file's permissions (a new file: 0666 less the umask, as
     # open() makes it), so a private backup is never readable by others meanwhile.
     mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666
-    descriptor, temporary = _claim_temporary(target, mode)
+    try:
+        descriptor, temporary = _claim_temporary(target, mode)
+    except OSError as exc:
+        # Named by what the user gave, not by the temporary file beside it.
+        raise InvalidInputError(
+            "--output",
+            f"{output}: cannot create a file in {target.parent} ({exc.strerror or exc})",
+        ) from exc
     try:
         with _removed_on_termination(temporary):
             # The descriptor (and its lock) stays open until the file is renamed into place.
