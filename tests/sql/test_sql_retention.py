@@ -262,7 +262,7 @@ async def test_postgres_purge_spares_a_session_an_append_is_reviving(
         await adapter.append(_e("s", LedgerEvent.SandboxCreated, old))
         now = _now_ms()
         fresh = _e("s", LedgerEvent.ExecComplete, now)
-        params = rows.append_params(rows.encode_entry(fresh, key="fresh", nul_ok=False))
+        params = rows.append_params(rows.encode_entry(fresh, key="fresh"))
         async with await psycopg.AsyncConnection.connect(postgres_dsn) as appending:
             await appending.execute(adapter.queries.append, params)  # open transaction
             purge = asyncio.create_task(adapter.purge_expired())

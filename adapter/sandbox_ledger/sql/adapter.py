@@ -71,7 +71,8 @@ class SQLAdapter(ABC):
     """
 
     text_holds_nul: ClassVar[bool]
-    """Whether the dialect's text columns can hold NUL; where not, writes refuse it."""
+    """Whether the dialect's text columns can hold NUL; where not, a read or delete of a key
+    holding one answers as for nothing stored (writes of NUL every store refuses alike)."""
 
     queries: Statements
     """The SQL text the adapter runs (for DBAs and EXPLAIN)."""
@@ -219,7 +220,7 @@ class SQLAdapter(ABC):
     def _encode(self, entry: LedgerEntry, key: str) -> rows.EventRow:
         """The row of an entry to store (every append encodes one: refused read-only)."""
         self._check_writable()
-        return rows.encode_entry(entry, key=key, nul_ok=self.text_holds_nul)
+        return rows.encode_entry(entry, key=key)
 
     async def read_all(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry of the session, ascending ts, ties in append order (one query)."""
@@ -391,7 +392,7 @@ class SQLAdapter(ABC):
 
     async def save_environment(self, record: EnvironmentRecord) -> None:
         """Create or replace the record with ``record.name``."""
-        name, built_at, text = rows.encode_environment(record, nul_ok=self.text_holds_nul)
+        name, built_at, text = rows.encode_environment(record)
         values = {"name": name, "built_at": built_at, "record": text}
         await self._write((self.queries.save_environment,), values)
 

@@ -77,25 +77,24 @@ def _key_size(field: str, *parts: str) -> None:
         )
 
 
-def check_text(value: object, field: str, *, nul_ok: bool = True) -> str:
-    """A non-empty string the database can store as text (valid UTF-8; no NUL for PostgreSQL).
+def check_text(value: object, field: str) -> str:
+    """A non-empty string the database can store as text (valid UTF-8; NUL, which PostgreSQL
+    text cannot hold, is refused for every store by ``models.require_storable``).
 
     Raises:
         InvalidInputError: naming ``field``.
     """
     if not isinstance(value, str) or not value:
         raise InvalidInputError(field, "must be a non-empty string")
-    _encodable(value, field, nul_ok=nul_ok)
+    _encodable(value, field)
     return value
 
 
-def _encodable(value: str, field: str, *, nul_ok: bool) -> None:
+def _encodable(value: str, field: str) -> None:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise InvalidInputError(field, f"not valid UTF-8 text ({exc.reason})") from exc
-    if not nul_ok and "\x00" in value:
-        raise InvalidInputError(field, "PostgreSQL text cannot contain NUL (\\x00) characters")
 
 
 def holds_nul(params: Mapping[str, Any] | Sequence[Any]) -> bool:
@@ -211,7 +210,7 @@ def check_scan(name: str | None, segments: int | None) -> None:
     check_segments(segments)
 
 
-def encode_entry(entry: object, *, key: str, nul_ok: bool = True) -> EventRow:
+def encode_entry(entry: object, *, key: str) -> EventRow:
     """Validate an entry for SQL storage and give its row.
 
     Raises:
@@ -220,8 +219,8 @@ def encode_entry(entry: object, *, key: str, nul_ok: bool = True) -> EventRow:
     """
     e = check_entry(entry)
     require_storable(e)  # first: what no store takes is refused alike everywhere
-    check_text(e.name, "name", nul_ok=nul_ok)
-    check_text(e.sandbox_id, "sandboxId", nul_ok=nul_ok)
+    check_text(e.name, "name")
+    check_text(e.sandbox_id, "sandboxId")
     check_session_key(e.name, e.sandbox_id)
     for field in e.model_extra or {}:
         raise InvalidInputError(
@@ -230,9 +229,9 @@ def encode_entry(entry: object, *, key: str, nul_ok: bool = True) -> EventRow:
             "keep fields of newer clients)",
         )
     _key_size("name/sandboxId", e.name, e.sandbox_id)
-    check_text(e.event, "event", nul_ok=nul_ok)
+    check_text(e.event, "event")
     if e.error is not None:
-        _encodable(e.error, "error", nul_ok=nul_ok)
+        _encodable(e.error, "error")
     return EventRow(
         name=e.name,
         sandbox_id=e.sandbox_id,
@@ -300,11 +299,11 @@ def decode_details(
     )
 
 
-def encode_environment(record: object, *, nul_ok: bool = True) -> tuple[str, int, str]:
+def encode_environment(record: object) -> tuple[str, int, str]:
     """(name, builtAt, the record's wire JSON text) of an environment record."""
     r = check_record(record)
     require_storable(r)
-    check_text(r.name, "name", nul_ok=nul_ok)
+    check_text(r.name, "name")
     check_environment_name(r.name)
     return r.name, r.built_at, _json_text(r.wire(), "record")
 
