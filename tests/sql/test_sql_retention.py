@@ -172,10 +172,10 @@ async def test_a_schema_1_database_migrates_and_keeps_its_entries_forever(
         assert await adapter.purge_expired() == 2  # the new session's entry and row only
         assert [d.sandbox_id for d in await adapter.list_sandbox_details("job")] == ["old"]
     assert (
-        "from version 1 to 4 (0002_ledger_retention, 0003_store_id, 0004_follow_index)"
-        in caplog.text
+        "from version 1 to 5 (0002_ledger_retention, 0003_store_id, 0004_follow_index, "
+        "0005_entry_extra)" in caplog.text
     )
-    assert store.query("SELECT version FROM ledger_schema") == [(4,)]
+    assert store.query("SELECT version FROM ledger_schema") == [(5,)]
     assert store.stored_retention() == 86_400
     assert store.query("SELECT expires_at FROM ledger_events") == [(None,), (None,)]
     caplog.clear()

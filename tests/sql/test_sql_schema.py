@@ -70,13 +70,13 @@ async def test_failed_migration_changes_nothing(
     broken = Migration(
         store.module.SCHEMA_VERSION + 1,
         "broken",
-        "ALTER TABLE ledger_events ADD COLUMN extra text;\nSELECT * FROM no_such_table;\n",
+        "ALTER TABLE ledger_events ADD COLUMN later_column text;\nSELECT * FROM no_such_table;\n",
     )
     monkeypatch.setattr(store.module, "MIGRATIONS", (*store.module.MIGRATIONS, broken))
     with pytest.raises(StorageError, match="no_such_table"):
         await store.adapter().connect()
     assert store.query("SELECT version FROM ledger_schema") == [(store.module.SCHEMA_VERSION,)]
-    assert "extra" not in store.columns("ledger_events")
+    assert "later_column" not in store.columns("ledger_events")
 
 
 async def test_older_library_refuses_a_newer_schema(store: Store) -> None:

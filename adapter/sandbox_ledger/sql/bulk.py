@@ -59,8 +59,8 @@ async def read_stored_sessions(
     for chunk in _chunks(wanted, _SESSIONS_PER_READ):
         values = ", ".join(f"({ph}, {ph})" for _ in chunk)
         sql = (
-            "SELECT s.name, s.sandbox_id, e.ts, e.step_index, e.branch, e.event, e.payload, "
-            f"e.error FROM (VALUES {values}) AS k JOIN {q.sessions} AS s "
+            f"SELECT s.name, s.sandbox_id, {rows.entry_columns('e')} "
+            f"FROM (VALUES {values}) AS k JOIN {q.sessions} AS s "
             "ON s.name = k.column1 AND s.sandbox_id = k.column2 "
             f"JOIN {events} AS e ON e.session_id = s.id ORDER BY s.id, e.ts, e.seq"
         )

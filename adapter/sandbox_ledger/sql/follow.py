@@ -28,7 +28,7 @@ __all__ = ["BATCH", "FollowStatements", "check_state", "poll"]
 BATCH = 500
 """Entries read by one poll at most (a follower far behind catches up in batches)."""
 
-_COLUMNS = "e.seq, e.ts, e.step_index, e.branch, e.event, e.payload, e.error"
+_COLUMNS = f"e.seq, {rows.entry_columns('e')}"
 
 
 class FollowStatements:

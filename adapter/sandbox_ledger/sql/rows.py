@@ -43,6 +43,7 @@ from sandbox_ledger.summary import (
 )
 
 __all__ = [
+    "ENTRY_COLUMNS",
     "EventRow",
     "ListQuery",
     "append_key",
@@ -56,6 +57,7 @@ __all__ = [
     "decode_environment",
     "encode_entry",
     "encode_environment",
+    "entry_columns",
     "holds_nul",
     "list_query",
     "list_sql",
@@ -132,6 +134,15 @@ def _json_text(value: Any, field: str) -> str:
         raise InvalidInputError(field, f"not valid UTF-8 text ({exc.reason})") from exc
 
 
+ENTRY_COLUMNS = ("ts", "step_index", "branch", "event", "payload", "error", "extra")
+"""An entry's columns of the events table, in :func:`decode_entry`'s order."""
+
+
+def entry_columns(alias: str) -> str:
+    """:data:`ENTRY_COLUMNS` as a SELECT list over the events table named ``alias``."""
+    return ", ".join(f"{alias}.{column}" for column in ENTRY_COLUMNS)
+
+
 @dataclass(frozen=True)
 class EventRow:
     """One entry as the columns of the events table, plus its summary deltas."""
@@ -144,6 +155,8 @@ class EventRow:
     event: str
     payload: str | None
     error: str | None
+    extra: str | None
+    """The fields of a newer client (a ``traceId``), as a JSON object in their given order."""
     append_key: str
     started_at: int | None
     """The entry's ts if it is a ``sandbox.created`` (kept only if the session has none)."""
@@ -174,6 +187,7 @@ def append_params(row: EventRow) -> dict[str, Any]:
         "event": row.event,
         "payload": row.payload,
         "error": row.error,
+        "extra": row.extra,
         "append_key": row.append_key,
     }
 
@@ -222,12 +236,6 @@ def encode_entry(entry: object, *, key: str) -> EventRow:
     check_text(e.name, "name")
     check_text(e.sandbox_id, "sandboxId")
     check_session_key(e.name, e.sandbox_id)
-    for field in e.model_extra or {}:
-        raise InvalidInputError(
-            field,
-            "this SQL store keeps only the contract's fields (the DynamoDB and memory stores "
-            "keep fields of newer clients)",
-        )
     _key_size("name/sandboxId", e.name, e.sandbox_id)
     check_text(e.event, "event")
     if e.error is not None:
@@ -241,6 +249,7 @@ def encode_entry(entry: object, *, key: str) -> EventRow:
         event=e.event,
         payload=None if e.payload is None else _json_text(e.payload, "payload"),
         error=e.error,
+        extra=_json_text(e.model_extra, "entry") if e.model_extra else None,
         append_key=key,
         started_at=e.ts if e.event == LedgerEvent.SandboxCreated else None,
         completed_at=e.ts if e.event == LedgerEvent.SandboxClosed else None,
@@ -258,8 +267,17 @@ def decode_entry(
     event: str,
     payload: str | None,
     error: str | None,
+    extra: str | None,
 ) -> LedgerEntry:
-    """An entry from its stored columns (the payload parsed from its JSON text)."""
+    """An entry from its stored columns (:data:`ENTRY_COLUMNS`; the payload and the fields of
+    a newer client parsed from their JSON text)."""
+    if extra is not None:
+        # By the wire names, as the entry was given: a newer client's field may be spelt
+        # like one of ours in snake_case (``sandbox_id``), and stays its own field.
+        wire = {"ts": ts, "name": name, "sandboxId": sandbox_id, "stepIndex": step_index}
+        wire.update(branch=branch, event=event, error=error)
+        wire["payload"] = None if payload is None else json.loads(payload)
+        return LedgerEntry.model_validate({**json.loads(extra), **wire})
     return LedgerEntry(
         ts=ts,
         name=name,

@@ -18,7 +18,7 @@ from sandbox_ledger.sql import rows
 __all__ = ["Statements"]
 
 _CHECKPOINT = LedgerEvent.CheckpointCreated.value
-_ENTRY_COLUMNS = "e.ts, e.step_index, e.branch, e.event, e.payload, e.error"
+_ENTRY_COLUMNS = rows.entry_columns("e")
 
 
 class Statements:
@@ -108,12 +108,12 @@ ON CONFLICT (name, sandbox_id) DO UPDATE SET
         """The summary upsert without a result (an import batch runs it once per session)."""
         self.upsert_session = f"{self.fold_session}RETURNING id\n"
         self.event_columns = (
-            f"{events} (session_id, ts, step_index, branch, event, payload, error, append_key, "
-            "expires_at)"
+            f"{events} (session_id, ts, step_index, branch, event, payload, error, extra, "
+            "append_key, expires_at)"
         )
         self.event_values = (
             f"{p('ts')}, {p('step_index')}, {p('branch')}, {p('event')}, {p('payload')}, "
-            f"{p('error')}, {p('append_key')}, {ts_s} + {retention}"
+            f"{p('error')}, {p('extra')}, {p('append_key')}, {ts_s} + {retention}"
         )
         self.insert_event = (
             f"INSERT INTO {self.event_columns}\nVALUES ({p('session_id')}, {self.event_values})"

@@ -619,6 +619,32 @@ class StorageAdapterContract(StoreParityContract, CursorContract, TransferContra
             "alpha",
         ]
 
+    async def test_entry_fields_of_a_newer_client_are_kept(self, adapter: StorageAdapter) -> None:
+        """Fields this version does not know (a ``traceId``), null values, nested objects and
+        a name spelt like one of ours in snake_case included, read back as given by every
+        read, so ingestion from a newer writer neither stops nor loses them."""
+        extras = {
+            "traceId": "4bf92f3577b34da6",
+            "span": {"id": 7, "parent": None, "tags": ["ü", 2**60]},
+            "sampled": None,
+            "sandbox_id": "not-the-key",
+        }
+        wire = {"ts": 5, "name": "n", "sandboxId": "s", "stepIndex": 0, "event": "exec.complete"}
+        marker = {"ts": 6, "name": "n", "sandboxId": "s", "stepIndex": -1}
+        marker.update(event=LedgerEvent.CheckpointCreated.value, payload={"snapshotId": "x"})
+        await adapter.append(LedgerEntry.model_validate({**wire, **extras}))
+        await adapter.append(LedgerEntry.model_validate({**marker, "traceId": "t2"}))
+        await adapter.append(entry("n", "s", LedgerEvent.ExecComplete, 7))
+        first, second, plain = await adapter.read_all("n", "s")
+        assert first.wire() == {**wire, **extras}
+        assert first.sandbox_id == "s" and first.model_extra == extras
+        assert second.wire() == {**marker, "traceId": "t2"}
+        assert plain.model_extra == {}
+        last = await adapter.last_checkpoint("n", "s")
+        assert last is not None and last.wire() == {**marker, "traceId": "t2"}
+        details = await adapter.get_sandbox_details("n", "s")
+        assert details is None  # no sandbox.created: the extras changed nothing of the summary
+
     async def test_environment_fields_with_null_are_kept(self, adapter: StorageAdapter) -> None:
         wire = {"name": "py", "builtAt": 1, "snapshotId": None, "spec": {"gpu": None}}
         await adapter.save_environment(EnvironmentRecord.model_validate(wire))

@@ -132,20 +132,6 @@ async def test_a_fresh_entry_is_kept_for_the_retention(tmp_path: Path) -> None:
         assert [d.sandbox_id for d in await adapter.list_sandbox_details("n")] == ["s"]
 
 
-async def test_a_field_of_a_newer_client_is_refused_by_name(tmp_path: Path) -> None:
-    async with opened(tmp_path) as store:
-        newer = LedgerEntry.model_validate(
-            {"ts": 1, "name": "n", "sandboxId": "s", "stepIndex": 0, "event": "e", "region": "x"}
-        )
-        with pytest.raises(InvalidInputError) as caught:
-            await store.append(newer)
-        assert str(caught.value) == (
-            "region: this SQL store keeps only the contract's fields (the DynamoDB and memory "
-            "stores keep fields of newer clients)"
-        )
-        assert await store.read_all("n", "s") == []
-
-
 async def test_sqlite_refuses_a_nul_in_names_as_every_store(tmp_path: Path) -> None:
     async with opened(tmp_path) as store:
         with pytest.raises(InvalidInputError) as caught:
