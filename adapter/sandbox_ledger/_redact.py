@@ -154,9 +154,11 @@ def _placed_forms(secret: str) -> dict[str, str]:
 
 
 # A URL inside a longer text (an error message quoting a DSN, a suggested command).
-# Its password may hold spaces (up to the '@' that ends the userinfo, on the same line).
+# Its password may hold any whitespace, line breaks included, up to the '@' that ends the
+# userinfo. A host:port followed by a '/' is never taken for one; one followed by no '/'
+# and, within 256 characters, an '@' would be: too much masked, never too little.
 _URL_IN_TEXT = re.compile(
-    r"[a-zA-Z][a-zA-Z0-9+.-]*://(?:[^\s'\"`@/]*:[^\n'\"`@/]{0,256}@)?[^\s'\"`]*"
+    r"[a-zA-Z][a-zA-Z0-9+.-]*://(?:[^\s'\"`@/]*:[^'\"`@/]{0,256}@)?[^\s'\"`]*"
 )
 
 

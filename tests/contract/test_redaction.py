@@ -305,3 +305,18 @@ def test_an_endpoint_url_with_a_hash_in_its_password_is_masked() -> None:
     assert not any(
         p in scrub("Port could not be cast to integer value as 'Cq7ab'", url) for p in THIRD_PIECES
     )
+
+
+def test_a_url_password_holding_a_newline_or_a_tab_is_masked_without_its_source() -> None:
+    """The third red team: scrub() with no source stopped a quoted URL's password at a line
+    break, printing the rest of it. A URL's userinfo may hold any whitespace up to its '@'."""
+    for password in ("Cq7ab\ncdXYZ", "Cq7ab\r\ncdXYZ", "Cq7ab\tcdXYZ", "Cq7ab cdXYZ"):
+        url = f"postgresql://u:{password}@127.0.0.1:5432/postgres"
+        for text in (f"cannot connect to {url}: refused", f"{url}\nnext line"):
+            shown = scrub(text)
+            assert not any(p in shown for p in THIRD_PIECES), (password, shown)
+            assert "127.0.0.1:5432/postgres" in shown, shown
+        assert not any(p in redact_url(url) for p in THIRD_PIECES)
+    # A host:port followed by text is no userinfo: nothing is masked across it.
+    text = "cannot connect to postgresql://db.example:5432/x\nmail ops@example.com"
+    assert scrub(text) == text

@@ -336,3 +336,49 @@ def test_an_export_reads_every_record_whatever_its_phase_or_index_attributes(
     assert result.exit_code == 4, result.output
     assert any(paused.id in line for line in result.stderr.splitlines())
     assert result.stderr.strip().splitlines()[-1].startswith("exported 2 record(s)")
+
+
+def test_show_names_an_unreadable_record_and_shows_it_as_stored(
+    moto_endpoint: str, sync_table: str, store: SyncResourceRecordStore
+) -> None:
+    """`resources ls` names unreadable records by id; `show` of that id must let the
+    operator look at it. An id an older version stored in another spelling of a UUID was
+    refused as a usage error (exit 2), a newer writer's record failed as exit 1: both are now
+    shown as stored, with why, exit 4; nothing about them changes."""
+    import boto3
+
+    from sandbox_ledger import keys as k
+    from sandbox_ledger.resources import _items as ri
+
+    client = boto3.client("dynamodb", endpoint_url=moto_endpoint)
+    newer, twin = _fresh(minutes_ago=5), _fresh(minutes_ago=6)
+    legacy_id = twin.id.upper()  # as an older version took it
+    for r, pk, extra in ((newer, newer.id, {"gpu": "a100"}), (twin, legacy_id, {"id": legacy_id})):
+        item = {**ri.record_key(r.id), k.REVISION: {"N": "1"}}
+        item.update(ri.write_values(r, expires_at=2**31, shard_count=4))
+        item[k.PARTITION_KEY] = {"S": k.RESOURCE_PREFIX + pk}
+        item[k.RECORD_BODY] = {"S": json.dumps({**json.loads(item[k.RECORD_BODY]["S"]), **extra})}
+        client.put_item(TableName=sync_table, Item=item)
+    args = ["--table", sync_table, "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
+    runner = CliRunner()
+    listed = json.loads(runner.invoke(app, [*args, "resources", "ls", "--json"]).stdout)
+    assert sorted(u["id"] for u in listed["unreadable"]) == sorted([newer.id, legacy_id])
+    for record_id, why in ((newer.id, "gpu"), (legacy_id, "id")):
+        result = runner.invoke(app, [*args, "resources", "show", record_id, "--json"])
+        assert result.exit_code == 4, result.output
+        shown = json.loads(result.stdout)
+        assert shown["id"] == record_id and why in shown["unreadable"]
+        assert json.loads(shown["stored"])["id"] == record_id
+        text = runner.invoke(app, [*args, "resources", "show", record_id, "--output", "text"])
+        assert text.exit_code == 4 and record_id in text.stdout
+        assert "unreadable by this version" in text.stderr
+    inspected = store.inspect(legacy_id)
+    assert isinstance(inspected, ri.Unreadable) and inspected.body is not None
+    assert store.get_many([legacy_id]) == {legacy_id: inspected}  # as the sweeper reads it
+    # A canonical id still reads as before; an id no record can have is still bad input.
+    store.put(good := _fresh())
+    assert runner.invoke(app, [*args, "resources", "show", good.id, "--json"]).exit_code == 0
+    missing = runner.invoke(app, [*args, "resources", "show", legacy_id.replace("-", "")])
+    assert missing.exit_code == 3, missing.output  # a spelling nothing was stored under
+    bad = runner.invoke(app, [*args, "resources", "show", "a\nb"])
+    assert bad.exit_code == 2 and "id: " in bad.stderr, bad.output

@@ -66,11 +66,21 @@ def resources_show(
     output: Format | None = OUTPUT,
     query: str | None = QUERY,
 ) -> None:
-    """One record: its fields, revision and expiry, or its file JSON with --json."""
+    """One record: its fields, revision and expiry, or its file JSON with --json. A record
+    this version cannot read (a newer writer's, or an id an older version stored in another
+    spelling of a UUID) is shown as stored, with why: exit code 4."""
+    from sandbox_ledger.resources import Unreadable
     from sandbox_ledger.resources.files import record_file_text
 
     target = connect.target(ctx)
-    stored = connect.resource_store(target).get_versioned(record_id)
+    stored = connect.resource_store(target).inspect(record_id)
+    if isinstance(stored, Unreadable):
+        doc = {"id": stored.record_id, "unreadable": stored.reason, "stored": stored.body}
+        note = "unreadable by this version: shown as stored (not expired, nor changed)"
+        shown = [[key, "-" if value is None else value] for key, value in doc.items()]
+        view = View(doc, ("field", "value"), shown, [note])
+        render.show(view, render.choose(as_json, output), query)
+        raise typer.Exit(ExitCode.PARTIAL)
     if stored is None:
         raise CommandError(
             f"no resource record {record_id} in {target.describe()}; list the records with "

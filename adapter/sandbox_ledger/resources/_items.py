@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
 from sandbox_ledger import keys as k
+from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.resources.models import ResourceActivityRecord
 from sandbox_ledger.sdk.attributes import Item, N, S
 
@@ -59,6 +61,9 @@ class Unreadable:
 
     record_id: str
     reason: str
+    body: str | None = field(default=None, repr=False, compare=False)
+    """The stored JSON text as it is, for an operator's inspection (``resources show``);
+    reports and sweep results carry only the id and the reason."""
 
 
 def _why(exc: Exception) -> str:
@@ -89,12 +94,31 @@ def decode_or_unreadable(item: Item) -> VersionedRecord | Unreadable:
             record_id = record_id_of(item)
         except (KeyError, ValueError):
             record_id = str(item.get(k.PARTITION_KEY, {}).get("S", "?"))
-        return Unreadable(record_id, _why(exc))
+        body = item.get(k.RECORD_BODY, {}).get("S")
+        return Unreadable(record_id, _why(exc), body if isinstance(body, str) else None)
 
 
 def record_key(record_id: str) -> Item:
     """The key of the record ``record_id`` (a canonical UUID, else InvalidInputError)."""
     return {k.PARTITION_KEY: S(k.resource_pk(record_id)), k.SORT_KEY: S(k.RESOURCE_SK)}
+
+
+def check_stored_id(record_id: object) -> str:
+    """An id a record may be stored under, for reading only: the canonical UUID, or another
+    spelling of one that an older version took as given (:class:`uuid.UUID` reads it).
+
+    Raises:
+        InvalidInputError: naming ``id``, as :func:`sandbox_ledger.keys.check_record_id`,
+            for anything that is no UUID at all.
+    """
+    try:
+        return k.check_record_id(record_id)
+    except InvalidInputError as not_canonical:
+        try:
+            uuid.UUID(str(record_id))
+        except ValueError:
+            raise not_canonical from None
+        return str(record_id)
 
 
 def stored_record_key(record_id: str) -> Item:

@@ -135,6 +135,23 @@ def get(table: str, record_id: str, *, now_s: int | None) -> Op[ri.VersionedReco
     return None if now_s is not None and ri.hidden(stored, now_s) else stored
 
 
+def inspect(
+    table: str, record_id: str, *, now_s: int | None
+) -> Op[ri.VersionedRecord | ri.Unreadable | None]:
+    """:func:`get`, except that a record this version cannot read comes back as
+    :class:`Unreadable` with its stored JSON instead of failing, and that ``record_id`` is
+    read as given: an older version took other spellings of a UUID, which ``list`` names."""
+    key = ri.stored_record_key(ri.check_stored_id(record_id))
+    response = yield Call("get_item", {"TableName": table, "Key": key, "ConsistentRead": True})
+    item = response.get("Item")
+    if not item:
+        return None
+    stored = ri.decode_or_unreadable(item)
+    if isinstance(stored, ri.VersionedRecord) and now_s is not None and ri.hidden(stored, now_s):
+        return None
+    return stored
+
+
 def touch(
     table: str, record_id: str, *, now: datetime, ttl_by_phase: Mapping[str, int | None]
 ) -> Op[ri.VersionedRecord]:

@@ -250,6 +250,13 @@ class ResourceRecordStore(_Base, AsyncClientOwner):
         """The record with its revision, or None."""
         return await self.run(_ops.get(self.table_name, record_id, now_s=self._now_s()))
 
+    async def inspect(self, record_id: str) -> VersionedRecord | Unreadable | None:
+        """:meth:`get_versioned`, for an operator looking at what ``list`` or a sweep reports
+        as unreadable: such a record comes back as :class:`Unreadable` (why, and its stored
+        JSON) instead of raising, and ``record_id`` is read as given, so a record an older
+        version stored under another spelling of a UUID can be looked at."""
+        return await self.run(_ops.inspect(self.table_name, record_id, now_s=self._now_s()))
+
     async def list(
         self,
         *,
@@ -404,6 +411,10 @@ class SyncResourceRecordStore(_Base, SyncClientOwner):
     def get_versioned(self, record_id: str) -> VersionedRecord | None:
         """The record with its revision, or None."""
         return self.run(_ops.get(self.table_name, record_id, now_s=self._now_s()))
+
+    def inspect(self, record_id: str) -> VersionedRecord | Unreadable | None:
+        """The record as stored, readable or not (see :meth:`ResourceRecordStore.inspect`)."""
+        return self.run(_ops.inspect(self.table_name, record_id, now_s=self._now_s()))
 
     def list(
         self,
