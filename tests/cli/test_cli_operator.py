@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -516,6 +517,49 @@ def test_shell_hints_are_quoted_for_a_shell() -> None:
         table=None, endpoint_url=None, region=None, profile=None, store="sqlite:///a b.db"
     )
     assert store.command("ls") == "sandbox-ledger --store 'sqlite:///a b.db' ls"
+
+
+def test_a_printed_hint_runs_as_printed_in_a_shell(tmp_path: Path) -> None:
+    """The hint of a missing session, for a store path and a name that need quoting, pasted
+    into a shell, runs the command it names (it was only unit-tested)."""
+    folder = tmp_path / "my dir's"
+    folder.mkdir()
+    store = f"sqlite:///{folder / 'x.db'}"
+    loaded = run(["--store", store, "import", str(ROOT / "examples" / "ledger.jsonl")], bare_env())
+    assert loaded.returncode == 0, loaded.stderr
+    missing = run(["--store", store, "show", "my job; rm -rf", "x"], bare_env())
+    assert missing.returncode == 3
+    hint = re.search(r"`(sandbox-ledger [^`]*)`", missing.stderr)
+    assert hint, missing.stderr
+    shell = f"{shlex.quote(str(COMMAND))}{hint.group(1).removeprefix('sandbox-ledger')}"
+    pasted = subprocess.run(
+        ["/bin/sh", "-c", shell], env=bare_env(), capture_output=True, text=True, timeout=60
+    )
+    assert pasted.returncode == 0, pasted.stderr
+    assert pasted.stderr.splitlines() == ["0 session(s)"]  # no session of that name, and no rm
+    assert folder.is_dir() and (folder / "x.db").is_file()
+
+
+def test_export_query_selects_from_each_line(sqlite_store: str, tmp_path: Path) -> None:
+    base = ["--store", sqlite_store, "export"]
+    everything = run(base, bare_env()).stdout.splitlines()
+    done = run([*base, "--query", "event == 'exec.complete' && @"], bare_env())
+    assert done.returncode == 0, done.stderr
+    complete = [line for line in everything if json.loads(line).get("event") == "exec.complete"]
+    assert complete and done.stdout.splitlines() == complete  # as exported, byte for byte
+    assert done.stderr.rstrip().endswith(f"; --query kept {len(complete)} line(s)")
+    ids = run([*base, "--query", "sandboxId", "-o", str(tmp_path / "ids.jsonl")], bare_env())
+    assert ids.returncode == 0, ids.stderr
+    expected = [json.loads(line).get("sandboxId") for line in everything]
+    written = (tmp_path / "ids.jsonl").read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line) for line in written] == [x for x in expected if x is not None]
+    # A bad expression is refused before anything is written: a backup keeps its contents.
+    backup = tmp_path / "backup.jsonl"
+    backup.write_text("old\n")
+    bad = run([*base, "--query", "sessions[?", "-o", str(backup)], bare_env())
+    assert bad.returncode == 2 and backup.read_text() == "old\n"
+    [line] = bad.stderr.splitlines()
+    assert line.startswith("error: --query: 'sessions[?' is not a JMESPath expression")
 
 
 DATA_COMMANDS = [

@@ -337,7 +337,12 @@ def test_the_memory_store_exports_every_session(tmp_path: Path) -> None:
     err = Console(stderr=True)
     path = tmp_path / "ledger.jsonl"
     counts = export_to(BlockingAdapter(source), name=None, sandbox_id=None, output=path, err=err)
-    assert counts == (4, len(_ledger()), len(_environments()))
+    assert counts == (
+        4,
+        len(_ledger()),
+        len(_environments()),
+        len(_ledger()) + len(_environments()),
+    )
     with path.open("rb") as stream:
         report = import_from(BlockingAdapter(destination), stream, label="x", err=err)
     assert report.summary() == (

@@ -695,7 +695,7 @@ def test_an_export_counts_only_the_sessions_it_exported() -> None:
     from rich.console import Console
 
     racing = ListsAGoneSession(source.adapter)
-    sessions, entries, _ = export_to(
+    sessions, entries, _, _ = export_to(
         racing, name=None, sandbox_id=None, output=None, err=Console(stderr=True)
     )
     assert (sessions, entries) == (1, 1)

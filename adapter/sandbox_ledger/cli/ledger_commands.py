@@ -239,6 +239,13 @@ def export(
         None, "--output", "-o", help="Write to this file (replaced on success); default: stdout."
     ),
     store: str | None = _STORE,
+    query: str | None = typer.Option(
+        None,
+        "--query",
+        help="A JMESPath expression over each line's JSON (an entry, or an environment "
+        "line's {kind, record}): its result is written as the line; a line whose result is "
+        "null or false is left out (--query \"event == 'exec.complete' && @\" filters).",
+    ),
 ) -> None:
     """Entries as JSON lines in the TypeScript wire shape, one entry per line: every session
     that has entries, listed or not (a parallel Scan of the table), each in append order;
@@ -248,10 +255,16 @@ def export(
 
     if sandbox_id and not name:
         raise InvalidInputError("--sandbox-id", "needs --name")
+    select = render.line_query(query) if query is not None else None
     target = connect.target(ctx, store)
     try:
-        sessions, count, environments = export_to(
-            connect.ledger(target), name=name, sandbox_id=sandbox_id, output=output, err=err()
+        sessions, count, environments, written = export_to(
+            connect.ledger(target),
+            name=name,
+            sandbox_id=sandbox_id,
+            output=output,
+            err=err(),
+            select=select,
         )
     except NothingToExport as nothing:
         unchanged = f"; {output} is unchanged" if output else ""
@@ -273,6 +286,7 @@ def export(
     err().print(
         f"exported {count} entries of {sessions} session(s)"
         + (f" and {environments} environment record(s)" if environments else "")
+        + (f"; --query kept {written} line(s)" if select is not None else "")
     )
 
 

@@ -8,12 +8,15 @@ import json
 import sys
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from sandbox_ledger.cli.output import clip, emit, err, new_table, out
 from sandbox_ledger.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 class Format(StrEnum):
@@ -90,16 +93,37 @@ def show(view: View, fmt: Format, query: str | None) -> None:
 
 
 def _search(query: str, doc: Any) -> Any:
+    return _compiled(query).search(doc)
+
+
+def _compiled(query: str) -> Any:
+    """``query`` compiled, or InvalidInputError naming ``--query``."""
     import jmespath
     from jmespath.exceptions import JMESPathError
 
     try:
-        return jmespath.search(query, doc)
+        return jmespath.compile(query)
     except JMESPathError as exc:
         reason = " ".join(str(exc).split())
         raise InvalidInputError(
             "--query", f"{query!r} is not a JMESPath expression ({reason})"
         ) from None
+
+
+def line_query(query: str) -> Callable[[str], str | None]:
+    """``export --query``: ``query`` over each JSON line, as a function from a line to the
+    line it gives (its result as compact JSON, with its newline), or None for a line left
+    out (a result that is null or false, so ``event == 'exec.complete' && @`` filters).
+    A bad expression is refused here, before anything is read or written."""
+    compiled = _compiled(query)
+
+    def select(line: str) -> str | None:
+        found = compiled.search(json.loads(line))
+        if found is None or found is False:
+            return None
+        return json.dumps(found, ensure_ascii=False) + "\n"
+
+    return select
 
 
 def _show_value(value: Any, fmt: Format) -> None:

@@ -21,7 +21,7 @@ from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.transfer import ImportReport, export_lines, import_lines
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
 
     from rich.console import Console
 
@@ -36,9 +36,12 @@ def export_to(
     sandbox_id: str | None,
     output: Path | None,
     err: Console,
-) -> tuple[int, int, int]:
+    select: Callable[[str], str | None] | None = None,
+) -> tuple[int, int, int, int]:
     """Write the export to ``output`` (or stdout); returns (sessions exported, entries,
-    environment records). A whole-store export (no ``name``) carries the environment records too.
+    environment records, lines written). A whole-store export (no ``name``) carries the
+    environment records too. ``select`` (``--query``) gives each line's replacement, or None
+    to leave it out.
 
     A file is written beside its destination and renamed into place only once complete, so
     a failed export leaves an existing file untouched.
@@ -58,9 +61,24 @@ def export_to(
         first = next(lines, None)
         if first is None:
             raise NothingToExport(name, sandbox_id)
-        lines = itertools.chain([first], lines)
-        count = _export(lines, output)
-    return len(exported), count - len(environments), len(environments)
+        counted = _Counted(itertools.chain([first], lines))
+        lines = iter(counted)
+        if select is not None:
+            lines = (kept for kept in map(select, lines) if kept is not None)
+        written = _export(lines, output)
+    return len(exported), counted.count - len(environments), len(environments), written
+
+
+class _Counted:
+    """The lines of an export, counting those read (``--query`` may write fewer)."""
+
+    def __init__(self, lines: Iterator[str]) -> None:
+        self._lines, self.count = lines, 0
+
+    def __iter__(self) -> Iterator[str]:
+        for line in self._lines:
+            self.count += 1
+            yield line
 
 
 class NothingToExport(LookupError):
