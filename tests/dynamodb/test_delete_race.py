@@ -160,18 +160,21 @@ def test_delete_removes_the_parts_a_dead_writer_left(moto_endpoint: str, sync_ta
 def test_a_delete_longer_than_its_lease_still_holds_off_summary_appends(
     moto_endpoint: str, sync_table: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A delete of many entries can outlast its lease (60 s in production; 400 ms here, with
+    """A delete of many entries can outlast its lease (60 s in production; 1 s here, with
     each BatchWriteItem slowed to 150 ms): it renews the lease as it goes, so an exec.complete
     appended meanwhile still waits for it. Without renewal the append landed once the lease
     ran out, outside the page already read, and survived the summary's deletion: the
     re-created session counted fewer exec.complete than it stored."""
     from sandbox_ledger.dynamodb import _ops
 
-    monkeypatch.setattr(_ops, "DELETE_LEASE_MS", 400)
+    # Renewed once half the lease has passed, before a batch: the lease holds as long as no
+    # batch takes over half of it (0.15 s of 0.5 s here, a margin for a loaded machine; with
+    # 400 ms, a batch 50 ms late let an append through).
+    monkeypatch.setattr(_ops, "DELETE_LEASE_MS", 1000)
     deleter = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
     writer = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
     deleter.append(e("long", LedgerEvent.SandboxCreated, 1))
-    for i in range(160):  # seven batches of deletes: over 1 s
+    for i in range(210):  # nine batches of deletes: over 1.35 s
         deleter.append(e("long", LedgerEvent.ExecStarted, 2 + i, step=i))
     deleting = threading.Event()
     done = threading.Event()
@@ -185,7 +188,7 @@ def test_a_delete_longer_than_its_lease_still_holds_off_summary_appends(
 
     def write() -> None:
         deleting.wait(timeout=30)
-        time.sleep(0.5)  # past the first lease: only a renewed one holds this append off
+        time.sleep(1.1)  # past the first lease: only a renewed one holds this append off
         step = 1000
         try:
             while not done.is_set():
@@ -203,7 +206,7 @@ def test_a_delete_longer_than_its_lease_still_holds_off_summary_appends(
     done.set()
     thread.join()
     assert errors == []
-    assert took > 0.9  # the delete really outlasted its 400 ms lease
+    assert took > 1.3  # the delete really outlasted its 1 s lease
     count, entries = agrees(deleter, "long")
     assert count == entries
 
