@@ -77,11 +77,10 @@ def ledger(
     (it creates, migrates and records nothing); one that writes entries (import, rm) writes
     with the table's recorded retention unless the dynamodb:// URL names one (which must
     agree)."""
-    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
-
     other = target.sql_or_memory_store(read_only=not writes)
     if other is not None:
-        return other
+        return other  # without importing boto3 (a tenth of a second of every SQL command)
+    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 
     def adapter(retention: timedelta | None, *, budget: bool) -> SyncDynamoDBAdapter:
         return SyncDynamoDBAdapter(

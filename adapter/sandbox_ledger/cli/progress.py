@@ -5,6 +5,7 @@ shown only when stderr is a terminal: piped or redirected, the commands stay sil
 from __future__ import annotations
 
 import contextlib
+import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -46,9 +47,12 @@ def reading(label: str, console: Console, total: int) -> Iterator[Callable[[int]
 def deleting(ledger: Any, label: str, console: Console) -> Iterator[None]:
     """A spinner counting the items a DynamoDB ``delete_sandbox`` removes (its batches are
     watched through botocore's event hooks); other stores delete in one statement."""
+    if not console.is_terminal or "sandbox_ledger.dynamodb" not in sys.modules:
+        yield  # not a DynamoDB ledger (it would have imported its module)
+        return
     from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 
-    if not console.is_terminal or not isinstance(ledger, SyncDynamoDBAdapter):
+    if not isinstance(ledger, SyncDynamoDBAdapter):
         yield
         return
     events = ledger.client().meta.events
