@@ -16,7 +16,6 @@ from sandbox_ledger.follow import DEFAULT_POLL, PollSettings, Position, drive, d
 from sandbox_ledger.models import EnvironmentRecord, LedgerEntry, require_storable
 from sandbox_ledger.sdk.client import AsyncClientOwner, SyncClientOwner
 from sandbox_ledger.summary import validate_list_options
-from sandbox_ledger.transfer import content_digest
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Generator, Sequence
@@ -97,6 +96,9 @@ class _Base:
         )
 
     def _append_once(self, entry: LedgerEntry, occurrence: int) -> Op[bool]:
+        # Here: a worker that only appends does not load the import/export module.
+        from sandbox_ledger.transfer import content_digest
+
         occurrence = k.check_occurrence(occurrence)
         claim = k.claim_sk(content_digest(_entry(entry)), occurrence)
         return self._append(entry, claim)
