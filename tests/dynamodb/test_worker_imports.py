@@ -26,11 +26,13 @@ built = sorted(f"{m.__module__}.{m.__qualname__}" for m in models if m.__pydanti
 print(json.dumps({"modules": sorted(sys.modules), "built": built}))
 """
 
-# The append path does not need these: the import/export module, the other stores, the CLI,
-# the resource records, the async stack.
+# The append path does not need these: the import/export module, the follow loop, the other
+# stores, the CLI, the resource records, the async stack.
 NOT_LOADED = (
     "sandbox_ledger.transfer",
     "sandbox_ledger._import_stream",
+    "sandbox_ledger.follow",
+    "sandbox_ledger.dynamodb._follow",
     "sandbox_ledger.memory",
     "sandbox_ledger.stores",
     "sandbox_ledger.protocol",
