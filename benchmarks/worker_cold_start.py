@@ -12,10 +12,13 @@ ships it, boto3 in a folder of its own. Each run is a fresh ``python -I -S`` who
 * worker: ``import`` of ``sandbox_ledger`` and ``SyncDynamoDBAdapter``, the adapter built,
   its first ``append`` (which reads the table's descriptor, then writes the entry);
 * raw: ``import boto3``, a DynamoDB client, one ``put_item`` of a comparable item;
+* raw + pydantic: the same, after importing pydantic and validating the entry with a model of
+  LedgerEntry's required fields: the part of the worker's cost that any worker validating
+  its input with pydantic pays, whatever the library does;
 * the worker's imports alone, to tell the import's share from the first append's.
 
 The two alternate, so that the machine's load falls on both alike; wall and CPU (user+sys)
-medians are printed, and the worker's excess over raw.
+medians are printed, and the worker's excess over raw and over raw + pydantic.
 """
 
 from __future__ import annotations
@@ -63,6 +66,21 @@ import boto3
 client = boto3.client("dynamodb", endpoint_url=endpoint)
 client.put_item(TableName=table, Item={"PK": {"S": "raw#" + str(t0)}, "SK": {"S": "0"},
                 "event": {"S": "sandbox.created"}, "ts": {"N": str(int(time.time() * 1000))}})
+"""
+RAW_PYDANTIC = """
+import boto3
+from pydantic import BaseModel
+class Entry(BaseModel):
+    ts: int
+    name: str
+    sandbox_id: str
+    step_index: int
+    event: str
+entry = Entry(ts=int(time.time() * 1000), name="cold", sandbox_id=str(t0), step_index=-1,
+              event="sandbox.created")
+client = boto3.client("dynamodb", endpoint_url=endpoint)
+client.put_item(TableName=table, Item={"PK": {"S": "raw#" + entry.sandbox_id}, "SK": {"S": "1"},
+                "event": {"S": entry.event}, "ts": {"N": str(entry.ts)}})
 """
 
 
@@ -120,11 +138,14 @@ def main() -> None:
             samples: dict[str, list[dict[str, float]]] = {
                 "worker": [],
                 "raw": [],
+                "raw + pydantic": [],
                 "worker, import only": [],
             }
             for _ in range(args.runs):
                 samples["worker"].append(run([worker, runtime], WORKER, endpoint))
                 samples["raw"].append(run([runtime], RAW, endpoint))
+                # The bundle holds pydantic; nothing of sandbox_ledger is imported.
+                samples["raw + pydantic"].append(run([worker, runtime], RAW_PYDANTIC, endpoint))
                 samples["worker, import only"].append(run([worker, runtime], IMPORT, endpoint))
         finally:
             server.stop()
@@ -132,11 +153,12 @@ def main() -> None:
         name: {key: statistics.median(s[key] for s in runs) * 1000 for key in ("wall", "cpu")}
         for name, runs in samples.items()
     }
-    print(f"median of {args.runs}, ms       wall   cpu")
+    print(f"median of {args.runs}, ms{'':<14}wall   cpu")
     for name, values in medians.items():
-        print(f"{name:<22}{values['wall']:>7.0f}{values['cpu']:>6.0f}")
-    excess = {key: medians["worker"][key] - medians["raw"][key] for key in ("wall", "cpu")}
-    print(f"{'worker - raw':<22}{excess['wall']:>7.0f}{excess['cpu']:>6.0f}")
+        print(f"{name:<26}{values['wall']:>7.0f}{values['cpu']:>6.0f}")
+    for baseline in ("raw", "raw + pydantic"):
+        excess = {key: medians["worker"][key] - medians[baseline][key] for key in ("wall", "cpu")}
+        print(f"{'worker - ' + baseline:<26}{excess['wall']:>7.0f}{excess['cpu']:>6.0f}")
     print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 

@@ -19,6 +19,8 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sandbox_ledger._poll import DEFAULT_POLL as DEFAULT_POLL
+from sandbox_ledger._poll import PollSettings
 from sandbox_ledger.cursor import decode_cursor, encode_cursor
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.models import LedgerEntry, LedgerEvent
@@ -47,31 +49,6 @@ class FollowedEntry:
 
     entry: LedgerEntry
     position: str
-
-
-@dataclass(frozen=True)
-class PollSettings:
-    """How often a follower asks its store while nothing is new: ``first`` seconds after the
-    first empty poll, doubling up to ``longest``; right away again after a poll that found
-    something. ``liveness_every``: a store that checks whether the session was deleted with
-    a request of its own (DynamoDB) does so on every n-th empty poll."""
-
-    first: float = 0.05
-    longest: float = 0.5
-    liveness_every: int = 4
-
-    def __post_init__(self) -> None:
-        if not (0 < self.first <= self.longest):
-            raise InvalidInputError("poll", "need 0 < first <= longest (seconds)")
-        if self.liveness_every < 1:
-            raise InvalidInputError("poll", "liveness_every must be at least 1")
-
-    def delay(self, idle: int) -> float:
-        """The wait after ``idle`` empty polls in a row (1 for the first)."""
-        return float(min(self.longest, self.first * 2 ** min(idle - 1, 30)))
-
-
-DEFAULT_POLL = PollSettings()
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,10 @@ class WireModel(BaseModel):
         validate_by_alias=True,
         frozen=True,
         extra="forbid",
+        # Each model builds its validator on first use, not on import: a worker that only
+        # appends builds LedgerEntry's alone (benchmarks/worker_cold_start.py). Threads may
+        # meet a first use at once: pydantic serializes model rebuilds from 2.14 on.
+        defer_build=True,
     )
 
     def wire(self) -> dict[str, Any]:

@@ -9,11 +9,11 @@ entry's parts are written before its head, so a head that is visible has its par
 
 **Settling.** Concurrent appenders commit in any order, so an entry can become visible after
 one that sorts later. A follower therefore holds back every entry whose ``ts`` is within
-:data:`SETTLE_MS` of its clock, and stops at the first one held back: an append that commits
-within that time after its ``ts`` (the client stamps ``ts`` when it appends) is never passed
-by. An append that commits later, or an entry appended with a ``ts`` older than one already
-handed out (an import, a replay), is not seen by a follower that has passed its place; see
-docs/live.md, Limits.
+the adapter's ``settle_ms`` (500 ms) of its clock, and stops at the first one held back: an
+append that commits within that time after its ``ts`` (the client stamps ``ts`` when it
+appends) is never passed by. An append that commits later, or an entry appended with a
+``ts`` older than one already handed out (an import, a replay), is not seen by a follower
+that has passed its place; see docs/live.md, Limits.
 
 **Liveness.** The first poll of a resumed follower reads the head of its position (absent:
 the session was deleted, the follower ends); afterwards every n-th empty poll reads the
@@ -37,10 +37,7 @@ from sandbox_ledger.sdk.steps import Call, Op
 if TYPE_CHECKING:
     from sandbox_ledger.models import LedgerEntry
 
-__all__ = ["SETTLE_MS", "SessionPoller", "check_state"]
-
-SETTLE_MS = 500
-"""How long after its ``ts`` an entry is held back (see the module docstring)."""
+__all__ = ["SessionPoller", "check_state"]
 
 _AFTER_EVERY_ENTRY = k.EVENT_PREFIX[:-1] + "$"  # "E$": sorts after every "E#..." key
 

@@ -8,15 +8,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger import keys as k
+from sandbox_ledger._poll import DEFAULT_POLL, PollSettings
 from sandbox_ledger.deployment import ShardCount, store_identity
-from sandbox_ledger.dynamodb import _bulk, _follow, _ops
+from sandbox_ledger.dynamodb import _bulk, _ops
 from sandbox_ledger.dynamodb._items import order_ids
 from sandbox_ledger.errors import InvalidInputError
-from sandbox_ledger.follow import DEFAULT_POLL, PollSettings, Position, drive, drive_async, start
 from sandbox_ledger.models import EnvironmentRecord, LedgerEntry, require_storable
 from sandbox_ledger.sdk.client import AsyncClientOwner, SyncClientOwner
 from sandbox_ledger.summary import validate_list_options
-from sandbox_ledger.transfer import content_digest
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Generator, Sequence
@@ -25,6 +24,7 @@ if TYPE_CHECKING:
     from botocore.config import Config
 
     from sandbox_ledger.deployment import SweepSettings
+    from sandbox_ledger.dynamodb._follow import SessionPoller
     from sandbox_ledger.follow import Batch, Flow, FollowedEntry, Poll
     from sandbox_ledger.models import (
         CheckpointInfo,
@@ -97,6 +97,9 @@ class _Base:
         )
 
     def _append_once(self, entry: LedgerEntry, occurrence: int) -> Op[bool]:
+        # Here: a worker that only appends does not load the import/export module.
+        from sandbox_ledger.transfer import content_digest
+
         occurrence = k.check_occurrence(occurrence)
         claim = k.claim_sk(content_digest(_entry(entry)), occurrence)
         return self._append(entry, claim)
@@ -117,8 +120,8 @@ class _Base:
         segments = k.check_segments(segments) or _SCAN_SEGMENTS
         return _ops.scan_sessions(self.table_name, name=name, segments=segments)
 
-    settle_ms: int = _follow.SETTLE_MS
-    """How long ``follow`` holds back an entry after its ts (see :mod:`._follow`)."""
+    settle_ms: int = 500
+    """How long (ms) ``follow`` holds back an entry after its ts (see :mod:`._follow`)."""
 
     def _identity(self) -> Op[str]:
         """What cursors and positions are bound to (read with the descriptor, once)."""
@@ -132,8 +135,12 @@ class _Base:
 
     def _follower(
         self, store: str, name: str, sandbox_id: str, after: str | None, until_closed: bool
-    ) -> tuple[Flow, _follow.SessionPoller]:
+    ) -> tuple[Flow, SessionPoller]:
         """The follow loop of one follower and its poller (see :mod:`._follow`)."""
+        # Here: a worker that only appends does not load the follow loop.
+        from sandbox_ledger.dynamodb import _follow
+        from sandbox_ledger.follow import Position, start
+
         k.check_session_key(name, sandbox_id)
         poll = self.follow_poll
         position = Position(store, name, sandbox_id)
@@ -249,6 +256,8 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
         """The session's entries in ``read_all`` order as they are stored whole: one Query on
         its partition per poll, backing off while idle (see :mod:`._follow` and
         docs/live.md for what is held back and what an idle minute costs)."""
+        from sandbox_ledger.follow import drive_async  # here, as in _follower
+
         store = await self.run(self._identity())
         flow, poller = self._follower(store, name, sandbox_id, after, until_closed)
 
@@ -392,6 +401,8 @@ class SyncDynamoDBAdapter(_Base, SyncClientOwner):
         self, name: str, sandbox_id: str, *, after: str | None = None, until_closed: bool = True
     ) -> Generator[FollowedEntry, None, None]:
         """:meth:`DynamoDBAdapter.follow` as a plain iterator."""
+        from sandbox_ledger.follow import drive  # here, as in _follower
+
         store = self.run(self._identity())
         flow, poller = self._follower(store, name, sandbox_id, after, until_closed)
         return drive(flow, lambda request: self.run(poller.poll(request)))
