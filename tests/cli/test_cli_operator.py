@@ -206,9 +206,11 @@ def test_local_serves_until_a_signal_and_keeps_its_data(tmp_path: Path) -> None:
     assert env["SANDBOX_LEDGER_TABLE"] == "sandbox-ledger" and "AWS_PROFILE" not in env
     imported = run(["import", str(ROOT / "examples" / "ledger.jsonl")], env)
     assert imported.returncode == 0, imported.stderr
-    assert run(["resources", "import", str(records)], env).returncode == 0
+    loaded = run(["resources", "import", str(records)], env)
+    assert loaded.returncode == 0, loaded.stderr
     # The table has a complete descriptor: the sweeper runs with no flags.
-    assert run(["resources", "sweep", "--dry-run"], env).returncode == 0
+    swept = run(["resources", "sweep", "--dry-run"], env)
+    assert swept.returncode == 0, swept.stderr
     code, stderr = server.stop(signal.SIGTERM)
     assert code == 0, stderr
     assert "SIGTERM: stopped; saved 6 entries" in stderr and "1 resource record(s)" in stderr
@@ -216,6 +218,7 @@ def test_local_serves_until_a_signal_and_keeps_its_data(tmp_path: Path) -> None:
     again = Local("--data", "dev.jsonl", cwd=tmp_path)
     env = again.env()
     listed = run(["ls", "--json"], env)
+    assert listed.returncode == 0, (listed.stderr, again.process.poll())
     assert len(json.loads(listed.stdout)["sessions"]) == 2
     assert run(["resources", "show", kept.id], env).returncode == 0
     code, stderr = again.stop(signal.SIGINT)
