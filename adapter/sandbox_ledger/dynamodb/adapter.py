@@ -104,7 +104,12 @@ class _Base:
     def _append_once_many(
         self, items: Sequence[tuple[LedgerEntry, int]]
     ) -> Op[list[bool | InvalidInputError]]:
-        return _bulk.append_each_once(self._append_once, items)
+        shards = yield from self._shards.resolve()
+        return (
+            yield from _bulk.append_once_many(
+                self.table_name, items, shards, self._retention, check=_entry
+            )
+        )
 
     def _read_stored_sessions(
         self, sessions: Sequence[tuple[str, str]]
@@ -235,7 +240,8 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
     async def append_once_many(
         self, items: Sequence[tuple[LedgerEntry, int]]
     ) -> list[bool | InvalidInputError]:
-        """``append_once`` of each item in order (one transaction each), a refused item's
+        """``append_once`` of each item in order (a session's entries together in one
+        transaction where they fit, see :mod:`._bulk`), a refused item's
         error as its outcome."""
         return await self.run(self._append_once_many(items))
 

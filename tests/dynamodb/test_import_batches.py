@@ -1,0 +1,200 @@
+"""An import's batched writes on DynamoDB (``append_once_many``): few requests, DynamoDB's
+transaction limits kept, and exactly once under resends, taken claims, conflicts and
+throttling, on both twins."""
+
+from __future__ import annotations
+
+import base64
+import os
+from typing import Any
+
+import pytest
+from botocore.config import Config
+
+from dynamodb.faults import CancelTransactions, ResendAfterSuccess
+from dynamodb.test_dynamodb_faults import workload
+from sandbox_ledger import LedgerEntry, LedgerEvent, StorageError
+from sandbox_ledger.dynamodb import DynamoDBAdapter, SyncDynamoDBAdapter
+from sandbox_ledger.dynamodb.instrument import RequestCounter
+from sandbox_ledger.transfer import content_digest, entry_line, import_lines
+
+pytestmark = pytest.mark.usefixtures("fast_sdk_backoff")
+
+
+def session(name: str, sandbox_id: str, execs: int, *, payload: int = 0) -> list[LedgerEntry]:
+    """:func:`workload`'s session (ids in every payload); ``payload``: bytes of incompressible
+    text added to each complete exec."""
+    entries = workload(name, sandbox_id, execs)
+    if not payload:
+        return entries
+    return [
+        e.model_copy(update={"payload": {**e.payload, "data": _noise(payload)}})
+        if e.event == LedgerEvent.ExecComplete
+        else e
+        for e in entries
+    ]
+
+
+def _noise(size: int) -> str:
+    return base64.b64encode(os.urandom(size)).decode()[:size]
+
+
+def sync_adapter(endpoint: str, table: str) -> SyncDynamoDBAdapter:
+    return SyncDynamoDBAdapter(
+        table,
+        endpoint_url=endpoint,
+        config=Config(retries={"mode": "standard", "max_attempts": 4}),
+    )
+
+
+def lines(entries: list[LedgerEntry]) -> list[bytes]:
+    return [entry_line(e).encode() + b"\n" for e in entries]
+
+
+def imported_once(adapter: SyncDynamoDBAdapter, entries: list[LedgerEntry]) -> None:
+    """Import ``entries`` into an empty session set: every line new, each stored once."""
+    report = import_lines(adapter, lines(entries))
+    assert (report.new, report.present, report.failed) == (len(entries), 0, [])
+    same_as_a_replay(sync_adapter(adapter.client().meta.endpoint_url, adapter.table_name), entries)
+
+
+def same_as_a_replay(adapter: Any, entries: list[LedgerEntry]) -> None:
+    """The store holds ``entries`` once each, with the summaries a replay gives."""
+    keys = sorted({(e.name, e.sandbox_id) for e in entries})
+    for name, sandbox_id in keys:
+        mine = [e for e in entries if (e.name, e.sandbox_id) == (name, sandbox_id)]
+        stored = adapter.read_all(name, sandbox_id)
+        assert sorted(map(content_digest, stored)) == sorted(map(content_digest, mine))
+        details = adapter.get_sandbox_details(name, sandbox_id)
+        execs = sum(1 for e in mine if e.event == LedgerEvent.ExecComplete)
+        assert details is not None and details.exec_count == execs
+        assert details.started_at == 1000 and details.completed_at == 9999
+        checkpoints = sum(1 for e in mine if e.event == LedgerEvent.CheckpointCreated)
+        assert len(adapter.list_checkpoints(name, sandbox_id)) == checkpoints
+
+
+def _bytes(value: Any) -> int:
+    """Every name and value in an action, binary values at their length."""
+    if isinstance(value, dict):
+        return sum(len(str(k).encode()) + _bytes(v) for k, v in value.items())
+    if isinstance(value, list):
+        return sum(_bytes(v) for v in value)
+    if isinstance(value, (bytes, bytearray)):
+        return len(value)
+    return len(str(value).encode())
+
+
+class TransactionLimits:
+    """Records every TransactWriteItems' action count and item bytes (counted here, apart
+    from the adapter's own estimate: names and values, binary as its decoded length)."""
+
+    def __init__(self) -> None:
+        self.actions: list[int] = []
+        self.sizes: list[int] = []
+
+    def __call__(self, params: dict[str, Any], **_: Any) -> None:
+        items = params["TransactItems"]
+        self.actions.append(len(items))
+        self.sizes.append(sum(_bytes(action) for action in items))
+
+    def attach(self, client: Any) -> TransactionLimits:
+        client.meta.events.register("before-parameter-build.dynamodb.TransactWriteItems", self)
+        return self
+
+
+def test_sessions_of_ten_or_more_take_under_015_requests_per_entry(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    adapter = sync_adapter(moto_endpoint, sync_table)
+    entries = [e for i in range(40) for e in session("job", f"s{i:02d}", 4)]
+    assert len(entries) == 40 * 11
+    counter = RequestCounter().attach(adapter.client())
+    report = import_lines(adapter, lines(entries))
+    assert (report.new, report.failed) == (len(entries), [])
+    # One Query per session and a few transactions (4 sessions each).
+    assert counter.total / len(entries) <= 0.15, counter.calls
+    assert counter.calls["TransactWriteItems"] < 12
+    same_as_a_replay(sync_adapter(moto_endpoint, sync_table), entries)
+
+
+def test_transactions_stay_within_100_actions_and_4_mb(moto_endpoint: str, sync_table: str) -> None:
+    adapter = sync_adapter(moto_endpoint, sync_table)
+    limits = TransactionLimits().attach(adapter.client())
+    # 55 entries of one session (more than 100 actions), then 38 in 81 actions, 16 of them
+    # about 285 KB once compressed (4.6 MB).
+    entries = session("big", "many", 24) + session("big", "large", 16, payload=380_000)
+    imported_once(adapter, entries)
+    assert max(limits.actions) <= 100
+    assert max(limits.sizes) <= 4 * 1024 * 1024
+    assert sum(limits.actions) >= 2 * len(entries)  # a head and a claim each, at least
+    assert any(a > 90 for a in limits.actions)  # full transactions, not one per entry
+    assert max(limits.sizes) > 3 * 1024 * 1024  # and large ones, split by size
+    same_as_a_replay(sync_adapter(moto_endpoint, sync_table), entries)
+
+
+def test_a_lost_response_after_a_commit_counts_each_entry_once(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    adapter = sync_adapter(moto_endpoint, sync_table)
+    resend = ResendAfterSuccess(1.0, {"TransactWriteItems"}).attach(adapter.client())
+    entries = [e for i in range(6) for e in session("job", f"r{i}", 3)]
+    imported_once(adapter, entries)
+    assert resend.resent >= 1
+
+
+def test_a_claim_taken_by_another_import_cancels_only_that_entry(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    adapter = sync_adapter(moto_endpoint, sync_table)
+    entries = session("job", "c", 5)
+    # Another importer stores the third entry between this import's read and its write.
+    other = sync_adapter(moto_endpoint, sync_table)
+    assert other.append_once(entries[2], 1) is True
+    counter = RequestCounter().attach(adapter.client())
+    outcomes = adapter.append_once_many([(entry, 1) for entry in entries])
+    assert outcomes == [i != 2 for i in range(len(entries))]
+    assert counter.calls["TransactWriteItems"] == 2  # cancelled naming the claim, then the rest
+    same_as_a_replay(sync_adapter(moto_endpoint, sync_table), entries)
+
+
+@pytest.mark.parametrize("code", ["ThrottlingError", "TransactionConflict"])
+def test_cancelled_transactions_are_retried_and_lose_nothing(
+    moto_endpoint: str, sync_table: str, code: str
+) -> None:
+    adapter = sync_adapter(moto_endpoint, sync_table)
+    faults = CancelTransactions(code, times=5, aio=False).attach(adapter.client())
+    entries = [e for i in range(12) for e in session("job", f"t{i:02d}", 3)]
+    imported_once(adapter, entries)
+    assert faults.injected == 5
+
+
+def test_throttling_past_every_retry_is_an_error_not_a_success(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    adapter = sync_adapter(moto_endpoint, sync_table)
+    CancelTransactions("ThrottlingError", times=10_000, aio=False).attach(adapter.client())
+    entries = session("job", "never", 3)
+    with pytest.raises(StorageError, match="cancelled"):
+        adapter.append_once_many([(entry, 1) for entry in entries])
+    assert sync_adapter(moto_endpoint, sync_table).read_all("job", "never") == []
+    # A re-run once the table answers again stores everything, once.
+    imported_once(sync_adapter(moto_endpoint, sync_table), entries)
+
+
+async def test_the_async_twin_batches_and_survives_resends(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    adapter = DynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    client = await adapter.client()
+    resend = ResendAfterSuccess(0.5, {"TransactWriteItems"}).attach(client)
+    cancel = CancelTransactions("TransactionConflict", times=2, aio=True).attach(client)
+    counter = RequestCounter().attach(client)
+    entries = [e for i in range(8) for e in session("job", f"a{i}", 4)]
+    outcomes = await adapter.append_once_many([(entry, 1) for entry in entries])
+    assert outcomes == [True] * len(entries)
+    assert resend.resent >= 1 and cancel.injected == 2
+    assert counter.calls["TransactWriteItems"] <= 2 + 2 + len(entries) // 20
+    again = await adapter.append_once_many([(entry, 1) for entry in entries])
+    assert again == [False] * len(entries)
+    await adapter.close()
+    same_as_a_replay(sync_adapter(moto_endpoint, sync_table), entries)
