@@ -238,6 +238,14 @@ def export(
     output: Path | None = typer.Option(
         None, "--output", "-o", help="Write to this file (replaced on success); default: stdout."
     ),
+    segments: int | None = typer.Option(
+        None,
+        "--segments",
+        min=1,
+        max=64,
+        help="DynamoDB: Scan segments read in parallel (1-64; default 4). Other stores "
+        "list their sessions with one query and ignore it.",
+    ),
     store: str | None = _STORE,
 ) -> None:
     """Entries as JSON lines in the TypeScript wire shape, one entry per line: every session
@@ -251,7 +259,12 @@ def export(
     target = connect.target(ctx, store)
     try:
         sessions, count, environments = export_to(
-            connect.ledger(target), name=name, sandbox_id=sandbox_id, output=output, err=err()
+            connect.ledger(target),
+            name=name,
+            sandbox_id=sandbox_id,
+            output=output,
+            err=err(),
+            segments=segments,
         )
     except NothingToExport as nothing:
         unchanged = f"; {output} is unchanged" if output else ""
