@@ -34,16 +34,19 @@ EVENTS = [
 ]
 
 
-def write_file(path: Path, lines: int) -> None:
-    """``lines`` entries in sessions of 6, sorted by session as an export writes them."""
+def write_file(path: Path, lines: int, size: int = 6) -> None:
+    """``lines`` entries in sessions of ``size`` (created, started/complete pairs, closed),
+    in (name, sandboxId) order as an export writes them: 50 names, each a run of sessions."""
+    sessions = -(-lines // size)
     with path.open("w") as out:
         for i in range(lines):
-            session, k = divmod(i, 6)
+            session, position = divmod(i, size)
+            k = 0 if position == 0 else 5 if position == size - 1 else 1 + (position - 1) % 4
             entry: dict[str, Any] = {
                 "ts": 1_700_000_000_000 + i,
-                "name": f"job-{session % 50:02d}",
+                "name": f"job-{session * 50 // sessions:02d}",
                 "sandboxId": f"sb-{session:08d}",
-                "stepIndex": k // 2,
+                "stepIndex": position // 2,
                 "event": EVENTS[k],
             }
             if EVENTS[k] == "exec.complete":

@@ -217,10 +217,12 @@ class SQLAdapter(ABC):
         once; a refused item's error is its outcome (see :mod:`sandbox_ledger.sql.bulk`)."""
         return await bulk.append_once_many(self, items)
 
-    def _encode(self, entry: LedgerEntry, key: str) -> rows.EventRow:
+    def _encode(
+        self, entry: LedgerEntry, key: str, *, session_checked: bool = False
+    ) -> rows.EventRow:
         """The row of an entry to store (every append encodes one: refused read-only)."""
         self._check_writable()
-        return rows.encode_entry(entry, key=key)
+        return rows.encode_entry(entry, key=key, session_checked=session_checked)
 
     async def read_all(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry of the session, ascending ts, ties in append order (one query)."""

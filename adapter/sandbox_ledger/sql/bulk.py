@@ -94,10 +94,14 @@ async def append_once_many(
     """``append_once`` of each item, the batch in one transaction (see the module)."""
     outcomes: list[bool | InvalidInputError] = []
     prepared: list[tuple[int, rows.EventRow]] = []
+    checked: tuple[str, str] | None = None  # a batch holds each session's entries together
     for entry, occurrence in items:
         try:
             key = rows.claim_key(rows.check_entry(entry), occurrence)
-            prepared.append((len(outcomes), adapter._encode(entry, key)))
+            session = (entry.name, entry.sandbox_id)
+            row = adapter._encode(entry, key, session_checked=session == checked)
+            checked = session
+            prepared.append((len(outcomes), row))
             outcomes.append(False)
         except InvalidInputError as exc:
             outcomes.append(exc)

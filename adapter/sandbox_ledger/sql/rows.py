@@ -210,8 +210,9 @@ def check_scan(name: str | None, segments: int | None) -> None:
     check_segments(segments)
 
 
-def encode_entry(entry: object, *, key: str) -> EventRow:
-    """Validate an entry for SQL storage and give its row.
+def encode_entry(entry: object, *, key: str, session_checked: bool = False) -> EventRow:
+    """Validate an entry for SQL storage and give its row. ``session_checked``: its name and
+    sandboxId passed these checks already (the previous entry of a batch had them).
 
     Raises:
         InvalidInputError: not a LedgerEntry, text the database cannot hold, or an integer
@@ -219,16 +220,17 @@ def encode_entry(entry: object, *, key: str) -> EventRow:
     """
     e = check_entry(entry)
     require_storable(e)  # first: what no store takes is refused alike everywhere
-    check_text(e.name, "name")
-    check_text(e.sandbox_id, "sandboxId")
-    check_session_key(e.name, e.sandbox_id)
+    if not session_checked:
+        check_text(e.name, "name")
+        check_text(e.sandbox_id, "sandboxId")
+        check_session_key(e.name, e.sandbox_id)
+        _key_size("name/sandboxId", e.name, e.sandbox_id)
     for field in e.model_extra or {}:
         raise InvalidInputError(
             field,
             "this SQL store keeps only the contract's fields (the DynamoDB and memory stores "
             "keep fields of newer clients)",
         )
-    _key_size("name/sandboxId", e.name, e.sandbox_id)
     check_text(e.event, "event")
     if e.error is not None:
         _encodable(e.error, "error")
