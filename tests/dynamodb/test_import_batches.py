@@ -14,8 +14,9 @@ from botocore.config import Config
 from dynamodb.faults import CancelTransactions, ResendAfterSuccess
 from dynamodb.test_dynamodb_faults import workload
 from sandbox_ledger import LedgerEntry, LedgerEvent, StorageError
-from sandbox_ledger.dynamodb import DynamoDBAdapter, SyncDynamoDBAdapter
+from sandbox_ledger.dynamodb import DynamoDBAdapter, SyncDynamoDBAdapter, _bulk
 from sandbox_ledger.dynamodb.instrument import RequestCounter
+from sandbox_ledger.sdk.steps import Call, Parallel
 from sandbox_ledger.transfer import content_digest, entry_line, import_lines
 
 pytestmark = pytest.mark.usefixtures("fast_sdk_backoff")
@@ -129,6 +130,9 @@ def test_transactions_stay_within_100_actions_and_4_mb(moto_endpoint: str, sync_
     assert sum(limits.actions) >= 2 * len(entries)  # a head and a claim each, at least
     assert any(a > 90 for a in limits.actions)  # full transactions, not one per entry
     assert max(limits.sizes) > 3 * 1024 * 1024  # and large ones, split by size
+    # Read back over several 1 MB pages, the large session is found whole: all present.
+    again = import_lines(sync_adapter(moto_endpoint, sync_table), lines(entries))
+    assert (again.new, again.present, again.failed) == (0, len(entries), [])
     same_as_a_replay(sync_adapter(moto_endpoint, sync_table), entries)
 
 
@@ -198,3 +202,21 @@ async def test_the_async_twin_batches_and_survives_resends(
     assert again == [False] * len(entries)
     await adapter.close()
     same_as_a_replay(sync_adapter(moto_endpoint, sync_table), entries)
+
+
+def test_the_reconciliation_reads_sessions_in_parallel() -> None:
+    """Driven without AWS: the first pages of up to READS sessions' queries go out as one
+    Parallel step; a session with more pages then reads them one by one."""
+    sessions = [("job", f"s{i:02d}") for i in range(_bulk.READS + 3)]
+    op = _bulk.read_each_stored("tab", sessions)
+    step = next(op)
+    assert isinstance(step, Parallel) and len(step.calls) == _bulk.READS
+    assert [c.operation for c in step.calls] == ["query"] * _bulk.READS
+    more = {"Items": [], "LastEvaluatedKey": {"pk": {"S": "x"}}}
+    step = op.send([more] + [{"Items": []}] * (_bulk.READS - 1))
+    assert isinstance(step, Call) and step.params["ExclusiveStartKey"] == {"pk": {"S": "x"}}
+    step = op.send({"Items": []})
+    assert isinstance(step, Parallel) and len(step.calls) == 3
+    with pytest.raises(StopIteration) as done:
+        op.send([{"Items": []}] * 3)
+    assert done.value.value == [[] for _ in sessions]

@@ -39,6 +39,7 @@ from sandbox_ledger.errors import ConflictError, InvalidInputError, StorageError
 from sandbox_ledger.keys import LedgerAttr as A
 from sandbox_ledger.sdk import steps
 from sandbox_ledger.sdk.batching import batch_write
+from sandbox_ledger.sdk.paging import query_all
 from sandbox_ledger.sdk.steps import MAX_ATTEMPTS, Call, Op, Parallel, Sleep, error_code, log
 from sandbox_ledger.transfer import content_digest
 
@@ -47,10 +48,13 @@ if TYPE_CHECKING:
 
     from sandbox_ledger.models import LedgerEntry
 
-__all__ = ["CONCURRENCY", "append_once_many", "read_each_stored"]
+__all__ = ["CONCURRENCY", "READS", "append_once_many", "read_each_stored"]
 
 CONCURRENCY = 8
 """TransactWriteItems in flight at once."""
+
+READS = 16
+"""Reconciliation queries (one per session) in flight at once."""
 
 _THROTTLED = frozenset(
     {"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"}
@@ -233,8 +237,17 @@ def _give_up_after(
 def read_each_stored(
     table: str, sessions: Sequence[tuple[str, str]]
 ) -> Op[list[list[LedgerEntry]]]:
-    """``read_stored`` of each session in order."""
-    found = []
-    for name, sandbox_id in sessions:
-        found.append((yield from _ops.read_stored(table, name, sandbox_id)))
+    """``read_stored`` of each session in order: the first page of :data:`READS` sessions'
+    queries at once (most sessions fit one page), then each one's further pages."""
+    found: list[list[LedgerEntry]] = []
+    for start in range(0, len(sessions), READS):
+        chunk = sessions[start : start + READS]
+        queries = [_ops.stored_query(table, name, sandbox_id) for name, sandbox_id in chunk]
+        pages = yield Parallel(tuple(Call("query", q) for q in queries))
+        for (name, sandbox_id), query, page in zip(chunk, queries, pages, strict=True):
+            items = list(page.get("Items", []))
+            if page.get("LastEvaluatedKey"):
+                rest = {**query, "ExclusiveStartKey": page["LastEvaluatedKey"]}
+                items += yield from query_all(rest)
+            found.append((yield from _ops.stored_entries(table, name, sandbox_id, items)))
     return found
