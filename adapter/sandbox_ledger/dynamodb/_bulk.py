@@ -68,11 +68,13 @@ def append_once_many(
     retention: int | None,
     *,
     check: Callable[[object], LedgerEntry],
+    digests: Sequence[str] | None = None,
 ) -> Op[list[bool | InvalidInputError]]:
     """Append each identified copy ``(entry, occurrence)`` unless stored (see the module):
     True if written, False if an import stored that identity already, the
     :class:`InvalidInputError` of an item refused before writing (``check``: the rule an
-    entry passes to be stored).
+    entry passes to be stored; ``digests``: the items' content digests, if the caller has
+    them).
 
     Raises:
         ConflictError: a session stayed held by a running delete.
@@ -90,7 +92,8 @@ def append_once_many(
             if session != checked:  # a batch holds its sessions' entries together
                 k.check_session_key(*session)
                 checked = session
-            claim = k.claim_sk(content_digest(entry), k.check_occurrence(occurrence))
+            digest = content_digest(entry) if digests is None else digests[index]
+            claim = k.claim_sk(digest, k.check_occurrence(occurrence))
         except InvalidInputError as exc:
             outcomes[index] = exc
             continue

@@ -211,11 +211,14 @@ class SQLAdapter(ABC):
         return await bulk.read_stored_sessions(self, sessions)
 
     async def append_once_many(
-        self, items: Sequence[tuple[LedgerEntry, int]]
+        self,
+        items: Sequence[tuple[LedgerEntry, int]],
+        *,
+        digests: Sequence[str] | None = None,
     ) -> list[bool | InvalidInputError]:
         """``append_once`` of each item in one transaction, each session's summary updated
         once; a refused item's error is its outcome (see :mod:`sandbox_ledger.sql.bulk`)."""
-        return await bulk.append_once_many(self, items)
+        return await bulk.append_once_many(self, items, digests)
 
     def _encode(
         self, entry: LedgerEntry, key: str, *, session_checked: bool = False

@@ -193,13 +193,15 @@ def append_key(entry: LedgerEntry, position: int | None = None) -> str:
     return f"p{position:020d}-{digest}"
 
 
-def claim_key(entry: LedgerEntry, occurrence: int) -> str:
+def claim_key(entry: LedgerEntry, occurrence: int, digest: str | None = None) -> str:
     """The unique key of an imported entry: occurrence ``occurrence`` (1-based) of its content
-    in its session (:func:`sandbox_ledger.transfer.content_digest`), as DynamoDB's import
-    claim, so imports running at once store each copy once."""
+    in its session (:func:`sandbox_ledger.transfer.content_digest`, or ``digest`` if the
+    caller has it), as DynamoDB's import claim, so imports running at once store each copy
+    once."""
     from sandbox_ledger.transfer import content_digest
 
-    return f"i{check_occurrence(occurrence):06d}-{content_digest(entry)}"
+    digest = content_digest(entry) if digest is None else digest
+    return f"i{check_occurrence(occurrence):06d}-{digest}"
 
 
 def check_scan(name: str | None, segments: int | None) -> None:
