@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import base64
 import os
+import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ from botocore.config import Config
 from dynamodb.faults import CancelTransactions, ResendAfterSuccess
 from dynamodb.test_dynamodb_faults import workload
 from sandbox_ledger import LedgerEntry, LedgerEvent, StorageError
+from sandbox_ledger import keys as k
 from sandbox_ledger.dynamodb import DynamoDBAdapter, SyncDynamoDBAdapter, _bulk
 from sandbox_ledger.dynamodb.instrument import RequestCounter
 from sandbox_ledger.sdk.steps import Call, Parallel
@@ -220,3 +223,42 @@ def test_the_reconciliation_reads_sessions_in_parallel() -> None:
     with pytest.raises(StopIteration) as done:
         op.send([{"Items": []}] * 3)
     assert done.value.value == [[] for _ in sessions]
+
+
+def test_a_later_summary_expiry_is_kept_by_an_import_of_older_entries(
+    moto_endpoint: str, table_name: str
+) -> None:
+    """The folded summary update takes the form that leaves a later TTL (its condition
+    fails once, then the other form goes), as a single append does."""
+    adapter = SyncDynamoDBAdapter(
+        table_name, endpoint_url=moto_endpoint, retention=timedelta(days=30)
+    )
+    adapter.create_table()
+    now = int(time.time() * 1000)
+    adapter.append(
+        LedgerEntry(
+            ts=now, name="n", sandbox_id="s", step_index=-1, event=LedgerEvent.SandboxClosed
+        )
+    )
+    summary = {k.PARTITION_KEY: {"S": k.session_pk("n", "s")}, k.SORT_KEY: {"S": k.SUMMARY_SK}}
+
+    def expiry() -> int:
+        item = adapter.client().get_item(TableName=table_name, Key=summary)["Item"]
+        return int(item[k.TTL_ATTRIBUTE]["N"])
+
+    before = expiry()
+    older = now - 5 * 86_400_000
+    entries = [
+        LedgerEntry(
+            ts=older, name="n", sandbox_id="s", step_index=-1, event=LedgerEvent.SandboxCreated
+        ),
+        LedgerEntry(
+            ts=older + 1, name="n", sandbox_id="s", step_index=0, event=LedgerEvent.ExecComplete
+        ),
+    ]
+    counter = RequestCounter().attach(adapter.client())
+    assert adapter.append_once_many([(e, 1) for e in entries]) == [True, True]
+    assert counter.calls["TransactWriteItems"] == 2
+    assert expiry() == before
+    details = adapter.get_sandbox_details("n", "s")
+    assert details is not None and (details.started_at, details.exec_count) == (older, 1)
