@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import os
+import threading
 import time
 from datetime import timedelta
 from typing import Any
@@ -262,3 +263,27 @@ def test_a_later_summary_expiry_is_kept_by_an_import_of_older_entries(
     assert expiry() == before
     details = adapter.get_sandbox_details("n", "s")
     assert details is not None and (details.started_at, details.exec_count) == (older, 1)
+
+
+def test_concurrent_importers_of_many_sessions_store_each_entry_once(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    """Three importers of one file (one of them in reverse session order) race through the
+    same sessions' transactions: every entry stored once, the reports adding up."""
+    per_session = [session("job", f"c{i:02d}", 3) for i in range(15)]
+    entries = [e for s in per_session for e in s]
+    files = [entries, entries, [e for s in reversed(per_session) for e in s]]
+    reports: list[Any] = []
+
+    def run(order: list[LedgerEntry]) -> None:
+        reports.append(import_lines(sync_adapter(moto_endpoint, sync_table), lines(order)))
+
+    threads = [threading.Thread(target=run, args=(order,)) for order in files]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(reports) == 3
+    assert sum(r.new for r in reports) == len(entries)
+    assert all(r.new + r.present == len(entries) and not r.failed for r in reports)
+    same_as_a_replay(sync_adapter(moto_endpoint, sync_table), entries)
