@@ -34,16 +34,19 @@ EVENTS = [
 ]
 
 
-def write_file(path: Path, lines: int) -> None:
-    """``lines`` entries in sessions of 6, sorted by session as an export writes them."""
+def write_file(path: Path, lines: int, size: int = 6) -> None:
+    """``lines`` entries in sessions of ``size`` (created, started/complete pairs, closed),
+    in (name, sandboxId) order as an export writes them: 50 names, each a run of sessions."""
+    sessions = -(-lines // size)
     with path.open("w") as out:
         for i in range(lines):
-            session, k = divmod(i, 6)
+            session, position = divmod(i, size)
+            k = 0 if position == 0 else 5 if position == size - 1 else 1 + (position - 1) % 4
             entry: dict[str, Any] = {
                 "ts": 1_700_000_000_000 + i,
-                "name": f"job-{session % 50:02d}",
+                "name": f"job-{session * 50 // sessions:02d}",
                 "sandboxId": f"sb-{session:08d}",
-                "stepIndex": k // 2,
+                "stepIndex": position // 2,
                 "event": EVENTS[k],
             }
             if EVENTS[k] == "exec.complete":
@@ -75,7 +78,7 @@ def child(kind: str, store: str, operation: str, path: str) -> dict[str, Any]:
         return raw_sqlite(store, path)
     if kind == "raw-postgres":
         return raw_postgres(store, path)
-    counter = None
+    counter = capacity = None
     ledger: Any
     if kind == "dynamodb":
         from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
@@ -85,13 +88,22 @@ def child(kind: str, store: str, operation: str, path: str) -> dict[str, Any]:
         ledger = SyncDynamoDBAdapter(table, endpoint_url=endpoint, region_name="us-east-1")
         ledger.create_table()
         counter = RequestCounter().attach(ledger.client())
+        capacity = WriteCapacity().attach(ledger.client())
     else:
         from sandbox_ledger.blocking import open_blocking_store
 
         ledger = open_blocking_store(store)
     start = time.perf_counter()
     result: dict[str, Any] = {}
-    if operation == "import":
+    if operation == "append":  # the same entries, each through a plain append
+        from sandbox_ledger.transfer import parse_lines
+
+        with open(path, "rb") as source:
+            parsed = parse_lines(source)
+        for _, entry in parsed.entries:
+            ledger.append(entry)
+        result = {"appended": len(parsed.entries)}
+    elif operation == "import":
         from sandbox_ledger.transfer import import_lines
 
         with open(path, "rb") as source:
@@ -110,8 +122,44 @@ def child(kind: str, store: str, operation: str, path: str) -> dict[str, Any]:
     if counter is not None:
         result["requests"] = sum(counter.calls.values())
         result["calls"] = dict(counter.calls)
+    if capacity is not None and capacity.units:
+        result["wcu"] = capacity.units
     ledger.close()
     return result
+
+
+class WriteCapacity:
+    """Write capacity units the requests would consume on DynamoDB (moto reports none), from
+    the items' sizes: 1 per KB per item written, 2 in a transaction; an update counted as a
+    summary item of at most 1 KB."""
+
+    def __init__(self) -> None:
+        self.units = 0
+
+    def attach(self, client: Any) -> WriteCapacity:
+        for op in ("PutItem", "UpdateItem", "BatchWriteItem", "TransactWriteItems"):
+            client.meta.events.register(f"before-parameter-build.dynamodb.{op}", self._count)
+        return self
+
+    def _count(self, params: dict[str, Any], model: Any, **_: Any) -> None:
+        from sandbox_ledger.dynamodb._packing import item_bytes
+
+        def kb(item: dict[str, Any]) -> int:
+            return max(1, -(-item_bytes(item) // 1024))
+
+        if model.name == "PutItem":
+            self.units += kb(params["Item"])
+        elif model.name == "UpdateItem":
+            self.units += 1
+        elif model.name == "BatchWriteItem":
+            for requests in params["RequestItems"].values():
+                self.units += sum(
+                    kb(r["PutRequest"]["Item"]) for r in requests if "PutRequest" in r
+                )
+        else:
+            for action in params["TransactItems"]:
+                put = action.get("Put")
+                self.units += 2 * (kb(put["Item"]) if put else 1)
 
 
 def _rows(path: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
@@ -176,20 +224,34 @@ def raw_postgres(dsn: str, path: str) -> dict[str, Any]:
 # -- the parent -----------------------------------------------------------------------------
 
 
-def bench(kind: str, store: str, lines: int, file: Path, folder: Path, raw: float | None) -> None:
-    """Import into the empty store, import again, export; one table row each."""
+def bench(
+    kind: str,
+    store: str,
+    lines: int,
+    file: Path,
+    folder: Path,
+    raw: float | None,
+    label: str | None = None,
+) -> None:
+    """Import into the empty store, import again, export (on DynamoDB also a plain append of
+    each entry into another table, for its requests and capacity); one table row each."""
     operations = ["import"] if kind == "memory" else ["import", "re-import", "export"]
+    if kind == "dynamodb":
+        operations.append("append")  # the plain append's requests and capacity, beside
     for operation in operations:
         target = file if operation != "export" else folder / f"{kind}-{lines}.export.jsonl"
-        result, _, rss = run_child([kind, store, operation.replace("re-", ""), str(target)])
+        where = store if operation != "append" else store.replace("@", "append@", 1)
+        result, _, rss = run_child([kind, where, operation.replace("re-", ""), str(target)])
         rate = lines / result["seconds"]
         requests = result.get("requests")
         per_entry = f"{requests / lines:.3f}" if requests is not None else "-"
+        if "wcu" in result:
+            result["wcu/entry"] = round(result.pop("wcu") / lines, 2)
         ratio = f"{result['seconds'] / raw:.1f}x" if raw and operation == "import" else "-"
         detail = {k: v for k, v in result.items() if k not in ("seconds", "requests")}
         print(
-            f"| {kind} | {lines:,} | {operation} | {result['seconds']:.1f} s | {rate:,.0f} | "
-            f"{ratio} | {per_entry} | {rss} MB | {detail} |",
+            f"| {label or kind} | {lines:,} | {operation} | {result['seconds']:.1f} s | "
+            f"{rate:,.0f} | {ratio} | {per_entry} | {rss} MB | {detail} |",
             flush=True,
         )
 
@@ -210,7 +272,14 @@ def main() -> None:
     parser.add_argument("--lines", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--stores", nargs="+", default=["sqlite", "postgres", "memory", "dynamodb"])
     parser.add_argument(
-        "--dynamodb-lines", type=int, default=6_000, help="lines for DynamoDB (per-entry path)"
+        "--dynamodb-lines", type=int, default=6_000, help="lines for DynamoDB (embedded server)"
+    )
+    parser.add_argument(
+        "--dynamodb-sessions",
+        type=int,
+        nargs="+",
+        default=[6, 10],
+        help="entries per session in the DynamoDB files",
     )
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -249,14 +318,17 @@ def main() -> None:
                     bench(kind, "memory://", lines, file, folder, None)
                 else:
                     n = min(lines, args.dynamodb_lines)
-                    source = folder / f"ddb{n}.jsonl"
-                    write_file(source, n)
                     if ddb is None:
                         from sandbox_ledger.local import LocalDynamoDBProcess
 
                         ddb = LocalDynamoDBProcess()
                         ddb.start()
-                    bench(kind, f"bench{lines}@{ddb.endpoint_url}", n, source, folder, None)
+                    for size in args.dynamodb_sessions:
+                        source = folder / f"ddb{n}-{size}.jsonl"
+                        write_file(source, n, size)
+                        where = f"bench{lines}s{size}@{ddb.endpoint_url}"
+                        label = f"dynamodb, sessions of {size}"
+                        bench(kind, where, n, source, folder, None, label)
     finally:
         for server in (pg, ddb):
             if server is not None:

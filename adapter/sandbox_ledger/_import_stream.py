@@ -148,13 +148,13 @@ def _write(
     from sandbox_ledger.transfer import LineError, plan_session
 
     keys = list(batch.sessions)
-    writes: list[tuple[int, LedgerEntry, int]] = []
+    writes: list[tuple[int, LedgerEntry, int, str]] = []
     done = 0
     for key, held in zip(keys, target.read_stored_sessions(keys), strict=True):
         planned, present = plan_session(held, batch.sessions[key], seen=batch.prior[key])
         report.present += present
         done += present
-        for number, entry, occurrence in planned:
+        for number, entry, occurrence, digest in planned:
             expires = ledger_expires_at(entry.ts, seconds)
             # The clock is read per entry: an import that runs long must not write an entry
             # that expired since it began (a read judges it hidden at once). Written, it
@@ -163,12 +163,15 @@ def _write(
                 report.expired += 1
                 done += 1
             else:
-                writes.append((number, entry, occurrence))
+                writes.append((number, entry, occurrence, digest))
     if writes:
         # A DeploymentMismatchError (the client disagrees with the table, not a line) stops
         # the import: what the batch wrote stays, each entry once, and a re-run resumes.
-        outcomes = target.append_once_many([(e, occurrence) for _, e, occurrence in writes])
-        for (number, _, _), outcome in zip(writes, outcomes, strict=True):
+        outcomes = target.append_once_many(
+            [(e, occurrence) for _, e, occurrence, _ in writes],
+            digests=[digest for *_, digest in writes],  # computed once, by plan_session
+        )
+        for (number, *_), outcome in zip(writes, outcomes, strict=True):
             if outcome is True:
                 report.new += 1
             elif outcome is False:

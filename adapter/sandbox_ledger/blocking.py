@@ -176,9 +176,12 @@ class BlockingAdapter:
         return self._run(self.adapter.read_stored_sessions(sessions))
 
     def append_once_many(
-        self, items: Sequence[tuple[LedgerEntry, int]]
+        self,
+        items: Sequence[tuple[LedgerEntry, int]],
+        *,
+        digests: Sequence[str] | None = None,
     ) -> list[bool | InvalidInputError]:
-        return self._run(self.adapter.append_once_many(items))
+        return self._run(self.adapter.append_once_many(items, digests=digests))
 
     def ledger_retention(self) -> int | None:
         return self._run(self.adapter.ledger_retention())

@@ -200,9 +200,13 @@ class MemoryAdapter:
         return await read_each_stored(self.read_stored, sessions)
 
     async def append_once_many(
-        self, items: Sequence[tuple[LedgerEntry, int]]
+        self,
+        items: Sequence[tuple[LedgerEntry, int]],
+        *,
+        digests: Sequence[str] | None = None,
     ) -> list[bool | InvalidInputError]:
-        """``append_once`` of each item in order, a refused item's error as its outcome."""
+        """``append_once`` of each item in order, a refused item's error as its outcome
+        (``digests`` unused: this store keeps identities by content)."""
         return await append_each_once(self.append_once, items)
 
     async def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]:

@@ -194,7 +194,10 @@ class TransferAdapter(StorageAdapter, Protocol):
         ...
 
     async def append_once_many(
-        self, items: Sequence[tuple[LedgerEntry, int]]
+        self,
+        items: Sequence[tuple[LedgerEntry, int]],
+        *,
+        digests: Sequence[str] | None = None,
     ) -> list[bool | InvalidInputError]:
         """``append_once`` of each (entry, occurrence), in order, with each item's outcome:
         True if this call stored it, False if an earlier ``append_once`` had, or the
@@ -202,6 +205,10 @@ class TransferAdapter(StorageAdapter, Protocol):
         that item; the others are written). A SQL store writes the batch in one transaction
         with each session's summary updated once; every store keeps each identity's
         exactly-once under concurrent calls.
+
+        ``digests``: each item's :func:`~sandbox_ledger.transfer.content_digest`, when the
+        caller computed it already (the importer reconciles by it), so that it is not
+        computed again; taken as given (a wrong one stores the entry under that identity).
 
         Raises:
             DeploymentMismatchError: the client disagrees with the store (nothing more is
@@ -276,7 +283,10 @@ class SyncTransferAdapter(SyncStorageAdapter, Protocol):
     ) -> list[list[LedgerEntry]]: ...
 
     def append_once_many(
-        self, items: Sequence[tuple[LedgerEntry, int]]
+        self,
+        items: Sequence[tuple[LedgerEntry, int]],
+        *,
+        digests: Sequence[str] | None = None,
     ) -> list[bool | InvalidInputError]: ...
 
     def ledger_retention(self) -> int | None: ...

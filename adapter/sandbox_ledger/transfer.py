@@ -250,16 +250,17 @@ def plan_session(
     incoming: Iterable[tuple[int, LedgerEntry]],
     *,
     seen: Counter[str] | None = None,
-) -> tuple[list[tuple[int, LedgerEntry, int]], int]:
-    """What to write for one session: (line, entry, occurrence) for every copy beyond those
-    the session holds (compared as a multiset of contents), and how many are present.
+) -> tuple[list[tuple[int, LedgerEntry, int, str]], int]:
+    """What to write for one session: (line, entry, occurrence, content digest) for every
+    copy beyond those the session holds (compared as a multiset of contents), and how many
+    are present.
 
     ``seen``: how often each content came in earlier lines of the file (a session whose
     lines are not all together), counted on into it.
     """
     held = Counter(content_digest(e) for e in existing)
     seen = Counter() if seen is None else seen
-    writes: list[tuple[int, LedgerEntry, int]] = []
+    writes: list[tuple[int, LedgerEntry, int, str]] = []
     present = 0
     for number, entry in incoming:
         digest = content_digest(entry)
@@ -267,7 +268,7 @@ def plan_session(
         if seen[digest] <= held[digest]:
             present += 1
         else:
-            writes.append((number, entry, seen[digest]))
+            writes.append((number, entry, seen[digest], digest))
     return writes, present
 
 

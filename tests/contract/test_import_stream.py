@@ -119,11 +119,11 @@ def test_an_import_stopped_between_batches_resumes_exactly_once(store: Any) -> N
         def __getattr__(self, name: str) -> Any:
             return getattr(store, name)
 
-        def append_once_many(self, items: Any) -> Any:
+        def append_once_many(self, items: Any, **kwargs: Any) -> Any:
             self.calls += 1
             if self.calls > 2:
                 raise _Interrupted
-            return store.append_once_many(items)
+            return store.append_once_many(items, **kwargs)
 
     with pytest.raises(_Interrupted):
         import_lines(StopsAfterTwoBatches(), lines(entries))  # type: ignore[arg-type]

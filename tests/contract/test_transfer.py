@@ -102,7 +102,8 @@ def test_plan_counts_identical_entries_as_a_multiset() -> None:
     x, y = e("n", "s", "exec.complete", 1, {"a": 1}), e("n", "s", "exec.complete", 1, {"a": 2})
     writes, present = plan_session([x], [(1, x), (2, y), (3, x), (4, x)])
     assert present == 1
-    assert [(n, occ) for n, _, occ in writes] == [(2, 1), (3, 2), (4, 3)]
+    assert [(n, occ) for n, _, occ, _ in writes] == [(2, 1), (3, 2), (4, 3)]
+    assert [digest for *_, digest in writes] == [content_digest(y)] + [content_digest(x)] * 2
     # Key order inside objects is not content.
     same = LedgerEntry.model_validate_json(
         '{"payload":{"b":1,"a":2},"ts":1,"name":"n","sandboxId":"s","stepIndex":-1,"event":"x"}'

@@ -137,3 +137,36 @@ class PartialBatches:
             client.meta.events.register(f"before-parameter-build.dynamodb.{op}", self._before)
             client.meta.events.register(f"after-call.dynamodb.{op}", self._after)
         return self
+
+
+class CancelTransactions:
+    """``before-send`` hook answering the first ``times`` TransactWriteItems with a
+    TransactionCanceledException whose every action has the reason ``code`` (as DynamoDB
+    reports a throttled or conflicting transaction: one reason per action)."""
+
+    def __init__(self, code: str, *, times: int, aio: bool) -> None:
+        self.code, self.times, self.aio = code, times, aio
+        self.injected = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, request: Any, **_: Any) -> AWSResponse | None:
+        target = request.headers.get("X-Amz-Target", b"")
+        target = target.decode() if isinstance(target, bytes) else target
+        if not target.endswith(".TransactWriteItems"):
+            return None
+        with self._lock:
+            if self.injected >= self.times:
+                return None
+            self.injected += 1
+        body = request.body
+        actions = len(
+            json.loads(body if isinstance(body, (bytes, str)) else body.read())["TransactItems"]
+        )
+        reasons = [{"Code": self.code, "Message": "injected"}] * actions
+        return error_response(
+            "TransactionCanceledException", aio=self.aio, CancellationReasons=reasons
+        )
+
+    def attach(self, client: Any) -> CancelTransactions:
+        client.meta.events.register_first("before-send.dynamodb", self)
+        return self

@@ -238,7 +238,7 @@ DEFECTS = (
         (
             Patch(
                 "sandbox_ledger.dynamodb._items",
-                "summary_update",
+                "summary_fold",
                 '_set_if_absent(A.STARTED_AT, ":ts"),\n'
                 '            _set_if_absent(k.INDEX_SORT_KEY, ":ts"),',
                 'f"{A.STARTED_AT} = :ts",\n            f"{k.INDEX_SORT_KEY} = :ts",',

@@ -238,6 +238,14 @@ def export(
     output: Path | None = typer.Option(
         None, "--output", "-o", help="Write to this file (replaced on success); default: stdout."
     ),
+    segments: int | None = typer.Option(
+        None,
+        "--segments",
+        min=1,
+        max=64,
+        help="DynamoDB: Scan segments read in parallel (1-64; default 4). Other stores "
+        "list their sessions with one query and ignore it.",
+    ),
     store: str | None = _STORE,
     query: str | None = typer.Option(
         None,
@@ -265,6 +273,7 @@ def export(
             output=output,
             err=err(),
             select=select,
+            segments=segments,
         )
     except NothingToExport as nothing:
         unchanged = f"; {output} is unchanged" if output else ""

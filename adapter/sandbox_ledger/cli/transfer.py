@@ -37,11 +37,12 @@ def export_to(
     output: Path | None,
     err: Console,
     select: Callable[[str], str | None] | None = None,
+    segments: int | None = None,
 ) -> tuple[int, int, int, int]:
     """Write the export to ``output`` (or stdout); returns (sessions exported, entries,
     environment records, lines written). A whole-store export (no ``name``) carries the
     environment records too. ``select`` (``--query``) gives each line's replacement, or None
-    to leave it out.
+    to leave it out; ``segments``: the scan's parallelism (see ``scan_sessions``).
 
     A file is written beside its destination and renamed into place only once complete, so
     a failed export leaves an existing file untouched.
@@ -49,7 +50,7 @@ def export_to(
     if name is not None and sandbox_id is not None:
         sessions = [(name, sandbox_id)]
     else:
-        sessions = ledger.scan_sessions(name)
+        sessions = ledger.scan_sessions(name, segments=segments)
     environments = ledger.list_environments() if name is None else []
     from sandbox_ledger.cli.progress import reading
 
@@ -246,21 +247,19 @@ def import_from(
 
     status = status if status is not None else ImportStatus()
     status.report = ImportReport()
-
-    def read() -> Iterator[bytes]:
-        for line in source:
-            status.lines += 1
-            yield line
-
     if err.is_terminal:
-        report = _import_with_progress(
-            ledger, read(), _file_size(source), label, err, status.report
-        )
+        report = _import_with_progress(ledger, source, label, err, status)
     else:
-        report = import_lines(ledger, read(), report=status.report)
+        report = import_lines(ledger, _counted(source, status), report=status.report)
     for failure in report.failed:
         err.print(f"{label}:{failure.number}: {failure.reason}", markup=False)
     return report
+
+
+def _counted(source: Iterable[bytes], status: ImportStatus) -> Iterator[bytes]:
+    for line in source:
+        status.lines += 1
+        yield line
 
 
 def _file_size(source: BinaryIO) -> int | None:
@@ -273,13 +272,10 @@ def _file_size(source: BinaryIO) -> int | None:
 
 
 def _import_with_progress(
-    ledger: SyncTransferAdapter,
-    source: Iterable[bytes],
-    size: int | None,
-    label: str,
-    err: Console,
-    report: ImportReport,
+    ledger: SyncTransferAdapter, source: BinaryIO, label: str, err: Console, status: ImportStatus
 ) -> ImportReport:
+    """:func:`import_lines` of ``source`` with a progress line: the lines read and lines/s,
+    and for a regular file a bar, the share read and the time left."""
     from rich.progress import (
         BarColumn,
         Progress,
@@ -289,6 +285,7 @@ def _import_with_progress(
         TimeRemainingColumn,
     )
 
+    size = _file_size(source)
     columns: list[ProgressColumn] = [
         TextColumn("{task.description}"),
         TextColumn("{task.fields[lines]}"),
@@ -302,11 +299,13 @@ def _import_with_progress(
 
         def counted() -> Iterator[bytes]:
             nonlocal read
-            for number, line in enumerate(source, start=1):
+            for line in source:
+                status.lines += 1
                 read += len(line)
-                if number % 1000 == 0:
-                    rate = number / max(time.monotonic() - started, 1e-9)
-                    progress.update(task, completed=read, lines=f"{number:,} lines, {rate:,.0f}/s")
+                if status.lines % 1000 == 0:
+                    rate = status.lines / max(time.monotonic() - started, 1e-9)
+                    shown = f"{status.lines:,} lines, {rate:,.0f}/s"
+                    progress.update(task, completed=read, lines=shown)
                 yield line
 
-        return import_lines(ledger, counted(), report=report)
+        return import_lines(ledger, counted(), report=status.report)

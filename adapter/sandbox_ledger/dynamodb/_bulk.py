@@ -1,46 +1,256 @@
-"""The batched import operations of the DynamoDB twins (shared, as every operation is):
-each item through the single ``append_once`` transaction, each session through
-``read_stored``. A refused item's error is its outcome; a client that disagrees with the
-table stops the batch."""
+"""The batched import operations of the DynamoDB twins (shared, as every operation is).
+
+:func:`append_once_many` writes a batch of identified entries (an import's, see
+:func:`sandbox_ledger.keys.claim_sk`) in few TransactWriteItems: each carries whole sessions
+where they fit (see :mod:`._packing` for DynamoDB's limits), each
+entry as its head and its claim (and a checkpoint's marker) put under the condition that they
+do not exist, each session with ONE summary update folding its entries in
+(:func:`~sandbox_ledger.dynamodb._items.summary_fold`). Up to :data:`CONCURRENCY`
+transactions run at once; a session split over several transactions has them run one after
+the other, in its append order.
+
+Exactly once, as the single append: every head's key holds an order id fixed before the
+first attempt, so a transaction that landed but whose response was lost fails its heads'
+conditions when resent (a transaction is all or nothing: every entry of it is stored, once).
+A claim that exists already (another import stored that identity first) cancels the
+transaction naming that action: the entry's outcome is False and the rest goes again
+without it. A summary held by a running delete, a conflict or throttling is retried with
+backoff, at most ``MAX_ATTEMPTS`` times, then raised: never reported as stored.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from sandbox_ledger.deployment import DeploymentMismatchError
+from botocore.exceptions import BotoCoreError, ClientError
+
+from sandbox_ledger import keys as k
 from sandbox_ledger.dynamodb import _ops
-from sandbox_ledger.errors import InvalidInputError
+from sandbox_ledger.dynamodb._packing import (
+    Slot,
+    Transaction,
+    Unit,
+    new_unit,
+    pack,
+    remove,
+    request,
+)
+from sandbox_ledger.errors import ConflictError, InvalidInputError, StorageError
+from sandbox_ledger.keys import LedgerAttr as A
+from sandbox_ledger.sdk import steps
+from sandbox_ledger.sdk.batching import batch_write
+from sandbox_ledger.sdk.paging import query_all
+from sandbox_ledger.sdk.steps import MAX_ATTEMPTS, Call, Op, Parallel, Sleep, error_code, log
+from sandbox_ledger.transfer import content_digest
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from sandbox_ledger.models import LedgerEntry
-    from sandbox_ledger.sdk.steps import Op
 
-__all__ = ["append_each_once", "read_each_stored"]
+__all__ = ["CONCURRENCY", "READS", "append_once_many", "read_each_stored"]
+
+CONCURRENCY = 8
+"""TransactWriteItems in flight at once."""
+
+READS = 16
+"""Reconciliation queries (one per session) in flight at once."""
+
+_THROTTLED = frozenset(
+    {"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"}
+)
 
 
-def append_each_once(
-    append_once: Callable[[LedgerEntry, int], Op[bool]],
+def append_once_many(
+    table: str,
     items: Sequence[tuple[LedgerEntry, int]],
+    shard_count: int,
+    retention: int | None,
+    *,
+    check: Callable[[object], LedgerEntry],
+    digests: Sequence[str] | None = None,
 ) -> Op[list[bool | InvalidInputError]]:
-    """``append_once`` of each item in order."""
-    outcomes: list[bool | InvalidInputError] = []
-    for entry, occurrence in items:
+    """Append each identified copy ``(entry, occurrence)`` unless stored (see the module):
+    True if written, False if an import stored that identity already, the
+    :class:`InvalidInputError` of an item refused before writing (``check``: the rule an
+    entry passes to be stored; ``digests``: the items' content digests, if the caller has
+    them).
+
+    Raises:
+        ConflictError: a session stayed held by a running delete.
+        StorageError: a transaction stayed cancelled (conflicts, throttling).
+    """
+    outcomes: list[bool | InvalidInputError | None] = [None] * len(items)
+    units: list[Unit] = []
+    first: dict[tuple[str, str], int] = {}
+    repeats: list[tuple[int, int]] = []
+    checked: tuple[str, str] | None = None
+    for index, (entry, occurrence) in enumerate(items):
         try:
-            outcomes.append((yield from append_once(entry, occurrence)))
-        except DeploymentMismatchError:
-            raise
+            entry = check(entry)
+            session = (entry.name, entry.sandbox_id)
+            if session != checked:  # a batch holds its sessions' entries together
+                k.check_session_key(*session)
+                checked = session
+            digest = content_digest(entry) if digests is None else digests[index]
+            claim = k.claim_sk(digest, k.check_occurrence(occurrence))
         except InvalidInputError as exc:
-            outcomes.append(exc)
-    return outcomes
+            outcomes[index] = exc
+            continue
+        identity = (k.session_pk(*session), claim)
+        if identity in first:  # the same identity twice: the later one finds it stored
+            repeats.append((index, first[identity]))
+            continue
+        first[identity] = index
+        units.append(new_unit(index, entry, claim, retention))
+    units.sort(key=lambda u: (u.head[k.PARTITION_KEY]["S"], u.index))
+    parts = [{"PutRequest": {"Item": part}} for u in units for part in u.parts]
+    if parts:  # each head is written after its parts, as the single append does
+        yield from batch_write(table, parts)
+    for unit, outcome in (yield from _transact(table, pack(units), shard_count)):
+        outcomes[unit.index] = outcome
+    for index, earlier in repeats:
+        outcomes[index] = False if isinstance(outcomes[earlier], bool) else outcomes[earlier]
+    assert all(outcome is not None for outcome in outcomes)
+    return [o for o in outcomes if o is not None]
+
+
+def _transact(
+    table: str, transactions: list[Transaction], shard_count: int
+) -> Op[list[tuple[Unit, bool]]]:
+    """Run ``transactions`` (see :func:`pack`) until each is done; every unit's outcome."""
+    done: list[tuple[Unit, bool]] = []
+    finished: set[int] = set()
+    waiting = dict(enumerate(transactions))
+    while waiting:
+        ready = [(n, t) for n, t in waiting.items() if t.after <= finished][:CONCURRENCY]
+        now = _ops._now_ms()
+        requests = [request(table, t, shard_count, now) for _, t in ready]
+        results = yield Parallel(
+            tuple(Call("transact_write_items", params) for params, _ in requests), settle=True
+        )
+        pause = 0
+        for (n, transaction), (_, slots), result in zip(ready, requests, results, strict=True):
+            if isinstance(result, BaseException):
+                taken = _cancelled(transaction, slots, result, now)
+                done.extend((u, False) for u in taken)
+                if transaction.landed:
+                    done.extend((u, True) for u in transaction.units)
+                elif transaction.groups:  # to run again
+                    if transaction.backoff:
+                        pause = max(pause, transaction.attempt)
+                    continue
+            else:
+                done.extend((u, True) for u in transaction.units)
+            finished.add(n)
+            del waiting[n]
+        if pause:
+            yield Sleep(steps.backoff(pause))
+    return done
+
+
+def _cancelled(
+    transaction: Transaction, slots: list[Slot], exc: BaseException, now_ms: int
+) -> list[Unit]:
+    """Judge a failed transaction: returns the units another import stored first, removed
+    from it. A transaction that had landed (a resend) is marked ``landed``; otherwise it is
+    left to run again (its attempt counted, ``backoff`` set when it must wait first), or the
+    error is raised.
+    """
+    code = error_code(exc)
+    reasons: list[dict[str, Any]] = (
+        exc.response.get("CancellationReasons", [])
+        if isinstance(exc, ClientError) and code == "TransactionCanceledException"
+        else []
+    )
+    transaction.backoff = False
+    if reasons and len(reasons) == len(slots):
+        return _judge(transaction, slots, reasons, exc, now_ms)
+    if code in _THROTTLED or (isinstance(exc, BotoCoreError) and not isinstance(exc, ClientError)):
+        # Past the SDK's own retries: back off and send it again (if it had landed after
+        # all, its heads say so).
+        transaction.attempt += 1
+        transaction.backoff = True
+        _give_up_after(transaction, exc, deleting=False, codes=[code or type(exc).__name__])
+        return []
+    raise exc
+
+
+def _judge(
+    transaction: Transaction,
+    slots: list[Slot],
+    reasons: list[dict[str, Any]],
+    exc: BaseException,
+    now_ms: int,
+) -> list[Unit]:
+    """:func:`_cancelled` for a transaction cancelled with a reason per action."""
+    failed = [
+        (s, r)
+        for s, r in zip(slots, reasons, strict=True)
+        if r.get("Code") == "ConditionalCheckFailed"
+    ]
+    if any(s.kind == "head" for s, _ in failed):
+        # A head holds an order id of this writer only: this was a resend of a transaction
+        # that landed (all or nothing), every entry of it stored once. Reported as written.
+        log.debug("import: a transaction already stored (a resent write)")
+        transaction.landed = True
+        return []
+    taken = [s.unit for s, _ in failed if s.kind == "claim" and s.unit is not None]
+    deleting = False
+    for slot, reason in failed:
+        if slot.kind == "summary" and slot.group is not None:
+            stored = reason.get("Item") or {}
+            ttl = slot.group.ttl()
+            lease = A.DELETING in stored and int(stored[A.DELETING]["N"]) >= now_ms
+            if ttl is None or lease:
+                deleting = True
+            else:  # the stored TTL is later: take the form that leaves it, at once
+                later = stored.get(k.TTL_ATTRIBUTE)
+                slot.group.held = later is not None and int(later["N"]) > ttl
+    remove(transaction, taken)
+    codes = [r.get("Code") for r in reasons]
+    if not failed and not _ops._RETRYABLE_CANCELLATIONS.intersection(codes):
+        raise exc
+    transaction.backoff = deleting or not failed
+    if not taken or deleting:  # removing what another import stored is progress
+        transaction.attempt += 1
+    if transaction.groups:
+        _give_up_after(transaction, exc, deleting=deleting, codes=codes)
+    return taken
+
+
+def _give_up_after(
+    transaction: Transaction, exc: BaseException, *, deleting: bool, codes: list[Any]
+) -> None:
+    log.info("import: transaction cancelled %s, retry %d", codes, transaction.attempt)
+    if transaction.attempt < MAX_ATTEMPTS:
+        return
+    log.warning("import: giving up after %d attempts", transaction.attempt)
+    if deleting:
+        raise ConflictError(
+            "import: a session is being deleted (retry once delete_sandbox has returned)",
+            code="TransactionCanceledException",
+        ) from exc
+    raise StorageError(
+        f"import: transaction cancelled {transaction.attempt} times ({codes})",
+        code=error_code(exc) or "TransactionCanceledException",
+    ) from exc
 
 
 def read_each_stored(
     table: str, sessions: Sequence[tuple[str, str]]
 ) -> Op[list[list[LedgerEntry]]]:
-    """``read_stored`` of each session in order."""
-    found = []
-    for name, sandbox_id in sessions:
-        found.append((yield from _ops.read_stored(table, name, sandbox_id)))
+    """``read_stored`` of each session in order: the first page of :data:`READS` sessions'
+    queries at once (most sessions fit one page), then each one's further pages."""
+    found: list[list[LedgerEntry]] = []
+    for start in range(0, len(sessions), READS):
+        chunk = sessions[start : start + READS]
+        queries = [_ops.stored_query(table, name, sandbox_id) for name, sandbox_id in chunk]
+        pages = yield Parallel(tuple(Call("query", q) for q in queries))
+        for (name, sandbox_id), query, page in zip(chunk, queries, pages, strict=True):
+            items = list(page.get("Items", []))
+            if page.get("LastEvaluatedKey"):
+                rest = {**query, "ExclusiveStartKey": page["LastEvaluatedKey"]}
+                items += yield from query_all(rest)
+            found.append((yield from _ops.stored_entries(table, name, sandbox_id, items)))
     return found

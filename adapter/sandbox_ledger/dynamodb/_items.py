@@ -10,7 +10,7 @@ import threading
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger import _json
 from sandbox_ledger import keys as k
@@ -25,6 +25,9 @@ from sandbox_ledger.models import (
 )
 from sandbox_ledger.sdk.attributes import B, Item, N, S
 from sandbox_ledger.summary import checkpoint_info
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 # A DynamoDB item stops at 400 KB (409,600 bytes) including attribute names and keys (up to
 # 3 KB here). Chunks stay well below that, whatever an emulator would accept.
@@ -199,58 +202,80 @@ SHARDED_EVENTS = frozenset({LedgerEvent.SandboxCreated, LedgerEvent.SandboxClose
 def summary_update(
     entry: LedgerEntry, shard_count: int, ttl: int | None = None
 ) -> dict[str, Any] | None:
-    """The UpdateItem fields that fold ``entry`` into its session summary, or None.
+    """The UpdateItem fields that fold ``entry`` into its session summary, or None (see
+    :func:`summary_fold`)."""
+    return summary_fold((entry,), shard_count, ttl)
 
-    With ``ttl`` (the entry's own TTL), the summary's TTL becomes it (the append's condition
-    keeps a later one: a summary lives as long as the latest entry that changed it).
+
+def summary_fold(
+    entries: Sequence[LedgerEntry], shard_count: int, ttl: int | None = None
+) -> dict[str, Any] | None:
+    """The one UpdateItem that folds ``entries`` (of one session, in append order) into
+    their session summary, or None if none of them changes it.
+
+    With ``ttl`` (the latest TTL among the entries that change the summary), the summary's
+    TTL becomes it (the append's condition keeps a later one: a summary lives as long as the
+    latest entry that changed it).
 
     Mirrors :meth:`SessionSummary.apply` with ``if_not_exists`` so that the first created and
     the first closed win in any arrival order, and the status-keyed index partitions end up
-    right whichever of the two came first.
+    right whichever of the two came first: folded, the first created and the first closed
+    of ``entries`` stand for all of them, a closed one sets the status keys (a created
+    never replaces a completed status), and the complete execs add up.
     """
-    pk = k.session_pk(entry.name, entry.sandbox_id)
-    # Only created and closed write a sharded key (SHARDED_EVENTS): others pass 0.
-    shard = k.shard_of(pk, shard_count) if entry.event in SHARDED_EVENTS else 0
+    first = entries[0]
+    created = next((e for e in entries if e.event == LedgerEvent.SandboxCreated), None)
+    closed = next((e for e in entries if e.event == LedgerEvent.SandboxClosed), None)
+    execs = sum(1 for e in entries if e.event == LedgerEvent.ExecComplete)
+    if created is None and closed is None and not execs:
+        return None
+    pk = k.session_pk(first.name, first.sandbox_id)
+    # Only created and closed write a sharded key (SHARDED_EVENTS).
+    shard = k.shard_of(pk, shard_count) if created or closed else 0
     names = {"#nm": A.NAME}
     values: dict[str, Any] = {
-        ":nm": S(entry.name),
-        ":sid": S(entry.sandbox_id),
+        ":nm": S(first.name),
+        ":sid": S(first.sandbox_id),
         ":ty": S("session"),
     }
     sets = ["#nm = :nm", f"{A.SANDBOX_ID} = :sid", f"{A.ITEM_TYPE} = :ty"]
     adds: list[str] = []
-    if entry.event == LedgerEvent.SandboxCreated:
+    if created is not None:
         values |= {
-            ":ts": N(entry.ts),
-            ":g1": S(k.by_name_pk(entry.name)),
+            ":ts": N(created.ts),
+            ":g1": S(k.by_name_pk(first.name)),
             ":g3": S(k.all_pk(shard)),
-            ":g2": S(k.by_name_status_pk(SandboxStatus.Running, entry.name)),
-            ":g4": S(k.all_status_pk(SandboxStatus.Running, shard)),
         }
         sets += [
             _set_if_absent(A.STARTED_AT, ":ts"),
             _set_if_absent(k.INDEX_SORT_KEY, ":ts"),
             f"{k.BY_NAME.partition_key} = :g1",
             f"{k.ALL.partition_key} = :g3",
-            _set_if_absent(k.BY_NAME_STATUS.partition_key, ":g2"),
-            _set_if_absent(k.ALL_STATUS.partition_key, ":g4"),
         ]
-    elif entry.event == LedgerEvent.SandboxClosed:
+        if closed is None:
+            values |= {
+                ":g2": S(k.by_name_status_pk(SandboxStatus.Running, first.name)),
+                ":g4": S(k.all_status_pk(SandboxStatus.Running, shard)),
+            }
+            sets += [
+                _set_if_absent(k.BY_NAME_STATUS.partition_key, ":g2"),
+                _set_if_absent(k.ALL_STATUS.partition_key, ":g4"),
+            ]
+    if closed is not None:
+        at = ":ts" if created is None else ":tc"
         values |= {
-            ":ts": N(entry.ts),
-            ":g2": S(k.by_name_status_pk(SandboxStatus.Completed, entry.name)),
+            at: N(closed.ts),
+            ":g2": S(k.by_name_status_pk(SandboxStatus.Completed, first.name)),
             ":g4": S(k.all_status_pk(SandboxStatus.Completed, shard)),
         }
         sets += [
-            _set_if_absent(A.COMPLETED_AT, ":ts"),
+            _set_if_absent(A.COMPLETED_AT, at),
             f"{k.BY_NAME_STATUS.partition_key} = :g2",
             f"{k.ALL_STATUS.partition_key} = :g4",
         ]
-    elif entry.event == LedgerEvent.ExecComplete:
-        values[":one"] = N(1)
-        adds.append(f"{A.EXEC_COUNT} :one")
-    else:
-        return None
+    if execs:
+        values[":execs"] = N(execs)
+        adds.append(f"{A.EXEC_COUNT} :execs")
     if ttl is not None:
         values[":ttl"] = N(ttl)
         sets.append(f"{k.TTL_ATTRIBUTE} = :ttl")

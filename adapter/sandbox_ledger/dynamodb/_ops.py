@@ -413,8 +413,20 @@ def read_stored(table: str, name: str, sandbox_id: str) -> Op[list[LedgerEntry]]
     them up to days late), for an import to reconcile against: entries appended live have no
     claim, so hiding them would write them again. TTL deletes an entry's items one by one:
     an expired entry missing a part is left out."""
+    items = yield from query_all(stored_query(table, name, sandbox_id))
+    return (yield from stored_entries(table, name, sandbox_id, items))
+
+
+def stored_query(table: str, name: str, sandbox_id: str) -> dict[str, Any]:
+    """The Query of :func:`read_stored` (every item of the session's entries)."""
+    return _prefix_query(table, k.session_pk(name, sandbox_id), k.EVENT_PREFIX)
+
+
+def stored_entries(
+    table: str, name: str, sandbox_id: str, items: list[Any]
+) -> Op[list[LedgerEntry]]:
+    """:func:`read_stored` of the items its query returned (every page)."""
     pk = k.session_pk(name, sandbox_id)
-    items = yield from query_all(_prefix_query(table, pk, k.EVENT_PREFIX))
     now = it.now_s()
     live = [item for item in items if it.live(item, now)]
     expired = [item for item in items if not it.live(item, now)]

@@ -105,9 +105,14 @@ class _Base:
         return self._append(entry, claim)
 
     def _append_once_many(
-        self, items: Sequence[tuple[LedgerEntry, int]]
+        self, items: Sequence[tuple[LedgerEntry, int]], digests: Sequence[str] | None
     ) -> Op[list[bool | InvalidInputError]]:
-        return _bulk.append_each_once(self._append_once, items)
+        shards = yield from self._shards.resolve()
+        return (
+            yield from _bulk.append_once_many(
+                self.table_name, items, shards, self._retention, check=_entry, digests=digests
+            )
+        )
 
     def _read_stored_sessions(
         self, sessions: Sequence[tuple[str, str]]
@@ -240,11 +245,15 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
         return await self.run(self._read_stored_sessions(sessions))
 
     async def append_once_many(
-        self, items: Sequence[tuple[LedgerEntry, int]]
+        self,
+        items: Sequence[tuple[LedgerEntry, int]],
+        *,
+        digests: Sequence[str] | None = None,
     ) -> list[bool | InvalidInputError]:
-        """``append_once`` of each item in order (one transaction each), a refused item's
-        error as its outcome."""
-        return await self.run(self._append_once_many(items))
+        """``append_once`` of each item in order (a session's entries together in one
+        transaction where they fit, see :mod:`._bulk`), a refused item's error as its
+        outcome; ``digests``: the items' content digests, if the caller has them."""
+        return await self.run(self._append_once_many(items, digests))
 
     async def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry of the session in the order it was appended (what an export replays)."""
@@ -388,10 +397,13 @@ class SyncDynamoDBAdapter(_Base, SyncClientOwner):
         return self.run(self._read_stored_sessions(sessions))
 
     def append_once_many(
-        self, items: Sequence[tuple[LedgerEntry, int]]
+        self,
+        items: Sequence[tuple[LedgerEntry, int]],
+        *,
+        digests: Sequence[str] | None = None,
     ) -> list[bool | InvalidInputError]:
         """``append_once`` of each item (see DynamoDBAdapter.append_once_many)."""
-        return self.run(self._append_once_many(items))
+        return self.run(self._append_once_many(items, digests))
 
     def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry of the session in the order it was appended."""

@@ -2,9 +2,10 @@
 
 An operation is a generator that yields :class:`Call` (one SDK call; the response is sent
 back, a botocore error is thrown in), :class:`Parallel` (several calls, responses sent back as a
-list; the first error is thrown in), :class:`Sleep` or :class:`Region` (the client's region is
-sent back). Paging, retrying unprocessed items and
-merging shards are written once here; only :func:`run_sync` and :func:`run_async` do I/O.
+list; the first error is thrown in, or, with ``settle``, each call's response or SDK error sent
+back in its place once every call has finished), :class:`Sleep` or :class:`Region` (the
+client's region is sent back). Paging, retrying unprocessed items and merging shards are
+written once here; only :func:`run_sync` and :func:`run_async` do I/O.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ class Parallel:
     """Independent calls that may run concurrently."""
 
     calls: tuple[Call, ...]
+    settle: bool = False
+    """Wait for every call and send back each one's response or SDK error (an operation
+    that retries each call on its own), instead of throwing the first error in."""
 
 
 @dataclass(frozen=True)
@@ -99,14 +103,29 @@ _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
 
-def _parallel_sync(client: Any, calls: tuple[Call, ...]) -> list[Any]:
+def _settled_call(client: Any, call: Call) -> Any:
+    """The call's response, or the SDK error it raised (anything else propagates)."""
+    try:
+        return getattr(client, call.operation)(**call.params)
+    except _SDK_ERRORS as exc:
+        return exc
+
+
+def _parallel_sync(client: Any, step: Parallel) -> list[Any]:
     """Run independent calls on a shared thread pool (boto3 clients are thread-safe)."""
     global _pool
-    if len(calls) == 1:
+    calls = step.calls
+    if step.settle:
+        if len(calls) == 1:
+            return [_settled_call(client, calls[0])]
+    elif len(calls) == 1:
         return [getattr(client, calls[0].operation)(**calls[0].params)]
     with _pool_lock:
         if _pool is None:
             _pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="sandbox-ledger")
+    if step.settle:
+        settling = [_pool.submit(_settled_call, client, c) for c in calls]
+        return [f.result() for f in settling]
     futures = [_pool.submit(getattr(client, c.operation), **c.params) for c in calls]
     # On the first error, calls not yet started are cancelled and the error is raised at
     # once, instead of after every other call has run out its own retries.
@@ -136,7 +155,7 @@ def run_sync(client: Any, op: Op[T]) -> T:
                 if isinstance(step, Call):
                     value = getattr(client, step.operation)(**step.params)
                 elif isinstance(step, Parallel):
-                    value = _parallel_sync(client, step.calls)
+                    value = _parallel_sync(client, step)
                 elif isinstance(step, Region):
                     value = client.meta.region_name
                 else:
@@ -149,10 +168,21 @@ def run_sync(client: Any, op: Op[T]) -> T:
         op.close()
 
 
-async def _parallel_async(client: Any, calls: tuple[Call, ...]) -> list[Any]:
-    """Run independent calls concurrently; the first error cancels the others."""
+async def _settled_async(client: Any, call: Call) -> Any:
+    try:
+        return await getattr(client, call.operation)(**call.params)
+    except _SDK_ERRORS as exc:
+        return exc
+
+
+async def _parallel_async(client: Any, step: Parallel) -> list[Any]:
+    """Run independent calls concurrently; the first error cancels the others (with
+    ``settle``, every call runs to its end and its SDK error takes its place)."""
     import asyncio  # here, not at module level: a sync caller (a Lambda handler) never pays it
 
+    calls = step.calls
+    if step.settle:
+        return list(await asyncio.gather(*(_settled_async(client, c) for c in calls)))
     tasks = [asyncio.ensure_future(getattr(client, c.operation)(**c.params)) for c in calls]
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
@@ -184,7 +214,7 @@ async def run_async(client: Any, op: Op[T]) -> T:
                 if isinstance(step, Call):
                     value = await getattr(client, step.operation)(**step.params)
                 elif isinstance(step, Parallel):
-                    value = await _parallel_async(client, step.calls)
+                    value = await _parallel_async(client, step)
                 elif isinstance(step, Region):
                     value = client.meta.region_name
                 else:

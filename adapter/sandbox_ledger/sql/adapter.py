@@ -211,16 +211,21 @@ class SQLAdapter(ABC):
         return await bulk.read_stored_sessions(self, sessions)
 
     async def append_once_many(
-        self, items: Sequence[tuple[LedgerEntry, int]]
+        self,
+        items: Sequence[tuple[LedgerEntry, int]],
+        *,
+        digests: Sequence[str] | None = None,
     ) -> list[bool | InvalidInputError]:
         """``append_once`` of each item in one transaction, each session's summary updated
         once; a refused item's error is its outcome (see :mod:`sandbox_ledger.sql.bulk`)."""
-        return await bulk.append_once_many(self, items)
+        return await bulk.append_once_many(self, items, digests)
 
-    def _encode(self, entry: LedgerEntry, key: str) -> rows.EventRow:
+    def _encode(
+        self, entry: LedgerEntry, key: str, *, session_checked: bool = False
+    ) -> rows.EventRow:
         """The row of an entry to store (every append encodes one: refused read-only)."""
         self._check_writable()
-        return rows.encode_entry(entry, key=key)
+        return rows.encode_entry(entry, key=key, session_checked=session_checked)
 
     async def read_all(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry of the session, ascending ts, ties in append order (one query)."""

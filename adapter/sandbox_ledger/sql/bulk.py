@@ -89,15 +89,23 @@ def summary_params(group: Sequence[rows.EventRow]) -> dict[str, Any]:
 
 
 async def append_once_many(
-    adapter: SQLAdapter, items: Sequence[tuple[LedgerEntry, int]]
+    adapter: SQLAdapter,
+    items: Sequence[tuple[LedgerEntry, int]],
+    digests: Sequence[str] | None = None,
 ) -> list[bool | InvalidInputError]:
-    """``append_once`` of each item, the batch in one transaction (see the module)."""
+    """``append_once`` of each item, the batch in one transaction (see the module);
+    ``digests``: the items' content digests, if the caller has them."""
     outcomes: list[bool | InvalidInputError] = []
     prepared: list[tuple[int, rows.EventRow]] = []
-    for entry, occurrence in items:
+    checked: tuple[str, str] | None = None  # a batch holds each session's entries together
+    for n, (entry, occurrence) in enumerate(items):
         try:
-            key = rows.claim_key(rows.check_entry(entry), occurrence)
-            prepared.append((len(outcomes), adapter._encode(entry, key)))
+            digest = None if digests is None else digests[n]
+            key = rows.claim_key(rows.check_entry(entry), occurrence, digest)
+            session = (entry.name, entry.sandbox_id)
+            row = adapter._encode(entry, key, session_checked=session == checked)
+            checked = session
+            prepared.append((len(outcomes), row))
             outcomes.append(False)
         except InvalidInputError as exc:
             outcomes.append(exc)

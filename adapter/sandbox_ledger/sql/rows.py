@@ -207,13 +207,15 @@ def append_key(entry: LedgerEntry, position: int | None = None) -> str:
     return f"p{position:020d}-{digest}"
 
 
-def claim_key(entry: LedgerEntry, occurrence: int) -> str:
+def claim_key(entry: LedgerEntry, occurrence: int, digest: str | None = None) -> str:
     """The unique key of an imported entry: occurrence ``occurrence`` (1-based) of its content
-    in its session (:func:`sandbox_ledger.transfer.content_digest`), as DynamoDB's import
-    claim, so imports running at once store each copy once."""
+    in its session (:func:`sandbox_ledger.transfer.content_digest`, or ``digest`` if the
+    caller has it), as DynamoDB's import claim, so imports running at once store each copy
+    once."""
     from sandbox_ledger.transfer import content_digest
 
-    return f"i{check_occurrence(occurrence):06d}-{content_digest(entry)}"
+    digest = content_digest(entry) if digest is None else digest
+    return f"i{check_occurrence(occurrence):06d}-{digest}"
 
 
 def check_scan(name: str | None, segments: int | None) -> None:
@@ -224,8 +226,9 @@ def check_scan(name: str | None, segments: int | None) -> None:
     check_segments(segments)
 
 
-def encode_entry(entry: object, *, key: str) -> EventRow:
-    """Validate an entry for SQL storage and give its row.
+def encode_entry(entry: object, *, key: str, session_checked: bool = False) -> EventRow:
+    """Validate an entry for SQL storage and give its row. ``session_checked``: its name and
+    sandboxId passed these checks already (the previous entry of a batch had them).
 
     Raises:
         InvalidInputError: not a LedgerEntry, text the database cannot hold, or an integer
@@ -233,10 +236,11 @@ def encode_entry(entry: object, *, key: str) -> EventRow:
     """
     e = check_entry(entry)
     require_storable(e)  # first: what no store takes is refused alike everywhere
-    check_text(e.name, "name")
-    check_text(e.sandbox_id, "sandboxId")
-    check_session_key(e.name, e.sandbox_id)
-    _key_size("name/sandboxId", e.name, e.sandbox_id)
+    if not session_checked:
+        check_text(e.name, "name")
+        check_text(e.sandbox_id, "sandboxId")
+        check_session_key(e.name, e.sandbox_id)
+        _key_size("name/sandboxId", e.name, e.sandbox_id)
     check_text(e.event, "event")
     if e.error is not None:
         _encodable(e.error, "error")

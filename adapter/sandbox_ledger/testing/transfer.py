@@ -146,6 +146,23 @@ class TransferContract:
         assert await adapter.append_once(done, 2) is False  # the batch's identities are claims
         assert await adapter.append_once_many([]) == []
 
+    async def test_append_once_many_with_the_digests_given_keeps_the_same_identities(
+        self, adapter: TransferAdapter
+    ) -> None:
+        """The importer passes the digests it reconciled by: the identities are those
+        ``append_once`` computes, so either path finds what the other stored."""
+        from sandbox_ledger.transfer import content_digest
+
+        first = entry("n", "d", LedgerEvent.SandboxCreated, 1)
+        second = entry("n", "d", LedgerEvent.ExecComplete, 2, step=0, payload={"x": 1})
+        assert await adapter.append_once(second, 1) is True
+        items = [(first, 1), (second, 1), (second, 2)]
+        digests = [content_digest(e) for e, _ in items]
+        assert await adapter.append_once_many(items, digests=digests) == [True, False, True]
+        assert await adapter.append_once(first, 1) is False
+        assert await adapter.append_once(second, 2) is False
+        assert len(await adapter.read_all("n", "d")) == 3
+
     async def test_append_once_many_refuses_an_item_and_stores_the_others(
         self, adapter: TransferAdapter
     ) -> None:

@@ -1,0 +1,215 @@
+"""Pure: an import batch's entries as TransactWriteItems within DynamoDB's limits (see
+:mod:`._bulk`, which runs them). No I/O here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sandbox_ledger import keys as k
+from sandbox_ledger.dynamodb import _items as it
+from sandbox_ledger.dynamodb import _ops
+from sandbox_ledger.keys import LedgerAttr as A
+from sandbox_ledger.models import LedgerEvent
+from sandbox_ledger.sdk.attributes import N, S
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from sandbox_ledger.models import LedgerEntry
+    from sandbox_ledger.sdk.attributes import Item
+
+__all__ = [
+    "MAX_ACTIONS",
+    "MAX_TRANSACTION_BYTES",
+    "Group",
+    "Slot",
+    "Transaction",
+    "Unit",
+    "item_bytes",
+    "new_unit",
+    "pack",
+    "remove",
+    "request",
+]
+
+MAX_ACTIONS = 100
+"""DynamoDB's limit of actions in one TransactWriteItems."""
+
+MAX_TRANSACTION_BYTES = 4_000_000
+"""Below DynamoDB's 4 MB (4,194,304 bytes) limit on a transaction's items."""
+
+_SUMMARY_BYTES = 2_048
+"""Room kept for a session's summary update (its key and values are small)."""
+
+
+def item_bytes(item: Item) -> int:
+    """An item's size as DynamoDB counts it (attribute names and values; numbers at their
+    largest), for the transaction limit and capacity estimates."""
+    size = 0
+    for name, value in item.items():
+        size += len(name.encode("utf-8", "surrogatepass"))
+        (kind, raw), *_ = value.items()
+        if kind == "S":
+            size += len(raw.encode("utf-8", "surrogatepass"))
+        elif kind == "N":
+            size += len(raw) // 2 + 2
+        elif kind == "B":
+            size += len(raw)
+        else:
+            size += len(repr(raw))
+    return size
+
+
+@dataclass
+class Unit:
+    """One item of the batch to write: its entry's head, claim and marker."""
+
+    index: int
+    entry: LedgerEntry
+    ttl: int | None
+    head: Item
+    parts: list[Item]
+    claim: Item
+    marker: Item | None
+
+    @property
+    def actions(self) -> int:
+        return 2 if self.marker is None else 3
+
+    @property
+    def size(self) -> int:
+        marker = item_bytes(self.marker) if self.marker is not None else 0
+        return item_bytes(self.head) + item_bytes(self.claim) + marker
+
+
+@dataclass
+class Group:
+    """A session's units in one transaction, and the form its summary update takes."""
+
+    pk: str
+    units: list[Unit]
+    held: bool = False
+    """The stored summary's TTL is later than the group's: leave it (see _summary_condition)."""
+
+    def ttl(self) -> int | None:
+        ttls = [u.ttl for u in self.units if u.ttl is not None and _changes_summary(u.entry)]
+        return max(ttls) if ttls else None
+
+
+@dataclass
+class Transaction:
+    groups: list[Group] = field(default_factory=list)
+    after: set[int] = field(default_factory=set)
+    """Transactions that hold earlier entries of one of its sessions: they go first."""
+    attempt: int = 0
+    backoff: bool = False
+    landed: bool = False
+    """A resend found it stored: its units are written."""
+
+    @property
+    def units(self) -> list[Unit]:
+        return [u for g in self.groups for u in g.units]
+
+
+def _changes_summary(entry: LedgerEntry) -> bool:
+    return entry.event in _SUMMARY_EVENTS
+
+
+_SUMMARY_EVENTS = frozenset(
+    {LedgerEvent.SandboxCreated, LedgerEvent.SandboxClosed, LedgerEvent.ExecComplete}
+)
+
+_ABSENT = {
+    "ConditionExpression": "attribute_not_exists(#pk)",
+    "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY},
+}
+
+
+def new_unit(index: int, entry: LedgerEntry, claim: str, retention: int | None) -> Unit:
+    order = it.order_ids.next()
+    ttl = k.ledger_expires_at(entry.ts, retention)
+    encoded = it.encode_entry(entry, order, ttl)
+    claim_item = {**it.summary_key(encoded.head[k.PARTITION_KEY]["S"]), A.CLAIM_ORDER: S(order)}
+    claim_item[k.SORT_KEY] = S(claim)
+    if ttl is not None:
+        claim_item[k.TTL_ATTRIBUTE] = N(ttl)
+    marker = (
+        it.checkpoint_marker(entry, order, ttl)
+        if entry.event == LedgerEvent.CheckpointCreated
+        else None
+    )
+    return Unit(index, entry, ttl, encoded.head, encoded.parts, claim_item, marker)
+
+
+def pack(units: Sequence[Unit]) -> list[Transaction]:
+    """Units (grouped by session, in order) into transactions within DynamoDB's limits,
+    whole sessions where they fit."""
+    transactions = [Transaction()]
+    actions = size = 0
+    last: dict[str, int] = {}  # session -> the last transaction holding it
+    for unit in units:
+        pk = unit.head[k.PARTITION_KEY]["S"]
+        current = transactions[-1]
+        group = current.groups[-1] if current.groups and current.groups[-1].pk == pk else None
+        extra = unit.actions + (0 if group else 1)  # a new group brings its summary update
+        grow = unit.size + (0 if group else _SUMMARY_BYTES)
+        if current.groups and (
+            actions + extra > MAX_ACTIONS or size + grow > MAX_TRANSACTION_BYTES
+        ):
+            current = Transaction()
+            transactions.append(current)
+            actions = size = 0
+            group = None
+            extra, grow = unit.actions + 1, unit.size + _SUMMARY_BYTES
+        if group is None:
+            group = Group(pk, [])
+            current.groups.append(group)
+            if pk in last:
+                current.after.add(last[pk])
+            last[pk] = len(transactions) - 1
+        group.units.append(unit)
+        actions += extra
+        size += grow
+    return transactions if transactions[0].groups else []
+
+
+@dataclass(frozen=True)
+class Slot:
+    """What one action of a transaction is: a unit's head, claim or marker, or a group's
+    summary update."""
+
+    kind: str
+    unit: Unit | None = None
+    group: Group | None = None
+
+
+def request(
+    table: str, transaction: Transaction, shard_count: int, now_ms: int
+) -> tuple[dict[str, Any], list[Slot]]:
+    actions: list[dict[str, Any]] = []
+    slots: list[Slot] = []
+    for group in transaction.groups:
+        for unit in group.units:
+            actions.append({"Put": {"TableName": table, "Item": unit.head, **_ABSENT}})
+            slots.append(Slot("head", unit))
+            actions.append({"Put": {"TableName": table, "Item": unit.claim, **_ABSENT}})
+            slots.append(Slot("claim", unit))
+            if unit.marker is not None:
+                actions.append({"Put": {"TableName": table, "Item": unit.marker}})
+                slots.append(Slot("marker", unit))
+        ttl = group.ttl()
+        entries = [u.entry for u in group.units]
+        update = it.summary_fold(entries, shard_count, None if group.held else ttl)
+        if update is not None:
+            condition = _ops._summary_condition(update, now_ms, ttl, held=group.held)
+            actions.append({"Update": {"TableName": table, **update, **condition}})
+            slots.append(Slot("summary", group=group))
+    return {"TransactItems": actions}, slots
+
+
+def remove(transaction: Transaction, taken: list[Unit]) -> None:
+    gone = {id(u) for u in taken}
+    for group in transaction.groups:
+        group.units = [u for u in group.units if id(u) not in gone]
+    transaction.groups = [g for g in transaction.groups if g.units]

@@ -1,0 +1,161 @@
+"""``export --segments`` and the import's progress line: on a terminal (a pseudo-terminal
+here) lines/s, the share of a regular file and the time left; nothing on a pipe."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from sandbox_ledger.cli import app
+from sandbox_ledger.dynamodb import SyncDynamoDBAdapter, _ops
+from sandbox_ledger.models import LedgerEntry, LedgerEvent
+
+COMMAND = Path(sys.executable).parent / "sandbox-ledger"
+
+
+def write_lines(path: Path, sessions: int) -> int:
+    """An export-like file of ``sessions`` sessions of 6 entries; returns the line count."""
+    with path.open("w") as out:
+        for s in range(sessions):
+            for i, event in enumerate(["sandbox.created", "exec.started", "exec.complete"] * 2):
+                entry = {
+                    "ts": 1000 + i,
+                    "name": "job",
+                    "sandboxId": f"sb-{s:06d}",
+                    "stepIndex": i // 3 if event != "sandbox.created" else -1,
+                    "event": event,
+                    "payload": {"i": i},
+                }
+                out.write(json.dumps(entry) + "\n")
+    return sessions * 6
+
+
+@pytest.fixture
+def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    for name in ("SANDBOX_LEDGER_TABLE", "SANDBOX_LEDGER_STORE"):
+        monkeypatch.delenv(name, raising=False)
+    return CliRunner()
+
+
+def test_export_scans_with_the_segments_asked_for(
+    runner: CliRunner,
+    moto_endpoint: str,
+    sync_table: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ledger = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    for s in range(5):
+        ledger.append(
+            LedgerEntry(
+                ts=1,
+                name="job",
+                sandbox_id=f"s{s}",
+                step_index=-1,
+                event=LedgerEvent.SandboxCreated,
+            )
+        )
+    totals: list[int] = []
+    scan = _ops.scan_sessions
+
+    def spied(table: str, *, name: str | None, segments: int) -> Any:
+        totals.append(segments)
+        return scan(table, name=name, segments=segments)
+
+    monkeypatch.setattr(_ops, "scan_sessions", spied)
+    args = ["--table", sync_table, "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
+    for segments, expected in ((["--segments", "7"], 7), ([], 4)):
+        totals.clear()
+        output = tmp_path / f"out{expected}.jsonl"
+        done = runner.invoke(app, [*args, "export", "-o", str(output), *segments])
+        assert done.exit_code == 0, done.output
+        assert totals == [expected]
+        assert len(output.read_text().splitlines()) == 5
+
+
+@pytest.mark.parametrize("value", ["0", "65", "many", "-1"])
+def test_bad_segments_are_a_usage_error_naming_the_flag(
+    runner: CliRunner, tmp_path: Path, value: str
+) -> None:
+    output = tmp_path / "out.jsonl"
+    store = f"sqlite:///{tmp_path / 'ledger.db'}"
+    done = runner.invoke(app, ["--store", store, "export", "-o", str(output), "--segments", value])
+    assert done.exit_code == 2
+    assert "--segments" in done.output
+    assert not output.exists()
+
+
+def _clean_env(tmp_path: Path) -> dict[str, str]:
+    return {
+        "HOME": str(tmp_path),
+        "PATH": os.environ["PATH"],
+        "TERM": "xterm-256color",
+        "COLUMNS": "120",
+    }
+
+
+def test_import_progress_on_a_terminal(tmp_path: Path) -> None:
+    """stderr a pseudo-terminal: the progress line shows lines, lines/s, the share of the
+    file and the time left while it runs, and the summary at the end."""
+    source = tmp_path / "ledger.jsonl"
+    lines = write_lines(source, 4_000)
+    store = f"sqlite:///{tmp_path / 'ledger.db'}"
+    primary, secondary = pty.openpty()
+    process = subprocess.Popen(
+        [COMMAND, "--store", store, "import", str(source)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=secondary,
+        env=_clean_env(tmp_path),
+    )
+    os.close(secondary)
+    shown = b""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([primary], [], [], 1)
+        if ready:
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            shown += chunk
+        elif process.poll() is not None:
+            break
+    os.close(primary)
+    assert process.wait(timeout=60) == 0
+    text = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", shown.decode(errors="replace"))
+    assert f"{lines} new, 0 already present" in text
+    progress = re.findall(r"(\d+)%.*?([\d,]+) lines, ([\d,]+)/s", text)
+    assert progress, text
+    assert re.search(r"\d+:\d\d:\d\d|-:--:--", text), text  # the time left
+
+
+def test_no_progress_on_a_pipe(tmp_path: Path) -> None:
+    source = tmp_path / "ledger.jsonl"
+    lines = write_lines(source, 1_000)
+    store = f"sqlite:///{tmp_path / 'ledger.db'}"
+    done = subprocess.run(
+        [COMMAND, "--store", store, "import", str(source)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        env=_clean_env(tmp_path),
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.decode().strip() == (
+        f"imported {source}: {lines} new, 0 already present, 0 expired, 0 failed"
+    )
