@@ -71,7 +71,11 @@ MODULES: dict[str, list[str]] = {
     "dynamodb/_items.py": ["tests/dynamodb/test_dynamodb_conformance.py", KILLS],
     "dynamodb/_ops.py": ["tests/dynamodb/test_dynamodb_conformance.py", KILLS],
     "resources/sweeper.py": ["tests/resources/test_resources_sweeper.py", KILLS],
-    "resources/_ops.py": ["tests/resources/test_resources_store.py", KILLS],
+    "resources/_ops.py": [
+        "tests/resources/test_resources_store.py",
+        "tests/resources/test_resources_expiry.py",
+        KILLS,
+    ],
     "resources/store.py": ["tests/resources/test_resources_store.py", KILLS],
 }
 
