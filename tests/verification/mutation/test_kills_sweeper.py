@@ -10,6 +10,7 @@ import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -207,15 +208,8 @@ class LaggingStore(SlowStore):
     listed: list[str] = field(default_factory=list)
     unreadable: dict[str, str] = field(default_factory=dict)
 
-    def candidates(
-        self,
-        phase: str,
-        *,
-        before: datetime | None = None,
-        after: datetime | None = None,
-        page_size: int = 100,
-    ) -> Iterator[list[str]]:
-        if phase == "ready" and before is not None:
+    def candidates(self, phase: str, **bounds: Any) -> Iterator[list[str]]:
+        if phase == "ready" and bounds.get("before") is not None:
             yield list(self.listed)
 
     def get_many(self, record_ids: list[str]) -> dict[str, VersionedRecord | Unreadable]:
