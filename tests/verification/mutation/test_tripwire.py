@@ -21,6 +21,7 @@ import pytest
 
 from verification.mutants import Patch, install
 from verification.mutation import test_kills_cursor as cursor_kills
+from verification.mutation import test_kills_dynamodb_items as items_kills
 from verification.mutation import test_kills_keys as keys_kills
 from verification.mutation import test_kills_models as models_kills
 from verification.mutation import test_kills_policy as policy_kills
@@ -56,6 +57,7 @@ ROWS = "sandbox_ledger.sql.rows"
 RETENTION = "sandbox_ledger.sql.retention"
 KEYS = "sandbox_ledger.keys"
 SWEEPER = "sandbox_ledger.resources.sweeper"
+ITEMS = "sandbox_ledger.dynamodb._items"
 SAMPLES = {
     "summary-first-created-wins": Sample(
         Patch(
@@ -211,6 +213,23 @@ SAMPLES = {
     "sweeper-policy-given": Sample(
         Patch(SWEEPER, "_judge", ", policy=run.policy)", ")"),
         sweeper_kills.test_the_records_are_judged_by_the_policy_given,
+    ),
+    "items-hidden-from-the-ttl-second": Sample(
+        Patch(ITEMS, "live", 'int(ttl["N"]) > now_s', 'int(ttl["N"]) >= now_s'),
+        items_kills.test_an_item_is_hidden_from_the_second_its_ttl_passes,
+    ),
+    "items-compressed-from-1024-bytes": Sample(
+        Patch(ITEMS, "encode_entry", "len(raw) >= COMPRESS_MIN_BYTES", "len(raw) > 1024"),
+        items_kills.test_an_entry_is_compressed_from_1024_bytes_when_that_saves_a_tenth,
+    ),
+    "items-closed-session-completed": Sample(
+        Patch(
+            ITEMS,
+            "decode_details",
+            "status=SandboxStatus.Completed",
+            "status=SandboxStatus.Running",
+        ),
+        items_kills.test_a_summary_item_reads_as_the_sessions_details,
     ),
 }
 
