@@ -84,6 +84,17 @@ def test_a_large_entry_is_split_into_parts_that_read_back_whole() -> None:
 
 
 @pytest.mark.usefixtures("_small_chunks")
+def test_an_entry_of_two_chunks_has_one_part() -> None:
+    for size in range(300, 500, 20):
+        two = split(size)
+        if len(two.parts) == 1:
+            break
+    assert two.head["np"] == {"N": "1"} and two.parts[0]["SK"]["S"].endswith("#00001")
+    [(_, back)] = it.decode_keyed_entries("build", "sb-1", [two.head, *two.parts])
+    assert len(back.payload) == 2 * size
+
+
+@pytest.mark.usefixtures("_small_chunks")
 def test_a_head_missing_a_part_is_refused_or_left_out() -> None:
     big = split(800)
     small = it.encode_entry(entry({"n": 1}, ts=1_800_000_000_000), ORDER)
@@ -125,3 +136,13 @@ def test_order_ids_rise_and_carry_the_writers_clock() -> None:
     assert stamp is not None and abs(stamp - int(ids[0][:20])) == 0
     assert it.order_time_ns("not-an-order-id-at-all-x") is None
     assert it.append_order(k.event_sk(12, ids[0])) == ids[0]
+
+
+def test_order_ids_rise_while_the_clock_stands_still_or_steps_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = iter([5_000, 5_000, 5_000, 4_000, 4_000, 6_000])
+    monkeypatch.setattr(it.time, "time_ns", lambda: next(clock))
+    ids = it._OrderIds()
+    stamps = [int(ids.next()[:20]) for _ in range(6)]
+    assert stamps == sorted(set(stamps)) and stamps[0] == 5_000 and stamps[-1] == 6_000
