@@ -5,21 +5,31 @@ reads back."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from resources.resource_fixtures import record
 from sandbox_ledger import ConflictError
+from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 from sandbox_ledger.resources import SyncResourceRecordStore
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 NOW_MS = int(NOW.timestamp() * 1000)
 
 
+def new_store(endpoint: str) -> SyncResourceRecordStore:
+    """A record store on a fresh table of the moto server at ``endpoint``, at ``NOW``."""
+    table = f"claims-{uuid.uuid4().hex[:12]}"
+    with SyncDynamoDBAdapter(table, endpoint_url=endpoint) as adapter:
+        adapter.create_table()
+    return SyncResourceRecordStore(table, endpoint_url=endpoint, clock=lambda: NOW)
+
+
 @pytest.fixture
-def store(moto_endpoint: str, sync_table: str) -> SyncResourceRecordStore:
-    return SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint, clock=lambda: NOW)
+def store(moto_endpoint: str) -> SyncResourceRecordStore:
+    return new_store(moto_endpoint)
 
 
 def stored(store: SyncResourceRecordStore, age: timedelta = timedelta(hours=1)) -> str:

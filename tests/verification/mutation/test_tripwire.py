@@ -25,6 +25,7 @@ from verification.mutation import test_kills_dynamodb_items as items_kills
 from verification.mutation import test_kills_keys as keys_kills
 from verification.mutation import test_kills_models as models_kills
 from verification.mutation import test_kills_policy as policy_kills
+from verification.mutation import test_kills_resource_claims as claims_kills
 from verification.mutation import test_kills_sql_retention as retention_kills
 from verification.mutation import test_kills_sql_rows as rows_kills
 from verification.mutation import test_kills_summary as summary_kills
@@ -38,12 +39,14 @@ class Sample:
     args: dict[str, object] = field(default_factory=dict)  # its other parameters
 
 
-def run(sample: Sample, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def run(sample: Sample, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     tmp_path.mkdir()
     params = inspect.signature(sample.killed_by).parameters
     args = {"tmp_path": tmp_path, **sample.args} if "tmp_path" in params else dict(sample.args)
     if "clock" in params:  # the sweeper's elapsed time, frozen as the fixture does
-        args["clock"] = sweeper_kills.freeze(monkeypatch)
+        args["clock"] = sweeper_kills.freeze(request.getfixturevalue("monkeypatch"))
+    if "store" in params:  # a record store on a fresh table (the moto server, only for these)
+        args["store"] = claims_kills.new_store(request.getfixturevalue("moto_endpoint"))
     assert set(params) == set(args), f"{sample.killed_by.__name__} takes {list(params)}"
     result = sample.killed_by(**args)
     if inspect.iscoroutine(result):
@@ -58,6 +61,7 @@ RETENTION = "sandbox_ledger.sql.retention"
 KEYS = "sandbox_ledger.keys"
 SWEEPER = "sandbox_ledger.resources.sweeper"
 ITEMS = "sandbox_ledger.dynamodb._items"
+RESOURCE_OPS = "sandbox_ledger.resources._ops"
 SAMPLES = {
     "summary-first-created-wins": Sample(
         Patch(
@@ -231,16 +235,22 @@ SAMPLES = {
         ),
         items_kills.test_a_summary_item_reads_as_the_sessions_details,
     ),
+    "claims-lease-to-its-last-millisecond": Sample(
+        Patch(RESOURCE_OPS, "mark_expiring", "#until < :now", "#until <= :now"),
+        claims_kills.test_a_live_claim_is_refused_and_an_ended_one_taken_over,
+    ),
 }
 
 
 @pytest.mark.parametrize("name", list(SAMPLES))
-def test_the_sample_is_killed(name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_the_sample_is_killed(
+    name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     sample = SAMPLES[name]
-    run(sample, tmp_path / "unchanged", monkeypatch)  # the test passes on the code as it is
+    run(sample, tmp_path / "unchanged", request)  # the test passes on the code as it is
     install(sample.patch, monkeypatch)
     try:
-        run(sample, tmp_path / "mutant", monkeypatch)
+        run(sample, tmp_path / "mutant", request)
     except (Exception, pytest.fail.Exception):  # any failure kills the mutant, as in mutmut
         return
     pytest.fail(f"{name} survived {sample.killed_by.__name__}: {sample.patch}")
