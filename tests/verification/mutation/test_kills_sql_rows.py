@@ -197,3 +197,21 @@ async def test_a_summary_lives_as_long_as_the_latest_entry_that_changed_it(
         # recent entry is kept for the retention, its session's details are not.
         assert [d.sandbox_id for d in await adapter.list_sandbox_details("n")] == ["ran"]
         assert [e.event for e in await adapter.read_all("n", "noted")] == ["note.added"]
+
+
+async def test_what_sqlite_cannot_store_is_refused_by_name(tmp_path: Path) -> None:
+    async with opened(tmp_path) as store:
+        refusals = {
+            "name: not valid UTF-8 text (surrogates not allowed)": store.scan_sessions(
+                name="a\ud800"
+            ),
+            "entry: expected a LedgerEntry, got str": store.append("nope"),  # type: ignore[arg-type]
+            "stepIndex: must fit in a signed 64-bit integer": store.append(
+                LedgerEntry(ts=1, name="n", sandbox_id="s", step_index=2**63, event="e")
+            ),
+        }
+        for message, call in refusals.items():
+            with pytest.raises(InvalidInputError) as caught:
+                await call
+            assert str(caught.value) == message
+        assert await store.read_all("n", "s") == []
