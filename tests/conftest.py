@@ -19,6 +19,12 @@ os.environ.pop("AWS_ENDPOINT_URL", None)
 
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
+    """The session's moto server, or the one ``SANDBOX_LEDGER_TEST_MOTO_ENDPOINT`` names (make
+    mutation starts one for all mutants: a server per mutant's test session costs seconds)."""
+    shared = os.environ.get("SANDBOX_LEDGER_TEST_MOTO_ENDPOINT")
+    if shared:
+        yield shared
+        return
     from sandbox_ledger.local import LocalDynamoDB
 
     server = LocalDynamoDB()

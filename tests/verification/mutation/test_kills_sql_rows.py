@@ -160,3 +160,44 @@ async def test_integers_past_64_bits_are_refused_by_name(tmp_path: Path, value: 
             await store.append(entry)
         assert str(caught.value) == "branch: must fit in a signed 64-bit integer"
         assert await store.read_all("n", "s") == []
+
+
+async def test_a_summary_lives_as_long_as_the_latest_entry_that_changed_it(
+    tmp_path: Path,
+) -> None:
+    now_ms = int(time.time() * 1000)
+    eight_days_ago = now_ms - 8 * 86_400_000
+
+    def at(ts: int, sid: str, event: str) -> LedgerEntry:
+        return LedgerEntry(ts=ts, name="n", sandbox_id=sid, step_index=0, event=event)
+
+    async with SQLiteAdapter(tmp_path / "kept.db", retention=timedelta(days=7)) as adapter:
+        await adapter.append(at(eight_days_ago, "old", "sandbox.created"))
+        await adapter.append(at(eight_days_ago, "noted", "sandbox.created"))
+        await adapter.append(at(now_ms, "noted", "note.added"))  # changes no summary field
+        await adapter.append(at(now_ms, "late", "note.added"))  # its created arrives after it
+        await adapter.append(at(eight_days_ago, "late", "sandbox.created"))
+        await adapter.append(at(eight_days_ago, "ran", "sandbox.created"))
+        await adapter.append(at(now_ms, "ran", "exec.complete"))
+        # The summaries of "old", "noted" and "late" expired with their sandbox.created; "noted"'s
+        # recent entry is kept for the retention, its session's details are not.
+        assert [d.sandbox_id for d in await adapter.list_sandbox_details("n")] == ["ran"]
+        assert [e.event for e in await adapter.read_all("n", "noted")] == ["note.added"]
+
+
+async def test_what_sqlite_cannot_store_is_refused_by_name(tmp_path: Path) -> None:
+    async with opened(tmp_path) as store:
+        refusals = {
+            "name: not valid UTF-8 text (surrogates not allowed)": store.scan_sessions(
+                name="a\ud800"
+            ),
+            "entry: expected a LedgerEntry, got str": store.append("nope"),  # type: ignore[arg-type]
+            "stepIndex: must fit in a signed 64-bit integer": store.append(
+                LedgerEntry(ts=1, name="n", sandbox_id="s", step_index=2**63, event="e")
+            ),
+        }
+        for message, call in refusals.items():
+            with pytest.raises(InvalidInputError) as caught:
+                await call
+            assert str(caught.value) == message
+        assert await store.read_all("n", "s") == []

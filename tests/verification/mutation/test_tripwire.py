@@ -21,11 +21,15 @@ import pytest
 
 from verification.mutants import Patch, install
 from verification.mutation import test_kills_cursor as cursor_kills
+from verification.mutation import test_kills_dynamodb_items as items_kills
+from verification.mutation import test_kills_keys as keys_kills
 from verification.mutation import test_kills_models as models_kills
 from verification.mutation import test_kills_policy as policy_kills
+from verification.mutation import test_kills_resource_claims as claims_kills
 from verification.mutation import test_kills_sql_retention as retention_kills
 from verification.mutation import test_kills_sql_rows as rows_kills
 from verification.mutation import test_kills_summary as summary_kills
+from verification.mutation import test_kills_sweeper as sweeper_kills
 
 
 @dataclass(frozen=True)
@@ -35,10 +39,14 @@ class Sample:
     args: dict[str, object] = field(default_factory=dict)  # its other parameters
 
 
-def run(sample: Sample, tmp_path: Path) -> None:
+def run(sample: Sample, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     tmp_path.mkdir()
     params = inspect.signature(sample.killed_by).parameters
-    args = {"tmp_path": tmp_path, **sample.args} if "tmp_path" in params else sample.args
+    args = {"tmp_path": tmp_path, **sample.args} if "tmp_path" in params else dict(sample.args)
+    if "clock" in params:  # the sweeper's elapsed time, frozen as the fixture does
+        args["clock"] = sweeper_kills.freeze(request.getfixturevalue("monkeypatch"))
+    if "store" in params:  # a record store on a fresh table (the moto server, only for these)
+        args["store"] = claims_kills.new_store(request.getfixturevalue("moto_endpoint"))
     assert set(params) == set(args), f"{sample.killed_by.__name__} takes {list(params)}"
     result = sample.killed_by(**args)
     if inspect.iscoroutine(result):
@@ -50,6 +58,10 @@ CURSOR = "sandbox_ledger.cursor"
 POLICY = "sandbox_ledger.resources.policy"
 ROWS = "sandbox_ledger.sql.rows"
 RETENTION = "sandbox_ledger.sql.retention"
+KEYS = "sandbox_ledger.keys"
+SWEEPER = "sandbox_ledger.resources.sweeper"
+ITEMS = "sandbox_ledger.dynamodb._items"
+RESOURCE_OPS = "sandbox_ledger.resources._ops"
 SAMPLES = {
     "summary-first-created-wins": Sample(
         Patch(
@@ -173,16 +185,72 @@ SAMPLES = {
         retention_kills.test_any_batch_size_in_range_purges,
         {"size": 1_000_000},
     ),
+    "keys-session-key-length": Sample(
+        Patch(KEYS, "session_pk", "{SESSION_PREFIX}{len(name)}#", "{SESSION_PREFIX}"),
+        keys_kills.test_a_session_key_gives_back_its_pair_and_no_other,
+        {"name": "a#b", "sandbox_id": "c"},
+    ),
+    "keys-entries-in-time-order": Sample(
+        Patch(KEYS, "_ts", "{ts:016d}", "{ts}"),
+        keys_kills.test_entries_sort_by_time_then_order_and_parts_follow_their_head,
+    ),
+    "keys-part-told-from-head": Sample(
+        Patch(KEYS, "part_head", "len(part) == 5", "len(part) >= 5"),
+        keys_kills.test_a_part_is_told_from_a_head_and_from_other_items,
+    ),
+    "keys-ttl-in-seconds": Sample(
+        Patch(KEYS, "ledger_expires_at", "ts // 1000", "ts // 1001"),
+        keys_kills.test_values_at_the_edges_of_their_ranges_are_accepted,
+    ),
+    "sweeper-live-claim-to-the-lease-end": Sample(
+        Patch(SWEEPER, "_held_by_another", "claim_until_ms >= run", "claim_until_ms > run"),
+        sweeper_kills.test_a_claim_whose_lease_ends_now_is_still_anothers,
+    ),
+    "sweeper-publish-within-half-the-lease": Sample(
+        Patch(SWEEPER, "_publish_and_delete", "< run.lease_ms / 2", "<= run.lease_ms / 2"),
+        sweeper_kills.test_a_claim_too_old_to_publish_is_left_to_a_takeover,
+    ),
+    "sweeper-safety-margin": Sample(
+        Patch(SWEEPER, "sweep", "remaining_ms() < safety_ms", "remaining_ms() <= safety_ms"),
+        sweeper_kills.test_exactly_the_safety_margin_left_is_enough,
+    ),
+    "sweeper-policy-given": Sample(
+        Patch(SWEEPER, "_judge", ", policy=run.policy)", ")"),
+        sweeper_kills.test_the_records_are_judged_by_the_policy_given,
+    ),
+    "items-hidden-from-the-ttl-second": Sample(
+        Patch(ITEMS, "live", 'int(ttl["N"]) > now_s', 'int(ttl["N"]) >= now_s'),
+        items_kills.test_an_item_is_hidden_from_the_second_its_ttl_passes,
+    ),
+    "items-compressed-from-1024-bytes": Sample(
+        Patch(ITEMS, "encode_entry", "len(raw) >= COMPRESS_MIN_BYTES", "len(raw) > 1024"),
+        items_kills.test_an_entry_is_compressed_from_1024_bytes_when_that_saves_a_tenth,
+    ),
+    "items-closed-session-completed": Sample(
+        Patch(
+            ITEMS,
+            "decode_details",
+            "status=SandboxStatus.Completed",
+            "status=SandboxStatus.Running",
+        ),
+        items_kills.test_a_summary_item_reads_as_the_sessions_details,
+    ),
+    "claims-lease-to-its-last-millisecond": Sample(
+        Patch(RESOURCE_OPS, "mark_expiring", "#until < :now", "#until <= :now"),
+        claims_kills.test_a_live_claim_is_refused_and_an_ended_one_taken_over,
+    ),
 }
 
 
 @pytest.mark.parametrize("name", list(SAMPLES))
-def test_the_sample_is_killed(name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_the_sample_is_killed(
+    name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     sample = SAMPLES[name]
-    run(sample, tmp_path / "unchanged")  # the test passes on the code as it is
+    run(sample, tmp_path / "unchanged", request)  # the test passes on the code as it is
     install(sample.patch, monkeypatch)
     try:
-        run(sample, tmp_path / "mutant")
+        run(sample, tmp_path / "mutant", request)
     except (Exception, pytest.fail.Exception):  # any failure kills the mutant, as in mutmut
         return
     pytest.fail(f"{name} survived {sample.killed_by.__name__}: {sample.patch}")

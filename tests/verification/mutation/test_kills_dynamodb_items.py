@@ -1,0 +1,148 @@
+"""The DynamoDB items of the ledger (``dynamodb/_items.py``) as a deployed table holds them: the
+stored form of an entry (what another version reads back), when it is compressed and split,
+how a split entry is put back together or refused when a part is missing, which items a read
+hides for their TTL, and what a session's summary item says."""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+
+import pytest
+
+from sandbox_ledger import LedgerEntry, SandboxStatus
+from sandbox_ledger import keys as k
+from sandbox_ledger.dynamodb import _items as it
+
+ORDER = "00000000000000000042beefcafe"
+
+
+def entry(
+    payload: object, ts: int = 1_700_000_000_123, event: str = "exec.complete"
+) -> LedgerEntry:
+    return LedgerEntry(
+        ts=ts, name="build", sandbox_id="sb-1", step_index=2, event=event, payload=payload
+    )
+
+
+def test_a_small_entry_is_stored_as_readable_json() -> None:
+    encoded = it.encode_entry(entry({"ok": True}), ORDER, ttl=1_700_086_400)
+    assert encoded.parts == []
+    head = dict(encoded.head)
+    body = json.loads(bytes(head.pop("d")["B"]))
+    assert body == {
+        k: v for k, v in entry({"ok": True}).wire().items() if k not in ("name", "sandboxId")
+    }
+    assert head == {
+        "PK": {"S": "S#5#build#sb-1"},
+        "SK": {"S": f"E#0001700000000123#{ORDER}"},
+        "ts": {"N": "1700000000123"},
+        "ev": {"S": "exec.complete"},
+        "expiresAt": {"N": "1700086400"},
+    }
+    assert "expiresAt" not in it.encode_entry(entry(None), ORDER).head
+
+
+def test_an_entry_is_compressed_from_1024_bytes_when_that_saves_a_tenth() -> None:
+    base = len(it.encode_entry(entry(""), ORDER).head["d"]["B"])  # the body with an empty payload
+
+    def stored(size: int) -> dict[str, object]:
+        return it.encode_entry(entry("a" * (size - base)), ORDER).head
+
+    assert "z" not in stored(1023) and len(stored(1023)["d"]["B"]) == 1023
+    packed = stored(1024)
+    assert packed["z"] == {"S": "zlib"}
+    assert json.loads(zlib.decompress(bytes(packed["d"]["B"])))["payload"] == "a" * (1024 - base)
+
+
+@pytest.fixture
+def _small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parts of 350 bytes instead of 350,000: the same splitting, a thousandth of the bytes
+    (tests/dynamodb/test_dynamodb_design.py stores real 400 KB entries)."""
+    monkeypatch.setattr(it, "CHUNK_BYTES", 350)
+
+
+def split(size: int) -> it.EncodedEntry:
+    """An entry of about ``size`` stored bytes (random hex: zlib halves it)."""
+    return it.encode_entry(entry(os.urandom(size).hex()), ORDER, ttl=99)
+
+
+@pytest.mark.usefixtures("_small_chunks")
+def test_a_large_entry_is_split_into_parts_that_read_back_whole() -> None:
+    big = split(800)
+    head_sk = big.head["SK"]["S"]
+    chunks = [bytes(i["d"]["B"]) for i in (big.head, *big.parts)]
+    assert big.head["np"] == {"N": "2"} and len(big.parts) == 2
+    assert [p["SK"]["S"] for p in big.parts] == [f"{head_sk}#00001", f"{head_sk}#00002"]
+    assert [len(c) for c in chunks[:2]] == [350, 350] and 0 < len(chunks[2]) <= 350
+    assert all(p["expiresAt"] == {"N": "99"} and p["PK"] == big.head["PK"] for p in big.parts)
+    assert all(set(p) == {"PK", "SK", "d", "expiresAt"} for p in big.parts)
+    [(sk, back)] = it.decode_keyed_entries("build", "sb-1", [big.head, *big.parts])
+    stored = json.loads(zlib.decompress(b"".join(chunks)))
+    assert sk == head_sk and back.payload == stored["payload"] and len(back.payload) == 1_600
+
+
+@pytest.mark.usefixtures("_small_chunks")
+def test_an_entry_of_two_chunks_has_one_part() -> None:
+    for size in range(300, 500, 20):
+        two = split(size)
+        if len(two.parts) == 1:
+            break
+    assert two.head["np"] == {"N": "1"} and two.parts[0]["SK"]["S"].endswith("#00001")
+    [(_, back)] = it.decode_keyed_entries("build", "sb-1", [two.head, *two.parts])
+    assert len(back.payload) == 2 * size
+
+
+@pytest.mark.usefixtures("_small_chunks")
+def test_a_head_missing_a_part_is_refused_or_left_out() -> None:
+    big = split(800)
+    small = it.encode_entry(entry({"n": 1}, ts=1_800_000_000_000), ORDER)
+    orphan = {**big.parts[0], "SK": {"S": "E#0000000000000001#x#00001"}}
+    items = [orphan, big.head, big.parts[1], small.head]
+    head_sk = big.head["SK"]["S"]
+    with pytest.raises(ValueError, match=rf"^entry '{head_sk}' is missing part 1 of 2$"):
+        it.decode_keyed_entries("build", "sb-1", items)
+    whole = it.decode_keyed_entries("build", "sb-1", items, complete_only=True)
+    assert [e.payload for _, e in whole] == [{"n": 1}]
+    with pytest.raises(ValueError, match=r"is missing part 2 of 2$"):
+        it.decode_keyed_entries("build", "sb-1", [big.head, big.parts[0]])
+
+
+def test_an_item_is_hidden_from_the_second_its_ttl_passes() -> None:
+    assert it.live({}, 10**10)
+    assert it.live({"expiresAt": {"N": "100"}}, 99)
+    assert not it.live({"expiresAt": {"N": "100"}}, 100)
+
+
+def test_a_summary_item_reads_as_the_sessions_details() -> None:
+    item = {"name": {"S": "build"}, "sandboxId": {"S": "sb-1"}, "startedAt": {"N": "5"}}
+    running = it.decode_details(item)
+    assert running is not None and running.status == SandboxStatus.Running
+    assert (running.started_at, running.completed_at, running.exec_count) == (5, None, 0)
+    done = it.decode_details({**item, "completedAt": {"N": "9"}, "execCount": {"N": "3"}})
+    assert done is not None and (done.status, done.completed_at, done.exec_count) == (
+        SandboxStatus.Completed,
+        9,
+        3,
+    )
+    assert it.decode_details({"name": {"S": "build"}, "execCount": {"N": "1"}}) is None
+
+
+def test_order_ids_rise_and_carry_the_writers_clock() -> None:
+    ids = [it.order_ids.next() for _ in range(200)]
+    assert ids == sorted(set(ids)) and all(len(i) == 28 for i in ids)
+    stamp = it.order_time_ns(ids[0])
+    assert stamp is not None and abs(stamp - int(ids[0][:20])) == 0
+    assert it.order_time_ns("not-an-order-id-at-all-x") is None
+    assert it.append_order(k.event_sk(12, ids[0])) == ids[0]
+
+
+def test_order_ids_rise_while_the_clock_stands_still_or_steps_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = iter([5_000, 5_000, 5_000, 4_000, 4_000, 6_000])
+    monkeypatch.setattr(it.time, "time_ns", lambda: next(clock))
+    ids = it._OrderIds()
+    stamps = [int(ids.next()[:20]) for _ in range(6)]
+    assert stamps == sorted(set(stamps)) and stamps[0] == 5_000 and stamps[-1] == 6_000
