@@ -16,6 +16,7 @@ sessions in key order, so an export never consults it).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sqlite3
@@ -28,6 +29,7 @@ from sandbox_ledger.models import EnvironmentRecord, LedgerEntry
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
+    from contextlib import AbstractContextManager
 
     from sandbox_ledger.protocol import SyncTransferAdapter
     from sandbox_ledger.transfer import ImportReport, LineError
@@ -95,10 +97,13 @@ def stream_import(
     *,
     progress: Callable[[int], None] | None = None,
     batch_entries: int | None = None,
+    guard: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
 ) -> ImportReport:
     """Reconcile ``items`` (line number and what the line held, in file order) into
     ``target``, batch by batch (``batch_entries``, default :data:`BATCH_ENTRIES`), counting
-    into ``report`` (see the module)."""
+    into ``report`` (see the module). Each batch's writes and its counts run inside
+    ``guard()``: a caller that holds off interruptions there (the CLI's Ctrl-C) reports
+    exactly what was written."""
     from sandbox_ledger.transfer import LineError, reconcile_environment
 
     limit = batch_entries or BATCH_ENTRIES
@@ -111,14 +116,16 @@ def stream_import(
             if isinstance(item, LineError):
                 report.failed.append(item)
             elif isinstance(item, EnvironmentRecord):
-                reconcile_environment(target, number, item, report)
+                with guard():
+                    reconcile_environment(target, number, item, report)
                 if progress is not None:
                     progress(1)
             else:
                 key = (item.name, item.sandbox_id)
                 if key != current:
                     if batch.size >= limit:
-                        _write(target, batch, counted, report, seconds, progress)
+                        with guard():
+                            _write(target, batch, counted, report, seconds, progress)
                         batch = _Batch()
                     current = key
                     if key not in batch.sessions:
@@ -127,7 +134,8 @@ def stream_import(
                 batch.sessions[key].append((number, item))
                 batch.size += 1
         if batch.size:
-            _write(target, batch, counted, report, seconds, progress)
+            with guard():
+                _write(target, batch, counted, report, seconds, progress)
     finally:
         counted.close()
     report.failed.sort(key=lambda e: e.number)

@@ -33,6 +33,7 @@ than what the builder read, as any two writers of one record.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import heapq
 import json
@@ -46,6 +47,7 @@ from sandbox_ledger.models import EnvironmentRecord, LedgerEntry
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
+    from contextlib import AbstractContextManager
 
     from sandbox_ledger.protocol import SyncTransferAdapter
 
@@ -278,16 +280,20 @@ def import_lines(
     *,
     progress: Callable[[int], None] | None = None,
     report: ImportReport | None = None,
+    guard: Callable[[], AbstractContextManager[object]] | None = None,
 ) -> ImportReport:
     """Parse and reconcile JSON lines into ``target`` as they are read (a file, a pipe):
     memory holds one batch of sessions, not the file. Lines are parsed as
     :func:`parse_lines` parses them and reconciled as :func:`import_entries` says. The
     counts go into ``report`` (a new one if None) batch by batch as each is written, so a
-    caller that keeps it knows how far an interrupted import got."""
+    caller that keeps it knows how far an interrupted import got; exactly, if ``guard()``
+    holds off its interruptions while a batch is written and counted."""
     from sandbox_ledger._import_stream import stream_import
 
     report = report if report is not None else ImportReport()
-    return stream_import(target, _parsed(lines), report, progress=progress)
+    return stream_import(
+        target, _parsed(lines), report, progress=progress, guard=guard or contextlib.nullcontext
+    )
 
 
 def _parsed(

@@ -8,6 +8,7 @@ import os
 import pty
 import re
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -159,3 +160,47 @@ def test_no_progress_on_a_pipe(tmp_path: Path) -> None:
     assert done.stderr.decode().strip() == (
         f"imported {source}: {lines} new, 0 already present, 0 expired, 0 failed"
     )
+
+
+@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_a_batch_is_written_is_counted_exactly(number: int) -> None:
+    """The interrupted import's line says what was written: a signal that lands after a
+    batch was stored but before it was counted (it once said 796 new of 1,000 stored) waits
+    for the count; a second signal stops at once."""
+    from sandbox_ledger.blocking import BlockingAdapter
+    from sandbox_ledger.cli.interrupt import Terminated, held, raise_on_sigterm
+    from sandbox_ledger.memory import MemoryAdapter
+    from sandbox_ledger.transfer import ImportReport, import_lines
+
+    class SignalledAfterWriting(BlockingAdapter):
+        signals = 1
+
+        def append_once_many(self, *args: Any, **kwargs: Any) -> Any:
+            done = super().append_once_many(*args, **kwargs)  # stored
+            for _ in range(self.signals):
+                os.kill(os.getpid(), number)  # handled here, before anything is counted
+            return done
+
+    entries = [
+        LedgerEntry(ts=i, name="job", sandbox_id=f"sb-{i // 10}", step_index=i, event="e")
+        for i in range(40)
+    ]
+    raw = [json.dumps(x.wire()).encode() + b"\n" for x in entries]
+    previous = signal.getsignal(signal.SIGTERM)
+    raise_on_sigterm()
+    try:
+        for signals, guard in ((1, held), (2, held), (1, None)):
+            target = SignalledAfterWriting(MemoryAdapter())
+            target.signals = signals
+            report = ImportReport()
+            with pytest.raises((KeyboardInterrupt, Terminated)):
+                import_lines(target, raw, report=report, guard=guard)
+            stored = sum(len(target.read_all("job", f"sb-{s}")) for s in range(4))
+            assert stored == 40  # one batch: the whole file
+            if signals == 1 and guard is held:
+                assert (report.new, report.present) == (40, 0)  # exact
+            else:
+                assert report.new == 0  # stopped inside the batch: not counted
+            target.close()
+    finally:
+        signal.signal(signal.SIGTERM, previous)

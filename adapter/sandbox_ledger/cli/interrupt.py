@@ -3,12 +3,15 @@ then exit 130 (SIGINT) or 143 (SIGTERM), as a shell reports a process its signal
 
 from __future__ import annotations
 
+import contextlib
 import signal
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from sandbox_ledger.transfer import ImportReport
 
 
@@ -28,6 +31,37 @@ def raise_on_sigterm() -> None:
         raise Terminated(number)
 
     signal.signal(signal.SIGTERM, terminate)
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """Hold off Ctrl-C and SIGTERM while a step that must be counted whole runs (an
+    import's batch: its writes and its counts), then raise the first one received; a second
+    signal meanwhile stops at once, as an impatient user means. Main thread only."""
+    pending: list[int] = []
+
+    def hold(number: int, _frame: object) -> None:
+        if pending:
+            raise _stop(number)
+        pending.append(number)
+
+    previous = {number: signal.getsignal(number) for number in _HELD}
+    for number in _HELD:
+        signal.signal(number, hold)
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    if pending:
+        raise _stop(pending[0])
+
+
+_HELD = (signal.SIGINT, signal.SIGTERM)
+
+
+def _stop(number: int) -> BaseException:
+    return KeyboardInterrupt() if number == signal.SIGINT else Terminated(number)
 
 
 def signal_number(stop: BaseException) -> int:

@@ -242,15 +242,18 @@ def import_from(
     pipe and a file alike); failed lines are printed to ``err`` as ``label:line: reason``.
     On a terminal a progress line shows the lines done and lines/s, and for a regular file
     the share read and the time left; nothing on a pipe or a redirected stderr. ``status``
-    follows how far it got (for the line an interruption prints)."""
-    from sandbox_ledger.cli.interrupt import ImportStatus
+    follows how far it got (for the line an interruption prints): Ctrl-C and SIGTERM wait for
+    the batch being written (at most 1,000 entries), so that its counts are exact; a second
+    one stops at once."""
+    from sandbox_ledger.cli.interrupt import ImportStatus, held
 
     status = status if status is not None else ImportStatus()
     status.report = ImportReport()
     if err.is_terminal:
         report = _import_with_progress(ledger, source, label, err, status)
     else:
-        report = import_lines(ledger, _counted(source, status), report=status.report)
+        lines = _counted(source, status)
+        report = import_lines(ledger, lines, report=status.report, guard=held)
     for failure in report.failed:
         err.print(f"{label}:{failure.number}: {failure.reason}", markup=False)
     return report
@@ -308,4 +311,6 @@ def _import_with_progress(
                     progress.update(task, completed=read, lines=shown)
                 yield line
 
-        return import_lines(ledger, counted(), report=status.report)
+        from sandbox_ledger.cli.interrupt import held
+
+        return import_lines(ledger, counted(), report=status.report, guard=held)
