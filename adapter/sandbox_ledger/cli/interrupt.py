@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import threading
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING
@@ -37,7 +38,11 @@ def raise_on_sigterm() -> None:
 def held() -> Iterator[None]:
     """Hold off Ctrl-C and SIGTERM while a step that must be counted whole runs (an
     import's batch: its writes and its counts), then raise the first one received; a second
-    signal meanwhile stops at once, as an impatient user means. Main thread only."""
+    signal meanwhile stops at once, as an impatient user means. Off the main thread (where
+    no signal handler runs) it holds nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     pending: list[int] = []
 
     def hold(number: int, _frame: object) -> None:
