@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from sandbox_ledger import keys as k
 from sandbox_ledger._poll import DEFAULT_POLL, PollSettings
 from sandbox_ledger.deployment import ShardCount, store_identity
-from sandbox_ledger.dynamodb import _bulk, _ops
+from sandbox_ledger.dynamodb import _ops
 from sandbox_ledger.dynamodb._items import order_ids
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.models import EnvironmentRecord, LedgerEntry, require_storable
@@ -107,6 +107,8 @@ class _Base:
     def _append_once_many(
         self, items: Sequence[tuple[LedgerEntry, int]], digests: Sequence[str] | None
     ) -> Op[list[bool | InvalidInputError]]:
+        from sandbox_ledger.dynamodb import _bulk  # an import's: a worker never loads it
+
         shards = yield from self._shards.resolve()
         return (
             yield from _bulk.append_once_many(
@@ -117,6 +119,8 @@ class _Base:
     def _read_stored_sessions(
         self, sessions: Sequence[tuple[str, str]]
     ) -> Op[list[list[LedgerEntry]]]:
+        from sandbox_ledger.dynamodb import _bulk
+
         return _bulk.read_each_stored(self.table_name, sessions)
 
     def _scan(self, name: str | None, segments: int | None) -> Op[list[tuple[str, str]]]:
