@@ -16,9 +16,20 @@ import pytest
 from dynamodb.test_dynamodb_conformance import AsyncOverSync
 from sandbox_ledger import InvalidInputError, LedgerEntry, ListSandboxOptions
 from sandbox_ledger.blocking import BlockingAdapter, open_blocking_store
+from sandbox_ledger.memory import MemoryAdapter
 from sandbox_ledger.postgres import PostgresAdapter
 from sandbox_ledger.sqlite import SQLiteAdapter
-from sandbox_ledger.testing import StorageAdapterContract
+from sandbox_ledger.testing import ChangesContract, StorageAdapterContract
+
+
+class TestBlockingMemoryChanges(ChangesContract):
+    """The change feed through the facade: ``changes`` a plain iterator, in worker threads."""
+
+    @pytest.fixture
+    async def adapter(self) -> AsyncIterator[AsyncOverSync]:
+        adapter = AsyncOverSync(BlockingAdapter(MemoryAdapter()))
+        yield adapter
+        await adapter.close()
 
 
 class TestBlockingSQLite(StorageAdapterContract):

@@ -8,8 +8,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger import keys as k
+from sandbox_ledger.changes import start_changes
 from sandbox_ledger.deployment import ShardCount, store_identity
-from sandbox_ledger.dynamodb import _bulk, _follow, _ops
+from sandbox_ledger.dynamodb import _bulk, _follow, _ops, _stream
 from sandbox_ledger.dynamodb._items import order_ids
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.follow import DEFAULT_POLL, PollSettings, Position, drive, drive_async, start
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
     from botocore.config import Config
 
+    from sandbox_ledger.changes import Change, ChangeBatch, ChangeFlow
     from sandbox_ledger.deployment import SweepSettings
     from sandbox_ledger.follow import Batch, Flow, FollowedEntry, Poll
     from sandbox_ledger.models import (
@@ -141,6 +143,15 @@ class _Base:
         poller = _follow.SessionPoller(self.table_name, name, sandbox_id, poll, self.settle_ms)
         return flow, poller
 
+    changes_poll: PollSettings = PollSettings(first=0.25, longest=1.0)
+    """How often ``changes`` reads the stream while idle: a ``GetRecords`` per open shard per
+    poll (see :mod:`._stream` and docs/live.md, what an idle minute costs)."""
+
+    def _changes(self, store: str, after: str | None) -> tuple[ChangeFlow, _stream.StreamReader]:
+        """The feed loop of one ``changes`` reader and its stream reader."""
+        flow = start_changes(store, after, _stream.check_state, settings=self.changes_poll)
+        return flow, _stream.StreamReader(self.table_name)
+
     def _list(self, name: str | None, opts: Any) -> Op[list[SandboxDetails]]:
         page = yield from self._page(name, opts)
         return page.sessions
@@ -257,6 +268,18 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
 
         async for followed in drive_async(flow, step):
             yield followed
+
+    async def changes(self, *, after: str | None = None) -> AsyncGenerator[Change, None]:
+        """The fleet's changes from the table's stream, at least once (see
+        :mod:`._stream`, :mod:`._changes` and docs/live.md)."""
+        store = await self.run(self._identity())
+        flow, reader = self._changes(store, after)
+
+        async def step(request: Poll) -> ChangeBatch:
+            return await self.run_streams(reader.poll(request))
+
+        async for change in drive_async(flow, step):
+            yield change
 
     async def ledger_retention(self) -> int | None:
         """The ledger retention this client writes with (seconds; None: keep forever; a
@@ -395,6 +418,12 @@ class SyncDynamoDBAdapter(_Base, SyncClientOwner):
         store = self.run(self._identity())
         flow, poller = self._follower(store, name, sandbox_id, after, until_closed)
         return drive(flow, lambda request: self.run(poller.poll(request)))
+
+    def changes(self, *, after: str | None = None) -> Generator[Change, None, None]:
+        """:meth:`DynamoDBAdapter.changes` as a plain iterator."""
+        store = self.run(self._identity())
+        flow, reader = self._changes(store, after)
+        return drive(flow, lambda request: self.run_streams(reader.poll(request)))
 
     def ledger_retention(self) -> int | None:
         """The ledger retention this client writes with (see DynamoDBAdapter)."""
