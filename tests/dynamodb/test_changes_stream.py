@@ -103,11 +103,6 @@ class FakeStreams:
     def close(self, name: str) -> None:
         self.shards[SHARD[name]]["closed"] = True
 
-    def list_streams(self, **params: Any) -> dict[str, Any]:
-        self.calls.append("ListStreams")
-        assert params == {"TableName": "t"}
-        return {"Streams": [{"StreamArn": self.arn, "TableName": "t", "StreamLabel": "x"}]}
-
     def describe_stream(self, **params: Any) -> dict[str, Any]:
         self.calls.append("DescribeStream")
         assert params["StreamArn"] == self.arn
@@ -173,9 +168,11 @@ class FakeStreams:
         return body
 
 
-def read(fake: FakeStreams, count: int, after: str | None = None) -> list[Change]:
+def read(
+    fake: FakeStreams, count: int, after: str | None = None, *, arn: str = ARN
+) -> list[Change]:
     """The first ``count`` changes from ``after``, as ``SyncDynamoDBAdapter.changes`` reads."""
-    reader = StreamReader("t")
+    reader = StreamReader(arn)
     flow = start_changes("store", after, check_state, settings=FAST)
     stream = drive(flow, lambda request: run_sync(fake, reader.poll(request)))
     out = [change for _, change in zip(range(count), stream, strict=False)]
@@ -217,7 +214,7 @@ def test_parents_are_read_before_their_children(split: FakeStreams) -> None:
 
 
 def test_a_new_shard_after_a_rollover_is_followed(split: FakeStreams) -> None:
-    reader = StreamReader("t")
+    reader = StreamReader(ARN)
     flow = start_changes("store", None, check_state, settings=FAST)
     stream = drive(flow, lambda request: run_sync(split, reader.poll(request)))
     first = [next(stream) for _ in range(5)]
@@ -241,7 +238,7 @@ def test_resuming_from_every_position_loses_and_repeats_nothing(split: FakeStrea
 
 
 def test_an_expired_iterator_is_fetched_again_from_the_last_record(split: FakeStreams) -> None:
-    reader = StreamReader("t")
+    reader = StreamReader(ARN)
     flow = start_changes("store", None, check_state, settings=FAST)
     stream = drive(flow, lambda request: run_sync(split, reader.poll(request)))
     first = [next(stream) for _ in range(5)]
@@ -273,11 +270,11 @@ def test_a_position_of_an_earlier_stream_says_so(split: FakeStreams) -> None:
     [first] = read(split, 1)
     split.arn = ARN.replace("2026", "2027")  # the stream was turned off and on
     with pytest.raises(ChangesTrimmedError, match="stream"):
-        read(split, 1, after=first.position)
+        read(split, 1, after=first.position, arn=split.arn)
 
 
 def test_an_idle_poll_is_one_get_records_per_open_shard(split: FakeStreams) -> None:
-    reader = StreamReader("t")
+    reader = StreamReader(ARN)
     flow = start_changes("store", None, check_state, settings=FAST)
     idle: list[list[str]] = []
 

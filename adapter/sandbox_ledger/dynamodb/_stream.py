@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from sandbox_ledger.changes import Change
     from sandbox_ledger.follow import Poll
 
-__all__ = ["DESCRIBE_EVERY", "StreamReader", "check_state"]
+__all__ = ["DESCRIBE_EVERY", "StreamReader", "check_state", "latest_stream"]
 
 DESCRIBE_EVERY = 20
 """Polls between two ``DescribeStream`` reads while no shard closes (a new shard appears
@@ -45,6 +45,19 @@ PAGES_PER_POLL = 10
 """``GetRecords`` pages read from one shard in one poll at most (1,000 records each)."""
 
 _GONE = frozenset({"TrimmedDataAccessException", "ResourceNotFoundException"})
+
+
+def latest_stream(table: str) -> Op[str]:
+    """The table's stream ARN (``DescribeTable``, on the DynamoDB client: a grant on the table
+    itself, where ``ListStreams`` would need one on every resource)."""
+    described = (yield Call("describe_table", {"TableName": table}))["Table"]
+    arn = described.get("LatestStreamArn")
+    if not arn or not (described.get("StreamSpecification") or {}).get("StreamEnabled"):
+        raise StorageError(
+            f"table {table} has no stream: changes() reads it (create_table() and the CDK "
+            "construct turn it on, NEW_AND_OLD_IMAGES)"
+        )
+    return str(arn)
 
 
 def check_state(state: dict[str, Any]) -> dict[str, Any]:
@@ -65,19 +78,18 @@ def check_state(state: dict[str, Any]) -> dict[str, Any]:
 
 
 class StreamReader:
-    """The polls of one ``changes()`` reader: the stream's shards as last described, and an
-    iterator per open shard kept between polls."""
+    """The polls of one ``changes()`` reader of the stream ``arn``: its shards as last
+    described, and an iterator per open shard kept between polls."""
 
-    def __init__(self, table: str) -> None:
-        self.table = table
-        self.arn: str | None = None
+    def __init__(self, arn: str) -> None:
+        self.arn = arn
         self.shards: dict[str, str | None] = {}  # shard id -> parent shard id
         self._iterators: dict[str, tuple[str | None, str]] = {}  # shard -> (after seq, it)
         self._polls = 0
 
     def poll(self, request: Poll) -> Op[ChangeBatch]:
         """Read every shard that is ready, parents first; the changes with their positions."""
-        arn = yield from self._stream()
+        arn = self.arn
         state = request.state or {"arn": arn, "at": {}, "done": []}
         if state["arn"] != arn:
             raise trimmed(
@@ -107,26 +119,6 @@ class StreamReader:
                     yield from self._describe(arn)  # its children, if not listed yet
                     progress = True
         return ChangeBatch(found, end=_state(arn, at, done))
-
-    def _stream(self) -> Op[str]:
-        """The table's latest stream (ListStreams, once per reader)."""
-        if self.arn is None:
-            streams: list[dict[str, Any]] = []
-            params: dict[str, Any] = {"TableName": self.table}
-            while True:
-                page = yield Call("list_streams", params)
-                streams += page.get("Streams", [])
-                last = page.get("LastEvaluatedStreamArn")
-                if not last:
-                    break
-                params = {**params, "ExclusiveStartStreamArn": last}
-            if not streams:
-                raise StorageError(
-                    f"table {self.table} has no stream: changes() reads it (create_table() and "
-                    "the CDK construct turn it on, NEW_AND_OLD_IMAGES)"
-                )
-            self.arn = str(max(streams, key=lambda s: str(s.get("StreamLabel", "")))["StreamArn"])
-        return self.arn
 
     def _describe(self, arn: str) -> Op[None]:
         shards: dict[str, str | None] = {}

@@ -147,10 +147,14 @@ class _Base:
     """How often ``changes`` reads the stream while idle: a ``GetRecords`` per open shard per
     poll (see :mod:`._stream` and docs/live.md, what an idle minute costs)."""
 
-    def _changes(self, store: str, after: str | None) -> tuple[ChangeFlow, _stream.StreamReader]:
-        """The feed loop of one ``changes`` reader and its stream reader."""
-        flow = start_changes(store, after, _stream.check_state, settings=self.changes_poll)
-        return flow, _stream.StreamReader(self.table_name)
+    def _reader(self) -> Op[tuple[str, str]]:
+        """What a ``changes`` reader is bound to: the store's identity and its stream."""
+        store = yield from self._identity()
+        return store, (yield from _stream.latest_stream(self.table_name))
+
+    def _changes(self, store: str, after: str | None) -> ChangeFlow:
+        """The feed loop of one ``changes`` reader (see :mod:`._stream`)."""
+        return start_changes(store, after, _stream.check_state, settings=self.changes_poll)
 
     def _list(self, name: str | None, opts: Any) -> Op[list[SandboxDetails]]:
         page = yield from self._page(name, opts)
@@ -272,8 +276,8 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
     async def changes(self, *, after: str | None = None) -> AsyncGenerator[Change, None]:
         """The fleet's changes from the table's stream, at least once (see
         :mod:`._stream`, :mod:`._changes` and docs/live.md)."""
-        store = await self.run(self._identity())
-        flow, reader = self._changes(store, after)
+        store, arn = await self.run(self._reader())
+        flow, reader = self._changes(store, after), _stream.StreamReader(arn)
 
         async def step(request: Poll) -> ChangeBatch:
             return await self.run_streams(reader.poll(request))
@@ -421,8 +425,8 @@ class SyncDynamoDBAdapter(_Base, SyncClientOwner):
 
     def changes(self, *, after: str | None = None) -> Generator[Change, None, None]:
         """:meth:`DynamoDBAdapter.changes` as a plain iterator."""
-        store = self.run(self._identity())
-        flow, reader = self._changes(store, after)
+        store, arn = self.run(self._reader())
+        flow, reader = self._changes(store, after), _stream.StreamReader(arn)
         return drive(flow, lambda request: self.run_streams(reader.poll(request)))
 
     def ledger_retention(self) -> int | None:
