@@ -57,15 +57,19 @@ def watch(
 ) -> None:
     """The fleet's changes as they happen: sessions created, closed, deleted and expired,
     resource records expired (oldest kept first; Ctrl-C prints where to resume)."""
-    from sandbox_ledger.protocol import SyncChangesAdapter
+    from sandbox_ledger.blocking import BlockingAdapter
+    from sandbox_ledger.protocol import ChangesAdapter, SyncChangesAdapter
 
     fmt = choose(as_json, output)
     after = connect.pasted(after)
     target = connect.target(ctx, store)
     refuse_ephemeral(target, "watch")
     ledger = connect.ledger(target)
-    if not isinstance(ledger, SyncChangesAdapter):
-        raise CommandError(f"{target.describe()} has no change feed")
+    inner = ledger.adapter if isinstance(ledger, BlockingAdapter) else ledger
+    if not isinstance(ledger, SyncChangesAdapter) or not (
+        inner is ledger or isinstance(inner, ChangesAdapter)
+    ):
+        raise CommandError(f"{target.describe()} has no change feed (not built yet)")
     stream = ledger.changes(after=after)
     if fmt is Format.table:
         header = "  ".join(c.ljust(w) for c, w in zip(_COLUMNS, _WIDTHS, strict=True))
