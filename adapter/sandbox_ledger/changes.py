@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger.cursor import encode_cursor
 from sandbox_ledger.errors import InvalidInputError, StorageError
-from sandbox_ledger.follow import DEFAULT_POLL, Poll, PollSettings, open_position
+from sandbox_ledger.follow import DEFAULT_POLL, Poll, PollSettings, check_counters, open_position
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -198,11 +198,8 @@ class ChangeLog:
 
 
 def check_seq_state(state: dict[str, Any]) -> dict[str, Any]:
-    """``state`` if it is ``{"q": a non-negative integer}`` (the memory and SQL feeds')."""
-    q = state.get("q")
-    if set(state) != {"q"} or not isinstance(q, int) or isinstance(q, bool) or not 0 <= q < 2**63:
-        raise bad_after()
-    return state
+    """``state`` if it is ``{"q": a non-negative integer}`` (the memory feed's)."""
+    return check_counters(state, {"q"}, bad_after)
 
 
 def trimmed(why: str) -> ChangesTrimmedError:

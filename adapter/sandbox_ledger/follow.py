@@ -31,6 +31,7 @@ __all__ = [
     "FollowedEntry",
     "PollSettings",
     "Position",
+    "check_counters",
     "drive",
     "drive_async",
     "follow_flow",
@@ -136,6 +137,18 @@ def open_position(kind: str, after: object, listing: list[Any], of: str) -> dict
     except InvalidInputError as exc:
         reason = str(exc).partition(": ")[2] or str(exc)
         raise InvalidInputError("after", f"not a position of {of} ({reason})") from exc
+
+
+def check_counters(
+    state: dict[str, Any], names: set[str], refused: Callable[[], InvalidInputError]
+) -> dict[str, Any]:
+    """``state`` if its keys are ``names``, each a non-negative 64-bit integer; else the
+    error ``refused`` makes (a position's state: a row id, a sequence number)."""
+    if set(state) != names or not all(
+        isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63 for v in state.values()
+    ):
+        raise refused()
+    return state
 
 
 def bad_after() -> InvalidInputError:

@@ -134,12 +134,3 @@ def test_watch_refuses_a_store_nothing_else_can_write() -> None:
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 2, done.stderr
     assert "watch waits for what other programs write" in done.stderr
-
-
-def test_a_store_without_a_feed_says_so(tmp_path: object) -> None:
-    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp")}
-    store = f"sqlite:///{tmp_path}/l.db"
-    command = [sys.executable, "-m", "sandbox_ledger.cli", "--store", store, "watch"]
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
-    assert done.returncode == 1, done.stderr
-    assert "has no change feed" in done.stderr and "Traceback" not in done.stderr

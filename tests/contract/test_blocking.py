@@ -19,17 +19,7 @@ from sandbox_ledger.blocking import BlockingAdapter, open_blocking_store
 from sandbox_ledger.memory import MemoryAdapter
 from sandbox_ledger.postgres import PostgresAdapter
 from sandbox_ledger.sqlite import SQLiteAdapter
-from sandbox_ledger.testing import ChangesContract, StorageAdapterContract
-
-
-class TestBlockingMemoryChanges(ChangesContract):
-    """The change feed through the facade: ``changes`` a plain iterator, in worker threads."""
-
-    @pytest.fixture
-    async def adapter(self) -> AsyncIterator[AsyncOverSync]:
-        adapter = AsyncOverSync(BlockingAdapter(MemoryAdapter()))
-        yield adapter
-        await adapter.close()
+from sandbox_ledger.testing import StorageAdapterContract
 
 
 class TestBlockingSQLite(StorageAdapterContract):
@@ -168,7 +158,6 @@ def test_the_facade_is_a_sync_transfer_adapter_over_every_store(tmp_path: Path) 
     """Import and export take a SyncTransferAdapter: the facade declares every method of it,
     over the memory store too (which gained append_once), each reaching the adapter; any
     other name is an AttributeError, never a method that fails when called."""
-    from sandbox_ledger.memory import MemoryAdapter
     from sandbox_ledger.protocol import SyncTransferAdapter
 
     sqlite = BlockingAdapter(SQLiteAdapter(tmp_path / "ledger.db"))

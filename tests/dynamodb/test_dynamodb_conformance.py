@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from sandbox_ledger.dynamodb import DynamoDBAdapter, SyncDynamoDBAdapter
-from sandbox_ledger.testing import ChangesContract, StorageAdapterContract
+from sandbox_ledger.testing import StorageAdapterContract
 
 
 class AsyncOverSync:
@@ -119,7 +119,7 @@ async def _namesake(
         yield other
 
 
-class TestDynamoDBAdapter(StorageAdapterContract, ChangesContract):
+class TestDynamoDBAdapter(StorageAdapterContract):
     follows_append_order = False
 
     @pytest.fixture
@@ -141,7 +141,7 @@ class TestDynamoDBAdapter(StorageAdapterContract, ChangesContract):
             yield other
 
 
-class TestSyncDynamoDBAdapter(StorageAdapterContract, ChangesContract):
+class TestSyncDynamoDBAdapter(StorageAdapterContract):
     follows_append_order = False
 
     @pytest.fixture

@@ -15,8 +15,8 @@ override the ``adapter`` fixture to yield a fresh, empty adapter::
             yield adapter
             await adapter.close()
 
-A store with a change feed (:class:`~sandbox_ledger.protocol.ChangesAdapter`) also mixes in
-:class:`ChangesContract` (``class TestMyAdapter(StorageAdapterContract, ChangesContract)``).
+The fleet's change feed (:class:`~sandbox_ledger.protocol.ChangesAdapter`) is part of it
+(:class:`ChangesContract`, also usable alone).
 
 Requires ``pytest`` and ``pytest-asyncio`` (``asyncio_mode = "auto"``): the ``testing`` extra.
 """
