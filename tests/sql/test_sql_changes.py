@@ -103,3 +103,13 @@ async def test_postgres_hands_out_nothing_past_a_transaction_still_running(
             slow.commit()
         seen = await asyncio.wait_for(reader, 30)
     assert [c.sandbox_id for c in seen] == ["slow", "quick"]
+
+
+async def test_ids_name_the_database_not_the_path_it_was_opened_by(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    async with SQLiteAdapter(tmp_path / "ledger.db") as adapter:
+        await adapter.append(entry("w", "s", LedgerEvent.SandboxCreated, 1))
+        [one] = await take(adapter, 1)
+    async with SQLiteAdapter(tmp_path / "sub" / ".." / "ledger.db") as same:
+        [again] = await take(same, 1)
+    assert one.id == again.id and one.id.startswith("sql:")

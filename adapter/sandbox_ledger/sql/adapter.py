@@ -329,11 +329,12 @@ class SQLAdapter(ABC):
         an indexed read of the changes table per poll, backing off while idle."""
         store = await self._identity()
         flow = start_changes(store, after, feed.check_state, settings=self.follow_poll)
+        # Ids name the database by its own store_id, not by the URL it was opened with, so
+        # readers of one database through different paths drop the same repeats.
+        ids = f"sql:{self._store_id}"
 
         async def step(request: Poll) -> ChangeBatch:
-            return await self._read(
-                lambda conn: feed.poll(conn, self.queries, store, request.state)
-            )
+            return await self._read(lambda conn: feed.poll(conn, self.queries, ids, request.state))
 
         async for change in drive_async(flow, step):
             yield change

@@ -33,7 +33,8 @@ def check_state(state: dict[str, Any]) -> dict[str, Any]:
 async def poll(
     conn: Connection, q: Statements, store: str, state: dict[str, Any] | None
 ) -> ChangeBatch:
-    """The changes after ``state`` (None: from the oldest kept), with their states.
+    """The changes after ``state`` (None: from the oldest kept), with their states; a
+    change's id is ``store`` and its seq.
 
     Raises:
         ChangesTrimmedError: changes after ``state`` were pruned.
