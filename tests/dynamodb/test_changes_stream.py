@@ -23,6 +23,7 @@ from sandbox_ledger.dynamodb._stream import StreamReader, check_state
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.follow import PollSettings, drive
 from sandbox_ledger.keys import LedgerAttr as A
+from sandbox_ledger.models import LedgerEvent
 from sandbox_ledger.sdk.steps import run_sync
 
 ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/t/stream/2026-01-01T00:00:00.000"
@@ -310,3 +311,35 @@ def test_a_forged_state_is_refused_naming_after(state: dict[str, Any]) -> None:
     with pytest.raises(InvalidInputError) as info:
         check_state(state)
     assert info.value.field == "after"
+
+
+def test_throttled_and_failing_stream_reads_lose_and_repeat_nothing(
+    moto_endpoint: str, sync_table: str, fast_sdk_backoff: None
+) -> None:
+    """On the moto server, a quarter of the Streams calls throttled (LimitExceededException,
+    as DynamoDB answers a shard read by too many readers) and a tenth failing with 500: the
+    SDK's retries carry them, and every change comes once, in order."""
+    import boto3
+
+    from dynamodb.faults import FailShare
+    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+    from sandbox_ledger.testing._build import entry
+
+    streams = {"DescribeStream", "GetShardIterator", "GetRecords"}
+    session = boto3.session.Session()
+    throttled = FailShare(0.25, "LimitExceededException", operations=streams, aio=False)
+    broken = FailShare(0.1, "InternalServerError", status=500, operations=streams, aio=False)
+    for hook in (throttled, broken):
+        session.events.register_first("before-send.dynamodbstreams", hook)
+    with SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint, session=session) as ledger:
+        for i in range(12):
+            ledger.append(entry("f", f"s{i}", LedgerEvent.SandboxCreated, i))
+        first = ledger.changes()
+        seen = [next(first) for _ in range(6)]
+        first.close()
+        resumed = ledger.changes(after=seen[-1].position)
+        seen += [next(resumed) for _ in range(6)]
+        resumed.close()
+    assert [c.sandbox_id for c in seen] == [f"s{i}" for i in range(12)]
+    assert len({c.id for c in seen}) == 12
+    assert throttled.injected and broken.injected
