@@ -16,6 +16,9 @@ from sandbox_ledger._lazy import exports
 if TYPE_CHECKING:
     from sandbox_ledger._enums import LedgerEvent as LedgerEvent
     from sandbox_ledger._enums import SandboxStatus as SandboxStatus
+    from sandbox_ledger.changes import Change as Change
+    from sandbox_ledger.changes import ChangeKind as ChangeKind
+    from sandbox_ledger.changes import ChangesTrimmedError as ChangesTrimmedError
     from sandbox_ledger.errors import AccessDeniedError as AccessDeniedError
     from sandbox_ledger.errors import ConfigurationError as ConfigurationError
     from sandbox_ledger.errors import ConflictError as ConflictError

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Coroutine, Generator, Sequence
 
+    from sandbox_ledger.changes import Change
     from sandbox_ledger.errors import InvalidInputError
     from sandbox_ledger.follow import FollowedEntry
     from sandbox_ledger.models import (
@@ -200,10 +201,18 @@ class BlockingAdapter:
         stream = self.adapter.follow(name, sandbox_id, after=after, until_closed=until_closed)
         return self._iterate(stream)
 
-    def _iterate(
-        self, stream: AsyncGenerator[FollowedEntry, None]
-    ) -> Generator[FollowedEntry, None, None]:
-        async def next_one() -> FollowedEntry | None:
+    # -- the fleet's changes (ChangesAdapter), without await -------------------------------
+
+    def changes(self, *, after: str | None = None) -> Generator[Change, None, None]:
+        """The adapter's ``changes`` as a plain iterator (see :meth:`follow`)."""
+        from sandbox_ledger.protocol import ChangesAdapter
+
+        if not isinstance(self.adapter, ChangesAdapter):
+            raise TypeError(f"{type(self.adapter).__name__} has no change feed")
+        return self._iterate(self.adapter.changes(after=after))
+
+    def _iterate(self, stream: AsyncGenerator[T, None]) -> Generator[T, None, None]:
+        async def next_one() -> T | None:
             try:
                 return await anext(stream)
             except StopAsyncIteration:

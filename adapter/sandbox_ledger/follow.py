@@ -17,7 +17,7 @@ import contextlib
 import time
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sandbox_ledger._poll import DEFAULT_POLL as DEFAULT_POLL
 from sandbox_ledger._poll import PollSettings
@@ -33,9 +33,11 @@ __all__ = [
     "FollowedEntry",
     "PollSettings",
     "Position",
+    "check_counters",
     "drive",
     "drive_async",
     "follow_flow",
+    "open_position",
     "start",
 ]
 
@@ -92,13 +94,7 @@ class Position:
             InvalidInputError: naming ``after``: not a position, altered, or another
                 session's or store's.
         """
-        try:
-            body = decode_cursor(_KIND, after, self._listing)
-        except InvalidInputError as exc:
-            reason = str(exc).partition(": ")[2] or str(exc)
-            raise InvalidInputError(
-                "after", f"not a position of this session in this store ({reason})"
-            ) from exc
+        body = open_position(_KIND, after, self._listing, "this session in this store")
         state, closed = body.get("at"), body.get("closed")
         if set(body) != {"at", "closed"} or not isinstance(state, dict):
             raise bad_after()
@@ -107,10 +103,38 @@ class Position:
         return state, closed
 
 
+def open_position(kind: str, after: object, listing: list[Any], of: str) -> dict[str, Any]:
+    """The body of ``after``, a position of ``kind`` sealed for ``listing``.
+
+    Raises:
+        InvalidInputError: naming ``after`` (not a position ``of`` ..., altered, or another's).
+    """
+    try:
+        return decode_cursor(kind, after, listing)
+    except InvalidInputError as exc:
+        reason = str(exc).partition(": ")[2] or str(exc)
+        raise InvalidInputError("after", f"not a position of {of} ({reason})") from exc
+
+
+def check_counters(
+    state: dict[str, Any], names: set[str], refused: Callable[[], InvalidInputError]
+) -> dict[str, Any]:
+    """``state`` if its keys are ``names``, each a non-negative 64-bit integer; else the
+    error ``refused`` makes (a position's state: a row id, a sequence number)."""
+    if set(state) != names or not all(
+        isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63 for v in state.values()
+    ):
+        raise refused()
+    return state
+
+
 def bad_after() -> InvalidInputError:
     """The error of a position whose state is not one this store makes."""
     return InvalidInputError("after", "not a position of this session in this store")
 
+
+Out = TypeVar("Out")
+R = TypeVar("R")
 
 FlowStep = Poll | FollowedEntry
 Flow = Generator[FlowStep, "Batch | None", None]
@@ -167,19 +191,22 @@ def follow_flow(
             wait = min(wait, batch.due)
 
 
-def _advance(flow: Flow, reply: Batch | None) -> FlowStep | None:
+def _advance(flow: Generator[Poll | Out, R | None, None], reply: R | None) -> Poll | Out | None:
     try:
         return flow.send(reply)
     except StopIteration:
         return None
 
 
-def drive(flow: Flow, poll: Callable[[Poll], Batch]) -> Generator[FollowedEntry, None, None]:
-    """Run ``flow`` in this thread: each :class:`Poll` by ``poll``, after its wait."""
+def drive(
+    flow: Generator[Poll | Out, R | None, None], poll: Callable[[Poll], R]
+) -> Generator[Out, None, None]:
+    """Run ``flow`` (a follow or a changes loop) in this thread: each :class:`Poll` by
+    ``poll``, after its wait; everything else it yields is handed out."""
     with contextlib.closing(flow):
-        reply = None
+        reply: R | None = None
         while (step := _advance(flow, reply)) is not None:
-            if isinstance(step, FollowedEntry):
+            if not isinstance(step, Poll):
                 yield step
                 reply = None
                 continue
@@ -194,17 +221,17 @@ async def _sleep(step: Poll) -> None:
 
 
 async def drive_async(
-    flow: Flow,
-    poll: Callable[[Poll], Awaitable[Batch]],
+    flow: Generator[Poll | Out, R | None, None],
+    poll: Callable[[Poll], Awaitable[R]],
     wait: Callable[[Poll], Awaitable[None]] = _sleep,
-) -> AsyncGenerator[FollowedEntry, None]:
+) -> AsyncGenerator[Out, None]:
     """Run ``flow`` on the running event loop: each :class:`Poll` by awaiting ``poll``,
     after ``wait`` (default: sleep its ``wait``; a store that is told of new entries wakes
     sooner)."""
     with contextlib.closing(flow):
-        reply = None
+        reply: R | None = None
         while (step := _advance(flow, reply)) is not None:
-            if not isinstance(step, FollowedEntry):
+            if isinstance(step, Poll):
                 await wait(step)
                 reply = await poll(step)
             else:

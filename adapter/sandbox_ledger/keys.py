@@ -38,6 +38,7 @@ import re
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
+from enum import StrEnum
 from typing import Final
 
 from sandbox_ledger._json import find_surrogate
@@ -256,6 +257,41 @@ def parse_session_pk(pk: str) -> tuple[str, str]:
     if prefix != "S" or rest[size : size + 1] != "#":
         raise ValueError(f"not a session key: {pk!r}")
     return rest[:size], rest[size + 1 :]
+
+
+class ItemFamily(StrEnum):
+    """Which family of the table's items a key belongs to (the table in the module
+    docstring): what a stream record of the item means (:mod:`sandbox_ledger.changes`)."""
+
+    SUMMARY = "summary"
+    ENTRY = "entry"
+    ENTRY_PART = "entry-part"
+    CHECKPOINT = "checkpoint"
+    CLAIM = "claim"
+    ENVIRONMENT = "environment"
+    DESCRIPTOR = "descriptor"
+    RESOURCE = "resource"
+    UNKNOWN = "unknown"
+
+
+def item_family(pk: str, sk: str) -> ItemFamily:
+    """The family of the item keyed (``pk``, ``sk``); UNKNOWN for a key this schema never
+    writes."""
+    if pk.startswith(SESSION_PREFIX):
+        if sk == SUMMARY_SK:
+            return ItemFamily.SUMMARY
+        if sk.startswith(EVENT_PREFIX):
+            return ItemFamily.ENTRY_PART if part_head(sk) else ItemFamily.ENTRY
+        if sk.startswith(CHECKPOINT_PREFIX):
+            return ItemFamily.CHECKPOINT
+        return ItemFamily.CLAIM if sk.startswith(CLAIM_PREFIX) else ItemFamily.UNKNOWN
+    if pk == ENVIRONMENT_PK:
+        return ItemFamily.ENVIRONMENT
+    if (pk, sk) == (DESCRIPTOR_PK, DESCRIPTOR_SK):
+        return ItemFamily.DESCRIPTOR
+    if pk.startswith(RESOURCE_PREFIX) and sk == RESOURCE_SK:
+        return ItemFamily.RESOURCE
+    return ItemFamily.UNKNOWN
 
 
 def _ts(ts: int) -> str:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger._bulk import append_each_once, read_each_stored
+from sandbox_ledger.changes import Change, ChangeKind, ChangeLog, check_seq_state, start_changes
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.follow import (
     DEFAULT_POLL,
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from datetime import timedelta
     from types import TracebackType
 
+    from sandbox_ledger.changes import ChangeBatch
     from sandbox_ledger.follow import FollowedEntry
     from sandbox_ledger.models import (
         CheckpointInfo,
@@ -108,6 +110,7 @@ class MemoryAdapter:
         self._seq = itertools.count()
         # Cursors name the store that made them: another MemoryAdapter refuses them.
         self._store = f"memory:{secrets.token_hex(8)}"
+        self._changes = ChangeLog(self._store)
 
     async def connect(self) -> None:
         """Nothing to open; idempotent."""
@@ -152,6 +155,9 @@ class MemoryAdapter:
             session = self._sessions[key] = _Session(
                 SessionSummary(entry.name, entry.sandbox_id), next(self._seq)
             )
+        kind = _CHANGE_OF.get(entry.event)
+        if kind is not None:
+            self._record(kind, key, entry.ts)
         # A copy: the caller may change its entry's payload afterwards; the store must not.
         stored = _copy(entry)
         bisect.insort(session.events, (entry.ts, next(self._seq), stored), key=lambda t: t[:2])
@@ -270,7 +276,14 @@ class MemoryAdapter:
 
     async def delete_sandbox(self, name: str, sandbox_id: str) -> None:
         """Forget the session."""
-        self._sessions.pop((_require(name, "name"), _require(sandbox_id, "sandboxId")), None)
+        key = (_require(name, "name"), _require(sandbox_id, "sandboxId"))
+        gone = self._sessions.pop(key, None)
+        if gone is not None and _has_summary(gone.summary):
+            self._record(ChangeKind.SESSION_DELETED, key, time.time_ns() // 1_000_000)
+
+    def _record(self, kind: ChangeKind, key: tuple[str, str], at: int) -> None:
+        change = Change(kind, "", at, name=key[0], sandbox_id=key[1])
+        self._changes.add(change, time.time())
 
     async def list_checkpoints(self, name: str, sandbox_id: str) -> list[CheckpointInfo]:
         """Checkpoints in creation (read_all) order."""
@@ -330,6 +343,16 @@ class MemoryAdapter:
         new = sorted((t for t in self._live_events(session) if t[1] > last), key=lambda t: t[1])
         return Batch([({"s": session.seq, "q": seq}, _copy(e)) for _, seq, e in new])
 
+    def changes(self, *, after: str | None = None) -> AsyncGenerator[Change, None]:
+        """The fleet's changes, the oldest kept first, then each new one (see
+        :class:`~sandbox_ledger.protocol.ChangesAdapter`); a poll reads this process's memory."""
+        flow = start_changes(self._store, after, check_seq_state, settings=self.follow_poll)
+
+        async def step(request: Poll) -> ChangeBatch:
+            return self._changes.after(request.state)
+
+        return drive_async(flow, step)
+
     def _rows(self, keep: Any) -> list[tuple[SandboxDetails, int]]:
         out = []
         for session in self._sessions.values():
@@ -343,6 +366,22 @@ class MemoryAdapter:
 _SUMMARY_EVENTS = frozenset(
     {LedgerEvent.SandboxCreated, LedgerEvent.SandboxClosed, LedgerEvent.ExecComplete}
 )
+
+
+_CHANGE_OF: dict[str, ChangeKind] = {
+    LedgerEvent.SandboxCreated: ChangeKind.SESSION_CREATED,
+    LedgerEvent.SandboxClosed: ChangeKind.SESSION_CLOSED,
+}
+
+
+def _has_summary(summary: SessionSummary) -> bool:
+    """Whether an event that makes a session's summary was appended (its delete is a change,
+    as on DynamoDB, where such a session has a summary item)."""
+    return (
+        summary.started_at is not None
+        or summary.completed_at is not None
+        or bool(summary.exec_count)
+    )
 
 
 def _follow_state(state: dict[str, Any]) -> dict[str, Any]:

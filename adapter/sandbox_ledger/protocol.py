@@ -42,6 +42,10 @@ new):
   ``follow``: a session's entries as they are appended, each with a position to resume from
   (see :mod:`sandbox_ledger.follow` and docs/live.md). Every adapter of this library
   implements it.
+* **The fleet's changes.** :class:`ChangesAdapter` (and :class:`SyncChangesAdapter`) declare
+  ``changes``: sessions created, closed, deleted and expired, resource records expired, each
+  with a position to resume from and an id to drop repeats (see :mod:`sandbox_ledger.changes`
+  and docs/live.md). Every adapter of this library implements it.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Generator, Sequence
 
+    from sandbox_ledger.changes import Change
     from sandbox_ledger.errors import InvalidInputError
     from sandbox_ledger.follow import FollowedEntry
     from sandbox_ledger.models import (
@@ -320,3 +325,29 @@ class SyncFollowAdapter(Protocol):
     def follow(
         self, name: str, sandbox_id: str, *, after: str | None = None, until_closed: bool = True
     ) -> Generator[FollowedEntry, None, None]: ...
+
+
+@runtime_checkable
+class ChangesAdapter(Protocol):
+    """A store that hands out the fleet's changes as they happen."""
+
+    def changes(self, *, after: str | None = None) -> AsyncGenerator[Change, None]:
+        """Every change the store keeps, oldest first, then each new one, at least once (a
+        repeat carries the same ``id``); never ends on its own.
+
+        ``after`` (a position ``changes`` handed out by this store) starts just after that
+        change.
+
+        Raises:
+            InvalidInputError: ``after`` is not a position of this store (field ``after``);
+                raised on first iteration.
+            ChangesTrimmedError: ``after`` is older than what the store keeps.
+        """
+        ...
+
+
+@runtime_checkable
+class SyncChangesAdapter(Protocol):
+    """:class:`ChangesAdapter` without ``await``: ``changes`` is a plain iterator."""
+
+    def changes(self, *, after: str | None = None) -> Generator[Change, None, None]: ...

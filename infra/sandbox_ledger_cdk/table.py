@@ -78,6 +78,8 @@ KMS_ACTIONS = (
     "kms:DescribeKey",
 )
 KMS_READ_ACTIONS = ("kms:Decrypt", "kms:DescribeKey")
+STREAM_READ_ACTIONS = ("DescribeStream", "GetShardIterator", "GetRecords")
+"""What ``changes()`` reads the table's stream with (``grant_changes``)."""
 
 
 @dataclass(frozen=True)
@@ -376,11 +378,48 @@ class LedgerTable(Construct):
         statements of :meth:`worker_policy_statements`; no table management, no Scan."""
         return self.grant(grantee, WORKER)
 
+    def grant_changes(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Read the fleet's change feed, write nothing: the statements of
+        :meth:`changes_policy_statements`, what ``changes()`` and ``sandbox-ledger watch``
+        send."""
+        return self.grant_statements(grantee, self.changes_policy_statements())
+
+    def changes_policy_statements(self) -> list[iam.PolicyStatement]:
+        """The change feed's access: read the table's stream (``DescribeStream``,
+        ``GetShardIterator``, ``GetRecords`` on the stream's ARN only), find it
+        (``DescribeTable`` on the table, so no ``ListStreams``, which only takes ``*``), read
+        the descriptor (the store's identity its positions are bound to), and decrypt with
+        the key if customer-managed."""
+        stream_arn = self.table.table_stream_arn
+        assert stream_arn is not None, "the table is made with a stream"
+        statements = [
+            iam.PolicyStatement(
+                actions=[f"dynamodb:{a}" for a in STREAM_READ_ACTIONS], resources=[stream_arn]
+            ),
+            iam.PolicyStatement(
+                actions=["dynamodb:DescribeTable"], resources=[self.table.table_arn]
+            ),
+            self.descriptor_read(),
+        ]
+        if self.key is not None:
+            statements.append(
+                iam.PolicyStatement(actions=list(KMS_READ_ACTIONS), resources=[self.key.key_arn])
+            )
+        return statements
+
     def grant(self, grantee: iam.IGrantable, access: Access) -> iam.Grant:
         """Add the statements of ``access`` (:meth:`policy_statements`) to the grantee's
         policy."""
+        return self.grant_statements(grantee, self.policy_statements(access))
+
+    @staticmethod
+    def grant_statements(
+        grantee: iam.IGrantable, statements: list[iam.PolicyStatement]
+    ) -> iam.Grant:
+        """Add ``statements`` to the grantee's policy as one grant (a deny as it is, so it
+        holds against broader grants the role has)."""
         grants = []
-        for statement in self.policy_statements(access):
+        for statement in statements:
             if statement.effect == iam.Effect.DENY:
                 grantee.grant_principal.add_to_principal_policy(statement)
                 continue

@@ -16,6 +16,7 @@ import pytest
 from dynamodb.test_dynamodb_conformance import AsyncOverSync
 from sandbox_ledger import InvalidInputError, LedgerEntry, ListSandboxOptions
 from sandbox_ledger.blocking import BlockingAdapter, open_blocking_store
+from sandbox_ledger.memory import MemoryAdapter
 from sandbox_ledger.postgres import PostgresAdapter
 from sandbox_ledger.sqlite import SQLiteAdapter
 from sandbox_ledger.testing import StorageAdapterContract
@@ -157,7 +158,6 @@ def test_the_facade_is_a_sync_transfer_adapter_over_every_store(tmp_path: Path) 
     """Import and export take a SyncTransferAdapter: the facade declares every method of it,
     over the memory store too (which gained append_once), each reaching the adapter; any
     other name is an AttributeError, never a method that fails when called."""
-    from sandbox_ledger.memory import MemoryAdapter
     from sandbox_ledger.protocol import SyncTransferAdapter
 
     sqlite = BlockingAdapter(SQLiteAdapter(tmp_path / "ledger.db"))

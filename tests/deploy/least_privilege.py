@@ -181,7 +181,13 @@ def requests(operation: str, params: dict[str, Any]) -> list[Request]:
             for i in items
         }
         return [Request("dynamodb:BatchWriteItem", TABLE, frozenset(keys))]
+    if operation in STREAM_OPERATIONS:
+        return [Request(f"dynamodb:{operation}", STREAM, None)]
     return [Request(f"dynamodb:{operation}", TABLE, None)]
+
+
+STREAM_OPERATIONS = frozenset({"DescribeStream", "GetShardIterator", "GetRecords", "ListStreams"})
+"""DynamoDB Streams calls: authorized on the table's stream (``ListStreams`` only on ``*``)."""
 
 
 class CallRecorder:
@@ -195,8 +201,10 @@ class CallRecorder:
         client.meta.events.register("provide-client-params.dynamodb", self._hook)
 
     def watch_session(self, session: Any) -> None:
-        """Record the calls of every client made from the boto3 ``session`` from now on."""
+        """Record the calls of every DynamoDB and DynamoDB Streams client made from the boto3
+        ``session`` from now on."""
         session.events.register("provide-client-params.dynamodb", self._hook)
+        session.events.register("provide-client-params.dynamodbstreams", self._hook)
 
     def _hook(self, params: dict[str, Any], model: Any, **_: Any) -> None:
         self.requests.extend(requests(model.name, params))

@@ -79,16 +79,11 @@ class AsyncOverSync:
 
     def follow(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         """The sync twin's iterator, each step in a worker thread."""
-        stream = self.sync.follow(*args, **kwargs)
+        return _steps(self.sync.follow(*args, **kwargs))
 
-        async def steps() -> AsyncIterator[Any]:
-            try:
-                while (found := await asyncio.to_thread(next, stream, None)) is not None:
-                    yield found
-            finally:
-                await asyncio.to_thread(stream.close)
-
-        return steps()
+    def changes(self, *, after: Any = None) -> AsyncIterator[Any]:
+        """The sync twin's iterator, each step in a worker thread."""
+        return _steps(self.sync.changes(after=after))
 
     async def __aenter__(self) -> AsyncOverSync:
         await self.connect()
@@ -96,6 +91,19 @@ class AsyncOverSync:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _steps(stream: Any) -> AsyncIterator[Any]:
+    """A sync iterator stepped in worker threads, as an async iterator."""
+
+    async def steps() -> AsyncIterator[Any]:
+        try:
+            while (found := await asyncio.to_thread(next, stream, None)) is not None:
+                yield found
+        finally:
+            await asyncio.to_thread(stream.close)
+
+    return steps()
 
 
 @contextlib.asynccontextmanager

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 PROFILE = os.environ.get("SANDBOX_LEDGER_VERIFY", "fast")
 FAST_SEED = 20261201
+RUN_SEEDS = [FAST_SEED] if PROFILE == "fast" else [random.randrange(2**32) for _ in range(3)]
+"""The seeds of a run of the hand-written schedules (the follow and changes models)."""
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from sandbox_ledger import keys as k
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
+    from pathlib import Path
 
 
 class AsyncOverThreads:
@@ -318,3 +319,54 @@ class FaultBoard:
         if self._resend.resent:
             out["lost-response"] = self._resend.resent
         return out
+
+
+def drive_seeds(
+    subject: Subject,
+    run: Callable[[Store, FaultBoard | None, int], Awaitable[None]],
+    seeds: list[int],
+    profile: str,
+    *,
+    faults: bool,
+) -> None:
+    """Open ``subject`` with three clients and a checker, and ``run`` each seed on it (the
+    store emptied between seeds; with ``faults``, a FaultBoard on the clients); a failure
+    names its seed."""
+
+    async def main() -> None:
+        store = await subject.open(3)
+        board = FaultBoard(store.botocore_clients, aio=store.aio) if faults else None
+        try:
+            for one in seeds:
+                if store.reset is not None:
+                    await store.reset()
+                if board is not None:
+                    board.reset()
+                try:
+                    await run(store, board, one)
+                except AssertionError as exc:
+                    exc.add_note(f"seed {one} (SANDBOX_LEDGER_VERIFY={profile})")
+                    raise
+        finally:
+            if store.dispose is not None:
+                await store.dispose()
+
+    asyncio.run(main())
+
+
+def sqlite_subject(folder: Path) -> FreshPerExample:
+    """A fresh SQLite database per example, in ``folder``."""
+    from sandbox_ledger.sqlite import SQLiteAdapter
+
+    return FreshPerExample("sqlite", lambda i, ex: SQLiteAdapter(folder / f"l-{ex}.db"))
+
+
+def postgres_subject(dsn: str, prefix: str) -> FreshPerExample:
+    """A fresh PostgreSQL schema per example (``<prefix>_<run>_<example>``)."""
+    from sandbox_ledger.postgres import PostgresAdapter
+
+    run = uuid.uuid4().hex[:8]
+    return FreshPerExample(
+        "postgres",
+        lambda i, ex: PostgresAdapter(dsn, schema=f"{prefix}_{run}_{ex}", max_size=3),
+    )

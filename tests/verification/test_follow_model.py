@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import random
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -25,21 +24,22 @@ import pytest
 from sandbox_ledger import LedgerEntry, LedgerError, LedgerEvent
 from sandbox_ledger.follow import PollSettings
 
-from .profiles import FAST_SEED, PROFILE
+from .profiles import PROFILE, RUN_SEEDS
 from .stores import (
     FAULT_KINDS,
     ClientDied,
     DynamoDBSubject,
     FaultBoard,
-    FreshPerExample,
     MemorySubject,
     Store,
     Subject,
+    drive_seeds,
+    postgres_subject,
+    sqlite_subject,
 )
 
 FAST = PollSettings(first=0.01, longest=0.05)
 ROUNDS = 8 if PROFILE == "fast" else 40
-SEEDS = [FAST_SEED] if PROFILE == "fast" else [random.randrange(2**32) for _ in range(3)]
 
 
 def _now_ms() -> int:
@@ -147,25 +147,10 @@ async def _delete(client: Any, sandbox_id: str) -> None:
 
 
 def _drive(subject: Subject, *, faults: bool, append_order: bool) -> None:
-    async def main() -> None:
-        store = await subject.open(3)
-        board = FaultBoard(store.botocore_clients, aio=store.aio) if faults else None
-        try:
-            for seed in SEEDS:
-                if store.reset is not None:
-                    await store.reset()
-                if board is not None:
-                    board.reset()
-                try:
-                    await _run(store, board, seed, append_order)
-                except AssertionError as exc:
-                    exc.add_note(f"seed {seed} (SANDBOX_LEDGER_VERIFY={PROFILE})")
-                    raise
-        finally:
-            if store.dispose is not None:
-                await store.dispose()
+    async def run(store: Store, board: FaultBoard | None, seed: int) -> None:
+        await _run(store, board, seed, append_order)
 
-    asyncio.run(main())
+    drive_seeds(subject, run, RUN_SEEDS, PROFILE, faults=faults)
 
 
 def test_memory() -> None:
@@ -173,21 +158,11 @@ def test_memory() -> None:
 
 
 def test_sqlite(tmp_path: Path) -> None:
-    from sandbox_ledger.sqlite import SQLiteAdapter
-
-    subject = FreshPerExample("sqlite", lambda i, ex: SQLiteAdapter(tmp_path / f"l-{ex}.db"))
-    _drive(subject, faults=False, append_order=True)
+    _drive(sqlite_subject(tmp_path), faults=False, append_order=True)
 
 
 def test_postgres(postgres_dsn: str) -> None:
-    from sandbox_ledger.postgres import PostgresAdapter
-
-    run = uuid.uuid4().hex[:8]
-    subject = FreshPerExample(
-        "postgres",
-        lambda i, ex: PostgresAdapter(postgres_dsn, schema=f"f_{run}_{ex}", max_size=3),
-    )
-    _drive(subject, faults=False, append_order=True)
+    _drive(postgres_subject(postgres_dsn, "f"), faults=False, append_order=True)
 
 
 @pytest.mark.usefixtures("fast_sdk_backoff")

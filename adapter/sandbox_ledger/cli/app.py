@@ -17,6 +17,7 @@ from sandbox_ledger.cli import (  # noqa: F401
     resource_commands,
     resource_files,
     setup_commands,
+    watch,
 )
 from sandbox_ledger.cli.interrupt import raise_on_sigterm
 from sandbox_ledger.cli.output import ExitCode, quiet_stdout

@@ -8,10 +8,11 @@ the command that resumes there (``--after POSITION``).
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import typer
 
@@ -22,8 +23,19 @@ from sandbox_ledger.cli.output import CommandError, ExitCode, clip, err, quiet_s
 from sandbox_ledger.cli.root import app
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Generator
+
     from sandbox_ledger.cli.context import Target
+    from sandbox_ledger.follow import FollowedEntry
     from sandbox_ledger.models import LedgerEntry
+
+
+class _Positioned(Protocol):
+    @property
+    def position(self) -> str: ...
+
+
+T = TypeVar("T", bound=_Positioned)
 
 INTERRUPTED = 130
 """Ended by Ctrl-C: 128 + SIGINT, as for other Unix tools."""
@@ -73,18 +85,18 @@ def tail(
         for entry in entries:
             sys.stdout.write(entry_line(entry, as_json=as_json) + "\n")
         return
-    _refuse_ephemeral(target)
+    refuse_ephemeral(target, "tail --follow")
     _follow(target, ledger, name, sandbox_id, after, until_closed=not forever, as_json=as_json)
 
 
-def _refuse_ephemeral(target: Target) -> None:
-    """Following waits for other writers: a store that lives only as long as this command
-    (the embedded DynamoDB, memory://) would have none, and the wait would never end."""
+def refuse_ephemeral(target: Target, command: str) -> None:
+    """Following (``command``) waits for other writers: a store that lives only as long as
+    this command (the embedded DynamoDB, memory://) would have none: it would never end."""
     from sandbox_ledger.stores import is_ephemeral
 
     if target.embedded or (target.store and is_ephemeral(target.store)):
         raise CommandError(
-            "tail --follow waits for entries other programs append: name their table with "
+            f"{command} waits for what other programs write: name their table with "
             "--table NAME (or SANDBOX_LEDGER_TABLE) or their store with --store URL; this "
             "store lives only as long as this command",
             ExitCode.USAGE,
@@ -105,30 +117,49 @@ def _follow(
 
     if not isinstance(ledger, SyncFollowAdapter):
         raise CommandError(f"{target.describe()} cannot follow a session")
-    position = after
     stream = ledger.follow(name, sandbox_id, after=after, until_closed=until_closed)
+    words = ("tail", shlex.quote(name), shlex.quote(sandbox_id), "--follow")
+    line = functools.partial(_followed_line, as_json=as_json)
+    print_live(stream, line, target, after, words, what="entry")
+
+
+def _followed_line(followed: FollowedEntry, *, as_json: bool) -> str:
+    return entry_line(followed.entry, as_json=as_json)
+
+
+def print_live(
+    stream: Generator[T, None, None],
+    line: Callable[[T], str],
+    target: Target,
+    after: str | None,
+    words: tuple[str, ...],
+    *,
+    what: str,
+) -> None:
+    """Print ``line`` of each item of ``stream`` (a follower, a change feed: items with a
+    ``position``) as it comes, flushed; Ctrl-C or a closed pipe ends it with the position to
+    resume from on stderr and the command (``words``, ``--after POSITION``) resuming there."""
+    position = after
     try:
-        for followed in stream:
-            sys.stdout.write(entry_line(followed.entry, as_json=as_json) + "\n")
+        for item in stream:
+            sys.stdout.write(line(item) + "\n")
             sys.stdout.flush()
-            position = followed.position
+            position = item.position
     except KeyboardInterrupt:
-        _resume_hint(target, name, sandbox_id, position)
+        _resume_hint(target, words, position, what)
         raise typer.Exit(INTERRUPTED) from None
     except BrokenPipeError:
         quiet_stdout()
-        _resume_hint(target, name, sandbox_id, position)
+        _resume_hint(target, words, position, what)
         raise typer.Exit(ExitCode.CLOSED_PIPE) from None
     finally:
         stream.close()
 
 
-def _resume_hint(target: Target, name: str, sandbox_id: str, position: str | None) -> None:
+def _resume_hint(target: Target, words: tuple[str, ...], position: str | None, what: str) -> None:
     if position is None:
-        err().print("stopped before any entry: run the same command to start again")
+        err().print(f"stopped before any {what}: run the same command to start again")
         return
     err().print(f"position: {position}", markup=False, soft_wrap=True)
-    resume = target.command(
-        "tail", shlex.quote(name), shlex.quote(sandbox_id), "--follow", "--after", position
-    )
+    resume = target.command(*words, "--after", position)
     err().print(f"resume with: {resume}", markup=False, soft_wrap=True)

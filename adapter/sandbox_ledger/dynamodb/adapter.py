@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from botocore.config import Config
 
+    from sandbox_ledger.changes import Change, ChangeBatch, ChangeFlow
     from sandbox_ledger.deployment import SweepSettings
     from sandbox_ledger.dynamodb._follow import SessionPoller
     from sandbox_ledger.follow import Batch, Flow, FollowedEntry, Poll
@@ -157,6 +158,24 @@ class _Base:
         poller = _follow.SessionPoller(self.table_name, name, sandbox_id, poll, self.settle_ms)
         return flow, poller
 
+    changes_poll: PollSettings = PollSettings(first=0.25, longest=1.0)
+    """How often ``changes`` reads the stream while idle: a ``GetRecords`` per open shard per
+    poll (see :mod:`._stream` and docs/live.md, what an idle minute costs)."""
+
+    def _reader(self) -> Op[tuple[str, str]]:
+        """What a ``changes`` reader is bound to: the store's identity and its stream."""
+        from sandbox_ledger.dynamodb import _stream  # a change reader's: a worker never loads it
+
+        store = yield from self._identity()
+        return store, (yield from _stream.latest_stream(self.table_name))
+
+    def _changes(self, store: str, after: str | None) -> ChangeFlow:
+        """The feed loop of one ``changes`` reader (see :mod:`._stream`)."""
+        from sandbox_ledger.changes import start_changes
+        from sandbox_ledger.dynamodb import _stream
+
+        return start_changes(store, after, _stream.check_state, settings=self.changes_poll)
+
     def _list(self, name: str | None, opts: Any) -> Op[list[SandboxDetails]]:
         page = yield from self._page(name, opts)
         return page.sessions
@@ -279,6 +298,21 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
 
         async for followed in drive_async(flow, step):
             yield followed
+
+    async def changes(self, *, after: str | None = None) -> AsyncGenerator[Change, None]:
+        """The fleet's changes from the table's stream, at least once (see
+        :mod:`._stream`, :mod:`._changes` and docs/live.md)."""
+        from sandbox_ledger.dynamodb import _stream
+        from sandbox_ledger.follow import drive_async
+
+        store, arn = await self.run(self._reader())
+        flow, reader = self._changes(store, after), _stream.StreamReader(arn)
+
+        async def step(request: Poll) -> ChangeBatch:
+            return await self.run_streams(reader.poll(request))
+
+        async for change in drive_async(flow, step):
+            yield change
 
     async def ledger_retention(self) -> int | None:
         """The ledger retention this client writes with (seconds; None: keep forever; a
@@ -422,6 +456,15 @@ class SyncDynamoDBAdapter(_Base, SyncClientOwner):
         store = self.run(self._identity())
         flow, poller = self._follower(store, name, sandbox_id, after, until_closed)
         return drive(flow, lambda request: self.run(poller.poll(request)))
+
+    def changes(self, *, after: str | None = None) -> Generator[Change, None, None]:
+        """:meth:`DynamoDBAdapter.changes` as a plain iterator."""
+        from sandbox_ledger.dynamodb import _stream
+        from sandbox_ledger.follow import drive
+
+        store, arn = self.run(self._reader())
+        flow, reader = self._changes(store, after), _stream.StreamReader(arn)
+        return drive(flow, lambda request: self.run_streams(reader.poll(request)))
 
     def ledger_retention(self) -> int | None:
         """The ledger retention this client writes with (see DynamoDBAdapter)."""

@@ -33,6 +33,15 @@ INSERT INTO {self.event_columns}
 SELECT id, {self.event_values}
 FROM session
 """
+        # Feed order is (writing transaction, seq); only transactions older than every one
+        # still running are handed out (see schema/0006_changes.sql).
+        self.changes_after = f"""
+SELECT c.txid::text, c.seq, c.kind, c.name, c.sandbox_id, c.at FROM {s}.ledger_changes AS c
+WHERE (c.txid, c.seq) > (%(x)s::text::xid8, %(q)s)
+  AND c.txid < pg_snapshot_xmin(pg_current_snapshot())
+ORDER BY c.txid, c.seq LIMIT %(limit)s
+"""
+        self.changes_pruned = f"SELECT txid::text, seq FROM {s}.ledger_changes_pruned"
         # The events go with their session (ON DELETE CASCADE), in this one statement.
         self.delete_sandbox = (
             f"DELETE FROM {s}.ledger_sessions WHERE name = %(name)s "

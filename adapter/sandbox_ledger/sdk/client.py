@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from types import TracebackType
 
 T = TypeVar("T")
+STREAMS = "dynamodbstreams"
+"""The DynamoDB Streams service, whose client ``changes()`` reads the table's stream with."""
 
 # Standard retry mode: exponential backoff with jitter on throttling, 5xx and connection errors.
 DEFAULT_CONFIG = Config(
@@ -132,7 +134,8 @@ def _async_config(merged: Config, given: Config | None) -> Config:
 
 
 class SyncClient:
-    """A boto3 DynamoDB client, created on first use and shared by every thread."""
+    """A boto3 DynamoDB client (or ``service``'s), created on first use and shared by every
+    thread."""
 
     def __init__(
         self,
@@ -141,7 +144,9 @@ class SyncClient:
         region_name: str | None,
         session: Any | None,
         config: Config | None,
+        service: str = "dynamodb",
     ) -> None:
+        self._service = service
         self._kwargs = _client_kwargs(endpoint_url, region_name, config)
         self._session = session
         self._client: Any | None = None
@@ -155,7 +160,7 @@ class SyncClient:
                 if self._client is None:
                     try:
                         session = self._session or _sync_session()
-                        self._client = session.client("dynamodb", **self._kwargs)
+                        self._client = session.client(self._service, **self._kwargs)
                     except BotoCoreError as exc:
                         raise translate_client_error(exc) from exc
                 client = self._client
@@ -170,7 +175,8 @@ class SyncClient:
 
 
 class AsyncClient:
-    """An aioboto3 DynamoDB client, created on first use and shared by the loop's tasks."""
+    """An aioboto3 DynamoDB client (or ``service``'s), created on first use and shared by
+    the loop's tasks."""
 
     def __init__(
         self,
@@ -179,8 +185,10 @@ class AsyncClient:
         region_name: str | None,
         session: Any | None,
         config: Config | None,
+        service: str = "dynamodb",
     ) -> None:
         require_async_extra()
+        self._service = service
         self._kwargs = _client_kwargs(endpoint_url, region_name, config)
         self._given_config = config
         self._session = session
@@ -203,7 +211,7 @@ class AsyncClient:
                     session = self._session or _async_session()
                     config = _async_config(self._kwargs["config"], self._given_config)
                     self._client = await stack.enter_async_context(
-                        session.client("dynamodb", **{**self._kwargs, "config": config})
+                        session.client(self._service, **{**self._kwargs, "config": config})
                     )
                 except BotoCoreError as exc:
                     raise translate_client_error(exc) from exc
@@ -217,11 +225,24 @@ class AsyncClient:
             await stack.aclose()
 
 
+C = TypeVar("C", SyncClient, AsyncClient)
+
+
+def _pair(
+    kind: type[C], endpoint_url: str | None, region_name: str | None, **more: Any
+) -> tuple[C, C]:
+    """A DynamoDB client and a DynamoDB Streams client (what ``changes`` reads the table's
+    stream with), both made on first use."""
+    where = {"endpoint_url": endpoint_url, "region_name": region_name, **more}
+    return kind(**where), kind(**where, service=STREAMS)
+
+
 class SyncClientOwner:
     """Client plumbing of the sync adapter and store: one client, created on first use and
     shared by every thread, released by ``close()``, and a context manager."""
 
     _client: SyncClient
+    _streams: SyncClient
 
     def _open(
         self,
@@ -231,9 +252,13 @@ class SyncClientOwner:
         session: Any | None,
         config: Config | None,
     ) -> None:
-        self._client = SyncClient(
-            endpoint_url=endpoint_url, region_name=region_name, session=session, config=config
+        self._client, self._streams = _pair(
+            SyncClient, endpoint_url, region_name, session=session, config=config
         )
+
+    def run_streams(self, op: Op[T]) -> T:
+        """Run an operation of DynamoDB Streams calls on this owner's streams client."""
+        return run_sync(self._streams.get(), op)
 
     def client(self) -> Any:
         """The underlying botocore client (created on first use), e.g. to add event hooks."""
@@ -250,6 +275,7 @@ class SyncClientOwner:
     def close(self) -> None:
         """Release the client; idempotent. It is created again if used after."""
         self._client.close()
+        self._streams.close()
 
     def __enter__(self) -> Self:
         self.connect()
@@ -269,6 +295,7 @@ class AsyncClientOwner:
     use and shared by the event loop's tasks, released by ``close()``."""
 
     _client: AsyncClient
+    _streams: AsyncClient
 
     def _open(
         self,
@@ -278,9 +305,13 @@ class AsyncClientOwner:
         session: Any | None,
         config: Config | None,
     ) -> None:
-        self._client = AsyncClient(
-            endpoint_url=endpoint_url, region_name=region_name, session=session, config=config
+        self._client, self._streams = _pair(
+            AsyncClient, endpoint_url, region_name, session=session, config=config
         )
+
+    async def run_streams(self, op: Op[T]) -> T:
+        """Run an operation of DynamoDB Streams calls on this owner's streams client."""
+        return await run_async(await self._streams.get(), op)
 
     async def client(self) -> Any:
         """The underlying aiobotocore client (created on first use), e.g. to add event hooks."""
@@ -297,6 +328,7 @@ class AsyncClientOwner:
     async def close(self) -> None:
         """Release the client; idempotent. It is created again if used after."""
         await self._client.close()
+        await self._streams.close()
 
     async def __aenter__(self) -> Self:
         await self.connect()

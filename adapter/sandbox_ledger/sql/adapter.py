@@ -18,10 +18,12 @@ import time
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
+from sandbox_ledger.changes import start_changes
 from sandbox_ledger.errors import StorageError
 from sandbox_ledger.follow import DEFAULT_POLL, Batch, Position, drive_async, start
 from sandbox_ledger.keys import check_environment_name, check_retention
 from sandbox_ledger.sql import bulk, rows
+from sandbox_ledger.sql import changes as feed
 from sandbox_ledger.sql import follow as live
 from sandbox_ledger.sql import retention as ret
 from sandbox_ledger.sql.schema import migrate
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
     from datetime import timedelta
     from types import TracebackType
 
+    from sandbox_ledger.changes import Change, ChangeBatch
     from sandbox_ledger.errors import InvalidInputError
     from sandbox_ledger.follow import FollowedEntry, Poll, PollSettings
     from sandbox_ledger.models import (
@@ -324,6 +327,22 @@ class SQLAdapter(ABC):
 
         async for followed in drive_async(flow, step, wait):
             yield followed
+
+    async def changes(self, *, after: str | None = None) -> AsyncGenerator[Change, None]:
+        """The fleet's changes, oldest kept first, then each new one (see
+        :class:`~sandbox_ledger.protocol.ChangesAdapter` and :mod:`sandbox_ledger.sql.changes`):
+        an indexed read of the changes table per poll, backing off while idle."""
+        store = await self._identity()
+        flow = start_changes(store, after, feed.check_state, settings=self.follow_poll)
+        # Ids name the database by its own store_id, not by the URL it was opened with, so
+        # readers of one database through different paths drop the same repeats.
+        ids = f"sql:{self._store_id}"
+
+        async def step(request: Poll) -> ChangeBatch:
+            return await self._read(lambda conn: feed.poll(conn, self.queries, ids, request.state))
+
+        async for change in drive_async(flow, step):
+            yield change
 
     async def _follow_wake(self) -> tuple[PollSettings, Callable[[Poll], Awaitable[None]]]:
         """A new follower's poll schedule and how it waits between polls: the dialect's hook

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sandbox_ledger.follow import Batch, bad_after
+from sandbox_ledger.follow import Batch, bad_after, check_counters
 from sandbox_ledger.sql import retention as ret
 from sandbox_ledger.sql import rows
 
@@ -49,11 +49,7 @@ LIMIT {p("limit")}
 
 def check_state(state: dict[str, Any]) -> dict[str, Any]:
     """``state`` if it is one :func:`poll` makes: ``{"s": session row id, "q": seq}``."""
-    if set(state) != {"s", "q"} or not all(
-        isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63 for v in state.values()
-    ):
-        raise bad_after()
-    return state
+    return check_counters(state, {"s", "q"}, bad_after)
 
 
 async def poll(

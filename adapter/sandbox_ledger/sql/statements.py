@@ -34,6 +34,12 @@ class Statements:
     """One batch (``limit`` rows) of the entries expired by ``now``, oldest expiry first."""
     purge_sessions: str
     """One batch of the session rows expired by ``now`` whose entries are all gone."""
+    changes_after: str
+    """The fleet's changes after the position (``x``, ``q``), at most ``limit``, in feed
+    order: (transaction, seq, kind, name, sandbox_id, at) rows (see
+    :mod:`sandbox_ledger.sql.changes`)."""
+    changes_pruned: str
+    """The (transaction, seq) of the last change pruned."""
 
     def table(self, name: str) -> str:
         """A ledger table's name as the statements write it (schema-qualified or bare)."""

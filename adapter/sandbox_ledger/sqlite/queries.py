@@ -23,6 +23,12 @@ class Queries(Statements):
     def __init__(self) -> None:
         super().__init__()
         self.claimed = "SELECT 1 FROM ledger_events WHERE append_key = :append_key"
+        # One writer at a time: seq is in commit order, the transaction part is always 0.
+        self.changes_after = """
+SELECT 0, seq, kind, name, sandbox_id, at FROM ledger_changes
+WHERE seq > :q ORDER BY seq LIMIT :limit
+"""
+        self.changes_pruned = "SELECT 0, through FROM ledger_changes_pruned"
         # No cascade in this schema: the entries go first, then their session.
         self.delete_sandbox = (
             f"DELETE FROM ledger_events WHERE session_id = ({self.session_id})",

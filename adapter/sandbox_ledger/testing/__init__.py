@@ -15,6 +15,9 @@ override the ``adapter`` fixture to yield a fresh, empty adapter::
             yield adapter
             await adapter.close()
 
+The fleet's change feed (:class:`~sandbox_ledger.protocol.ChangesAdapter`) is part of it
+(:class:`ChangesContract`, also usable alone).
+
 Requires ``pytest`` and ``pytest-asyncio`` (``asyncio_mode = "auto"``): the ``testing`` extra.
 """
 
@@ -28,6 +31,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - depends on the install
         name=exc.name,
     ) from exc
 
+from sandbox_ledger.testing.changes import ChangesContract
 from sandbox_ledger.testing.conformance import EXOTIC_PAYLOADS, StorageAdapterContract
 
-__all__ = ["EXOTIC_PAYLOADS", "StorageAdapterContract"]
+__all__ = ["EXOTIC_PAYLOADS", "ChangesContract", "StorageAdapterContract"]

@@ -18,6 +18,7 @@ from sandbox_ledger.models import (
 )
 from sandbox_ledger.protocol import StorageAdapter
 from sandbox_ledger.testing._build import entry, ids, session
+from sandbox_ledger.testing.changes import ChangesContract
 from sandbox_ledger.testing.cursors import CursorContract
 from sandbox_ledger.testing.follow import FollowContract
 from sandbox_ledger.testing.parity import StoreParityContract
@@ -44,7 +45,9 @@ EXOTIC_PAYLOADS: list[Any] = [
 ]
 
 
-class StorageAdapterContract(StoreParityContract, CursorContract, TransferContract, FollowContract):
+class StorageAdapterContract(
+    StoreParityContract, CursorContract, TransferContract, FollowContract, ChangesContract
+):
     """Abstract contract tests of a :class:`~sandbox_ledger.protocol.TransferAdapter` (the
     storage contract and what moving a ledger needs); subclasses provide the ``adapter``
     fixture."""
