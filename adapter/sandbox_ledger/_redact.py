@@ -36,15 +36,25 @@ _SCRUB_MIN = {"env": 16, "source": 4}
 # spaces, with \' and \\ as escapes (an unterminated quote runs to the end).
 # Any case: libpq refuses 'PASSWORD=' as an unknown keyword, and may quote it back. A quoted
 # value needs no space after it: host='h'password=S is libpq's too.
+# libpq separates values by ASCII whitespace only: a no-break space is part of a password.
+# sslpassword is the passphrase of the client's key, a password all the same.
 _KEYWORD_PASSWORD = re.compile(
-    r"(?:^|(?<=\s)|(?<=[^\\]'))password\s*=\s*('(?:[^'\\]|\\.)*'?|\S*)", re.IGNORECASE
+    r"(?:^|(?<=\s)|(?<=[^\\]'))(?:ssl)?password[ \t\n\r\f\v]*=[ \t\n\r\f\v]*"
+    r"('(?:[^'\\]|\\.)*'?|[^ \t\n\r\f\v]*)",
+    re.IGNORECASE,
+)
+
+# Query keys whose values are secrets: libpq's two passwords, and AWS credentials that a
+# dynamodb:// URL does not take but a user may still write there.
+_SECRET_KEYS = frozenset(
+    {"password", "sslpassword", "aws_secret_access_key", "aws_session_token", "secret_key"}
 )
 
 
 def redact_url(url: str) -> str:
     """``url`` (a store URL or a libpq DSN, URL or key=value) with its passwords masked."""
     if "://" not in url:
-        return _KEYWORD_PASSWORD.sub(f"password={MASK}", url)
+        return _KEYWORD_PASSWORD.sub(_masked_keyword, url)
     scheme, rest = url.split("://", 1)
     userinfo, rest = split_userinfo(rest)
     if userinfo is not None:
@@ -52,8 +62,27 @@ def redact_url(url: str) -> str:
         rest = (f"{user}:{MASK}" if colon else user) + rest
     head, mark, query = rest.partition("?")
     if mark:
-        query = "&".join(_masked_parameter(p) for p in query.split("&"))
+        query = "&".join(_masked_parameters(query.split("&")))
     return f"{scheme}://{head}{mark}{query}"
+
+
+def _masked_keyword(match: re.Match[str]) -> str:
+    """``password=***`` (or ``sslpassword=***``), as the keyword was written."""
+    return f"{match.group(0).partition('=')[0].rstrip()}={MASK}"
+
+
+def _masked_parameters(parameters: list[str]) -> list[str]:
+    """A query's parameters masked; an endpoint URL's password holding an unencoded '&'
+    spans several, the last of them a bare ``rest@host`` (no '=')."""
+    out = [_masked_parameter(p) for p in parameters]
+    for i, parameter in enumerate(parameters):
+        if i and "=" not in parameter and "@" in parameter and "://" in parameters[i - 1]:
+            key, _, value = parameters[i - 1].partition("=")
+            scheme, _, rest = unquote(value).partition("://")
+            user = rest.partition(":")[0]
+            out[i - 1] = f"{key}={scheme}://{user}:{MASK}"
+            out[i] = f"{MASK}@{parameter.rpartition('@')[2]}"
+    return out
 
 
 def split_userinfo(rest: str) -> tuple[str | None, str]:
@@ -82,10 +111,10 @@ def split_userinfo(rest: str) -> tuple[str | None, str]:
 
 def _masked_parameter(parameter: str) -> str:
     key, equals, value = parameter.partition("=")
-    if equals and unquote(key).strip().lower() == "password":
+    if equals and unquote(key).strip().lower() in _SECRET_KEYS:
         return f"{key}={MASK}"
     # 'password%3DS': no '=' before decoding, so libpq refuses it quoting the whole parameter.
-    if not equals and unquote(key).strip().lower().startswith("password"):
+    if not equals and unquote(key).strip().lower().startswith(tuple(_SECRET_KEYS)):
         return MASK
     if "://" in unquote(value):  # dynamodb://T?endpoint_url=https://user:pw@proxy
         return f"{key}={redact_url(unquote(value))}"
@@ -105,11 +134,15 @@ def passwords(url: str) -> set[str]:
         userinfo, rest = split_userinfo(url.split("://", 1)[1])
         if userinfo is not None and ":" in userinfo:
             found.add(userinfo.partition(":")[2])
-        query = rest.partition("?")[2]
-        for parameter in query.split("&"):
+        parameters = rest.partition("?")[2].split("&")
+        for i, parameter in enumerate(parameters):
             key, equals, value = parameter.partition("=")
-            if equals and unquote(key).strip().lower() == "password":
+            if equals and unquote(key).strip().lower() in _SECRET_KEYS:
                 found.add(value)
+            elif i and not equals and "@" in parameter and "://" in parameters[i - 1]:
+                # An endpoint URL's password cut at an unencoded '&' (see _masked_parameters).
+                rest_of_url = unquote(parameters[i - 1].partition("=")[2]).partition("://")[2]
+                found.add(f"{rest_of_url.partition(':')[2]}&{parameter.rpartition('@')[0]}")
     decoded = {unquote(value) for value in found}
     return {value for value in found | decoded if value}
 
@@ -132,14 +165,14 @@ def scrub(text: str, *sources: str | None) -> str:
     # Longest first: a secret holding another is masked whole.
     for form in sorted(forms, key=len, reverse=True):
         text = text.replace(form, forms[form])
-    text = _KEYWORD_PASSWORD.sub(f"password={MASK}", text)
+    text = _KEYWORD_PASSWORD.sub(_masked_keyword, text)
     return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
 
 
 def _forms(secret: str) -> set[str]:
     forms = {secret, quote(secret, safe=""), quote(secret), secret.replace("'", "\\'")}
     # A driver may quote a piece of a malformed URL (postgresql://u:a@b@host: host "b@host").
-    pieces = re.split(r"[@:/?#\s']", secret)
+    pieces = re.split(r"[@:/?#&\s']", secret)
     return forms | {piece for piece in pieces if len(piece) >= _SCRUB_MIN["source"]}
 
 

@@ -165,7 +165,7 @@ def _typed_line(text: str) -> EnvironmentRecord | None:
     """
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested deeper than the decoder recurses: a bad line
         return None
     if not isinstance(value, dict) or "kind" not in value or "event" in value:
         return None

@@ -320,3 +320,40 @@ def test_a_url_password_holding_a_newline_or_a_tab_is_masked_without_its_source(
     # A host:port followed by text is no userinfo: nothing is masked across it.
     text = "cannot connect to postgresql://db.example:5432/x\nmail ops@example.com"
     assert scrub(text) == text
+
+
+def test_the_forms_the_fourth_red_team_found_are_masked() -> None:
+    """libpq's sslpassword (the client key's passphrase), a key=value password holding a
+    no-break space or another non-ASCII blank (libpq splits on ASCII whitespace only), an
+    endpoint URL's password holding an unencoded '&', and AWS credentials written into a
+    dynamodb:// URL: each printed before."""
+    forms = {
+        "postgresql://u@127.0.0.1:1/db?sslpassword=Kq7Zx9Wm": "127.0.0.1:1/db",
+        "host=127.0.0.1 sslpassword=Kq7Zx9Wm dbname=x": "dbname=x",
+        "host=127.0.0.1 port=1 password=Kq7Z\xa0x9Wm": "port=1",
+        "host=127.0.0.1 password=Kq7Z\u2028x9Wm port=1": "port=1",
+        "dynamodb://T?endpoint_url=http://u:Kq7Z&x9Wm@127.0.0.1:1&region=us-east-1": "region",
+        "dynamodb://T?aws_secret_access_key=Kq7Zx9Wm&region=us-east-1": "region",
+    }
+    for url, kept in forms.items():
+        shown = redact_url(url)
+        assert "Kq7Z" not in shown and "x9Wm" not in shown, shown
+        assert kept in shown, shown
+        for message in (f"cannot connect to {url}", f"invalid option in {url!r}"):
+            assert "Kq7Z" not in scrub(message, url) and "x9Wm" not in scrub(message, url)
+            assert "Kq7Z" not in scrub(message)  # no source: found by its place
+    # The CLI's own messages, as a process: an unreachable server, a bad option, a bad URL.
+    for store in (
+        f"postgresql://u@127.0.0.1:{closed_port()}/db?sslpassword=Kq7Zx9Wm",
+        "postgresql://u@127.0.0.1:1/db?sslpassword=Kq7Zx9Wm&retention_days=0",
+        "dynamodb://T?endpoint_url=http://u:Kq7Z&x9Wm@127.0.0.1:1&region=us-east-1",
+    ):
+        done = subprocess.run(
+            [str(COMMAND), "--store", store, "ls"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode in (1, 2), done.stderr
+        assert "Kq7Z" not in done.stderr + done.stdout and "x9Wm" not in done.stderr, done.stderr

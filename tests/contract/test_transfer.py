@@ -700,3 +700,21 @@ def test_an_export_counts_only_the_sessions_it_exported() -> None:
         racing, name=None, sandbox_id=None, output=None, err=Console(stderr=True)
     )
     assert (sessions, entries) == (1, 1)
+
+
+def test_a_line_nested_deeper_than_any_decoder_fails_alone() -> None:
+    """Fourth red team: 2,000 nested arrays raised RecursionError out of the typed-line check
+    and aborted the whole import (nothing stored, exit 1); it is one failed line."""
+    good = [e("n", "s", "sandbox.created", 1), e("n", "s", "sandbox.closed", 3)]
+    deep_entry = (
+        '{"ts":2,"name":"n","sandboxId":"s","stepIndex":0,"event":"e","payload":'
+        + "[" * 2000
+        + "]" * 2000
+        + "}"
+    )
+    deep_typed = '{"kind":' + "[" * 3000 + "]" * 3000 + "}"
+    raw = [line(good[0]).encode(), deep_entry.encode(), deep_typed.encode(), line(good[1]).encode()]
+    parsed = parse_lines(raw)
+    assert [n for n, _ in parsed.entries] == [1, 4]
+    assert [x.number for x in parsed.errors] == [2, 3]
+    assert all("recursion" in x.reason for x in parsed.errors)

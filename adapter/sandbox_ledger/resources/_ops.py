@@ -141,10 +141,14 @@ def inspect(
     """:func:`get`, except that a record this version cannot read comes back as
     :class:`Unreadable` with its stored JSON instead of failing, and that ``record_id`` is
     read as given: an older version took other spellings of a UUID, which ``list`` names."""
-    key = ri.stored_record_key(ri.check_stored_id(record_id))
+    given = ri.check_stored_id(record_id)
+    key = ri.stored_record_key(given)
     response = yield Call("get_item", {"TableName": table, "Key": key, "ConsistentRead": True})
     item = response.get("Item")
     if not item:
+        # Not stored under that spelling: as get, which names the canonical one (a record
+        # stored under it is found by it; one UUID is one record).
+        k.check_record_id(given)
         return None
     stored = ri.decode_or_unreadable(item)
     if isinstance(stored, ri.VersionedRecord) and now_s is not None and ri.hidden(stored, now_s):
