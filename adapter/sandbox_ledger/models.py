@@ -73,8 +73,11 @@ class LedgerEntry(WireModel):
 
     def wire(self) -> dict[str, Any]:
         """The TypeScript wire shape: absent optionals left out, unknown fields kept as given."""
+        extra = self.model_extra or {}
         out = self.model_dump(by_alias=True, exclude_none=True)
-        out.update(self.model_extra or {})
+        for key in extra:
+            out.pop(key, None)  # dumped without the null ones: all of them in their order
+        out.update(extra)
         return out
 
     def unstorable(self) -> tuple[str, str] | None:

@@ -592,3 +592,23 @@ def test_every_command_that_prints_data_takes_output_and_query(path: list[str]) 
     assert shown.exit_code == 0, shown.output
     assert re.search(r"--output [<[]json\|text\|table[>\]]", shown.output), shown.output
     assert "--query" in shown.output and "--json" in shown.output
+
+
+def test_export_query_refuses_what_json_cannot_carry_and_names_the_line(
+    sqlite_store: str, tmp_path: Path
+) -> None:
+    """Fourth red team: a query giving Infinity wrote lines that are not JSON (exit 0); one
+    failing on a line's values was an internal error (exit 1) quoting the whole entry."""
+    backup = tmp_path / "backup.jsonl"
+    backup.write_text("old\n")
+    for query, said in (
+        ("`1e999`", "line 1"),
+        ("abs(name)", "line 1: In function abs(), invalid type"),
+    ):
+        done = run(
+            ["--store", sqlite_store, "export", "--query", query, "-o", str(backup)], bare_env()
+        )
+        assert done.returncode == 2, done.stderr
+        [line] = done.stderr.splitlines()
+        assert line.startswith(f"error: --query: {query!r} fails on exported {said}"), line
+        assert len(line) < 400 and backup.read_text() == "old\n"

@@ -81,3 +81,9 @@ def test_they_move_from_dynamodb_to_sqlite_and_back_out_unchanged(
     assert result.exit_code == 0, result.output
     assert second.read_bytes() == first.read_bytes()
     assert [json.loads(line) for line in first.read_text(encoding="utf-8").splitlines()] == [WIRE]
+
+
+def test_a_null_field_of_a_newer_client_keeps_its_place() -> None:
+    """Fourth red team: the wire shape put a null unknown field after the others."""
+    given = {**WIRE, "traceId": None, "big": 1, "tiny": {"a": None}}
+    assert list(LedgerEntry.model_validate(given).wire()) == list(given)

@@ -385,3 +385,26 @@ def test_show_names_an_unreadable_record_and_shows_it_as_stored(
         assert other.exit_code == 2 and f"write it as '{good.id}'" in other.stderr, other.output
     bad = runner.invoke(app, [*args, "resources", "show", "a\nb"])
     assert bad.exit_code == 2 and "id: " in bad.stderr, bad.output
+
+
+def test_show_never_sends_a_stored_bodys_control_characters_to_the_terminal(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    """Fourth red team: an unreadable body holding terminal escapes (a title change, a
+    screen clear) was printed raw by --output text and table."""
+    import boto3
+
+    from sandbox_ledger import keys as k
+    from sandbox_ledger.resources import _items as ri
+
+    r = _fresh()
+    item = {**ri.record_key(r.id), k.REVISION: {"N": "1"}}
+    item.update(ri.write_values(r, expires_at=2**31, shard_count=4))
+    item[k.RECORD_BODY] = {"S": "\x1b]0;PWNED\x07\x1b[2J\x1b[31mgarbage"}
+    boto3.client("dynamodb", endpoint_url=moto_endpoint).put_item(TableName=sync_table, Item=item)
+    args = ["--table", sync_table, "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
+    for output in ("text", "table"):
+        shown = CliRunner().invoke(app, [*args, "resources", "show", r.id, "--output", output])
+        assert shown.exit_code == 4, shown.output
+        assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout
+        assert "\\u001b]0;PWNED" in shown.stdout.replace("\n", "")

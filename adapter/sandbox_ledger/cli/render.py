@@ -112,16 +112,28 @@ def _compiled(query: str) -> Any:
 
 def line_query(query: str) -> Callable[[str], str | None]:
     """``export --query``: ``query`` over each JSON line, as a function from a line to the
-    line it gives (its result as compact JSON, with its newline), or None for a line left
+    line it gives (its result as JSON, as export writes its lines), or None for a line left
     out (a result that is null or false, so ``event == 'exec.complete' && @`` filters).
     A bad expression is refused here, before anything is read or written."""
+    from jmespath.exceptions import JMESPathError
+
     compiled = _compiled(query)
+    number = 0
 
     def select(line: str) -> str | None:
-        found = compiled.search(json.loads(line))
-        if found is None or found is False:
-            return None
-        return json.dumps(found, ensure_ascii=False) + "\n"
+        nonlocal number
+        number += 1
+        try:
+            found = compiled.search(json.loads(line))
+            if found is None or found is False:
+                return None
+            # As export writes its lines; a number JSON cannot carry (Infinity) is refused.
+            return json.dumps(found, ensure_ascii=False, allow_nan=False) + "\n"
+        except (JMESPathError, ValueError) as exc:
+            reason = clip(" ".join(str(exc).split()), 200)
+            raise InvalidInputError(
+                "--query", f"{query!r} fails on exported line {number}: {reason}"
+            ) from None
 
     return select
 

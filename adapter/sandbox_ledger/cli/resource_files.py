@@ -77,7 +77,12 @@ def resources_show(
     if isinstance(stored, Unreadable):
         doc = {"id": stored.record_id, "unreadable": stored.reason, "stored": stored.body}
         note = "unreadable by this version: shown as stored (not expired, nor changed)"
-        shown = [[key, "-" if value is None else value] for key, value in doc.items()]
+        # As JSON string contents: a body's control characters (a terminal's escapes) are
+        # shown escaped, never sent to the terminal.
+        shown = [
+            [key, "-" if v is None else json.dumps(v, ensure_ascii=False)[1:-1]]
+            for key, v in doc.items()
+        ]
         view = View(doc, ("field", "value"), shown, [note])
         render.show(view, render.choose(as_json, output), query)
         raise typer.Exit(ExitCode.PARTIAL)
