@@ -83,7 +83,8 @@ class ConflictError(StorageError):
 
 
 class SchemaVersionError(StorageError):
-    """The database's ledger schema is newer than this library understands: upgrade it.
+    """The database's ledger schema is not this library's: newer than it understands
+    (upgrade the library), or, for a read-only adapter, older (a writer migrates it).
 
     ``found`` is the database's schema version, ``supported`` the newest this library knows.
     """

@@ -612,3 +612,54 @@ def test_export_query_refuses_what_json_cannot_carry_and_names_the_line(
         [line] = done.stderr.splitlines()
         assert line.startswith(f"error: --query: {query!r} fails on exported {said}"), line
         assert len(line) < 400 and backup.read_text() == "old\n"
+
+
+def test_a_database_of_an_older_schema_is_migrated_by_table_create(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fourth red team: after an upgrade every read command failed on an older SQLite
+    database with a message in library terms, and `table create`, which docs/cli.md said
+    migrates a store, refused SQL stores (exit 2)."""
+    import asyncio
+    import sqlite3
+
+    from sandbox_ledger import sqlite as sqlite_module
+    from sandbox_ledger.sqlite import SQLiteAdapter
+
+    db = tmp_path / "old.db"
+    monkeypatch.setattr(sqlite_module.adapter, "MIGRATIONS", sqlite_module.adapter.MIGRATIONS[:4])
+
+    async def old_version() -> None:
+        async with SQLiteAdapter(db) as old:  # schema version 4, as the last release made it
+            await old.list_environments()
+
+    asyncio.run(old_version())
+    with sqlite3.connect(db) as conn:  # one session, as that release stored it
+        conn.execute(
+            "INSERT INTO ledger_sessions (id, name, sandbox_id, started_at) "
+            "VALUES (1, 'job', 'a', 1)"
+        )
+        conn.execute(
+            "INSERT INTO ledger_events (session_id, ts, step_index, event) "
+            "VALUES (1, 1, -1, 'sandbox.created')"
+        )
+    store = ["--store", f"sqlite:///{db}"]
+    read = run([*store, "ls"], bare_env())
+    assert read.returncode == 1
+    [line] = read.stderr.splitlines()
+    assert "at version 4, older" in line and "sandbox-ledger --store URL table create" in line
+    refused = run([*store, "table", "create", "--stale-after", "5"], bare_env())
+    assert refused.returncode == 2 and "--stale-after" in refused.stderr
+    done = run([*store, "table", "create", "--json"], bare_env())
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "store": f"sqlite:///{db}",
+        "state": "migrated",
+        "migratedFrom": 4,
+    }
+    listed = run([*store, "ls", "--query", "sessions[].sandboxId", "--output", "json"], bare_env())
+    assert json.loads(listed.stdout) == ["a"]  # migrated, the entry kept
+    again = run([*store, "table", "create", "--json"], bare_env())
+    assert json.loads(again.stdout)["state"] == "already current"
+    fresh = run(["--store", f"sqlite:///{tmp_path / 'new.db'}", "table", "create"], bare_env())
+    assert fresh.returncode == 0 and "created" in fresh.stderr + fresh.stdout

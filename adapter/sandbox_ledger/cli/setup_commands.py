@@ -12,6 +12,7 @@ from sandbox_ledger.cli.failures import handled
 from sandbox_ledger.cli.output import err, out
 from sandbox_ledger.cli.render import OUTPUT, QUERY, Format, View
 from sandbox_ledger.cli.root import app, from_command_line, table_app
+from sandbox_ledger.errors import InvalidInputError
 
 _JSON = typer.Option(False, "--json", help="Print JSON (the wire shape, camelCase).")
 
@@ -96,12 +97,20 @@ def table_create(
 ) -> None:
     """Create the table (as the CDK stack does) if it does not exist; wait until ACTIVE. Its
     descriptor records the resource sweep's bus and windows, so `resources sweep` needs no
-    flags (a table that records them already keeps its own)."""
+    flags (a table that records them already keeps its own). On a SQLite or PostgreSQL
+    store: create its schema, or migrate it to this version's (the sweep flags are
+    DynamoDB's)."""
     from sandbox_ledger.deployment import DeploymentMismatchError, SweepSettings, read_descriptor
     from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 
     target = connect.target(ctx, writes="table create")
-    target.require_dynamodb("table create")
+    if target.store and not target.table:
+        for flag in SWEEP_FLAGS.values():
+            if from_command_line(ctx, flag.lstrip("-").replace("-", "_"), True):
+                raise InvalidInputError(flag, "is for a DynamoDB table's resource sweep")
+        doc, notes = _prepare_sql_store(target)
+        render.show(View(doc, notes=notes), render.choose(as_json, output), query)
+        return
     settings = SweepSettings(event_bus, stale_after, retain_failed)
     ledger = SyncDynamoDBAdapter(
         target.table or "",
@@ -129,6 +138,29 @@ def table_create(
         )
     doc = {"table": target.table, "created": created, "sweep": _sweep_json(described)}
     render.show(View(doc, notes=notes), render.choose(as_json, output), query)
+
+
+def _prepare_sql_store(target: Any) -> tuple[dict[str, Any], list[str]]:
+    """Create or migrate a SQL store's schema (opening it for writing does): what it was."""
+    from sandbox_ledger.errors import SchemaVersionError, StoreNotFoundError
+
+    before: int | None = None
+    try:
+        probe = target.sql_or_memory_store(read_only=True)
+        probe.list_environments()  # opening checks the schema
+        state = "already current"
+    except StoreNotFoundError:
+        state = "created"
+    except SchemaVersionError as older:
+        if older.found > older.supported:
+            raise  # newer than this library: upgrade it, nothing to do here
+        before, state = older.found, "migrated"
+    connect.ledger(target, writes=True).list_environments()  # opened for writing
+    from sandbox_ledger._redact import redact_url
+
+    said = f"migrated from schema version {before}" if before is not None else state
+    notes = [f"{target.describe()}: {said}"]
+    return {"store": redact_url(target.store), "state": state, "migratedFrom": before}, notes
 
 
 def _sweep_json(described: Any) -> dict[str, Any] | None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING
 
-from sandbox_ledger.errors import SchemaVersionError, StorageError, StoreNotFoundError
+from sandbox_ledger.errors import SchemaVersionError, StoreNotFoundError
 
 if TYPE_CHECKING:
     from sandbox_ledger.sql.connection import Connection
@@ -113,18 +113,21 @@ async def migrate(
     Raises:
         SchemaVersionError: the database's schema is newer than ``migrations`` reach.
         StoreNotFoundError: ``read_only`` and there is no ledger schema.
-        StorageError: ``read_only`` and the schema is older (a read does not migrate it).
+        SchemaVersionError: ``read_only`` and the schema is older (a read does not migrate
+            it).
     """
     # The usual case (schema current) only reads, so it never waits for a writer or a lock.
     current = await _version(conn, statements)
     todo = pending(current, migrations, where=where)
     if read_only and current is None:
         raise StoreNotFoundError(f"{where} holds no ledger (a read never creates one)")
-    if read_only and todo:
-        raise StorageError(
+    if read_only and todo and current is not None:
+        raise SchemaVersionError(
             f"{where}: the ledger schema is at version {current}, older than this library's "
-            f"{todo[-1].version}; a read does not migrate it (a write, or an adapter opened "
-            "without read_only, does)"
+            f"{todo[-1].version}; a read does not migrate it, a writer does (an adapter "
+            "opened without read_only; from the shell: sandbox-ledger --store URL table create)",
+            found=current,
+            supported=todo[-1].version,
         )
     if todo == ():
         return
