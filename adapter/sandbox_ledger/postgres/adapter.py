@@ -52,6 +52,24 @@ T = TypeVar("T")
 MAX_ATTEMPTS = 4
 
 
+class _PipelineAbortFilter(logging.Filter):
+    """psycopg logs a warning for a pipeline's own abort while the error that aborted it
+    propagates (``executemany`` of an import batch meeting another importer's claim, which
+    the import retries): the error is raised anyway, so the warning is only noise on the
+    stderr of an import that succeeds."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        return not (
+            record.msg == "error ignored terminating %r: %s"
+            and len(args) == 2
+            and type(args[0]).__name__ in ("Pipeline", "AsyncPipeline")
+        )
+
+
+logging.getLogger("psycopg").addFilter(_PipelineAbortFilter())
+
+
 def _lock_key(schema: str) -> int:
     """The advisory lock that serializes schema changes of one schema across processes."""
     digest = hashlib.sha256(f"sandbox_ledger:{schema}".encode()).digest()
