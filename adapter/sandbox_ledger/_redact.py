@@ -72,17 +72,34 @@ def _masked_keyword(match: re.Match[str]) -> str:
 
 
 def _masked_parameters(parameters: list[str]) -> list[str]:
-    """A query's parameters masked; an endpoint URL's password holding an unencoded '&'
-    spans several, the last of them a bare ``rest@host`` (no '=')."""
+    """A query's parameters masked, an endpoint URL's password cut at an unencoded '&'
+    included (see :func:`_cut_endpoint`)."""
     out = [_masked_parameter(p) for p in parameters]
-    for i, parameter in enumerate(parameters):
-        if i and "=" not in parameter and "@" in parameter and "://" in parameters[i - 1]:
-            key, _, value = parameters[i - 1].partition("=")
-            scheme, _, rest = unquote(value).partition("://")
-            user = rest.partition(":")[0]
-            out[i - 1] = f"{key}={scheme}://{user}:{MASK}"
-            out[i] = f"{MASK}@{parameter.rpartition('@')[2]}"
+    for i in range(1, len(parameters)):
+        cut = _cut_endpoint(parameters, i)
+        if cut is not None:
+            key, head, _, host = cut
+            out[i - 1], out[i] = f"{key}={head}:{MASK}", f"{MASK}@{host}"
     return out
+
+
+def _cut_endpoint(parameters: list[str], i: int) -> tuple[str, str, str, str] | None:
+    """When ``parameters[i]`` is a bare ``rest@host`` (no '=') after an endpoint URL
+    (``endpoint_url=http://u:pw``): that URL's password held an unencoded '&', which cut it
+    in two. Its key, the URL up to the user name (``http://u``), the password whole and the
+    host; else None."""
+    parameter, previous = parameters[i], parameters[i - 1]
+    if "=" in parameter or "@" not in parameter or "://" not in previous:
+        return None
+    key, _, value = previous.partition("=")
+    scheme, _, rest = unquote(value).partition("://")
+    user, _, first = rest.partition(":")
+    tail, _, host = parameter.rpartition("@")
+    return key, f"{scheme}://{user}", f"{first}&{tail}", host
+
+
+def _is_secret_key(key: str) -> bool:
+    return unquote(key).strip().lower() in _SECRET_KEYS
 
 
 def split_userinfo(rest: str) -> tuple[str | None, str]:
@@ -111,7 +128,7 @@ def split_userinfo(rest: str) -> tuple[str | None, str]:
 
 def _masked_parameter(parameter: str) -> str:
     key, equals, value = parameter.partition("=")
-    if equals and unquote(key).strip().lower() in _SECRET_KEYS:
+    if equals and _is_secret_key(key):
         return f"{key}={MASK}"
     # 'password%3DS': no '=' before decoding, so libpq refuses it quoting the whole parameter.
     if not equals and unquote(key).strip().lower().startswith(tuple(_SECRET_KEYS)):
@@ -137,12 +154,11 @@ def passwords(url: str) -> set[str]:
         parameters = rest.partition("?")[2].split("&")
         for i, parameter in enumerate(parameters):
             key, equals, value = parameter.partition("=")
-            if equals and unquote(key).strip().lower() in _SECRET_KEYS:
+            if equals and _is_secret_key(key):
                 found.add(value)
-            elif i and not equals and "@" in parameter and "://" in parameters[i - 1]:
-                # An endpoint URL's password cut at an unencoded '&' (see _masked_parameters).
-                rest_of_url = unquote(parameters[i - 1].partition("=")[2]).partition("://")[2]
-                found.add(f"{rest_of_url.partition(':')[2]}&{parameter.rpartition('@')[0]}")
+            cut = _cut_endpoint(parameters, i) if i else None
+            if cut is not None:
+                found.add(cut[2])
     decoded = {unquote(value) for value in found}
     return {value for value in found | decoded if value}
 
