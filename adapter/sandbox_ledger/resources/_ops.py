@@ -123,16 +123,11 @@ def put(
 def get(table: str, record_id: str, *, now_s: int | None) -> Op[ri.VersionedRecord | None]:
     """The record, or None when absent or past its TTL at ``now_s`` (DynamoDB may not have
     deleted it; a record the policy keeps forever has none). ``now_s`` None: as stored."""
-    response = yield Call(
-        "get_item", {"TableName": table, "Key": ri.record_key(record_id), "ConsistentRead": True}
-    )
-    item = response.get("Item")
-    if not item:
-        return None
-    stored = ri.decode_or_unreadable(item)
+    k.check_record_id(record_id)  # the canonical spelling only, before any request
+    stored = yield from inspect(table, record_id, now_s=now_s)
     if isinstance(stored, ri.Unreadable):
         raise StorageError(f"record {record_id} is unreadable: {stored.reason}", code="Unreadable")
-    return None if now_s is not None and ri.hidden(stored, now_s) else stored
+    return stored
 
 
 def inspect(
