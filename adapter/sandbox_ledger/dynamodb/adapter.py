@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from sandbox_ledger.changes import Change, ChangeBatch, ChangeFlow
     from sandbox_ledger.deployment import SweepSettings
     from sandbox_ledger.dynamodb._follow import SessionPoller
+    from sandbox_ledger.dynamodb._stream import StreamReader
     from sandbox_ledger.follow import Batch, Flow, FollowedEntry, Poll
     from sandbox_ledger.models import (
         CheckpointInfo,
@@ -169,12 +170,17 @@ class _Base:
         store = yield from self._identity()
         return store, (yield from _stream.latest_stream(self.table_name))
 
-    def _changes(self, store: str, after: str | None) -> ChangeFlow:
-        """The feed loop of one ``changes`` reader (see :mod:`._stream`)."""
+    def _changes(
+        self, bound: tuple[str, str], after: str | None
+    ) -> tuple[ChangeFlow, StreamReader]:
+        """The feed loop of one ``changes`` reader and its stream reader (see
+        :mod:`._stream`), from what :meth:`_reader` bound it to."""
         from sandbox_ledger.changes import start_changes
         from sandbox_ledger.dynamodb import _stream
 
-        return start_changes(store, after, _stream.check_state, settings=self.changes_poll)
+        store, arn = bound
+        flow = start_changes(store, after, _stream.check_state, settings=self.changes_poll)
+        return flow, _stream.StreamReader(arn)
 
     def _list(self, name: str | None, opts: Any) -> Op[list[SandboxDetails]]:
         page = yield from self._page(name, opts)
@@ -302,11 +308,9 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
     async def changes(self, *, after: str | None = None) -> AsyncGenerator[Change, None]:
         """The fleet's changes from the table's stream, at least once (see
         :mod:`._stream`, :mod:`._changes` and docs/live.md)."""
-        from sandbox_ledger.dynamodb import _stream
         from sandbox_ledger.follow import drive_async
 
-        store, arn = await self.run(self._reader())
-        flow, reader = self._changes(store, after), _stream.StreamReader(arn)
+        flow, reader = self._changes(await self.run(self._reader()), after)
 
         async def step(request: Poll) -> ChangeBatch:
             return await self.run_streams(reader.poll(request))
@@ -459,11 +463,9 @@ class SyncDynamoDBAdapter(_Base, SyncClientOwner):
 
     def changes(self, *, after: str | None = None) -> Generator[Change, None, None]:
         """:meth:`DynamoDBAdapter.changes` as a plain iterator."""
-        from sandbox_ledger.dynamodb import _stream
         from sandbox_ledger.follow import drive
 
-        store, arn = self.run(self._reader())
-        flow, reader = self._changes(store, after), _stream.StreamReader(arn)
+        flow, reader = self._changes(self.run(self._reader()), after)
         return drive(flow, lambda request: self.run_streams(reader.poll(request)))
 
     def ledger_retention(self) -> int | None:
