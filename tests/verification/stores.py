@@ -119,10 +119,13 @@ _EXAMPLES_PER_TABLE = 10
 
 
 class DynamoDBSubject:
-    """One table on the session's moto server, emptied between examples; async or sync twin."""
+    """One table on the session's moto server, emptied between examples and made anew every
+    ``recreate_every`` examples; async or sync twin."""
 
-    def __init__(self, endpoint: str, *, sync: bool) -> None:
-        self.endpoint, self.sync = endpoint, sync
+    def __init__(
+        self, endpoint: str, *, sync: bool, recreate_every: int = _EXAMPLES_PER_TABLE
+    ) -> None:
+        self.endpoint, self.sync, self.recreate_every = endpoint, sync, recreate_every
         self.label = "dynamodb-sync" if sync else "dynamodb-async"
 
     async def open(self, clients: int) -> Store:
@@ -148,7 +151,7 @@ class DynamoDBSubject:
         async def reset() -> None:
             nonlocal resets
             resets += 1
-            if resets % _EXAMPLES_PER_TABLE == 0:
+            if resets % self.recreate_every == 0:
                 await asyncio.to_thread(_recreate, maker)
             else:
                 await asyncio.to_thread(_empty, maker.client(), table)
