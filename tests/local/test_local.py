@@ -23,7 +23,13 @@ from sandbox_ledger.local import adjustments
 from sandbox_ledger.local.adjustments import queries, transactions, update_expressions
 
 # The adjustments of moto's per-request work (parser, validator, lexer, serializer).
-HOT_PATH = ("update_expressions", "conditions", "serializer")
+HOT_PATH = (
+    "update_expressions",
+    "update_traversal",
+    "conditions",
+    "condition_trees",
+    "serializer",
+)
 
 
 def off_for_this_moto() -> dict[str, str]:
@@ -342,7 +348,7 @@ def test_same_results_as_stock_moto_on_random_transactions(seed: int, count: int
     for _ in range(count):
         actions = [_random_action(rng, "t") for _ in range(rng.randint(1, 4))]
         expected = _outcome(stock.transact_write_items, actions)
-        with adjusted("transactions", "streams", stream_records=None):
+        with adjusted("transactions", "streams", *HOT_PATH, stream_records=None):
             got = _outcome(patched.transact_write_items, actions)
         assert got == expected
         assert _state(patched, "t") == _state(stock, "t")

@@ -13,7 +13,10 @@ every request) and differs from DynamoDB in a few places. Each module here adjus
 - :mod:`.method_lists`: the list of a response class's methods is computed once.
 - :mod:`.update_expressions`: an update expression is parsed once, its static checks run once
   per shape, and its tree copied without ``copy.deepcopy``'s bookkeeping.
+- :mod:`.update_traversal`: an update expression's validation passes look up each node's
+  processor once per node type.
 - :mod:`.conditions`: a condition expression's text is split into tokens once.
+- :mod:`.condition_trees`: a condition expression is parsed once per text, names and values.
 - :mod:`.serializer`: the keys moto's response serializer tries for a member are worked out
   once per member.
 
@@ -105,6 +108,7 @@ def fingerprint(source: Any) -> str:
 def all_adjustments() -> tuple[Adjustment, ...]:
     """Every adjustment, in the order they are checked and installed."""
     from . import (
+        condition_trees,
         conditions,
         dispatch,
         method_lists,
@@ -113,6 +117,7 @@ def all_adjustments() -> tuple[Adjustment, ...]:
         streams,
         transactions,
         update_expressions,
+        update_traversal,
     )
 
     modules = (
@@ -122,7 +127,9 @@ def all_adjustments() -> tuple[Adjustment, ...]:
         dispatch,
         method_lists,
         update_expressions,
+        update_traversal,
         conditions,
+        condition_trees,
         serializer,
     )
     return tuple(module.ADJUSTMENT for module in modules)
