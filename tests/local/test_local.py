@@ -915,7 +915,7 @@ def test_remembered_trees_are_fresh_parses_and_copy_as_deepcopy_does(once: Any) 
         assert stock is not tree
         assert _tree(tree) == _tree(stock)
         assert update_expressions._plain_tree(tree, Node)
-        copied = update_expressions._copy_tree(tree, None, Node)
+        copied = update_expressions._copy_tree(tree, None)
         assert _tree(copied) == _tree(copy.deepcopy(tree))
 
 

@@ -35,6 +35,7 @@ _parsed = Bounded(UPDATE_EXPRESSIONS_CACHED)  # expression text -> moto's AST of
 # id of an AST in _parsed (alive while there) -> (its text, whether _copy_tree can copy it)
 _source_of: dict[int, tuple[str, bool]] = {}
 _PLAIN_LEAVES = (str, int, float, bool, type(None))
+_PLAIN_LEAF_TYPES = frozenset(_PLAIN_LEAVES)
 _PLAIN_NODE_ATTRIBUTES = frozenset({"type", "children", "parent"})
 _checked = Bounded(UPDATE_EXPRESSIONS_CACHED)  # shapes that passed moto's static checks
 
@@ -137,7 +138,7 @@ def _install(stock: dict[str, Any]) -> None:
         self.item = item
         self.table = table
         self.processors = self.get_ast_processors()
-        self.node_to_validate = _copy_tree(expression, None, node_class)
+        self.node_to_validate = _copy_tree(expression, None)
 
     def validate(self: Any) -> Any:
         in_scope = type(self) is update_validator and active(NAME) is not None
@@ -186,16 +187,20 @@ def _plain_tree(root: Any, node_class: type[Any]) -> bool:
     return True
 
 
-def _copy_tree(node: Any, parent: Any, node_class: type[Any]) -> Any:
-    """A copy of a tree that :func:`_plain_tree` accepted, as ``copy.deepcopy`` makes it."""
+def _copy_tree(node: Any, parent: Any) -> Any:
+    """A copy of a tree that :func:`_plain_tree` accepted, as ``copy.deepcopy`` makes it.
+
+    Such a tree's children are nodes or leaves of :data:`_PLAIN_LEAVES` types, told apart
+    by their type (``isinstance`` with moto's abstract node class costs more than the copy).
+    """
     new = object.__new__(type(node))
     children = node.children
-    new.__dict__.update(type=node.type, children=children, parent=parent)
     if children is not None:
-        new.children = [
-            _copy_tree(child, new, node_class) if isinstance(child, node_class) else child
+        children = [
+            child if type(child) in _PLAIN_LEAF_TYPES else _copy_tree(child, new)
             for child in children
         ]
+    new.__dict__ = {"type": node.type, "children": children, "parent": parent}
     return new
 
 
