@@ -25,6 +25,7 @@ from sandbox_ledger.local.adjustments import queries, transactions, update_expre
 # The adjustments of moto's per-request work (parser, validator, lexer, serializer).
 HOT_PATH = (
     "update_expressions",
+    "new_item_updates",
     "update_traversal",
     "conditions",
     "condition_trees",

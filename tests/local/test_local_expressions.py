@@ -4,6 +4,7 @@ the same trees, errors and updates as moto's own code, on edge cases too."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 
 from sandbox_ledger.local.adjustments import condition_trees, update_traversal
 
-from .test_local import _tree, adjusted
+from .test_local import _backend, _state, _tree, adjusted, key
 
 # (text, names, values): the library's conditions, every function and operator, nested
 # paths and values of every JSON type; then refusals (bad syntax, a name or value missing, a
@@ -286,3 +287,113 @@ def test_a_validation_pass_asks_for_its_processors_once(monkeypatch: pytest.Monk
     assert len(calls) == 1
     validators.ExecuteOperations().traverse(copy.deepcopy(tree))
     assert len(calls) > 10
+
+
+# Updates that create their item: plain ones (validated once with new_item_updates); ones
+# whose names include a key attribute (validated as moto does: SET a = PK is refused by the
+# first validation, which sees no PK; a path naming a key anywhere, if_not_exists(PK, :v)
+# say, is refused by moto's key check; a #placeholder for a key, even unused, takes moto's
+# two validations); refusals, conditions, and a second update of each item (the item
+# exists: one validation, as moto).
+NEW_ITEM_UPDATES: list[dict[str, Any]] = [
+    {
+        "UpdateExpression": "SET #nm = :nm, st = if_not_exists(st, :ts) ADD execs :one",
+        "ExpressionAttributeNames": {"#nm": "name"},
+        "ExpressionAttributeValues": {":nm": {"S": "n"}, ":ts": {"N": "5"}, ":one": {"N": "1"}},
+    },
+    {"UpdateExpression": "SET a = PK", "ExpressionAttributeValues": None},
+    {
+        "UpdateExpression": "SET a = #k",
+        "ExpressionAttributeNames": {"#k": "SK"},
+    },
+    {
+        "UpdateExpression": "SET a = :v",
+        "ExpressionAttributeNames": {"#unused": "PK"},
+        "ExpressionAttributeValues": {":v": {"S": "x"}},
+    },
+    {"UpdateExpression": "SET a = b + :one", "ExpressionAttributeValues": {":one": {"N": "1"}}},
+    {
+        "UpdateExpression": "SET a = if_not_exists(PK, :v)",
+        "ExpressionAttributeValues": {":v": {"S": "absent"}},
+    },
+    {
+        "UpdateExpression": "SET a = if_not_exists(#k, :v)",
+        "ExpressionAttributeNames": {"#k": "SK"},
+        "ExpressionAttributeValues": {":v": {"S": "absent"}},
+    },
+    {"UpdateExpression": "SET a.b = :v", "ExpressionAttributeValues": {":v": {"S": "x"}}},
+    {"UpdateExpression": "SET a = :missing", "ExpressionAttributeValues": {":v": {"S": "x"}}},
+    {"UpdateExpression": "ADD n :s", "ExpressionAttributeValues": {":s": {"S": "x"}}},
+    {
+        "UpdateExpression": "SET l = list_append(if_not_exists(l, :e), :l) REMOVE gone",
+        "ExpressionAttributeValues": {":e": {"L": []}, ":l": {"L": [{"N": "1"}]}},
+    },
+    {
+        "UpdateExpression": "SET a = :v",
+        "ConditionExpression": "attribute_exists(PK)",
+        "ExpressionAttributeValues": {":v": {"S": "x"}},
+    },
+]
+
+
+def _updates(backend: Any) -> list[str]:
+    """Each update above on a new item, then again on that item: the outcome of each."""
+    outcomes = []
+    for number, update in enumerate(NEW_ITEM_UPDATES):
+        for _ in range(2):
+            params = {
+                "update_expression": update["UpdateExpression"],
+                "expression_attribute_names": update.get("ExpressionAttributeNames"),
+                "expression_attribute_values": update.get("ExpressionAttributeValues") or {},
+                "condition_expression": update.get("ConditionExpression"),
+            }
+            try:
+                item = backend.update_item("t", key("p", f"s{number}"), **copy.deepcopy(params))
+                outcomes.append(str(item.to_json()))
+            except Exception as exc:
+                outcomes.append(f"{type(exc).__name__}: {exc}")
+    return outcomes
+
+
+def test_updates_that_create_their_item_are_stock_moto_s() -> None:
+    """Every update above, on a new item then on the item it made: the same answers,
+    errors, items and stream records as moto's own two validations."""
+    stock, patched = _backend("t"), _backend("t")
+    expected = _updates(stock)
+    with adjusted("new_item_updates", "update_expressions", "update_traversal"):
+        assert _updates(patched) == expected
+    assert _state(patched, "t") == _state(stock, "t")
+    assert any("does not exist" in outcome for outcome in expected)  # SET a = PK refused
+    assert sum("Exception" in outcome or "Error" in outcome for outcome in expected) >= 6
+
+
+@pytest.mark.parametrize(
+    ("number", "validations"), [(0, 1), (1, 0), (2, 0), (3, 2), (4, 0), (5, 0), (6, 0), (10, 1)]
+)
+def test_an_update_that_creates_its_item_is_validated_once_unless_it_names_a_key(
+    number: int, validations: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shortcut is taken for a new item whose update names no key attribute (one
+    validation where moto runs two), and not when a #placeholder stands for a key (two); an
+    update refused (a missing path, a key named in a path) stops where moto's stops."""
+    from moto.dynamodb.parsing import validators
+
+    runs: list[int] = []
+    stock_traverse = validators.ExecuteOperations.traverse  # a pass: once per validation
+
+    def counted(self: Any, node: Any) -> Any:
+        runs.append(1)
+        return stock_traverse(self, node)
+
+    monkeypatch.setattr(validators.ExecuteOperations, "traverse", counted)
+    backend = _backend("t")
+    update = NEW_ITEM_UPDATES[number]
+    with adjusted("new_item_updates"), contextlib.suppress(Exception):
+        backend.update_item(
+            "t",
+            key("p", "new"),
+            update_expression=update["UpdateExpression"],
+            expression_attribute_names=update.get("ExpressionAttributeNames"),
+            expression_attribute_values=update.get("ExpressionAttributeValues") or {},
+        )
+    assert len(runs) == validations

@@ -13,6 +13,8 @@ every request) and differs from DynamoDB in a few places. Each module here adjus
 - :mod:`.method_lists`: the list of a response class's methods is computed once.
 - :mod:`.update_expressions`: an update expression is parsed once, its static checks run once
   per shape, and its tree copied without ``copy.deepcopy``'s bookkeeping.
+- :mod:`.new_item_updates`: an update that creates its item is validated once, not twice,
+  when none of its names is a key attribute.
 - :mod:`.update_traversal`: an update expression's validation passes look up each node's
   processor once per node type.
 - :mod:`.conditions`: a condition expression's text is split into tokens once.
@@ -112,6 +114,7 @@ def all_adjustments() -> tuple[Adjustment, ...]:
         conditions,
         dispatch,
         method_lists,
+        new_item_updates,
         queries,
         serializer,
         streams,
@@ -127,6 +130,7 @@ def all_adjustments() -> tuple[Adjustment, ...]:
         dispatch,
         method_lists,
         update_expressions,
+        new_item_updates,
         update_traversal,
         conditions,
         condition_trees,
