@@ -6,7 +6,7 @@ First the demo runs once against an embedded server that records every request i
 (headers and body). Then this process replays that recording into moto's WSGI application
 directly (no sockets, no client), ``--rounds`` times per side, alternating: the server as
 ``LocalDynamoDB`` adjusts it, and the same with moto's own parser, validator and serializer
-(the adjustments of :data:`HOT_PATH` left off). moto
+(the adjustments of ``sandbox_ledger.local.adjustments.HOT_PATH`` left off). moto
 is reset before each replay, so every replay serves the same requests on the same data.
 It reports each side's CPU time (the smallest of its rounds, then per request of each
 operation) and how many responses differ between the sides (those with a creation time or
@@ -31,18 +31,6 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
-
-HOT_PATH = frozenset(
-    {
-        "update_expressions",
-        "new_item_updates",
-        "update_traversal",
-        "conditions",
-        "condition_trees",
-        "serializer",
-    }
-)
-"""The adjustments of moto's per-request parsing, validation and serialization."""
 
 # The embedded server's child, recording each request before serving it.
 RECORDER = """
@@ -165,7 +153,9 @@ def main() -> None:
     on, _ = adjustments.prepare()
     sides = {
         "patched": adjustments.Settings(on=on, stream_records=DEFAULT_STREAM_RECORDS),
-        "moto's own": adjustments.Settings(on=on - HOT_PATH, stream_records=DEFAULT_STREAM_RECORDS),
+        "moto's own": adjustments.Settings(
+            on=on - adjustments.HOT_PATH, stream_records=DEFAULT_STREAM_RECORDS
+        ),
     }
     app = _DynamoDBFirst(DomainDispatcherApplication(create_backend_app))
     replay(app, sides["patched"], requests)  # warm up: moto loads its service models

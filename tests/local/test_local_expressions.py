@@ -397,3 +397,11 @@ def test_an_update_that_creates_its_item_is_validated_once_unless_it_names_a_key
             expression_attribute_values=update.get("ExpressionAttributeValues") or {},
         )
     assert len(runs) == validations
+
+
+def test_the_hot_path_names_adjustments() -> None:
+    """Every name the byte-for-byte comparisons and server_replay.py leave off is an
+    adjustment (a misspelt one would leave nothing off and compare the server with itself)."""
+    from sandbox_ledger.local import adjustments
+
+    assert adjustments.HOT_PATH.issubset(a.name for a in adjustments.all_adjustments())

@@ -49,6 +49,20 @@ WRITTEN_FOR = ("5.2.1", "5.2.5")
 """The moto releases whose source the fingerprints are taken from (identical there)."""
 
 
+HOT_PATH = frozenset(
+    {
+        "update_expressions",
+        "new_item_updates",
+        "update_traversal",
+        "conditions",
+        "condition_trees",
+        "serializer",
+    }
+)
+"""The adjustments of moto's per-request parsing, validation and serialization: the ones
+``benchmarks/server_replay.py`` and ``tests/local`` compare with moto's own code."""
+
+
 class MotoAdjustmentWarning(UserWarning):
     """An adjustment of moto was left off: the installed moto's code differs from its own."""
 
