@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -405,3 +408,43 @@ def test_the_hot_path_names_adjustments() -> None:
     from sandbox_ledger.local import adjustments
 
     assert adjustments.HOT_PATH.issubset(a.name for a in adjustments.all_adjustments())
+
+
+def test_an_adjustment_left_off_first_does_not_undo_another_installed_later() -> None:
+    """A process whose first server leaves ``update_expressions`` off and whose next has
+    every adjustment on: an update that creates its item is still validated once (before,
+    installing ``update_expressions`` then replaced ``new_item_updates``' hooks, which was
+    still reported on)."""
+    script = """
+import contextlib
+from moto.dynamodb.parsing import validators
+from tests.local.test_local import _backend
+from sandbox_ledger.local import adjustments
+
+adjustments.prepare(leave_off={"update_expressions"})
+on, _ = adjustments.prepare()
+assert "new_item_updates" in on and "update_expressions" in on, on
+runs = []
+stock_traverse = validators.ExecuteOperations.traverse
+def counted(self, node):
+    runs.append(1)
+    return stock_traverse(self, node)
+validators.ExecuteOperations.traverse = counted
+backend = _backend("t")
+with adjustments.serving(adjustments.Settings(on=on, stream_records=None)):
+    backend.update_item(
+        "t", {"PK": {"S": "p"}, "SK": {"S": "new"}}, update_expression="SET a = :v",
+        expression_attribute_names=None, expression_attribute_values={":v": {"S": "x"}},
+    )
+print(len(runs))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=Path(__file__).parents[2],
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "1"

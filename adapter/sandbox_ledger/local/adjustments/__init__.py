@@ -171,18 +171,21 @@ def prepare(leave_off: Collection[str] = ()) -> tuple[frozenset[str], dict[str, 
     off: dict[str, str] = {}
     with _lock:
         for adjustment in all_adjustments():
-            if adjustment.name in leave_off:
-                off[adjustment.name] = ""
-                continue
             why = _mismatch(adjustment)
-            if why is not None:
-                off[adjustment.name] = _left_off(adjustment, why)
-                warnings.warn(off[adjustment.name], MotoAdjustmentWarning, stacklevel=3)
-                continue
-            if adjustment.name not in _installed:
+            if why is None and adjustment.name not in _installed:
+                # Every adjustment that fits is installed, in this order, whatever
+                # ``leave_off`` says (its hooks serve only requests it is on for): hooks
+                # wrap the ones installed before them, so one installed later than an
+                # adjustment after it in the order would replace that one's hooks.
                 adjustment.install(_stock[adjustment.name])
                 _installed.add(adjustment.name)
-            on.add(adjustment.name)
+            if adjustment.name in leave_off:
+                off[adjustment.name] = ""
+            elif why is not None:
+                off[adjustment.name] = _left_off(adjustment, why)
+                warnings.warn(off[adjustment.name], MotoAdjustmentWarning, stacklevel=3)
+            else:
+                on.add(adjustment.name)
     return frozenset(on), off
 
 
