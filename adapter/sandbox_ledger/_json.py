@@ -85,12 +85,19 @@ def find_unstorable(value: Any, path: str) -> tuple[str, str] | None:
     return _find_unstorable(value, path)
 
 
+def encoder_checks_digits() -> bool:
+    """Whether ``json.dumps`` refuses exactly the integers no store can hold (this process's
+    integer-string limit is the stores' :data:`MAX_INT_DIGITS` rule), so an encoded value
+    needs no walk for them."""
+    return sys.get_int_max_str_digits() == _int_digits()
+
+
 def _storable_at_once(value: Any) -> bool:
     """Whether ``value`` is storable, judged in one pass of the C encoder (what every write
     pays, instead of a walk in Python): its JSON text encodes as UTF-8 (no lone surrogate)
     and every integer converts within the limit. False means "walk it" (something is
     unstorable, or not JSON, or this process's integer limit is not the stores' limit)."""
-    if sys.get_int_max_str_digits() != _int_digits():
+    if not encoder_checks_digits():
         return False  # no limit, or one past MAX_INT_DIGITS: the encoder would accept more
     try:
         json.dumps(value, ensure_ascii=False).encode("utf-8")
