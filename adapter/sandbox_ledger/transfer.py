@@ -69,6 +69,8 @@ _BOM = b"\xef\xbb\xbf"
 
 ENVIRONMENT_KIND = "environment"
 """The ``kind`` of an environment record's line in an export."""
+EXPORT_SESSIONS = 200
+"""Sessions an export reads at a time (one query on SQL)."""
 
 
 def content_digest(entry: LedgerEntry) -> str:
@@ -375,14 +377,17 @@ def export_lines(
     ``builtAt`` first, ties in first-saved order, which an import reproduces), as lines with
     their newline: deterministic, so exporting twice gives the same bytes. ``progress`` is
     called with the number of sessions read; ``exported`` collects the sessions that had an
-    entry to export (one listed but emptied meanwhile, by a delete, had none)."""
-    for name, sandbox_id in sorted(set(sessions)):
-        entries = source.read_in_append_order(name, sandbox_id)
-        if progress is not None:
-            progress(1)
-        if entries and exported is not None:
-            exported.append((name, sandbox_id))
-        for entry in entries:
-            yield entry_line(entry) + "\n"
+    entry to export (one listed but emptied meanwhile, by a delete, had none). The sessions
+    are read :data:`EXPORT_SESSIONS` at a time (``read_sessions_in_append_order``)."""
+    ordered = sorted(set(sessions))
+    for start in range(0, len(ordered), EXPORT_SESSIONS):
+        run = ordered[start : start + EXPORT_SESSIONS]
+        for key, entries in zip(run, source.read_sessions_in_append_order(run), strict=True):
+            if progress is not None:
+                progress(1)
+            if entries and exported is not None:
+                exported.append(key)
+            for entry in entries:
+                yield entry_line(entry) + "\n"
     for record in environments:
         yield environment_line(record) + "\n"
