@@ -24,6 +24,7 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from sandbox_ledger import _json
 from sandbox_ledger.keys import ledger_expires_at
 from sandbox_ledger.models import EnvironmentRecord, LedgerEntry
 
@@ -71,7 +72,7 @@ class _Counted:
             # "": a private temporary database SQLite deletes on close (on disk past its cache).
             self._db = sqlite3.connect("", isolation_level=None)
             self._db.execute("CREATE TABLE seen (session BLOB PRIMARY KEY, counts TEXT)")
-        rows = [(_id(key), json.dumps(c, separators=(",", ":"))) for key, c in counts.items()]
+        rows = [(_id(key), _json.dumps(c).decode()) for key, c in counts.items()]
         self._db.execute("BEGIN")
         self._db.executemany("INSERT OR REPLACE INTO seen VALUES (?, ?)", rows)
         self._db.execute("COMMIT")

@@ -41,6 +41,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from sandbox_ledger import _json
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.keys import check_session_key
 from sandbox_ledger.models import EnvironmentRecord, LedgerEntry
@@ -78,21 +79,19 @@ def content_digest(entry: LedgerEntry) -> str:
 
     Key order inside objects does not matter; every field does (ts, step, payload, ...).
     """
-    canonical = json.dumps(
-        entry.wire(), sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False
-    )
+    canonical = _json.canonical(entry.wire())
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def entry_line(entry: LedgerEntry) -> str:
     """One exported line (without its newline): the entry's wire shape as compact JSON."""
-    return json.dumps(entry.wire(), ensure_ascii=False)
+    return _json.unicode_text(entry.wire())
 
 
 def environment_line(record: EnvironmentRecord) -> str:
     """One exported environment line (without its newline): its kind and the record's wire
     shape, every field kept (null values included)."""
-    return json.dumps({"kind": ENVIRONMENT_KIND, "record": record.wire()}, ensure_ascii=False)
+    return _json.unicode_text({"kind": ENVIRONMENT_KIND, "record": record.wire()})
 
 
 @dataclass(frozen=True)

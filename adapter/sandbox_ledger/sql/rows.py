@@ -219,9 +219,10 @@ def claim_key(entry: LedgerEntry, occurrence: int, digest: str | None = None) ->
     in its session (:func:`sandbox_ledger.transfer.content_digest`, or ``digest`` if the
     caller has it), as DynamoDB's import claim, so imports running at once store each copy
     once."""
-    from sandbox_ledger.transfer import content_digest
+    if digest is None:
+        from sandbox_ledger.transfer import content_digest
 
-    digest = content_digest(entry) if digest is None else digest
+        digest = content_digest(entry)
     return f"i{check_occurrence(occurrence):06d}-{digest}"
 
 
