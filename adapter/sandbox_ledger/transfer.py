@@ -70,8 +70,11 @@ _BOM = b"\xef\xbb\xbf"
 
 ENVIRONMENT_KIND = "environment"
 """The ``kind`` of an environment record's line in an export."""
-EXPORT_SESSIONS = 200
-"""Sessions an export reads at a time (one query on SQL)."""
+EXPORT_SESSIONS = 100
+"""The most sessions an export reads at a time (one query on SQL)."""
+EXPORT_ENTRIES = 10_000
+"""About how many entries an export reads at a time: from one session, the number of
+sessions read doubles, up to this many entries' worth of the largest session just read."""
 
 
 def content_digest(entry: LedgerEntry) -> str:
@@ -376,12 +379,16 @@ def export_lines(
     ``builtAt`` first, ties in first-saved order, which an import reproduces), as lines with
     their newline: deterministic, so exporting twice gives the same bytes. ``progress`` is
     called with the number of sessions read; ``exported`` collects the sessions that had an
-    entry to export (one listed but emptied meanwhile, by a delete, had none). The sessions
-    are read :data:`EXPORT_SESSIONS` at a time (``read_sessions_in_append_order``)."""
+    entry to export (one listed but emptied meanwhile, by a delete, had none). Sessions are
+    read several at a time (``read_sessions_in_append_order``; see :data:`EXPORT_ENTRIES`)."""
     ordered = sorted(set(sessions))
-    for start in range(0, len(ordered), EXPORT_SESSIONS):
-        run = ordered[start : start + EXPORT_SESSIONS]
-        for key, entries in zip(run, source.read_sessions_in_append_order(run), strict=True):
+    start, size = 0, 1
+    while start < len(ordered):
+        run, start = ordered[start : start + size], start + size
+        read = source.read_sessions_in_append_order(run)
+        largest = max(1, max(map(len, read), default=0))
+        size = max(1, min(EXPORT_SESSIONS, size * 2, EXPORT_ENTRIES // largest))
+        for key, entries in zip(run, read, strict=True):
             if progress is not None:
                 progress(1)
             if entries and exported is not None:
