@@ -2,7 +2,7 @@
 :func:`~sandbox_ledger.transfer.import_entries`.
 
 Lines arrive in file order. Consecutive lines of one session form a group; groups are
-gathered into a batch of about :data:`BATCH_ENTRIES` entries (whole sessions), and a batch is
+gathered into a batch (whole sessions, sized by :data:`BATCH_SECONDS`), and a batch is
 reconciled with one ``read_stored_sessions`` and written with one ``append_once_many``, so
 memory holds one batch (or one session, if larger), never the file.
 
@@ -24,6 +24,7 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from sandbox_ledger import _json
 from sandbox_ledger.keys import ledger_expires_at
 from sandbox_ledger.models import EnvironmentRecord, LedgerEntry
 
@@ -34,10 +35,19 @@ if TYPE_CHECKING:
     from sandbox_ledger.protocol import SyncTransferAdapter
     from sandbox_ledger.transfer import ImportReport, LineError
 
-__all__ = ["BATCH_ENTRIES", "stream_import"]
+__all__ = ["BATCH_ENTRIES", "BATCH_SECONDS", "MAX_BATCH_ENTRIES", "stream_import"]
 
 BATCH_ENTRIES = 1000
-"""Entries gathered (whole sessions) before a batch is reconciled and written."""
+"""Entries gathered (whole sessions) before the first batch is reconciled and written; the
+least a batch gathers."""
+MAX_BATCH_ENTRIES = 8000
+"""The most entries a batch gathers (a session larger than that is a batch of its own)."""
+BATCH_SECONDS = 0.5
+"""About how long a batch's write should take: after each batch the next one gathers as many
+entries as the store wrote in that time, from :data:`BATCH_ENTRIES` to
+:data:`MAX_BATCH_ENTRIES`. A fast store (SQL) commits fewer, larger transactions (each a
+disk flush); a slow one (DynamoDB) keeps batches small; an interruption held off while a
+batch is written (the CLI's Ctrl-C) waits about this long, whatever the store."""
 
 Key = tuple[str, str]
 Item = tuple[int, "LedgerEntry | EnvironmentRecord | LineError"]
@@ -62,7 +72,7 @@ class _Counted:
             # "": a private temporary database SQLite deletes on close (on disk past its cache).
             self._db = sqlite3.connect("", isolation_level=None)
             self._db.execute("CREATE TABLE seen (session BLOB PRIMARY KEY, counts TEXT)")
-        rows = [(_id(key), json.dumps(c, separators=(",", ":"))) for key, c in counts.items()]
+        rows = [(_id(key), _json.dumps(c).decode()) for key, c in counts.items()]
         self._db.execute("BEGIN")
         self._db.executemany("INSERT OR REPLACE INTO seen VALUES (?, ?)", rows)
         self._db.execute("COMMIT")
@@ -107,6 +117,7 @@ def stream_import(
     from sandbox_ledger.transfer import LineError, reconcile_environment
 
     limit = batch_entries or BATCH_ENTRIES
+    sizing = batch_entries is None
     seconds = target.ledger_retention()
     counted = _Counted()
     batch = _Batch()
@@ -125,7 +136,9 @@ def stream_import(
                 if key != current:
                     if batch.size >= limit:
                         with guard():
-                            _write(target, batch, counted, report, seconds, progress)
+                            took = _write(target, batch, counted, report, seconds, progress)
+                        if sizing:
+                            limit = _next_limit(batch.size, took)
                         batch = _Batch()
                     current = key
                     if key not in batch.sessions:
@@ -142,6 +155,13 @@ def stream_import(
     return report
 
 
+def _next_limit(size: int, took: float) -> int:
+    """The next batch's size: what the store wrote in :data:`BATCH_SECONDS` at the rate of
+    the batch just written (``size`` entries in ``took`` seconds), within the bounds."""
+    rate = size / max(took, 1e-6)
+    return min(MAX_BATCH_ENTRIES, max(BATCH_ENTRIES, round(rate * BATCH_SECONDS)))
+
+
 def _write(
     target: SyncTransferAdapter,
     batch: _Batch,
@@ -149,12 +169,13 @@ def _write(
     report: ImportReport,
     seconds: int | None,
     progress: Callable[[int], None] | None,
-) -> None:
+) -> float:
     """Reconcile one batch against what the store holds (expired entries included, where the
     store still keeps them: reconciling against the visible ones only would write an expired
-    entry again on every run) and write what it lacks."""
+    entry again on every run) and write what it lacks; how long that took (seconds)."""
     from sandbox_ledger.transfer import LineError, plan_session
 
+    started = time.monotonic()
     keys = list(batch.sessions)
     writes: list[tuple[int, LedgerEntry, int, str]] = []
     done = 0
@@ -190,3 +211,4 @@ def _write(
     counted.record(batch.prior)  # plan_session counted this batch's lines into them
     if progress is not None and done:
         progress(done)
+    return time.monotonic() - started

@@ -85,15 +85,22 @@ def find_unstorable(value: Any, path: str) -> tuple[str, str] | None:
     return _find_unstorable(value, path)
 
 
+def encoder_checks_digits() -> bool:
+    """Whether ``json.dumps`` refuses exactly the integers no store can hold (this process's
+    integer-string limit is the stores' :data:`MAX_INT_DIGITS` rule), so an encoded value
+    needs no walk for them."""
+    return sys.get_int_max_str_digits() == _int_digits()
+
+
 def _storable_at_once(value: Any) -> bool:
     """Whether ``value`` is storable, judged in one pass of the C encoder (what every write
     pays, instead of a walk in Python): its JSON text encodes as UTF-8 (no lone surrogate)
     and every integer converts within the limit. False means "walk it" (something is
     unstorable, or not JSON, or this process's integer limit is not the stores' limit)."""
-    if sys.get_int_max_str_digits() != _int_digits():
+    if not encoder_checks_digits():
         return False  # no limit, or one past MAX_INT_DIGITS: the encoder would accept more
     try:
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        _UNICODE.encode(value).encode("utf-8")
     except (ValueError, TypeError, RecursionError):  # UnicodeEncodeError is a ValueError
         return False
     return True
@@ -137,9 +144,28 @@ def _has_surrogate(text: str) -> bool:
     return False
 
 
+# Encoders built once: json.dumps given any setting builds a JSONEncoder per call, which took
+# about two thirds of a small payload's encoding (each entry an import or export writes).
+_COMPACT = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+_CANONICAL = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, separators=(",", ":"), sort_keys=True
+)
+_UNICODE = json.JSONEncoder(ensure_ascii=False)
+
+
 def dumps(value: Any) -> bytes:
     """Serialize checked JSON compactly, keeping unicode and refusing NaN."""
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    return _COMPACT.encode(value).encode()
+
+
+def canonical(value: Any) -> str:
+    """:func:`dumps`' text with every object's keys sorted: one text per JSON value."""
+    return _CANONICAL.encode(value)
+
+
+def unicode_text(value: Any) -> str:
+    """``json.dumps(value, ensure_ascii=False)``: the JSON text with unicode kept."""
+    return _UNICODE.encode(value)
 
 
 def loads(data: bytes | str) -> Any:

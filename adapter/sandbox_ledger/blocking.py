@@ -167,6 +167,11 @@ class BlockingAdapter:
     def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         return self._run(self.adapter.read_in_append_order(name, sandbox_id))
 
+    def read_sessions_in_append_order(
+        self, sessions: Sequence[tuple[str, str]]
+    ) -> list[list[LedgerEntry]]:
+        return self._run(self.adapter.read_sessions_in_append_order(sessions))
+
     def read_stored(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         return self._run(self.adapter.read_stored(name, sandbox_id))
 

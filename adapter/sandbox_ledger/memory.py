@@ -215,6 +215,12 @@ class MemoryAdapter:
         (``digests`` unused: this store keeps identities by content)."""
         return await append_each_once(self.append_once, items)
 
+    async def read_sessions_in_append_order(
+        self, sessions: Sequence[tuple[str, str]]
+    ) -> list[list[LedgerEntry]]:
+        """``read_in_append_order`` of each session, in order."""
+        return await read_each_stored(self.read_in_append_order, sessions)
+
     async def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry of the session in the order it was appended (what an export replays)."""
         session = self._sessions.get((_require(name, "name"), _require(sandbox_id, "sandboxId")))

@@ -176,6 +176,13 @@ class TransferAdapter(StorageAdapter, Protocol):
         writes, so that replaying it rebuilds every summary)."""
         ...
 
+    async def read_sessions_in_append_order(
+        self, sessions: Sequence[tuple[str, str]]
+    ) -> list[list[LedgerEntry]]:
+        """``read_in_append_order`` of each (name, sandboxId), in the order given: what an
+        export reads a run of sessions with (a SQL store reads them in one query)."""
+        ...
+
     async def read_stored(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry the store still holds for the session, ascending ts, those past the
         retention included until the store removes them (what an import reconciles against)."""
@@ -278,6 +285,10 @@ class SyncTransferAdapter(SyncStorageAdapter, Protocol):
     ) -> list[tuple[str, str]]: ...
 
     def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]: ...
+
+    def read_sessions_in_append_order(
+        self, sessions: Sequence[tuple[str, str]]
+    ) -> list[list[LedgerEntry]]: ...
 
     def read_stored(self, name: str, sandbox_id: str) -> list[LedgerEntry]: ...
 

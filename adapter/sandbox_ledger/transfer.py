@@ -41,6 +41,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from sandbox_ledger import _json
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.keys import check_session_key
 from sandbox_ledger.models import EnvironmentRecord, LedgerEntry
@@ -69,6 +70,11 @@ _BOM = b"\xef\xbb\xbf"
 
 ENVIRONMENT_KIND = "environment"
 """The ``kind`` of an environment record's line in an export."""
+EXPORT_SESSIONS = 100
+"""The most sessions an export reads at a time (one query on SQL)."""
+EXPORT_ENTRIES = 10_000
+"""About how many entries an export reads at a time: from one session, the number of
+sessions read doubles, up to this many entries' worth of the largest session just read."""
 
 
 def content_digest(entry: LedgerEntry) -> str:
@@ -76,21 +82,19 @@ def content_digest(entry: LedgerEntry) -> str:
 
     Key order inside objects does not matter; every field does (ts, step, payload, ...).
     """
-    canonical = json.dumps(
-        entry.wire(), sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False
-    )
+    canonical = _json.canonical(entry.wire())
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def entry_line(entry: LedgerEntry) -> str:
     """One exported line (without its newline): the entry's wire shape as compact JSON."""
-    return json.dumps(entry.wire(), ensure_ascii=False)
+    return _json.unicode_text(entry.wire())
 
 
 def environment_line(record: EnvironmentRecord) -> str:
     """One exported environment line (without its newline): its kind and the record's wire
     shape, every field kept (null values included)."""
-    return json.dumps({"kind": ENVIRONMENT_KIND, "record": record.wire()}, ensure_ascii=False)
+    return _json.unicode_text({"kind": ENVIRONMENT_KIND, "record": record.wire()})
 
 
 @dataclass(frozen=True)
@@ -375,14 +379,21 @@ def export_lines(
     ``builtAt`` first, ties in first-saved order, which an import reproduces), as lines with
     their newline: deterministic, so exporting twice gives the same bytes. ``progress`` is
     called with the number of sessions read; ``exported`` collects the sessions that had an
-    entry to export (one listed but emptied meanwhile, by a delete, had none)."""
-    for name, sandbox_id in sorted(set(sessions)):
-        entries = source.read_in_append_order(name, sandbox_id)
-        if progress is not None:
-            progress(1)
-        if entries and exported is not None:
-            exported.append((name, sandbox_id))
-        for entry in entries:
-            yield entry_line(entry) + "\n"
+    entry to export (one listed but emptied meanwhile, by a delete, had none). Sessions are
+    read several at a time (``read_sessions_in_append_order``; see :data:`EXPORT_ENTRIES`)."""
+    ordered = sorted(set(sessions))
+    start, size = 0, 1
+    while start < len(ordered):
+        run, start = ordered[start : start + size], start + size
+        read = source.read_sessions_in_append_order(run)
+        largest = max(1, max(map(len, read), default=0))
+        size = max(1, min(EXPORT_SESSIONS, size * 2, EXPORT_ENTRIES // largest))
+        for key, entries in zip(run, read, strict=True):
+            if progress is not None:
+                progress(1)
+            if entries and exported is not None:
+                exported.append(key)
+            for entry in entries:
+                yield entry_line(entry) + "\n"
     for record in environments:
         yield environment_line(record) + "\n"

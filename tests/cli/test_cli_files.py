@@ -22,24 +22,27 @@ ROOT = Path(__file__).resolve().parents[2]
 COMMAND = Path(sys.executable).parent / "sandbox-ledger"
 LEDGER = ROOT / "examples" / "ledger.jsonl"
 
-# The CLI in a child process whose read of session sb-2 announces itself (touches the file
-# named by its first argument) and then waits: an export killed then is killed mid-file,
-# with sb-1's lines written and sb-2's not, whatever the machine's speed.
+# The CLI in a child process that reads one session at a time and whose read of session sb-2
+# announces itself (touches the file named by its first argument) and then waits: an export
+# killed then is killed mid-file, with sb-1's lines written and sb-2's not, whatever the
+# machine's speed.
 HELD_EXPORT = """
 import asyncio, sys
 from pathlib import Path
+from sandbox_ledger import transfer
 from sandbox_ledger.sqlite.adapter import SQLiteAdapter
 
 reached = Path(sys.argv.pop(1))
-original = SQLiteAdapter.read_in_append_order
+original = SQLiteAdapter.read_sessions_in_append_order
 
-async def held(self, name, sandbox_id):
-    if sandbox_id == "sb-2":
+async def held(self, sessions):
+    if ("build", "sb-2") in sessions:
         reached.touch()
         await asyncio.sleep(600)  # cancellable, as a read waiting on the network is
-    return await original(self, name, sandbox_id)
+    return await original(self, sessions)
 
-SQLiteAdapter.read_in_append_order = held
+SQLiteAdapter.read_sessions_in_append_order = held
+transfer.EXPORT_SESSIONS = 1
 sys.argv[0] = "sandbox-ledger"
 from sandbox_ledger.cli import main
 main()

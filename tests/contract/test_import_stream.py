@@ -57,6 +57,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
 def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     """Batches of two entries, so a file of a few lines spans several batches."""
     monkeypatch.setattr(stream, "BATCH_ENTRIES", 2)
+    monkeypatch.setattr(stream, "MAX_BATCH_ENTRIES", 2)
 
 
 def _digests(target: Any, name: str, sid: str) -> list[str]:
@@ -146,6 +147,42 @@ def test_a_bad_line_in_a_batch_fails_alone(store: Any) -> None:
     report = import_lines(store, [*lines([good]), b"{not json\n", *lines([refused, good])])
     assert report.new == 2 and [f.number for f in report.failed] == [2, 3]
     assert report.summary() == "2 new, 0 already present, 0 expired, 2 failed"
+
+
+def test_batches_grow_to_what_the_store_writes_in_half_a_second(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch gathers as many entries as the store wrote in BATCH_SECONDS at the last
+    batch's rate, between BATCH_ENTRIES and MAX_BATCH_ENTRIES (whole sessions): a fast store
+    gets few large transactions, a slow one keeps the first size (what a held Ctrl-C waits
+    for)."""
+    monkeypatch.setattr(stream, "BATCH_ENTRIES", 4)
+    monkeypatch.setattr(stream, "MAX_BATCH_ENTRIES", 40)
+    monkeypatch.setattr(stream, "BATCH_SECONDS", 0.5)
+    entries = [e("job", f"s{i:03d}", "sandbox.created", i + 1) for i in range(100)]
+
+    class Timed:
+        def __init__(self, seconds_per_entry: float) -> None:
+            self.target = BlockingAdapter(MemoryAdapter())
+            self.pace = seconds_per_entry
+            self.sizes: list[int] = []
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.target, name)
+
+        def append_once_many(self, items: Any, **kwargs: Any) -> Any:
+            self.sizes.append(len(items))
+            now[0] += self.pace * len(items)  # the store's time, on the importer's clock
+            return self.target.append_once_many(items, **kwargs)
+
+    now = [0.0]
+    monkeypatch.setattr(stream.time, "monotonic", lambda: now[0])
+    fast, slow = Timed(1 / 64), Timed(1 / 4)  # 32 entries in 0.5 s; 2
+    for target in (fast, slow):
+        report = import_lines(target, lines(entries))  # type: ignore[arg-type]
+        assert report.new == 100 and sum(target.sizes) == 100
+    assert fast.sizes == [4, 32, 32, 32]
+    assert slow.sizes == [4] * 25
 
 
 def _export_like(sessions: int) -> Iterator[bytes]:

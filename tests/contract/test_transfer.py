@@ -672,6 +672,41 @@ def test_an_entry_that_expires_while_the_import_runs_is_not_written(
     assert target.read_stored("n", "s") == [early]
 
 
+def test_an_export_reads_more_sessions_at_a_time_only_while_they_are_small(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sessions are read one, then twice as many each time, up to EXPORT_SESSIONS and to
+    EXPORT_ENTRIES entries' worth of the largest session just read: many small sessions are
+    read in few calls, large ones one at a time."""
+    from collections.abc import Sequence
+
+    from sandbox_ledger import transfer
+    from sandbox_ledger.blocking import BlockingAdapter
+    from sandbox_ledger.memory import MemoryAdapter
+
+    monkeypatch.setattr(transfer, "EXPORT_SESSIONS", 8)
+    monkeypatch.setattr(transfer, "EXPORT_ENTRIES", 12)
+    calls: list[int] = []
+
+    class Counted(BlockingAdapter):
+        def read_sessions_in_append_order(
+            self, sessions: Sequence[tuple[str, str]]
+        ) -> list[list[LedgerEntry]]:
+            calls.append(len(sessions))
+            return super().read_sessions_in_append_order(sessions)
+
+    source = Counted(MemoryAdapter())
+    for s in range(20):  # 20 sessions of 1 entry, then 6 of 12
+        source.append(e("a", f"s{s:02d}", "sandbox.created", 1))
+    for s in range(6):
+        for ts in range(12):
+            source.append(e("b", f"s{s}", "exec.started", ts))
+    lines = list(transfer.export_lines(source, source.scan_sessions()))
+    assert len(lines) == 20 + 72
+    assert calls == [1, 2, 4, 8, 8, 1, 1, 1]
+    assert [json.loads(x)["ts"] for x in lines[20:32]] == list(range(12))
+
+
 def test_an_export_counts_only_the_sessions_it_exported() -> None:
     """A session listed by the scan and emptied before it is read (a delete running) has
     nothing exported and is not counted as exported."""

@@ -173,10 +173,10 @@ async def test_a_schema_1_database_migrates_and_keeps_its_entries_forever(
         assert await adapter.purge_expired() == 2  # the new session's entry and row only
         assert [d.sandbox_id for d in await adapter.list_sandbox_details("job")] == ["old"]
     assert (
-        "from version 1 to 6 (0002_ledger_retention, 0003_store_id, 0004_follow_index, "
-        "0005_entry_extra, 0006_changes)" in caplog.text
+        "from version 1 to 7 (0002_ledger_retention, 0003_store_id, 0004_follow_index, "
+        "0005_entry_extra, 0006_changes, 0007_changes_per_entry_cost)" in caplog.text
     )
-    assert store.query("SELECT version FROM ledger_schema") == [(6,)]
+    assert store.query("SELECT version FROM ledger_schema") == [(7,)]
     assert store.stored_retention() == 86_400
     assert store.query("SELECT expires_at FROM ledger_events") == [(None,), (None,)]
     caplog.clear()

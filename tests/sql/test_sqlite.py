@@ -39,6 +39,19 @@ async def test_creates_file_with_schema_in_wal_mode(tmp_path: Path) -> None:
     assert {"ledger_sessions", "ledger_events", "ledger_environments"} <= tables
 
 
+async def test_the_page_cache_is_set_per_connection(tmp_path: Path) -> None:
+    """32 MiB by default (an import into a large ledger reads and spills index pages with
+    SQLite's 2 MiB), another size when given; a size that is not a positive whole number
+    of MiB is refused naming the argument."""
+    async with SQLiteAdapter(tmp_path / "a.db") as adapter:
+        assert await adapter._fetchall("PRAGMA cache_size", []) == [(-32 * 1024,)]
+    async with SQLiteAdapter(tmp_path / "b.db", cache_mb=8) as adapter:
+        assert await adapter._fetchall("PRAGMA cache_size", []) == [(-8 * 1024,)]
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="cache_mb"):
+            SQLiteAdapter(tmp_path / "c.db", cache_mb=bad)  # type: ignore[arg-type]
+
+
 async def test_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
     adapter = SQLiteAdapter(tmp_path / "nope" / "x.db")
     with pytest.raises(StorageError, match="does not exist"):

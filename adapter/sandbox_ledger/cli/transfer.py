@@ -243,8 +243,8 @@ def import_from(
     On a terminal a progress line shows the lines done and lines/s, and for a regular file
     the share read and the time left; nothing on a pipe or a redirected stderr. ``status``
     follows how far it got (for the line an interruption prints): Ctrl-C and SIGTERM wait for
-    the batch being written (at most 1,000 entries), so that its counts are exact; a second
-    one stops at once."""
+    the batch being written (about half a second of writing), so that its counts are exact;
+    a second one stops at once."""
     from sandbox_ledger.cli.interrupt import ImportStatus, held
 
     status = status if status is not None else ImportStatus()

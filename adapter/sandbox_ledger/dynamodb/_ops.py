@@ -9,7 +9,7 @@ from __future__ import annotations
 import secrets
 import time
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -46,6 +46,9 @@ from sandbox_ledger.sdk.paging import (
 )
 from sandbox_ledger.sdk.steps import MAX_ATTEMPTS, Call, Op, Sleep, error_code, log
 from sandbox_ledger.summary import apply_list_options, session_listing
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 _RETRYABLE_CANCELLATIONS = frozenset(
     {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
@@ -441,6 +444,16 @@ def read_in_append_order(table: str, name: str, sandbox_id: str) -> Op[list[Ledg
     keyed = yield from _read_keyed(table, name, sandbox_id)
     keyed.sort(key=lambda pair: it.append_order(pair[0]))
     return [entry for _, entry in keyed]
+
+
+def read_each_in_append_order(
+    table: str, sessions: Sequence[tuple[str, str]]
+) -> Op[list[list[LedgerEntry]]]:
+    """:func:`read_in_append_order` of each session, in order (an export's run of them)."""
+    found: list[list[LedgerEntry]] = []
+    for name, sandbox_id in sessions:
+        found.append((yield from read_in_append_order(table, name, sandbox_id)))
+    return found
 
 
 def scan_sessions(table: str, *, name: str | None, segments: int) -> Op[list[tuple[str, str]]]:

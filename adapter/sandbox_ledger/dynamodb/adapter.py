@@ -288,6 +288,12 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
         """Every entry of the session in the order it was appended (what an export replays)."""
         return await self.run(_ops.read_in_append_order(self.table_name, name, sandbox_id))
 
+    async def read_sessions_in_append_order(
+        self, sessions: Sequence[tuple[str, str]]
+    ) -> list[list[LedgerEntry]]:
+        """``read_in_append_order`` of each session, in order (one query each)."""
+        return await self.run(_ops.read_each_in_append_order(self.table_name, sessions))
+
     async def follow(
         self, name: str, sandbox_id: str, *, after: str | None = None, until_closed: bool = True
     ) -> AsyncGenerator[FollowedEntry, None]:
@@ -450,6 +456,12 @@ class SyncDynamoDBAdapter(_Base, SyncClientOwner):
     def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry of the session in the order it was appended."""
         return self.run(_ops.read_in_append_order(self.table_name, name, sandbox_id))
+
+    def read_sessions_in_append_order(
+        self, sessions: Sequence[tuple[str, str]]
+    ) -> list[list[LedgerEntry]]:
+        """``read_in_append_order`` of each session (one query each)."""
+        return self.run(_ops.read_each_in_append_order(self.table_name, sessions))
 
     def follow(
         self, name: str, sandbox_id: str, *, after: str | None = None, until_closed: bool = True

@@ -211,7 +211,7 @@ class SQLAdapter(ABC):
     ) -> list[list[LedgerEntry]]:
         """``read_stored`` of each session, in order, a few hundred per query (an import's
         reconciliation read of one batch; see :mod:`sandbox_ledger.sql.bulk`)."""
-        return await bulk.read_stored_sessions(self, sessions)
+        return await bulk.read_sessions(self, sessions, append_order=False)
 
     async def append_once_many(
         self,
@@ -248,6 +248,13 @@ class SQLAdapter(ABC):
         key = {**self._key(name, sandbox_id), "now": ret.EVERYTHING}
         found = await self._fetchall(self.queries.read_all, key)
         return [rows.decode_entry(name, sandbox_id, *r) for r in found]
+
+    async def read_sessions_in_append_order(
+        self, sessions: Sequence[tuple[str, str]]
+    ) -> list[list[LedgerEntry]]:
+        """``read_in_append_order`` of each session, in order, a few hundred per query (an
+        export's read of a run of sessions)."""
+        return await bulk.read_sessions(self, sessions, append_order=True)
 
     async def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every entry of the session in the order it was appended (what an export replays)."""

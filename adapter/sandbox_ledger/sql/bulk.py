@@ -1,4 +1,5 @@
-"""The SQL stores' batched import (``read_stored_sessions`` and ``append_once_many`` of
+"""The SQL stores' batched import and export reads (``read_stored_sessions``,
+``append_once_many`` and ``read_sessions_in_append_order`` of
 :class:`~sandbox_ledger.protocol.TransferAdapter`), written once over the dialect's hooks.
 
 A batch is one write transaction. Inside it the claims already stored are read through the
@@ -16,12 +17,13 @@ claim), falling back to one transaction per item if it keeps colliding.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger._bulk import append_each_once
 from sandbox_ledger.errors import InvalidInputError, StorageError
 from sandbox_ledger.sql import rows
-from sandbox_ledger.sql.retention import SUMMARY_EVENTS
+from sandbox_ledger.sql.retention import SUMMARY_EVENTS, live
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
     from sandbox_ledger.sql.adapter import SQLAdapter
     from sandbox_ledger.sql.connection import Connection
 
-__all__ = ["append_once_many", "read_stored_sessions", "summary_params"]
+__all__ = ["append_once_many", "read_sessions", "summary_params"]
 
 _SESSIONS_PER_READ = 300
 """Sessions per reconciliation query (two parameters each: within every SQLite's limit)."""
@@ -45,15 +47,20 @@ def _chunks(values: list[Any], size: int) -> list[list[Any]]:
     return [values[i : i + size] for i in range(0, len(values), size)]
 
 
-async def read_stored_sessions(
-    adapter: SQLAdapter, sessions: Sequence[tuple[str, str]]
+async def read_sessions(
+    adapter: SQLAdapter, sessions: Sequence[tuple[str, str]], *, append_order: bool
 ) -> list[list[LedgerEntry]]:
-    """``read_stored`` of each session, in order: one query per few hundred sessions through
-    the session key's unique index, expired entries included."""
+    """Each session's entries, in the order given: one query per few hundred sessions
+    through the session key's unique index. ``append_order``: ``read_in_append_order`` of
+    each (the visible entries in append order, an export's read); otherwise ``read_stored``
+    of each (expired entries included, ascending ts, an import's reconciliation read)."""
     keys = [(rows.check_text(n, "name"), rows.check_text(s, "sandboxId")) for n, s in sessions]
     q = adapter.queries
     ph = q.placeholder
     events = q.table("ledger_events")
+    now = int(time.time()) if append_order else None  # what reads compare expiries with
+    visible = f" AND {live('e.expires_at', ph)}" if append_order else ""
+    order = "e.seq" if append_order else "e.ts, e.seq"
     found: dict[tuple[str, str], list[LedgerEntry]] = {}
     wanted = [key for key in dict.fromkeys(keys) if not adapter._never_stored(key)]
     for chunk in _chunks(wanted, _SESSIONS_PER_READ):
@@ -62,9 +69,9 @@ async def read_stored_sessions(
             f"SELECT s.name, s.sandbox_id, {rows.entry_columns('e')} "
             f"FROM (VALUES {values}) AS k JOIN {q.sessions} AS s "
             "ON s.name = k.column1 AND s.sandbox_id = k.column2 "
-            f"JOIN {events} AS e ON e.session_id = s.id ORDER BY s.id, e.ts, e.seq"
+            f"JOIN {events} AS e ON e.session_id = s.id{visible} ORDER BY s.id, {order}"
         )
-        params = [part for key in chunk for part in key]
+        params = [part for key in chunk for part in key] + ([now] if append_order else [])
         found_rows = await adapter._fetchall(sql, params)
         for row in found_rows:
             found.setdefault((row[0], row[1]), []).append(rows.decode_entry(*row))

@@ -105,6 +105,13 @@ def holds_nul(params: Mapping[str, Any] | Sequence[Any]) -> bool:
     return any(isinstance(v, str) and "\x00" in v for v in values)
 
 
+def _suspect(e: LedgerEntry) -> bool:
+    """What the row's own checks do not cover of ``require_storable``: NUL in a text column,
+    a ts past 64 bits (written, it is not encoded as text)."""
+    texts = (e.name, e.sandbox_id, e.event, e.error or "")
+    return any("\x00" in t for t in texts) or not INT64_MIN <= e.ts <= INT64_MAX
+
+
 def _int64(value: int, field: str) -> int:
     if not INT64_MIN <= value <= INT64_MAX:
         raise InvalidInputError(field, "must fit in a signed 64-bit integer")
@@ -212,9 +219,10 @@ def claim_key(entry: LedgerEntry, occurrence: int, digest: str | None = None) ->
     in its session (:func:`sandbox_ledger.transfer.content_digest`, or ``digest`` if the
     caller has it), as DynamoDB's import claim, so imports running at once store each copy
     once."""
-    from sandbox_ledger.transfer import content_digest
+    if digest is None:
+        from sandbox_ledger.transfer import content_digest
 
-    digest = content_digest(entry) if digest is None else digest
+        digest = content_digest(entry)
     return f"i{check_occurrence(occurrence):06d}-{digest}"
 
 
@@ -235,7 +243,23 @@ def encode_entry(entry: object, *, key: str, session_checked: bool = False) -> E
             beyond 64 bits (``stepIndex``, ``branch``).
     """
     e = check_entry(entry)
-    require_storable(e)  # first: what no store takes is refused alike everywhere
+    try:
+        row = _columns(e, key, session_checked)
+    except Exception:
+        # First: what no store takes is refused alike everywhere (with its path), before
+        # this store's own refusals.
+        require_storable(e)
+        raise
+    return row
+
+
+def _columns(e: LedgerEntry, key: str, session_checked: bool) -> EventRow:
+    """:func:`encode_entry`'s row, its checks doing ``require_storable``'s work as they go
+    (every text field is encoded, so a lone surrogate fails; the payload and the unknown
+    fields become UTF-8 JSON text, so a surrogate in a string or key, or an integer past the
+    digit limit, fails): the full walk runs only for an entry these cannot judge."""
+    if not _json.encoder_checks_digits() or _suspect(e):
+        require_storable(e)
     if not session_checked:
         check_text(e.name, "name")
         check_text(e.sandbox_id, "sandboxId")

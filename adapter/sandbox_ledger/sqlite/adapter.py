@@ -77,6 +77,11 @@ class SQLiteAdapter(SQLAdapter):
             default: the database's), as :class:`~sandbox_ledger.sql.adapter.SQLAdapter` says.
         read_only: open for reading only: a missing file raises ``StoreNotFoundError`` (none
             is created), and nothing is migrated, recorded or written.
+        cache_mb: the most memory SQLite's page cache of this connection takes, in MiB
+            (filled only as pages are read or written). SQLite's own default, 2 MiB, makes
+            every insert into a large ledger read and spill index pages (an import of
+            300,000 lines took a quarter longer); 32 MiB imported a million lines as fast
+            as 64 MiB did.
 
     The file is put in WAL mode (not when opened ``read_only``). Safe to share between
     processes and threads (each with its own adapter); one adapter serializes its own
@@ -94,6 +99,7 @@ class SQLiteAdapter(SQLAdapter):
         max_wait: float = 60.0,
         retention: timedelta | None = None,
         read_only: bool = False,
+        cache_mb: int = 32,
     ) -> None:
         if isinstance(path, Path):
             path = str(path)
@@ -107,6 +113,9 @@ class SQLiteAdapter(SQLAdapter):
         self.path = path
         self.busy_timeout = busy_timeout
         self.max_wait = max_wait
+        if not isinstance(cache_mb, int) or isinstance(cache_mb, bool) or cache_mb < 1:
+            raise ValueError("cache_mb: must be a positive whole number of MiB")
+        self.cache_mb = cache_mb
         self.queries = Queries()
         self._db: aiosqlite.Connection | None = None
         self._releasing: asyncio.Future[None] | None = None
@@ -166,6 +175,7 @@ class SQLiteAdapter(SQLAdapter):
 
     async def _set_up(self, db: aiosqlite.Connection) -> None:
         await db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        await db.execute(f"PRAGMA cache_size = -{self.cache_mb * 1024}")  # negative: KiB
         if self.path != ":memory:" and not self.read_only:
             async with db.execute("PRAGMA journal_mode = WAL") as cursor:
                 row = await cursor.fetchone()

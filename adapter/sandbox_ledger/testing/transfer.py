@@ -193,14 +193,26 @@ class TransferContract:
             details = await adapter.get_sandbox_details("n", f"s{i}")
             assert details is not None and details.exec_count == 3
 
-    async def test_read_stored_sessions_is_read_stored_of_each(
+    async def test_the_batched_reads_are_the_single_reads_of_each(
         self, adapter: TransferAdapter
     ) -> None:
+        """``read_stored_sessions`` is ``read_stored`` of each session (ascending ts), and
+        ``read_sessions_in_append_order`` is ``read_in_append_order`` of each, in the order
+        given, repeats and unknown sessions included."""
         for sid, ts in (("a", 3), ("b", 1), ("a", 2)):
             await adapter.append(entry("n", sid, LedgerEvent.ExecStarted, ts, step=ts))
         keys = [("n", "b"), ("n", "none"), ("n", "a"), ("n", "b")]
-        found = await adapter.read_stored_sessions(keys)
-        expected = [await adapter.read_stored(name, sid) for name, sid in keys]
-        assert [_wires(f) for f in found] == [_wires(x) for x in expected]
-        assert [len(f) for f in found] == [1, 0, 2, 1]
-        assert await adapter.read_stored_sessions([]) == []
+        reads = (
+            (adapter.read_stored_sessions, adapter.read_stored, [[1], [], [2, 3], [1]]),
+            (
+                adapter.read_sessions_in_append_order,
+                adapter.read_in_append_order,
+                [[1], [], [3, 2], [1]],
+            ),
+        )
+        for many, one, order in reads:
+            found = await many(keys)
+            expected = [await one(name, sid) for name, sid in keys]
+            assert [_wires(f) for f in found] == [_wires(x) for x in expected]
+            assert [[e.ts for e in f] for f in found] == order
+            assert await many([]) == []
