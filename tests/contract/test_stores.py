@@ -390,7 +390,7 @@ def test_every_ledger_command_works_on_every_store(
 def test_dynamodb_only_commands_refuse_other_stores(sqlite_url: str) -> None:
     runner = CliRunner()
     # `table create` is no longer one: on a SQL store it creates or migrates the schema
-    # (tests/cli/test_cli_operator.py, the older-schema test).
+    # (tests/cli/test_cli_habits.py, the older-schema test).
     for command in (["resources", "ls"], ["demo", "--sandboxes", "1"]):
         result = runner.invoke(app, ["--store", sqlite_url, *command])
         assert result.exit_code == 2

@@ -1,0 +1,148 @@
+"""`sandbox-ledger local` (issue 25) as real processes: it serves until a signal, keeps its
+data, and says in one line why it cannot start."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .processes import COMMAND, ROOT, bare_env, run
+
+# -- 4. sandbox-ledger local ----------------------------------------------------------------
+
+
+class Local:
+    """``sandbox-ledger local`` as a child process, with the environment its lines set."""
+
+    def __init__(self, *argv: str, cwd: Path) -> None:
+        self.process = subprocess.Popen(
+            [str(COMMAND), "local", "--port", "0", *argv],
+            env=bare_env(),
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        self.lines: list[str] = []
+        while not (line := self.process.stdout.readline()).startswith("export SANDBOX_LEDGER"):
+            assert line, self.process.stderr.read() if self.process.stderr else ""
+            self.lines.append(line.rstrip("\n"))
+        self.lines.append(line.rstrip("\n"))
+
+    def env(self) -> dict[str, str]:
+        """A bare shell after pasting the lines: only what they set."""
+        shell = subprocess.run(
+            ["bash", "-c", "\n".join([*self.lines, "env -0"])],
+            env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp")},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return dict(item.split("=", 1) for item in shell.stdout.split("\0") if item)
+
+    def stop(self, number: int = signal.SIGTERM) -> tuple[int, str]:
+        self.process.send_signal(number)
+        _, stderr = self.process.communicate(timeout=30)
+        return self.process.returncode, stderr
+
+
+def test_local_serves_until_a_signal_and_keeps_its_data(tmp_path: Path) -> None:
+    from resources.resource_fixtures import record
+    from sandbox_ledger.resources.files import record_file_text
+
+    records = tmp_path / "records"
+    records.mkdir()
+    kept = record()
+    (records / f"{kept.id}.json").write_text(record_file_text(kept))
+    server = Local("--data", "dev.jsonl", "--save-every", "0.5", cwd=tmp_path)
+    env = server.env()
+    assert env["SANDBOX_LEDGER_TABLE"] == "sandbox-ledger" and "AWS_PROFILE" not in env
+    imported = run(["import", str(ROOT / "examples" / "ledger.jsonl")], env)
+    assert imported.returncode == 0, imported.stderr
+    loaded = run(["resources", "import", str(records)], env)
+    assert loaded.returncode == 0, loaded.stderr
+    # The table has a complete descriptor: the sweeper runs with no flags.
+    swept = run(["resources", "sweep", "--dry-run"], env)
+    assert swept.returncode == 0, swept.stderr
+    code, stderr = server.stop(signal.SIGTERM)
+    assert code == 0, stderr
+    assert "SIGTERM: stopped; saved 6 entries" in stderr and "1 resource record(s)" in stderr
+
+    again = Local("--data", "dev.jsonl", cwd=tmp_path)
+    env = again.env()
+    listed = run(["ls", "--json"], env)
+    assert listed.returncode == 0, (listed.stderr, again.process.poll())
+    assert len(json.loads(listed.stdout)["sessions"]) == 2
+    assert run(["resources", "show", kept.id], env).returncode == 0
+    code, stderr = again.stop(signal.SIGINT)
+    assert code == 0 and "SIGINT: stopped" in stderr
+
+
+def test_local_killed_loses_at_most_the_last_seconds_never_the_file(tmp_path: Path) -> None:
+    server = Local("--data", "dev.jsonl", "--save-every", "0.5", cwd=tmp_path)
+    env = server.env()
+    assert run(["import", str(ROOT / "examples" / "ledger.jsonl")], env).returncode == 0
+    data = tmp_path / "dev.jsonl"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not (data.exists() and data.read_text().count("\n") == 6):
+        time.sleep(0.1)  # saved within the interval
+    server.process.kill()
+    server.process.wait()
+    assert len((tmp_path / "dev.jsonl").read_text().splitlines()) == 6
+    assert [p.name for p in tmp_path.iterdir()] == ["dev.jsonl"]  # no temporary file left
+
+
+def test_the_readme_library_sample_runs_with_what_local_prints(tmp_path: Path) -> None:
+    """The README says: run `sandbox-ledger local` and paste its lines; nothing else set."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    [sample] = [
+        b
+        for b in re.findall(r"```python\n(.*?)```", readme, re.S)
+        if "async with DynamoDBAdapter(" in b
+    ]
+    server = Local(cwd=tmp_path)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", sample],
+            env=server.env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        server.stop()
+    assert done.returncode == 0, done.stderr
+    assert "('build', 'sb-1', 'running')" in done.stdout
+
+
+def test_the_cli_extra_brings_sqlite_support() -> None:
+    """docs/cli.md's examples use sqlite:///: the `make demo` environment (the cli extra)
+    must run them."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert "sandbox-ledger-dynamodb[sqlite]" in extras["cli"]
+    assert any(r.startswith("aiosqlite") for r in extras["sqlite"])
+
+
+def test_local_on_a_taken_port_says_so_in_one_line(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run(["local", "--port", str(port)], bare_env(), cwd=tmp_path)
+    assert done.returncode == 1
+    [line] = done.stderr.splitlines()
+    assert f"127.0.0.1:{port}" in line and "--port N" in line
