@@ -1,0 +1,57 @@
+"""The DynamoDB record store's own promises (``resources/store.py``, on the moto server): what
+a scan returns and refuses, and the settings it refuses by name."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from sandbox_ledger import InvalidInputError
+from sandbox_ledger.resources import SyncResourceRecordStore
+from verification.mutation.test_kills_resource_claims import new_store, stored
+
+UNUSED = "http://127.0.0.1:9"  # a store makes no request until it is used
+SECOND = timedelta(seconds=1)
+
+
+@pytest.fixture
+def store(moto_endpoint: str) -> SyncResourceRecordStore:
+    return new_store(moto_endpoint)
+
+
+@pytest.mark.parametrize("segments", [0, 65, True, 2.0, "2"])
+def test_a_scan_refuses_a_segment_count_outside_1_to_64_by_name(
+    store: SyncResourceRecordStore, segments: object
+) -> None:
+    with pytest.raises(InvalidInputError, match=r"^segments: must be an integer from 1 to 64$"):
+        next(store.scan(segments=segments))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("page_size", [0, -1, True, 1.0])
+def test_a_scan_refuses_a_page_size_below_one_by_name(
+    store: SyncResourceRecordStore, page_size: object
+) -> None:
+    with pytest.raises(InvalidInputError, match=r"^page_size: must be a positive integer$"):
+        next(store.scan(page_size=page_size))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("segments", "page_size"), [(64, 1), (1, 1), (3, 2)])
+def test_a_scan_finds_every_record_once_in_pages_of_its_size_per_segment(
+    store: SyncResourceRecordStore, segments: int, page_size: int
+) -> None:
+    ids = {stored(store, timedelta(minutes=i)) for i in range(5)}
+    pages = list(store.scan(segments=segments, page_size=page_size))
+    found = [item.record.id for page in pages for item in page]  # type: ignore[union-attr]
+    assert sorted(found) == sorted(ids)
+    assert all(len(page) <= page_size * segments for page in pages)  # a page per segment
+
+
+@pytest.mark.parametrize("horizon", [timedelta(0), timedelta(seconds=-1)])
+def test_a_ttl_horizon_that_is_not_positive_is_refused_by_name(horizon: timedelta) -> None:
+    with pytest.raises(InvalidInputError, match=r"^ttl_horizon: must be positive$"):
+        SyncResourceRecordStore("records", endpoint_url=UNUSED, ttl_horizon=horizon)
+    assert (
+        SyncResourceRecordStore("records", endpoint_url=UNUSED, ttl_horizon=SECOND).ttl_horizon
+        == SECOND
+    )
