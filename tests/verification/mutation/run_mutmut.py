@@ -80,7 +80,12 @@ MODULES: dict[str, list[str]] = {
     # Pure conversions: the kill tests alone, without the moto server (a lower bound: the
     # DynamoDB conformance suite, in make test, costs seconds per mutant).
     "dynamodb/_items.py": [KILLS, "-k", "not resource_claims"],
-    "dynamodb/_ops.py": [*DYNAMODB_ASYNC, "tests/verification/test_defect_classes.py", KILLS],
+    "dynamodb/_ops.py": [
+        *DYNAMODB_ASYNC,
+        "tests/verification/test_defect_classes.py",
+        "tests/contract/test_ledger_retention.py",
+        KILLS,
+    ],
     "resources/sweeper.py": ["tests/resources/test_resources_sweeper.py", KILLS],
     "resources/_ops.py": ["tests/resources/test_resources_store.py", KILLS],
     "resources/store.py": [
