@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 
 from sandbox_ledger import InvalidInputError
+from sandbox_ledger.deployment import DeploymentMismatchError
 from sandbox_ledger.resources import SyncResourceRecordStore
 from verification.mutation.test_kills_resource_claims import new_store, stored
 
@@ -55,3 +56,23 @@ def test_a_ttl_horizon_that_is_not_positive_is_refused_by_name(horizon: timedelt
         SyncResourceRecordStore("records", endpoint_url=UNUSED, ttl_horizon=SECOND).ttl_horizon
         == SECOND
     )
+
+
+def test_a_shard_count_given_is_checked_against_the_tables(moto_endpoint: str) -> None:
+    first = new_store(moto_endpoint)
+    stored(first)
+    shards = first.shard_count  # the table's, once read
+    assert shards is not None
+    agreeing = SyncResourceRecordStore(
+        first.table_name, endpoint_url=moto_endpoint, shard_count=shards
+    )
+    assert agreeing.shard_count == shards  # the one given, before any request
+    assert len(agreeing.list().records) == 1
+    other = SyncResourceRecordStore(
+        first.table_name, endpoint_url=moto_endpoint, shard_count=shards + 1
+    )
+    assert other.shard_count == shards + 1
+    with pytest.raises(DeploymentMismatchError, match="shard_count"):
+        other.list()
+    with pytest.raises(InvalidInputError, match=r"^shard_count: must be between 1 and "):
+        SyncResourceRecordStore("records", endpoint_url=UNUSED, shard_count=0)
