@@ -12,8 +12,8 @@ function, and runs only those tests against each mutant.
 Usage: ``python tests/verification/mutation/run_mutmut.py [--in-process] [--only GLOB ...]
 [module ...]`` (keys of ``MODULES``; all when none; ``--only`` runs only the mutants whose names
 match a glob, e.g. ``'*x_append*'``, the others counted as not checked; ``--in-process`` runs
-every mutant's tests in one process, ``in_process.py``, instead of a child per mutant: the way
-to measure the modules whose tests need the moto server). Each module's counts are printed and
+every mutant's tests in one process, ``in_process.py``, instead of a child per mutant, as the
+modules whose tests need the moto server always are). Each module's counts are printed and
 written to ``.mutation/<module>/result.json`` with the surviving mutants' names
 (``cd .mutation/<module> && mutmut show NAME`` shows one).
 
@@ -164,7 +164,7 @@ def run(module: str, only: list[str], in_process: bool = False) -> dict[str, obj
     mutmut = Path(sys.executable).with_name("mutmut")
     children = os.environ.get("MUTATION_CHILDREN", "2")
     command = ["nice", "-n", "15", str(mutmut), "run", "--max-children", children, *only]
-    if in_process:
+    if in_process or module in ON_MOTO:  # mutmut's forked children hang against moto
         driver = Path(__file__).with_name("in_process.py")
         command = ["nice", "-n", "15", sys.executable, str(driver), *only]
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": ""}

@@ -7,10 +7,11 @@ from datetime import timedelta
 
 import pytest
 
+from resources.resource_fixtures import record
 from sandbox_ledger import InvalidInputError
 from sandbox_ledger.deployment import DeploymentMismatchError
-from sandbox_ledger.resources import SyncResourceRecordStore
-from verification.mutation.test_kills_resource_claims import new_store, stored
+from sandbox_ledger.resources import ExpiryPolicy, SyncResourceRecordStore
+from verification.mutation.test_kills_resource_claims import NOW, new_store, stored
 
 UNUSED = "http://127.0.0.1:9"  # a store makes no request until it is used
 SECOND = timedelta(seconds=1)
@@ -76,3 +77,31 @@ def test_a_shard_count_given_is_checked_against_the_tables(moto_endpoint: str) -
         other.list()
     with pytest.raises(InvalidInputError, match=r"^shard_count: must be between 1 and "):
         SyncResourceRecordStore("records", endpoint_url=UNUSED, shard_count=0)
+
+
+def test_the_policy_given_sets_the_ttls_when_the_table_records_none(moto_endpoint: str) -> None:
+    keep_failed = ExpiryPolicy(stale_after=timedelta(hours=1), retain_failed=timedelta(0))
+    table = new_store(moto_endpoint).table_name
+    store = SyncResourceRecordStore(
+        table, endpoint_url=moto_endpoint, clock=lambda: NOW, policy=keep_failed
+    )
+    assert store.policy == keep_failed  # the one given, before any request
+    failed = store.put(record(phase="cleanup-failed", now=NOW))
+    ready = store.put(record(phase="ready", now=NOW))
+    assert failed.expires_at is None  # kept forever, as the policy says
+    horizon = int(store.ttl_horizon.total_seconds())
+    latest = keep_failed.latest_expiry("ready")  # its window from the hour given
+    assert latest is not None and latest != ExpiryPolicy().latest_expiry("ready")
+    assert ready.expires_at == int(NOW.timestamp() + latest.total_seconds()) + horizon
+    assert store.policy == keep_failed
+
+
+def test_a_listing_cursor_of_another_table_is_refused(moto_endpoint: str) -> None:
+    first, second = new_store(moto_endpoint), new_store(moto_endpoint)
+    for store in (first, second):
+        stored(store), stored(store, timedelta(hours=2))
+    page = first.list(limit=1)
+    assert page.cursor is not None
+    assert len(first.list(limit=1, cursor=page.cursor).records) == 1
+    with pytest.raises(InvalidInputError, match=r"^cursor: "):
+        second.list(limit=1, cursor=page.cursor)
