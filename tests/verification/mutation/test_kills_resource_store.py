@@ -3,6 +3,7 @@ a scan returns and refuses, and the settings it refuses by name."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from resources.resource_fixtures import record
 from sandbox_ledger import InvalidInputError
 from sandbox_ledger.deployment import DeploymentMismatchError
+from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 from sandbox_ledger.resources import ExpiryPolicy, SyncResourceRecordStore
 from verification.mutation.test_kills_resource_claims import NOW, new_store, stored
 
@@ -105,3 +107,14 @@ def test_a_listing_cursor_of_another_table_is_refused(moto_endpoint: str) -> Non
     assert len(first.list(limit=1, cursor=page.cursor).records) == 1
     with pytest.raises(InvalidInputError, match=r"^cursor: "):
         second.list(limit=1, cursor=page.cursor)
+
+
+def test_the_store_follows_the_shard_count_the_table_records(moto_endpoint: str) -> None:
+    table = f"shards-{uuid.uuid4().hex[:12]}"
+    with SyncDynamoDBAdapter(table, endpoint_url=moto_endpoint, shard_count=2) as adapter:
+        adapter.create_table()
+    writer = SyncResourceRecordStore(table, endpoint_url=moto_endpoint)
+    rid = stored(writer)
+    assert writer.shard_count == 2
+    reader = SyncResourceRecordStore(table, endpoint_url=moto_endpoint, shard_count=2)
+    assert [r.record.id for r in reader.list().records] == [rid]
