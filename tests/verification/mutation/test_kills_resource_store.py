@@ -6,11 +6,16 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
+import boto3
 import pytest
 
 from resources.resource_fixtures import record
 from sandbox_ledger import InvalidInputError
-from sandbox_ledger.deployment import DeploymentMismatchError
+from sandbox_ledger.deployment import (
+    DeploymentMismatchError,
+    TableDescriptor,
+    deploy_descriptor_request,
+)
 from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 from sandbox_ledger.resources import ExpiryPolicy, SyncResourceRecordStore
 from verification.mutation.test_kills_resource_claims import NOW, new_store, stored
@@ -75,7 +80,9 @@ def test_a_shard_count_given_is_checked_against_the_tables(moto_endpoint: str) -
         first.table_name, endpoint_url=moto_endpoint, shard_count=shards + 1
     )
     assert other.shard_count == shards + 1
-    with pytest.raises(DeploymentMismatchError, match="shard_count"):
+    with pytest.raises(
+        DeploymentMismatchError, match=f"^shard_count: .* table {first.table_name} "
+    ):
         other.list()
     with pytest.raises(InvalidInputError, match=r"^shard_count: must be between 1 and "):
         SyncResourceRecordStore("records", endpoint_url=UNUSED, shard_count=0)
@@ -118,3 +125,19 @@ def test_the_store_follows_the_shard_count_the_table_records(moto_endpoint: str)
     assert writer.shard_count == 2
     reader = SyncResourceRecordStore(table, endpoint_url=moto_endpoint, shard_count=2)
     assert [r.record.id for r in reader.list().records] == [rid]
+
+
+def test_a_policy_given_is_checked_against_the_windows_the_table_records(
+    moto_endpoint: str,
+) -> None:
+    table = new_store(moto_endpoint).table_name
+    described = TableDescriptor(shard_count=4, stale_after_seconds=600, retain_failed_seconds=0)
+    client = boto3.client("dynamodb", endpoint_url=moto_endpoint)
+    client.put_item(**deploy_descriptor_request(table, described))
+    follower = SyncResourceRecordStore(table, endpoint_url=moto_endpoint, clock=lambda: NOW)
+    stored(follower)
+    assert follower.policy == ExpiryPolicy(timedelta(seconds=600), timedelta(0))
+    other = ExpiryPolicy(stale_after=timedelta(hours=1), retain_failed=timedelta(0))
+    dissenter = SyncResourceRecordStore(table, endpoint_url=moto_endpoint, policy=other)
+    with pytest.raises(DeploymentMismatchError, match=f"^stale_after_seconds: .* table {table} "):
+        dissenter.list()
