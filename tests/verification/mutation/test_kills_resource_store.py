@@ -141,3 +141,12 @@ def test_a_policy_given_is_checked_against_the_windows_the_table_records(
     dissenter = SyncResourceRecordStore(table, endpoint_url=moto_endpoint, policy=other)
     with pytest.raises(DeploymentMismatchError, match=f"^stale_after_seconds: .* table {table} "):
         dissenter.list()
+
+
+def test_a_put_of_anything_but_a_record_is_refused_by_name(store: SyncResourceRecordStore) -> None:
+    wire = record(now=NOW).model_dump(by_alias=True)
+    with pytest.raises(
+        InvalidInputError, match=r"^record: expected a ResourceActivityRecord, got dict$"
+    ):
+        store.put(wire)  # type: ignore[arg-type]
+    assert store.list().records == []
