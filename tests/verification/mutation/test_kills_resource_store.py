@@ -5,19 +5,21 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
+from typing import Any
 
 import boto3
 import pytest
 
 from resources.resource_fixtures import record
-from sandbox_ledger import InvalidInputError
+from sandbox_ledger import ConflictError, InvalidInputError
 from sandbox_ledger.deployment import (
     DeploymentMismatchError,
     TableDescriptor,
     deploy_descriptor_request,
 )
 from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
-from sandbox_ledger.resources import ExpiryPolicy, SyncResourceRecordStore
+from sandbox_ledger.resources import ExpiryPolicy, ResourceRecordStore, SyncResourceRecordStore
+from sandbox_ledger.resources.models import to_iso
 from verification.mutation.test_kills_resource_claims import NOW, new_store, stored
 
 UNUSED = "http://127.0.0.1:9"  # a store makes no request until it is used
@@ -150,3 +152,48 @@ def test_a_put_of_anything_but_a_record_is_refused_by_name(store: SyncResourceRe
     ):
         store.put(wire)  # type: ignore[arg-type]
     assert store.list().records == []
+
+
+async def test_the_async_store_takes_every_setting_and_argument_it_is_given(
+    moto_endpoint: str,
+) -> None:
+    table = f"async-{uuid.uuid4().hex[:12]}"
+    with SyncDynamoDBAdapter(
+        table, endpoint_url=moto_endpoint, region_name="eu-west-1", shard_count=2
+    ) as adapter:  # a region the tests' environment does not name
+        adapter.create_table()
+    keep_failed = ExpiryPolicy(stale_after=timedelta(hours=1), retain_failed=timedelta(0))
+    later = NOW + timedelta(days=400)  # past every TTL of a record written at NOW
+    clock = [NOW]
+    kwargs: dict[str, Any] = {"endpoint_url": moto_endpoint, "clock": lambda: clock[0]}
+    async with ResourceRecordStore(
+        table, **kwargs, region_name="eu-west-1", shard_count=3
+    ) as dissenter:
+        with pytest.raises(DeploymentMismatchError, match=r"^shard_count: "):
+            await dissenter.list()
+    async with ResourceRecordStore(
+        table, **kwargs, region_name="eu-west-1", policy=keep_failed
+    ) as store:
+        failed = await store.put(record(phase="cleanup-failed", now=NOW, provider="vm"))
+        assert failed.expires_at is None  # the policy given: kept forever
+        ready = await store.put(record(phase="ready", now=NOW))
+        assert ready.record.updated_at == to_iso(NOW)  # written at the store's clock
+        rid = ready.record.id
+        with pytest.raises(ConflictError):
+            await store.put(ready.record, expected_revision=7)
+        assert [v.record.id for v in (await store.list(phase="ready")).records] == [rid]
+        assert [v.record.id for v in (await store.list(provider="vm")).records] == [
+            failed.record.id
+        ]
+        first = await store.list(limit=1)
+        assert first.cursor is not None
+        rest = await store.list(limit=1, cursor=first.cursor)
+        assert {first.records[0].record.id, rest.records[0].record.id} == {
+            rid,
+            failed.record.id,
+        }
+        with pytest.raises(ConflictError):
+            await store.delete(rid, expected_revision=7)
+        clock[0] = later
+        assert await store.get_versioned(rid) is None  # past its TTL: hidden
+        assert await store.get_versioned(failed.record.id) is not None  # kept forever
