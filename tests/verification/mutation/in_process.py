@@ -32,8 +32,9 @@ from types import FrameType
 KILLED, SURVIVED, NO_TESTS, TIMEOUT = 1, 0, 33, 36
 
 
-class MutantTimeout(Exception):
-    """Raised by the alarm in the mutant's test, which then fails."""
+class MutantTimeout(BaseException):
+    """Raised by the alarm in the mutant's test, which then fails; not an ``Exception``, so
+    that code which goes on after an error (a sweep, a retry loop) does not swallow it."""
 
 
 def _no_backoff() -> None:
@@ -80,6 +81,7 @@ def main(argv: list[str]) -> int:
         return 1
 
     def alarm(signum: int, frame: FrameType | None) -> None:
+        signal.alarm(1)  # again each second, until the mutant's tests have stopped
         raise MutantTimeout("the mutant ran past its time")
 
     signal.signal(signal.SIGALRM, alarm)

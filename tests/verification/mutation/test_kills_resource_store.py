@@ -194,6 +194,29 @@ async def test_the_async_store_takes_every_setting_and_argument_it_is_given(
         }
         with pytest.raises(ConflictError):
             await store.delete(rid, expected_revision=7)
+        assert await store.inspect(rid) == await store.get_versioned(rid)
+        await store.record_operation_start(rid, "exec")
+        finished = await store.record_operation_finish(rid, "exec", "failed", error="boom")
+        assert finished.record.last_failure is not None
+        assert (finished.record.last_failure.outcome, finished.record.last_failure.error) == (
+            "failed",
+            "boom",
+        )
+        pages = [page async for page in store.scan(segments=2, page_size=1)]
+        scanned = [item.record.id for page in pages for item in page]  # type: ignore[union-attr]
+        assert sorted(scanned) == sorted([rid, failed.record.id])
+        assert all(len(page) <= 2 for page in pages)
+        with pytest.raises(InvalidInputError, match=r"^segments: "):
+            await anext(store.scan(segments=65))
+        with pytest.raises(InvalidInputError, match=r"^page_size: "):
+            await anext(store.scan(page_size=0))
         clock[0] = later
         assert await store.get_versioned(rid) is None  # past its TTL: hidden
+        assert await store.inspect(rid) is None
         assert await store.get_versioned(failed.record.id) is not None  # kept forever
+
+
+def test_the_store_reads_the_tables_descriptor(store: SyncResourceRecordStore) -> None:
+    described = store.descriptor()
+    assert described is not None and described.shard_count == 4
+    assert store.descriptor() == described
