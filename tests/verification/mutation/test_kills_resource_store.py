@@ -220,3 +220,14 @@ def test_the_store_reads_the_tables_descriptor(store: SyncResourceRecordStore) -
     described = store.descriptor()
     assert described is not None and described.shard_count == 4
     assert store.descriptor() == described
+
+
+def test_inspect_reads_a_record_as_stored_and_hides_one_past_its_ttl(moto_endpoint: str) -> None:
+    clock = [NOW]
+    table = new_store(moto_endpoint).table_name
+    store = SyncResourceRecordStore(table, endpoint_url=moto_endpoint, clock=lambda: clock[0])
+    rid = stored(store)
+    assert store.inspect(rid) == store.get_versioned(rid)
+    assert store.inspect("0123abcd-0000-4000-8000-000000000009") is None
+    clock[0] = NOW + timedelta(days=400)  # past the record's TTL
+    assert store.inspect(rid) is None
