@@ -15,6 +15,7 @@ import asyncio
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from verification.mutation import test_kills_keys as keys_kills
 from verification.mutation import test_kills_models as models_kills
 from verification.mutation import test_kills_policy as policy_kills
 from verification.mutation import test_kills_resource_claims as claims_kills
+from verification.mutation import test_kills_resource_store as store_kills
 from verification.mutation import test_kills_sql_retention as retention_kills
 from verification.mutation import test_kills_sql_rows as rows_kills
 from verification.mutation import test_kills_summary as summary_kills
@@ -62,6 +64,7 @@ KEYS = "sandbox_ledger.keys"
 SWEEPER = "sandbox_ledger.resources.sweeper"
 ITEMS = "sandbox_ledger.dynamodb._items"
 RESOURCE_OPS = "sandbox_ledger.resources._ops"
+STORE = "sandbox_ledger.resources.store"
 SAMPLES = {
     "summary-first-created-wins": Sample(
         Patch(
@@ -238,6 +241,16 @@ SAMPLES = {
     "claims-lease-to-its-last-millisecond": Sample(
         Patch(RESOURCE_OPS, "mark_expiring", "#until < :now", "#until <= :now"),
         claims_kills.test_a_live_claim_is_refused_and_an_ended_one_taken_over,
+    ),
+    "store-scan-in-64-segments": Sample(
+        Patch(STORE, "_scan_starts", "1 <= segments <= 64", "1 <= segments < 64"),
+        store_kills.test_a_scan_finds_every_record_once_in_pages_of_its_size_per_segment,
+        {"segments": 64, "page_size": 1},
+    ),
+    "store-ttl-horizon-positive": Sample(
+        Patch(STORE, "_Base.__init__", "ttl_horizon <= timedelta(0)", "ttl_horizon < timedelta(0)"),
+        store_kills.test_a_ttl_horizon_that_is_not_positive_is_refused_by_name,
+        {"horizon": timedelta(0)},
     ),
 }
 

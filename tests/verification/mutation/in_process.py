@@ -1,0 +1,121 @@
+"""Run one workspace's mutants in one process (``run_mutmut.py --in-process``).
+
+mutmut 3 forks a child per mutant from a process that ran the tests once. Against the moto
+server those children hang on a botocore error path, and a fork server's fresh children
+import boto3, moto's client side and the test modules again: about 15 s a mutant on the
+shared machine. mutmut's trampolines choose the function to run by the active mutant's name at
+each call, so one process can run every mutant's tests in turn: mutmut generates the mutants
+and records which tests reach each function (its stats run, in this process), then each mutant
+is made active and its tests run with ``pytest.main`` here, ``-x``, the modules already
+imported. A mutant whose tests run past three times their clean duration plus ``--timeout``
+seconds (10 by default) is stopped by an alarm and counted as timed out (mutmut's exit code 36).
+
+Two adjustments, for this process only: botocore's backoff between retries is made zero (a
+mutant that makes DynamoDB refuse a request as invalid, which moto answers with a 500, fails
+after the SDK's ten attempts in milliseconds instead of a minute of backoff; the attempts and
+what is retried are unchanged), and a mutant cannot leave ``os.environ`` changed for the next.
+
+Run from a workspace that ``run_mutmut.workspace`` made (its ``pyproject.toml`` names the
+module and the tests): ``python in_process.py [--timeout S] [GLOB ...]``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+
+# The exit codes mutmut's `results` reads: 1 killed, 0 survived, 33 no tests, 36 timed out.
+KILLED, SURVIVED, NO_TESTS, TIMEOUT = 1, 0, 33, 36
+
+
+class MutantTimeout(BaseException):
+    """Raised by the alarm in the mutant's test, which then fails; not an ``Exception``, so
+    that code which goes on after an error (a sweep, a retry loop) does not swallow it."""
+
+
+def _no_backoff() -> None:
+    from botocore.retries import standard
+
+    standard.ExponentialBackoff.delay_amount = lambda self, context: 0.0
+
+
+def main(argv: list[str]) -> int:
+    margin = 10
+    if argv[:1] == ["--timeout"]:
+        margin, argv = int(argv[1]), argv[2:]
+    globs = argv
+
+    from mutmut.__main__ import (
+        collect_or_load_stats,
+        collect_source_file_mutation_data,
+        create_mutants,
+        store_lines_covered_by_tests,
+    )
+    from mutmut.mutation.trampoline import set_mutant_under_test
+    from mutmut.runners.harness import PytestRunner
+    from mutmut.state import state
+    from mutmut.utils.file_utils import copy_also_copy_files, copy_src_dir, setup_source_paths
+    from mutmut.utils.format_utils import mangled_name_from_mutant_name
+    from mutmut.workers.isolation import ForkRunner
+
+    set_mutant_under_test("mutant_generation")
+    Path("mutants").mkdir(exist_ok=True)
+    copy_src_dir()
+    copy_also_copy_files()
+    setup_source_paths()
+    store_lines_covered_by_tests()
+    create_mutants(1)
+    _no_backoff()
+
+    tests_runner = PytestRunner()
+    collect_or_load_stats(ForkRunner(max_workers=1, test_runner=tests_runner))
+    mutants, _ = collect_source_file_mutation_data(mutant_names=globs)
+
+    set_mutant_under_test("")
+    if tests_runner.run_tests(mutant_name=None, tests=[]) != 0:
+        print("the tests fail without any mutant", file=sys.stderr)
+        return 1
+
+    def alarm(signum: int, frame: FrameType | None) -> None:
+        signal.alarm(1)  # again each second, until the mutant's tests have stopped
+        raise MutantTimeout("the mutant ran past its time")
+
+    signal.signal(signal.SIGALRM, alarm)
+    environ = dict(os.environ)
+    started = time.monotonic()
+    for done, (data, name, _) in enumerate(mutants, 1):
+        tests = state().tests_by_mangled_function_name.get(mangled_name_from_mutant_name(name))
+        if not tests:
+            data.exit_code_by_key[name] = NO_TESTS
+            data.save()
+            continue
+        durations = state().duration_by_test
+        timeout = int(3 * sum(durations.get(t, 0.0) for t in tests)) + margin
+        set_mutant_under_test(name)
+        signal.alarm(timeout)
+        started_at = time.monotonic()
+        try:
+            # The fastest first: a killed mutant stops at its first failing test (-x).
+            ordered = sorted(tests, key=lambda t: (durations.get(t, 0.0), t))
+            code = tests_runner.run_tests(mutant_name=name, tests=ordered)
+        except MutantTimeout:
+            code = TIMEOUT
+        finally:
+            signal.alarm(0)
+            os.environ.clear()
+            os.environ.update(environ)
+        # The alarm can fire inside a test, which pytest reports as failed.
+        late = time.monotonic() - started_at >= timeout
+        data.exit_code_by_key[name] = TIMEOUT if late else (SURVIVED if code == 0 else KILLED)
+        data.save()
+        elapsed = time.monotonic() - started
+        print(f"[{done}/{len(mutants)} {elapsed:.0f}s] {name}: {data.exit_code_by_key[name]}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
