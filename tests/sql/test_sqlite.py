@@ -23,6 +23,7 @@ from sandbox_ledger import (
 from sandbox_ledger.cursor import seal, unseal
 from sandbox_ledger.sqlite import SQLiteAdapter
 from sandbox_ledger.sqlite import adapter as sqlite_module
+from sandbox_ledger.sqlite.adapter import MAX_CACHE_MB
 from sql.sql_store import entry as _entry
 
 
@@ -47,8 +48,11 @@ async def test_the_page_cache_is_set_per_connection(tmp_path: Path) -> None:
         assert await adapter._fetchall("PRAGMA cache_size", []) == [(-32 * 1024,)]
     async with SQLiteAdapter(tmp_path / "b.db", cache_mb=8) as adapter:
         assert await adapter._fetchall("PRAGMA cache_size", []) == [(-8 * 1024,)]
-    for bad in (0, -1, 1.5, True):
-        with pytest.raises(ValueError, match="cache_mb"):
+    async with SQLiteAdapter(tmp_path / "d.db", cache_mb=MAX_CACHE_MB) as adapter:
+        assert await adapter._fetchall("PRAGMA cache_size", []) == [(-MAX_CACHE_MB * 1024,)]
+    # Past the largest size SQLite holds, it silently kept its 2 MiB default.
+    for bad in (0, -1, 1.5, True, MAX_CACHE_MB + 1, 2**40):
+        with pytest.raises(InvalidInputError, match=r"^cache_mb: "):
             SQLiteAdapter(tmp_path / "c.db", cache_mb=bad)  # type: ignore[arg-type]
 
 

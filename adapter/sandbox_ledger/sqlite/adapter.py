@@ -22,7 +22,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sandbox_ledger.errors import ConfigurationError, StorageError, StoreNotFoundError
+from sandbox_ledger.errors import (
+    ConfigurationError,
+    InvalidInputError,
+    StorageError,
+    StoreNotFoundError,
+)
 from sandbox_ledger.sql import rows
 from sandbox_ledger.sql.adapter import SQLAdapter
 from sandbox_ledger.sql.schema import Migration, load_migrations
@@ -63,6 +68,11 @@ async def _release(db: aiosqlite.Connection) -> None:
         pass
     if db.in_transaction:
         await db.execute("ROLLBACK")
+
+
+MAX_CACHE_MB = 2**21
+"""The largest page cache SQLite takes (``PRAGMA cache_size`` holds -2**31 KiB at most; a
+larger size wraps, and SQLite silently keeps another)."""
 
 
 class SQLiteAdapter(SQLAdapter):
@@ -113,8 +123,14 @@ class SQLiteAdapter(SQLAdapter):
         self.path = path
         self.busy_timeout = busy_timeout
         self.max_wait = max_wait
-        if not isinstance(cache_mb, int) or isinstance(cache_mb, bool) or cache_mb < 1:
-            raise ValueError("cache_mb: must be a positive whole number of MiB")
+        if (
+            not isinstance(cache_mb, int)
+            or isinstance(cache_mb, bool)
+            or not 1 <= cache_mb <= MAX_CACHE_MB
+        ):
+            raise InvalidInputError(
+                "cache_mb", f"must be a whole number of MiB from 1 to {MAX_CACHE_MB:,}"
+            )
         self.cache_mb = cache_mb
         self.queries = Queries()
         self._db: aiosqlite.Connection | None = None
