@@ -122,10 +122,9 @@ def resources_sweep(
     that describes none needs all three flags. Exit code 4 when any record failed."""
     from datetime import UTC, datetime
 
-    import boto3
-
     from sandbox_ledger.cli.progress import sweeping
     from sandbox_ledger.resources import EventPublisher, resolve_sweep, sweep
+    from sandbox_ledger.sdk.client import sync_session
 
     target = connect.target(ctx, writes="resources sweep")
     store = connect.resource_store(target)
@@ -138,7 +137,7 @@ def resources_sweep(
         require_deployment=True,
         names=SWEEP_FLAGS,
     )
-    session = target.boto3_session() or boto3.session.Session()
+    session = target.boto3_session() or sync_session()
     events = session.client(
         "events",
         endpoint_url=target.endpoint_url,

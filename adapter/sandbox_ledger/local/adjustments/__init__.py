@@ -8,6 +8,8 @@ every request) and differs from DynamoDB in a few places. Each module here adjus
   is undone whole).
 - :mod:`.streams`: a table's stream keeps its newest records, and a stream turned off stops
   its records (fixes behaviour: stock moto keeps every record and then fails every write).
+- :mod:`.instances`: model objects (items, stream records, tables) are freed after their
+  last use, not listed for moto's dashboard (stock moto keeps every one ever created).
 - :mod:`.queries`: a Query reads its partition, not the whole table sorted.
 - :mod:`.dispatch`: moto's choice of service app is remembered for DynamoDB requests.
 - :mod:`.method_lists`: the list of a response class's methods is computed once.
@@ -127,6 +129,7 @@ def all_adjustments() -> tuple[Adjustment, ...]:
         condition_trees,
         conditions,
         dispatch,
+        instances,
         method_lists,
         new_item_updates,
         queries,
@@ -140,6 +143,7 @@ def all_adjustments() -> tuple[Adjustment, ...]:
     modules = (
         transactions,
         streams,
+        instances,
         queries,
         dispatch,
         method_lists,
