@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import boto3
+import botocore
 import botocore.session
 import pytest
 from aiobotocore.session import AioSession
@@ -49,6 +50,30 @@ def test_a_session_has_botocores_built_in_handlers_in_order(cls: type) -> None:
     assert type(made) is cls and type(made._original_handler) is type(cls()._original_handler)
     assert handler_lists(made) == handler_lists(cls())
     assert sum(map(len, handler_lists(made).values())) > 100
+
+
+def ping(**_: Any) -> None:
+    """A handler that an initializer registers on every new session (as Powertools does)."""
+
+
+@pytest.mark.parametrize("cls", [botocore.session.Session, AioSession])
+def test_an_initializers_handlers_are_registered_once_as_on_any_session(
+    cls: type, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whether the initializer came before the process's first session or after it."""
+
+    def initializer(session: Any) -> None:
+        session.register("request-created", ping)
+
+    monkeypatch.setattr(client, "_templates", {})
+    botocore.register_initializer(initializer)
+    try:
+        made, own = client._new_botocore_session(cls), cls()
+    finally:
+        botocore.unregister_initializer(initializer)
+    assert handler_lists(made) == handler_lists(own)
+    assert handler_lists(made)["request-created"].count(f"{__name__}.ping") == 1
+    assert "ping" not in str(handler_lists(client._new_botocore_session(cls)))
 
 
 def test_a_handler_registered_on_one_session_is_not_seen_by_another() -> None:

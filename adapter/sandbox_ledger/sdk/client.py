@@ -66,25 +66,41 @@ def _client_kwargs(
 # (about 5 ms of CPU per session, a tenth of that copied).
 _shared_loader: Any = None
 _loader_lock = threading.Lock()
-_templates: dict[type, Any] = {}  # session class -> a session holding only the built-ins
+_templates: dict[type, Any] = {}  # session class -> an event emitter holding the built-ins
 
 
 def _new_botocore_session(cls: type) -> Any:
-    """A new botocore session of ``cls`` (botocore's or aiobotocore's) with botocore's
-    built-in handlers, copied from a template session of that class: the same handlers in
-    the same order, in an event emitter of its own (handlers registered on one session are
-    never seen by another)."""
+    """A new botocore session of ``cls`` (botocore's or aiobotocore's) as ``cls()`` makes it:
+    botocore's built-in handlers (copied from a template emitter of that class, in the same
+    order), then what the initializers registered with ``botocore.register_initializer``
+    add (as for any session), in an event emitter of its own (handlers registered on one
+    session are never seen by another)."""
     with _loader_lock:
         template = _templates.get(cls)
         if template is None:
-            template = _templates[cls] = cls()
-    hooks = getattr(template, "_original_handler", None)
-    if hooks is None:  # a botocore that keeps its handlers elsewhere: register them anew
+            template = _templates[cls] = _builtins_only(cls)
+    if template is None:  # a botocore that keeps its handlers elsewhere: register them anew
         return cls()
-    own = copy.copy(hooks)
-    if isinstance(getattr(own, "_lookup_cache", None), dict):
-        own._lookup_cache = {}  # botocore's copy shares the template's cache of lookups
+    own = copy.copy(template)
+    own._lookup_cache = {}  # botocore's copy shares the template's cache of lookups
     return cls(event_hooks=own, include_builtin_handlers=False)
+
+
+def _builtins_only(cls: type) -> Any:
+    """An event emitter of ``cls``'s kind holding botocore's built-in handlers and nothing
+    else (None if this botocore does not build sessions as this expects)."""
+    from botocore.hooks import EventAliaser
+
+    try:
+        registrar = cls(include_builtin_handlers=False)
+        emitter = type(registrar._original_handler)()
+        if not isinstance(getattr(emitter, "_lookup_cache", None), dict):
+            return None
+        registrar._events = EventAliaser(emitter)
+        registrar._register_builtin_handlers(registrar._events)
+    except (AttributeError, TypeError):
+        return None
+    return emitter
 
 
 def _with_shared_loader(botocore_session: Any) -> Any:

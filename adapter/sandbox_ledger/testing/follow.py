@@ -29,9 +29,16 @@ def _wires(entries: list[LedgerEntry]) -> list[dict[str, Any]]:
 
 
 async def collect(
-    adapter: Any, name: str, sandbox_id: str, *, limit: int | None = None, **kwargs: Any
+    adapter: Any,
+    name: str,
+    sandbox_id: str,
+    *,
+    limit: int | None = None,
+    arrived: asyncio.Event | None = None,
+    **kwargs: Any,
 ) -> list[FollowedEntry]:
-    """What ``follow`` hands out until it ends (or ``limit`` entries), within a deadline."""
+    """What ``follow`` hands out until it ends (or ``limit`` entries), within a deadline;
+    ``arrived`` is set at the first entry handed out."""
 
     async def run() -> list[FollowedEntry]:
         out: list[FollowedEntry] = []
@@ -39,6 +46,8 @@ async def collect(
         try:
             async for followed in stream:
                 out.append(followed)
+                if arrived is not None:
+                    arrived.set()
                 if limit is not None and len(out) >= limit:
                     break
         finally:
@@ -170,8 +179,13 @@ class FollowContract:
 
     async def test_a_deleted_session_ends_the_follower(self, adapter: Any) -> None:
         await adapter.append(entry("f", "d", LedgerEvent.SandboxCreated, 1))
-        follower = asyncio.create_task(collect(adapter, "f", "d", until_closed=False))
-        await asyncio.sleep(0.3)
+        arrived = asyncio.Event()
+        follower = asyncio.create_task(
+            collect(adapter, "f", "d", until_closed=False, arrived=arrived)
+        )
+        # Deleted once followed: a follower that starts after the delete waits for the
+        # session to begin (test_waits_for_a_session_not_begun_yet), as it should.
+        await asyncio.wait_for(arrived.wait(), _PATIENCE)
         await adapter.delete_sandbox("f", "d")
         followed = await follower
         assert [f.entry.ts for f in followed] == [1]
