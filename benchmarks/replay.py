@@ -166,7 +166,7 @@ def _raw_side(
         results = [method(**params) for method, params in methods]
         if decode:
             items = [item for page in results for item in page.get("Items", [])]
-            return it.decode_entries("bench", "s", items)
+            return [e for _, e in it.decode_keyed_entries("bench", "s", items)]
         return results
 
     return run
