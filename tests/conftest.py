@@ -95,37 +95,34 @@ def _drop_table(client: Any, name: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def fixture_session() -> object:
-    """One boto3 session for the fixtures that create tables: a new session costs about
-    30 ms of CPU (botocore registers its handlers), once per table otherwise. The adapters
-    under test still create their own."""
+def fixture_clients() -> Any:
+    """One DynamoDB client per moto endpoint for the fixtures that create and delete tables
+    (a client per table costs about 10 ms of CPU: its service model's shapes are built again
+    for each). The adapters under test make their own."""
     import boto3
 
-    return boto3.session.Session()
-
-
-@pytest.fixture(scope="session")
-def fixture_clients(fixture_session: Any) -> Any:
-    """One DynamoDB client per moto endpoint for the fixtures (see fixture_session)."""
+    session = boto3.session.Session()
     clients: dict[str, Any] = {}
 
     def client(endpoint: str) -> Any:
         if endpoint not in clients:
-            clients[endpoint] = fixture_session.client("dynamodb", endpoint_url=endpoint)
+            clients[endpoint] = session.client("dynamodb", endpoint_url=endpoint)
         return clients[endpoint]
 
     return client
 
 
 @pytest.fixture
-def sync_table(moto_endpoint: str, table_name: str, fixture_session: object) -> str:
-    """A fresh ledger table, created through the sync adapter's create_table()."""
-    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+def sync_table(moto_endpoint: str, table_name: str, fixture_clients: Any) -> str:
+    """A fresh ledger table, created as the sync adapter's create_table() creates it (its
+    operation, driven with the fixtures' client: an adapter would make a client per table)."""
+    from sandbox_ledger import keys
+    from sandbox_ledger.dynamodb import _ops
+    from sandbox_ledger.sdk.steps import run_sync
 
-    with SyncDynamoDBAdapter(
-        table_name, endpoint_url=moto_endpoint, session=fixture_session
-    ) as adapter:
-        assert adapter.create_table() is True
+    op = _ops.create_table(table_name, keys.DEFAULT_SHARD_COUNT)
+    created, _ = run_sync(fixture_clients(moto_endpoint), op)
+    assert created is True
     return table_name
 
 
