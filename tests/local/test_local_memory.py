@@ -14,7 +14,7 @@ from sandbox_ledger import LedgerEntry
 from sandbox_ledger import keys as k
 from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 
-WRITES = 300
+WRITES = 100
 
 
 def live_items() -> int:
