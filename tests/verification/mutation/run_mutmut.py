@@ -50,6 +50,15 @@ DYNAMODB_ASYNC = [
     "-k",
     "not TestSyncDynamoDBAdapter and not TestShardedOne and not test_the_defect_is_caught",
 ]
+# The importer's and exporter's tests, without PostgreSQL and the slow scale test.
+TRANSFER = [
+    "tests/contract/test_transfer.py",
+    "tests/contract/test_import_stream.py",
+    "tests/cli/test_cli_transfer.py",
+    "-m",
+    "not slow",
+    *NO_SERVERS,
+]
 PYTEST_ARGS = ["-p", "no:cacheprovider", "-p", "no:xdist", "-q"]
 
 # Per module, the fast tests that exercise it: the conformance suite on memory and SQLite,
@@ -76,10 +85,13 @@ MODULES: dict[str, list[str]] = {
         *NO_SERVERS,
         KILLS,
     ],
-    "transfer.py": [*CONFORMANCE, "tests/contract/test_transfer.py", KILLS],
-    # Pure conversions: the kill tests alone, without the moto server (a lower bound: the
-    # DynamoDB conformance suite, in make test, costs seconds per mutant).
-    "dynamodb/_items.py": [KILLS, "-k", "not resource_claims"],
+    # Export and import: the transfer contract on memory and SQLite, the importer's own tests
+    # (their CLI half exports from and imports into a moto table), not the scale test.
+    "transfer.py": [*CONFORMANCE, *TRANSFER, KILLS],
+    "_import_stream.py": [*TRANSFER, KILLS],
+    # The kill tests (pure conversions, run first as the fastest) and the DynamoDB conformance
+    # suite, the only one that reaches the summary's update, checkpoints and environments.
+    "dynamodb/_items.py": [*DYNAMODB_ASYNC, KILLS],
     "dynamodb/_ops.py": [
         *DYNAMODB_ASYNC,
         "tests/verification/test_defect_classes.py",
@@ -97,6 +109,7 @@ MODULES: dict[str, list[str]] = {
 
 # These run against the shared moto server.
 ON_MOTO = {"dynamodb/_ops.py", "resources/_ops.py", "resources/store.py"}
+ON_MOTO |= {"transfer.py", "_import_stream.py", "dynamodb/_items.py"}
 
 # mutmut's exit codes, as its `results` command names them.
 STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 36: "timeout"}
