@@ -9,9 +9,10 @@ mutate and its fast tests). mutmut copies that into ``mutants/``, puts ``mutants
 ``sys.path`` (ahead of the editable install's ``adapter/``), records which tests reach which
 function, and runs only those tests against each mutant.
 
-Usage: ``python tests/verification/mutation/run_mutmut.py [--in-process] [--only GLOB ...]
-[module ...]`` (keys of ``MODULES``; all when none; ``--only`` runs only the mutants whose names
-match a glob, e.g. ``'*x_append*'``, the others counted as not checked; ``--in-process`` runs
+Usage: ``python tests/verification/mutation/run_mutmut.py [--in-process] [--sample N --seed S]
+[--only GLOB ...] [module ...]`` (keys of ``MODULES``; all when none; ``--only`` runs only the
+mutants whose names match a glob, e.g. ``'*x_append*'``, the others counted as not checked;
+``--sample`` a uniform random sample of N of those, in process, seed S; ``--in-process`` runs
 every mutant's tests in one process, ``in_process.py``, instead of a child per mutant, as the
 modules whose tests need the moto server always are). Each module's counts are printed and
 written to ``.mutation/<module>/result.json`` with the surviving mutants' names
@@ -172,14 +173,16 @@ def moto_server() -> Iterator[str]:
         server.stop()
 
 
-def run(module: str, only: list[str], in_process: bool = False) -> dict[str, object]:
+def run(
+    module: str, only: list[str], in_process: bool = False, sample: list[str] | None = None
+) -> dict[str, object]:
     path = workspace(module)
     mutmut = Path(sys.executable).with_name("mutmut")
     children = os.environ.get("MUTATION_CHILDREN", "2")
     command = ["nice", "-n", "15", str(mutmut), "run", "--max-children", children, *only]
-    if in_process or module in ON_MOTO:  # mutmut's forked children hang against moto
+    if in_process or sample or module in ON_MOTO:  # mutmut's forked children hang on moto
         driver = Path(__file__).with_name("in_process.py")
-        command = ["nice", "-n", "15", sys.executable, str(driver), *only]
+        command = ["nice", "-n", "15", sys.executable, str(driver), *(sample or []), *only]
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": ""}
     with contextlib.ExitStack() as stack:
         if module in ON_MOTO:
@@ -202,6 +205,9 @@ def _run(module: str, path: Path, command: list[str], env: dict[str, str]) -> di
 def main(argv: list[str]) -> int:
     in_process = argv[:1] == ["--in-process"]
     argv = argv[1:] if in_process else argv
+    sample: list[str] = []
+    while argv[:1] in (["--sample"], ["--seed"]):
+        sample, argv = [*sample, *argv[:2]], argv[2:]
     only = []
     while len(argv) >= 2 and argv[0] == "--only":
         only.append(argv[1])
@@ -213,7 +219,7 @@ def main(argv: list[str]) -> int:
     print("| module | generated | killed | survived | no tests | timed out |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for module in argv or list(MODULES):
-        r = run(module, only, in_process)
+        r = run(module, only, in_process, sample)
         cells = [r["generated"], r["killed"], r["survived"], r["no tests"], r["timeout"]]
         print(f"| {module} | " + " | ".join(str(c) for c in cells) + " |", flush=True)
     return 0
