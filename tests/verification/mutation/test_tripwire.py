@@ -244,6 +244,11 @@ SAMPLES = {
         ),
         items_kills.test_a_summary_item_reads_as_the_sessions_details,
     ),
+    "items-summary-in-its-shard": Sample(
+        Patch(ITEMS, "summary_fold", "if created or closed else 0", "if created and closed else 0"),
+        items_kills.test_a_summary_is_stored_in_its_sessions_shard_with_its_type_and_ttl,
+        {"event": "sandbox.created"},
+    ),
     "claims-lease-to-its-last-millisecond": Sample(
         Patch(RESOURCE_OPS, "mark_expiring", "#until < :now", "#until <= :now"),
         claims_kills.test_a_live_claim_is_refused_and_an_ended_one_taken_over,
