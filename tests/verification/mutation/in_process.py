@@ -87,9 +87,12 @@ def main(argv: list[str]) -> int:
     collect_or_load_stats(ForkRunner(max_workers=1, test_runner=tests_runner))
     mutants, _ = collect_source_file_mutation_data(mutant_names=globs)
     if sample:
-        chosen = set(random.Random(seed).sample(sorted(name for _, name, _ in mutants), sample))
-        mutants = [m for m in mutants if m[1] in chosen]
-        print(f"a sample of {sample} mutants, seed {seed}: {sorted(chosen)}", flush=True)
+        chosen = random.Random(seed).sample(sorted(name for _, name, _ in mutants), sample)
+        rank = {name: i for i, name in enumerate(chosen)}
+        # In the sample's own order: the first k run are a uniform sample of k, should the run
+        # be stopped early.
+        mutants = sorted((m for m in mutants if m[1] in rank), key=lambda m: rank[m[1]])
+        print(f"a sample of {sample} mutants, seed {seed}: {chosen}", flush=True)
 
     set_mutant_under_test("")
     if tests_runner.run_tests(mutant_name=None, tests=[]) != 0:
