@@ -15,13 +15,18 @@ mutant that makes DynamoDB refuse a request as invalid, which moto answers with 
 after the SDK's ten attempts in milliseconds instead of a minute of backoff; the attempts and
 what is retried are unchanged), and a mutant cannot leave ``os.environ`` changed for the next.
 
+``--sample N --seed S`` runs a uniform random sample of N of the mutants the globs select
+(``random.Random(S).sample`` over their sorted names); the others are left not checked. A
+module too slow to measure whole is measured on such a sample, and the score is the sample's.
+
 Run from a workspace that ``run_mutmut.workspace`` made (its ``pyproject.toml`` names the
-module and the tests): ``python in_process.py [--timeout S] [GLOB ...]``.
+module and the tests): ``python in_process.py [--timeout S] [--sample N --seed S] [GLOB ...]``.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import sys
 import time
@@ -44,9 +49,16 @@ def _no_backoff() -> None:
 
 
 def main(argv: list[str]) -> int:
-    margin = 10
-    if argv[:1] == ["--timeout"]:
-        margin, argv = int(argv[1]), argv[2:]
+    margin, sample, seed = 10, 0, 0
+    while argv[:1] in (["--timeout"], ["--sample"], ["--seed"]):
+        value = int(argv[1])
+        if argv[0] == "--timeout":
+            margin = value
+        elif argv[0] == "--sample":
+            sample = value
+        else:
+            seed = value
+        argv = argv[2:]
     globs = argv
 
     from mutmut.__main__ import (
@@ -74,6 +86,13 @@ def main(argv: list[str]) -> int:
     tests_runner = PytestRunner()
     collect_or_load_stats(ForkRunner(max_workers=1, test_runner=tests_runner))
     mutants, _ = collect_source_file_mutation_data(mutant_names=globs)
+    if sample:
+        chosen = random.Random(seed).sample(sorted(name for _, name, _ in mutants), sample)
+        rank = {name: i for i, name in enumerate(chosen)}
+        # In the sample's own order: the first k run are a uniform sample of k, should the run
+        # be stopped early.
+        mutants = sorted((m for m in mutants if m[1] in rank), key=lambda m: rank[m[1]])
+        print(f"a sample of {sample} mutants, seed {seed}: {chosen}", flush=True)
 
     set_mutant_under_test("")
     if tests_runner.run_tests(mutant_name=None, tests=[]) != 0:

@@ -9,9 +9,10 @@ mutate and its fast tests). mutmut copies that into ``mutants/``, puts ``mutants
 ``sys.path`` (ahead of the editable install's ``adapter/``), records which tests reach which
 function, and runs only those tests against each mutant.
 
-Usage: ``python tests/verification/mutation/run_mutmut.py [--in-process] [--only GLOB ...]
-[module ...]`` (keys of ``MODULES``; all when none; ``--only`` runs only the mutants whose names
-match a glob, e.g. ``'*x_append*'``, the others counted as not checked; ``--in-process`` runs
+Usage: ``python tests/verification/mutation/run_mutmut.py [--in-process] [--sample N --seed S]
+[--only GLOB ...] [module ...]`` (keys of ``MODULES``; all when none; ``--only`` runs only the
+mutants whose names match a glob, e.g. ``'*x_append*'``, the others counted as not checked;
+``--sample`` a uniform random sample of N of those, in process, seed S; ``--in-process`` runs
 every mutant's tests in one process, ``in_process.py``, instead of a child per mutant, as the
 modules whose tests need the moto server always are). Each module's counts are printed and
 written to ``.mutation/<module>/result.json`` with the surviving mutants' names
@@ -50,6 +51,15 @@ DYNAMODB_ASYNC = [
     "-k",
     "not TestSyncDynamoDBAdapter and not TestShardedOne and not test_the_defect_is_caught",
 ]
+# The importer's and exporter's tests, without PostgreSQL and the slow scale test.
+TRANSFER = [
+    "tests/contract/test_transfer.py",
+    "tests/contract/test_import_stream.py",
+    "tests/cli/test_cli_transfer.py",
+    "-m",
+    "not slow",
+    *NO_SERVERS,
+]
 PYTEST_ARGS = ["-p", "no:cacheprovider", "-p", "no:xdist", "-q"]
 
 # Per module, the fast tests that exercise it: the conformance suite on memory and SQLite,
@@ -76,10 +86,13 @@ MODULES: dict[str, list[str]] = {
         *NO_SERVERS,
         KILLS,
     ],
-    "transfer.py": [*CONFORMANCE, "tests/contract/test_transfer.py", KILLS],
-    # Pure conversions: the kill tests alone, without the moto server (a lower bound: the
-    # DynamoDB conformance suite, in make test, costs seconds per mutant).
-    "dynamodb/_items.py": [KILLS, "-k", "not resource_claims"],
+    # Export and import: the transfer contract on memory and SQLite, the importer's own tests
+    # (their CLI half exports from and imports into a moto table), not the scale test.
+    "transfer.py": [*CONFORMANCE, *TRANSFER, KILLS],
+    "_import_stream.py": [*TRANSFER, KILLS],
+    # The kill tests (pure conversions, run first as the fastest) and the DynamoDB conformance
+    # suite, the only one that reaches the summary's update, checkpoints and environments.
+    "dynamodb/_items.py": [*DYNAMODB_ASYNC, KILLS],
     "dynamodb/_ops.py": [
         *DYNAMODB_ASYNC,
         "tests/verification/test_defect_classes.py",
@@ -97,6 +110,7 @@ MODULES: dict[str, list[str]] = {
 
 # These run against the shared moto server.
 ON_MOTO = {"dynamodb/_ops.py", "resources/_ops.py", "resources/store.py"}
+ON_MOTO |= {"transfer.py", "_import_stream.py", "dynamodb/_items.py"}
 
 # mutmut's exit codes, as its `results` command names them.
 STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 36: "timeout"}
@@ -159,14 +173,16 @@ def moto_server() -> Iterator[str]:
         server.stop()
 
 
-def run(module: str, only: list[str], in_process: bool = False) -> dict[str, object]:
+def run(
+    module: str, only: list[str], in_process: bool = False, sample: list[str] | None = None
+) -> dict[str, object]:
     path = workspace(module)
     mutmut = Path(sys.executable).with_name("mutmut")
     children = os.environ.get("MUTATION_CHILDREN", "2")
     command = ["nice", "-n", "15", str(mutmut), "run", "--max-children", children, *only]
-    if in_process or module in ON_MOTO:  # mutmut's forked children hang against moto
+    if in_process or sample or module in ON_MOTO:  # mutmut's forked children hang on moto
         driver = Path(__file__).with_name("in_process.py")
-        command = ["nice", "-n", "15", sys.executable, str(driver), *only]
+        command = ["nice", "-n", "15", sys.executable, str(driver), *(sample or []), *only]
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": ""}
     with contextlib.ExitStack() as stack:
         if module in ON_MOTO:
@@ -189,6 +205,9 @@ def _run(module: str, path: Path, command: list[str], env: dict[str, str]) -> di
 def main(argv: list[str]) -> int:
     in_process = argv[:1] == ["--in-process"]
     argv = argv[1:] if in_process else argv
+    sample: list[str] = []
+    while argv[:1] in (["--sample"], ["--seed"]):
+        sample, argv = [*sample, *argv[:2]], argv[2:]
     only = []
     while len(argv) >= 2 and argv[0] == "--only":
         only.append(argv[1])
@@ -200,7 +219,7 @@ def main(argv: list[str]) -> int:
     print("| module | generated | killed | survived | no tests | timed out |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for module in argv or list(MODULES):
-        r = run(module, only, in_process)
+        r = run(module, only, in_process, sample)
         cells = [r["generated"], r["killed"], r["survived"], r["no tests"], r["timeout"]]
         print(f"| {module} | " + " | ".join(str(c) for c in cells) + " |", flush=True)
     return 0

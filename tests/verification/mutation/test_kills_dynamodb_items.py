@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import zlib
 
 import pytest
@@ -146,3 +147,56 @@ def test_order_ids_rise_while_the_clock_stands_still_or_steps_back(
     ids = it._OrderIds()
     stamps = [int(ids.next()[:20]) for _ in range(6)]
     assert stamps == sorted(set(stamps)) and stamps[0] == 5_000 and stamps[-1] == 6_000
+
+
+def _applied_to_a_new_item(update: dict[str, object]) -> dict[str, object]:
+    """What an UpdateItem of SET clauses (``a = :v`` or ``a = if_not_exists(a, :v)``) and an
+    optional ADD stores on an item that does not exist yet, as DynamoDB reads it (keywords in
+    any case)."""
+    expression = str(update["UpdateExpression"])
+    names = dict(update["ExpressionAttributeNames"])  # type: ignore[call-overload]
+    values = dict(update["ExpressionAttributeValues"])  # type: ignore[call-overload]
+    sets, *adds = re.split(r"(?i) add ", re.split(r"(?i)^set ", expression)[1], maxsplit=1)
+    item = dict(update["Key"])  # type: ignore[call-overload]
+    for clause in re.split(r", (?![^(]*\))", sets):  # not the comma inside if_not_exists
+        attribute, _, value = clause.partition(" = ")
+        placeholder = re.sub(r"^if_not_exists\([^,]+, (.+)\)$", r"\1", value)
+        item[names.get(attribute, attribute)] = values[placeholder]
+    for clause in adds[0].split(", ") if adds else []:
+        attribute, _, placeholder = clause.partition(" ")
+        item[attribute] = values[placeholder]
+    return item
+
+
+@pytest.mark.parametrize("event", ["sandbox.created", "sandbox.closed"])
+def test_a_summary_is_stored_in_its_sessions_shard_with_its_type_and_ttl(event: str) -> None:
+    """On a table of 8 shards, the session's summary goes to the listing partitions of its
+    key's shard (6 for this key: ``A#006``), is a ``session`` item (what scans select) and
+    carries its entry's TTL (DynamoDB deletes it with the ledger's retention)."""
+    update = it.summary_update(entry(None, event=event), 8, ttl=1_700_086_400)
+    assert update is not None
+    stored = _applied_to_a_new_item(update)
+    status = "running" if event == "sandbox.created" else "completed"
+    expected = {
+        "PK": {"S": "S#5#build#sb-1"},
+        "SK": {"S": "#SUMMARY"},
+        "name": {"S": "build"},
+        "sandboxId": {"S": "sb-1"},
+        "itemType": {"S": "session"},
+        "g2pk": {"S": f"NS#{status}#build"},
+        "g4pk": {"S": f"AS#{status}#006"},
+        k.TTL_ATTRIBUTE: {"N": "1700086400"},
+    }
+    if event == "sandbox.created":
+        at = {"N": "1700000000123"}
+        expected |= {"startedAt": at, "gsk": at, "g1pk": {"S": "N#build"}, "g3pk": {"S": "A#006"}}
+    else:
+        expected["completedAt"] = {"N": "1700000000123"}
+    assert stored == expected
+
+
+def test_a_checkpoint_marker_carries_its_entrys_ttl() -> None:
+    checkpoint = entry({"snapshotId": "snap-1"}, event="sandbox.checkpoint_created")
+    marker = it.checkpoint_marker(checkpoint, ORDER, ttl=1_700_086_400)
+    assert marker[k.TTL_ATTRIBUTE] == {"N": "1700086400"}
+    assert k.TTL_ATTRIBUTE not in it.checkpoint_marker(checkpoint, ORDER)

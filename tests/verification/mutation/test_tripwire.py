@@ -23,6 +23,7 @@ import pytest
 from verification.mutants import Patch, install
 from verification.mutation import test_kills_cursor as cursor_kills
 from verification.mutation import test_kills_dynamodb_items as items_kills
+from verification.mutation import test_kills_import_stream as import_kills
 from verification.mutation import test_kills_keys as keys_kills
 from verification.mutation import test_kills_models as models_kills
 from verification.mutation import test_kills_policy as policy_kills
@@ -32,6 +33,7 @@ from verification.mutation import test_kills_sql_retention as retention_kills
 from verification.mutation import test_kills_sql_rows as rows_kills
 from verification.mutation import test_kills_summary as summary_kills
 from verification.mutation import test_kills_sweeper as sweeper_kills
+from verification.mutation import test_kills_transfer as transfer_kills
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,8 @@ def run(sample: Sample, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     args = {"tmp_path": tmp_path, **sample.args} if "tmp_path" in params else dict(sample.args)
     if "clock" in params:  # the sweeper's elapsed time, frozen as the fixture does
         args["clock"] = sweeper_kills.freeze(request.getfixturevalue("monkeypatch"))
+    if "monkeypatch" in params:  # the fixed clock and batch size some tests set
+        args["monkeypatch"] = request.getfixturevalue("monkeypatch")
     if "store" in params:  # a record store on a fresh table (the moto server, only for these)
         args["store"] = claims_kills.new_store(request.getfixturevalue("moto_endpoint"))
     assert set(params) == set(args), f"{sample.killed_by.__name__} takes {list(params)}"
@@ -65,6 +69,8 @@ SWEEPER = "sandbox_ledger.resources.sweeper"
 ITEMS = "sandbox_ledger.dynamodb._items"
 RESOURCE_OPS = "sandbox_ledger.resources._ops"
 STORE = "sandbox_ledger.resources.store"
+TRANSFER = "sandbox_ledger.transfer"
+IMPORT = "sandbox_ledger._import_stream"
 SAMPLES = {
     "summary-first-created-wins": Sample(
         Patch(
@@ -238,6 +244,11 @@ SAMPLES = {
         ),
         items_kills.test_a_summary_item_reads_as_the_sessions_details,
     ),
+    "items-summary-in-its-shard": Sample(
+        Patch(ITEMS, "summary_fold", "if created or closed else 0", "if created and closed else 0"),
+        items_kills.test_a_summary_is_stored_in_its_sessions_shard_with_its_type_and_ttl,
+        {"event": "sandbox.created"},
+    ),
     "claims-lease-to-its-last-millisecond": Sample(
         Patch(RESOURCE_OPS, "mark_expiring", "#until < :now", "#until <= :now"),
         claims_kills.test_a_live_claim_is_refused_and_an_ended_one_taken_over,
@@ -251,6 +262,36 @@ SAMPLES = {
         Patch(STORE, "_Base.__init__", "ttl_horizon <= timedelta(0)", "ttl_horizon < timedelta(0)"),
         store_kills.test_a_ttl_horizon_that_is_not_positive_is_refused_by_name,
         {"horizon": timedelta(0)},
+    ),
+    "transfer-a-bad-entry-with-a-kind": Sample(
+        Patch(
+            TRANSFER,
+            "_typed_line",
+            '"kind" not in value or "event"',
+            '"kind" not in value and "event"',
+        ),
+        transfer_kills.test_each_bad_line_fails_alone_with_a_reason_that_says_where,
+    ),
+    "transfer-stored-identity": Sample(
+        Patch(TRANSFER, "content_digest", "hexdigest()[:32]", "hexdigest()[:33]"),
+        transfer_kills.test_an_imported_entrys_stored_identity_is_fixed,
+    ),
+    "transfer-export-progress": Sample(
+        Patch(TRANSFER, "export_lines", "progress(1)", "progress(2)"),
+        transfer_kills.test_an_export_reads_sessions_of_any_size,
+    ),
+    "import-expired-at-its-second": Sample(
+        Patch(IMPORT, "_write", "expires <= int(time.time())", "expires < int(time.time())"),
+        import_kills.test_every_line_is_counted_and_its_progress_reported,
+    ),
+    "import-first-batch-retention": Sample(
+        Patch(
+            IMPORT,
+            "stream_import",
+            "took = _write(target, batch, counted, report, seconds",
+            "took = _write(target, batch, counted, report, None",
+        ),
+        import_kills.test_every_line_is_counted_and_its_progress_reported,
     ),
 }
 
