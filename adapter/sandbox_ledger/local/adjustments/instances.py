@@ -6,8 +6,9 @@ update makes a new one), every stream record, every table, deleted ones included
 embedded server's memory therefore grows with everything ever written to it and never
 shrinks, and Python's garbage collector walks all of it, ever more slowly. Here objects
 created while an embedded server serves a request are not listed; they live as long as the
-tables, items and streams that hold them. The dashboard, which nothing here serves, lists
-only objects created outside such requests.
+tables, items and streams that hold them. The server's ``/moto-api/data.json`` dashboard
+therefore lists only objects created outside such requests (with this adjustment on it shows
+an embedded server's tables and items as none); ``/moto-api/reset`` works as before.
 """
 
 from __future__ import annotations
