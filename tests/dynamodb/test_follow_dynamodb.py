@@ -74,3 +74,30 @@ async def test_positions_resume_across_twins(moto_endpoint: str, sync_table: str
     finally:
         sync.close()
     assert [f.entry.ts for f in rest] == [2]
+
+
+def test_a_session_deleted_before_its_summary_was_seen_ends_the_follower(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    """The follower hands out an entry and checks its head is still there, then the session is
+    deleted before the follower's first look at its summary: the next liveness poll must say
+    gone (it said "not begun yet" forever; CI saw the conformance test time out when a delete
+    fell in that window)."""
+    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+    from sandbox_ledger.dynamodb._follow import SessionPoller
+    from sandbox_ledger.follow import Poll
+    from sandbox_ledger.sdk.steps import run_sync
+
+    settings = PollSettings()
+    assert settings.liveness_every > 1
+    with SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint) as ledger:
+        ledger.append(entry("f", "d", LedgerEvent.SandboxCreated, 1))
+        poller = SessionPoller(sync_table, "f", "d", settings, settle_ms=0)
+        first = run_sync(ledger.client(), poller.poll(Poll(state=None, idle=1)))
+        [(state, followed)] = first.found
+        assert followed.ts == 1 and not first.gone
+        idle = run_sync(ledger.client(), poller.poll(Poll(state=state, idle=1)))
+        assert idle.found == [] and not idle.gone and not poller.summary_seen
+        ledger.delete_sandbox("f", "d")
+        after = run_sync(ledger.client(), poller.poll(Poll(state=state, idle=0)))
+        assert after.found == [] and after.gone

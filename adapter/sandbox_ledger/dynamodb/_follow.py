@@ -18,7 +18,8 @@ that has passed its place; see docs/live.md, Limits.
 **Liveness.** The first poll of a resumed follower reads the head of its position (absent:
 the session was deleted, the follower ends); afterwards every n-th empty poll reads the
 session's summary (gone after it was seen, or marked by a running ``delete_sandbox``: the
-follower ends).
+follower ends; gone before it was ever seen, the head of the last entry handed out is read:
+absent, the follower ends).
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ class SessionPoller:
         if found:
             return Batch(found, due=due)
         if request.idle % self.settings.liveness_every == 0:
-            return Batch([], gone=(yield from self._deleted()), due=due)
+            return Batch([], gone=(yield from self._deleted(state)), due=due)
         return Batch([], due=due)
 
     def _settled(
@@ -126,8 +127,10 @@ class SessionPoller:
         )
         return "Item" in found
 
-    def _deleted(self) -> Op[bool]:
-        """Whether the summary, once seen, is gone or marked by a running delete."""
+    def _deleted(self, state: dict[str, Any] | None) -> Op[bool]:
+        """Whether the summary, once seen, is gone or marked by a running delete; or, the
+        summary never seen (deleted before this follower's first look at it), whether the
+        last entry it handed out (``state``) is gone."""
         found = yield Call(
             "get_item",
             {
@@ -140,6 +143,8 @@ class SessionPoller:
         )
         item = found.get("Item")
         if item is None:
-            return self.summary_seen
+            if self.summary_seen or state is None:
+                return self.summary_seen
+            return not (yield from self._exists(state["sk"]))
         self.summary_seen = True
         return A.DELETING in item
