@@ -76,9 +76,9 @@ def _new_botocore_session(cls: type) -> Any:
     add (as for any session), in an event emitter of its own (handlers registered on one
     session are never seen by another)."""
     with _loader_lock:
-        template = _templates.get(cls)
-        if template is None:
-            template = _templates[cls] = _builtins_only(cls)
+        if cls not in _templates:  # once per class, a None (no template) included
+            _templates[cls] = _builtins_only(cls)
+        template = _templates[cls]
     if template is None:  # a botocore that keeps its handlers elsewhere: register them anew
         return cls()
     own = copy.copy(template)
