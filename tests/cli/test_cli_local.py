@@ -146,3 +146,54 @@ def test_local_on_a_taken_port_says_so_in_one_line(tmp_path: Path) -> None:
     assert done.returncode == 1
     [line] = done.stderr.splitlines()
     assert f"127.0.0.1:{port}" in line and "--port N" in line
+
+
+_STOP_BY_ANOTHER_THREAD = """
+import os, signal, threading, time
+from sandbox_ledger.cli.interrupt import StopSignals
+
+def send():
+    time.sleep(0.3)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+threading.Thread(target=send).start()
+# As in `local`, the signal is taken by another thread (here always: the main thread blocks
+# it), so the main thread's wait is not interrupted by it.
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+with StopSignals() as stop:
+    started = time.monotonic()
+    rounds = 0
+    while not stop.wait(30.0):
+        rounds += 1
+    print(stop.received, rounds, time.monotonic() - started)
+"""
+
+
+def test_a_signal_another_thread_takes_ends_the_wait_at_once() -> None:
+    """`local` hung for good on SIGTERM now and then (a CI run of the test above): its handler
+    set a threading.Event, whose lock the main thread's Event.wait held when the handler ran.
+    The wait is now woken by the signal itself, whichever thread takes it: here in well under
+    its 30 s (an Event's wait would sleep to its end, if it did not deadlock)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _STOP_BY_ANOTHER_THREAD],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    number, rounds, elapsed = done.stdout.split()
+    assert (int(number), int(rounds)) == (signal.SIGTERM, 0)
+    assert float(elapsed) < 10
+
+
+def test_stop_signals_puts_back_what_it_replaced() -> None:
+    from sandbox_ledger.cli.interrupt import StopSignals
+
+    before = {n: signal.getsignal(n) for n in (signal.SIGINT, signal.SIGTERM)}
+    with StopSignals() as stop:
+        assert not stop.wait(0.01) and stop.received is None
+        signal.raise_signal(signal.SIGINT)  # handled: no KeyboardInterrupt
+        assert stop.wait(5) and stop.received == signal.SIGINT
+    assert {n: signal.getsignal(n) for n in before} == before
+    assert signal.set_wakeup_fd(-1) == -1  # the wake-up socket is unset again

@@ -8,10 +8,11 @@ import signal
 import threading
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
+    from types import FrameType
 
     from sandbox_ledger.transfer import ImportReport
 
@@ -63,6 +64,64 @@ def held() -> Iterator[None]:
 
 
 _HELD = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopSignals:
+    """Ctrl-C and SIGTERM as a request to stop a loop that waits between rounds of work
+    (``sandbox-ledger local``): :meth:`wait` returns at once when one arrives.
+
+    The handler touches no lock. One that sets a :class:`threading.Event` can deadlock: a
+    process-directed signal taken by another thread (a server's) does not wake the main
+    thread's wait, whose handler then runs at its next instruction, often just after
+    ``Event.wait`` took back the event's own lock, and ``Event.set`` waits for that lock
+    forever. Here the C-level handler writes the signal's number to a wake-up socket
+    whichever thread takes the signal (``signal.set_wakeup_fd``), and the waiting is a
+    ``select`` on it. Use on the main thread, where Python installs signal handlers."""
+
+    def __init__(self) -> None:
+        import socket
+
+        self._received: list[int] = []
+        self._reader, self._writer = socket.socketpair()
+        for end in (self._reader, self._writer):
+            end.setblocking(False)
+        self._previous_fd = -1
+        self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
+
+    def __enter__(self) -> StopSignals:
+        self._previous_fd = signal.set_wakeup_fd(self._writer.fileno(), warn_on_full_buffer=False)
+        for number in _HELD:
+            self._previous[number] = signal.signal(number, self._handle)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+        signal.set_wakeup_fd(self._previous_fd)
+        self._reader.close()
+        self._writer.close()
+
+    def _handle(self, number: int, _frame: object) -> None:
+        self._received.append(number)
+
+    @property
+    def received(self) -> int | None:
+        """The first stopping signal received, or None."""
+        return self._received[0] if self._received else None
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds; True once a stopping signal has arrived."""
+        import select
+
+        if not self._received and select.select([self._reader], [], [], timeout)[0]:
+            woken = b""
+            with contextlib.suppress(BlockingIOError):
+                while chunk := self._reader.recv(512):
+                    woken += chunk
+            # The Python handler runs at the main thread's next check for signals, which
+            # need not come before this line: the numbers written say it already.
+            self._received.extend(n for n in woken if n in _HELD)
+        return bool(self._received)
 
 
 def _stop(number: int) -> BaseException:

@@ -6,13 +6,13 @@ from __future__ import annotations
 import shlex
 import signal
 import sys
-import threading
 from pathlib import Path  # noqa: TC003 - typer reads the annotation at run time
 from typing import TYPE_CHECKING
 
 import typer
 
 from sandbox_ledger.cli.failures import handled
+from sandbox_ledger.cli.interrupt import StopSignals
 from sandbox_ledger.cli.output import CommandError, ExitCode, err
 from sandbox_ledger.cli.root import app
 
@@ -54,22 +54,28 @@ def local(
 ) -> None:
     """Serve a local DynamoDB until Ctrl-C or SIGTERM (exit 0), printing the `export` lines a
     shell needs to use it: eval "$(sandbox-ledger local)" in another shell, or paste them."""
+    if data is not None:
+        _check_data_file(data)
+    with StopSignals() as stop:
+        saver = _serve(stop, table, host, port, data, save_every, postgres)
+    name = signal.Signals(stop.received).name if stop.received else "stop"
+    err().print(f"{name}: stopped{saver.summary()}", markup=False, soft_wrap=True)
+
+
+def _serve(
+    stop: StopSignals,
+    table: str,
+    host: str,
+    port: int,
+    data: Path | None,
+    save_every: float,
+    postgres: bool,
+) -> _Saver:
     from sandbox_ledger.deployment import SweepSettings
     from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
     from sandbox_ledger.local import LocalDynamoDB
     from sandbox_ledger.resources import SyncResourceRecordStore
 
-    if data is not None:
-        _check_data_file(data)
-    stop = threading.Event()
-    received: list[int] = []
-
-    def on_signal(number: int, _frame: object) -> None:
-        received.append(number)
-        stop.set()
-
-    for number in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(number, on_signal)
     _require_free(host, port)
     server = LocalDynamoDB(host, port)
     endpoint = server.start()
@@ -90,8 +96,7 @@ def local(
         store.close()
         ledger.close()
         server.stop()
-    name = signal.Signals(received[0]).name if received else "stop"
-    err().print(f"{name}: stopped{saver.summary()}", markup=False, soft_wrap=True)
+    return saver
 
 
 def _require_free(host: str, port: int) -> None:
