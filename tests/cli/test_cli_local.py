@@ -197,3 +197,29 @@ def test_stop_signals_puts_back_what_it_replaced() -> None:
         assert stop.wait(5) and stop.received == signal.SIGINT
     assert {n: signal.getsignal(n) for n in before} == before
     assert signal.set_wakeup_fd(-1) == -1  # the wake-up socket is unset again
+
+
+def test_a_second_local_on_the_same_data_file_is_refused(tmp_path: Path) -> None:
+    """Two servers on one --data file would each save over the other's every few seconds
+    (tried: two servers, one import each, the file kept only the last saver's entry)."""
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "link.jsonl").symlink_to(tmp_path / "dev.jsonl")
+    first = Local("--data", "dev.jsonl", "--save-every", "0.5", cwd=tmp_path)
+    try:
+        env = first.env()
+        assert run(["import", str(ROOT / "examples" / "ledger.jsonl")], env).returncode == 0
+        for cwd, name in ((tmp_path, "dev.jsonl"), (tmp_path / "elsewhere", "link.jsonl")):
+            second = run(["local", "--port", "0", "--data", name], bare_env(), cwd=cwd)
+            assert second.returncode == 1, second.stderr
+            [line] = second.stderr.splitlines()
+            assert line == (
+                f"error: --data: {name} is in use by another sandbox-ledger local "
+                f"(pid {first.process.pid}): stop it, or give this one another file"
+            )
+    finally:
+        code, stderr = first.stop()
+    assert code == 0 and "saved 6 entries" in stderr, stderr
+    assert len((tmp_path / "dev.jsonl").read_text().splitlines()) == 6
+    # Once the first has stopped, the file is free again.
+    again = Local("--data", "dev.jsonl", cwd=tmp_path)
+    assert again.stop()[0] == 0

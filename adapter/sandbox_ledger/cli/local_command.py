@@ -3,10 +3,11 @@ PostgreSQL) served until Ctrl-C or SIGTERM, for the development loop."""
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import signal
 import sys
-from pathlib import Path  # noqa: TC003 - typer reads the annotation at run time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
@@ -17,6 +18,8 @@ from sandbox_ledger.cli.output import CommandError, ExitCode, err
 from sandbox_ledger.cli.root import app
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
     from sandbox_ledger.local import LocalPostgres
     from sandbox_ledger.local.persist import Snapshot
@@ -56,7 +59,7 @@ def local(
     shell needs to use it: eval "$(sandbox-ledger local)" in another shell, or paste them."""
     if data is not None:
         _check_data_file(data)
-    with StopSignals() as stop:
+    with _held(data), StopSignals() as stop:
         saver = _serve(stop, table, host, port, data, save_every, postgres)
     name = signal.Signals(stop.received).name if stop.received else "stop"
     err().print(f"{name}: stopped{saver.summary()}", markup=False, soft_wrap=True)
@@ -115,6 +118,40 @@ def _require_free(host: str, port: int) -> None:
                 "port with --port N (0: any free port)",
                 ExitCode.FAILED,
             ) from exc
+
+
+@contextlib.contextmanager
+def _held(data: Path | None) -> Iterator[None]:
+    """One ``local`` per data file: two would each save their own tables over the other's
+    every few seconds, and all but the last one's writes would be lost. The lock is a file
+    in the temporary directory named after the data file's resolved path (one beside the data
+    would be left there by a killed server), held while the server runs."""
+    if data is None:
+        yield
+        return
+    import hashlib
+    import os
+    import tempfile
+
+    from sandbox_ledger.cli.transfer import _lock
+
+    key = hashlib.sha256(os.fsencode(data.resolve())).hexdigest()[:16]
+    lock = Path(tempfile.gettempdir()) / f"sandbox-ledger-local-{os.getuid()}-{key}.lock"
+    descriptor = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        if not _lock(descriptor, wait=False):
+            holder = os.pread(descriptor, 20, 0).decode(errors="replace").strip()
+            by = f" (pid {holder})" if holder.isdigit() else ""
+            raise CommandError(
+                f"--data: {data} is in use by another sandbox-ledger local{by}: stop it, or "
+                "give this one another file",
+                ExitCode.FAILED,
+            )
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(descriptor)
 
 
 def _check_data_file(data: Path) -> None:
