@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -223,3 +224,37 @@ def test_a_second_local_on_the_same_data_file_is_refused(tmp_path: Path) -> None
     # Once the first has stopped, the file is free again.
     again = Local("--data", "dev.jsonl", cwd=tmp_path)
     assert again.stop()[0] == 0
+
+
+def test_a_failed_save_keeps_serving_and_the_last_one_keeps_the_tables(tmp_path: Path) -> None:
+    """A save that fails (here the data's directory removed; a full disk alike) ended the
+    server at once, exit 2 naming `--output`, and everything since the last save was lost."""
+    (tmp_path / "d").mkdir()
+    server = Local("--data", "d/dev.jsonl", "--save-every", "0.5", cwd=tmp_path)
+    assert server.process.stderr is not None
+    env = server.env()
+    shutil.rmtree(tmp_path / "d")
+    assert run(["import", str(ROOT / "examples" / "ledger.jsonl")], env).returncode == 0
+    while (line := server.process.stderr.readline()).startswith("serving DynamoDB"):
+        pass
+    assert line == (
+        f"could not save d/dev.jsonl (its directory {tmp_path / 'd'} does not exist); still "
+        "serving, trying again\n"
+    )
+    (tmp_path / "d").mkdir()
+    assert server.process.stderr.readline() == "saved d/dev.jsonl again\n"
+    assert len((tmp_path / "d" / "dev.jsonl").read_text().splitlines()) == 6
+    shutil.rmtree(tmp_path / "d")
+    assert run(["rm", "build", "sb-2", "--yes"], env).returncode == 0  # still serving
+    code, stderr = server.stop()
+    assert code == 1, stderr
+    kept = re.search(r"the tables are saved in (\S+) instead", stderr)
+    assert kept is not None, stderr
+    saved = Path(kept.group(1))
+    try:
+        lines = saved.read_text().splitlines()
+    finally:
+        saved.unlink()
+    example = (ROOT / "examples" / "ledger.jsonl").read_text().splitlines()
+    assert len(lines) == sum('"sb-2"' not in line for line in example) == 5
+    assert all('"sb-2"' not in line for line in lines)

@@ -62,7 +62,7 @@ def local(
     with _held(data), StopSignals() as stop:
         saver = _serve(stop, table, host, port, data, save_every, postgres)
     name = signal.Signals(stop.received).name if stop.received else "stop"
-    err().print(f"{name}: stopped{saver.summary()}", markup=False, soft_wrap=True)
+    _say(f"{name}: stopped{saver.summary()}")
 
 
 def _serve(
@@ -92,7 +92,7 @@ def _serve(
     try:
         while not stop.wait(save_every):
             saver.save()
-        saver.save()
+        saver.save(final=True)
     finally:
         if pg is not None:
             pg.stop()
@@ -172,6 +172,8 @@ class _Saver:
     ) -> None:
         self.data, self.ledger, self.store = data, ledger, store
         self.last: Snapshot | None = None
+        self.failing: str | None = None
+        """Why the last save failed, while saves fail."""
 
     def load(self) -> None:
         from sandbox_ledger.local.persist import load, snapshot
@@ -180,15 +182,16 @@ class _Saver:
             return
         loaded = load(self.data, self.ledger, self.store)
         self.last = snapshot(self.ledger, self.store)
-        err().print(
+        _say(
             f"loaded {self.data}: {loaded.entries} entries, {loaded.environments} environment "
-            f"record(s), {loaded.records} resource record(s)",
-            markup=False,
-            soft_wrap=True,
+            f"record(s), {loaded.records} resource record(s)"
         )
 
-    def save(self) -> None:
-        from sandbox_ledger.cli.transfer import _export
+    def save(self, *, final: bool = False) -> None:
+        """Write the tables to ``data`` if they changed. A failed save (the directory gone,
+        the disk full) is said on stderr and tried again at the next one while the server
+        keeps serving; the one on exit, failing, writes them to a new file in the temporary
+        directory instead and says where (:class:`CommandError`, exit 1)."""
         from sandbox_ledger.local.persist import snapshot
 
         if self.data is None:
@@ -196,7 +199,17 @@ class _Saver:
         now = snapshot(self.ledger, self.store)
         if self.last is not None and now.digest == self.last.digest and self.data.exists():
             return
-        _export(iter(now.lines), self.data)
+        failure = _write_data(now.lines, self.data)
+        if failure is not None:
+            if final:
+                raise CommandError(_kept_elsewhere(now.lines, self.data, failure), ExitCode.FAILED)
+            if failure != self.failing:
+                _say(f"could not save {self.data} ({failure}); still serving, trying again")
+            self.failing = failure
+            return
+        if self.failing is not None:
+            _say(f"saved {self.data} again")
+            self.failing = None
         self.last = now
 
     def summary(self) -> str:
@@ -209,6 +222,48 @@ class _Saver:
             f"; saved {last.entries} entries, {last.environments} environment record(s) and "
             f"{last.records} resource record(s) to {self.data}"
         )
+
+
+def _say(line: str) -> None:
+    """One line on stderr, as written (no markup, no wrapping)."""
+    err().print(line, markup=False, soft_wrap=True)
+
+
+def _write_data(lines: tuple[str, ...], data: Path) -> str | None:
+    """Write ``lines`` over ``data`` atomically; None, or why it could not."""
+    from sandbox_ledger.cli.transfer import _export
+    from sandbox_ledger.errors import InvalidInputError
+
+    try:
+        _export(iter(lines), data)
+    except InvalidInputError as exc:
+        return str(exc).removeprefix(f"{exc.field}: ").removeprefix(f"{data}: ")
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def _kept_elsewhere(lines: tuple[str, ...], data: Path, failure: str) -> str:
+    """The tables written to a new file in the temporary directory, when ``data`` cannot
+    take them on exit; the line that says where (or that they are lost)."""
+    import os
+    import tempfile
+
+    try:
+        descriptor, name = tempfile.mkstemp(prefix="sandbox-ledger-local-", suffix=".jsonl")
+        with open(descriptor, "w", encoding="utf-8", newline="\n") as stream:
+            stream.writelines(lines)
+            stream.flush()
+            os.fsync(stream.fileno())
+    except OSError as exc:
+        return (
+            f"--data: could not save {data} ({failure}), nor a copy in the temporary "
+            f"directory ({exc.strerror or exc}): what changed since the last save is lost"
+        )
+    return (
+        f"--data: could not save {data} ({failure}); the tables are saved in {name} "
+        f"instead: move it to {data} (or load it with --data {name})"
+    )
 
 
 def _start_postgres() -> LocalPostgres:
@@ -238,9 +293,7 @@ def _announce(endpoint: str, table: str, pg: LocalPostgres | None, data: Path | 
     sys.stdout.write("\n".join(lines) + "\n")
     sys.stdout.flush()
     kept = f"kept in {data}" if data else "gone when it stops (--data FILE keeps it)"
-    err().print(
+    _say(
         f"serving DynamoDB at {endpoint} with table {table}; its data is {kept}. "
-        "Ctrl-C or SIGTERM stops it.",
-        markup=False,
-        soft_wrap=True,
+        "Ctrl-C or SIGTERM stops it."
     )
