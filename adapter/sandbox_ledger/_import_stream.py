@@ -25,13 +25,15 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from sandbox_ledger import _json
+from sandbox_ledger.errors import StorageError
 from sandbox_ledger.keys import ledger_expires_at
 from sandbox_ledger.models import EnvironmentRecord, LedgerEntry
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Sequence
     from contextlib import AbstractContextManager
 
+    from sandbox_ledger.errors import InvalidInputError
     from sandbox_ledger.protocol import SyncTransferAdapter
     from sandbox_ledger.transfer import ImportReport, LineError
 
@@ -155,6 +157,28 @@ def stream_import(
     return report
 
 
+def _count(
+    writes: list[tuple[int, LedgerEntry, int, str]],
+    outcomes: Sequence[bool | InvalidInputError | None],
+    report: ImportReport,
+) -> int:
+    """Count each write's outcome into ``report`` (None: not written); how many counted."""
+    from sandbox_ledger.transfer import LineError
+
+    counted = 0
+    for (number, *_), outcome in zip(writes, outcomes, strict=True):
+        if outcome is None:
+            continue
+        if outcome is True:
+            report.new += 1
+        elif outcome is False:
+            report.present += 1
+        else:
+            report.failed.append(LineError(number, str(outcome)))
+        counted += 1
+    return counted
+
+
 def _next_limit(size: int, took: float) -> int:
     """The next batch's size: what the store wrote in :data:`BATCH_SECONDS` at the rate of
     the batch just written (``size`` entries in ``took`` seconds), within the bounds."""
@@ -173,7 +197,7 @@ def _write(
     """Reconcile one batch against what the store holds (expired entries included, where the
     store still keeps them: reconciling against the visible ones only would write an expired
     entry again on every run) and write what it lacks; how long that took (seconds)."""
-    from sandbox_ledger.transfer import LineError, plan_session
+    from sandbox_ledger.transfer import plan_session
 
     started = time.monotonic()
     keys = list(batch.sessions)
@@ -196,18 +220,20 @@ def _write(
     if writes:
         # A DeploymentMismatchError (the client disagrees with the table, not a line) stops
         # the import: what the batch wrote stays, each entry once, and a re-run resumes.
-        outcomes = target.append_once_many(
-            [(e, occurrence) for _, e, occurrence, _ in writes],
-            digests=[digest for *_, digest in writes],  # computed once, by plan_session
-        )
-        for (number, *_), outcome in zip(writes, outcomes, strict=True):
-            if outcome is True:
-                report.new += 1
-            elif outcome is False:
-                report.present += 1
-            else:
-                report.failed.append(LineError(number, str(outcome)))
-            done += 1
+        try:
+            outcomes: list[bool | InvalidInputError | None] = list(
+                target.append_once_many(
+                    [(e, occurrence) for _, e, occurrence, _ in writes],
+                    digests=[digest for *_, digest in writes],  # computed by plan_session
+                )
+            )
+        except StorageError as exc:
+            # Stopped part way (DynamoDB writes a batch in several transactions): what it
+            # stored is counted, so the report says what this run wrote.
+            if exc.outcomes is not None:
+                _count(writes, exc.outcomes, report)
+            raise
+        done += _count(writes, outcomes, report)
     counted.record(batch.prior)  # plan_session counted this batch's lines into them
     if progress is not None and done:
         progress(done)

@@ -59,6 +59,11 @@ class StorageError(LedgerError):
     def __init__(self, message: str, *, code: str | None = None) -> None:
         super().__init__(message)
         self.code = code
+        self.outcomes: list[bool | InvalidInputError | None] | None = None
+        """Set when ``append_once_many`` stopped part way (DynamoDB writes a batch in
+        several transactions): each item's outcome as far as known, as the call would have
+        returned it (True written, False stored already, the error of an item refused),
+        None for an item not written. None when the failure wrote nothing."""
 
 
 class TableNotFoundError(StorageError):

@@ -291,7 +291,9 @@ def import_lines(
     :func:`parse_lines` parses them and reconciled as :func:`import_entries` says. The
     counts go into ``report`` (a new one if None) batch by batch as each is written, so a
     caller that keeps it knows how far an interrupted import got; exactly, if ``guard()``
-    holds off its interruptions while a batch is written and counted."""
+    holds off its interruptions while a batch is written and counted. A storage failure
+    that stops a batch part way (:attr:`StorageError.outcomes`) has what it wrote counted
+    before it is raised."""
     from sandbox_ledger._import_stream import stream_import
 
     report = report if report is not None else ImportReport()

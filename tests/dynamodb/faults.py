@@ -144,8 +144,8 @@ class CancelTransactions:
     TransactionCanceledException whose every action has the reason ``code`` (as DynamoDB
     reports a throttled or conflicting transaction: one reason per action)."""
 
-    def __init__(self, code: str, *, times: int, aio: bool) -> None:
-        self.code, self.times, self.aio = code, times, aio
+    def __init__(self, code: str, *, times: int, aio: bool, only: str | None = None) -> None:
+        self.code, self.times, self.aio, self.only = code, times, aio, only
         self.injected = 0
         self._lock = threading.Lock()
 
@@ -154,14 +154,16 @@ class CancelTransactions:
         target = target.decode() if isinstance(target, bytes) else target
         if not target.endswith(".TransactWriteItems"):
             return None
+        body = request.body
+        text = body if isinstance(body, (bytes, str)) else body.read()
+        text = text.decode() if isinstance(text, bytes) else text
+        if self.only is not None and self.only not in text:  # only requests naming it
+            return None
         with self._lock:
             if self.injected >= self.times:
                 return None
             self.injected += 1
-        body = request.body
-        actions = len(
-            json.loads(body if isinstance(body, (bytes, str)) else body.read())["TransactItems"]
-        )
+        actions = len(json.loads(text)["TransactItems"])
         reasons = [{"Code": self.code, "Message": "injected"}] * actions
         return error_response(
             "TransactionCanceledException", aio=self.aio, CancellationReasons=reasons

@@ -21,7 +21,7 @@ from sandbox_ledger import keys as k
 from sandbox_ledger.dynamodb import DynamoDBAdapter, SyncDynamoDBAdapter, _bulk
 from sandbox_ledger.dynamodb.instrument import RequestCounter
 from sandbox_ledger.sdk.steps import Call, Parallel
-from sandbox_ledger.transfer import content_digest, entry_line, import_lines
+from sandbox_ledger.transfer import ImportReport, content_digest, entry_line, import_lines
 
 pytestmark = pytest.mark.usefixtures("fast_sdk_backoff")
 
@@ -287,3 +287,48 @@ def test_concurrent_importers_of_many_sessions_store_each_entry_once(
     assert sum(r.new for r in reports) == len(entries)
     assert all(r.new + r.present == len(entries) and not r.failed for r in reports)
     same_as_a_replay(sync_adapter(moto_endpoint, sync_table), entries)
+
+
+def test_an_import_that_gives_up_counts_what_it_stored(moto_endpoint: str, sync_table: str) -> None:
+    """A batch goes in parallel transactions: when one gives up (throttled past every
+    retry), the others of its round are stored, and the error and the import's report say
+    which (they were counted nowhere, and a re-run counted them as present)."""
+    adapter = sync_adapter(moto_endpoint, sync_table)
+    faults = CancelTransactions("ThrottlingError", times=10_000, aio=False, only="stuck-session")
+    faults.attach(adapter.client())
+    ok1, ok2, stuck = (session("job", sid, 20) for sid in ("ok-1", "ok-2", "stuck-session"))
+    items = ok1 + stuck + ok2
+    with pytest.raises(StorageError, match="cancelled") as raised:
+        adapter.append_once_many([(entry, 1) for entry in items])
+    assert faults.injected > 1  # retried, then given up
+    outcomes = raised.value.outcomes
+    assert outcomes is not None and set(outcomes) == {True, None}
+    stored = _stored(moto_endpoint, sync_table, items)
+    assert [content_digest(e) in stored for e in items] == [o is True for o in outcomes]
+    assert not stored & set(map(content_digest, stuck))
+
+    # The import's report counts what the stopped batch stored.
+    other = sync_adapter(moto_endpoint, sync_table)
+    CancelTransactions("ThrottlingError", times=10_000, aio=False, only="stuck-session").attach(
+        other.client()
+    )
+    ok3, ok4 = (session("job", sid, 20) for sid in ("ok-3", "ok-4"))
+    report = ImportReport()
+    with pytest.raises(StorageError):
+        import_lines(other, lines(ok3 + stuck + ok4), report=report)
+    written = len(_stored(moto_endpoint, sync_table, ok3 + ok4))
+    assert (report.new, report.present, report.failed) == (written, 0, [])
+    assert written > 0
+    # A re-run once the table answers again writes the rest, and only the rest.
+    everything = ok1 + ok2 + ok3 + ok4 + stuck
+    before = len(_stored(moto_endpoint, sync_table, everything))
+    rerun = import_lines(sync_adapter(moto_endpoint, sync_table), lines(everything))
+    assert (rerun.new, rerun.present, rerun.failed) == (len(everything) - before, before, [])
+    same_as_a_replay(sync_adapter(moto_endpoint, sync_table), everything)
+
+
+def _stored(endpoint: str, table: str, entries: list[LedgerEntry]) -> set[str]:
+    """The content digests of what the table holds of ``entries``' sessions."""
+    reader = sync_adapter(endpoint, table)
+    sessions = sorted({(e.name, e.sandbox_id) for e in entries})
+    return {content_digest(e) for key in sessions for e in reader.read_all(*key)}

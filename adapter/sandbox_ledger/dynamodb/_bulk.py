@@ -107,19 +107,45 @@ def append_once_many(
     parts = [{"PutRequest": {"Item": part}} for u in units for part in u.parts]
     if parts:  # each head is written after its parts, as the single append does
         yield from batch_write(table, parts)
-    for unit, outcome in (yield from _transact(table, pack(units), shard_count)):
-        outcomes[unit.index] = outcome
+    done: list[tuple[Unit, bool]] = []
+    try:
+        yield from _transact(table, pack(units), shard_count, done)
+    except (ClientError, BotoCoreError, StorageError) as exc:
+        # Stopped part way: what landed before (and beside) the failure stays stored, once;
+        # the error says which items (a caller's report counts them, a re-run finds them).
+        if isinstance(exc, StorageError):
+            exc.outcomes = _known(outcomes, done, repeats) if done else None
+            raise
+        error = steps.give_up(exc, Call("transact_write_items", {}))
+        if isinstance(error, StorageError) and done:
+            error.outcomes = _known(outcomes, done, repeats)
+        raise error from exc
+    result = _known(outcomes, done, repeats)
+    assert all(outcome is not None for outcome in result)
+    return [o for o in result if o is not None]
+
+
+def _known(
+    outcomes: list[bool | InvalidInputError | None],
+    done: list[tuple[Unit, bool]],
+    repeats: list[tuple[int, int]],
+) -> list[bool | InvalidInputError | None]:
+    """Each item's outcome: ``outcomes`` (the refused ones') with the transactions' results
+    and the repeated identities' (False where the first one is known) filled in."""
+    known = list(outcomes)
+    for unit, outcome in done:
+        known[unit.index] = outcome
     for index, earlier in repeats:
-        outcomes[index] = False if isinstance(outcomes[earlier], bool) else outcomes[earlier]
-    assert all(outcome is not None for outcome in outcomes)
-    return [o for o in outcomes if o is not None]
+        known[index] = False if isinstance(known[earlier], bool) else known[earlier]
+    return known
 
 
 def _transact(
-    table: str, transactions: list[Transaction], shard_count: int
-) -> Op[list[tuple[Unit, bool]]]:
-    """Run ``transactions`` (see :func:`pack`) until each is done; every unit's outcome."""
-    done: list[tuple[Unit, bool]] = []
+    table: str, transactions: list[Transaction], shard_count: int, done: list[tuple[Unit, bool]]
+) -> Op[None]:
+    """Run ``transactions`` (see :func:`pack`) until each is done, adding every unit's
+    outcome to ``done`` as its transaction ends. A transaction that gives up raises once the
+    round it ran in is judged: what the others of the round wrote is in ``done``."""
     finished: set[int] = set()
     waiting = dict(enumerate(transactions))
     while waiting:
@@ -130,9 +156,14 @@ def _transact(
             tuple(Call("transact_write_items", params) for params, _ in requests), settle=True
         )
         pause = 0
+        failure: Exception | None = None
         for (n, transaction), (_, slots), result in zip(ready, requests, results, strict=True):
             if isinstance(result, BaseException):
-                taken = _cancelled(transaction, slots, result, now)
+                try:
+                    taken = _cancelled(transaction, slots, result, now)
+                except Exception as exc:  # given up: the round's others still count
+                    failure = failure or exc
+                    continue
                 done.extend((u, False) for u in taken)
                 if transaction.landed:
                     done.extend((u, True) for u in transaction.units)
@@ -144,9 +175,10 @@ def _transact(
                 done.extend((u, True) for u in transaction.units)
             finished.add(n)
             del waiting[n]
+        if failure is not None:
+            raise failure
         if pause:
             yield Sleep(steps.backoff(pause))
-    return done
 
 
 def _cancelled(

@@ -81,7 +81,7 @@ def error_code(exc: BaseException) -> str:
     return ""
 
 
-def _give_up(exc: BaseException, step: Step | None) -> LedgerError:
+def give_up(exc: BaseException, step: Step | None) -> LedgerError:
     """The package's error for an SDK error that leaves an operation, logged with the call
     and the SDK's own retry count (a conflict at INFO, anything else at WARNING)."""
     error = translate_client_error(exc)
@@ -163,7 +163,7 @@ def run_sync(client: Any, op: Op[T]) -> T:
             except _SDK_ERRORS as exc:
                 error = exc
     except _SDK_ERRORS as exc:
-        raise _give_up(exc, step) from exc
+        raise give_up(exc, step) from exc
     finally:
         op.close()
 
@@ -224,6 +224,6 @@ async def run_async(client: Any, op: Op[T]) -> T:
             except _SDK_ERRORS as exc:
                 error = exc
     except _SDK_ERRORS as exc:
-        raise _give_up(exc, step) from exc
+        raise give_up(exc, step) from exc
     finally:
         op.close()
