@@ -204,3 +204,47 @@ def test_a_signal_while_a_batch_is_written_is_counted_exactly(number: int) -> No
             target.close()
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_storage_failure_part_way_says_how_far_the_import_got(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store failing after some batches were written: the one error line says what was
+    written and that a re-run resumes (it said only the failure, as if nothing were stored)."""
+    from sandbox_ledger.blocking import BlockingAdapter
+    from sandbox_ledger.errors import StorageError
+    from sandbox_ledger.sql.adapter import SQLAdapter
+    from sandbox_ledger.sqlite import SQLiteAdapter
+
+    source = tmp_path / "big.jsonl"
+    lines = write_lines(source, 700)  # 4,200 lines: more than one batch
+    real = SQLAdapter.append_once_many
+    calls = 0
+
+    async def failing_second(self: Any, items: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise StorageError("disk I/O error", code="SQLITE_IOERR")
+        return await real(self, items, **kwargs)
+
+    monkeypatch.setattr(SQLAdapter, "append_once_many", failing_second)
+    store = f"sqlite:///{tmp_path / 'ledger.db'}"
+    done = runner.invoke(app, ["--store", store, "import", str(source)])
+    assert done.exit_code == 1, done.output
+    with BlockingAdapter(SQLiteAdapter(tmp_path / "ledger.db")) as ledger:
+        written = sum(len(ledger.read_all("job", f"sb-{s:06d}")) for s in range(700))
+    assert 0 < written < lines
+    [line] = done.stderr.splitlines()
+    assert line.startswith("error: disk I/O error; ")
+    assert f"; written so far: {written} new, 0 already present, 0 expired, 0 failed; " in line
+    assert line.endswith(
+        "re-running the same import resumes without duplicates (what is "
+        "stored is recognised, not written again)"
+    )
+    # Failing before anything was written, the line is the failure alone.
+    calls = 1
+    again = runner.invoke(
+        app, ["--store", f"sqlite:///{tmp_path / 'other.db'}", "import", str(source)]
+    )
+    assert again.exit_code == 1 and again.stderr == "error: disk I/O error\n"

@@ -47,6 +47,8 @@ class Target:
     """The store came from SANDBOX_LEDGER_STORE, not --store."""
     so_far: Callable[[], str] | None = None
     """How far the command got, for the line an interruption prints (None: its usual one)."""
+    after_failure: Callable[[], str | None] | None = None
+    """How far the command got, added to the line of a failure that stops it part way."""
     _stack: ExitStack = field(default_factory=ExitStack)
 
     def resolve(self) -> None:

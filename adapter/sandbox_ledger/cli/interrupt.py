@@ -180,3 +180,11 @@ class ImportStatus:
         if report is None:
             return f"before any write; {resume}"
         return f"{self.lines} line(s) read; written so far: {report.summary()}; {resume}"
+
+    def after_failure(self) -> str | None:
+        """How far it got, for the line a failure prints once something was counted (a
+        failure before any write says nothing more than the failure)."""
+        report = self.report
+        if report is None or not (report.new or report.present or report.expired):
+            return None
+        return self.describe()

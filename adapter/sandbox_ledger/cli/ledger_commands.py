@@ -333,7 +333,7 @@ def import_(
     with contextlib.ExitStack() as stack:
         source = sys.stdin.buffer if path == "-" else stack.enter_context(Path(path).open("rb"))
         status = ImportStatus()
-        target.so_far = status.describe
+        target.so_far, target.after_failure = status.describe, status.after_failure
         report = import_from(ledger, source, label=label, err=err(), status=status)
     err().print(f"imported {label}: {report.summary()}", markup=False)
     if as_json or output is not None or query is not None:  # the summary says the rest
