@@ -258,3 +258,34 @@ def test_a_failed_save_keeps_serving_and_the_last_one_keeps_the_tables(tmp_path:
     example = (ROOT / "examples" / "ledger.jsonl").read_text().splitlines()
     assert len(lines) == sum('"sb-2"' not in line for line in example) == 5
     assert all('"sb-2"' not in line for line in lines)
+
+
+def test_the_lock_follows_no_link_and_lives_in_a_private_directory(tmp_path: Path) -> None:
+    """The lock was a predictable name in the shared temporary directory, opened for writing
+    and truncated: a link planted there by another user made `local` truncate its target."""
+    import hashlib
+
+    tmp, uid = tmp_path / "tmp", os.getuid()
+    tmp.mkdir()
+    key = hashlib.sha256(os.fsencode((tmp_path / "dev.jsonl").resolve())).hexdigest()[:16]
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    (tmp / f"sandbox-ledger-local-{uid}-{key}.lock").symlink_to(victim)  # the old name
+    private = tmp / f"sandbox-ledger-{uid}"
+    private.mkdir(mode=0o700)
+    (private / f"local-{key}.lock").symlink_to(victim)
+    env = bare_env(TMPDIR=str(tmp))
+    done = run(["local", "--port", "0", "--data", "dev.jsonl"], env, cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith(f"error: --data: cannot open the lock file {private}/local-")
+    assert victim.read_text() == "precious"
+    # A lock directory that others can write (or that is not this user's) is refused.
+    (private / f"local-{key}.lock").unlink()
+    private.chmod(0o777)
+    done = run(["local", "--port", "0", "--data", "dev.jsonl"], env, cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"error: --data: {private}, where local keeps its lock files, is not a directory that "
+        "only this user can write; remove it (or set TMPDIR elsewhere)\n"
+    )
+    assert victim.read_text() == "precious" and not (tmp_path / "dev.jsonl").exists()

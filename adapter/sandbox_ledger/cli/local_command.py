@@ -124,20 +124,26 @@ def _require_free(host: str, port: int) -> None:
 def _held(data: Path | None) -> Iterator[None]:
     """One ``local`` per data file: two would each save their own tables over the other's
     every few seconds, and all but the last one's writes would be lost. The lock is a file
-    in the temporary directory named after the data file's resolved path (one beside the data
-    would be left there by a killed server), held while the server runs."""
+    named after the data file's resolved path in this user's private directory under the
+    temporary directory (one beside the data would be left there by a killed server; one
+    directly in a shared /tmp could be a link another user planted), held while the server
+    runs."""
     if data is None:
         yield
         return
     import hashlib
     import os
-    import tempfile
 
     from sandbox_ledger.cli.transfer import _lock
 
     key = hashlib.sha256(os.fsencode(data.resolve())).hexdigest()[:16]
-    lock = Path(tempfile.gettempdir()) / f"sandbox-ledger-local-{os.getuid()}-{key}.lock"
-    descriptor = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    lock = _lock_directory() / f"local-{key}.lock"
+    try:
+        descriptor = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise CommandError(
+            f"--data: cannot open the lock file {lock} ({exc.strerror or exc})", ExitCode.FAILED
+        ) from exc
     try:
         if not _lock(descriptor, wait=False):
             holder = os.pread(descriptor, 20, 0).decode(errors="replace").strip()
@@ -152,6 +158,30 @@ def _held(data: Path | None) -> Iterator[None]:
         yield
     finally:
         os.close(descriptor)
+
+
+def _lock_directory() -> Path:
+    """``sandbox-ledger-<uid>`` in the temporary directory, made private (0700) to this user
+    if missing; refused unless it is a directory of this user that no one else can write."""
+    import os
+    import stat
+    import tempfile
+
+    directory = Path(tempfile.gettempdir()) / f"sandbox-ledger-{os.getuid()}"
+    with contextlib.suppress(FileExistsError):
+        directory.mkdir(mode=0o700)
+    status = directory.lstat()
+    if (
+        not stat.S_ISDIR(status.st_mode)
+        or status.st_uid != os.getuid()
+        or status.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    ):
+        raise CommandError(
+            f"--data: {directory}, where local keeps its lock files, is not a directory "
+            "that only this user can write; remove it (or set TMPDIR elsewhere)",
+            ExitCode.FAILED,
+        )
+    return directory
 
 
 def _check_data_file(data: Path) -> None:
