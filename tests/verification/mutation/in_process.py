@@ -9,6 +9,9 @@ and records which tests reach each function (its stats run, in this process), th
 is made active and its tests run with ``pytest.main`` here, ``-x``, the modules already
 imported. A mutant whose tests run past three times their clean duration plus ``--timeout``
 seconds (10 by default) is stopped by an alarm and counted as timed out (mutmut's exit code 36).
+A mutant whose test session raises instead of ending (pytest raises at the session's end a
+coroutine the mutant left never awaited, an error under ``filterwarnings = error``, which fails
+``make test`` too) is counted as killed, the error printed in the log, and the run goes on.
 
 Two adjustments, for this process only: botocore's backoff between retries is made zero (a
 mutant that makes DynamoDB refuse a request as invalid, which moto answers with a 500, fails
@@ -48,10 +51,23 @@ def _no_backoff() -> None:
     standard.ExponentialBackoff.delay_amount = lambda self, context: 0.0
 
 
+def flag_value(flag: str, value: list[str]) -> int | None:
+    """The whole number given after ``flag`` (``--sample`` at least 1), or None once a
+    one-line usage error naming the flag is printed."""
+    least = 1 if flag == "--sample" else 0
+    if value and value[0].isascii() and value[0].isdigit() and int(value[0]) >= least:
+        return int(value[0])
+    given = f"got {value[0]!r}" if value else "got nothing"
+    print(f"{flag} needs a whole number of at least {least}; {given}", file=sys.stderr)
+    return None
+
+
 def main(argv: list[str]) -> int:
     margin, sample, seed = 10, 0, 0
     while argv[:1] in (["--timeout"], ["--sample"], ["--seed"]):
-        value = int(argv[1])
+        value = flag_value(argv[0], argv[1:2])
+        if value is None:
+            return 2
         if argv[0] == "--timeout":
             margin = value
         elif argv[0] == "--sample":
@@ -86,6 +102,9 @@ def main(argv: list[str]) -> int:
     tests_runner = PytestRunner()
     collect_or_load_stats(ForkRunner(max_workers=1, test_runner=tests_runner))
     mutants, _ = collect_source_file_mutation_data(mutant_names=globs)
+    if sample > len(mutants):
+        print(f"--sample {sample}: only {len(mutants)} mutants to choose from", file=sys.stderr)
+        return 2
     if sample:
         chosen = random.Random(seed).sample(sorted(name for _, name, _ in mutants), sample)
         rank = {name: i for i, name in enumerate(chosen)}
@@ -123,6 +142,12 @@ def main(argv: list[str]) -> int:
             code = tests_runner.run_tests(mutant_name=name, tests=ordered)
         except MutantTimeout:
             code = TIMEOUT
+        except Exception as exc:
+            # pytest raises out of its session what it finds at the end, e.g. a coroutine the
+            # mutant left never awaited, which `filterwarnings = error` makes an error: the
+            # same error fails `make test`, so the mutant is killed; the run goes on.
+            print(f"{name}: its test session ended in an error: {exc!r}", flush=True)
+            code = KILLED
         finally:
             signal.alarm(0)
             os.environ.clear()

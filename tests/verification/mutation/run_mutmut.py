@@ -35,6 +35,8 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+from in_process import flag_value  # this folder, first on the path of a script run here
+
 ROOT = Path(__file__).resolve().parents[3]
 WORK = ROOT / ".mutation"
 
@@ -207,6 +209,8 @@ def main(argv: list[str]) -> int:
     argv = argv[1:] if in_process else argv
     sample: list[str] = []
     while argv[:1] in (["--sample"], ["--seed"]):
+        if flag_value(argv[0], argv[1:2]) is None:
+            return 2
         sample, argv = [*sample, *argv[:2]], argv[2:]
     only = []
     while len(argv) >= 2 and argv[0] == "--only":

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import zlib
 
@@ -55,6 +56,27 @@ def test_an_entry_is_compressed_from_1024_bytes_when_that_saves_a_tenth() -> Non
     packed = stored(1024)
     assert packed["z"] == {"S": "zlib"}
     assert json.loads(zlib.decompress(bytes(packed["d"]["B"])))["payload"] == "a" * (1024 - base)
+
+
+def scattered_text(length: int) -> str:
+    """Characters of 1 to 4 UTF-8 bytes, drawn so that their bytes spread over about 200
+    values: zlib, which codes the bytes one at a time, saves nothing on them."""
+    rng = random.Random(29)
+    printable = [chr(c) for c in range(0x20, 0x7F) if chr(c) not in '"\\']
+    widths = [(93, None), (30, (0x80, 0x800)), (16, (0xE000, 0x10000)), (5, (0x10000, 0x110000))]
+    text = []
+    for _ in range(length):
+        (_, span), *_ = rng.choices(widths, weights=[w for w, _ in widths])
+        text.append(rng.choice(printable) if span is None else chr(rng.randrange(*span)))
+    return "".join(text)
+
+
+def test_an_entry_that_zlib_shrinks_by_less_than_a_tenth_is_stored_as_it_is() -> None:
+    payload = scattered_text(800)
+    head = it.encode_entry(entry(payload), ORDER).head
+    stored = bytes(head["d"]["B"])
+    assert len(stored) >= 1024 and len(zlib.compress(stored, 6)) > 0.9 * len(stored)
+    assert "z" not in head and json.loads(stored)["payload"] == payload
 
 
 @pytest.fixture

@@ -4,9 +4,10 @@ sent to PostgreSQL cannot carry."""
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, closing
 from datetime import timedelta
 from pathlib import Path
 
@@ -201,3 +202,24 @@ async def test_what_sqlite_cannot_store_is_refused_by_name(tmp_path: Path) -> No
                 await call
             assert str(caught.value) == message
         assert await store.read_all("n", "s") == []
+
+
+async def test_an_entry_and_its_summary_expire_a_retention_after_its_whole_second(
+    tmp_path: Path,
+) -> None:
+    # Stored as whole seconds, the entry's ts rounded down: an entry at ...999 ms expires with
+    # the others of its second, not a fraction of a second later.
+    ts = (int(time.time()) - 60) * 1000 + 999
+    retention = timedelta(days=7)
+    async with SQLiteAdapter(tmp_path / "kept.db", retention=retention) as adapter:
+        await adapter.append(
+            LedgerEntry(ts=ts, name="n", sandbox_id="s", step_index=0, event="sandbox.created")
+        )
+    expected = ts // 1000 + int(retention.total_seconds())
+    with closing(sqlite3.connect(tmp_path / "kept.db")) as db:
+        events = db.execute("SELECT expires_at, typeof(expires_at) FROM ledger_events")
+        assert events.fetchall() == [(expected, "integer")]
+        sessions = db.execute(
+            "SELECT summary_expires_at, typeof(summary_expires_at), expires_at FROM ledger_sessions"
+        )
+        assert sessions.fetchall() == [(expected, "integer", expected)]
