@@ -21,7 +21,15 @@ import boto3
 import pytest
 from botocore.awsrequest import AWSResponse
 
-from sandbox_ledger import ConflictError, EnvironmentRecord, LedgerEntry, StorageError
+from sandbox_ledger import (
+    ConflictError,
+    EnvironmentRecord,
+    LedgerEntry,
+    LedgerEvent,
+    ListSandboxOptions,
+    SandboxStatus,
+    StorageError,
+)
 from sandbox_ledger import keys as k
 from sandbox_ledger.dynamodb import _items as it
 from sandbox_ledger.dynamodb import _ops
@@ -34,7 +42,9 @@ SHARDS = k.DEFAULT_SHARD_COUNT
 PK = k.session_pk("build", "sb-1")
 
 
-def entry(event: str = "exec.complete", payload: object = None, ts: int = 1_000) -> LedgerEntry:
+def entry(
+    event: str = LedgerEvent.ExecComplete, payload: object = None, ts: int = 1_000
+) -> LedgerEntry:
     return LedgerEntry(
         ts=ts, name="build", sandbox_id="sb-1", step_index=0, event=event, payload=payload
     )
@@ -96,14 +106,18 @@ def stored_items(fixture_client: Any, table: str) -> list[dict[str, Any]]:
 def test_an_append_retries_a_conflicting_transaction_and_stores_the_entry_once(
     client: Client, sync_table: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    client.run(_ops.append(sync_table, entry("created"), it.order_ids.next(), SHARDS))
+    client.run(
+        _ops.append(sync_table, entry(LedgerEvent.SandboxCreated), it.order_ids.next(), SHARDS)
+    )
     before = len(client.calls("TransactWriteItems"))
     cancel_transactions(client, ["None", "TransactionConflict"])
     with caplog.at_level(logging.INFO, logger="sandbox_ledger"):
         assert client.run(_ops.append(sync_table, entry(), it.order_ids.next(), SHARDS)) is True
     assert len(client.calls("TransactWriteItems")) - before == 2  # cancelled, then stored
     stored = client.run(_ops.read_all(sync_table, "build", "sb-1"))
-    assert [e.event for e in stored] == ["created", "exec.complete"]
+    assert [e.event for e in stored] == ["sandbox.created", "exec.complete"]
+    details = client.run(_ops.get_sandbox_details(sync_table, "build", "sb-1"))
+    assert details is not None and details.exec_count == 1
     logged = [r.getMessage() for r in caplog.records]
     assert "append build/sb-1: transaction cancelled ['None', 'TransactionConflict'], retry 1" in (
         logged
@@ -124,7 +138,13 @@ def test_an_append_with_a_ttl_waits_for_a_running_delete_then_says_so(
     client: Client, sync_table: str, fixture_clients: Any, moto_endpoint: str
 ) -> None:
     client.run(
-        _ops.append(sync_table, entry("created"), it.order_ids.next(), SHARDS, ttl=4_000_000_000)
+        _ops.append(
+            sync_table,
+            entry(LedgerEvent.SandboxCreated),
+            it.order_ids.next(),
+            SHARDS,
+            ttl=4_000_000_000,
+        )
     )
     lease_until = time.time_ns() // 1_000_000 + 60_000  # a delete_sandbox holds the session
     fixture_clients(moto_endpoint).update_item(
@@ -144,7 +164,7 @@ def test_an_import_claim_held_by_another_write_stores_nothing(
     client: Client, sync_table: str
 ) -> None:
     claim = k.claim_sk("0" * 64, 1)
-    started = entry("exec.started")  # no summary change: the transaction is head and claim
+    started = entry(LedgerEvent.ExecStarted)  # no summary change: the transaction is head and claim
     assert client.run(_ops.append(sync_table, started, it.order_ids.next(), SHARDS, claim=claim))
     again = _ops.append(sync_table, started, it.order_ids.next(), SHARDS, claim=claim)
     assert client.run(again) is False
@@ -317,3 +337,22 @@ def test_an_environment_stored_without_its_first_saved_order_is_listed(
     client.run(_ops.save_environment(sync_table, EnvironmentRecord(name="new", built_at=5), "1"))
     listed = client.run(_ops.list_environments(sync_table))
     assert [e.name for e in listed] == ["old", "new"]
+
+
+def test_a_listing_by_status_leaves_out_a_session_whose_summary_changed_since_the_index(
+    client: Client, sync_table: str, fixture_clients: Any, moto_endpoint: str
+) -> None:
+    raw = fixture_clients(moto_endpoint)
+    run_sync(raw, _ops.append(sync_table, entry(LedgerEvent.SandboxCreated), "1", SHARDS))
+    closes = [entry(LedgerEvent.SandboxClosed, ts=2_000)]
+
+    def closed_meanwhile(**_: Any) -> None:  # the index (eventually consistent) lags behind
+        while closes:
+            run_sync(raw, _ops.append(sync_table, closes.pop(), it.order_ids.next(), SHARDS))
+
+    client.sdk.meta.events.register("before-call.dynamodb.BatchGetItem", closed_meanwhile)
+    running = ListSandboxOptions(status=SandboxStatus.Running)
+    page = client.run(
+        _ops.list_details(sync_table, name=None, opts=running, shard_count=SHARDS, store=None)
+    )
+    assert page.sessions == [] and not closes
