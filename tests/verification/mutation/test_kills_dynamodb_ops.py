@@ -31,6 +31,7 @@ from sandbox_ledger import (
     StorageError,
 )
 from sandbox_ledger import keys as k
+from sandbox_ledger.deployment import SweepSettings
 from sandbox_ledger.dynamodb import _items as it
 from sandbox_ledger.dynamodb import _ops
 from sandbox_ledger.sdk.attributes import N, S
@@ -135,7 +136,11 @@ def test_an_append_cancelled_for_a_reason_no_retry_cures_fails_at_once(
 
 
 def test_an_append_with_a_ttl_waits_for_a_running_delete_then_says_so(
-    client: Client, sync_table: str, fixture_clients: Any, moto_endpoint: str
+    client: Client,
+    sync_table: str,
+    fixture_clients: Any,
+    moto_endpoint: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     client.run(
         _ops.append(
@@ -155,9 +160,32 @@ def test_an_append_with_a_ttl_waits_for_a_running_delete_then_says_so(
         ExpressionAttributeValues={":until": N(lease_until)},
     )
     before = len(client.calls("TransactWriteItems"))
-    with pytest.raises(ConflictError, match="being deleted"):
+    said = r"append: the session is being deleted \(retry once delete_sandbox has returned\)"
+    with pytest.raises(ConflictError, match=said), caplog.at_level(logging.WARNING):
         client.run(_ops.append(sync_table, entry(), it.order_ids.next(), SHARDS, ttl=4_000_000_000))
+    logged = [r.getMessage() for r in caplog.records]
+    assert f"append build/sb-1: giving up after {MAX_ATTEMPTS} attempts" in logged
     assert len(client.calls("TransactWriteItems")) - before == MAX_ATTEMPTS
+
+
+def test_an_out_of_order_append_whose_summary_a_delete_removed_meanwhile_starts_it_again(
+    client: Client, sync_table: str, fixture_clients: Any, moto_endpoint: str
+) -> None:
+    later, earlier = 4_000_000_000, 3_000_000_000
+    client.run(_ops.append(sync_table, entry(LedgerEvent.SandboxCreated), "1", SHARDS, ttl=later))
+    raw = fixture_clients(moto_endpoint)
+    sent = iter(range(1, 100))
+
+    def deleted_after_the_first(**_: Any) -> None:  # the summary's TTL is later: try again,
+        if next(sent) == 2:  # leaving it; a delete_sandbox removes the summary just then
+            raw.delete_item(TableName=sync_table, Key=it.summary_key(PK))
+
+    client.sdk.meta.events.register(
+        "before-call.dynamodb.TransactWriteItems", deleted_after_the_first
+    )
+    client.run(_ops.append(sync_table, entry(), it.order_ids.next(), SHARDS, ttl=earlier))
+    summary = raw.get_item(TableName=sync_table, Key=it.summary_key(PK), ConsistentRead=True)
+    assert summary["Item"][k.TTL_ATTRIBUTE] == N(earlier)  # made again by this append
 
 
 def test_an_import_claim_held_by_another_write_stores_nothing(
@@ -233,13 +261,14 @@ def many_pages(
     monkeypatch: pytest.MonkeyPatch,
 ) -> Any:
     """60 entries; queries answered 20 items a page (DynamoDB's pages end at 1 MB), and a clock
-    that moves 40 s at each reading, so the delete's lease (60 s) is due before each batch."""
+    that moves 35 s at each reading, so the delete's lease (60 s) is due before each batch
+    (half of it passed)."""
     raw = fixture_clients(moto_endpoint)
     heads(raw, sync_table, 60)
     client.sdk.meta.events.register(
         "provide-client-params.dynamodb.Query", lambda params, **_: params.update(Limit=20)
     )
-    clock = iter(range(time.time_ns(), 2**63, 40 * 10**9))
+    clock = iter(range(time.time_ns(), 2**63, 35 * 10**9))
     monkeypatch.setattr(_ops, "time", types.SimpleNamespace(time_ns=lambda: next(clock)))
     return raw
 
@@ -327,6 +356,13 @@ def test_create_table_waits_for_a_creating_table_and_leaves_an_existing_one(
     # DynamoDB refuses to enable a TTL that is already enabled (moto does not)
     assert len(client.calls("UpdateTimeToLive")) == 1
 
+    def enabling(parsed: dict[str, Any], **_: Any) -> None:  # DynamoDB's, for up to an hour
+        parsed["TimeToLiveDescription"]["TimeToLiveStatus"] = "ENABLING"
+
+    client.sdk.meta.events.register("after-call.dynamodb.DescribeTimeToLive", enabling)
+    client.run(_ops.create_table(table_name, SHARDS))
+    assert len(client.calls("UpdateTimeToLive")) == 1
+
 
 def test_an_environment_stored_without_its_first_saved_order_is_listed(
     client: Client, sync_table: str, fixture_clients: Any, moto_endpoint: str
@@ -356,3 +392,19 @@ def test_a_listing_by_status_leaves_out_a_session_whose_summary_changed_since_th
         _ops.list_details(sync_table, name=None, opts=running, shard_count=SHARDS, store=None)
     )
     assert page.sessions == [] and not closes
+
+
+def test_create_table_records_its_sweep_settings_on_a_new_table_and_an_older_one(
+    client: Client, table_name: str, fixture_clients: Any, moto_endpoint: str
+) -> None:
+    sweep = SweepSettings(event_bus_name="bus-a", stale_after_seconds=60)
+    _, described = client.run(_ops.create_table(table_name, SHARDS, sweep=sweep))
+    assert (described.event_bus_name, described.stale_after_seconds) == ("bus-a", 60)
+    assert not client.calls("UpdateItem")  # the new descriptor whole, in its one put
+    older = f"{table_name}-old"  # a table described before create_table recorded the sweep
+    try:
+        run_sync(fixture_clients(moto_endpoint), _ops.create_table(older, SHARDS))
+        _, described = client.run(_ops.create_table(older, SHARDS, sweep=sweep))
+        assert described.describes_sweep and described.event_bus_name == "bus-a"
+    finally:
+        fixture_clients(moto_endpoint).delete_table(TableName=older)
