@@ -1,0 +1,410 @@
+"""The DynamoDB operations (``dynamodb/_ops.py``) against the moto server, where the conformance
+suite does not reach: what an append does with each kind of cancelled transaction, a read that
+meets an entry missing a part, a delete of many pages (each item deleted once, its lease
+renewed, a delete that another took over), the parts a delete leaves for an append in flight,
+and ``create_table`` on a table still CREATING or already there.
+
+DynamoDB's answers that moto does not give on its own (a CREATING table, a cancelled
+transaction, pages of a few items) are put in by the test's own client (botocore event hooks);
+every test drives the operations with ``run_sync`` and that client."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import types
+from typing import Any
+
+import boto3
+import pytest
+from botocore.awsrequest import AWSResponse
+
+from sandbox_ledger import (
+    ConflictError,
+    EnvironmentRecord,
+    LedgerEntry,
+    LedgerEvent,
+    ListSandboxOptions,
+    SandboxStatus,
+    StorageError,
+)
+from sandbox_ledger import keys as k
+from sandbox_ledger.deployment import SweepSettings
+from sandbox_ledger.dynamodb import _items as it
+from sandbox_ledger.dynamodb import _ops
+from sandbox_ledger.sdk.attributes import N, S
+from sandbox_ledger.sdk.steps import MAX_ATTEMPTS, run_sync
+
+pytestmark = pytest.mark.usefixtures("fast_sdk_backoff")
+
+SHARDS = k.DEFAULT_SHARD_COUNT
+PK = k.session_pk("build", "sb-1")
+
+
+def entry(
+    event: str = LedgerEvent.ExecComplete, payload: object = None, ts: int = 1_000
+) -> LedgerEntry:
+    return LedgerEntry(
+        ts=ts, name="build", sandbox_id="sb-1", step_index=0, event=event, payload=payload
+    )
+
+
+class Client:
+    """A client of its own (hooks stay with it) that counts the requests it sends."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.sdk = boto3.session.Session().client("dynamodb", endpoint_url=endpoint)
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+        self.sdk.meta.events.register("before-call.dynamodb.*", self._count)
+
+    def _count(self, model: Any, params: dict[str, Any], **_: Any) -> None:
+        self.sent.append((model.name, params))
+
+    def calls(self, operation: str) -> list[dict[str, Any]]:
+        return [params for name, params in self.sent if name == operation]
+
+    def run(self, op: Any) -> Any:
+        return run_sync(self.sdk, op)
+
+
+@pytest.fixture
+def client(moto_endpoint: str) -> Client:
+    return Client(moto_endpoint)
+
+
+def cancel_transactions(client: Client, *reasons: list[str]) -> None:
+    """Answer the next transactions with DynamoDB's cancellation, one per ``reasons``."""
+    pending = list(reasons)
+
+    def answer(**_: Any) -> Any:
+        if not pending:
+            return None
+        codes = pending.pop(0)
+        parsed = {
+            "Error": {"Code": "TransactionCanceledException", "Message": f"cancelled {codes}"},
+            "CancellationReasons": [{"Code": code} for code in codes],
+            "ResponseMetadata": {"HTTPStatusCode": 400},
+        }
+        return AWSResponse("https://dynamodb", 400, {}, None), parsed
+
+    client.sdk.meta.events.register("before-call.dynamodb.TransactWriteItems", answer)
+
+
+def stored_items(fixture_client: Any, table: str) -> list[dict[str, Any]]:
+    return fixture_client.query(
+        TableName=table,
+        KeyConditionExpression="PK = :pk",
+        ExpressionAttributeValues={":pk": S(PK)},
+        ConsistentRead=True,
+    )["Items"]
+
+
+# -- append ---------------------------------------------------------------------------------
+
+
+def test_an_append_retries_a_conflicting_transaction_and_stores_the_entry_once(
+    client: Client, sync_table: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    client.run(
+        _ops.append(sync_table, entry(LedgerEvent.SandboxCreated), it.order_ids.next(), SHARDS)
+    )
+    before = len(client.calls("TransactWriteItems"))
+    cancel_transactions(client, ["None", "TransactionConflict"])
+    with caplog.at_level(logging.INFO, logger="sandbox_ledger"):
+        assert client.run(_ops.append(sync_table, entry(), it.order_ids.next(), SHARDS)) is True
+    assert len(client.calls("TransactWriteItems")) - before == 2  # cancelled, then stored
+    stored = client.run(_ops.read_all(sync_table, "build", "sb-1"))
+    assert [e.event for e in stored] == ["sandbox.created", "exec.complete"]
+    details = client.run(_ops.get_sandbox_details(sync_table, "build", "sb-1"))
+    assert details is not None and details.exec_count == 1
+    logged = [r.getMessage() for r in caplog.records]
+    assert "append build/sb-1: transaction cancelled ['None', 'TransactionConflict'], retry 1" in (
+        logged
+    )
+
+
+def test_an_append_cancelled_for_a_reason_no_retry_cures_fails_at_once(
+    client: Client, sync_table: str
+) -> None:
+    cancel_transactions(client, *[["None", "ItemCollectionSizeLimitExceeded"]] * MAX_ATTEMPTS)
+    with pytest.raises(StorageError) as raised:
+        client.run(_ops.append(sync_table, entry(), it.order_ids.next(), SHARDS))
+    assert not isinstance(raised.value, ConflictError)  # nothing says a delete is running
+    assert len(client.calls("TransactWriteItems")) == 1
+
+
+def test_an_append_with_a_ttl_waits_for_a_running_delete_then_says_so(
+    client: Client,
+    sync_table: str,
+    fixture_clients: Any,
+    moto_endpoint: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client.run(
+        _ops.append(
+            sync_table,
+            entry(LedgerEvent.SandboxCreated),
+            it.order_ids.next(),
+            SHARDS,
+            ttl=4_000_000_000,
+        )
+    )
+    lease_until = time.time_ns() // 1_000_000 + 60_000  # a delete_sandbox holds the session
+    fixture_clients(moto_endpoint).update_item(
+        TableName=sync_table,
+        Key=it.summary_key(PK),
+        UpdateExpression="SET #dl = :until",
+        ExpressionAttributeNames={"#dl": k.LedgerAttr.DELETING},
+        ExpressionAttributeValues={":until": N(lease_until)},
+    )
+    before = len(client.calls("TransactWriteItems"))
+    said = r"append: the session is being deleted \(retry once delete_sandbox has returned\)"
+    with pytest.raises(ConflictError, match=said), caplog.at_level(logging.WARNING):
+        client.run(_ops.append(sync_table, entry(), it.order_ids.next(), SHARDS, ttl=4_000_000_000))
+    logged = [r.getMessage() for r in caplog.records]
+    assert f"append build/sb-1: giving up after {MAX_ATTEMPTS} attempts" in logged
+    assert len(client.calls("TransactWriteItems")) - before == MAX_ATTEMPTS
+
+
+def test_an_out_of_order_append_whose_summary_a_delete_removed_meanwhile_starts_it_again(
+    client: Client, sync_table: str, fixture_clients: Any, moto_endpoint: str
+) -> None:
+    later, earlier = 4_000_000_000, 3_000_000_000
+    client.run(_ops.append(sync_table, entry(LedgerEvent.SandboxCreated), "1", SHARDS, ttl=later))
+    raw = fixture_clients(moto_endpoint)
+    sent = iter(range(1, 100))
+
+    def deleted_after_the_first(**_: Any) -> None:  # the summary's TTL is later: try again,
+        if next(sent) == 2:  # leaving it; a delete_sandbox removes the summary just then
+            raw.delete_item(TableName=sync_table, Key=it.summary_key(PK))
+
+    client.sdk.meta.events.register(
+        "before-call.dynamodb.TransactWriteItems", deleted_after_the_first
+    )
+    client.run(_ops.append(sync_table, entry(), it.order_ids.next(), SHARDS, ttl=earlier))
+    summary = raw.get_item(TableName=sync_table, Key=it.summary_key(PK), ConsistentRead=True)
+    assert summary["Item"][k.TTL_ATTRIBUTE] == N(earlier)  # made again by this append
+
+
+def test_an_import_claim_held_by_another_write_stores_nothing(
+    client: Client, sync_table: str
+) -> None:
+    claim = k.claim_sk("0" * 64, 1)
+    started = entry(LedgerEvent.ExecStarted)  # no summary change: the transaction is head and claim
+    assert client.run(_ops.append(sync_table, started, it.order_ids.next(), SHARDS, claim=claim))
+    again = _ops.append(sync_table, started, it.order_ids.next(), SHARDS, claim=claim)
+    assert client.run(again) is False
+    assert len(client.run(_ops.read_all(sync_table, "build", "sb-1"))) == 1
+
+
+# -- reads of an entry missing a part -------------------------------------------------------
+
+
+@pytest.fixture
+def broken_entry(
+    client: Client,
+    sync_table: str,
+    monkeypatch: pytest.MonkeyPatch,
+    fixture_clients: Any,
+    moto_endpoint: str,
+) -> Any:
+    """A stored entry of three parts (parts of 350 bytes) whose second part is gone."""
+    monkeypatch.setattr(it, "CHUNK_BYTES", 350)
+    big = entry(payload=os.urandom(600).hex())  # random: zlib only halves it
+    client.run(_ops.append(sync_table, big, it.order_ids.next(), SHARDS))
+    raw = fixture_clients(moto_endpoint)
+    parts = [i for i in stored_items(raw, sync_table) if k.part_head(i["SK"]["S"]) is not None]
+    assert len(parts) == 2
+    raw.delete_item(TableName=sync_table, Key={"PK": parts[0]["PK"], "SK": parts[0]["SK"]})
+    return raw
+
+
+def test_a_read_refuses_an_entry_missing_a_part_in_a_session_nobody_deletes(
+    client: Client, sync_table: str, broken_entry: Any
+) -> None:
+    with pytest.raises(ValueError, match="part"):
+        client.run(_ops.read_all(sync_table, "build", "sb-1"))
+
+
+def test_a_read_leaves_out_an_entry_missing_a_part_while_a_delete_runs(
+    client: Client, sync_table: str, broken_entry: Any
+) -> None:
+    broken_entry.update_item(
+        TableName=sync_table,
+        Key=it.summary_key(PK),
+        UpdateExpression="SET #dl = :until",
+        ExpressionAttributeNames={"#dl": k.LedgerAttr.DELETING},
+        ExpressionAttributeValues={":until": N(time.time_ns() // 1_000_000 + 60_000)},
+    )
+    assert client.run(_ops.read_all(sync_table, "build", "sb-1")) == []
+
+
+# -- delete_sandbox -------------------------------------------------------------------------
+
+
+def heads(raw: Any, table: str, count: int) -> None:
+    """``count`` stored entries of the session (heads only), written directly."""
+    items = [it.encode_entry(entry(ts=ts), it.order_ids.next()).head for ts in range(count)]
+    for at in range(0, count, 25):
+        batch = [{"PutRequest": {"Item": item}} for item in items[at : at + 25]]
+        raw.batch_write_item(RequestItems={table: batch})
+
+
+@pytest.fixture
+def many_pages(
+    client: Client,
+    sync_table: str,
+    fixture_clients: Any,
+    moto_endpoint: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Any:
+    """60 entries; queries answered 20 items a page (DynamoDB's pages end at 1 MB), and a clock
+    that moves 35 s at each reading, so the delete's lease (60 s) is due before each batch
+    (half of it passed)."""
+    raw = fixture_clients(moto_endpoint)
+    heads(raw, sync_table, 60)
+    client.sdk.meta.events.register(
+        "provide-client-params.dynamodb.Query", lambda params, **_: params.update(Limit=20)
+    )
+    clock = iter(range(time.time_ns(), 2**63, 35 * 10**9))
+    monkeypatch.setattr(_ops, "time", types.SimpleNamespace(time_ns=lambda: next(clock)))
+    return raw
+
+
+def test_a_delete_of_many_pages_deletes_each_item_once_and_renews_its_lease(
+    client: Client, sync_table: str, many_pages: Any
+) -> None:
+    raw = many_pages
+    client.run(_ops.delete_session(sync_table, PK))
+    assert stored_items(raw, sync_table) == []
+    batches = [
+        json.loads(p["body"])["RequestItems"][sync_table] for p in client.calls("BatchWriteItem")
+    ]
+    assert sum(len(b) for b in batches) == 60  # each item once, a page of 20 in one batch
+    assert len(client.calls("Query")) >= 3
+    assert len(client.calls("UpdateItem")) == 1 + len(batches)  # taken, renewed before each
+
+
+def test_a_delete_that_another_took_over_stops_renewing_and_leaves_the_summary_to_it(
+    client: Client, sync_table: str, many_pages: Any
+) -> None:
+    raw = many_pages
+
+    def take_over(**_: Any) -> None:  # another delete_sandbox takes the lease with its token
+        raw.update_item(
+            TableName=sync_table,
+            Key=it.summary_key(PK),
+            UpdateExpression="SET #dt = :token",
+            ExpressionAttributeNames={"#dt": k.LedgerAttr.DELETING_TOKEN},
+            ExpressionAttributeValues={":token": S("the-other-delete")},
+        )
+
+    client.sdk.meta.events.register("before-call.dynamodb.BatchWriteItem", take_over)
+    client.run(_ops.delete_session(sync_table, PK))
+    # taken, renewed before the first batch, refused before the second, then left to the other
+    assert len(client.calls("UpdateItem")) == 3
+    left = stored_items(raw, sync_table)
+    assert [i["SK"]["S"] for i in left] == [k.SUMMARY_SK]
+
+
+def parts_written_at(raw: Any, table: str, written_ns: int, ts: int) -> None:
+    """The parts of an entry whose head is not stored yet, its order id made at ``written_ns``."""
+    order = f"{written_ns:020d}beefcafe"
+    big = it.encode_entry(entry(payload=os.urandom(600).hex(), ts=ts), order)
+    for part in big.parts:
+        raw.put_item(TableName=table, Item=part)
+
+
+def test_a_delete_leaves_the_parts_of_an_append_in_flight_for_15_minutes_exactly(
+    client: Client,
+    sync_table: str,
+    fixture_clients: Any,
+    moto_endpoint: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(it, "CHUNK_BYTES", 350)
+    raw = fixture_clients(moto_endpoint)
+    now = time.time_ns()
+    grace = _ops.ORPHAN_PART_GRACE_MS * 1_000_000
+    parts_written_at(raw, sync_table, now - grace, ts=1)  # a writer that died: deleted
+    parts_written_at(raw, sync_table, now - grace + 1, ts=2)  # still in flight: left
+    monkeypatch.setattr(_ops, "time", types.SimpleNamespace(time_ns=lambda: now))
+    client.run(_ops.delete_session(sync_table, PK))
+    left = {k.part_head(i["SK"]["S"]) for i in stored_items(raw, sync_table)}
+    assert len(left) == 1 and next(iter(left)).startswith(f"{k.EVENT_PREFIX}0000000000000002#")
+
+
+# -- create_table ---------------------------------------------------------------------------
+
+
+def test_create_table_waits_for_a_creating_table_and_leaves_an_existing_one(
+    client: Client, table_name: str
+) -> None:
+    answers = iter(["CREATING"])
+
+    def creating(parsed: dict[str, Any], **_: Any) -> None:  # DynamoDB's first answers
+        parsed["Table"]["TableStatus"] = next(answers, parsed["Table"]["TableStatus"])
+
+    client.sdk.meta.events.register("after-call.dynamodb.DescribeTable", creating)
+    created, _ = client.run(_ops.create_table(table_name, SHARDS))
+    assert created is True and len(client.calls("DescribeTable")) == 2
+    assert len(client.calls("UpdateTimeToLive")) == 1
+    created, _ = client.run(_ops.create_table(table_name, SHARDS))
+    assert created is False
+    # DynamoDB refuses to enable a TTL that is already enabled (moto does not)
+    assert len(client.calls("UpdateTimeToLive")) == 1
+
+    def enabling(parsed: dict[str, Any], **_: Any) -> None:  # DynamoDB's, for up to an hour
+        parsed["TimeToLiveDescription"]["TimeToLiveStatus"] = "ENABLING"
+
+    client.sdk.meta.events.register("after-call.dynamodb.DescribeTimeToLive", enabling)
+    client.run(_ops.create_table(table_name, SHARDS))
+    assert len(client.calls("UpdateTimeToLive")) == 1
+
+
+def test_an_environment_stored_without_its_first_saved_order_is_listed(
+    client: Client, sync_table: str, fixture_clients: Any, moto_endpoint: str
+) -> None:
+    # as stored before the first-saved order was kept (the record's own item, nothing more)
+    old = EnvironmentRecord(name="old", built_at=5)
+    fixture_clients(moto_endpoint).put_item(TableName=sync_table, Item=it.environment_item(old))
+    client.run(_ops.save_environment(sync_table, EnvironmentRecord(name="new", built_at=5), "1"))
+    listed = client.run(_ops.list_environments(sync_table))
+    assert [e.name for e in listed] == ["old", "new"]
+
+
+def test_a_listing_by_status_leaves_out_a_session_whose_summary_changed_since_the_index(
+    client: Client, sync_table: str, fixture_clients: Any, moto_endpoint: str
+) -> None:
+    raw = fixture_clients(moto_endpoint)
+    run_sync(raw, _ops.append(sync_table, entry(LedgerEvent.SandboxCreated), "1", SHARDS))
+    closes = [entry(LedgerEvent.SandboxClosed, ts=2_000)]
+
+    def closed_meanwhile(**_: Any) -> None:  # the index (eventually consistent) lags behind
+        while closes:
+            run_sync(raw, _ops.append(sync_table, closes.pop(), it.order_ids.next(), SHARDS))
+
+    client.sdk.meta.events.register("before-call.dynamodb.BatchGetItem", closed_meanwhile)
+    running = ListSandboxOptions(status=SandboxStatus.Running)
+    page = client.run(
+        _ops.list_details(sync_table, name=None, opts=running, shard_count=SHARDS, store=None)
+    )
+    assert page.sessions == [] and not closes
+
+
+def test_create_table_records_its_sweep_settings_on_a_new_table_and_an_older_one(
+    client: Client, table_name: str, fixture_clients: Any, moto_endpoint: str
+) -> None:
+    sweep = SweepSettings(event_bus_name="bus-a", stale_after_seconds=60)
+    _, described = client.run(_ops.create_table(table_name, SHARDS, sweep=sweep))
+    assert (described.event_bus_name, described.stale_after_seconds) == ("bus-a", 60)
+    assert not client.calls("UpdateItem")  # the new descriptor whole, in its one put
+    older = f"{table_name}-old"  # a table described before create_table recorded the sweep
+    try:
+        run_sync(fixture_clients(moto_endpoint), _ops.create_table(older, SHARDS))
+        _, described = client.run(_ops.create_table(older, SHARDS, sweep=sweep))
+        assert described.describes_sweep and described.event_bus_name == "bus-a"
+    finally:
+        fixture_clients(moto_endpoint).delete_table(TableName=older)
