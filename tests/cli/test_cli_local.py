@@ -97,7 +97,8 @@ def test_local_killed_loses_at_most_the_last_seconds_never_the_file(tmp_path: Pa
     server.process.kill()
     server.process.wait()
     assert len((tmp_path / "dev.jsonl").read_text().splitlines()) == 6
-    assert [p.name for p in tmp_path.iterdir()] == ["dev.jsonl"]  # no temporary file left
+    # No temporary file left; the lock file stays (a killed server's lock is free at once).
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".dev.jsonl.lock", "dev.jsonl"]
 
 
 def test_the_readme_library_sample_runs_with_what_local_prints(tmp_path: Path) -> None:
@@ -260,32 +261,63 @@ def test_a_failed_save_keeps_serving_and_the_last_one_keeps_the_tables(tmp_path:
     assert all('"sb-2"' not in line for line in lines)
 
 
-def test_the_lock_follows_no_link_and_lives_in_a_private_directory(tmp_path: Path) -> None:
-    """The lock was a predictable name in the shared temporary directory, opened for writing
-    and truncated: a link planted there by another user made `local` truncate its target."""
-    import hashlib
-
-    tmp, uid = tmp_path / "tmp", os.getuid()
-    tmp.mkdir()
-    key = hashlib.sha256(os.fsencode((tmp_path / "dev.jsonl").resolve())).hexdigest()[:16]
+def test_the_lock_is_beside_the_data_and_follows_no_link(tmp_path: Path) -> None:
+    """The lock was first a predictable name in the shared temporary directory, opened for
+    writing and truncated (a link planted there made `local` truncate its target), then a
+    file in a directory under TMPDIR (two shells with different TMPDIRs both served one
+    data file, the red team found). It is now beside the data file, opened without
+    following a link."""
     victim = tmp_path / "victim"
     victim.write_text("precious")
-    (tmp / f"sandbox-ledger-local-{uid}-{key}.lock").symlink_to(victim)  # the old name
-    private = tmp / f"sandbox-ledger-{uid}"
-    private.mkdir(mode=0o700)
-    (private / f"local-{key}.lock").symlink_to(victim)
-    env = bare_env(TMPDIR=str(tmp))
-    done = run(["local", "--port", "0", "--data", "dev.jsonl"], env, cwd=tmp_path)
+    (tmp_path / ".dev.jsonl.lock").symlink_to(victim)
+    done = run(["local", "--port", "0", "--data", "dev.jsonl"], bare_env(), cwd=tmp_path)
     assert done.returncode == 1, done.stderr
-    assert done.stderr.startswith(f"error: --data: cannot open the lock file {private}/local-")
-    assert victim.read_text() == "precious"
-    # A lock directory that others can write (or that is not this user's) is refused.
-    (private / f"local-{key}.lock").unlink()
-    private.chmod(0o777)
-    done = run(["local", "--port", "0", "--data", "dev.jsonl"], env, cwd=tmp_path)
-    assert done.returncode == 1
-    assert done.stderr == (
-        f"error: --data: {private}, where local keeps its lock files, is not a directory that "
-        "only this user can write; remove it (or set TMPDIR elsewhere)\n"
+    assert done.stderr.startswith(
+        f"error: --data: cannot open the lock file {tmp_path / '.dev.jsonl.lock'} ("
     )
     assert victim.read_text() == "precious" and not (tmp_path / "dev.jsonl").exists()
+    (tmp_path / ".dev.jsonl.lock").unlink()
+    first = Local("--data", "dev.jsonl", cwd=tmp_path)
+    try:
+        for tmpdir in ("t1", "t2"):
+            (tmp_path / tmpdir).mkdir()
+            env = bare_env(TMPDIR=str(tmp_path / tmpdir))
+            second = run(["local", "--port", "0", "--data", "dev.jsonl"], env, cwd=tmp_path)
+            assert second.returncode == 1 and "is in use by another" in second.stderr
+    finally:
+        assert first.stop()[0] == 0
+
+
+def test_closing_the_terminal_saves_and_stops(tmp_path: Path) -> None:
+    """SIGHUP (a terminal or an SSH session closed) ended `local` on the spot, unsaved."""
+    server = Local("--data", "dev.jsonl", "--save-every", "60", cwd=tmp_path)
+    assert run(["import", str(ROOT / "examples" / "ledger.jsonl")], server.env()).returncode == 0
+    code, stderr = server.stop(signal.SIGHUP)
+    assert code == 0, stderr
+    assert stderr.splitlines()[-1].startswith("SIGHUP: stopped; saved 6 entries")
+    assert len((tmp_path / "dev.jsonl").read_text().splitlines()) == 6
+
+
+def test_a_data_file_turned_into_a_fifo_is_a_failed_save_not_a_hang(tmp_path: Path) -> None:
+    """A save opened a FIFO put in the data file's place and waited for a reader forever;
+    SIGTERM and Ctrl-C could not end it (only kill -9, losing the tables)."""
+    server = Local("--data", "dev.jsonl", "--save-every", "0.5", cwd=tmp_path)
+    assert server.process.stderr is not None
+    assert run(["import", str(ROOT / "examples" / "ledger.jsonl")], server.env()).returncode == 0
+    data = tmp_path / "dev.jsonl"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not data.exists():
+        time.sleep(0.1)
+    data.unlink()
+    os.mkfifo(data)
+    assert run(["rm", "build", "sb-2", "--yes"], server.env()).returncode == 0  # a change
+    while (line := server.process.stderr.readline()).startswith("serving DynamoDB"):
+        pass
+    assert line == (
+        "could not save dev.jsonl (not a regular file any more); still serving, trying again\n"
+    )
+    code, stderr = server.stop()
+    assert code == 1 and "the tables are saved in" in stderr, stderr
+    saved = Path(re.search(r"the tables are saved in (\S+) instead", stderr).group(1))  # type: ignore[union-attr]
+    assert len(saved.read_text().splitlines()) == 5
+    saved.unlink()

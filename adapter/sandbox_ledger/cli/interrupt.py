@@ -67,8 +67,8 @@ _HELD = (signal.SIGINT, signal.SIGTERM)
 
 
 class StopSignals:
-    """Ctrl-C and SIGTERM as a request to stop a loop that waits between rounds of work
-    (``sandbox-ledger local``): :meth:`wait` returns at once when one arrives.
+    """Ctrl-C, SIGTERM and SIGHUP as a request to stop a loop that waits between rounds of
+    work (``sandbox-ledger local``): :meth:`wait` returns at once when one arrives.
 
     The handler touches no lock. One that sets a :class:`threading.Event` can deadlock: a
     process-directed signal taken by another thread (a server's) does not wake the main
@@ -90,9 +90,15 @@ class StopSignals:
 
     def __enter__(self) -> StopSignals:
         self._previous_fd = signal.set_wakeup_fd(self._writer.fileno(), warn_on_full_buffer=False)
-        for number in _HELD:
+        for number in self._stopping():
             self._previous[number] = signal.signal(number, self._handle)
         return self
+
+    @staticmethod
+    def _stopping() -> tuple[int, ...]:
+        """Ctrl-C, SIGTERM, and SIGHUP (the terminal closed) unless it is ignored (nohup)."""
+        hangup = signal.getsignal(signal.SIGHUP) in (signal.SIG_DFL, None)
+        return (*_HELD, signal.SIGHUP) if hangup else _HELD
 
     def __exit__(self, *_: object) -> None:
         for number, handler in self._previous.items():
@@ -120,7 +126,7 @@ class StopSignals:
                     woken += chunk
             # The Python handler runs at the main thread's next check for signals, which
             # need not come before this line: the numbers written say it already.
-            self._received.extend(n for n in woken if n in _HELD)
+            self._received.extend(n for n in woken if n in self._previous)
         return bool(self._received)
 
 

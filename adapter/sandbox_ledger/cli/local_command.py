@@ -7,7 +7,7 @@ import contextlib
 import shlex
 import signal
 import sys
-from pathlib import Path
+from pathlib import Path  # noqa: TC003 - typer reads the annotation at run time
 from typing import TYPE_CHECKING
 
 import typer
@@ -123,21 +123,21 @@ def _require_free(host: str, port: int) -> None:
 @contextlib.contextmanager
 def _held(data: Path | None) -> Iterator[None]:
     """One ``local`` per data file: two would each save their own tables over the other's
-    every few seconds, and all but the last one's writes would be lost. The lock is a file
-    named after the data file's resolved path in this user's private directory under the
-    temporary directory (one beside the data would be left there by a killed server; one
-    directly in a shared /tmp could be a link another user planted), held while the server
-    runs."""
+    every few seconds, and all but the last one's writes would be lost. The lock is
+    ``.FILE.lock`` beside the data file (the file a link names, for a link), the one place
+    every process that can write the data shares whatever its temporary directory; it is
+    left there (removing a lock file races with the next server taking it) and a killed
+    server's lock is free at once (the kernel drops it with the process)."""
     if data is None:
         yield
         return
-    import hashlib
     import os
+    import stat
 
     from sandbox_ledger.cli.transfer import _lock
 
-    key = hashlib.sha256(os.fsencode(data.resolve())).hexdigest()[:16]
-    lock = _lock_directory() / f"local-{key}.lock"
+    target = data.resolve()
+    lock = target.with_name(f".{target.name}.lock")
     try:
         descriptor = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     except OSError as exc:
@@ -145,6 +145,10 @@ def _held(data: Path | None) -> Iterator[None]:
             f"--data: cannot open the lock file {lock} ({exc.strerror or exc})", ExitCode.FAILED
         ) from exc
     try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise CommandError(
+                f"--data: the lock file {lock} is not a regular file; remove it", ExitCode.FAILED
+            )
         if not _lock(descriptor, wait=False):
             holder = os.pread(descriptor, 20, 0).decode(errors="replace").strip()
             by = f" (pid {holder})" if holder.isdigit() else ""
@@ -158,30 +162,6 @@ def _held(data: Path | None) -> Iterator[None]:
         yield
     finally:
         os.close(descriptor)
-
-
-def _lock_directory() -> Path:
-    """``sandbox-ledger-<uid>`` in the temporary directory, made private (0700) to this user
-    if missing; refused unless it is a directory of this user that no one else can write."""
-    import os
-    import stat
-    import tempfile
-
-    directory = Path(tempfile.gettempdir()) / f"sandbox-ledger-{os.getuid()}"
-    with contextlib.suppress(FileExistsError):
-        directory.mkdir(mode=0o700)
-    status = directory.lstat()
-    if (
-        not stat.S_ISDIR(status.st_mode)
-        or status.st_uid != os.getuid()
-        or status.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-    ):
-        raise CommandError(
-            f"--data: {directory}, where local keeps its lock files, is not a directory "
-            "that only this user can write; remove it (or set TMPDIR elsewhere)",
-            ExitCode.FAILED,
-        )
-    return directory
 
 
 def _check_data_file(data: Path) -> None:
@@ -260,10 +240,21 @@ def _say(line: str) -> None:
 
 
 def _write_data(lines: tuple[str, ...], data: Path) -> str | None:
-    """Write ``lines`` over ``data`` atomically; None, or why it could not."""
+    """Write ``lines`` over ``data`` atomically; None, or why it could not. Only ever a
+    regular file: export writes into a FIFO as it is, whose open waits for a reader that
+    never comes (and Ctrl-C could not end that wait)."""
+    import stat
+
     from sandbox_ledger.cli.transfer import _export
     from sandbox_ledger.errors import InvalidInputError
 
+    try:
+        if not stat.S_ISREG(data.stat().st_mode):
+            return "not a regular file any more"
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        return exc.strerror or str(exc)
     try:
         _export(iter(lines), data)
     except InvalidInputError as exc:
