@@ -221,11 +221,9 @@ def _write(
         # A DeploymentMismatchError (the client disagrees with the table, not a line) stops
         # the import: what the batch wrote stays, each entry once, and a re-run resumes.
         try:
-            outcomes: list[bool | InvalidInputError | None] = list(
-                target.append_once_many(
-                    [(e, occurrence) for _, e, occurrence, _ in writes],
-                    digests=[digest for *_, digest in writes],  # computed by plan_session
-                )
+            outcomes = target.append_once_many(
+                [(e, occurrence) for _, e, occurrence, _ in writes],
+                digests=[digest for *_, digest in writes],  # computed once, by plan_session
             )
         except StorageError as exc:
             # Stopped part way (DynamoDB writes a batch in several transactions): what it

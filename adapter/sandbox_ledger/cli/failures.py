@@ -55,9 +55,9 @@ def handled(fn: Callable[P, R]) -> Callable[P, R]:
             if target is not None and target.debug:
                 raise
             code, line = failure(exc, target)
-            done = target.after_failure() if target and target.after_failure else None
-            if code == ExitCode.FAILED and done:
-                line = f"{line}; {done}"
+            if code == ExitCode.FAILED and target and target.after_failure:
+                done = target.after_failure()
+                line = f"{line}; {done}" if done else line
             # Whatever the message quotes (a driver's error, a URL), no password or AWS secret.
             secrets = (target.store, target.endpoint_url) if target is not None else ()
             err().print(f"error: {scrub(line, *secrets)}", markup=False, soft_wrap=True)

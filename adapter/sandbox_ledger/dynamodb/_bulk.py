@@ -113,12 +113,15 @@ def append_once_many(
     except (ClientError, BotoCoreError, StorageError) as exc:
         # Stopped part way: what landed before (and beside) the failure stays stored, once;
         # the error says which items (a caller's report counts them, a re-run finds them).
-        if isinstance(exc, StorageError):
-            exc.outcomes = _known(outcomes, done, repeats) if done else None
-            raise
-        error = steps.give_up(exc, Call("transact_write_items", {}))
+        error = (
+            exc
+            if isinstance(exc, StorageError)
+            else steps.give_up(exc, Call("transact_write_items", {}))
+        )
         if isinstance(error, StorageError) and done:
             error.outcomes = _known(outcomes, done, repeats)
+        if error is exc:
+            raise
         raise error from exc
     result = _known(outcomes, done, repeats)
     assert all(outcome is not None for outcome in result)
