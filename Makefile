@@ -52,15 +52,16 @@ demo: $(DEMO_STAMP)
 	$(BIN)/sandbox-ledger demo
 
 # Scale and soak tests carry the `slow` marker: `make test-all` (and CI) runs them too.
-# The tests run on one pytest-xdist worker per core and one more (many tests wait on a child
-# process or a server: on 2 cores, 3 workers took 153 s, 2 took 185 s and 4 took 166 s,
-# docs/benchmarks.md); each worker starts its own moto and
-# PostgreSQL servers. --dist loadscope keeps a module's test functions (and a class's methods)
-# on one worker: the CDK tests share one synthesized template, synthesized once.
+# The tests run on one pytest-xdist worker per core and two more (many tests wait on a child
+# process, a server or a timeout; docs/benchmarks.md has the figures by worker count); each
+# worker starts its own moto and PostgreSQL servers and the CLI tests' fork server.
+# --dist loadscope keeps a module's test functions (and a class's methods) on one worker,
+# and the CDK modules together (tests/conftest.py): they share one jsii runtime and one
+# synthesized template.
 # PYTHONDONTWRITEBYTECODE is cleared for the tests: with it set, every worker rewrites and
 # compiles each test module's asserts anew (about 5 s of CPU per worker) instead of reading
 # pytest's cache in __pycache__ (git-ignored).
-TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(len(getattr(os, "sched_getaffinity", lambda _: range(os.cpu_count() or 1))(0)) + 1)')
+TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(len(getattr(os, "sched_getaffinity", lambda _: range(os.cpu_count() or 1))(0)) + 2)')
 test: $(STAMP)
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadscope --durations=15
 

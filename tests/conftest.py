@@ -31,6 +31,28 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     _freeze_heap()
 
 
+# Test modules that must share one worker under `--dist loadscope`: each worker that runs a
+# CDK test starts a jsii runtime of its own (Node loading aws-cdk-lib, seconds of CPU).
+ONE_WORKER = {
+    "tests/deploy/test_infra.py": "cdk",
+    "tests/deploy/test_changes_grant.py": "cdk",
+}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getoption("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            group = ONE_WORKER.get(nodeid.split("::", 1)[0])
+            return f"group {group}" if group else str(super()._split_scope(nodeid))
+
+    return Scheduling(config, log)
+
+
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
     """The session's moto server, or the one ``SANDBOX_LEDGER_TEST_MOTO_ENDPOINT`` names (make

@@ -18,8 +18,9 @@ from typer.testing import CliRunner
 
 from sandbox_ledger.cli import app
 
+from .processes import popen, run
+
 ROOT = Path(__file__).resolve().parents[2]
-COMMAND = Path(sys.executable).parent / "sandbox-ledger"
 LEDGER = ROOT / "examples" / "ledger.jsonl"
 
 # The CLI in a child process that reads one session at a time and whose read of session sb-2
@@ -106,13 +107,7 @@ def test_a_killed_export_leaves_the_file_and_nothing_that_blocks_or_piles_up(
     assert output.read_text() == "the previous backup\n"
     assert len(partials(output)) == 1  # SIGKILL leaves it: nothing can run
 
-    done = subprocess.run(
-        [COMMAND, "--store", store, "export", "-o", output],
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run(["--store", store, "export", "-o", str(output)], env(), timeout=120)
     assert done.returncode == 0, done.stderr
     assert len(output.read_text().splitlines()) == len(LEDGER.read_text().splitlines())
     assert partials(output) == []  # the dead run's file is gone, and so is this run's
@@ -134,22 +129,15 @@ def test_a_leftover_of_this_very_pid_never_blocks_and_a_live_writers_file_is_kep
     assert len(output.read_text().splitlines()) == len(LEDGER.read_text().splitlines())
 
 
-def run_import(store: str, path: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [COMMAND, "--store", store, "import", path],
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        **kwargs,  # type: ignore[call-overload]
-    )
+def run_import(store: str, path: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return run(["--store", store, "import", path], env(), stdin=stdin, timeout=120)
 
 
 @pytest.mark.parametrize("path", ["/dev/stdin", "-"])
 def test_import_reads_a_pipe(tmp_path: Path, path: str) -> None:
     """`cat f | sandbox-ledger import /dev/stdin` (or `-`): stdin is a pipe here."""
     store = f"sqlite:///{tmp_path / 'ledger.db'}"
-    done = run_import(store, path, input=LEDGER.read_text())
+    done = run_import(store, path, stdin=LEDGER.read_text())
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip().endswith("6 new, 0 already present, 0 expired, 0 failed")
 
@@ -159,9 +147,9 @@ def test_import_reads_a_fifo(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'ledger.db'}"
     fifo = tmp_path / "entries.fifo"
     os.mkfifo(fifo)
-    process = subprocess.Popen(
-        [COMMAND, "--store", store, "import", str(fifo)],
-        env=env(),
+    process = popen(
+        ["--store", store, "import", str(fifo)],
+        env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -242,13 +230,7 @@ def _small_store(tmp_path: Path) -> str:
 
 def test_export_to_dash_writes_stdout_as_import_reads_stdin(tmp_path: Path) -> None:
     store = _small_store(tmp_path)
-    done = subprocess.run(
-        [COMMAND, "--store", store, "export", "-o", "-"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run(["--store", store, "export", "-o", "-"], dict(os.environ), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert '"sandboxId": "sb-1"' in done.stdout
     assert not (tmp_path / "-").exists()
@@ -257,12 +239,7 @@ def test_export_to_dash_writes_stdout_as_import_reads_stdin(tmp_path: Path) -> N
 def test_an_output_that_cannot_be_created_is_named_as_given(tmp_path: Path) -> None:
     """Not the temporary file written beside it (red team: '.x.jsonl.<hex>.partial')."""
     store = _small_store(tmp_path)
-    done = subprocess.run(
-        [COMMAND, "--store", store, "export", "-o", "/proc/x.jsonl"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run(["--store", store, "export", "-o", "/proc/x.jsonl"], dict(os.environ))
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines() == [
         "error: --output: /proc/x.jsonl: cannot create a file in /proc (No such file or directory)"

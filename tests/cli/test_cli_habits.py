@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .processes import COMMAND, ROOT, bare_env, run
+from .processes import COMMAND, ROOT, bare_env, popen, run
 
 # -- 7. AWS CLI habits --------------------------------------------------------------------------
 
@@ -31,12 +31,12 @@ def stdout_on_a_terminal(argv: list[str]) -> tuple[int, str]:
     import select
 
     leader, follower = pty.openpty()
-    process = subprocess.Popen(
-        [str(COMMAND), *argv],
+    process = popen(
+        argv,
+        {**bare_env(), "TERM": "xterm", "COLUMNS": "200"},
         stdout=follower,
         stderr=subprocess.DEVNULL,
         stdin=subprocess.DEVNULL,
-        env={**bare_env(), "TERM": "xterm", "COLUMNS": "200"},
     )
     os.close(follower)
     seen = bytearray()

@@ -15,7 +15,7 @@ import pytest
 
 from sandbox_ledger._import_stream import BATCH_ENTRIES
 
-from .processes import COMMAND, EVERY_COMMAND_BUT_DEMO_AND_LOCAL, ROOT, bare_env, run
+from .processes import EVERY_COMMAND_BUT_DEMO_AND_LOCAL, ROOT, bare_env, popen, run
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -100,8 +100,8 @@ def test_an_interrupted_import_says_how_far_it_got_and_resumes(
     source = big_file(tmp_path / "big.jsonl", sessions=60 * BATCH_ENTRIES // 100)
     lines = 60 * BATCH_ENTRIES
     db = tmp_path / "ledger.db"
-    argv = [str(COMMAND), "--store", f"sqlite:///{db}", "import", str(source)]
-    process = subprocess.Popen(argv, env=bare_env(), stderr=subprocess.PIPE, text=True)
+    argv = ["--store", f"sqlite:///{db}", "import", str(source)]
+    process = popen(argv, bare_env(), stderr=subprocess.PIPE, text=True)
     wait_for(lambda: stored(db) >= BATCH_ENTRIES, "the first batch")
     process.send_signal(number)
     _, stderr = process.communicate(timeout=60)
@@ -132,8 +132,8 @@ def test_an_interrupted_export_leaves_the_file_and_says_so(tmp_path: Path) -> No
     assert run(["--store", store, "import", str(source)], bare_env()).returncode == 0
     backup = tmp_path / "backup.jsonl"
     backup.write_text("old\n")
-    argv = [str(COMMAND), "--store", store, "export", "-o", str(backup)]
-    process = subprocess.Popen(argv, env=bare_env(), stderr=subprocess.PIPE, text=True)
+    argv = ["--store", store, "export", "-o", str(backup)]
+    process = popen(argv, bare_env(), stderr=subprocess.PIPE, text=True)
     wait_for(lambda: any(tmp_path.glob(".backup.jsonl.*.partial")), "the temporary file")
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=60)

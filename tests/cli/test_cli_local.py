@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from .processes import COMMAND, ROOT, bare_env, run
+from .processes import ROOT, bare_env, popen, run
 
 # -- 4. sandbox-ledger local ----------------------------------------------------------------
 
@@ -22,9 +22,9 @@ class Local:
     """``sandbox-ledger local`` as a child process, with the environment its lines set."""
 
     def __init__(self, *argv: str, cwd: Path) -> None:
-        self.process = subprocess.Popen(
-            [str(COMMAND), "local", "--port", "0", *argv],
-            env=bare_env(),
+        self.process = popen(
+            ["local", "--port", "0", *argv],
+            bare_env(),
             cwd=cwd,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -29,8 +29,9 @@ from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 from sandbox_ledger.resources import SyncResourceRecordStore
 from sandbox_ledger.resources.models import Phase
 
+from .processes import COMMAND, popen, run
+
 ROOT = Path(__file__).resolve().parents[2]
-COMMAND = Path(sys.executable).parent / "sandbox-ledger"
 WINDOWS = ["--stale-after", "900", "--retain-failed", "0"]
 
 
@@ -463,9 +464,7 @@ def test_a_closed_pipe_ends_quietly(
     assert len(exported.encode()) > 3 * 65536
     env = env_for(moto_endpoint, SANDBOX_LEDGER_TABLE=sync_table)
     for argv in (["ls"], ["export"], ["show", "job", "sb-1", "--json"], ["--help"]):
-        process = subprocess.Popen(
-            [COMMAND, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
-        )
+        process = popen(argv, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         process.stdout.close()  # type: ignore[union-attr]  # the reader is gone (`| head`)
         _, stderr = process.communicate(timeout=120)
         assert process.returncode == ExitCode.CLOSED_PIPE, (argv, stderr)
@@ -489,33 +488,27 @@ def test_as_a_process_json_parses_and_an_error_is_one_line(
 ) -> None:
     env = env_for(moto_endpoint, SANDBOX_LEDGER_TABLE=sync_table)
     for argv in (["ls", "--json"], ["envs", "--json"], ["checkpoints", "job", "sb-1", "--json"]):
-        done = subprocess.run([COMMAND, *argv], env=env, capture_output=True, timeout=120)
+        done = run(argv, env, text=False, timeout=120)
         assert done.returncode == 0 and done.stderr == b"", argv
         json.loads(done.stdout)
-    shown = subprocess.run(
-        [COMMAND, "show", "job", "sb-1", "--json"], env=env, capture_output=True, timeout=120
-    )
+    shown = run(["show", "job", "sb-1", "--json"], env, text=False, timeout=120)
     assert [json.loads(x)["ts"] for x in shown.stdout.splitlines()] == [
         e.ts for e in ledger.read_all("job", "sb-1")
     ]
-    missing = subprocess.run(
-        [COMMAND, "show", "job", "nope", "--json"], env=env, capture_output=True, text=True
-    )
+    missing = run(["show", "job", "nope", "--json"], env)
     assert missing.returncode == ExitCode.NOT_FOUND and missing.stdout == ""
     [line] = missing.stderr.splitlines()
     assert line.startswith("error: no session job/nope in table ")
-    usage = subprocess.run(
-        [COMMAND, "ls", "--limit", "lots"], env=env, capture_output=True, text=True
-    )
+    usage = run(["ls", "--limit", "lots"], env)
     assert usage.returncode == ExitCode.USAGE and "Traceback" not in usage.stderr
 
 
 def on_a_terminal(argv: list[str], env: dict[str, str]) -> tuple[int, str, bytes]:
     """Run with stderr on a pseudo-terminal (stdout piped): exit code, stderr, stdout."""
     leader, follower = pty.openpty()
-    process = subprocess.Popen(
-        [COMMAND, *argv], stdout=subprocess.PIPE, stderr=follower, stdin=subprocess.DEVNULL,
-        env={**env, "TERM": "xterm", "COLUMNS": "120"},
+    process = popen(
+        argv, {**env, "TERM": "xterm", "COLUMNS": "120"},
+        stdout=subprocess.PIPE, stderr=follower, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     os.close(follower)
     seen = bytearray()

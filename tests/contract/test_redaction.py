@@ -8,21 +8,18 @@ import asyncio
 import logging
 import os
 import socket
-import subprocess
-import sys
-from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 from typer.testing import CliRunner
 
+from cli.processes import run
 from sandbox_ledger._redact import redact_url, scrub
 from sandbox_ledger.cli import app
 from sandbox_ledger.errors import InvalidInputError, StorageError
 from sandbox_ledger.postgres import PostgresAdapter
 from sandbox_ledger.stores import open_store, parse_store_url
 
-COMMAND = Path(sys.executable).parent / "sandbox-ledger"
 # Holds '@', ':' and '/' (which a URL must percent-encode) and a space and a quote (which a
 # key=value DSN must quote); each piece is a canary of its own.
 SECRET = "pw1canary@pw2canary:pw3canary/pw4 can'ary"
@@ -96,11 +93,9 @@ def test_the_environments_aws_secrets_are_never_printed(monkeypatch: pytest.Monk
     assert key not in text and token not in text and "canary" not in text
     endpoint = f"http://127.0.0.1:{closed_port()}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOX_LEDGER_")}
-    done = subprocess.run(
-        [COMMAND, "--table", "ledger", "--endpoint-url", endpoint, "envs"],
-        env={**env, "AWS_SECRET_ACCESS_KEY": key, "AWS_SESSION_TOKEN": token},
-        capture_output=True,
-        text=True,
+    done = run(
+        ["--table", "ledger", "--endpoint-url", endpoint, "envs"],
+        {**env, "AWS_SECRET_ACCESS_KEY": key, "AWS_SESSION_TOKEN": token},
         timeout=120,
     )
     assert done.returncode == 1
@@ -191,9 +186,7 @@ def test_cli_processes_never_print_the_password(reachable: dict[str, str]) -> No
         ["--store", with_option(url, "retention_days=0"), "rm", "job", "sb-1", "--yes"],
         ["--store", reachable["userinfo"], "rm", "job", "sb-1", "--yes"],
     ):
-        done = subprocess.run(
-            [COMMAND, *argv], env=env, capture_output=True, text=True, timeout=120
-        )
+        done = run(argv, env, timeout=120)
         assert done.returncode in (2, 3), done.stderr
         assert done.stderr.startswith("error: ")
         assert_hidden(done.stdout + done.stderr)
@@ -348,12 +341,6 @@ def test_the_forms_the_fourth_red_team_found_are_masked() -> None:
         "postgresql://u@127.0.0.1:1/db?sslpassword=Kq7Zx9Wm&retention_days=0",
         "dynamodb://T?endpoint_url=http://u:Kq7Z&x9Wm@127.0.0.1:1&region=us-east-1",
     ):
-        done = subprocess.run(
-            [str(COMMAND), "--store", store, "ls"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        done = run(["--store", store, "ls"], dict(os.environ))
         assert done.returncode in (1, 2), done.stderr
         assert "Kq7Z" not in done.stderr + done.stdout and "x9Wm" not in done.stderr, done.stderr
