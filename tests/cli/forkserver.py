@@ -172,7 +172,8 @@ def _apply(request: dict[str, Any], fds: list[int]) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     sys.argv = list(request["argv"])
-    sys.path[0] = os.path.dirname(request["argv"][0])
+    # The console script's folder first on sys.path, or the working directory for -c.
+    sys.path[0] = "" if request.get("code") is not None else os.path.dirname(sys.argv[0])
     buffered = not os.environ.get("PYTHONUNBUFFERED")  # the server's own, agreed on
     for fd, name in enumerate(("stdin", "stdout", "stderr")):
         old = getattr(sys, name)
@@ -193,9 +194,23 @@ def _apply(request: dict[str, Any], fds: list[int]) -> None:
         setattr(sys, f"__{name}__", text)
 
 
-if __name__ == "__main__":
-    serve(sys.argv[1], sys.argv[2])
-    # Only a forked command gets here: run it as the console script does.
-    from sandbox_ledger.cli import main
+def _run_code(source: str) -> None:
+    """Run ``source`` as ``python -c`` does: in a fresh ``__main__`` module."""
+    import builtins
+    import types
 
-    sys.exit(main())
+    module = types.ModuleType("__main__")
+    module.__dict__["__builtins__"] = builtins
+    sys.modules["__main__"] = module
+    exec(compile(source, "<string>", "exec"), module.__dict__)
+
+
+if __name__ == "__main__":
+    request = serve(sys.argv[1], sys.argv[2])
+    # Only a forked command gets here: run it as the console script (or python -c) does.
+    if request.get("code") is not None:
+        _run_code(request["code"])
+    else:
+        from sandbox_ledger.cli import main
+
+        sys.exit(main())

@@ -54,6 +54,41 @@ def popen(argv: list[str], env: dict[str, str], **options: Any) -> subprocess.Po
     return _Forked([str(COMMAND), *argv], env=env, server=server, **options)
 
 
+def python(
+    code: str,
+    env: dict[str, str],
+    *,
+    cwd: Path | str | None = None,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[str]:
+    """``python -c code`` to its end, output captured: forked as :func:`popen` decides (the
+    program runs as ``__main__`` with ``sys.argv == ["-c"]`` and the working directory first
+    on ``sys.path``, as ``-c`` has them; the server's preloaded modules are already imported,
+    so a program that inspects ``sys.modules`` must use exec)."""
+    options: dict[str, Any] = {
+        "cwd": cwd,
+        "stdin": subprocess.DEVNULL,
+        "stdout": subprocess.PIPE,
+        "stderr": subprocess.PIPE,
+        "text": True,
+    }
+    server = _server(env) if _forkable(env, options) else None
+    args = [sys.executable, "-c", code]
+    process = (
+        subprocess.Popen(args, env=env, **options)
+        if server is None
+        else _Forked(args, env=env, server=server, code=code, **options)
+    )
+    with process:
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except BaseException:
+            process.kill()
+            process.wait()
+            raise
+    return subprocess.CompletedProcess(args, process.returncode, out, err)
+
+
 def run(
     argv: list[str],
     env: dict[str, str],
@@ -204,8 +239,11 @@ class _Forked(subprocess.Popen[Any]):
     """A Popen whose child the fork server forks: every file object, ``communicate``,
     ``send_signal``, ``wait`` and ``returncode`` behave as ``subprocess.Popen``'s."""
 
-    def __init__(self, args: list[str], *, server: _Server, **options: Any) -> None:
+    def __init__(
+        self, args: list[str], *, server: _Server, code: str | None = None, **options: Any
+    ) -> None:
         self._server = server
+        self._code = code
         self._status_buffer = b""
         self._connection: socket.socket | None = None
         self._status_lock = threading.Lock()
@@ -219,8 +257,9 @@ class _Forked(subprocess.Popen[Any]):
             given["errwrite"] if given["errwrite"] != -1 else 2,
         ]
         cwd = os.fsdecode(given["cwd"]) if given["cwd"] is not None else os.getcwd()
-        env = {os.fsdecode(k): os.fsdecode(v) for k, v in given["env"].items()}
-        request = json.dumps({"argv": list(given["args"]), "env": env, "cwd": cwd}).encode()
+        env = {os.fsdecode(k): os.fsdecode(v) for k, v in (given["env"] or os.environ).items()}
+        argv = list(given["args"]) if self._code is None else ["-c"]
+        request = json.dumps({"argv": argv, "env": env, "cwd": cwd, "code": self._code}).encode()
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             connection.connect(self._server.path)

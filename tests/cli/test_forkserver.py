@@ -9,6 +9,7 @@ import pty
 import select
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -127,7 +128,7 @@ def test_an_environment_read_at_import_differently_runs_as_it_would_with_exec(
     assert server is not None
     assert server.read_at_import, "the server recorded no variable read while importing"
     assert "TERMINAL_WIDTH" in server.read_at_import  # typer's help reads it on import
-    for name, value in (("TERMINAL_WIDTH", "33"), ("LANG", "C"), ("PYTHONWARNINGS", "ignore")):
+    for name, value in (("TERMINAL_WIDTH", "33"), ("LANG", "C")):
         env = {**bare_env(), name: value}
         shown = []
         for options in ({}, {"close_fds": True}):
@@ -157,3 +158,28 @@ def test_the_command_is_the_installed_script(tmp_path: Path) -> None:
     forked, executed = both(["ls", "--limit", "lots"], bare_env(), tmp_path)
     assert forked[3] == executed[3] and "Usage: sandbox-ledger ls" in forked[3]
     assert Path(str(COMMAND)).name == "sandbox-ledger"
+
+
+PROBE = """
+import os, sys
+print(__name__, sys.argv, repr(sys.path[0]), os.getcwd(), os.environ.get("PROBE"))
+sys.stdout.flush()
+if os.environ.get("PROBE") == "raise":
+    1 / 0
+sys.exit(int(os.environ.get("PROBE", "0")))
+"""
+
+
+@pytest.mark.parametrize("probe", ["0", "3", "raise"])
+def test_python_c_forked_runs_as_exec_runs_it(probe: str, tmp_path: Path) -> None:
+    """``processes.python``: __main__, sys.argv, sys.path[0], the directory, the environment,
+    the exit status and an uncaught exception as ``python -c`` has them."""
+    env = {**bare_env(), "PROBE": probe}
+    assert processes._server(env) is not None  # so python() forks it
+    forked = processes.python(PROBE, env, cwd=tmp_path)
+    executed = subprocess.run(
+        [sys.executable, "-c", PROBE], env=env, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert forked.stdout == executed.stdout == f"__main__ ['-c'] '' {tmp_path} {probe}\n"
+    assert forked.returncode == executed.returncode == (1 if probe == "raise" else int(probe))
+    assert forked.stderr.splitlines()[-1:] == executed.stderr.splitlines()[-1:]

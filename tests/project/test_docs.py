@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from cli.processes import python
 from sandbox_ledger.local import LocalDynamoDB
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,14 +63,7 @@ def test_sample_runs_as_written(doc: Path, line: int, code: str, tmp_path: Path)
     env.pop("AWS_PROFILE", None)
     try:
         for run in (1, 2):  # a second run must work too: samples are idempotent
-            done = subprocess.run(
-                [sys.executable, "-c", code],
-                cwd=tmp_path,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
+            done = python(code, env, cwd=tmp_path, timeout=300)
             assert done.returncode == 0, f"{doc.name}:{line}, run {run}:\n{done.stderr}"
     finally:
         server.stop()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
-import subprocess
-import sys
 from pathlib import Path
+
+from cli.processes import python
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -17,9 +18,7 @@ def _samples(marker: str) -> list[str]:
 
 def test_open_store_sample_runs(tmp_path: Path) -> None:
     [sample] = _samples("open_store")
-    done = subprocess.run(
-        [sys.executable, "-c", sample], cwd=tmp_path, capture_output=True, text=True, timeout=300
-    )
+    done = python(sample, dict(os.environ), cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["sqlite running 0", "postgresql running 0"]
     assert (tmp_path / "ledger.db").exists()
