@@ -10,7 +10,7 @@ import typer
 from sandbox_ledger._redact import scrub
 from sandbox_ledger.cli.connect import current_target
 from sandbox_ledger.cli.interrupt import Terminated, interrupted_line, signal_number
-from sandbox_ledger.cli.output import CommandError, ExitCode, err, quiet_stdout
+from sandbox_ledger.cli.output import CommandError, ExitCode, quiet_stdout, say
 from sandbox_ledger.errors import (
     NO_REGION_FIX,
     AccessDeniedError,
@@ -49,7 +49,7 @@ def handled(fn: Callable[P, R]) -> Callable[P, R]:
             number = signal_number(stop)
             command = ctx.command_path.split(" ", 1)[-1] if ctx is not None else ""
             so_far = target.so_far() if target is not None and target.so_far else None
-            err().print(interrupted_line(command, number, so_far), markup=False, soft_wrap=True)
+            say(interrupted_line(command, number, so_far))
             raise typer.Exit(ExitCode(128 + number)) from None
         except Exception as exc:
             if target is not None and target.debug:
@@ -60,7 +60,7 @@ def handled(fn: Callable[P, R]) -> Callable[P, R]:
                 line = f"{line}; {done}" if done else line
             # Whatever the message quotes (a driver's error, a URL), no password or AWS secret.
             secrets = (target.store, target.endpoint_url) if target is not None else ()
-            err().print(f"error: {scrub(line, *secrets)}", markup=False, soft_wrap=True)
+            say(f"error: {scrub(line, *secrets)}")
             raise typer.Exit(code) from exc
 
     return wrapper

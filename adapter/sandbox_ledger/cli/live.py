@@ -19,7 +19,7 @@ import typer
 from sandbox_ledger.cli import connect
 from sandbox_ledger.cli.failures import handled
 from sandbox_ledger.cli.ledger_commands import _NAME, _SANDBOX_ID, _STORE
-from sandbox_ledger.cli.output import CommandError, ExitCode, clip, err, quiet_stdout, when
+from sandbox_ledger.cli.output import CommandError, ExitCode, clip, err, quiet_stdout, say, when
 from sandbox_ledger.cli.root import app
 
 if TYPE_CHECKING:
@@ -160,6 +160,6 @@ def _resume_hint(target: Target, words: tuple[str, ...], position: str | None, w
     if position is None:
         err().print(f"stopped before any {what}: run the same command to start again")
         return
-    err().print(f"position: {position}", markup=False, soft_wrap=True)
+    say(f"position: {position}")
     resume = target.command(*words, "--after", position)
-    err().print(f"resume with: {resume}", markup=False, soft_wrap=True)
+    say(f"resume with: {resume}")

@@ -14,7 +14,7 @@ import typer
 
 from sandbox_ledger.cli.failures import handled
 from sandbox_ledger.cli.interrupt import StopSignals
-from sandbox_ledger.cli.output import CommandError, ExitCode, err
+from sandbox_ledger.cli.output import CommandError, ExitCode, say
 from sandbox_ledger.cli.root import app
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ def local(
     with _held(data), StopSignals() as stop:
         saver = _serve(stop, table, host, port, data, save_every, postgres)
     name = signal.Signals(stop.received).name if stop.received else "stop"
-    _say(f"{name}: stopped{saver.summary()}")
+    say(f"{name}: stopped{saver.summary()}")
 
 
 def _serve(
@@ -192,7 +192,7 @@ class _Saver:
             return
         loaded = load(self.data, self.ledger, self.store)
         self.last = snapshot(self.ledger, self.store)
-        _say(
+        say(
             f"loaded {self.data}: {loaded.entries} entries, {loaded.environments} environment "
             f"record(s), {loaded.records} resource record(s)"
         )
@@ -214,11 +214,11 @@ class _Saver:
             if final:
                 raise CommandError(_kept_elsewhere(now.lines, self.data, failure), ExitCode.FAILED)
             if failure != self.failing:
-                _say(f"could not save {self.data} ({failure}); still serving, trying again")
+                say(f"could not save {self.data} ({failure}); still serving, trying again")
             self.failing = failure
             return
         if self.failing is not None:
-            _say(f"saved {self.data} again")
+            say(f"saved {self.data} again")
             self.failing = None
         self.last = now
 
@@ -232,11 +232,6 @@ class _Saver:
             f"; saved {last.entries} entries, {last.environments} environment record(s) and "
             f"{last.records} resource record(s) to {self.data}"
         )
-
-
-def _say(line: str) -> None:
-    """One line on stderr, as written (no markup, no wrapping)."""
-    err().print(line, markup=False, soft_wrap=True)
 
 
 def _write_data(lines: tuple[str, ...], data: Path) -> str | None:
@@ -314,7 +309,7 @@ def _announce(endpoint: str, table: str, pg: LocalPostgres | None, data: Path | 
     sys.stdout.write("\n".join(lines) + "\n")
     sys.stdout.flush()
     kept = f"kept in {data}" if data else "gone when it stops (--data FILE keeps it)"
-    _say(
+    say(
         f"serving DynamoDB at {endpoint} with table {table}; its data is {kept}. "
         "Ctrl-C or SIGTERM stops it."
     )

@@ -72,6 +72,11 @@ def err() -> Console:
     return Console(stderr=True, highlight=False, width=_width())
 
 
+def say(line: str) -> None:
+    """One line on stderr, as written: no markup, no wrapping."""
+    err().print(line, markup=False, soft_wrap=True)
+
+
 def emit(value: Any) -> None:
     """One JSON document on stdout, one line."""
     sys.stdout.write(json.dumps(value, ensure_ascii=False) + "\n")

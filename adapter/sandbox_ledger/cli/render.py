@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from sandbox_ledger.cli.output import clip, emit, err, new_table, out
+from sandbox_ledger.cli.output import clip, emit, err, new_table, out, say
 from sandbox_ledger.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ def show(view: View, fmt: Format, query: str | None) -> None:
         for row in view.rows:
             _line(row)
         for note in view.notes:
-            err().print(note, markup=False, soft_wrap=True)
+            say(note)
         return
     table = new_table(*view.columns)
     for row in view.rows:
