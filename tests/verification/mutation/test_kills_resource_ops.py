@@ -68,3 +68,105 @@ def test_an_operation_never_moves_updated_at_back_to_a_clock_behind_it(
     assert again == counted and again is not None
     assert again.record.updated_at == ahead.updated_at  # an hour after this writer's clock
     assert {"kind": "build", "count": 1} in [o.model_dump() for o in again.record.operations]
+
+
+def test_refusals_say_what_is_wrong_in_words(store: SyncResourceRecordStore) -> None:
+    """The words a user reads after the field's name, for each refusal of an operation and
+    of a listing (the field alone is asserted above)."""
+    rid = stored(store)
+    refusals = {
+        "kind: must be a non-empty string": lambda: store.record_operation_start(rid, ""),
+        "outcome: must be 'completed' or 'failed'": lambda: store.record_operation_finish(
+            rid, "exec", "cancelled"
+        ),
+        "provider: must be a non-empty string": lambda: store.list(provider=""),
+        "limit: must be between 1 and 1000": lambda: store.list(limit=0),
+    }
+    for said, attempt in refusals.items():
+        with pytest.raises(InvalidInputError) as refused:
+            attempt()
+        assert str(refused.value) == said
+
+
+def test_a_listing_takes_up_to_1000_a_page_and_no_more(store: SyncResourceRecordStore) -> None:
+    stored(store)
+    assert len(store.list(limit=1000).records) == 1
+    with pytest.raises(InvalidInputError, match=r"^limit: "):
+        store.list(limit=1001)
+
+
+def test_paging_a_listing_ends_with_every_record_once(store: SyncResourceRecordStore) -> None:
+    ids = {stored(store, age=timedelta(minutes=m)) for m in (1, 2, 3)}
+    seen: list[str] = []
+    cursor = None
+    for _ in range(10):
+        page = store.list(limit=1, cursor=cursor)
+        seen += [r.record.id for r in page.records]
+        cursor = page.cursor
+        if cursor is None:
+            break
+    assert cursor is None, "the last page still had a cursor"
+    assert sorted(seen) == sorted(ids)
+
+
+def _store_unreadable(store: SyncResourceRecordStore, moto_endpoint: str) -> str:
+    """A record a newer writer stored (a field this version does not know)."""
+    import json
+
+    import boto3
+
+    from sandbox_ledger import keys as k
+    from sandbox_ledger.resources import _items as ri
+
+    newer = record(age=timedelta(minutes=1), now=NOW)
+    item = {**ri.record_key(newer.id), k.REVISION: {"N": "1"}}
+    item.update(ri.write_values(newer, expires_at=2**31, shard_count=4))
+    body = json.loads(item[k.RECORD_BODY]["S"])
+    item[k.RECORD_BODY] = {"S": json.dumps({**body, "gpu": "a100"})}
+    client = boto3.client("dynamodb", endpoint_url=moto_endpoint)
+    client.put_item(TableName=store.table_name, Item=item)
+    return newer.id
+
+
+def test_an_unreadable_record_is_refused_by_get_and_named_by_a_listing(
+    store: SyncResourceRecordStore, moto_endpoint: str
+) -> None:
+    from sandbox_ledger import StorageError
+
+    rid = _store_unreadable(store, moto_endpoint)
+    with pytest.raises(StorageError) as refused:
+        store.get(rid)
+    assert refused.value.code == "Unreadable"
+    assert str(refused.value).startswith(f"record {rid} is unreadable: ") and "gpu" in str(
+        refused.value
+    )
+    page = store.list()
+    assert page.records == [] and [u.record_id for u in page.unreadable] == [rid]
+
+
+def test_a_delete_on_a_stale_revision_says_it_was_a_delete(
+    store: SyncResourceRecordStore,
+) -> None:
+    rid = stored(store)
+    store.touch(rid)
+    with pytest.raises(
+        ConflictError, match=rf"^delete {rid}: it changed meanwhile \(now revision 2\)$"
+    ):
+        store.delete(rid, expected_revision=1)
+    assert store.get(rid) is not None
+
+
+def test_an_operation_by_a_writer_ahead_moves_updated_at_to_its_clock(
+    store: SyncResourceRecordStore,
+) -> None:
+    rid = stored(store)  # updated an hour before NOW, the store's clock
+    started = store.record_operation_start(rid, "build")
+    assert started.record.updated_at == "2026-11-30T12:00:00.000Z"  # NOW
+
+
+def test_a_touched_record_lists_as_the_newest(store: SyncResourceRecordStore) -> None:
+    recent = stored(store, age=timedelta(minutes=1))
+    old = stored(store, age=timedelta(hours=2))
+    assert [r.record.id for r in store.list().records] == [recent, old]
+    store.touch(old)  # at NOW: newer than the other's minute-old update
+    assert [r.record.id for r in store.list().records] == [old, recent]
