@@ -170,3 +170,29 @@ def test_a_touched_record_lists_as_the_newest(store: SyncResourceRecordStore) ->
     assert [r.record.id for r in store.list().records] == [recent, old]
     store.touch(old)  # at NOW: newer than the other's minute-old update
     assert [r.record.id for r in store.list().records] == [old, recent]
+
+
+def test_sweep_candidates_come_oldest_first_and_those_ahead_newest_first(
+    store: SyncResourceRecordStore,
+) -> None:
+    """Within each phase shard: records last updated before the bound oldest first (the
+    stalest are judged first), records dated ahead of it newest first."""
+    from sandbox_ledger import keys as k
+    from sandbox_ledger.resources import _ops
+
+    behind = {stored(store, age=timedelta(hours=h)): -h for h in range(1, 9)}
+    ahead = {stored(store, age=-timedelta(hours=h)): h for h in range(1, 9)}
+    now_ms = int(NOW.timestamp() * 1000)
+    shards = store.run(store._shard_count())
+    assert shards < 8  # so some shard holds two of each kind
+    two_older = two_newer = False
+    for shard in range(shards):
+        partition = k.resource_phase_pk("ready", shard)
+        older, _ = store.run(_ops.candidate_keys(store.table_name, partition, now_ms, None, 100))
+        newer, _ = store.run(
+            _ops.candidate_keys(store.table_name, partition, now_ms, None, 100, after=True)
+        )
+        assert [behind[i] for i in older] == sorted(behind[i] for i in older)
+        assert [ahead[i] for i in newer] == sorted((ahead[i] for i in newer), reverse=True)
+        two_older, two_newer = two_older or len(older) >= 2, two_newer or len(newer) >= 2
+    assert two_older and two_newer
