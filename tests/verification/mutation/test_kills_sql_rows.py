@@ -223,3 +223,44 @@ async def test_an_entry_and_its_summary_expire_a_retention_after_its_whole_secon
             "SELECT summary_expires_at, typeof(summary_expires_at), expires_at FROM ledger_sessions"
         )
         assert sessions.fetchall() == [(expected, "integer", expected)]
+
+
+def test_an_entry_with_a_newer_clients_field_reads_back_whole() -> None:
+    """A stored entry that carries an unknown field (a newer client's) reads back with its
+    branch and error too, from the columns as from the JSON of the unknown fields."""
+    entry = LedgerEntry.model_validate(
+        {
+            "ts": 1_700_000_000_000,
+            "name": "job",
+            "sandboxId": "sb-1",
+            "stepIndex": 3,
+            "branch": 2,
+            "event": "exec.complete",
+            "payload": {"exitCode": 1},
+            "error": "exit status 1",
+            "gpu": "a100",
+        }
+    )
+    row = rows.encode_entry(entry, key="k")
+    back = rows.decode_entry(
+        row.name,
+        row.sandbox_id,
+        row.ts,
+        row.step_index,
+        row.branch,
+        row.event,
+        row.payload,
+        row.error,
+        row.extra,
+    )
+    assert back.wire() == entry.wire()
+    assert (back.branch, back.error) == (2, "exit status 1")
+
+
+def test_encoding_an_entry_checks_its_session_key_unless_told_it_was() -> None:
+    from sandbox_ledger.errors import KeyTooLongError
+
+    long = LedgerEntry(ts=1, name="n" * 2_100, sandbox_id="sb-1", step_index=0, event="x")
+    with pytest.raises(KeyTooLongError):
+        rows.encode_entry(long, key="k")
+    assert rows.encode_entry(long, key="k", session_checked=True).name == long.name
