@@ -79,14 +79,7 @@ def python(
         if server is None
         else _Forked(args, env=env, server=server, code=code, **options)
     )
-    with process:
-        try:
-            out, err = process.communicate(timeout=timeout)
-        except BaseException:
-            process.kill()
-            process.wait()
-            raise
-    return subprocess.CompletedProcess(args, process.returncode, out, err)
+    return finish(process, None, timeout)
 
 
 def run(
@@ -103,7 +96,7 @@ def run(
     captured (``stderr=subprocess.STDOUT`` merges the two), as ``subprocess.run`` would."""
     if not text and isinstance(stdin, str):
         stdin = stdin.encode()
-    with popen(
+    process = popen(
         argv,
         env,
         cwd=cwd,
@@ -111,7 +104,16 @@ def run(
         stdout=subprocess.PIPE,
         stderr=stderr,
         text=text,
-    ) as process:
+    )
+    return finish(process, stdin, timeout)
+
+
+def finish(
+    process: subprocess.Popen[Any], stdin: str | bytes | None, timeout: float
+) -> subprocess.CompletedProcess[Any]:
+    """``process`` run to its end with ``stdin`` as its input, as ``subprocess.run`` does: on
+    a timeout (or any other failure) it is killed and waited for, and the error raised."""
+    with process:
         try:
             out, err = process.communicate(stdin, timeout=timeout)
         except BaseException:

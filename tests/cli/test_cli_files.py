@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from sandbox_ledger.cli import app
 
+from . import processes
 from .processes import popen, run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -199,6 +200,76 @@ def test_an_ignored_hangup_lets_the_export_finish(tmp_path: Path) -> None:
         signal.signal(signal.SIGHUP, before)
     assert out.read_text().splitlines() == [f'{{"n": {i}}}' for i in range(4)]
     assert sorted(os.listdir(tmp_path)) == ["backup.jsonl"]
+
+
+# An export whose temporary file has just been created (before it is even locked) when
+# ``NUMBER`` arrives: the race a signal sent as soon as the file shows up can hit.
+SIGNAL_AT_CREATION = """
+import os, signal
+from pathlib import Path
+from sandbox_ledger.cli import transfer
+from sandbox_ledger.cli.interrupt import raise_on_sigterm
+
+raise_on_sigterm()  # as the console script does
+locking = transfer._lock
+
+def lock(descriptor, *, wait):
+    os.kill(os.getpid(), signal.NUMBER)
+    return locking(descriptor, wait=wait)
+
+transfer._lock = lock
+transfer._export(iter(['{"n": 1}\\n']), Path("backup.jsonl"))
+"""
+
+
+@pytest.mark.parametrize(
+    ("number", "death"),
+    [
+        (signal.SIGTERM, "sandbox_ledger.cli.interrupt.Terminated: 15"),
+        (signal.SIGINT, "KeyboardInterrupt"),
+        (signal.SIGHUP, ""),  # ended by the signal itself, once the file is removed
+    ],
+)
+def test_a_signal_the_instant_the_temporary_file_exists_leaves_nothing(
+    tmp_path: Path, number: signal.Signals, death: str
+) -> None:
+    (tmp_path / "backup.jsonl").write_text("OLD\n")
+    code = SIGNAL_AT_CREATION.replace("NUMBER", number.name)
+    done = processes.python(code, env(), cwd=tmp_path)
+    assert done.stdout == ""
+    assert done.stderr.rstrip().rsplit("\n", 1)[-1] == death, done.stderr
+    assert done.returncode == (1 if number == signal.SIGTERM else -number), done.stderr
+    assert sorted(os.listdir(tmp_path)) == ["backup.jsonl"]
+    assert (tmp_path / "backup.jsonl").read_text() == "OLD\n"
+
+
+# ``resources export``'s file writer, Ctrl-C arriving the instant its temporary file exists.
+INTERRUPT_AT_RECORD_FILE = """
+import os, signal, tempfile
+from pathlib import Path
+from sandbox_ledger.resources import files
+
+creating = tempfile.mkstemp
+
+def mkstemp(**options):
+    made = creating(**options)
+    os.kill(os.getpid(), signal.SIGINT)
+    return made
+
+tempfile.mkstemp = mkstemp
+files._write_atomically(Path("r1.json"), "{}\\n")
+"""
+
+
+def test_ctrl_c_the_instant_a_record_files_temporary_exists_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "r1.json").write_text("OLD\n")
+    done = processes.python(INTERRUPT_AT_RECORD_FILE, env(), cwd=tmp_path)
+    assert done.returncode == -signal.SIGINT, done.stderr
+    assert done.stderr.rstrip().rsplit("\n", 1)[-1] == "KeyboardInterrupt", done.stderr
+    assert sorted(os.listdir(tmp_path)) == ["r1.json"]
+    assert (tmp_path / "r1.json").read_text() == "OLD\n"
 
 
 def test_an_export_to_a_missing_directory_or_a_directory_names_it(

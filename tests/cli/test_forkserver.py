@@ -29,7 +29,7 @@ def both(argv: list[str], env: dict[str, str], cwd: Path, stdin: str = "") -> li
     results = []
     for exec_only in (False, True):
         options = {"close_fds": True} if exec_only else {}  # close_fds given: exec
-        with popen(
+        process = popen(
             argv,
             env,
             cwd=cwd,
@@ -38,9 +38,9 @@ def both(argv: list[str], env: dict[str, str], cwd: Path, stdin: str = "") -> li
             stderr=subprocess.PIPE,
             text=True,
             **options,
-        ) as process:
-            out, err = process.communicate(stdin, timeout=60)
-        results.append((type(process).__name__, process.returncode, out, err))
+        )
+        done = processes.finish(process, stdin, 60)
+        results.append((type(process).__name__, done.returncode, done.stdout, done.stderr))
     return results
 
 

@@ -114,31 +114,53 @@ def _export(lines: Iterator[str], output: Path | None) -> int:
     # Created with the replaced file's permissions (a new file: 0666 less the umask, as
     # open() makes it), so a private backup is never readable by others meanwhile.
     mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666
-    try:
-        descriptor, temporary = _claim_temporary(target, mode)
-    except OSError as exc:
-        # Named by what the user gave, not by the temporary file beside it.
-        raise InvalidInputError(
-            "--output",
-            f"{output}: cannot create a file in {target.parent} ({exc.strerror or exc})",
-        ) from exc
-    try:
-        with _removed_on_termination(temporary):
-            # The descriptor (and its lock) stays open until the file is renamed into place.
-            with open(descriptor, "w", encoding="utf-8", newline="\n", closefd=False) as stream:
-                count = _write(stream, lines)
-                stream.flush()
-                os.fsync(stream.fileno())
-            if target.exists():
-                shutil.copymode(target, temporary)  # the umask may have masked some bits
-            os.replace(temporary, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            temporary.unlink()
-        raise
-    finally:
-        os.close(descriptor)
+    with _temporary_beside(target, mode, output) as (descriptor, temporary):
+        # The descriptor (and its lock) stays open until the file is renamed into place.
+        with open(descriptor, "w", encoding="utf-8", newline="\n", closefd=False) as stream:
+            count = _write(stream, lines)
+            stream.flush()
+            os.fsync(stream.fileno())
+        if target.exists():
+            shutil.copymode(target, temporary)  # the umask may have masked some bits
+        os.replace(temporary, target)
     return count
+
+
+# The signals that end an export: each one arriving while its temporary file is being
+# claimed is held until the file is known and its removal on the way out is in place.
+_ENDING = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+
+
+@contextlib.contextmanager
+def _temporary_beside(target: Path, mode: int, output: Path) -> Iterator[tuple[int, Path]]:
+    """A new temporary file beside ``target`` (its descriptor and path), removed if the
+    block fails or a signal ends it; closed at the end. One that cannot be created is an
+    :class:`InvalidInputError` naming ``output``, as the user gave it. Ctrl-C, SIGTERM and
+    SIGHUP are held from before the file exists until its removal is armed, so no signal,
+    however soon it follows the file's creation, leaves the file behind."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _ENDING)
+    try:
+        try:
+            descriptor, temporary = _claim_temporary(target, mode)
+        except OSError as exc:
+            # Named by what the user gave, not by the temporary file beside it.
+            raise InvalidInputError(
+                "--output",
+                f"{output}: cannot create a file in {target.parent} ({exc.strerror or exc})",
+            ) from exc
+        try:
+            with _removed_on_termination(temporary):
+                # A signal held meanwhile is taken here, inside this try.
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
+                yield descriptor, temporary
+        except BaseException:
+            with contextlib.suppress(OSError):
+                temporary.unlink()
+            raise
+        finally:
+            os.close(descriptor)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _partials(target: Path) -> list[Path]:
@@ -152,14 +174,19 @@ def _claim_temporary(target: Path, mode: int) -> tuple[int, Path]:
     while True:
         temporary = target.with_name(f".{target.name}.{secrets.token_hex(8)}.partial")
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-        _lock(descriptor, wait=True)
         try:
+            _lock(descriptor, wait=True)
             # Another export may have found the file unlocked between its creation and the
             # lock, taken it for abandoned and removed it: then start over with a new name.
-            if os.stat(temporary).st_ino == os.fstat(descriptor).st_ino:
-                return descriptor, temporary
-        except FileNotFoundError:
-            pass
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(temporary).st_ino == os.fstat(descriptor).st_ino:
+                    return descriptor, temporary
+        except BaseException:
+            with contextlib.suppress(OSError):
+                if os.stat(temporary).st_ino == os.fstat(descriptor).st_ino:
+                    temporary.unlink()
+            os.close(descriptor)
+            raise
         os.close(descriptor)
 
 

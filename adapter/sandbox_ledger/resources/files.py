@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import tempfile
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -151,15 +152,23 @@ def record_file_text(record: ResourceActivityRecord) -> str:
 
 
 def _write_atomically(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    # Ctrl-C (or a signal another handler turns into an exception) held from before the
+    # temporary file exists until its removal is armed: however soon it follows the file's
+    # creation, it leaves no temporary file behind.
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a plain open() would not
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)  # one held is taken here
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a plain open() would not
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _umask() -> int:
