@@ -51,9 +51,12 @@ deploy: $(DEPLOY_STAMP)
 demo: $(DEMO_STAMP)
 	$(BIN)/sandbox-ledger demo
 
-# Scale and soak tests carry the `slow` marker: `make test-all` (and CI) runs them too.
-# The tests run on one pytest-xdist worker per core and two more (many tests wait on a child
-# process, a server or a timeout; docs/benchmarks.md has the figures by worker count); each
+# Scale and soak tests carry the `slow` marker, and the contract suite on further
+# configurations of a store (a one-shard table, the embedded server with an adjustment off)
+# the `variant` marker: `make test-all` (and CI) runs them too.
+# The tests run on one pytest-xdist worker per core and one more (many tests wait on a child
+# process, a server or a timeout; a second more costs more CPU than the waits it fills:
+# docs/benchmarks.md has the figures by worker count); each
 # worker starts its own moto and PostgreSQL servers and the CLI tests' fork server.
 # --dist loadscope keeps a module's test functions (and a class's methods) on one worker,
 # and the CDK modules together (tests/conftest.py): they share one jsii runtime and one
@@ -61,9 +64,9 @@ demo: $(DEMO_STAMP)
 # PYTHONDONTWRITEBYTECODE is cleared for the tests: with it set, every worker rewrites and
 # compiles each test module's asserts anew (about 5 s of CPU per worker) instead of reading
 # pytest's cache in __pycache__ (git-ignored).
-TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(len(getattr(os, "sched_getaffinity", lambda _: range(os.cpu_count() or 1))(0)) + 2)')
+TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(len(getattr(os, "sched_getaffinity", lambda _: range(os.cpu_count() or 1))(0)) + 1)')
 test: $(STAMP)
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadscope --durations=15
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -m "not slow and not variant" -n $(TEST_WORKERS) --dist loadscope --durations=15
 
 test-all: $(STAMP)
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=25

@@ -168,6 +168,7 @@ class TestSyncDynamoDBAdapter(StorageAdapterContract):
         await other.close()
 
 
+@pytest.mark.variant  # CI and make test-all run it; make test runs the default shard count
 class TestShardedOne(StorageAdapterContract):
     """The contract holds whatever the shard count (here: one shard, no merge)."""
 

@@ -358,13 +358,20 @@ def _fill(client: Any, table: str, rng: random.Random, partitions: int, per: int
     """Items in ``partitions`` partitions; some on the indexes (ties on the index sort key
     included), some not."""
     with_index = ["g1pk", "g2pk", "g3pk"]
+    # A key drawn twice keeps its last item, as one PutItem after another would leave it.
+    items: dict[tuple[str, str], dict[str, Any]] = {}
     for p in range(partitions):
         for _ in range(per):
             item: dict[str, Any] = {**key(f"p{p:03}", f"s{rng.randrange(10**6):07}")}
             if rng.random() < 0.7:
                 item["gsk"] = {"N": str(rng.randrange(20))}
                 item[rng.choice(with_index)] = {"S": f"g{rng.randrange(3)}"}
-            client.put_item(TableName=table, Item=item)
+            items[item["PK"]["S"], item["SK"]["S"]] = item
+    requests = [{"PutRequest": {"Item": item}} for item in items.values()]
+    while requests:
+        batch, requests = requests[:25], requests[25:]
+        left = client.batch_write_item(RequestItems={table: batch})["UnprocessedItems"]
+        requests += left.get(table, [])
 
 
 def _queries(table: str, rng: random.Random) -> Iterator[dict[str, Any]]:

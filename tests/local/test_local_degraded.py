@@ -15,6 +15,9 @@ from sandbox_ledger.local import adjustments
 from sandbox_ledger.local.adjustments import queries
 from sandbox_ledger.testing import StorageAdapterContract
 
+# CI (and make test-all, make test-newest-moto) runs it; make test runs the server as shipped.
+pytestmark = pytest.mark.variant
+
 
 @pytest.fixture(scope="module")
 def moto_endpoint() -> Iterator[str]:
