@@ -104,8 +104,11 @@ def _recv_exact(conn: socket.socket, size: int) -> bytes:
 def serve(path: str, report: str) -> dict[str, Any]:
     """Serve until stdin closes; returns only in a forked command process, with its request
     applied (standard descriptors, directory, environment), for the caller to run."""
+    # The environment as the interpreter's start-up left it: with what it added (the C
+    # locale's coercion sets LC_CTYPE, PEP 538), which an exec'd command gets too.
+    started = dict(os.environ)
     with open(report, "w", encoding="utf-8") as out:
-        json.dump({"read": _preload(), "env": dict(os.environ)}, out)
+        json.dump({"read": _preload(), "env": dict(os.environ), "started": started}, out)
     if threading.active_count() != 1:
         raise RuntimeError(f"a fork server must not run threads: {threading.enumerate()}")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

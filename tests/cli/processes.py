@@ -174,17 +174,21 @@ class _Server:
         facts = json.loads(Path(report).read_text(encoding="utf-8"))
         self.read_at_import: list[str] = facts["read"]
         self.server_env: dict[str, str] = facts["env"]
+        # What the interpreter's start-up added to the environment it was given (LC_CTYPE
+        # where the C locale was coerced): an exec'd command that agrees gets the same.
+        self.added = {k: v for k, v in facts["started"].items() if k not in env}
         atexit.register(self.stop)
 
     def agrees(self, env: dict[str, str]) -> bool:
-        """Whether a command with ``env`` would import as the server did: every variable read
-        while it imported, and every one the interpreter reads at start-up, the same."""
+        """Whether a command with ``env`` would start and import as the server did: every
+        variable read while it imported, and every one the interpreter reads at start-up, the
+        same as in the environment the server was started with."""
         if "*" in self.read_at_import:
-            return env == self.server_env
+            return env == self.env
         names = set(self.read_at_import) | {
-            k for k in (*env, *self.server_env) if k.startswith(("PYTHON", "LC_", "LANG"))
+            k for k in (*env, *self.env) if k.startswith(("PYTHON", "LC_", "LANG"))
         }
-        return all(env.get(k) == self.server_env.get(k) for k in names)
+        return all(env.get(k) == self.env.get(k) for k in names)
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -203,7 +207,7 @@ class _Server:
 
 # A test process's fork servers: the first started with bare_env(), one more for each other
 # environment (as far as imports read it) that commands run with, up to MAX_SERVERS.
-MAX_SERVERS = 3
+MAX_SERVERS = 5
 _servers: dict[int, list[_Server]] = {}
 _lock = threading.Lock()
 
@@ -260,6 +264,7 @@ class _Forked(subprocess.Popen[Any]):
         ]
         cwd = os.fsdecode(given["cwd"]) if given["cwd"] is not None else os.getcwd()
         env = {os.fsdecode(k): os.fsdecode(v) for k, v in (given["env"] or os.environ).items()}
+        env = {**env, **self._server.added}  # as the interpreter's start-up adds them
         argv = list(given["args"]) if self._code is None else ["-c"]
         request = json.dumps({"argv": argv, "env": env, "cwd": cwd, "code": self._code}).encode()
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

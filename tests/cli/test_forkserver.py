@@ -4,6 +4,7 @@ whose environment differs from the server's in what was read at import runs with
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import select
@@ -183,3 +184,28 @@ def test_python_c_forked_runs_as_exec_runs_it(probe: str, tmp_path: Path) -> Non
     assert forked.stdout == executed.stdout == f"__main__ ['-c'] '' {tmp_path} {probe}\n"
     assert forked.returncode == executed.returncode == (1 if probe == "raise" else int(probe))
     assert forked.stderr.splitlines()[-1:] == executed.stderr.splitlines()[-1:]
+
+
+ENVIRONMENT = """
+import json, locale, os, sys
+print(json.dumps([dict(os.environ), locale.setlocale(locale.LC_CTYPE), sys.getfilesystemencoding(),
+                  sys.stdout.encoding, sys.flags.utf8_mode]))
+"""
+
+
+def test_a_shell_where_nothing_is_set_is_forked_with_the_environment_exec_gives(
+    tmp_path: Path,
+) -> None:
+    """With only PATH and HOME, as the CLI tests run a new user's shell, the interpreter's
+    start-up coerces the C locale (it sets LC_CTYPE, PEP 538): such a command is forked (it
+    used to be exec'd every time, its server never agreeing) with the environment, locale
+    and encodings an exec'd one has."""
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp")}
+    assert processes._server(env) is not None  # so python() forks it
+    forked = processes.python(ENVIRONMENT, env, cwd=tmp_path)
+    executed = subprocess.run(
+        [sys.executable, "-c", ENVIRONMENT], env=env, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert forked.returncode == executed.returncode == 0, forked.stderr + executed.stderr
+    assert json.loads(forked.stdout) == json.loads(executed.stdout)
+    assert "LC_CTYPE" in json.loads(executed.stdout)[0]  # what the test is about: coerced
