@@ -2,7 +2,8 @@
 suite does not reach: what an append does with each kind of cancelled transaction, a read that
 meets an entry missing a part, a delete of many pages (each item deleted once, its lease
 renewed, a delete that another took over), the parts a delete leaves for an append in flight,
-and ``create_table`` on a table still CREATING or already there.
+and ``create_table`` on a table still CREATING or already there; what the newest checkpoint
+reads.
 
 DynamoDB's answers that moto does not give on its own (a CREATING table, a cancelled
 transaction, pages of a few items) are put in by the test's own client (botocore event hooks);
@@ -408,3 +409,73 @@ def test_create_table_records_its_sweep_settings_on_a_new_table_and_an_older_one
         assert described.describes_sweep and described.event_bus_name == "bus-a"
     finally:
         fixture_clients(moto_endpoint).delete_table(TableName=older)
+
+
+# -- checkpoints ----------------------------------------------------------------------------
+
+
+def test_the_last_checkpoint_reads_one_marker_however_many_the_session_has(
+    client: Client, sync_table: str
+) -> None:
+    """The newest checkpoint costs the same read with 30 markers as with one: DynamoDB bills
+    the items a Query reads (``ScannedCount``), not the ones it returns."""
+    client.run(
+        _ops.append(sync_table, entry(LedgerEvent.SandboxCreated), it.order_ids.next(), SHARDS)
+    )
+    for n in range(30):
+        checkpoint = entry(LedgerEvent.CheckpointCreated, {"snapshotId": f"snap-{n}"}, 2_000 + n)
+        client.run(_ops.append(sync_table, checkpoint, it.order_ids.next(), SHARDS))
+    scanned: list[int] = []
+
+    def read(parsed: dict[str, Any], **_: Any) -> None:
+        scanned.append(parsed["ScannedCount"])
+
+    client.sdk.meta.events.register("after-call.dynamodb.Query", read)
+    last = client.run(_ops.last_checkpoint(sync_table, "build", "sb-1"))
+    assert last is not None and last.payload == {"snapshotId": "snap-29"}
+    assert scanned == [1, 1]  # the newest marker only, then that entry's one part
+
+
+def deleting(raw: Any, table: str) -> None:
+    """The session's summary carries a running delete's mark."""
+    raw.update_item(
+        TableName=table,
+        Key=it.summary_key(PK),
+        UpdateExpression="SET #dl = :until",
+        ExpressionAttributeNames={"#dl": k.LedgerAttr.DELETING},
+        ExpressionAttributeValues={":until": N(time.time_ns() // 1_000_000 + 60_000)},
+    )
+
+
+def test_the_last_checkpoint_refuses_one_missing_a_part_and_skips_what_a_delete_took(
+    client: Client,
+    sync_table: str,
+    monkeypatch: pytest.MonkeyPatch,
+    fixture_clients: Any,
+    moto_endpoint: str,
+) -> None:
+    """Its entry is read as every read reads one: a part missing in a session nobody deletes
+    is refused; while a delete runs, an entry it has taken part of, or all of while the
+    marker is still there, is no checkpoint (None)."""
+    monkeypatch.setattr(it, "CHUNK_BYTES", 350)
+    raw = fixture_clients(moto_endpoint)
+    payload = {"snapshotId": "snap-1", "state": os.urandom(600).hex()}  # three parts
+    client.run(
+        _ops.append(
+            sync_table, entry(LedgerEvent.CheckpointCreated, payload), it.order_ids.next(), SHARDS
+        )
+    )
+    stored = stored_items(raw, sync_table)
+    parts = [i for i in stored if k.part_head(i["SK"]["S"]) is not None]
+    assert len(parts) == 2
+    raw.delete_item(TableName=sync_table, Key={"PK": parts[0]["PK"], "SK": parts[0]["SK"]})
+    with pytest.raises(ValueError, match="part"):
+        client.run(_ops.last_checkpoint(sync_table, "build", "sb-1"))
+
+    deleting(raw, sync_table)
+    assert client.run(_ops.last_checkpoint(sync_table, "build", "sb-1")) is None
+    head = next(i for i in stored if i["SK"]["S"] == k.part_head(parts[0]["SK"]["S"]))
+    for item in (head, parts[1]):
+        raw.delete_item(TableName=sync_table, Key={"PK": item["PK"], "SK": item["SK"]})
+    assert any(i["SK"]["S"].startswith(k.CHECKPOINT_PREFIX) for i in stored_items(raw, sync_table))
+    assert client.run(_ops.last_checkpoint(sync_table, "build", "sb-1")) is None
