@@ -222,6 +222,17 @@ def broken_entry(
     return raw
 
 
+def deleting(raw: Any, table: str) -> None:
+    """The session's summary carries a running delete's mark."""
+    raw.update_item(
+        TableName=table,
+        Key=it.summary_key(PK),
+        UpdateExpression="SET #dl = :until",
+        ExpressionAttributeNames={"#dl": k.LedgerAttr.DELETING},
+        ExpressionAttributeValues={":until": N(time.time_ns() // 1_000_000 + 60_000)},
+    )
+
+
 def test_a_read_refuses_an_entry_missing_a_part_in_a_session_nobody_deletes(
     client: Client, sync_table: str, broken_entry: Any
 ) -> None:
@@ -232,13 +243,7 @@ def test_a_read_refuses_an_entry_missing_a_part_in_a_session_nobody_deletes(
 def test_a_read_leaves_out_an_entry_missing_a_part_while_a_delete_runs(
     client: Client, sync_table: str, broken_entry: Any
 ) -> None:
-    broken_entry.update_item(
-        TableName=sync_table,
-        Key=it.summary_key(PK),
-        UpdateExpression="SET #dl = :until",
-        ExpressionAttributeNames={"#dl": k.LedgerAttr.DELETING},
-        ExpressionAttributeValues={":until": N(time.time_ns() // 1_000_000 + 60_000)},
-    )
+    deleting(broken_entry, sync_table)
     assert client.run(_ops.read_all(sync_table, "build", "sb-1")) == []
 
 
@@ -434,17 +439,6 @@ def test_the_last_checkpoint_reads_one_marker_however_many_the_session_has(
     last = client.run(_ops.last_checkpoint(sync_table, "build", "sb-1"))
     assert last is not None and last.payload == {"snapshotId": "snap-29"}
     assert scanned == [1, 1]  # the newest marker only, then that entry's one part
-
-
-def deleting(raw: Any, table: str) -> None:
-    """The session's summary carries a running delete's mark."""
-    raw.update_item(
-        TableName=table,
-        Key=it.summary_key(PK),
-        UpdateExpression="SET #dl = :until",
-        ExpressionAttributeNames={"#dl": k.LedgerAttr.DELETING},
-        ExpressionAttributeValues={":until": N(time.time_ns() // 1_000_000 + 60_000)},
-    )
 
 
 def test_the_last_checkpoint_refuses_one_missing_a_part_and_skips_what_a_delete_took(
