@@ -471,6 +471,65 @@ def test_a_listing_by_status_leaves_out_a_session_whose_summary_changed_since_th
     assert page.sessions == [] and not closes
 
 
+def created(name: str, sandbox_id: str, ts: int) -> LedgerEntry:
+    return LedgerEntry(
+        ts=ts, name=name, sandbox_id=sandbox_id, step_index=0, event=LedgerEvent.SandboxCreated
+    )
+
+
+def test_a_listing_keeps_the_index_order_whatever_order_batch_get_answers_in(
+    client: Client, sync_table: str
+) -> None:
+    """DynamoDB's BatchGetItem answers in any order (moto's in the order asked): sessions
+    that share a startedAt still list in the index's order, the order its cursors page in."""
+    for n in range(4):
+        client.run(_ops.append(sync_table, created("build", f"sb-{n}", 1_000), "0", SHARDS))
+
+    def listing() -> list[str]:
+        page = client.run(
+            _ops.list_details(sync_table, name="build", opts=None, shard_count=SHARDS, store=None)
+        )
+        return [d.sandbox_id for d in page.sessions]
+
+    in_order = listing()
+
+    def reversed_answer(parsed: dict[str, Any], **_: Any) -> None:
+        for items in parsed.get("Responses", {}).values():
+            items.reverse()
+
+    client.sdk.meta.events.register("after-call.dynamodb.BatchGetItem", reversed_answer)
+    assert sorted(in_order) == [f"sb-{n}" for n in range(4)]
+    assert listing() == in_order
+
+
+def test_a_cursor_of_one_names_listing_is_refused_by_another_names(
+    client: Client, sync_table: str
+) -> None:
+    for name in ("a", "b"):
+        for n in range(2):
+            client.run(_ops.append(sync_table, created(name, f"sb-{n}", 1_000 + n), "0", SHARDS))
+    first = client.run(
+        _ops.list_details(
+            sync_table,
+            name="a",
+            opts=ListSandboxOptions(limit=1),
+            shard_count=SHARDS,
+            store="the-store",
+        )
+    )
+    assert first.cursor is not None
+    with pytest.raises(ValueError, match="cursor"):
+        client.run(
+            _ops.list_details(
+                sync_table,
+                name="b",
+                opts=ListSandboxOptions(limit=1, cursor=first.cursor),
+                shard_count=SHARDS,
+                store="the-store",
+            )
+        )
+
+
 def test_create_table_records_its_sweep_settings_on_a_new_table_and_an_older_one(
     client: Client, table_name: str, fixture_clients: Any, moto_endpoint: str
 ) -> None:
