@@ -272,6 +272,64 @@ def test_ctrl_c_the_instant_a_record_files_temporary_exists_leaves_nothing(
     assert (tmp_path / "r1.json").read_text() == "OLD\n"
 
 
+def test_a_signal_just_after_a_record_files_rename_is_the_signal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl-C taken right after the temporary file was renamed into place: the file is
+    # complete, and the interruption is what propagates (it used to become a
+    # FileNotFoundError from removing the temporary file that was already renamed).
+    from sandbox_ledger.resources import files
+
+    renaming = os.replace
+
+    def replace(source: str, destination: Path) -> None:
+        renaming(source, destination)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", replace)
+    (tmp_path / "r1.json").write_text("OLD\n")
+    with pytest.raises(KeyboardInterrupt) as raised:
+        files._write_atomically(tmp_path / "r1.json", "{}\n")
+    assert raised.value.__context__ is None
+    assert sorted(os.listdir(tmp_path)) == ["r1.json"]
+    assert (tmp_path / "r1.json").read_text() == "{}\n"
+
+
+# ``export -o`` through the console script, SIGTERM arriving the instant the complete file is
+# renamed into place: the line printed must not say the file was left as it was.
+SIGNAL_AT_RENAME = """
+import os, signal, sys
+from sandbox_ledger.cli import main
+
+renaming = os.replace
+
+def replace(source, destination):
+    renaming(source, destination)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+os.replace = replace
+sys.argv = ["sandbox-ledger", "--store", "sqlite:///ledger.db", "export", "-o", "backup.jsonl"]
+main()
+"""
+
+
+def test_a_signal_as_the_export_is_renamed_into_place_says_it_was_replaced(
+    tmp_path: Path,
+) -> None:
+    store = f"sqlite:///{tmp_path / 'ledger.db'}"
+    assert run(["--store", store, "import", str(LEDGER)], env()).returncode == 0
+    whole = run(["--store", store, "export"], env())
+    assert whole.returncode == 0, whole.stderr
+    (tmp_path / "backup.jsonl").write_text("OLD\n")
+    done = processes.python(SIGNAL_AT_RENAME, env(), cwd=tmp_path)
+    assert done.returncode == 143, done.stderr
+    assert done.stderr.splitlines() == [
+        "interrupted by SIGTERM: the export was complete: backup.jsonl was replaced by it"
+    ]
+    assert (tmp_path / "backup.jsonl").read_text() == whole.stdout
+    assert sorted(os.listdir(tmp_path)) == ["backup.jsonl", "ledger.db"]
+
+
 def test_an_export_to_a_missing_directory_or_a_directory_names_it(
     store: str, tmp_path: Path
 ) -> None:

@@ -265,6 +265,10 @@ def export(
         raise InvalidInputError("--sandbox-id", "needs --name")
     select = render.line_query(query) if query is not None else None
     target = connect.target(ctx, store)
+
+    def replaced() -> None:  # from here on, an interruption no longer leaves FILE as it was
+        target.so_far = lambda: f"the export was complete: {output} was replaced by it"
+
     try:
         sessions, count, environments, written = export_to(
             connect.ledger(target),
@@ -274,6 +278,7 @@ def export(
             err=err(),
             select=select,
             segments=segments,
+            replaced=replaced,
         )
     except NothingToExport as nothing:
         unchanged = f"; {output} is unchanged" if output else ""

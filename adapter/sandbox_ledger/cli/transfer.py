@@ -38,6 +38,7 @@ def export_to(
     err: Console,
     select: Callable[[str], str | None] | None = None,
     segments: int | None = None,
+    replaced: Callable[[], None] | None = None,
 ) -> tuple[int, int, int, int]:
     """Write the export to ``output`` (or stdout); returns (sessions exported, entries,
     environment records, lines written). A whole-store export (no ``name``) carries the
@@ -45,7 +46,9 @@ def export_to(
     to leave it out; ``segments``: the scan's parallelism (see ``scan_sessions``).
 
     A file is written beside its destination and renamed into place only once complete, so
-    a failed export leaves an existing file untouched.
+    a failed export leaves an existing file untouched. ``replaced`` is called as the file is
+    renamed into place, with Ctrl-C, SIGTERM and SIGHUP held across both: a signal then
+    finds the rename said (the line an interruption prints tells which happened).
     """
     if name is not None and sandbox_id is not None:
         sessions = [(name, sandbox_id)]
@@ -66,7 +69,7 @@ def export_to(
         lines = iter(counted)
         if select is not None:
             lines = (kept for kept in map(select, lines) if kept is not None)
-        written = _export(lines, output)
+        written = _export(lines, output, replaced)
     return len(exported), counted.count - len(environments), len(environments), written
 
 
@@ -91,8 +94,11 @@ class NothingToExport(LookupError):
         self.name, self.sandbox_id = name, sandbox_id
 
 
-def _export(lines: Iterator[str], output: Path | None) -> int:
-    """Write the lines to ``output`` (or stdout); returns how many."""
+def _export(
+    lines: Iterator[str], output: Path | None, replaced: Callable[[], None] | None = None
+) -> int:
+    """Write the lines to ``output`` (or stdout); returns how many. ``replaced``: see
+    :func:`export_to`."""
     if output is None or str(output) == "-":  # "-" is stdout, as import's "-" is stdin
         count = _write(sys.stdout, lines)
         sys.stdout.flush()
@@ -122,7 +128,15 @@ def _export(lines: Iterator[str], output: Path | None) -> int:
             os.fsync(stream.fileno())
         if target.exists():
             shutil.copymode(target, temporary)  # the umask may have masked some bits
-        os.replace(temporary, target)
+        # The rename and what records it are one step for the ending signals: one taken
+        # between them would be told of an unchanged file that was replaced.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _ENDING)
+        try:
+            os.replace(temporary, target)
+            if replaced is not None:
+                replaced()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a signal held is taken here
     return count
 
 

@@ -9,6 +9,7 @@ table's records back, one file each, every file renamed into place only once com
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -165,7 +166,10 @@ def _write_atomically(path: Path, text: str) -> None:
             os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a plain open() would not
             os.replace(tmp, path)
         except BaseException:
-            os.unlink(tmp)
+            # Gone once renamed: a signal taken after the rename must not become a
+            # FileNotFoundError that hides it.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
             raise
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
