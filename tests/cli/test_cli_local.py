@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from .processes import ROOT, bare_env, popen, run
 
 # -- 4. sandbox-ledger local ----------------------------------------------------------------
@@ -321,3 +323,17 @@ def test_a_data_file_turned_into_a_fifo_is_a_failed_save_not_a_hang(tmp_path: Pa
     saved = Path(re.search(r"the tables are saved in (\S+) instead", stderr).group(1))  # type: ignore[union-attr]
     assert len(saved.read_text().splitlines()) == 5
     saved.unlink()
+
+
+@pytest.mark.parametrize(
+    ("entries", "said"), [(1, "1 entry,"), (0, "0 entries,"), (6, "6 entries,")]
+)
+def test_the_closing_summary_counts_entries_in_words(entries: int, said: str) -> None:
+    from sandbox_ledger.cli.local_command import _Saver
+    from sandbox_ledger.local.persist import Snapshot
+
+    saver = _Saver(Path("dev.jsonl"), None, None)  # type: ignore[arg-type]  # not used here
+    saver.last = Snapshot(lines=(), digest="", entries=entries, environments=1, records=0)
+    assert saver.summary() == (
+        f"; saved {said} 1 environment record(s) and 0 resource record(s) to dev.jsonl"
+    )

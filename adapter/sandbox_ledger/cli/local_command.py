@@ -193,7 +193,7 @@ class _Saver:
         loaded = load(self.data, self.ledger, self.store)
         self.last = snapshot(self.ledger, self.store)
         say(
-            f"loaded {self.data}: {loaded.entries} entries, {loaded.environments} environment "
+            f"loaded {self.data}: {_entries(loaded.entries)}, {loaded.environments} environment "
             f"record(s), {loaded.records} resource record(s)"
         )
 
@@ -229,9 +229,13 @@ class _Saver:
         if last is None:
             return f"; nothing was stored, {self.data} not written"
         return (
-            f"; saved {last.entries} entries, {last.environments} environment record(s) and "
+            f"; saved {_entries(last.entries)}, {last.environments} environment record(s) and "
             f"{last.records} resource record(s) to {self.data}"
         )
+
+
+def _entries(count: int) -> str:
+    return f"{count} entry" if count == 1 else f"{count} entries"
 
 
 def _write_data(lines: tuple[str, ...], data: Path) -> str | None:
