@@ -11,6 +11,7 @@ every test drives the operations with ``run_sync`` and that client."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -411,6 +412,56 @@ def test_a_delete_leaves_the_parts_of_an_append_in_flight_for_15_minutes_exactly
     client.run(_ops.delete_session(sync_table, PK))
     left = {k.part_head(i["SK"]["S"]) for i in stored_items(raw, sync_table)}
     assert len(left) == 1 and next(iter(left)).startswith(f"{k.EVENT_PREFIX}0000000000000002#")
+
+
+def test_a_delete_takes_an_entry_just_appended_whole_and_what_follows_an_append_in_flight(
+    client: Client,
+    sync_table: str,
+    fixture_clients: Any,
+    moto_endpoint: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only the parts whose head is not stored yet are left for their append: a large entry
+    appended a moment ago goes whole (its parts with its head), and so does every entry that
+    sorts after the parts left."""
+    monkeypatch.setattr(it, "CHUNK_BYTES", 350)
+    raw = fixture_clients(moto_endpoint)
+    parts_written_at(raw, sync_table, time.time_ns(), ts=2)  # an append in flight
+    big = entry(payload=os.urandom(600).hex(), ts=3)  # stored whole, just now
+    client.run(_ops.append(sync_table, big, it.order_ids.next(), SHARDS))
+    client.run(_ops.append(sync_table, entry(ts=4), it.order_ids.next(), SHARDS))
+    assert len(stored_items(raw, sync_table)) == 2 + 3 + 1 + 1  # with the summary
+    client.run(_ops.delete_session(sync_table, PK))
+    left = [k.part_head(i["SK"]["S"]) for i in stored_items(raw, sync_table)]
+    in_flight = f"{k.EVENT_PREFIX}0000000000000002#"
+    assert len(left) == 2 and all(head and head.startswith(in_flight) for head in left), left
+
+
+def test_a_delete_on_a_replica_that_lags_still_deletes_what_was_just_written(
+    client: Client, sync_table: str, fixture_clients: Any, moto_endpoint: str
+) -> None:
+    """The delete finds the session's items with a strongly consistent query: entries
+    appended a moment before are deleted however far the replicas lag."""
+    for ts in (1, 2, 3):
+        client.run(_ops.append(sync_table, entry(ts=ts), it.order_ids.next(), SHARDS))
+    stale_replica(client)
+    client.run(_ops.delete_session(sync_table, PK))
+    assert stored_items(fixture_clients(moto_endpoint), sync_table) == []
+
+
+def test_a_delete_renews_its_lease_once_exactly_half_of_it_has_passed(
+    client: Client, sync_table: str, many_pages: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lease (60 s) is renewed before a batch once half of it has passed: here the clock
+    stands exactly 30 s after the lease was taken from the first batch on, so it is renewed
+    before the first batch and not again."""
+    taken = time.time_ns()
+    readings = itertools.chain([taken, taken], itertools.repeat(taken + 30 * 10**9))
+    monkeypatch.setattr(_ops, "time", types.SimpleNamespace(time_ns=lambda: next(readings)))
+    client.run(_ops.delete_session(sync_table, PK))
+    assert stored_items(many_pages, sync_table) == []
+    assert len(client.calls("BatchWriteItem")) >= 3  # a page of 20 items in each
+    assert len(client.calls("UpdateItem")) == 2  # taken, renewed before the first batch
 
 
 # -- create_table ---------------------------------------------------------------------------
