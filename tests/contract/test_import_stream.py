@@ -259,17 +259,18 @@ async def test_a_postgres_batch_refused_by_a_concurrent_claim_runs_again(
     second = PostgresAdapter(postgres_dsn, schema=pg_schema)
     items = [(e("job", "s", "sandbox.created", 1), 1)]
     items += [(e("job", "s", "exec.complete", 2 + i, {"i": i}), 1) for i in range(5)]
-    many = pg._Connection.many
+    count = pg._Connection.count
     interleaved: list[list[Any]] = []
     started: list[bool] = []
 
-    async def many_after_the_other(self: Any, sql: str, params: Any) -> None:
-        if not started:  # the first batch's first executemany: after its claim read
+    async def count_after_the_other(self: Any, sql: str, params: Any = None) -> int:
+        if sql == first.queries.fold_sessions and not started:
+            # the first batch's first write (its summaries): after its claim read
             started.append(True)
             interleaved.append(await second.append_once_many(items))
-        await many(self, sql, params)
+        return await count(self, sql, params)
 
-    monkeypatch.setattr(pg._Connection, "many", many_after_the_other)
+    monkeypatch.setattr(pg._Connection, "count", count_after_the_other)
     try:
         assert await first.append_once_many(items) == [False] * 6
         assert interleaved == [[True] * 6]

@@ -252,3 +252,59 @@ def test_postgres_query_uses_an_index(
         assert all(s["Relation Name"] == "ledger_sessions" for s in scans), text
     else:
         assert all(s["Node Type"] in index_kinds for s in scans), text
+
+
+def _batch_statements(q: Statements, size: int) -> list[tuple[str, str, Any]]:
+    """An import batch's statements that take arrays (PostgreSQL), over ``size`` sessions of
+    the seeded database (the last one unknown) and one entry each."""
+    names = [f"name-{x % 50}" for x in range(1, size)] + ["name-0"]
+    ids = [f"sb-{x}" for x in range(1, size)] + ["sb-unknown"]
+    assert q.stored_claims and q.stored_entries_of and q.visible_entries_of
+    assert q.insert_keyed_events and q.fold_sessions
+    arrays = {
+        "name": names,
+        "sandbox_id": ids,
+        "ts": [2_000_000] * size,
+        "ts_s": [2_000] * size,
+        "step_index": [0] * size,
+        "branch": [None] * size,
+        "event": ["exec.complete"] * size,
+        "payload": [None] * size,
+        "error": [None] * size,
+        "extra": [None] * size,
+        "append_key": [f"new-{x}" for x in range(size)],
+    }
+    return [
+        ("stored_claims", q.stored_claims, {"keys": [f"{x}-3" for x in range(1, size + 1)]}),
+        ("stored_entries_of", q.stored_entries_of, {"name": names, "sandbox_id": ids}),
+        (
+            "visible_entries_of",
+            q.visible_entries_of,
+            {"name": names, "sandbox_id": ids, "now": NOW},
+        ),
+        ("insert_keyed_events", q.insert_keyed_events, arrays),
+    ]
+
+
+@pytest.mark.parametrize("size", [10, 2_000])
+def test_postgres_import_batches_read_entries_only_through_indexes(
+    pg_big: tuple[str, str], size: int
+) -> None:
+    """An import batch's reads (its claims, the stored entries of its sessions, its sessions'
+    ids) take arrays whatever the batch's size; as for every query here, the events table is
+    read only through an index (the claims through the unique append key's), while the
+    planner may read the sessions table whole for a batch that is a large share of it."""
+    dsn, schema = pg_big
+    queries = PostgresAdapter("postgresql://unused", schema=schema).queries
+    kinds = {"Index Scan", "Index Only Scan", "Bitmap Heap Scan"}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for what, sql, params in _batch_statements(queries, size):
+            [(plan,)] = conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", params).fetchall()
+            nodes = _nodes(plan[0]["Plan"])
+            scans = [n for n in nodes if "Relation Name" in n and n["Node Type"] != "ModifyTable"]
+            assert scans, (what, plan)
+            events = [n for n in scans if n["Relation Name"] == "ledger_events"]
+            assert all(n["Node Type"] in kinds for n in events), (what, plan)
+            if what == "stored_claims":
+                used = {n.get("Index Name") for n in nodes}
+                assert "ledger_events_append_key" in used, plan

@@ -3,7 +3,18 @@ adapter's schema (for DBAs and EXPLAIN as much as for the adapter)."""
 
 from __future__ import annotations
 
+from sandbox_ledger.sql import retention as ret
+from sandbox_ledger.sql import rows
 from sandbox_ledger.sql.statements import Statements
+
+
+def _unnest(columns: tuple[tuple[str, str], ...]) -> str:
+    """The rows of column arrays, numbered (``n``): ``unnest(...) WITH ORDINALITY AS r``.
+    The arrays travel in binary (``%(name)b``): psycopg dumps a list several times faster
+    so than as text."""
+    arrays = ", ".join(f"%({name})b::{sql_type}[]" for name, sql_type in columns)
+    names = ", ".join(name for name, _ in columns)
+    return f"unnest({arrays}) WITH ORDINALITY AS r({names}, n)"
 
 
 class Queries(Statements):
@@ -33,6 +44,43 @@ INSERT INTO {self.event_columns}
 SELECT id, {self.event_values}
 FROM session
 """
+        # An import batch in two statements whatever its size (instead of a statement per
+        # session and per entry): each row of the arrays in their order, so the sessions'
+        # rows are locked in the batch's key order and the entries' seq follows the batch.
+        # A row that does not change the summary has no summary expiry (NULL), which the
+        # later of the two keeps as stored, as fold_session's `summarizes` does.
+        retention = self.retention_seconds
+        later = ret.later_summary_expiry("cur.summary_expires_at", "excluded.summary_expires_at")
+        self.fold_sessions = f"""
+INSERT INTO {self.sessions} AS cur {self.session_columns}
+SELECT r.name, r.sandbox_id, r.started_at, r.completed_at,
+       CASE WHEN r.completed_at IS NULL THEN 'running' ELSE 'completed' END,
+       r.exec_delta, r.summary_ts_s + {retention}, r.ts_s + {retention}
+FROM {_unnest(rows.SUMMARY_ARRAYS)}
+ORDER BY r.n
+{self.folded_into(later)}"""
+        self.insert_keyed_events = f"""
+INSERT INTO {self.event_columns}
+SELECT s.id, r.ts, r.step_index, r.branch, r.event, r.payload, r.error, r.extra,
+       r.append_key, r.ts_s + {retention}
+FROM {_unnest(rows.EVENT_ARRAYS)}
+JOIN {self.sessions} AS s ON s.name = r.name AND s.sandbox_id = r.sandbox_id
+ORDER BY r.n
+"""
+        # An import's and an export's reads of many sessions, and the claims of a batch, as
+        # one statement over arrays (psycopg parses a long IN or VALUES list anew per call).
+        self.stored_claims = (
+            f"SELECT append_key FROM {s}.ledger_events WHERE append_key = ANY (%(keys)b::text[])"
+        )
+        of_sessions = (
+            f"SELECT s.name, s.sandbox_id, {rows.entry_columns('e')} "
+            f"FROM unnest(%(name)b::text[], %(sandbox_id)b::text[]) AS k(name, sandbox_id) "
+            f"JOIN {self.sessions} AS s ON s.name = k.name AND s.sandbox_id = k.sandbox_id "
+            f"JOIN {s}.ledger_events AS e ON e.session_id = s.id"
+        )
+        self.stored_entries_of = f"{of_sessions} ORDER BY s.id, e.ts, e.seq"
+        visible = ret.live("e.expires_at", "%(now)s")
+        self.visible_entries_of = f"{of_sessions} AND {visible} ORDER BY s.id, e.seq"
         # Feed order is (writing transaction, seq); only transactions older than every one
         # still running are handed out (see schema/0006_changes.sql).
         self.changes_after = f"""

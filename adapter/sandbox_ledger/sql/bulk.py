@@ -63,16 +63,23 @@ async def read_sessions(
     order = "e.seq" if append_order else "e.ts, e.seq"
     found: dict[tuple[str, str], list[LedgerEntry]] = {}
     wanted = [key for key in dict.fromkeys(keys) if not adapter._never_stored(key)]
-    for chunk in _chunks(wanted, _SESSIONS_PER_READ):
-        values = ", ".join(f"({ph}, {ph})" for _ in chunk)
-        sql = (
-            f"SELECT s.name, s.sandbox_id, {rows.entry_columns('e')} "
-            f"FROM (VALUES {values}) AS k JOIN {q.sessions} AS s "
-            "ON s.name = k.column1 AND s.sandbox_id = k.column2 "
-            f"JOIN {events} AS e ON e.session_id = s.id{visible} ORDER BY s.id, {order}"
-        )
-        params = [part for key in chunk for part in key] + ([now] if append_order else [])
-        found_rows = await adapter._fetchall(sql, params)
+    whole = q.visible_entries_of if append_order else q.stored_entries_of
+    if whole is not None and wanted:  # the dialect reads them all in one statement
+        named = {"name": [n for n, _ in wanted], "sandbox_id": [s for _, s in wanted], "now": now}
+        reads = [await adapter._fetchall(whole, named)]
+    else:
+        reads = []
+        for chunk in _chunks(wanted, _SESSIONS_PER_READ):
+            values = ", ".join(f"({ph}, {ph})" for _ in chunk)
+            sql = (
+                f"SELECT s.name, s.sandbox_id, {rows.entry_columns('e')} "
+                f"FROM (VALUES {values}) AS k JOIN {q.sessions} AS s "
+                "ON s.name = k.column1 AND s.sandbox_id = k.column2 "
+                f"JOIN {events} AS e ON e.session_id = s.id{visible} ORDER BY s.id, {order}"
+            )
+            params = [part for key in chunk for part in key] + ([now] if append_order else [])
+            reads.append(await adapter._fetchall(sql, params))
+    for found_rows in reads:
         for row in found_rows:
             found.setdefault((row[0], row[1]), []).append(rows.decode_entry(*row))
     return [list(found.get(key, ())) for key in keys]
@@ -145,12 +152,16 @@ async def _write(adapter: SQLAdapter, conn: Connection, batch: list[rows.EventRo
     q = adapter.queries
     events = q.table("ledger_events")
     claimed: set[str] = set()
-    for chunk in _chunks([row.append_key for row in batch], _KEYS_PER_READ):
-        sql = (
-            f"SELECT append_key FROM {events} "
-            f"WHERE append_key IN ({', '.join([q.placeholder] * len(chunk))})"
-        )
-        claimed.update(key for (key,) in await conn.rows(sql, chunk))
+    keys = [row.append_key for row in batch]
+    if q.stored_claims is not None:  # the dialect takes them all as one array
+        claimed.update(key for (key,) in await conn.rows(q.stored_claims, {"keys": keys}))
+    else:
+        for chunk in _chunks(keys, _KEYS_PER_READ):
+            sql = (
+                f"SELECT append_key FROM {events} "
+                f"WHERE append_key IN ({', '.join([q.placeholder] * len(chunk))})"
+            )
+            claimed.update(key for (key,) in await conn.rows(sql, chunk))
     stored: list[bool] = []
     sessions: dict[tuple[str, str], list[rows.EventRow]] = {}
     for row in batch:
@@ -161,8 +172,17 @@ async def _write(adapter: SQLAdapter, conn: Connection, batch: list[rows.EventRo
             sessions.setdefault((row.name, row.sandbox_id), []).append(row)
     # Sessions in key order: two batches lock their session rows in the same order.
     folded = [summary_params(sessions[key]) for key in sorted(sessions)]
-    if folded:
+    if not folded:
+        return stored
+    ordered = [r for key in sorted(sessions) for r in sessions[key]]
+    if q.fold_sessions is None or q.insert_keyed_events is None:
         await conn.many(q.fold_session, folded)
-        inserts = [rows.append_params(r) for key in sorted(sessions) for r in sessions[key]]
-        await conn.many(q.insert_keyed_event, inserts)
+        await conn.many(q.insert_keyed_event, [rows.append_params(r) for r in ordered])
+        return stored
+    # The dialect takes the batch as column arrays: two statements, however many rows.
+    summaries = {name: [f[name] for f in folded] for name, _ in rows.SUMMARY_ARRAYS}
+    await conn.count(q.fold_sessions, summaries)
+    inserted = await conn.count(q.insert_keyed_events, rows.event_arrays(ordered))
+    if inserted != len(ordered):  # each entry's session was upserted just before
+        raise StorageError(f"an import batch inserted {inserted} of its {len(ordered)} entries")
     return stored

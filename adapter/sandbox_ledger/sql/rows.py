@@ -199,6 +199,53 @@ def append_params(row: EventRow) -> dict[str, Any]:
     }
 
 
+EVENT_ARRAYS: tuple[tuple[str, str], ...] = (
+    ("name", "text"),
+    ("sandbox_id", "text"),
+    ("ts", "bigint"),
+    ("ts_s", "bigint"),
+    ("step_index", "bigint"),
+    ("branch", "bigint"),
+    ("event", "text"),
+    ("payload", "text"),
+    ("error", "text"),
+    ("extra", "text"),
+    ("append_key", "text"),
+)
+"""The parameters of a dialect's ``insert_keyed_events`` (name, SQL type of its elements):
+what :func:`event_arrays` gives."""
+
+SUMMARY_ARRAYS: tuple[tuple[str, str], ...] = (
+    ("name", "text"),
+    ("sandbox_id", "text"),
+    ("started_at", "bigint"),
+    ("completed_at", "bigint"),
+    ("exec_delta", "bigint"),
+    ("summary_ts_s", "bigint"),
+    ("ts_s", "bigint"),
+)
+"""The parameters of a dialect's ``fold_sessions``: each of ``summary_params``' values of
+these names, a session each."""
+
+
+def event_arrays(batch: Sequence[EventRow]) -> dict[str, list[Any]]:
+    """The entries of ``batch`` as :data:`EVENT_ARRAYS`, one array per column, in order:
+    :func:`append_params` of each, transposed (the columns an insert needs, no summary)."""
+    return {
+        "name": [r.name for r in batch],
+        "sandbox_id": [r.sandbox_id for r in batch],
+        "ts": [r.ts for r in batch],
+        "ts_s": [r.ts // 1000 for r in batch],
+        "step_index": [r.step_index for r in batch],
+        "branch": [r.branch for r in batch],
+        "event": [r.event for r in batch],
+        "payload": [r.payload for r in batch],
+        "error": [r.error for r in batch],
+        "extra": [r.extra for r in batch],
+        "append_key": [r.append_key for r in batch],
+    }
+
+
 def append_key(entry: LedgerEntry, position: int | None = None) -> str:
     """The unique key that makes an append idempotent.
 

@@ -40,6 +40,24 @@ class Statements:
     :mod:`sandbox_ledger.sql.changes`)."""
     changes_pruned: str
     """The (transaction, seq) of the last change pruned."""
+    fold_sessions: str | None = None
+    """An import batch's summary upserts as one statement over column arrays (each of
+    :data:`sandbox_ledger.sql.rows.SUMMARY_ARRAYS` an array, a session each), or None: the
+    dialect runs ``fold_session`` once per session instead."""
+    stored_claims: str | None = None
+    """The claims (``append_key``) stored among the array ``keys``, in one statement; None:
+    the dialect asks a few hundred keys at a time (``IN``)."""
+    stored_entries_of: str | None = None
+    """The entries, expired ones included, of the sessions of the arrays ``name`` and
+    ``sandbox_id`` (the session's name and id, then the entry's columns, by session and
+    ascending ts), in one statement; None: a few hundred sessions at a time (``VALUES``)."""
+    visible_entries_of: str | None = None
+    """As ``stored_entries_of``, the entries still visible at ``now`` (Unix s), by session
+    in append order: an export's read."""
+    insert_keyed_events: str | None = None
+    """An import batch's entries as one statement over column arrays (each of
+    :data:`sandbox_ledger.sql.rows.EVENT_ARRAYS` an array, an entry each), inserted in the
+    arrays' order, or None: ``insert_keyed_event`` once per entry."""
 
     def table(self, name: str) -> str:
         """A ledger table's name as the statements write it (schema-qualified or bare)."""
@@ -93,24 +111,20 @@ LIMIT 1
         later_summary = ret.later_summary_expiry(
             "cur.summary_expires_at", "excluded.summary_expires_at"
         )
+        summary_expiry = (
+            f"CASE WHEN {p('summarizes')} THEN {later_summary} ELSE cur.summary_expires_at END"
+        )
+        self.session_columns = (
+            "(name, sandbox_id, started_at, completed_at, status, exec_count, "
+            "summary_expires_at, expires_at)"
+        )
         self.fold_session = f"""
-INSERT INTO {sessions} AS cur
-    (name, sandbox_id, started_at, completed_at, status, exec_count,
-     summary_expires_at, expires_at)
+INSERT INTO {sessions} AS cur {self.session_columns}
 VALUES ({p("name")}, {p("sandbox_id")}, {p("started_at")}, {p("completed_at")},
         CASE WHEN {p("completed_at", "bigint")} IS NULL THEN 'running' ELSE 'completed' END,
         {p("exec_delta")},
         {p("summary_ts_s", "bigint")} + {retention}, {ts_s} + {retention})
-ON CONFLICT (name, sandbox_id) DO UPDATE SET
-    started_at = coalesce(cur.started_at, excluded.started_at),
-    completed_at = coalesce(cur.completed_at, excluded.completed_at),
-    status = CASE WHEN coalesce(cur.completed_at, excluded.completed_at) IS NULL
-                  THEN 'running' ELSE 'completed' END,
-    exec_count = cur.exec_count + excluded.exec_count,
-    summary_expires_at = CASE WHEN {p("summarizes")} THEN {later_summary}
-                              ELSE cur.summary_expires_at END,
-    expires_at = {ret.latest_expiry("cur.expires_at", "excluded.expires_at")}
-"""
+{self.folded_into(summary_expiry)}"""
         """The summary upsert without a result (an import batch runs it once per session)."""
         self.upsert_session = f"{self.fold_session}RETURNING id\n"
         self.event_columns = (
@@ -158,6 +172,20 @@ CREATE TABLE IF NOT EXISTS {schema} (
         self.set_version = f"""
 INSERT INTO {schema} (id, version) VALUES (1, {p("version")})
 ON CONFLICT (id) DO UPDATE SET version = excluded.version
+"""
+
+    @staticmethod
+    def folded_into(summary_expiry: str) -> str:
+        """The summary upsert's conflict clause: a session's new entries folded into its
+        stored summary (``cur``), its expiry set by ``summary_expiry``."""
+        return f"""ON CONFLICT (name, sandbox_id) DO UPDATE SET
+    started_at = coalesce(cur.started_at, excluded.started_at),
+    completed_at = coalesce(cur.completed_at, excluded.completed_at),
+    status = CASE WHEN coalesce(cur.completed_at, excluded.completed_at) IS NULL
+                  THEN 'running' ELSE 'completed' END,
+    exec_count = cur.exec_count + excluded.exec_count,
+    summary_expires_at = {summary_expiry},
+    expires_at = {ret.latest_expiry("cur.expires_at", "excluded.expires_at")}
 """
 
     def list_sessions(self, query: rows.ListQuery, now: int | None = None) -> tuple[str, list[Any]]:

@@ -264,3 +264,32 @@ def test_encoding_an_entry_checks_its_session_key_unless_told_it_was() -> None:
     with pytest.raises(KeyTooLongError):
         rows.encode_entry(long, key="k")
     assert rows.encode_entry(long, key="k", session_checked=True).name == long.name
+
+
+def test_an_import_batchs_column_arrays_carry_what_each_rows_append_carries() -> None:
+    """PostgreSQL takes an import batch as one array per column (``EVENT_ARRAYS``): each
+    array holds, in the batch's order, what the row's own append would bind to that name."""
+    batch = [
+        rows.EventRow(
+            name="n",
+            sandbox_id=f"s{i}",
+            ts=1_999 + i,
+            step_index=i - 1,
+            branch=None if i else 7,
+            event="exec.complete" if i else "sandbox.created",
+            payload=None if i else '{"a": 1}',
+            error="boom" if i else None,
+            extra='{"traceId": "t"}' if i else None,
+            append_key=f"k{i}",
+            started_at=None,
+            completed_at=None,
+            exec_delta=1 if i else 0,
+            checkpoint=False,
+        )
+        for i in range(2)
+    ]
+    arrays = rows.event_arrays(batch)
+    assert list(arrays) == [name for name, _ in rows.EVENT_ARRAYS]
+    for name, values in arrays.items():
+        assert values == [rows.append_params(row)[name] for row in batch], name
+    assert arrays["ts_s"] == [1, 2]  # whole seconds, rounded down

@@ -1,0 +1,96 @@
+"""An import batch (``append_once_many``) leaves the database exactly as appending its entries
+one by one would, on both dialects: the summaries (first created and closed, execs counted,
+expiries that never move back) and the entries (in the batch's order, with their expiries).
+PostgreSQL writes a batch as two statements over column arrays, SQLite row by row: both are
+held to the one-by-one append."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox_ledger import LedgerEntry, LedgerEvent
+from sql.sql_store import Store, entry
+
+E = LedgerEvent
+
+
+def batches(name: str, now_ms: int) -> list[list[tuple[LedgerEntry, int]]]:
+    """Three batches of three sessions, entries out of ts order, a second created, the same
+    content twice, a session that never changes its summary."""
+
+    def e(sid: str, event: str, dt: int, **kw: Any) -> LedgerEntry:
+        return entry(event, now_ms + dt, name=name, sandbox_id=sid, **kw)
+
+    return [
+        [
+            (e("x", E.SandboxCreated, 5_000), 1),
+            (e("x", E.ExecComplete, 6_000), 1),
+            (e("y", E.ExecStarted, 2_000), 1),
+        ],
+        [
+            (e("x", E.ExecStarted, 9_000), 1),
+            (e("x", E.ExecComplete, 1_000), 1),
+            (e("x", E.SandboxClosed, 8_000), 1),
+            (e("y", E.CheckpointCreated, 3_000, payload={"snapshotId": "s1"}), 1),
+            (e("z", E.SandboxCreated, 100), 1),
+            (e("z", E.SandboxClosed, 200), 1),
+        ],
+        [
+            (e("x", E.SandboxCreated, 50), 1),
+            (e("x", E.ExecComplete, 6_000), 2),  # the same content as batch 1's, again
+            (e("y", E.ExecFailed, 4_000, error="boom"), 1),
+        ],
+    ]
+
+
+def state(store: Store, name: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    sessions = store.query(
+        "SELECT sandbox_id, started_at, completed_at, status, exec_count, summary_expires_at, "
+        "expires_at FROM ledger_sessions WHERE name = ? ORDER BY sandbox_id",
+        name,
+    )
+    events = store.query(
+        "SELECT s.sandbox_id, e.ts, e.event, e.error, e.payload, e.expires_at "
+        "FROM ledger_events AS e JOIN ledger_sessions AS s ON s.id = e.session_id "
+        "WHERE s.name = ? ORDER BY e.seq",
+        name,
+    )
+    return sessions, events
+
+
+@pytest.mark.parametrize("retention", [None, timedelta(days=30)], ids=["forever", "30d"])
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_an_import_batch_stores_what_appending_each_entry_stores(
+    kind: str, retention: timedelta | None, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    store = Store(kind, tmp_path, request)
+    now_ms = time.time_ns() // 1_000_000
+    async with store.opened(retention) as ledger:
+        for batch in batches("one-by-one", now_ms):
+            for item, _ in batch:
+                await ledger.append(item)
+        for batch in batches("batched", now_ms):
+            assert await ledger.append_once_many(batch) == [True] * len(batch)
+    sessions, events = state(store, "batched")
+    assert (sessions, events) == state(store, "one-by-one")
+    # What the two agree on is what the contract says, not a shared mistake:
+    x = next(s for s in sessions if s[0] == "x")
+    assert x[1:5] == (now_ms + 5_000, now_ms + 8_000, "completed", 3)
+    assert [(sid, ts - now_ms) for sid, ts, *_ in events][:3] == [
+        ("x", 5_000),
+        ("x", 6_000),
+        ("y", 2_000),
+    ]
+    if retention is None:
+        assert {s[5] for s in sessions} | {s[6] for s in sessions} == {None}
+    else:
+        seconds = int(retention.total_seconds())
+        assert x[5] == (now_ms + 8_000) // 1000 + seconds  # the latest that summarizes
+        assert x[6] == (now_ms + 9_000) // 1000 + seconds  # the latest entry
+        y = next(s for s in sessions if s[0] == "y")
+        assert y[1:6] == (None, None, "running", 0, None)  # nothing that summarizes
