@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -205,12 +206,14 @@ def test_an_ignored_hangup_lets_the_export_finish(tmp_path: Path) -> None:
 # An export whose temporary file has just been created (before it is even locked) when
 # ``NUMBER`` arrives: the race a signal sent as soon as the file shows up can hit.
 SIGNAL_AT_CREATION = """
-import os, signal
+import os, signal, threading, time
 from pathlib import Path
 from sandbox_ledger.cli import transfer
 from sandbox_ledger.cli.interrupt import raise_on_sigterm
 
 raise_on_sigterm()  # as the console script does
+# Another thread, as a store's event loop is: the kernel may give it the signal.
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
 locking = transfer._lock
 
 def lock(descriptor, *, wait):
@@ -245,9 +248,11 @@ def test_a_signal_the_instant_the_temporary_file_exists_leaves_nothing(
 
 # ``resources export``'s file writer, Ctrl-C arriving the instant its temporary file exists.
 INTERRUPT_AT_RECORD_FILE = """
-import os, signal, tempfile
+import os, signal, tempfile, threading, time
 from pathlib import Path
 from sandbox_ledger.resources import files
+
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()  # another thread
 
 creating = tempfile.mkstemp
 
@@ -298,8 +303,10 @@ def test_a_signal_just_after_a_record_files_rename_is_the_signal(
 # ``export -o`` through the console script, SIGTERM arriving the instant the complete file is
 # renamed into place: the line printed must not say the file was left as it was.
 SIGNAL_AT_RENAME = """
-import os, signal, sys
+import os, signal, sys, threading, time
 from sandbox_ledger.cli import main
+
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()  # another thread
 
 renaming = os.replace
 
@@ -328,6 +335,44 @@ def test_a_signal_as_the_export_is_renamed_into_place_says_it_was_replaced(
     ]
     assert (tmp_path / "backup.jsonl").read_text() == whole.stdout
     assert sorted(os.listdir(tmp_path)) == ["backup.jsonl", "ledger.db"]
+
+
+def test_a_deferred_signal_waits_for_the_block_whichever_thread_takes_it() -> None:
+    """``deferred`` holds a signal sent to the process while another thread runs (which the
+    kernel may give it to: a per-thread mask would not hold it), then delivers it once, to
+    the handler it had, where the block ends; an ignored signal stays ignored."""
+    from sandbox_ledger._signals import deferred
+
+    seen: list[int] = []
+    before = signal.signal(signal.SIGUSR1, lambda number, _frame: seen.append(number))
+    ignored = signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    try:
+        with deferred((signal.SIGUSR1, signal.SIGUSR2)):
+            for _ in range(2):  # twice: delivered once
+                sender = threading.Thread(target=os.kill, args=(os.getpid(), signal.SIGUSR1))
+                sender.start()
+                sender.join()
+            os.kill(os.getpid(), signal.SIGUSR2)
+            time.sleep(0.05)  # a handler would have run by now
+            assert seen == []
+        assert seen == [signal.SIGUSR1]
+        assert signal.getsignal(signal.SIGUSR2) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGUSR1, before)
+        signal.signal(signal.SIGUSR2, ignored)
+
+
+def test_a_deferred_interrupt_is_raised_where_the_block_ends() -> None:
+    from sandbox_ledger._signals import deferred
+
+    steps = []
+    with pytest.raises(KeyboardInterrupt):
+        with deferred((signal.SIGINT,)):
+            os.kill(os.getpid(), signal.SIGINT)
+            steps.append("after the signal")
+        steps.append("after the block")
+    assert steps == ["after the signal"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_an_export_to_a_missing_directory_or_a_directory_names_it(

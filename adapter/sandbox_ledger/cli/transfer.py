@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
+from sandbox_ledger._signals import deferred
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.transfer import ImportReport, export_lines, import_lines
 
@@ -130,13 +131,10 @@ def _export(
             shutil.copymode(target, temporary)  # the umask may have masked some bits
         # The rename and what records it are one step for the ending signals: one taken
         # between them would be told of an unchanged file that was replaced.
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, _ENDING)
-        try:
+        with deferred(_ENDING):
             os.replace(temporary, target)
             if replaced is not None:
                 replaced()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a signal held is taken here
     return count
 
 
@@ -149,32 +147,32 @@ _ENDING = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
 def _temporary_beside(target: Path, mode: int, output: Path) -> Iterator[tuple[int, Path]]:
     """A new temporary file beside ``target`` (its descriptor and path), removed if the
     block fails or a signal ends it; closed at the end. One that cannot be created is an
-    :class:`InvalidInputError` naming ``output``, as the user gave it. Ctrl-C, SIGTERM and
-    SIGHUP are held from before the file exists until its removal is armed, so no signal,
-    however soon it follows the file's creation, leaves the file behind."""
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, _ENDING)
-    try:
+    :class:`InvalidInputError` naming ``output``, as the user gave it. The removal is armed
+    before the file exists, and Ctrl-C, SIGTERM and SIGHUP are held while it is created
+    (:func:`~sandbox_ledger._signals.deferred`), so no signal, however soon it follows the
+    file's creation, leaves the file behind."""
+    created: list[tuple[int, Path]] = []
+    with _removed_on_termination(created):
         try:
-            descriptor, temporary = _claim_temporary(target, mode)
-        except OSError as exc:
-            # Named by what the user gave, not by the temporary file beside it.
-            raise InvalidInputError(
-                "--output",
-                f"{output}: cannot create a file in {target.parent} ({exc.strerror or exc})",
-            ) from exc
-        try:
-            with _removed_on_termination(temporary):
-                # A signal held meanwhile is taken here, inside this try.
-                signal.pthread_sigmask(signal.SIG_SETMASK, held)
-                yield descriptor, temporary
+            with deferred(_ENDING):  # a signal held meanwhile is taken at its end, in this try
+                try:
+                    created.append(_claim_temporary(target, mode))
+                except OSError as exc:
+                    # Named by what the user gave, not by the temporary file beside it.
+                    raise InvalidInputError(
+                        "--output",
+                        f"{output}: cannot create a file in {target.parent} "
+                        f"({exc.strerror or exc})",
+                    ) from exc
+            yield created[0]
         except BaseException:
-            with contextlib.suppress(OSError):
-                temporary.unlink()
+            for _, temporary in created:
+                with contextlib.suppress(OSError):
+                    temporary.unlink()
             raise
         finally:
-            os.close(descriptor)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            for descriptor, _ in created:
+                os.close(descriptor)
 
 
 def _partials(target: Path) -> list[Path]:
@@ -234,9 +232,10 @@ def _lock(descriptor: int, *, wait: bool) -> bool:
 
 
 @contextlib.contextmanager
-def _removed_on_termination(temporary: Path) -> Iterator[None]:
-    """SIGTERM or SIGHUP while the export runs removes ``temporary``, then ends the process
-    by the same signal (SIGINT already unwinds as KeyboardInterrupt)."""
+def _removed_on_termination(created: list[tuple[int, Path]]) -> Iterator[None]:
+    """SIGTERM or SIGHUP while the export runs removes the temporary file ``created`` holds
+    (once it does), then ends the process by the same signal (SIGINT already unwinds as
+    KeyboardInterrupt)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -248,8 +247,9 @@ def _removed_on_termination(temporary: Path) -> Iterator[None]:
     caught = tuple(previous)
 
     def terminate(number: int, _frame: object) -> None:
-        with contextlib.suppress(OSError):
-            temporary.unlink()
+        for _, temporary in created:
+            with contextlib.suppress(OSError):
+                temporary.unlink()
         signal.signal(number, previous[signal.Signals(number)])
         signal.raise_signal(number)
 

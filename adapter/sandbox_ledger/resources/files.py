@@ -15,10 +15,11 @@ import os
 import signal
 import tempfile
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from pydantic import ValidationError
 
+from sandbox_ledger._signals import deferred
 from sandbox_ledger.errors import ConflictError, InvalidInputError
 from sandbox_ledger.resources._items import Unreadable
 from sandbox_ledger.resources.models import ResourceActivityRecord
@@ -153,26 +154,32 @@ def record_file_text(record: ResourceActivityRecord) -> str:
 
 
 def _write_atomically(path: Path, text: str) -> None:
-    # Ctrl-C (or a signal another handler turns into an exception) held from before the
-    # temporary file exists until its removal is armed: however soon it follows the file's
-    # creation, it leaves no temporary file behind.
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    # Ctrl-C (or a signal another handler turns into an exception) held while the temporary
+    # file is created and taken inside the try that removes it: however soon it follows the
+    # file's creation, it leaves no temporary file behind.
+    created: list[tuple[TextIO, str]] = []
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)  # one held is taken here
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a plain open() would not
-            os.replace(tmp, path)
-        except BaseException:
+        with deferred((signal.SIGINT, signal.SIGTERM)):
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            try:
+                created.append((os.fdopen(fd, "w", encoding="utf-8"), tmp))
+            except BaseException:
+                os.close(fd)
+                os.unlink(tmp)
+                raise
+        handle, tmp = created[0]
+        with handle:
+            handle.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a plain open() would not
+        os.replace(tmp, path)
+    except BaseException:
+        for handle, tmp in created:
+            handle.close()
             # Gone once renamed: a signal taken after the rename must not become a
             # FileNotFoundError that hides it.
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-            raise
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        raise
 
 
 def _umask() -> int:

@@ -1,0 +1,52 @@
+"""Holding signals over a step that must not be cut in two (a file created and its removal
+armed; a file renamed into place and the rename recorded).
+
+``pthread_sigmask`` cannot do it in a process with more than one thread: a signal sent to the
+process goes to any thread that does not block it (a store's event loop, a pool's workers),
+and Python then runs the handler in the main thread at its next instruction, mask or no mask.
+:func:`deferred` holds a signal where Python runs its handler instead: for the block's
+duration the signal's handler only records it, and the block's end puts the handlers back and
+delivers what was recorded to them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
+__all__ = ["deferred"]
+
+
+@contextlib.contextmanager
+def deferred(numbers: Iterable[int]) -> Iterator[None]:
+    """Hold the signals ``numbers`` until the block ends, whichever thread the kernel gives
+    them to, then deliver each one received (once, in arrival order) to the handler it had
+    before: a Python handler's exception is raised where the block ends; a default that ends
+    the process ends it there. A signal that is ignored stays ignored. Off the main thread,
+    where no handler can be set, it holds nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def record(number: int, _frame: object) -> None:
+        if number not in received:
+            received.append(number)
+
+    previous = {}
+    for number in numbers:
+        if signal.getsignal(number) is not signal.SIG_IGN:
+            previous[number] = signal.signal(number, record)
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            # None: a handler not set from Python, which cannot be put back; the default.
+            signal.signal(number, signal.SIG_DFL if handler is None else handler)
+        for number in received:
+            signal.raise_signal(number)  # its handler runs here; an exception stops the rest
