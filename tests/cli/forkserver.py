@@ -112,8 +112,11 @@ def serve(path: str, report: str) -> dict[str, Any]:
     if threading.active_count() != 1:
         raise RuntimeError(f"a fork server must not run threads: {threading.enumerate()}")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
+    # Bound under another name and renamed once listening: the client waits for ``path`` to
+    # exist, and a connect between bind and listen is refused (seen under load).
+    listener.bind(f"{path}.binding")
     listener.listen(64)
+    os.rename(f"{path}.binding", path)
     sys.stdout.flush()
     sys.stderr.flush()
     gc.collect()
