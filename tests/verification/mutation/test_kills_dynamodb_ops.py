@@ -163,8 +163,9 @@ def test_an_append_with_a_ttl_waits_for_a_running_delete_then_says_so(
     )
     before = len(client.calls("TransactWriteItems"))
     said = r"append: the session is being deleted \(retry once delete_sandbox has returned\)"
-    with pytest.raises(ConflictError, match=said), caplog.at_level(logging.WARNING):
+    with pytest.raises(ConflictError, match=said) as raised, caplog.at_level(logging.WARNING):
         client.run(_ops.append(sync_table, entry(), it.order_ids.next(), SHARDS, ttl=4_000_000_000))
+    assert raised.value.code == "TransactionCanceledException"
     logged = [r.getMessage() for r in caplog.records]
     assert f"append build/sb-1: giving up after {MAX_ATTEMPTS} attempts" in logged
     assert len(client.calls("TransactWriteItems")) - before == MAX_ATTEMPTS
@@ -199,6 +200,120 @@ def test_an_import_claim_held_by_another_write_stores_nothing(
     again = _ops.append(sync_table, started, it.order_ids.next(), SHARDS, claim=claim)
     assert client.run(again) is False
     assert len(client.run(_ops.read_all(sync_table, "build", "sb-1"))) == 1
+
+
+def test_an_import_write_resent_after_it_landed_counts_as_written_by_this_call(
+    client: Client, sync_table: str
+) -> None:
+    """The SDK resends a transaction whose response was lost: the resend finds its own head
+    and claim stored, and the call still says it wrote the entry (an import counts it new),
+    stored and counted once."""
+    from dynamodb.faults import ResendAfterSuccess
+
+    client.run(_ops.append(sync_table, entry(LedgerEvent.SandboxCreated), "1", SHARDS))
+    resent = ResendAfterSuccess(1.0, {"TransactWriteItems"}).attach(client.sdk)
+    claim = k.claim_sk("1" * 64, 1)
+    done = client.run(_ops.append(sync_table, entry(), it.order_ids.next(), SHARDS, claim=claim))
+    assert resent.resent == 1 and done is True
+    stored = client.run(_ops.read_all(sync_table, "build", "sb-1"))
+    assert sorted(e.event for e in stored) == ["exec.complete", "sandbox.created"]
+    details = client.run(_ops.get_sandbox_details(sync_table, "build", "sb-1"))
+    assert details is not None and details.exec_count == 1
+
+
+def test_an_append_with_a_ttl_meets_a_lease_that_ends_this_very_millisecond(
+    client: Client,
+    sync_table: str,
+    fixture_clients: Any,
+    moto_endpoint: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A delete's lease still holds the session in the millisecond it ends (the condition is
+    ``#dl < :now``): an append with a TTL that meets it waits as for a running delete and
+    then says so, instead of taking the refusal for its TTL's."""
+    client.run(
+        _ops.append(sync_table, entry(LedgerEvent.SandboxCreated), "1", SHARDS, ttl=4 * 10**9)
+    )
+    now_ms = time.time_ns() // 1_000_000
+    deleting(fixture_clients(moto_endpoint), sync_table, now_ms)
+    monkeypatch.setattr(_ops, "time", types.SimpleNamespace(time_ns=lambda: now_ms * 1_000_000))
+    with pytest.raises(ConflictError, match="being deleted") as raised:
+        client.run(_ops.append(sync_table, entry(), it.order_ids.next(), SHARDS, ttl=4 * 10**9))
+    assert raised.value.code == "TransactionCanceledException"
+
+
+def summary_refused(client: Client, ttls: list[int]) -> None:
+    """Answer the next transactions as DynamoDB does when the summary's condition fails, the
+    summary (returned, ALL_OLD) carrying each TTL of ``ttls`` in turn; then let them through."""
+    left = list(ttls)
+
+    def answer(**_: Any) -> Any:
+        if not left:
+            return None
+        parsed = {
+            "Error": {"Code": "TransactionCanceledException", "Message": "cancelled"},
+            "CancellationReasons": [
+                {"Code": "None"},
+                {"Code": "ConditionalCheckFailed", "Item": {k.TTL_ATTRIBUTE: N(left.pop(0))}},
+            ],
+            "ResponseMetadata": {"HTTPStatusCode": 400},
+        }
+        return AWSResponse("https://dynamodb", 400, {}, None), parsed
+
+    client.sdk.meta.events.register("before-call.dynamodb.TransactWriteItems", answer)
+
+
+def summary_forms(client: Client) -> list[str]:
+    """The summary update's form in each transaction sent: ``set`` (it sets the TTL) or
+    ``keep`` (it leaves a later one)."""
+    forms: list[str] = []
+
+    def record(params: dict[str, Any], **_: Any) -> None:
+        [update] = [a["Update"] for a in params["TransactItems"] if "Update" in a]
+        forms.append("keep" if "#ttl > :ttl" in update["ConditionExpression"] else "set")
+
+    client.sdk.meta.events.register("provide-client-params.dynamodb.TransactWriteItems", record)
+    return forms
+
+
+def test_an_append_whose_summary_ttl_keeps_moving_tries_a_bounded_number_of_times(
+    client: Client, sync_table: str
+) -> None:
+    """Each refusal of the summary's TTL condition is answered with the form that fits the
+    TTL it returned; a TTL that moves on every attempt (later, then earlier, ...) ends the
+    append after MAX_ATTEMPTS transactions, with DynamoDB's error."""
+    ttl = 3_000_000_000
+    summary_refused(client, [ttl + 10, ttl - 10] * (2 * MAX_ATTEMPTS))
+    forms = summary_forms(client)
+    with pytest.raises(StorageError, match="TransactionCanceledException: cancelled"):
+        client.run(_ops.append(sync_table, entry(), it.order_ids.next(), SHARDS, ttl=ttl))
+    assert forms == ["set", "keep"] * (MAX_ATTEMPTS // 2) + ["set"] * (MAX_ATTEMPTS % 2)
+
+
+def test_an_append_sets_the_ttl_again_once_the_summarys_is_its_own(
+    client: Client, sync_table: str
+) -> None:
+    """Refused first by a later TTL (the next attempt leaves the TTL alone), then by a summary
+    whose TTL is now the append's own (made again meanwhile): the third attempt sets the TTL
+    again, and lands."""
+    ttl = 3_000_000_000
+    summary_refused(client, [ttl + 10, ttl])
+    forms = summary_forms(client)
+    assert client.run(_ops.append(sync_table, entry(), it.order_ids.next(), SHARDS, ttl=ttl))
+    assert forms == ["set", "keep", "set"]
+
+
+def test_an_append_that_gives_up_says_why_with_dynamodbs_code(
+    client: Client, sync_table: str
+) -> None:
+    cancel_transactions(client, *[["None", "TransactionConflict"]] * MAX_ATTEMPTS)
+    with pytest.raises(StorageError) as raised:
+        client.run(_ops.append(sync_table, entry(), it.order_ids.next(), SHARDS))
+    assert str(raised.value) == (
+        f"append: transaction cancelled {MAX_ATTEMPTS} times (['None', 'TransactionConflict'])"
+    )
+    assert raised.value.code == "TransactionCanceledException"
+    assert not isinstance(raised.value, ConflictError)
 
 
 # -- reads of an entry missing a part -------------------------------------------------------
@@ -490,6 +605,48 @@ def test_create_table_waits_for_a_creating_table_and_leaves_an_existing_one(
     client.sdk.meta.events.register("after-call.dynamodb.DescribeTimeToLive", enabling)
     client.run(_ops.create_table(table_name, SHARDS))
     assert len(client.calls("UpdateTimeToLive")) == 1
+
+
+def test_create_table_waits_for_its_indexes_as_well_as_the_table(
+    client: Client, table_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DynamoDB may answer an ACTIVE table whose indexes are still CREATING (an index added
+    or backfilling): create_table waits until every index is ACTIVE before it writes."""
+    from sandbox_ledger.sdk import steps
+
+    slept: list[float] = []
+    monkeypatch.setattr(steps, "time", types.SimpleNamespace(sleep=slept.append))
+    answers = iter(["CREATING", "CREATING"])
+
+    def creating(parsed: dict[str, Any], **_: Any) -> None:
+        status = next(answers, None)
+        if status is not None:
+            parsed["Table"]["GlobalSecondaryIndexes"][-1]["IndexStatus"] = status
+
+    client.sdk.meta.events.register("after-call.dynamodb.DescribeTable", creating)
+    client.run(_ops.create_table(table_name, SHARDS))
+    assert len(client.calls("DescribeTable")) == 3  # twice an index CREATING, then ACTIVE
+    assert slept == [0.05, 0.1]  # polled soon at first (a table is often ready in a second)
+
+
+def test_create_table_gives_up_on_a_table_that_never_becomes_active_and_names_it(
+    client: Client, table_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sandbox_ledger.sdk import steps
+
+    slept: list[float] = []
+    monkeypatch.setattr(steps, "time", types.SimpleNamespace(sleep=slept.append))
+
+    def creating(parsed: dict[str, Any], **_: Any) -> None:
+        parsed["Table"]["TableStatus"] = "CREATING"
+
+    client.sdk.meta.events.register("after-call.dynamodb.DescribeTable", creating)
+    with pytest.raises(StorageError, match=f"^table {table_name} did not become ACTIVE$"):
+        client.run(_ops.create_table(table_name, SHARDS))
+    assert len(client.calls("DescribeTable")) == 600
+    assert sum(slept) > 15 * 60  # about 20 minutes of DynamoDB's time, not the test's
+    assert max(slept) == 2.0  # and never more than 2 s between two polls
+    assert not client.calls("PutItem")  # no descriptor on a table that is not there
 
 
 def test_an_environment_stored_without_its_first_saved_order_is_listed(
