@@ -196,3 +196,29 @@ def test_sweep_candidates_come_oldest_first_and_those_ahead_newest_first(
         assert [ahead[i] for i in newer] == sorted((ahead[i] for i in newer), reverse=True)
         two_older, two_newer = two_older or len(older) >= 2, two_newer or len(newer) >= 2
     assert two_older and two_newer
+
+
+def test_inspect_right_after_a_write_sees_it_on_a_replica_that_lags(
+    store: SyncResourceRecordStore,
+) -> None:
+    """``inspect`` (what ``resources show`` reads) is strongly consistent: a record written a
+    moment before is found however far the replicas lag (moto's reads never do; a botocore
+    hook answers each read that is not strongly consistent as a replica that has not seen
+    the write)."""
+    import json
+    from typing import Any
+
+    from botocore.awsrequest import AWSResponse
+
+    def lagging(model: Any, params: dict[str, Any], **_: Any) -> Any:
+        sent = json.loads(params["body"] or b"{}")
+        if model.name == "GetItem" and not sent.get("ConsistentRead"):
+            return AWSResponse("https://dynamodb", 200, {}, None), {
+                "ResponseMetadata": {"HTTPStatusCode": 200}
+            }
+        return None
+
+    rid = stored(store)
+    store.client().meta.events.register("before-call.dynamodb.GetItem", lagging)
+    found = store.inspect(rid)
+    assert found is not None and found == store.get_versioned(rid)  # the record, readable
