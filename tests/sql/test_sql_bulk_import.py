@@ -94,3 +94,36 @@ async def test_an_import_batch_stores_what_appending_each_entry_stores(
         assert x[6] == (now_ms + 9_000) // 1000 + seconds  # the latest entry
         y = next(s for s in sessions if s[0] == "y")
         assert y[1:6] == (None, None, "running", 0, None)  # nothing that summarizes
+
+
+async def test_a_batch_of_large_entries_is_inserted_in_several_statements_in_order(
+    tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL takes a batch's entries as arrays in one statement, cut where their text
+    grows past a bound (here 3 characters instead of 16 Mi): the statements, in order, store
+    what one would, and what appending each entry stores."""
+    from sandbox_ledger.postgres import adapter as pg
+    from sandbox_ledger.sql import bulk
+
+    monkeypatch.setattr(bulk, "_ARRAY_CHARACTERS", 3)
+    store = Store("postgres", tmp_path, request)
+    inserts: list[int] = []
+    count = pg._Connection.count
+
+    async def counted(self: Any, sql: str, params: Any = None) -> int:
+        if "unnest" in sql and "ledger_events" in sql.split("SELECT")[0]:
+            inserts.append(len(params["ts"]))
+        return int(await count(self, sql, params))
+
+    monkeypatch.setattr(pg._Connection, "count", counted)
+    now_ms = time.time_ns() // 1_000_000
+    async with store.opened(timedelta(days=30)) as ledger:
+        for batch in batches("one-by-one", now_ms):
+            for item, _ in batch:
+                await ledger.append(item)
+        for batch in batches("batched", now_ms):
+            assert await ledger.append_once_many(batch) == [True] * len(batch)
+    assert state(store, "batched") == state(store, "one-by-one")
+    # batch 1: no text; batch 2: cut before and after the checkpoint's payload; batch 3:
+    # before the error
+    assert inserts == [3, 3, 1, 2, 2, 1], inserts

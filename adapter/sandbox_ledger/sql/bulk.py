@@ -38,6 +38,10 @@ _SESSIONS_PER_READ = 300
 """Sessions per reconciliation query (two parameters each: within every SQLite's limit)."""
 _KEYS_PER_READ = 500
 """Claim keys per query of the claims already stored."""
+_ARRAY_CHARACTERS = 16 * 2**20
+"""About the most text (payloads, errors, extras: characters, at most 4 bytes each in UTF-8)
+one statement over column arrays carries: a batch of large entries is inserted in several
+statements, each far below PostgreSQL's 1 GB limit on a message."""
 _ATTEMPTS = 8
 """Batches refused by a concurrent importer's claim before the batch goes item by item."""
 _UNIQUE_VIOLATION = "23505"
@@ -179,10 +183,28 @@ async def _write(adapter: SQLAdapter, conn: Connection, batch: list[rows.EventRo
         await conn.many(q.fold_session, folded)
         await conn.many(q.insert_keyed_event, [rows.append_params(r) for r in ordered])
         return stored
-    # The dialect takes the batch as column arrays: two statements, however many rows.
+    # The dialect takes the batch as column arrays: a statement for the summaries and one
+    # for the entries (more for large entries), however many rows.
     summaries = {name: [f[name] for f in folded] for name, _ in rows.SUMMARY_ARRAYS}
     await conn.count(q.fold_sessions, summaries)
-    inserted = await conn.count(q.insert_keyed_events, rows.event_arrays(ordered))
+    inserted = 0
+    for part in _by_size(ordered, _ARRAY_CHARACTERS):
+        inserted += await conn.count(q.insert_keyed_events, rows.event_arrays(part))
     if inserted != len(ordered):  # each entry's session was upserted just before
         raise StorageError(f"an import batch inserted {inserted} of its {len(ordered)} entries")
     return stored
+
+
+def _by_size(batch: list[rows.EventRow], characters: int) -> list[list[rows.EventRow]]:
+    """``batch`` in order, cut where its text (payload, error, extra) passes ``characters``
+    (a row larger than that alone)."""
+    parts: list[list[rows.EventRow]] = [[]]
+    size = 0
+    for row in batch:
+        length = sum(len(t) for t in (row.payload, row.error, row.extra) if t is not None)
+        if parts[-1] and size + length > characters:
+            parts.append([])
+            size = 0
+        parts[-1].append(row)
+        size += length
+    return parts
