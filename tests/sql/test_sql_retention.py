@@ -172,11 +172,17 @@ async def test_a_schema_1_database_migrates_and_keeps_its_entries_forever(
         assert await adapter.get_sandbox_details("job", "new") is None
         assert await adapter.purge_expired() == 2  # the new session's entry and row only
         assert [d.sandbox_id for d in await adapter.list_sandbox_details("job")] == ["old"]
+    names = {
+        "sqlite": "0005_entry_extra, 0006_changes, 0007_changes_per_entry_cost, "
+        "0008_append_keys_by_session",
+        "postgres": "0005_entry_extra, 0006_changes, 0007_changes_per_entry_cost",
+    }[store.kind]
+    latest = store.module.SCHEMA_VERSION
     assert (
-        "from version 1 to 7 (0002_ledger_retention, 0003_store_id, 0004_follow_index, "
-        "0005_entry_extra, 0006_changes, 0007_changes_per_entry_cost)" in caplog.text
+        f"from version 1 to {latest} (0002_ledger_retention, 0003_store_id, "
+        f"0004_follow_index, {names})" in caplog.text
     )
-    assert store.query("SELECT version FROM ledger_schema") == [(7,)]
+    assert store.query("SELECT version FROM ledger_schema") == [(latest,)]
     assert store.stored_retention() == 86_400
     assert store.query("SELECT expires_at FROM ledger_events") == [(None,), (None,)]
     caplog.clear()

@@ -113,6 +113,10 @@ class SQLAdapter(ABC):
     ) -> T:
         """``work`` in one write transaction (``one_statement``: it runs one statement)."""
 
+    async def _writing_batch(self, work: Callable[[Connection], Awaitable[T]]) -> T:
+        """``work`` in one write transaction of many statements: an import batch."""
+        return await self._writing(work, one_statement=False)
+
     @abstractmethod
     async def _insert(self, row: rows.EventRow, *, idempotent: bool) -> bool:
         """Store one entry and fold it into its session's summary, atomically; False,

@@ -36,8 +36,9 @@ __all__ = ["append_once_many", "read_sessions", "summary_params"]
 
 _SESSIONS_PER_READ = 300
 """Sessions per reconciliation query (two parameters each: within every SQLite's limit)."""
-_KEYS_PER_READ = 500
-"""Claim keys per query of the claims already stored."""
+_KEYS_PER_READ = 300
+"""Claim keys per query of the claims already stored (up to three parameters each: within
+every SQLite's limit)."""
 _ARRAY_CHARACTERS = 16 * 2**20
 """About the most text (payloads, errors, extras: characters, at most 4 bytes each in UTF-8)
 one statement over column arrays carries: a batch of large entries is inserted in several
@@ -132,9 +133,7 @@ async def append_once_many(
     batch = [row for _, row in prepared]
     for _ in range(_ATTEMPTS):
         try:
-            stored = await adapter._writing(
-                lambda conn: _write(adapter, conn, batch), one_statement=False
-            )
+            stored = await adapter._writing_batch(lambda conn: _write(adapter, conn, batch))
         except StorageError as exc:
             if exc.code != _UNIQUE_VIOLATION:
                 raise
@@ -154,18 +153,13 @@ async def _write(adapter: SQLAdapter, conn: Connection, batch: list[rows.EventRo
     """Inside the batch's transaction: which rows it stores (their claims not yet stored),
     each session's summary once, then the entries."""
     q = adapter.queries
-    events = q.table("ledger_events")
     claimed: set[str] = set()
-    keys = [row.append_key for row in batch]
     if q.stored_claims is not None:  # the dialect takes them all as one array
+        keys = [row.append_key for row in batch]
         claimed.update(key for (key,) in await conn.rows(q.stored_claims, {"keys": keys}))
     else:
-        for chunk in _chunks(keys, _KEYS_PER_READ):
-            sql = (
-                f"SELECT append_key FROM {events} "
-                f"WHERE append_key IN ({', '.join([q.placeholder] * len(chunk))})"
-            )
-            claimed.update(key for (key,) in await conn.rows(sql, chunk))
+        for chunk in _chunks(batch, _KEYS_PER_READ):
+            claimed.update(key for (key,) in await conn.rows(*q.claims_among(chunk)))
     stored: list[bool] = []
     sessions: dict[tuple[str, str], list[rows.EventRow]] = {}
     for row in batch:

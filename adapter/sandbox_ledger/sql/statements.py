@@ -9,11 +9,14 @@ adds the statements that differ in kind (the append, the purge, the deletion of 
 from __future__ import annotations
 
 import time
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sandbox_ledger.models import LedgerEvent
 from sandbox_ledger.sql import retention as ret
 from sandbox_ledger.sql import rows
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["Statements"]
 
@@ -187,6 +190,15 @@ ON CONFLICT (id) DO UPDATE SET version = excluded.version
     summary_expires_at = {summary_expiry},
     expires_at = {ret.latest_expiry("cur.expires_at", "excluded.expires_at")}
 """
+
+    def claims_among(self, batch: Sequence[rows.EventRow]) -> tuple[str, list[Any]]:
+        """The query of the claims stored among ``batch``'s append keys (a few hundred), and
+        its parameters: what a dialect without ``stored_claims`` runs (it returns each key
+        stored, as the rows hold it)."""
+        events, ph = self.table("ledger_events"), self.placeholder
+        listed = ", ".join([ph] * len(batch))
+        sql = f"SELECT append_key FROM {events} WHERE append_key IN ({listed})"
+        return sql, [r.append_key for r in batch]
 
     def list_sessions(self, query: rows.ListQuery, now: int | None = None) -> tuple[str, list[Any]]:
         """The listing SELECT and its parameters (``now``: Unix s, default the clock's)."""

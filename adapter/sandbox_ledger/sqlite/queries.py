@@ -1,12 +1,40 @@
 """SQLite's statements: the shared SQL text over SQLite's placeholders, an append as an upsert
 and an insert in one transaction, and SQLite's purge (for DBAs and EXPLAIN as much as for the
-adapter)."""
+adapter).
+
+**Append keys are stored behind their session's id** (schema version 8): ``append_key`` holds
+``<id>:<key>``, the session row's id as 16 hex digits, then the key an append computed
+(:func:`sandbox_ledger.sql.rows.claim_key`, :func:`~sandbox_ledger.sql.rows.append_key`). The
+key itself names its session already (its digest covers the name and sandboxId), so the
+unique index refuses the same things as before; the prefix only orders the index by session,
+so an import's new sessions append to its end instead of touching a random page of it per
+entry (a random page per entry wrote most of a large ledger's index to the WAL on every
+commit). :func:`stored_key` is the prefix in Python, ``STORED_KEY`` in SQL.
+"""
 
 from __future__ import annotations
 
 import sqlite3
+from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger.sql.statements import Statements
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from sandbox_ledger.sql.rows import EventRow
+
+STORED_KEY = "printf('%016x:', {})"
+"""The stored prefix of an append key, in SQL, over the session id's expression."""
+
+
+def stored_key(session_id: int, key: str) -> str:
+    """An append key as the events table stores it, behind its session's id (see the
+    module)."""
+    return f"{session_id:016x}:{key}"
+
+
+_PREFIX = len(stored_key(0, ""))
 
 
 class Queries(Statements):
@@ -22,7 +50,20 @@ class Queries(Statements):
 
     def __init__(self) -> None:
         super().__init__()
-        self.claimed = "SELECT 1 FROM ledger_events WHERE append_key = :append_key"
+        # NULL when the session has no row yet: then nothing matches, as nothing is stored.
+        self.claimed = f"""
+SELECT 1 FROM ledger_events
+WHERE append_key = (SELECT {STORED_KEY.format("id")} FROM ledger_sessions
+                    WHERE name = :name AND sandbox_id = :sandbox_id) || :append_key
+"""
+        retention = self.retention_seconds
+        self.insert_keyed_event = f"""
+INSERT INTO ledger_events (session_id, ts, step_index, branch, event, payload, error, extra,
+                           append_key, expires_at)
+SELECT s.id, :ts, :step_index, :branch, :event, :payload, :error, :extra,
+       {STORED_KEY.format("s.id")} || :append_key, :ts_s + {retention}
+FROM ledger_sessions AS s WHERE s.name = :name AND s.sandbox_id = :sandbox_id
+"""
         # One writer at a time: seq is in commit order, the transaction part is always 0.
         self.changes_after = """
 SELECT 0, seq, kind, name, sandbox_id, at FROM ledger_changes
@@ -46,6 +87,19 @@ DELETE FROM ledger_sessions WHERE id IN (
       AND NOT EXISTS (SELECT 1 FROM ledger_events AS e WHERE e.session_id = s.id)
     ORDER BY s.expires_at LIMIT :limit)
 """
+
+    def claims_among(self, batch: Sequence[EventRow]) -> tuple[str, list[Any]]:
+        """The claims stored among ``batch``'s append keys (as the rows hold them, without
+        the prefix), in one query through the session key's and the append key's unique
+        indexes."""
+        values = ", ".join(["(?, ?, ?)"] * len(batch))
+        sql = f"""
+SELECT substr(e.append_key, {_PREFIX + 1})
+FROM (VALUES {values}) AS k
+JOIN ledger_sessions AS s ON s.name = k.column1 AND s.sandbox_id = k.column2
+JOIN ledger_events AS e ON e.append_key = {STORED_KEY.format("s.id")} || k.column3
+"""
+        return sql, [part for r in batch for part in (r.name, r.sandbox_id, r.append_key)]
 
 
 def split_statements(script: str) -> list[str]:
