@@ -8,8 +8,12 @@ every request) and differs from DynamoDB in a few places. Each module here adjus
   is undone whole).
 - :mod:`.streams`: a table's stream keeps its newest records, and a stream turned off stops
   its records (fixes behaviour: stock moto keeps every record and then fails every write).
+- :mod:`.stream_sizes`: a stream record's size is measured when it is first read, not as it
+  is written.
 - :mod:`.instances`: model objects (items, stream records, tables) are freed after their
   last use, not listed for moto's dashboard (stock moto keeps every one ever created).
+- :mod:`.item_sizes`: an item's size is summed once as its attributes are built, not once
+  per attribute.
 - :mod:`.queries`: a Query reads its partition, not the whole table sorted.
 - :mod:`.dispatch`: moto's choice of service app is remembered for DynamoDB requests.
 - :mod:`.method_lists`: the list of a response class's methods is computed once.
@@ -56,6 +60,8 @@ WRITTEN_FOR = ("5.2.1", "5.2.5")
 
 HOT_PATH = frozenset(
     {
+        "item_sizes",
+        "stream_sizes",
         "update_expressions",
         "new_item_updates",
         "update_traversal",
@@ -173,10 +179,12 @@ def all_adjustments() -> tuple[Adjustment, ...]:
         conditions,
         dispatch,
         instances,
+        item_sizes,
         method_lists,
         new_item_updates,
         queries,
         serializer,
+        stream_sizes,
         streams,
         transactions,
         update_expressions,
@@ -186,6 +194,7 @@ def all_adjustments() -> tuple[Adjustment, ...]:
     modules = (
         transactions,
         streams,
+        stream_sizes,
         instances,
         queries,
         dispatch,
@@ -196,6 +205,8 @@ def all_adjustments() -> tuple[Adjustment, ...]:
         conditions,
         condition_trees,
         serializer,
+        # Last: it replaces Item.__init__, which new_item_updates relies on as moto wrote it.
+        item_sizes,
     )
     return tuple(module.ADJUSTMENT for module in modules)
 
