@@ -109,7 +109,8 @@ async def test_a_version_7_database_keeps_what_it_holds(
         await adapter.append_at(position, 7)
         await adapter.append(_entry(LedgerEvent.SandboxClosed, 10, sandbox_id="b"))
     migrated = _stored(path)
-    with sqlite3.connect(path) as db:  # what version 7 held: the keys alone
+    with sqlite3.connect(path) as db:  # what version 7 held: the keys alone, no trigger
+        db.execute("DROP TRIGGER ledger_events_keys_by_session")
         db.execute("UPDATE ledger_events SET append_key = substr(append_key, 18)")
         db.execute("UPDATE ledger_schema SET version = 7")
     assert [key for _, key in _stored(path)] == [key[17:] for _, key in migrated]
@@ -120,12 +121,35 @@ async def test_a_version_7_database_keeps_what_it_holds(
         assert len(await adapter.read_all("n", "a")) == 3
         assert len(await adapter.read_all("n", "b")) == 3
     assert "from version 7 to 8 (0008_append_keys_by_session)" in caplog.text
+    with sqlite3.connect(path) as db:
+        assert db.execute(
+            "SELECT count(*) FROM sqlite_master WHERE name = 'ledger_events_keys_by_session'"
+        ).fetchone() == (1,)
     assert _stored(path) == migrated
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT version FROM ledger_schema").fetchone() == (
             sqlite_module.SCHEMA_VERSION,
         )
         assert db.execute("SELECT count(*) FROM ledger_events").fetchone() == (6,)
+
+
+async def test_an_older_library_s_keyed_insert_is_refused(tmp_path: Path) -> None:
+    """A process of version 7 that connected before the migration would write a key without
+    the prefix (found by no lookup of this version: an entry stored twice): the schema
+    refuses it, and still takes a live append's row (no key) and this version's keys."""
+    path = tmp_path / "l.db"
+    async with SQLiteAdapter(path) as adapter:
+        await adapter.append_once_many(_items(SESSION_A))
+    insert = (
+        "INSERT INTO ledger_events (session_id, ts, step_index, event, append_key) "
+        "VALUES (1, 9, 0, 'exec.started', ?)"
+    )
+    with sqlite3.connect(path) as db:
+        with pytest.raises(sqlite3.IntegrityError, match="older than schema version 8"):
+            db.execute(insert, (rows.claim_key(SESSION_A[0], 9),))
+        db.execute(insert, (None,))
+        db.execute(insert, (stored_key(1, rows.claim_key(SESSION_A[0], 9)),))
+        assert db.execute("SELECT count(*) FROM ledger_events").fetchone() == (5,)
 
 
 def _plan(path: Path, sql: str, params: Any) -> list[str]:

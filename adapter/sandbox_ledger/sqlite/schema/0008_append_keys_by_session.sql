@@ -11,3 +11,14 @@
 -- after the upgrade finds every entry it wrote before.
 UPDATE ledger_events SET append_key = printf('%016x:', session_id) || append_key
 WHERE append_key IS NOT NULL;
+
+-- A process of an older library that connected before this migration still writes keys
+-- without the prefix, which this version's lookups would not find (a re-import by either
+-- would store such an entry twice): its keyed inserts are refused instead. Live appends
+-- (no key) and this version's writes pass.
+DROP TRIGGER IF EXISTS ledger_events_keys_by_session;
+CREATE TRIGGER ledger_events_keys_by_session BEFORE INSERT ON ledger_events
+WHEN NEW.append_key IS NOT NULL AND NEW.append_key NOT GLOB '*:*'
+BEGIN
+    SELECT RAISE(ABORT, 'sandbox-ledger: an append key without its session id (written by a library older than schema version 8): upgrade sandbox-ledger in every process that writes this database');
+END;
