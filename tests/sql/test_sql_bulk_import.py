@@ -127,3 +127,49 @@ async def test_a_batch_of_large_entries_is_inserted_in_several_statements_in_ord
     # batch 1: no text; batch 2: cut before and after the checkpoint's payload; batch 3:
     # before the error
     assert inserts == [3, 3, 1, 2, 2, 1], inserts
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_an_executemany_says_how_many_rows_it_changed(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The dialects' ``many`` sums the rows its statements changed (what the batch's check
+    of its inserts counts on)."""
+    store = Store(kind, tmp_path, request)
+    async with store.opened() as ledger:
+        ph, table = ledger.queries.param, ledger.queries.table("ledger_environments")
+        insert = (
+            f"INSERT INTO {table} (name, built_at, record) "
+            f"VALUES ({ph('name')}, {ph('built_at')}, '{{}}')"
+        )
+        rename = f"UPDATE {table} SET built_at = 0 WHERE name <> {ph('name')}"
+        names = [{"name": n, "built_at": 1} for n in ("a", "b", "c")]
+        assert (
+            await ledger._writing(lambda conn: conn.many(insert, names), one_statement=False) == 3
+        )
+        changed = await ledger._writing(
+            lambda conn: conn.many(rename, [{"name": "a"}, {"name": "zz"}]), one_statement=False
+        )
+        assert changed == 2 + 3
+
+
+async def test_a_batch_whose_entries_find_no_session_stores_nothing(
+    tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite inserts each entry from its session's row, upserted by the batch just before:
+    if that row were missing, the batch would report entries stored that it did not write.
+    It fails instead, and its transaction leaves nothing."""
+    from sandbox_ledger.errors import StorageError
+
+    store = Store("sqlite", tmp_path, request)
+    now_ms = time.time_ns() // 1_000_000
+    async with store.opened() as ledger:
+        monkeypatch.setattr(
+            ledger.queries,
+            "fold_session",
+            "UPDATE ledger_sessions SET exec_count = exec_count WHERE name = :name AND 0",
+        )
+        with pytest.raises(StorageError, match="inserted 0 of its 3 entries"):
+            await ledger.append_once_many(batches("lost", now_ms)[0])
+        assert await ledger.read_all("lost", "x") == []
+    assert store.query("SELECT count(*) FROM ledger_events") == [(0,)]

@@ -331,9 +331,10 @@ class _Connection:
     async def count(self, sql: str, params: Mapping[str, Any] | None = None) -> int:
         return int((await self._conn.execute(sql, params)).rowcount)
 
-    async def many(self, sql: str, params: Sequence[Mapping[str, Any]]) -> None:
+    async def many(self, sql: str, params: Sequence[Mapping[str, Any]]) -> int:
         async with self._conn.cursor() as cursor:
             await cursor.executemany(sql, params)
+            return int(cursor.rowcount)
 
     @contextlib.asynccontextmanager
     async def exclusive(self) -> AsyncIterator[None]:

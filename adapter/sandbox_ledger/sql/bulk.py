@@ -175,7 +175,8 @@ async def _write(adapter: SQLAdapter, conn: Connection, batch: list[rows.EventRo
     ordered = [r for key in sorted(sessions) for r in sessions[key]]
     if q.fold_sessions is None or q.insert_keyed_events is None:
         await conn.many(q.fold_session, folded)
-        await conn.many(q.insert_keyed_event, [rows.append_params(r) for r in ordered])
+        inserted = await conn.many(q.insert_keyed_event, [rows.append_params(r) for r in ordered])
+        _check_inserted(inserted, ordered)
         return stored
     # The dialect takes the batch as column arrays: a statement for the summaries and one
     # for the entries (more for large entries), however many rows.
@@ -184,9 +185,16 @@ async def _write(adapter: SQLAdapter, conn: Connection, batch: list[rows.EventRo
     inserted = 0
     for part in _by_size(ordered, _ARRAY_CHARACTERS):
         inserted += await conn.count(q.insert_keyed_events, rows.event_arrays(part))
-    if inserted != len(ordered):  # each entry's session was upserted just before
-        raise StorageError(f"an import batch inserted {inserted} of its {len(ordered)} entries")
+    _check_inserted(inserted, ordered)
     return stored
+
+
+def _check_inserted(inserted: int, ordered: list[rows.EventRow]) -> None:
+    """Each entry's insert finds its session's row, which the batch upserted just before: a
+    count short of the batch would be entries reported stored and not written (the batch's
+    transaction is rolled back instead)."""
+    if inserted != len(ordered):
+        raise StorageError(f"an import batch inserted {inserted} of its {len(ordered)} entries")
 
 
 def _by_size(batch: list[rows.EventRow], characters: int) -> list[list[rows.EventRow]]:

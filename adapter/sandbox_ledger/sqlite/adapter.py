@@ -273,10 +273,9 @@ class SQLiteAdapter(SQLAdapter):
         return result
 
     async def _writing_batch(self, work: Callable[[Connection], Awaitable[T]]) -> T:
-        # Each entry's insert fires the change feed's trigger, so SQLite keeps a statement
-        # journal per row: a temporary file by default, about ten writes to it per entry
-        # (a million pwrite calls per 100,000 imported lines). In memory for the batch only:
-        # a connection left so would sort a large query in memory instead of spilling it.
+        # The change feed's trigger makes SQLite journal each row's statement, in a temporary
+        # file by default (ten writes an entry); in memory for the batch only (a large sort
+        # of another query would not spill to disk).
         async def batch(conn: Connection) -> T:
             await conn.count("PRAGMA temp_store = MEMORY")
             try:
@@ -330,8 +329,8 @@ class _Connection:
     async def count(self, sql: str, params: Mapping[str, Any] | None = None) -> int:
         return int((await self._db.execute(sql, params or {})).rowcount)
 
-    async def many(self, sql: str, params: Sequence[Mapping[str, Any]]) -> None:
-        await self._db.executemany(sql, params)
+    async def many(self, sql: str, params: Sequence[Mapping[str, Any]]) -> int:
+        return int((await self._db.executemany(sql, params)).rowcount)
 
     @contextlib.asynccontextmanager
     async def exclusive(self) -> AsyncIterator[None]:
