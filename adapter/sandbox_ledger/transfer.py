@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import heapq
+import itertools
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -383,7 +384,9 @@ def export_lines(
     called with the number of sessions read; ``exported`` collects the sessions that had an
     entry to export (one listed but emptied meanwhile, by a delete, had none). Sessions are
     read several at a time (``read_sessions_in_append_order``; see :data:`EXPORT_ENTRIES`)."""
-    ordered = sorted(set(sessions))
+    ordered = list(sessions)
+    if not all(a < b for a, b in itertools.pairwise(ordered)):
+        ordered = sorted(set(ordered))  # else sorted and distinct already (a store's scan)
     start, size = 0, 1
     while start < len(ordered):
         run, start = ordered[start : start + size], start + size

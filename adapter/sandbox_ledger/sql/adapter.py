@@ -276,7 +276,8 @@ class SQLAdapter(ABC):
         found = await self._fetchall(
             self.queries.sessions_with_entries, {"name": name, "now": _now()}
         )
-        return sorted((n, sid) for n, sid in found)
+        found.sort()  # the rows are (name, sandbox_id) tuples already: sorted in place
+        return found
 
     async def last_checkpoint(self, name: str, sandbox_id: str) -> LedgerEntry | None:
         """The session's last checkpoint entry (one indexed query), or None."""

@@ -151,3 +151,24 @@ def test_an_export_reads_sessions_of_any_size(monkeypatch: pytest.MonkeyPatch) -
         (f"s{s}", ts) for s in range(3) for ts in range(7)
     ]
     assert done == [1, 1, 1]
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        [("n", "s0"), ("n", "s1"), ("n", "s2")],  # a store's scan: sorted, each once
+        [("n", "s2"), ("n", "s0"), ("n", "s1")],
+        [("n", "s1"), ("n", "s0"), ("n", "s1"), ("n", "s2"), ("n", "s2")],
+        [("n", "s0"), ("n", "s1"), ("n", "s1"), ("n", "s2")],  # sorted, one twice
+    ],
+)
+def test_an_export_lists_each_session_once_in_key_order(given: list[tuple[str, str]]) -> None:
+    """Whatever order the sessions are given in, and however often each: each exported
+    once, in (name, sandboxId) order (a sorted list of distinct keys is used as it is)."""
+    source = memory()
+    for s in range(3):
+        source.append(entry(f"s{s}", 1))
+    exported: list[tuple[str, str]] = []
+    lines = list(export_lines(source, iter(given), exported=exported))
+    assert [json.loads(x)["sandboxId"] for x in lines] == ["s0", "s1", "s2"]
+    assert exported == [("n", "s0"), ("n", "s1"), ("n", "s2")]
