@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterator, Mapping
 
-WRITTEN_FOR = ("5.2.1", "5.2.5")
+WRITTEN_FOR = ("5.2.1", "5.2.5", "5.2.6")
 """The moto releases whose source the fingerprints are taken from (identical there)."""
 
 
@@ -269,7 +269,8 @@ def _mismatch(adjustment: Adjustment) -> str | None:
     ]
     if not unknown:
         return None
-    return f"the code of {', '.join(unknown)} differs from moto {' and '.join(WRITTEN_FOR)}'s"
+    releases = f"{', '.join(WRITTEN_FOR[:-1])} and {WRITTEN_FOR[-1]}"
+    return f"the code of {', '.join(unknown)} differs from moto {releases}'s"
 
 
 def _left_off(adjustment: Adjustment, why: str) -> str:
