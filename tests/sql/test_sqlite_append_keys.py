@@ -203,3 +203,22 @@ async def test_an_import_batch_keeps_its_statement_journals_in_memory(
         assert await adapter._fetchall("PRAGMA temp_store", []) == [(0,)]
         assert await adapter.read_all("n", "b") == []
     assert seen == [[(2,)], [(2,)]]
+
+
+async def test_a_negative_session_id_set_by_hand_keys_alike_in_python_and_sql(
+    tmp_path: Path,
+) -> None:
+    # SQL's printf('%016x', -5) is 'fffffffffffffffb'; Python's f"{-5:016x}" was
+    # '-000000000000005': append_once stored a key its own lookup (and the batch's) missed.
+    path = tmp_path / "l.db"
+    async with SQLiteAdapter(path) as adapter:
+        await adapter.append(SESSION_B[0])
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE ledger_events SET session_id = -5")
+        db.execute("UPDATE ledger_sessions SET id = -5")
+    entry = _entry(LedgerEvent.ExecComplete, 2, sandbox_id="b", payload={"exitCode": 0})
+    async with SQLiteAdapter(path) as adapter:
+        assert await adapter.append_once(entry, 1) is True
+        assert await adapter.append_once(entry, 1) is False
+        assert await adapter.append_once_many([(entry, 1)]) == [False]
+    assert [key for _, key in _stored(path)] == ["fffffffffffffffb:" + rows.claim_key(entry, 1)]

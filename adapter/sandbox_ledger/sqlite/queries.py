@@ -30,8 +30,9 @@ STORED_KEY = "printf('%016x:', {})"
 
 def stored_key(session_id: int, key: str) -> str:
     """An append key as the events table stores it, behind its session's id (see the
-    module)."""
-    return f"{session_id:016x}:{key}"
+    module). As SQL's printf('%016x') writes it: a negative id (set by hand) as its 64-bit
+    two's complement, not with a minus sign."""
+    return f"{session_id & 0xFFFFFFFFFFFFFFFF:016x}:{key}"
 
 
 _PREFIX = len(stored_key(0, ""))
