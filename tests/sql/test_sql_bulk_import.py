@@ -1,8 +1,9 @@
 """An import batch (``append_once_many``) leaves the database exactly as appending its entries
 one by one would, on both dialects: the summaries (first created and closed, execs counted,
 expiries that never move back) and the entries (in the batch's order, with their expiries).
-PostgreSQL writes a batch as two statements over column arrays, SQLite row by row: both are
-held to the one-by-one append."""
+PostgreSQL writes a batch as two statements over column arrays, SQLite its summaries row by
+row and its entries from an in-memory stage in one statement: both are held to the one-by-one
+append."""
 
 from __future__ import annotations
 
@@ -96,26 +97,35 @@ async def test_an_import_batch_stores_what_appending_each_entry_stores(
         assert y[1:6] == (None, None, "running", 0, None)  # nothing that summarizes
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 async def test_a_batch_of_large_entries_is_inserted_in_several_statements_in_order(
-    tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """PostgreSQL takes a batch's entries as arrays in one statement, cut where their text
-    grows past a bound (here 3 characters instead of 16 Mi): the statements, in order, store
-    what one would, and what appending each entry stores."""
+    """PostgreSQL takes a batch's entries as arrays in one statement, SQLite from its
+    in-memory stage in one statement, cut where their text grows past a bound (here 3
+    characters instead of 16 Mi): the statements, in order, store what one would, and what
+    appending each entry stores."""
     from sandbox_ledger.postgres import adapter as pg
     from sandbox_ledger.sql import bulk
+    from sandbox_ledger.sqlite.connection import SQLiteConnection
 
     monkeypatch.setattr(bulk, "_ARRAY_CHARACTERS", 3)
-    store = Store("postgres", tmp_path, request)
+    store = Store(kind, tmp_path, request)
     inserts: list[int] = []
-    count = pg._Connection.count
+    count, many = pg._Connection.count, SQLiteConnection.many
 
     async def counted(self: Any, sql: str, params: Any = None) -> int:
         if "unnest" in sql and "ledger_events" in sql.split("SELECT")[0]:
             inserts.append(len(params["ts"]))
         return int(await count(self, sql, params))
 
+    async def staged(self: Any, sql: str, params: Any) -> int:
+        if "staged_events" in sql:
+            inserts.append(len(params))
+        return int(await many(self, sql, params))
+
     monkeypatch.setattr(pg._Connection, "count", counted)
+    monkeypatch.setattr(SQLiteConnection, "many", staged)
     now_ms = time.time_ns() // 1_000_000
     async with store.opened(timedelta(days=30)) as ledger:
         for batch in batches("one-by-one", now_ms):
@@ -173,3 +183,86 @@ async def test_a_batch_whose_entries_find_no_session_stores_nothing(
             await ledger.append_once_many(batches("lost", now_ms)[0])
         assert await ledger.read_all("lost", "x") == []
     assert store.query("SELECT count(*) FROM ledger_events") == [(0,)]
+
+
+def _stage(ledger: Any) -> Any:
+    """What the adapter's connection holds in its import stage: (rows, pages)."""
+
+    async def read(conn: Any) -> tuple[int, int]:
+        [(rows,)] = await conn.rows("SELECT count(*) FROM ledger_import.staged_events")
+        [(pages,)] = await conn.rows("PRAGMA ledger_import.page_count")
+        return rows, pages
+
+    return ledger._read(read)
+
+
+async def test_sqlite_stages_a_batch_in_memory_and_leaves_nothing_staged(
+    tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite stages a batch's entries in an in-memory database of its connection, then
+    inserts them with one statement: nothing of the stage is in the file, the stage is empty
+    after a batch that stored, after one that failed, and after one of large entries (whose
+    pages are given back), and a batch that failed leaves nothing in the file."""
+    from sandbox_ledger.errors import StorageError
+    from sandbox_ledger.sqlite.connection import SQLiteConnection
+
+    store = Store("sqlite", tmp_path, request)
+    staged: list[int] = []
+    many = SQLiteConnection.many
+
+    async def counted(self: Any, sql: str, params: Any) -> int:
+        if "staged_events" in sql:
+            staged.append(len(params))
+        return int(await many(self, sql, params))
+
+    monkeypatch.setattr(SQLiteConnection, "many", counted)
+    now_ms = time.time_ns() // 1_000_000
+    async with store.opened() as ledger:
+        for batch in batches("staged", now_ms):
+            assert await ledger.append_once_many(batch) == [True] * len(batch)
+        assert staged == [3, 6, 3]  # each batch staged whole (no text anywhere near 16 Mi)
+        empty = await _stage(ledger)
+        assert empty[0] == 0 and empty[1] <= 3  # the schema, the table's root, a pointer map
+        large = [
+            (entry(E.ExecComplete, now_ms + i, name="large", payload={"out": "x" * 2**20}), 1)
+            for i in range(12)
+        ]
+        assert await ledger.append_once_many(large) == [True] * 12
+        assert await _stage(ledger) == empty  # 12 MiB staged, given back at the commit
+        with monkeypatch.context() as m:
+            # The statement fails at the batch's second entry, the first already inserted.
+            failing = ledger.queries.insert_staged_events.replace(
+                "k.event,", "CASE k.n WHEN 1 THEN NULL ELSE k.event END,", 1
+            )
+            assert failing != ledger.queries.insert_staged_events
+            m.setattr(ledger.queries, "insert_staged_events", failing)
+            with pytest.raises(StorageError, match="NOT NULL"):
+                await ledger.append_once_many(batches("failed", now_ms)[1])
+        assert await _stage(ledger) == empty
+        assert await ledger.read_all("failed", "x") == []
+        assert await ledger.list_sandbox_details("failed") == []
+        assert len(await ledger.read_all("large", "s")) == 12
+    assert store.query(
+        "SELECT count(*) FROM ledger_events AS e JOIN ledger_sessions AS s "
+        "ON s.id = e.session_id WHERE s.name = 'failed'"
+    ) == [(0,)]
+    assert store.query("SELECT name FROM sqlite_master WHERE name LIKE '%staged%'") == []
+
+
+async def test_sqlite_attaches_its_stage_once_however_often_the_connection_is_set_up(
+    tmp_path: Path,
+) -> None:
+    """``_set_up`` is retried whole while another writer holds the file: the stage is
+    attached once and kept (an ATTACH of a name in use would fail the retry)."""
+    import aiosqlite
+
+    from sandbox_ledger.sqlite.connection import attach_stage
+
+    async with aiosqlite.connect(tmp_path / "twice.db") as db:
+        await attach_stage(db)
+        await db.execute("INSERT INTO ledger_import.staged_events (n) VALUES (1)")
+        await attach_stage(db)
+        async with db.execute("SELECT count(*) FROM ledger_import.staged_events") as cursor:
+            assert await cursor.fetchone() == (1,)
+        async with db.execute("PRAGMA database_list") as cursor:
+            assert [row[1] for row in await cursor.fetchall()].count("ledger_import") == 1

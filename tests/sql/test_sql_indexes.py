@@ -158,6 +158,25 @@ def test_sqlite_query_uses_an_index(sqlite_db: Path, what: str, sql: str, params
         assert any(index.search(step) for step in plan), plan
 
 
+def test_sqlite_import_batch_inserts_from_its_stage_through_the_session_key(
+    sqlite_db: Path,
+) -> None:
+    """An import batch's one insert reads its stage in order (the outer loop: no sort for
+    the ORDER BY) and finds each entry's session through the session key's index."""
+    from sandbox_ledger.sqlite.queries import STAGE, STAGED_EVENTS
+
+    q = SQLiteAdapter(":memory:").queries
+    assert q.insert_staged_events is not None
+    with sqlite3.connect(sqlite_db) as db:
+        db.execute(f"ATTACH DATABASE ':memory:' AS {STAGE}")
+        db.execute(STAGED_EVENTS)
+        plan = [row[3] for row in db.execute(f"EXPLAIN QUERY PLAN {q.insert_staged_events}")]
+    assert plan[0] == "SCAN k", plan  # the stage, whole: it is the batch
+    session = [step for step in plan if step.startswith("SEARCH s ")]
+    assert session and "(name=? AND sandbox_id=?)" in session[0], plan
+    _assert_sqlite_indexed(plan[1:])
+
+
 # -- PostgreSQL -----------------------------------------------------------------------------
 
 

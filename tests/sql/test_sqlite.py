@@ -24,6 +24,7 @@ from sandbox_ledger.cursor import seal, unseal
 from sandbox_ledger.sqlite import SQLiteAdapter
 from sandbox_ledger.sqlite import adapter as sqlite_module
 from sandbox_ledger.sqlite.adapter import MAX_CACHE_MB
+from sandbox_ledger.sqlite.queries import split_statements
 from sql.sql_store import entry as _entry
 
 
@@ -281,4 +282,4 @@ async def test_a_write_cancelled_twice_still_releases_the_lock(tmp_path: Path) -
 def test_schema_files_are_package_data() -> None:
     [first, *_] = sqlite_module.MIGRATIONS
     assert first.version == 1 and "CREATE TABLE ledger_events" in first.sql
-    assert sqlite_module.split_statements(first.sql)[0].startswith("--")
+    assert split_statements(first.sql)[0].startswith("--")

@@ -331,7 +331,7 @@ class _Connection:
     async def count(self, sql: str, params: Mapping[str, Any] | None = None) -> int:
         return int((await self._conn.execute(sql, params)).rowcount)
 
-    async def many(self, sql: str, params: Sequence[Mapping[str, Any]]) -> int:
+    async def many(self, sql: str, params: Sequence[Mapping[str, Any] | Sequence[Any]]) -> int:
         async with self._conn.cursor() as cursor:
             await cursor.executemany(sql, params)
             return int(cursor.rowcount)

@@ -175,7 +175,16 @@ async def _write(adapter: SQLAdapter, conn: Connection, batch: list[rows.EventRo
     ordered = [r for key in sorted(sessions) for r in sessions[key]]
     if q.fold_sessions is None or q.insert_keyed_events is None:
         await conn.many(q.fold_session, folded)
-        inserted = await conn.many(q.insert_keyed_event, [rows.append_params(r) for r in ordered])
+        if q.stage_event is None or q.insert_staged_events is None or q.clear_stage is None:
+            params = [rows.append_params(r) for r in ordered]
+            inserted = await conn.many(q.insert_keyed_event, params)
+        else:  # staged, then one statement per part (in order; large entries: more parts)
+            inserted = 0
+            await conn.count(q.clear_stage)  # empty unless a failed batch's rollback missed it
+            for part in _by_size(ordered, _ARRAY_CHARACTERS):
+                await conn.many(q.stage_event, [_staged(n, r) for n, r in enumerate(part)])
+                inserted += await conn.count(q.insert_staged_events)
+                await conn.count(q.clear_stage)
         _check_inserted(inserted, ordered)
         return stored
     # The dialect takes the batch as column arrays: a statement for the summaries and one
@@ -187,6 +196,26 @@ async def _write(adapter: SQLAdapter, conn: Connection, batch: list[rows.EventRo
         inserted += await conn.count(q.insert_keyed_events, rows.event_arrays(part))
     _check_inserted(inserted, ordered)
     return stored
+
+
+def _staged(n: int, row: rows.EventRow) -> tuple[Any, ...]:
+    """An entry's values in the stage (``stage_event``'s order): its place ``n``, then
+    ``insert_keyed_event``'s parameters. By position: named, each value is looked up by
+    name per row (a third of the stage's cost)."""
+    return (
+        n,
+        row.name,
+        row.sandbox_id,
+        row.ts,
+        row.ts // 1000,
+        row.step_index,
+        row.branch,
+        row.event,
+        row.payload,
+        row.error,
+        row.extra,
+        row.append_key,
+    )
 
 
 def _check_inserted(inserted: int, ordered: list[rows.EventRow]) -> None:

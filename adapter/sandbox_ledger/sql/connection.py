@@ -24,9 +24,10 @@ class Connection(Protocol):
     async def count(self, sql: str, params: Mapping[str, Any] | None = None) -> int:
         """Run one statement; how many rows it changed."""
 
-    async def many(self, sql: str, params: Sequence[Mapping[str, Any]]) -> int:
-        """Run one statement once per parameter set (the driver's ``executemany``); how many
-        rows they changed in all (a trigger's rows not counted)."""
+    async def many(self, sql: str, params: Sequence[Mapping[str, Any] | Sequence[Any]]) -> int:
+        """Run one statement once per parameter set (the driver's ``executemany``; named, or
+        by position for a statement with positional placeholders); how many rows they
+        changed in all (a trigger's rows not counted)."""
 
     def exclusive(self) -> AbstractAsyncContextManager[None]:
         """One transaction that holds the database's schema lock, committed at its end."""

@@ -61,6 +61,17 @@ class Statements:
     """An import batch's entries as one statement over column arrays (each of
     :data:`sandbox_ledger.sql.rows.EVENT_ARRAYS` an array, an entry each), inserted in the
     arrays' order, or None: ``insert_keyed_event`` once per entry."""
+    stage_event: str | None = None
+    """Where the dialect has no arrays: one entry of an import batch put in the
+    connection's stage (by position: ``n``, its place in the batch, then ``name``,
+    ``sandbox_id``, ``ts``, ``ts_s``, ``step_index``, ``branch``, ``event``, ``payload``,
+    ``error``, ``extra`` and ``append_key`` as ``insert_keyed_event`` takes them); then
+    ``insert_staged_events`` inserts the stage's entries in one statement and
+    ``clear_stage`` empties it. None: ``insert_keyed_event`` once per entry."""
+    insert_staged_events: str | None = None
+    """See ``stage_event``."""
+    clear_stage: str | None = None
+    """See ``stage_event``."""
 
     def table(self, name: str) -> str:
         """A ledger table's name as the statements write it (schema-qualified or bare)."""

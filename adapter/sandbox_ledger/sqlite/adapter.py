@@ -31,10 +31,12 @@ from sandbox_ledger.errors import (
 from sandbox_ledger.sql import rows
 from sandbox_ledger.sql.adapter import SQLAdapter
 from sandbox_ledger.sql.schema import Migration, load_migrations
-from sandbox_ledger.sqlite.queries import Queries, split_statements, stored_key
+from sandbox_ledger.sqlite.connection import SQLiteConnection as _Connection
+from sandbox_ledger.sqlite.connection import attach_stage
+from sandbox_ledger.sqlite.queries import Queries, stored_key
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+    from collections.abc import Awaitable, Callable
     from datetime import timedelta
 
     import aiosqlite
@@ -198,6 +200,7 @@ class SQLiteAdapter(SQLAdapter):
             if row is None or str(row[0]).lower() != "wal":
                 raise StorageError(f"sqlite: {self.path} cannot use WAL mode (got {row})")
         await db.execute("PRAGMA foreign_keys = ON")
+        await attach_stage(db)
         await self._prepare(_Connection(db))
 
     def _migrations(self) -> tuple[Migration, ...]:
@@ -312,37 +315,3 @@ class SQLiteAdapter(SQLAdapter):
         # More to come: step aside as long as the batch held the file's write lock, so
         # writers polling for it (SQLite's busy handler sleeps) get it first.
         await asyncio.sleep(elapsed)
-
-
-class _Connection:
-    """The aiosqlite connection as the SQL core uses it (a :class:`.connection.Connection`)."""
-
-    def __init__(self, db: aiosqlite.Connection) -> None:
-        self._db = db
-
-    async def rows(
-        self, sql: str, params: Mapping[str, Any] | Sequence[Any] | None = None
-    ) -> list[Any]:
-        async with self._db.execute(sql, params or {}) as cursor:
-            return list(await cursor.fetchall())
-
-    async def count(self, sql: str, params: Mapping[str, Any] | None = None) -> int:
-        return int((await self._db.execute(sql, params or {})).rowcount)
-
-    async def many(self, sql: str, params: Sequence[Mapping[str, Any]]) -> int:
-        return int((await self._db.executemany(sql, params)).rowcount)
-
-    @contextlib.asynccontextmanager
-    async def exclusive(self) -> AsyncIterator[None]:
-        await self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-            await self._db.execute("COMMIT")
-        except BaseException:
-            if self._db.in_transaction:
-                await self._db.execute("ROLLBACK")
-            raise
-
-    async def apply(self, migration: Migration) -> None:
-        for statement in split_statements(migration.sql):
-            await self._db.execute(statement)
