@@ -332,3 +332,182 @@ def _stored(endpoint: str, table: str, entries: list[LedgerEntry]) -> set[str]:
     reader = sync_adapter(endpoint, table)
     sessions = sorted({(e.name, e.sandbox_id) for e in entries})
     return {content_digest(e) for key in sessions for e in reader.read_all(*key)}
+
+
+# -- a session's first group puts its summary whole ----------------------------------------
+
+
+def _entry(sandbox_id: str, event: str, ts: int, step: int = -1) -> LedgerEntry:
+    return LedgerEntry(ts=ts, name="n", sandbox_id=sandbox_id, step_index=step, event=event)
+
+
+E = LedgerEvent
+_FOLDS = {
+    "created": [E.SandboxCreated],
+    "closed": [E.SandboxClosed],
+    "execs": [E.ExecStarted, E.ExecComplete, E.ExecComplete],
+    "created, execs": [E.SandboxCreated, E.ExecComplete],
+    "closed, execs": [E.ExecComplete, E.SandboxClosed],
+    "created, closed": [E.SandboxClosed, E.SandboxCreated, E.SandboxCreated],
+    "whole": [E.SandboxCreated, E.ExecStarted, E.ExecComplete, E.SandboxClosed],
+}
+
+
+@pytest.mark.parametrize("ttl", [None, 1_900_000_000], ids=["no-ttl", "ttl"])
+@pytest.mark.parametrize("shards", [1, 4])
+@pytest.mark.parametrize("fold", list(_FOLDS))
+def test_a_summary_put_whole_is_what_its_update_makes_of_nothing(
+    moto_endpoint: str, sync_table: str, fold: str, shards: int, ttl: int | None
+) -> None:
+    """The put form of a session's summary (:func:`summary_item`) is the item that the
+    update form creates where none is stored, attribute for attribute, as DynamoDB (here
+    moto) executes the update."""
+    from sandbox_ledger.dynamodb import _items
+
+    client = sync_adapter(moto_endpoint, sync_table).client()
+    sid = f"{fold}-{shards}-{ttl}"
+    entries = [_entry(sid, event, 1000 + i) for i, event in enumerate(_FOLDS[fold])]
+    update = _items.summary_fold(entries, shards, ttl)
+    assert update is not None
+    folded = {}
+    for form in ("update", "put"):
+        if form == "update":
+            client.update_item(TableName=sync_table, **update)
+        else:
+            client.put_item(TableName=sync_table, Item=_items.summary_item(update))
+        folded[form] = client.get_item(TableName=sync_table, Key=update["Key"])["Item"]
+        client.delete_item(TableName=sync_table, Key=update["Key"])
+    assert folded["put"] == folded["update"]
+
+
+def test_summary_item_refuses_an_update_form_it_does_not_know() -> None:
+    from sandbox_ledger.dynamodb import _items
+
+    update = _items.summary_fold([_entry("s", E.SandboxCreated, 1)], 1)
+    assert update is not None
+    for expression in (
+        update["UpdateExpression"] + ", x = list_append(x, :nm)",
+        update["UpdateExpression"].replace("if_not_exists(", "if_not_exists(other, "),
+        "REMOVE x",
+    ):
+        with pytest.raises(ValueError, match="not a summary update"):
+            _items.summary_item({**update, "UpdateExpression": expression})
+
+
+def _summary(adapter: SyncDynamoDBAdapter, sandbox_id: str) -> dict[str, Any]:
+    key = {k.PARTITION_KEY: {"S": k.session_pk("n", sandbox_id)}, k.SORT_KEY: {"S": k.SUMMARY_SK}}
+    item: dict[str, Any] = adapter.client().get_item(TableName=adapter.table_name, Key=key)["Item"]
+    return item
+
+
+def _replayed(moto_endpoint: str, sync_table: str, entries: list[LedgerEntry]) -> Any:
+    """A table of its own holding ``entries`` appended one by one (the same session, so the
+    same shard): what the import must leave."""
+    replay = sync_adapter(moto_endpoint, f"{sync_table}-replay")
+    replay.create_table()
+    for e in entries:
+        replay.append(e)
+    return replay
+
+
+def test_an_import_into_a_session_the_target_holds_updates_its_summary(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    """A session whose summary is stored: the put form's condition fails (nothing is
+    replaced), the stored summary comes back with the failure, and the batch's next
+    transaction updates it: two transactions, and the summary that appending every entry
+    one by one gives."""
+    adapter = sync_adapter(moto_endpoint, sync_table)
+    head = [_entry("held", E.SandboxCreated, 1000), _entry("held", E.ExecComplete, 1001, 0)]
+    tail = [_entry("held", E.ExecComplete, 1002, 1), _entry("held", E.SandboxClosed, 1003)]
+    for e in head:
+        adapter.append(e)
+    counter = RequestCounter().attach(adapter.client())
+    assert adapter.append_once_many([(e, 1) for e in tail]) == [True, True]
+    assert counter.calls["TransactWriteItems"] == 2, counter.calls
+    replay = _replayed(moto_endpoint, sync_table, head + tail)
+    try:
+        assert _summary(adapter, "held") == _summary(replay, "held")
+    finally:
+        replay.client().delete_table(TableName=replay.table_name)
+    details = adapter.get_sandbox_details("n", "held")
+    assert details is not None and (details.started_at, details.exec_count) == (1000, 2)
+    assert details.completed_at == 1003
+
+
+def test_a_summary_created_between_the_read_and_the_batch_is_updated_not_replaced(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    """Another writer creates the session's summary just before the batch's transaction (a
+    session the import's reconciliation found empty): the put fails, nothing of the other
+    writer's is lost, and the summary folds both."""
+    adapter = sync_adapter(moto_endpoint, sync_table)
+    other = sync_adapter(moto_endpoint, sync_table)
+    raced = [_entry("raced", E.SandboxCreated, 900), _entry("raced", E.ExecComplete, 901, 0)]
+    batch = [_entry("raced", E.ExecComplete, 1002, 1), _entry("raced", E.SandboxClosed, 1003)]
+    calls = []
+
+    def first_transaction(**_: Any) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            for e in raced:
+                other.append(e)
+
+    adapter.client().meta.events.register(
+        "before-call.dynamodb.TransactWriteItems", first_transaction
+    )
+    assert adapter.append_once_many([(e, 1) for e in batch]) == [True, True]
+    assert len(calls) == 2
+    replay = _replayed(moto_endpoint, sync_table, raced + batch)
+    try:
+        assert _summary(adapter, "raced") == _summary(replay, "raced")
+    finally:
+        replay.client().delete_table(TableName=replay.table_name)
+    details = adapter.get_sandbox_details("n", "raced")
+    assert details is not None and (details.started_at, details.exec_count) == (900, 2)
+    assert len(adapter.read_all("n", "raced")) == 4
+
+
+def test_a_session_held_by_a_running_delete_waits_whatever_the_summary_form(
+    moto_endpoint: str, sync_table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A running delete's lease is on the stored summary: the put form fails on it, and the
+    batch backs off as the update form does (a ConflictError once it stays held), instead of
+    taking the failure for a summary to update at once."""
+    from sandbox_ledger import ConflictError
+
+    adapter = sync_adapter(moto_endpoint, sync_table)
+    adapter.append(_entry("leased", E.SandboxCreated, 1000))
+    key = {k.PARTITION_KEY: {"S": k.session_pk("n", "leased")}, k.SORT_KEY: {"S": k.SUMMARY_SK}}
+    adapter.client().update_item(
+        TableName=sync_table,
+        Key=key,
+        UpdateExpression="SET #dl = :until",
+        ExpressionAttributeNames={"#dl": k.LedgerAttr.DELETING},
+        ExpressionAttributeValues={":until": {"N": str(int(time.time() * 1000) + 600_000)}},
+    )
+    counter = RequestCounter().attach(adapter.client())
+    with pytest.raises(ConflictError, match="being deleted"):
+        adapter.append_once_many([(_entry("leased", E.ExecComplete, 1001, 0), 1)])
+    assert counter.calls["TransactWriteItems"] == _bulk.MAX_ATTEMPTS
+    assert adapter.read_all("n", "leased") == [_entry("leased", E.SandboxCreated, 1000)]
+
+
+def test_turning_the_summary_put_into_an_update_costs_no_attempt(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    """A held session's failed put is progress (its group is updated from then on, once),
+    not one of the ``MAX_ATTEMPTS`` a transaction has against conflicts: after one fewer
+    conflicts than that, the batch still lands."""
+    adapter = sync_adapter(moto_endpoint, sync_table)
+    adapter.append(_entry("held", E.SandboxCreated, 1000))
+    conflicts = CancelTransactions(
+        "TransactionConflict", times=_bulk.MAX_ATTEMPTS - 1, aio=False
+    ).attach(adapter.client())
+    counter = RequestCounter().attach(adapter.client())
+    assert adapter.append_once_many([(_entry("held", E.ExecComplete, 1001, 0), 1)]) == [True]
+    assert conflicts.injected == _bulk.MAX_ATTEMPTS - 1
+    # the conflicts, the put refused by the stored summary, the update
+    assert counter.calls["TransactWriteItems"] == _bulk.MAX_ATTEMPTS + 1
+    details = adapter.get_sandbox_details("n", "held")
+    assert details is not None and (details.started_at, details.exec_count) == (1000, 1)

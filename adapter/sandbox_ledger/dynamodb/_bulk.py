@@ -4,8 +4,11 @@
 :func:`sandbox_ledger.keys.claim_sk`) in few TransactWriteItems: each carries whole sessions
 where they fit (see :mod:`._packing` for DynamoDB's limits), each
 entry as its head and its claim (and a checkpoint's marker) put under the condition that they
-do not exist, each session with ONE summary update folding its entries in
-(:func:`~sandbox_ledger.dynamodb._items.summary_fold`). Up to :data:`CONCURRENCY`
+do not exist, each session with ONE summary write folding its entries in
+(:func:`~sandbox_ledger.dynamodb._items.summary_fold`): put whole where none is stored in the
+session's first transaction (:func:`~sandbox_ledger.dynamodb._items.summary_item`; a stored
+one fails the put's condition, comes back with the failure, and is updated from then on),
+updated otherwise. Up to :data:`CONCURRENCY`
 transactions run at once; a session split over several transactions has them run one after
 the other, in its append order.
 
@@ -231,24 +234,31 @@ def _judge(
         transaction.landed = True
         return []
     taken = [s.unit for s, _ in failed if s.kind == "claim" and s.unit is not None]
-    deleting = False
+    deleting = switched = False
     for slot, reason in failed:
         if slot.kind == "summary" and slot.group is not None:
+            group = slot.group
             stored = reason.get("Item") or {}
-            ttl = slot.group.ttl()
+            ttl = group.ttl()
             lease = A.DELETING in stored and int(stored[A.DELETING]["N"]) >= now_ms
-            if ttl is None or lease:
+            if group.puts_summary:
+                # The summary exists (the target holds the session, or a writer created it
+                # meanwhile): updated from now on, in the form its stored TTL asks for.
+                group.stored = switched = True
+                deleting = deleting or lease
+            elif ttl is None or lease:
                 deleting = True
-            else:  # the stored TTL is later: take the form that leaves it, at once
+                continue
+            if ttl is not None and not lease:  # a later stored TTL: the form that leaves it
                 later = stored.get(k.TTL_ATTRIBUTE)
-                slot.group.held = later is not None and int(later["N"]) > ttl
+                group.held = later is not None and int(later["N"]) > ttl
     remove(transaction, taken)
     codes = [r.get("Code") for r in reasons]
     if not failed and not _ops._RETRYABLE_CANCELLATIONS.intersection(codes):
         raise exc
     transaction.backoff = deleting or not failed
-    if not taken or deleting:  # removing what another import stored is progress
-        transaction.attempt += 1
+    if not (taken or switched) or deleting:  # removing what another import stored, or
+        transaction.attempt += 1  # turning a put into an update (once a group), is progress
     if transaction.groups:
         _give_up_after(transaction, exc, deleting=deleting, codes=codes)
     return taken

@@ -5,6 +5,7 @@ No I/O here: both adapter twins and the tests use these functions directly.
 
 from __future__ import annotations
 
+import re
 import secrets
 import threading
 import time
@@ -193,6 +194,28 @@ def summary_key(pk: str) -> Item:
 
 def _set_if_absent(attribute: str, value: str) -> str:
     return f"{attribute} = if_not_exists({attribute}, {value})"
+
+
+_ASSIGNMENT = re.compile(r"(\S+) = (?:if_not_exists\(\1, (:\w+)\)|(:\w+))")
+
+
+def summary_item(update: dict[str, Any]) -> dict[str, Any]:
+    """The item that the summary update ``update`` (of :func:`summary_fold`) creates where
+    no summary is stored: its key and each attribute it sets or adds, at its value (an
+    ``if_not_exists`` finds nothing; an ``ADD`` adds to nothing)."""
+    names = update["ExpressionAttributeNames"]
+    values = update["ExpressionAttributeValues"]
+    sets, _, adds = update["UpdateExpression"].removeprefix("SET ").partition(" ADD ")
+    found = list(_ASSIGNMENT.finditer(sets))
+    if ", ".join(m[0] for m in found) != sets:  # only the forms summary_fold writes
+        raise ValueError(f"not a summary update this version writes: {sets!r}")
+    item = dict(update["Key"])
+    for match in found:
+        item[names.get(match[1], match[1])] = values[match[2] or match[3]]
+    for clause in adds.split(", ") if adds else ():
+        name, value = clause.split(" ")
+        item[names.get(name, name)] = values[value]
+    return item
 
 
 SHARDED_EVENTS = frozenset({LedgerEvent.SandboxCreated, LedgerEvent.SandboxClosed})
