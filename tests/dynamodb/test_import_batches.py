@@ -400,14 +400,20 @@ def _summary(adapter: SyncDynamoDBAdapter, sandbox_id: str) -> dict[str, Any]:
     return item
 
 
-def _replayed(moto_endpoint: str, sync_table: str, entries: list[LedgerEntry]) -> Any:
-    """A table of its own holding ``entries`` appended one by one (the same session, so the
-    same shard): what the import must leave."""
-    replay = sync_adapter(moto_endpoint, f"{sync_table}-replay")
+def assert_summary_as_replayed(
+    adapter: SyncDynamoDBAdapter, endpoint: str, entries: list[LedgerEntry]
+) -> None:
+    """The session's summary is, attribute for attribute, what appending ``entries`` one by
+    one into a table of its own leaves (the same session, so the same shard)."""
+    replay = sync_adapter(endpoint, f"{adapter.table_name}-replay")
     replay.create_table()
-    for e in entries:
-        replay.append(e)
-    return replay
+    try:
+        for e in entries:
+            replay.append(e)
+        sandbox_id = entries[0].sandbox_id
+        assert _summary(adapter, sandbox_id) == _summary(replay, sandbox_id)
+    finally:
+        replay.client().delete_table(TableName=replay.table_name)
 
 
 def test_an_import_into_a_session_the_target_holds_updates_its_summary(
@@ -425,11 +431,7 @@ def test_an_import_into_a_session_the_target_holds_updates_its_summary(
     counter = RequestCounter().attach(adapter.client())
     assert adapter.append_once_many([(e, 1) for e in tail]) == [True, True]
     assert counter.calls["TransactWriteItems"] == 2, counter.calls
-    replay = _replayed(moto_endpoint, sync_table, head + tail)
-    try:
-        assert _summary(adapter, "held") == _summary(replay, "held")
-    finally:
-        replay.client().delete_table(TableName=replay.table_name)
+    assert_summary_as_replayed(adapter, moto_endpoint, head + tail)
     details = adapter.get_sandbox_details("n", "held")
     assert details is not None and (details.started_at, details.exec_count) == (1000, 2)
     assert details.completed_at == 1003
@@ -458,11 +460,7 @@ def test_a_summary_created_between_the_read_and_the_batch_is_updated_not_replace
     )
     assert adapter.append_once_many([(e, 1) for e in batch]) == [True, True]
     assert len(calls) == 2
-    replay = _replayed(moto_endpoint, sync_table, raced + batch)
-    try:
-        assert _summary(adapter, "raced") == _summary(replay, "raced")
-    finally:
-        replay.client().delete_table(TableName=replay.table_name)
+    assert_summary_as_replayed(adapter, moto_endpoint, raced + batch)
     details = adapter.get_sandbox_details("n", "raced")
     assert details is not None and (details.started_at, details.exec_count) == (900, 2)
     assert len(adapter.read_all("n", "raced")) == 4
