@@ -88,8 +88,9 @@ def find_unstorable(value: Any, path: str) -> tuple[str, str] | None:
 def encoder_checks_digits() -> bool:
     """Whether ``json.dumps`` refuses exactly the integers no store can hold (this process's
     integer-string limit is the stores' :data:`MAX_INT_DIGITS` rule), so an encoded value
-    needs no walk for them."""
-    return sys.get_int_max_str_digits() == _int_digits()
+    needs no walk for them: a limit set, and not past :data:`MAX_INT_DIGITS` (then
+    :func:`_int_digits` is that limit)."""
+    return 0 < sys.get_int_max_str_digits() <= MAX_INT_DIGITS
 
 
 def _storable_at_once(value: Any) -> bool:

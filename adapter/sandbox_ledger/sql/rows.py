@@ -12,7 +12,7 @@ import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from sandbox_ledger import _json
 from sandbox_ledger.cursor import decode_cursor, encode_cursor
@@ -150,9 +150,10 @@ def entry_columns(alias: str) -> str:
     return ", ".join(f"{alias}.{column}" for column in ENTRY_COLUMNS)
 
 
-@dataclass(frozen=True)
-class EventRow:
-    """One entry as the columns of the events table, plus its summary deltas."""
+class EventRow(NamedTuple):
+    """One entry as the columns of the events table, plus its summary deltas. A named tuple:
+    immutable, and built in a third of a frozen dataclass's time (an import builds one per
+    entry)."""
 
     name: str
     sandbox_id: str
