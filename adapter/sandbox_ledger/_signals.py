@@ -27,8 +27,11 @@ def deferred(numbers: Iterable[int]) -> Iterator[None]:
     """Hold the signals ``numbers`` until the block ends, whichever thread the kernel gives
     them to, then deliver each one received (once, in arrival order) to the handler it had
     before: a Python handler's exception is raised where the block ends; a default that ends
-    the process ends it there. A signal that is ignored stays ignored. Off the main thread,
-    where no handler can be set, it holds nothing."""
+    the process ends it there. Every one received reaches its handler, as if they had come
+    one after the other at the block's end: one whose handler raises does not stop the next
+    from being delivered (whose exception, if it raises too, is the one that propagates,
+    the earlier one its ``__context__``, as Python would have it). A signal that is ignored
+    stays ignored. Off the main thread, where no handler can be set, it holds nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -48,5 +51,14 @@ def deferred(numbers: Iterable[int]) -> Iterator[None]:
         for number, handler in previous.items():
             # None: a handler not set from Python, which cannot be put back; the default.
             signal.signal(number, signal.SIG_DFL if handler is None else handler)
-        for number in received:
-            signal.raise_signal(number)  # its handler runs here; an exception stops the rest
+        _deliver(received)
+
+
+def _deliver(numbers: list[int]) -> None:
+    """Each signal of ``numbers`` to its handler, in order, an exception of one not stopping
+    the rest."""
+    if numbers:
+        try:
+            signal.raise_signal(numbers[0])  # its handler runs here
+        finally:
+            _deliver(numbers[1:])

@@ -375,6 +375,44 @@ def test_a_deferred_interrupt_is_raised_where_the_block_ends() -> None:
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+def test_every_deferred_signal_reaches_its_handler_even_after_one_raises() -> None:
+    """Ctrl-C and SIGTERM both held: both handlers run at the block's end, in arrival order,
+    as if the two had come then (the first one's exception does not swallow the second);
+    the second's exception propagates, the first's as its context."""
+    from sandbox_ledger._signals import deferred
+
+    class Terminated(Exception):
+        pass
+
+    seen: list[int] = []
+
+    def interrupted(number: int, _frame: object) -> None:
+        seen.append(number)
+        raise KeyboardInterrupt
+
+    def terminated(number: int, _frame: object) -> None:
+        seen.append(number)
+        raise Terminated
+
+    before = signal.signal(signal.SIGINT, interrupted), signal.signal(signal.SIGTERM, terminated)
+    try:
+        raised: BaseException | None = None
+        try:  # a KeyboardInterrupt escaping would end the test session, not fail the test
+            with deferred((signal.SIGINT, signal.SIGTERM)):
+                os.kill(os.getpid(), signal.SIGINT)
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.05)
+        except BaseException as exc:
+            raised = exc
+        assert seen == [signal.SIGINT, signal.SIGTERM]
+        assert isinstance(raised, Terminated), raised
+        assert isinstance(raised.__context__, KeyboardInterrupt)
+        assert signal.getsignal(signal.SIGTERM) is terminated
+    finally:
+        signal.signal(signal.SIGINT, before[0])
+        signal.signal(signal.SIGTERM, before[1])
+
+
 def test_an_export_to_a_missing_directory_or_a_directory_names_it(
     store: str, tmp_path: Path
 ) -> None:
