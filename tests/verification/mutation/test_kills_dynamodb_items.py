@@ -222,3 +222,21 @@ def test_a_checkpoint_marker_carries_its_entrys_ttl() -> None:
     marker = it.checkpoint_marker(checkpoint, ORDER, ttl=1_700_086_400)
     assert marker[k.TTL_ATTRIBUTE] == {"N": "1700086400"}
     assert k.TTL_ATTRIBUTE not in it.checkpoint_marker(checkpoint, ORDER)
+
+
+def test_a_summary_put_whole_refuses_an_update_form_it_does_not_know_by_name() -> None:
+    """``summary_item`` (an import's summary put whole) derives the item from the update's
+    own text and refuses, naming it, any clause it cannot read instead of writing part of
+    it; the one ADD clause adds to nothing, so the item holds its value."""
+    created = LedgerEntry(
+        ts=5, name="build", sandbox_id="sb-1", step_index=-1, event="sandbox.created"
+    )
+    update = it.summary_fold([created, entry(None, ts=6)], 1)
+    assert update is not None
+    item = it.summary_item(update)
+    assert item[k.LedgerAttr.EXEC_COUNT] == {"N": "1"} and item["startedAt"] == {"N": "5"}
+    odd = update["UpdateExpression"].replace("SET ", "SET x = list_append(x, :nm), ")
+    with pytest.raises(
+        ValueError, match=re.escape("not a summary update this version writes: 'x = list_append")
+    ):
+        it.summary_item({**update, "UpdateExpression": odd})
