@@ -266,3 +266,27 @@ async def test_sqlite_attaches_its_stage_once_however_often_the_connection_is_se
             assert await cursor.fetchone() == (1,)
         async with db.execute("PRAGMA database_list") as cursor:
             assert [row[1] for row in await cursor.fetchall()].count("ledger_import") == 1
+
+
+async def test_a_sqlite_batch_lands_with_the_connections_temporary_database_open(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A batch keeps SQLite's statement journals in memory (``temp_store``) and switches
+    back after it, outside its transaction: inside one, SQLite refuses the switch once the
+    connection has a temporary database (here a TEMP table), and the import would fail."""
+    store = Store("sqlite", tmp_path, request)
+    now_ms = time.time_ns() // 1_000_000
+    async with store.opened() as ledger:
+
+        async def temporary(conn: Any) -> None:
+            await conn.count("CREATE TEMP TABLE scratch (x)")
+
+        await ledger._read(temporary)
+        for batch in batches("temp", now_ms):
+            assert await ledger.append_once_many(batch) == [True] * len(batch)
+
+        async def setting(conn: Any) -> Any:
+            return await conn.rows("PRAGMA temp_store")
+
+        assert await ledger._read(setting) == [(0,)]  # back to the default
+    assert len(store.query("SELECT 1 FROM ledger_events")) == 12

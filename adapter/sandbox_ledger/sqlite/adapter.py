@@ -235,10 +235,25 @@ class SQLiteAdapter(SQLAdapter):
             db = await self._open()
             return await self._retry(lambda: op(db), db)
 
-    async def _transaction(self, op: Callable[[aiosqlite.Connection], Awaitable[Any]]) -> Any:
-        """One write transaction: BEGIN IMMEDIATE, ``op``, COMMIT; rolled back on any error."""
+    async def _transaction(
+        self, op: Callable[[aiosqlite.Connection], Awaitable[Any]], *, temp_store: str = ""
+    ) -> Any:
+        """One write transaction: BEGIN IMMEDIATE, ``op``, COMMIT; rolled back on any error.
+        ``temp_store``: the connection's ``temp_store`` for the transaction, back to the
+        default after it (set outside it: SQLite refuses the switch inside a transaction
+        once the connection has a temporary database)."""
 
         async def transaction(db: aiosqlite.Connection) -> Any:
+            if not temp_store:
+                return await transact(db)
+            await db.execute(f"PRAGMA temp_store = {temp_store}")
+            try:
+                return await transact(db)
+            finally:
+                with contextlib.suppress(Exception):
+                    await db.execute("PRAGMA temp_store = DEFAULT")
+
+        async def transact(db: aiosqlite.Connection) -> Any:
             if self._releasing is not None:
                 # An earlier write cancelled twice left its release running: wait for it, so
                 # this BEGIN comes after that ROLLBACK on the connection.
@@ -276,18 +291,10 @@ class SQLiteAdapter(SQLAdapter):
         return result
 
     async def _writing_batch(self, work: Callable[[Connection], Awaitable[T]]) -> T:
-        # The change feed's trigger makes SQLite journal each row's statement, in a temporary
-        # file by default (ten writes an entry); in memory for the batch only (a large sort
-        # of another query would not spill to disk).
-        async def batch(conn: Connection) -> T:
-            await conn.count("PRAGMA temp_store = MEMORY")
-            try:
-                return await work(conn)
-            finally:
-                with contextlib.suppress(Exception):
-                    await conn.count("PRAGMA temp_store = DEFAULT")
-
-        result: T = await self._transaction(lambda db: batch(_Connection(db)))
+        # The change feed's trigger makes SQLite journal the batch's statements, in a
+        # temporary file by default; in memory for the batch only (a large sort of another
+        # query still spills to disk).
+        result: T = await self._transaction(lambda db: work(_Connection(db)), temp_store="MEMORY")
         return result
 
     def _live_append_key(self, entry: LedgerEntry) -> str:
