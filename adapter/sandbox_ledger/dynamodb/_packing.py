@@ -40,7 +40,15 @@ MAX_TRANSACTION_BYTES = 4_000_000
 """Below DynamoDB's 4 MB (4,194,304 bytes) limit on a transaction's items."""
 
 _SUMMARY_BYTES = 2_048
-"""Room kept for a session's summary update (its key and values are small)."""
+"""Room kept for a session's summary besides its keys (attribute names, numbers, prefixes)."""
+
+
+def _summary_bytes(pk: str) -> int:
+    """Room for the summary of session ``pk``, put whole or updated: its partition key, and
+    the name and sandboxId it holds and repeats in its index keys (each at most the
+    partition key's length; up to 8,306 bytes with the longest keys check_session_key
+    allows), besides :data:`_SUMMARY_BYTES`."""
+    return _SUMMARY_BYTES + 4 * len(pk.encode("utf-8", "surrogatepass"))
 
 
 def item_bytes(item: Item) -> int:
@@ -167,7 +175,7 @@ def pack(units: Sequence[Unit]) -> list[Transaction]:
         current = transactions[-1]
         group = current.groups[-1] if current.groups and current.groups[-1].pk == pk else None
         extra = unit.actions + (0 if group else 1)  # a new group brings its summary update
-        grow = unit.size + (0 if group else _SUMMARY_BYTES)
+        grow = unit.size + (0 if group else _summary_bytes(pk))
         if current.groups and (
             actions + extra > MAX_ACTIONS or size + grow > MAX_TRANSACTION_BYTES
         ):
@@ -175,7 +183,7 @@ def pack(units: Sequence[Unit]) -> list[Transaction]:
             transactions.append(current)
             actions = size = 0
             group = None
-            extra, grow = unit.actions + 1, unit.size + _SUMMARY_BYTES
+            extra, grow = unit.actions + 1, unit.size + _summary_bytes(pk)
         if group is None:
             group = Group(pk, [], first=pk not in last)
             current.groups.append(group)

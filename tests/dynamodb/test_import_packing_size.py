@@ -1,0 +1,57 @@
+"""A transaction's real item bytes, the summary put's whole item included,
+stay under DynamoDB's 4 MB (4,194,304 bytes) with the longest session keys."""
+
+from __future__ import annotations
+
+from sandbox_ledger import LedgerEntry, LedgerEvent
+from sandbox_ledger import keys as k
+from sandbox_ledger.dynamodb import _items as it
+from sandbox_ledger.dynamodb import _packing as p
+
+DYNAMODB_TRANSACTION_BYTES = 4_194_304
+
+
+def _units(noise: int) -> list[p.Unit]:
+    import base64
+    import random
+
+    rng = random.Random(noise)
+    sessions = []
+    for s in range(40):
+        name = f"{s:02d}" + "n" * 2033
+        prefix = f"{k.SESSION_PREFIX}{len(name)}#{name}#"
+        sandbox_id = "s" * (2048 - len(prefix.encode()))
+        k.check_session_key(name, sandbox_id)
+        sessions.append((name, sandbox_id))
+    units = []
+    for i, (name, sandbox_id) in enumerate(sessions):
+        entry = LedgerEntry(
+            ts=1_000 + i,
+            name=name,
+            sandbox_id=sandbox_id,
+            step_index=-1,
+            event=LedgerEvent.SandboxCreated,
+            payload={"noise": base64.b64encode(rng.randbytes(noise)).decode()},
+        )
+        units.append(p.new_unit(i, entry, k.claim_sk(f"{i:032x}", 1), None))
+    units.sort(key=lambda u: (u.head[k.PARTITION_KEY]["S"], u.index))
+    return units
+
+
+def test_longest_keys_and_large_entries_fit_one_transaction() -> None:
+    """33 sessions of one entry each fill 99 actions; entries sized so that the packer's
+    estimate (2,048 bytes a summary) comes just under its 4,000,000: the summaries put whole
+    (8,306 bytes each with the longest keys check_session_key allows) must still keep the
+    transaction's items within DynamoDB's 4 MB. (Parts are written apart, before the heads.)"""
+    units = _units(113_683)  # each unit 119,161 bytes: 33 x (119,161 + 2,048) = 3,999,897
+    assert len(p.pack(units)[0].groups) >= 30  # a full transaction (33 before the fix)
+    for transaction in p.pack(units):
+        total = 0
+        for group in transaction.groups:
+            for u in group.units:
+                items = [u.head, u.claim] + ([u.marker] if u.marker else [])
+                total += sum(p.item_bytes(item) for item in items)
+            update = it.summary_fold([u.entry for u in group.units], 4, group.ttl())
+            if update is not None:
+                total += p.item_bytes(it.summary_item(update))
+        assert total <= DYNAMODB_TRANSACTION_BYTES, (total, len(transaction.groups))
