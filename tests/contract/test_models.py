@@ -6,6 +6,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import sandbox_ledger
@@ -223,3 +225,53 @@ def test_the_one_pass_storable_check_agrees_with_the_walk(setting: int | None) -
             assert find_unstorable(value, "entry") == _find_unstorable(value, "entry"), value
     finally:
         sys.set_int_max_str_digits(before)
+
+
+_ODD_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=10**4299, max_value=10**4301),  # around the digit limit
+    st.floats(),  # NaN and the infinities included
+    st.text(max_size=5),
+    st.sampled_from([b"bytes", {1, 2}, object()]),
+)
+_ODD_VALUES = st.recursive(
+    _ODD_SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.tuples(inner, inner),
+        st.dictionaries(st.text(max_size=3), inner, max_size=4),
+        st.dictionaries(st.integers(0, 3), inner, min_size=1, max_size=2),
+    ),
+    max_leaves=12,
+)
+
+
+@given(_ODD_VALUES)
+def test_a_payload_is_judged_as_the_walk_that_names_each_part_judges_it(value: object) -> None:
+    """``check_json_value`` walks a payload once without building paths, and again with
+    them only to name what it refuses: the result, or the error and its message, is always
+    the naming walk's."""
+    from sandbox_ledger import _json
+
+    def outcome(check: Any) -> tuple[str, Any]:
+        try:
+            return "ok", check()
+        except ValueError as exc:
+            return "refused", str(exc)
+
+    assert outcome(lambda: _json.check_json_value(value, "payload")) == outcome(
+        lambda: _json._check(value, "payload", 0)
+    )
+
+
+def test_a_payload_nested_past_200_levels_is_refused_with_its_path() -> None:
+    from sandbox_ledger import _json
+
+    value: Any = "leaf"
+    for _ in range(201):
+        value = [value]
+    with pytest.raises(ValueError, match=r"payload(\[0\]){201}: nested more than 200 levels deep"):
+        _json.check_json_value(value, "payload")
+    assert _json.check_json_value(value[0], "payload") == value[0]
