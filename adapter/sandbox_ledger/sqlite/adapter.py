@@ -236,24 +236,20 @@ class SQLiteAdapter(SQLAdapter):
             return await self._retry(lambda: op(db), db)
 
     async def _transaction(
-        self, op: Callable[[aiosqlite.Connection], Awaitable[Any]], *, temp_store: str = ""
+        self,
+        op: Callable[[aiosqlite.Connection], Awaitable[Any]],
+        *,
+        journal_in_memory: bool = False,
     ) -> Any:
         """One write transaction: BEGIN IMMEDIATE, ``op``, COMMIT; rolled back on any error.
-        ``temp_store``: the connection's ``temp_store`` for the transaction, back to the
-        default after it (set outside it: SQLite refuses the switch inside a transaction
-        once the connection has a temporary database)."""
+
+        ``journal_in_memory``: temp_store is MEMORY for this transaction only, switched
+        before its BEGIN (a database's pager fixes where its statement journal goes when its
+        write transaction begins: a switch inside the transaction is too late for it, and is
+        refused once the connection's temporary database is open) and back to DEFAULT after
+        its COMMIT or ROLLBACK."""
 
         async def transaction(db: aiosqlite.Connection) -> Any:
-            if not temp_store:
-                return await transact(db)
-            await db.execute(f"PRAGMA temp_store = {temp_store}")
-            try:
-                return await transact(db)
-            finally:
-                with contextlib.suppress(Exception):
-                    await db.execute("PRAGMA temp_store = DEFAULT")
-
-        async def transact(db: aiosqlite.Connection) -> Any:
             if self._releasing is not None:
                 # An earlier write cancelled twice left its release running: wait for it, so
                 # this BEGIN comes after that ROLLBACK on the connection.
@@ -261,6 +257,8 @@ class SQLiteAdapter(SQLAdapter):
                     await asyncio.shield(self._releasing)
                 self._releasing = None
             try:
+                if journal_in_memory:
+                    await db.execute("PRAGMA temp_store = MEMORY")
                 await db.execute("BEGIN IMMEDIATE")
                 result = await op(db)
                 await db.execute("COMMIT")
@@ -271,7 +269,13 @@ class SQLiteAdapter(SQLAdapter):
                 with contextlib.suppress(Exception, asyncio.CancelledError):
                     await asyncio.shield(self._releasing)
                     self._releasing = None
+                if journal_in_memory:
+                    with contextlib.suppress(Exception, asyncio.CancelledError):
+                        await db.execute("PRAGMA temp_store = DEFAULT")
                 raise
+            if journal_in_memory:
+                with contextlib.suppress(Exception):
+                    await db.execute("PRAGMA temp_store = DEFAULT")
             return result
 
         return await self._run(transaction)
@@ -293,8 +297,10 @@ class SQLiteAdapter(SQLAdapter):
     async def _writing_batch(self, work: Callable[[Connection], Awaitable[T]]) -> T:
         # The change feed's trigger makes SQLite journal the batch's statements, in a
         # temporary file by default; in memory for the batch only (a large sort of another
-        # query still spills to disk).
-        result: T = await self._transaction(lambda db: work(_Connection(db)), temp_store="MEMORY")
+        # query still spills to disk). See _transaction's journal_in_memory.
+        result: T = await self._transaction(
+            lambda db: work(_Connection(db)), journal_in_memory=True
+        )
         return result
 
     def _live_append_key(self, entry: LedgerEntry) -> str:
