@@ -144,3 +144,34 @@ def test_an_interrupted_export_leaves_the_file_and_says_so(tmp_path: Path) -> No
     ]
     assert backup.read_text() == "old\n"
     assert not any(tmp_path.glob(".backup.jsonl.*"))
+
+
+def test_a_second_signal_during_a_batch_says_the_batch_may_be_stored_too() -> None:
+    """Ctrl-C waits for the batch being written, so the line counts exactly what is stored;
+    a second one stops at once, while that batch may still commit: the line then says
+    "at least" and names the batch, instead of an exact count a re-run would contradict.
+    One signal keeps the exact line."""
+    import os
+
+    from sandbox_ledger.cli.interrupt import ImportStatus
+    from sandbox_ledger.transfer import ImportReport
+
+    report = ImportReport(new=4)
+    once = ImportStatus(lines=10, report=report)
+    with pytest.raises(KeyboardInterrupt), once.batch():
+        os.kill(os.getpid(), signal.SIGINT)  # held: raised when the batch is done
+        report.new += 3
+    assert not once.cut
+    assert "written so far: 7 new" in once.describe()
+    assert "at least" not in once.describe()
+
+    report = ImportReport(new=4)
+    twice = ImportStatus(lines=10, report=report)
+    with pytest.raises(KeyboardInterrupt), twice.batch():
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)  # stops at once, mid-batch
+        report.new += 3  # never reached
+    assert twice.cut
+    said = twice.describe()
+    assert "written so far: at least 4 new" in said
+    assert "the batch being written when the second signal came may be stored too" in said

@@ -176,6 +176,19 @@ class ImportStatus:
     """Lines read from the file so far."""
     report: ImportReport | None = None
     """The importer's running report: what the batches written so far did."""
+    cut: bool = False
+    """A second signal stopped a batch being written: it may be stored, uncounted."""
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """:func:`held` over one batch of the import (its ``guard``), remembering a batch
+        that a second signal cut short."""
+        with held():
+            try:
+                yield
+            except (KeyboardInterrupt, Terminated):
+                self.cut = True
+                raise
 
     def describe(self) -> str:
         resume = (
@@ -185,6 +198,11 @@ class ImportStatus:
         report = self.report
         if report is None:
             return f"before any write; {resume}"
+        if self.cut:  # the batch may still commit after the line is printed
+            return (
+                f"{self.lines} line(s) read; written so far: at least {report.summary()}, and "
+                f"the batch being written when the second signal came may be stored too; {resume}"
+            )
         return f"{self.lines} line(s) read; written so far: {report.summary()}; {resume}"
 
     def after_failure(self) -> str | None:

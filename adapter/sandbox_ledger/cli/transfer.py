@@ -286,7 +286,7 @@ def import_from(
     follows how far it got (for the line an interruption prints): Ctrl-C and SIGTERM wait for
     the batch being written (about half a second of writing), so that its counts are exact;
     a second one stops at once."""
-    from sandbox_ledger.cli.interrupt import ImportStatus, held
+    from sandbox_ledger.cli.interrupt import ImportStatus
 
     status = status if status is not None else ImportStatus()
     status.report = ImportReport()
@@ -294,7 +294,7 @@ def import_from(
         report = _import_with_progress(ledger, source, label, err, status)
     else:
         lines = _counted(source, status)
-        report = import_lines(ledger, lines, report=status.report, guard=held)
+        report = import_lines(ledger, lines, report=status.report, guard=status.batch)
     for failure in report.failed:
         err.print(f"{label}:{failure.number}: {failure.reason}", markup=False)
     return report
@@ -352,6 +352,4 @@ def _import_with_progress(
                     progress.update(task, completed=read, lines=shown)
                 yield line
 
-        from sandbox_ledger.cli.interrupt import held
-
-        return import_lines(ledger, counted(), report=status.report, guard=held)
+        return import_lines(ledger, counted(), report=status.report, guard=status.batch)
