@@ -233,6 +233,13 @@ class SQLiteAdapter(SQLAdapter):
         """One operation on the connection (opened lazily), with SQLITE_BUSY retried."""
         async with self._lock:
             db = await self._open()
+            if self._releasing is not None:
+                # An earlier write cancelled twice left its release running: wait for it, so
+                # that neither a read nor a write runs inside that write's transaction (a read
+                # would see what its ROLLBACK is about to undo).
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._releasing)
+                self._releasing = None
             return await self._retry(lambda: op(db), db)
 
     async def _transaction(
@@ -250,12 +257,8 @@ class SQLiteAdapter(SQLAdapter):
         its COMMIT or ROLLBACK."""
 
         async def transaction(db: aiosqlite.Connection) -> Any:
-            if self._releasing is not None:
-                # An earlier write cancelled twice left its release running: wait for it, so
-                # this BEGIN comes after that ROLLBACK on the connection.
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(self._releasing)
-                self._releasing = None
+            # _run waited for an earlier cancelled write's release: this BEGIN comes after
+            # its ROLLBACK on the connection.
             try:
                 if journal_in_memory:
                     await db.execute("PRAGMA temp_store = MEMORY")
