@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -41,17 +41,35 @@ def deferred(numbers: Iterable[int]) -> Iterator[None]:
         if number not in received:
             received.append(number)
 
-    previous = {}
-    for number in numbers:
-        if signal.getsignal(number) is not signal.SIG_IGN:
-            previous[number] = signal.signal(number, record)
+    # Each handler noted before any is replaced, and replaced inside the try: a signal that
+    # comes (its handler raising) while they are being set leaves none of them recording.
+    previous = {
+        number: handler
+        for number in numbers
+        if (handler := signal.getsignal(number)) is not signal.SIG_IGN
+    }
     try:
+        for number in previous:
+            signal.signal(number, record)
         yield
     finally:
-        for number, handler in previous.items():
-            # None: a handler not set from Python, which cannot be put back; the default.
-            signal.signal(number, signal.SIG_DFL if handler is None else handler)
+        _restore(list(previous.items()), received)
+
+
+def _restore(handlers: list[tuple[int, Any]], received: list[int]) -> None:
+    """Put each handler back, then deliver ``received``: each in a ``finally`` of the one
+    before, so that a signal coming meanwhile (a second Ctrl-C, its handler raising where
+    its own handler is back) neither leaves a later one recording nor loses what was
+    recorded."""
+    if not handlers:
         _deliver(received)
+        return
+    (number, handler), rest = handlers[0], handlers[1:]
+    try:
+        # None: a handler not set from Python, which cannot be put back; the default.
+        signal.signal(number, signal.SIG_DFL if handler is None else handler)
+    finally:
+        _restore(rest, received)
 
 
 def _deliver(numbers: list[int]) -> None:
