@@ -47,9 +47,14 @@ def handled(fn: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(ExitCode.CLOSED_PIPE) from None
         except (KeyboardInterrupt, Terminated) as stop:
             number = signal_number(stop)
-            command = ctx.command_path.split(" ", 1)[-1] if ctx is not None else ""
-            so_far = target.so_far() if target is not None and target.so_far else None
-            say(interrupted_line(command, number, so_far))
+            try:
+                command = ctx.command_path.split(" ", 1)[-1] if ctx is not None else ""
+                so_far = target.so_far() if target is not None and target.so_far else None
+                say(interrupted_line(command, number, so_far))
+            except (KeyboardInterrupt, Terminated):
+                # A second signal while saying so (Ctrl-C, then a supervisor's SIGTERM): the
+                # first one's exit code still, not a traceback and exit 1.
+                pass
             raise typer.Exit(ExitCode(128 + number)) from None
         except Exception as exc:
             if target is not None and target.debug:
