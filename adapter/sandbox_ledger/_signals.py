@@ -17,9 +17,9 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
 
-__all__ = ["deferred"]
+__all__ = ["deferred", "removed_on_termination"]
 
 
 @contextlib.contextmanager
@@ -80,3 +80,31 @@ def _deliver(numbers: list[int]) -> None:
             signal.raise_signal(numbers[0])  # its handler runs here
         finally:
             _deliver(numbers[1:])
+
+
+@contextlib.contextmanager
+def removed_on_termination(remove: Callable[[], None]) -> Iterator[None]:
+    """SIGTERM or SIGHUP while the block runs calls ``remove`` (a temporary file's removal:
+    what it has created so far), then ends the process by the same signal. Only a signal
+    that would end the process is caught: one ignored (nohup's SIGHUP) or handled by the
+    caller (the CLI's SIGTERM, which unwinds as an exception) keeps its disposition. Off the
+    main thread it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    # None: a handler not installed from Python, which cannot be put back; the default then.
+    current = {n: signal.getsignal(n) or signal.SIG_DFL for n in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {n: h for n, h in current.items() if h is signal.SIG_DFL}
+
+    def terminate(number: int, _frame: object) -> None:
+        remove()
+        signal.signal(number, previous[signal.Signals(number)])
+        signal.raise_signal(number)
+
+    for number in previous:
+        signal.signal(number, terminate)
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)

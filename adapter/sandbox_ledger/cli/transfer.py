@@ -12,12 +12,11 @@ import shutil
 import signal
 import stat
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
-from sandbox_ledger._signals import deferred
+from sandbox_ledger._signals import deferred, removed_on_termination
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.transfer import ImportReport, export_lines, import_lines
 
@@ -152,7 +151,13 @@ def _temporary_beside(target: Path, mode: int, output: Path) -> Iterator[tuple[i
     (:func:`~sandbox_ledger._signals.deferred`), so no signal, however soon it follows the
     file's creation, leaves the file behind."""
     created: list[tuple[int, Path]] = []
-    with _removed_on_termination(created):
+
+    def remove() -> None:
+        for _, temporary in created:
+            with contextlib.suppress(OSError):
+                temporary.unlink()
+
+    with removed_on_termination(remove):
         try:
             with deferred(_ENDING):  # a signal held meanwhile is taken at its end, in this try
                 try:
@@ -229,37 +234,6 @@ def _lock(descriptor: int, *, wait: bool) -> bool:
     except BlockingIOError:
         return False
     return True
-
-
-@contextlib.contextmanager
-def _removed_on_termination(created: list[tuple[int, Path]]) -> Iterator[None]:
-    """SIGTERM or SIGHUP while the export runs removes the temporary file ``created`` holds
-    (once it does), then ends the process by the same signal (SIGINT already unwinds as
-    KeyboardInterrupt)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    # Only a signal that would end the process: one ignored (nohup's SIGHUP) or handled by
-    # the caller keeps its disposition, so the export goes on as the caller asked. None: a
-    # handler not installed from Python, which cannot be put back; the default then.
-    current = {n: signal.getsignal(n) or signal.SIG_DFL for n in (signal.SIGTERM, signal.SIGHUP)}
-    previous = {n: h for n, h in current.items() if h is signal.SIG_DFL}
-    caught = tuple(previous)
-
-    def terminate(number: int, _frame: object) -> None:
-        for _, temporary in created:
-            with contextlib.suppress(OSError):
-                temporary.unlink()
-        signal.signal(number, previous[signal.Signals(number)])
-        signal.raise_signal(number)
-
-    for number in caught:
-        signal.signal(number, terminate)
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
 
 
 def _write(stream: TextIO, lines: Iterator[str]) -> int:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from pydantic import ValidationError
 
-from sandbox_ledger._signals import deferred
+from sandbox_ledger._signals import deferred, removed_on_termination
 from sandbox_ledger.errors import ConflictError, InvalidInputError
 from sandbox_ledger.resources._items import Unreadable
 from sandbox_ledger.resources.models import ResourceActivityRecord
@@ -155,31 +155,40 @@ def record_file_text(record: ResourceActivityRecord) -> str:
 
 def _write_atomically(path: Path, text: str) -> None:
     # Ctrl-C (or a signal another handler turns into an exception) held while the temporary
-    # file is created and taken inside the try that removes it: however soon it follows the
-    # file's creation, it leaves no temporary file behind.
+    # file is created and taken inside the try that removes it; SIGTERM or SIGHUP that would
+    # end the process outright removes it first: however soon a signal follows the file's
+    # creation, it leaves no temporary file behind.
     created: list[tuple[TextIO, str]] = []
-    try:
-        with deferred((signal.SIGINT, signal.SIGTERM)):
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-            try:
-                created.append((os.fdopen(fd, "w", encoding="utf-8"), tmp))
-            except BaseException:
-                os.close(fd)
+
+    def remove() -> None:
+        for _, tmp in created:
+            with contextlib.suppress(OSError):
                 os.unlink(tmp)
-                raise
-        handle, tmp = created[0]
-        with handle:
-            handle.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a plain open() would not
-        os.replace(tmp, path)
-    except BaseException:
-        for handle, tmp in created:
-            handle.close()
-            # Gone once renamed: a signal taken after the rename must not become a
-            # FileNotFoundError that hides it.
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-        raise
+
+    with removed_on_termination(remove):
+        try:
+            with deferred((signal.SIGINT, signal.SIGTERM, signal.SIGHUP)):
+                fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+                try:
+                    created.append((os.fdopen(fd, "w", encoding="utf-8"), tmp))
+                except BaseException:
+                    os.close(fd)
+                    os.unlink(tmp)
+                    raise
+            handle, tmp = created[0]
+            with handle:
+                handle.write(text)
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a plain open() would not
+            os.replace(tmp, path)
+            created.clear()  # renamed: nothing left to remove
+        except BaseException:
+            for handle, tmp in created:
+                handle.close()
+                # Gone once renamed: a signal taken after the rename must not become a
+                # FileNotFoundError that hides it.
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+            raise
 
 
 def _umask() -> int:
