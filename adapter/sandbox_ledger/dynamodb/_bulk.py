@@ -105,7 +105,10 @@ def append_once_many(
             repeats.append((index, first[identity]))
             continue
         first[identity] = index
-        units.append(new_unit(index, entry, claim, retention))
+        try:
+            units.append(new_unit(index, entry, claim, retention))
+        except InvalidInputError as exc:  # an item DynamoDB cannot hold: this line alone
+            outcomes[index] = exc
     units.sort(key=lambda u: (u.head[k.PARTITION_KEY]["S"], u.index))
     parts = [{"PutRequest": {"Item": part}} for u in units for part in u.parts]
     if parts:  # each head is written after its parts, as the single append does

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger import _json
 from sandbox_ledger import keys as k
+from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.keys import LedgerAttr as A
 from sandbox_ledger.models import (
     CheckpointInfo,
@@ -326,10 +327,32 @@ def decode_details(item: Item) -> SandboxDetails | None:
     )
 
 
+MARKER_TEXT_BYTES = 400_000
+"""The most UTF-8 bytes a checkpoint's ``snapshotId`` and ``name`` take together: the
+marker copies both, and DynamoDB's 409,600-byte item limit must hold them with the keys
+(at most 3,072 bytes) and the other attributes."""
+
+
 def checkpoint_marker(entry: LedgerEntry, order: str, ttl: int | None = None) -> Item:
     """The small item that indexes a checkpoint entry by time within its session (with its
-    entry's TTL, if any)."""
+    entry's TTL, if any).
+
+    Raises:
+        InvalidInputError: its ``snapshotId`` and ``name`` together pass
+            :data:`MARKER_TEXT_BYTES` (the marker would pass DynamoDB's item limit).
+    """
     info = checkpoint_info(entry)
+    size = sum(
+        len(text.encode("utf-8", "surrogatepass"))
+        for text in (info.snapshot_id, info.tag)
+        if text is not None
+    )
+    if size > MARKER_TEXT_BYTES:
+        raise InvalidInputError(
+            "payload",
+            f"a checkpoint's snapshotId and name take {size:,} bytes; DynamoDB keeps them in "
+            f"the checkpoint's index item, which holds at most {MARKER_TEXT_BYTES:,}",
+        )
     item: Item = {
         k.PARTITION_KEY: S(k.session_pk(entry.name, entry.sandbox_id)),
         k.SORT_KEY: S(k.checkpoint_sk(entry.ts, order)),

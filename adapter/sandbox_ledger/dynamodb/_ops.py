@@ -84,6 +84,8 @@ def append(
     """
     encoded = it.encode_entry(entry, order, ttl)
     summary = it.summary_update(entry, shard_count, ttl)
+    checkpoint = entry.event == LedgerEvent.CheckpointCreated
+    marker = it.checkpoint_marker(entry, order, ttl) if checkpoint else None  # refused first
     if encoded.parts:
         yield from batch_write(table, [{"PutRequest": {"Item": part}} for part in encoded.parts])
     absent = {
@@ -101,10 +103,8 @@ def append(
     summary_at = len(actions) if summary is not None else -1
     if summary is not None:
         actions.append({"Update": {"TableName": table, **summary}})
-    if entry.event == LedgerEvent.CheckpointCreated:
-        actions.append(
-            {"Put": {"TableName": table, "Item": it.checkpoint_marker(entry, order, ttl)}}
-        )
+    if marker is not None:
+        actions.append({"Put": {"TableName": table, "Item": marker}})
     if len(actions) == 1:
         try:
             yield Call("put_item", put)
