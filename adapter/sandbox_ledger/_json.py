@@ -43,66 +43,61 @@ def check_json_value(value: Any, field: str) -> Any:
     """
     if value is None:
         return None
+    largest = _largest_int()
     try:
-        return _checked(value, 0, _largest_int())
+        return _check(value, None, 0, largest)
     except _Refused:
-        # Walked again to name the first part refused (the same checks, in the same order,
-        # building each part's path: what the fast walk leaves out).
-        return _check(value, field, 0)
+        # Walked again to name the first part refused: the same checks, in the same order,
+        # this time building each part's path (a path string per part took most of the
+        # time of every valid payload's walk).
+        return _check(value, field, 0, largest)
 
 
 class _Refused(Exception):
-    """:func:`_checked` met a part :func:`_check` refuses."""
+    """:func:`_check`, walking without a path, met a part it refuses."""
 
 
-def _checked(value: Any, depth: int, largest: int) -> Any:
-    """:func:`_check` without the paths (every valid entry's payload takes this walk; a path
-    string per part took most of its time): raises :class:`_Refused` where it raises."""
+def _check(value: Any, path: str | None, depth: int, largest: int) -> Any:
+    """``value`` with tuples made lists, or a refusal: a ValueError naming ``path`` and why,
+    or :class:`_Refused` when ``path`` is None (no path is built below it either)."""
     if depth > 200:
-        raise _Refused
+        raise _Refused if path is None else ValueError(f"{path}: nested more than 200 levels deep")
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > largest:
-        raise _Refused
+        raise _Refused if path is None else ValueError(f"{path}: {_too_many_digits()}")
     if value is None or isinstance(value, (str, bool, int)):
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise _Refused
-        return value
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise _Refused
-            out[key] = _checked(item, depth + 1, largest)
-        return out
-    if isinstance(value, (list, tuple)):
-        return [_checked(item, depth + 1, largest) for item in value]
-    raise _Refused
-
-
-def _check(value: Any, path: str, depth: int) -> Any:
-    if depth > 200:
-        raise ValueError(f"{path}: nested more than 200 levels deep")
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _largest_int():
-        raise ValueError(f"{path}: {_too_many_digits()}")
-    if value is None or isinstance(value, (str, bool, int)):
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(
-                f"{path}: {value!r} is not a JSON number (NaN and Infinity are refused)"
+            raise (
+                _Refused()
+                if path is None
+                else ValueError(
+                    f"{path}: {value!r} is not a JSON number (NaN and Infinity are refused)"
+                )
             )
         return value
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for key, item in value.items():
             if not isinstance(key, str):
-                raise ValueError(f"{path}: object key {key!r} is not a string")
-            out[key] = _check(item, f"{path}.{key}" if key else f"{path}['']", depth + 1)
+                raise (
+                    _Refused()
+                    if path is None
+                    else ValueError(f"{path}: object key {key!r} is not a string")
+                )
+            inner = None if path is None else f"{path}.{key}" if key else f"{path}['']"
+            out[key] = _check(item, inner, depth + 1, largest)
         return out
     if isinstance(value, (list, tuple)):
-        return [_check(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]
-    raise ValueError(f"{path}: a {type(value).__name__} cannot be carried by JSON")
+        return [
+            _check(item, None if path is None else f"{path}[{i}]", depth + 1, largest)
+            for i, item in enumerate(value)
+        ]
+    raise (
+        _Refused()
+        if path is None
+        else ValueError(f"{path}: a {type(value).__name__} cannot be carried by JSON")
+    )
 
 
 def find_surrogate(value: Any, path: str) -> str | None:
