@@ -17,20 +17,20 @@ sessions in key order, so an export never consults it).
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import gc
 import json
 import sqlite3
+import threading
 import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from sandbox_ledger import _json
 from sandbox_ledger.errors import StorageError
 from sandbox_ledger.keys import ledger_expires_at
 from sandbox_ledger.models import EnvironmentRecord, LedgerEntry
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Sequence
     from contextlib import AbstractContextManager
 
     from sandbox_ledger.errors import InvalidInputError
@@ -50,6 +50,44 @@ entries as the store wrote in that time, from :data:`BATCH_ENTRIES` to
 :data:`MAX_BATCH_ENTRIES`. A fast store (SQL) commits fewer, larger transactions (each a
 disk flush); a slow one (DynamoDB) keeps batches small; an interruption held off while a
 batch is written (the CLI's Ctrl-C) waits about this long, whatever the store."""
+
+YOUNG_OBJECTS = 50_000
+"""While an import runs, the cyclic garbage collector looks at the youngest objects once this
+many were allocated (Python's default: 700). An import allocates a few dozen objects per line
+(the parsed entry, its row, its digest), which reference counting frees; at the default the
+collector ran about 16 times per 1,000 lines and took 8-10% of a SQLite import's time,
+finding nothing. Put back when the last running import ends."""
+
+_collector = threading.Lock()
+_importing = 0
+_found: tuple[int, int, int] | None = None
+"""The threshold found when the first running import raised it (None: not raised)."""
+
+
+@contextlib.contextmanager
+def _fewer_collections() -> Iterator[None]:
+    """Raise the collector's first threshold to :data:`YOUNG_OBJECTS` while at least one
+    import runs, in any thread, and put back the threshold found when the last one ends,
+    unless something else set another meanwhile. A threshold above it, or 0 (collection
+    off), is left alone."""
+    global _importing, _found
+    with _collector:
+        if _importing == 0:
+            found = gc.get_threshold()
+            if 0 < found[0] < YOUNG_OBJECTS:
+                gc.set_threshold(YOUNG_OBJECTS, found[1], found[2])
+                _found = found
+        _importing += 1
+    try:
+        yield
+    finally:
+        with _collector:
+            _importing -= 1
+            if _importing == 0 and _found is not None:
+                if gc.get_threshold() == (YOUNG_OBJECTS, _found[1], _found[2]):
+                    gc.set_threshold(*_found)
+                _found = None
+
 
 Key = tuple[str, str]
 Item = tuple[int, "LedgerEntry | EnvironmentRecord | LineError"]
@@ -73,8 +111,8 @@ class _Counted:
         if self._db is None:
             # "": a private temporary database SQLite deletes on close (on disk past its cache).
             self._db = sqlite3.connect("", isolation_level=None)
-            self._db.execute("CREATE TABLE seen (session BLOB PRIMARY KEY, counts TEXT)")
-        rows = [(_id(key), _json.dumps(c).decode()) for key, c in counts.items()]
+            self._db.execute("CREATE TABLE seen (session TEXT PRIMARY KEY, counts TEXT)")
+        rows = [(_id(key), _encode(c)) for key, c in counts.items()]
         self._db.execute("BEGIN")
         self._db.executemany("INSERT OR REPLACE INTO seen VALUES (?, ?)", rows)
         self._db.execute("COMMIT")
@@ -88,9 +126,11 @@ class _Counted:
             self._db = None
 
 
-def _id(key: Key) -> bytes:
-    # JSON escapes lone surrogates, which a name may hold and SQLite's text may not.
-    return hashlib.sha256(json.dumps(key).encode()).digest()[:16]
+# JSON escapes lone surrogates (ASCII out), which a name may hold and SQLite's text may not:
+# a session's key as its JSON text is its row's key. Both run for every session an import
+# writes, so they are the encoder's own C function, not json.dumps' keyword handling.
+_id = json.JSONEncoder(separators=(",", ":")).encode
+_encode = json.JSONEncoder(separators=(",", ":")).encode
 
 
 class _Batch:
@@ -116,6 +156,18 @@ def stream_import(
     into ``report`` (see the module). Each batch's writes and its counts run inside
     ``guard()``: a caller that holds off interruptions there (the CLI's Ctrl-C) reports
     exactly what was written."""
+    with _fewer_collections():
+        return _stream(target, items, report, progress, batch_entries, guard)
+
+
+def _stream(
+    target: SyncTransferAdapter,
+    items: Iterable[Item],
+    report: ImportReport,
+    progress: Callable[[int], None] | None,
+    batch_entries: int | None,
+    guard: Callable[[], AbstractContextManager[object]],
+) -> ImportReport:
     from sandbox_ledger.transfer import LineError, reconcile_environment
 
     limit = batch_entries or BATCH_ENTRIES

@@ -6,7 +6,10 @@ import functools
 import json
 import math
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 # The TypeScript client's numbers are IEEE doubles; a ts beyond this is not an integer there.
 MAX_SAFE_INTEGER = 2**53 - 1
@@ -185,14 +188,48 @@ _CANONICAL = json.JSONEncoder(
 _UNICODE = json.JSONEncoder(ensure_ascii=False)
 
 
+def _one_shot(encoder: json.JSONEncoder) -> Callable[[Any], str]:
+    """``encoder.encode``, its C function built once: ``encode`` builds it on every call (half
+    of a small value's encoding; an import encodes two values per entry). Without the
+    circular-reference check, which needs a fresh table per call: a value that holds itself
+    (a payload changed in place after it was checked) meets the recursion limit instead and
+    is encoded again by ``encoder``, which names the circular reference as it always did."""
+    make = json.encoder.c_make_encoder  # type: ignore[attr-defined]
+    if make is None or encoder.indent is not None or encoder.ensure_ascii:
+        return encoder.encode
+    encode = make(
+        None,
+        encoder.default,
+        json.encoder.encode_basestring,
+        None,
+        encoder.key_separator,
+        encoder.item_separator,
+        encoder.sort_keys,
+        encoder.skipkeys,
+        encoder.allow_nan,
+    )
+
+    def one_shot(value: Any) -> str:
+        try:
+            return "".join(encode(value, 0))
+        except RecursionError:
+            return encoder.encode(value)
+
+    return one_shot
+
+
+_compact = _one_shot(_COMPACT)
+_canonical = _one_shot(_CANONICAL)
+
+
 def dumps(value: Any) -> bytes:
     """Serialize checked JSON compactly, keeping unicode and refusing NaN."""
-    return _COMPACT.encode(value).encode()
+    return _compact(value).encode()
 
 
 def canonical(value: Any) -> str:
     """:func:`dumps`' text with every object's keys sorted: one text per JSON value."""
-    return _CANONICAL.encode(value)
+    return _canonical(value)
 
 
 def unicode_text(value: Any) -> str:

@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 from hypothesis import given
-from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import sandbox_ledger
@@ -21,6 +20,7 @@ from sandbox_ledger import (
     SandboxStatus,
 )
 from sandbox_ledger.testing import EXOTIC_PAYLOADS
+from verification.strategies import odd_values
 
 WIRE = {
     "ts": 1700000000000,
@@ -227,28 +227,7 @@ def test_the_one_pass_storable_check_agrees_with_the_walk(setting: int | None) -
         sys.set_int_max_str_digits(before)
 
 
-_ODD_SCALARS = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(),
-    st.integers(min_value=10**4299, max_value=10**4301),  # around the digit limit
-    st.floats(),  # NaN and the infinities included
-    st.text(max_size=5),
-    st.sampled_from([b"bytes", {1, 2}, object()]),
-)
-_ODD_VALUES = st.recursive(
-    _ODD_SCALARS,
-    lambda inner: st.one_of(
-        st.lists(inner, max_size=4),
-        st.tuples(inner, inner),
-        st.dictionaries(st.text(max_size=3), inner, max_size=4),
-        st.dictionaries(st.integers(0, 3), inner, min_size=1, max_size=2),
-    ),
-    max_leaves=12,
-)
-
-
-@given(_ODD_VALUES)
+@given(odd_values)
 def test_a_payload_is_judged_as_the_walk_that_names_each_part_judges_it(value: object) -> None:
     """``check_json_value`` walks a payload once without building paths, and again with
     them only to name what it refuses: the result, or the error and its message, is always

@@ -45,6 +45,31 @@ json_values: st.SearchStrategy[Any] = st.recursive(
 # keys), drawn as often as generated ones: generated JSON rarely reaches them.
 exotic_json = st.one_of(st.sampled_from(EXOTIC_PAYLOADS), json_values)
 
+
+# Values a Python caller may hand over as JSON and JSON cannot all carry: NaN and the
+# infinities, integers around the digit limit, lone surrogates, bytes, sets, objects, tuples,
+# keys that are not strings.
+_odd_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=10**4299, max_value=10**4301),  # around the digit limit
+    st.floats(),  # NaN and the infinities included
+    st.text(max_size=5),
+    st.sampled_from([b"bytes", {1, 2}, object(), 1.0, -0.0]),
+)
+odd_values: st.SearchStrategy[Any] = st.recursive(
+    _odd_scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.tuples(inner, inner),
+        st.dictionaries(st.text(max_size=3), inner, max_size=4),
+        st.dictionaries(st.integers(0, 3), inner, min_size=1, max_size=2),
+        st.dictionaries(st.sampled_from([None, True, 1.5]), inner, min_size=1, max_size=2),
+    ),
+    max_leaves=12,
+)
+
 EVENTS = (*(e.value for e in LedgerEvent), "custom.from-a-newer-client")
 # Summary-moving events (and checkpoints, which write a marker too) drawn more often.
 _WEIGHTED_EVENTS = (

@@ -287,7 +287,7 @@ SAMPLES = {
     "import-first-batch-retention": Sample(
         Patch(
             IMPORT,
-            "stream_import",
+            "_stream",
             "took = _write(target, batch, counted, report, seconds",
             "took = _write(target, batch, counted, report, None",
         ),
