@@ -67,8 +67,10 @@ class LedgerEntry(WireModel):
 
     @model_validator(mode="after")
     def _extras_are_json(self) -> LedgerEntry:
-        for key, value in (self.model_extra or {}).items():
-            check_json_value(value, key)
+        extra = self.__pydantic_extra__  # not model_extra: this runs for every entry parsed
+        if extra:
+            for key, value in extra.items():
+                check_json_value(value, key)
         return self
 
     def wire(self) -> dict[str, Any]:
@@ -155,8 +157,10 @@ class EnvironmentRecord(WireModel):
 
     @model_validator(mode="after")
     def _extras_are_json(self) -> EnvironmentRecord:
-        for key, value in (self.model_extra or {}).items():
-            check_json_value(value, key)
+        extra = self.__pydantic_extra__  # not model_extra: this runs for every entry parsed
+        if extra:
+            for key, value in extra.items():
+                check_json_value(value, key)
         return self
 
     def wire(self) -> dict[str, Any]:

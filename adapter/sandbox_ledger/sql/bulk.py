@@ -93,17 +93,27 @@ async def read_sessions(
 def summary_params(group: Sequence[rows.EventRow]) -> dict[str, Any]:
     """The summary upsert's parameters for a session's new entries folded into one: what
     appending them one by one, in this order, leaves in the summary."""
-    first = group[0]
-    summarizing = [r.ts // 1000 for r in group if r.event in SUMMARY_EVENTS]
+    started = completed = summary = None
+    latest = group[0].ts_s
+    delta = 0
+    for r in group:  # one pass: an import folds every session it writes
+        if started is None:
+            started = r.started_at
+        if completed is None:
+            completed = r.completed_at
+        delta += r.exec_delta
+        latest = max(latest, r.ts_s)
+        if r.event in SUMMARY_EVENTS:
+            summary = r.ts_s if summary is None else max(summary, r.ts_s)
     return {
-        "name": first.name,
-        "sandbox_id": first.sandbox_id,
-        "started_at": next((r.started_at for r in group if r.started_at is not None), None),
-        "completed_at": next((r.completed_at for r in group if r.completed_at is not None), None),
-        "exec_delta": sum(r.exec_delta for r in group),
-        "ts_s": max(r.ts // 1000 for r in group),
-        "summarizes": bool(summarizing),
-        "summary_ts_s": max(summarizing) if summarizing else None,
+        "name": group[0].name,
+        "sandbox_id": group[0].sandbox_id,
+        "started_at": started,
+        "completed_at": completed,
+        "exec_delta": delta,
+        "ts_s": latest,
+        "summarizes": summary is not None,
+        "summary_ts_s": summary,
     }
 
 
@@ -182,7 +192,7 @@ async def _write(adapter: SQLAdapter, conn: Connection, batch: list[rows.EventRo
             inserted = 0
             await conn.count(q.clear_stage)  # empty unless a failed batch's rollback missed it
             for part in _by_size(ordered, _ARRAY_CHARACTERS):
-                await conn.many(q.stage_event, [_staged(n, r) for n, r in enumerate(part)])
+                await conn.many(q.stage_event, [r[: rows.STAGED] for r in part])
                 inserted += await conn.count(q.insert_staged_events)
                 await conn.count(q.clear_stage)
         _check_inserted(inserted, ordered)
@@ -196,26 +206,6 @@ async def _write(adapter: SQLAdapter, conn: Connection, batch: list[rows.EventRo
         inserted += await conn.count(q.insert_keyed_events, rows.event_arrays(part))
     _check_inserted(inserted, ordered)
     return stored
-
-
-def _staged(n: int, row: rows.EventRow) -> tuple[Any, ...]:
-    """An entry's values in the stage (``stage_event``'s order): its place ``n``, then
-    ``insert_keyed_event``'s parameters. By position: named, each value is looked up by
-    name per row (a third of the stage's cost)."""
-    return (
-        n,
-        row.name,
-        row.sandbox_id,
-        row.ts,
-        row.ts // 1000,
-        row.step_index,
-        row.branch,
-        row.event,
-        row.payload,
-        row.error,
-        row.extra,
-        row.append_key,
-    )
 
 
 def _check_inserted(inserted: int, ordered: list[rows.EventRow]) -> None:

@@ -63,11 +63,11 @@ class Statements:
     arrays' order, or None: ``insert_keyed_event`` once per entry."""
     stage_event: str | None = None
     """Where the dialect has no arrays: one entry of an import batch put in the
-    connection's stage (by position: ``n``, its place in the batch, then ``name``,
-    ``sandbox_id``, ``ts``, ``ts_s``, ``step_index``, ``branch``, ``event``, ``payload``,
-    ``error``, ``extra`` and ``append_key`` as ``insert_keyed_event`` takes them); then
-    ``insert_staged_events`` inserts the stage's entries in one statement and
-    ``clear_stage`` empties it. None: ``insert_keyed_event`` once per entry."""
+    connection's stage, its :class:`~sandbox_ledger.sql.rows.EventRow`'s first
+    ``rows.STAGED`` fields bound by position (the stage numbers the entries in the order
+    they are put); then
+    ``insert_staged_events`` inserts the stage's entries in one statement, in that order,
+    and ``clear_stage`` empties it. None: ``insert_keyed_event`` once per entry."""
     insert_staged_events: str | None = None
     """See ``stage_event``."""
     clear_stage: str | None = None

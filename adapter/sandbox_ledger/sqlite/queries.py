@@ -17,12 +17,12 @@ from __future__ import annotations
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
+from sandbox_ledger.sql.rows import STAGED, EventRow
 from sandbox_ledger.sql.statements import Statements
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from sandbox_ledger.sql.rows import EventRow
 
 STORED_KEY = "printf('%016x:', {})"
 """The stored prefix of an append key, in SQL, over the session id's expression."""
@@ -42,11 +42,12 @@ STAGE = "ledger_import"
 (attached by :func:`sandbox_ledger.sqlite.connection.attach_stage`)."""
 STAGED_EVENTS = f"""
 CREATE TABLE IF NOT EXISTS {STAGE}.staged_events (
-    n INTEGER PRIMARY KEY, name, sandbox_id, ts, ts_s, step_index, branch, event, payload,
-    error, extra, append_key
+    n INTEGER PRIMARY KEY, {", ".join(EventRow._fields[:STAGED])}
 )"""
-"""The stage's one table: a batch's entries in their order (``n``), each value as bound
-(no column type: nothing is converted before the events table's own columns convert it)."""
+"""The stage's one table: a batch's entries in their order (``n``, given by SQLite as each
+is inserted), each value as bound (no column type: nothing is converted before the events
+table's own columns convert it); the columns after ``n`` are
+:class:`~sandbox_ledger.sql.rows.EventRow`'s first ``STAGED`` fields, in its order."""
 
 
 class Queries(Statements):
@@ -77,14 +78,13 @@ SELECT s.id, :ts, :step_index, :branch, :event, :payload, :error, :extra,
 FROM ledger_sessions AS s WHERE s.name = :name AND s.sandbox_id = :sandbox_id
 """
         # An import batch's entries: staged (one cheap insert each into the in-memory stage,
-        # its values by position, as sql.bulk's _staged gives them),
+        # its EventRow's first fields by position: rows.STAGED),
         # then inserted with one statement in the stage's order. A statement per entry costs
         # SQLite twice as much here: the change feed's trigger makes each its own statement
         # journal. CROSS JOIN keeps the stage the outer loop, so no sort is needed.
         self.stage_event = f"""
-INSERT INTO {STAGE}.staged_events (n, name, sandbox_id, ts, ts_s, step_index, branch, event,
-                                   payload, error, extra, append_key)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+INSERT INTO {STAGE}.staged_events ({", ".join(EventRow._fields[:STAGED])})
+VALUES ({", ".join("?" * STAGED)})
 """
         self.insert_staged_events = f"""
 INSERT INTO ledger_events (session_id, ts, step_index, branch, event, payload, error, extra,

@@ -285,6 +285,7 @@ def test_an_import_batchs_column_arrays_carry_what_each_rows_append_carries() ->
             completed_at=None,
             exec_delta=1 if i else 0,
             checkpoint=False,
+            ts_s=(1_999 + i) // 1000,
         )
         for i in range(2)
     ]

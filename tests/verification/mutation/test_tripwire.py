@@ -176,7 +176,7 @@ SAMPLES = {
         rows_kills.test_a_page_that_ends_exactly_at_the_limit_has_no_cursor,
     ),
     "rows-expiry-in-seconds": Sample(
-        Patch(ROWS, "append_params", '"ts_s": row.ts // 1000', '"ts_s": row.ts // 1001'),
+        Patch(ROWS, "_columns", "        ts // 1000,", "        ts // 1001,"),
         rows_kills.test_a_fresh_entry_is_kept_for_the_retention,
     ),
     "retention-batch-not-a-bool": Sample(
