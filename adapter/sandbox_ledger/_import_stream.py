@@ -25,6 +25,7 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from sandbox_ledger._json import ascii_text
 from sandbox_ledger.errors import StorageError
 from sandbox_ledger.keys import ledger_expires_at
 from sandbox_ledger.models import EnvironmentRecord, LedgerEntry
@@ -126,11 +127,9 @@ class _Counted:
             self._db = None
 
 
-# JSON escapes lone surrogates (ASCII out), which a name may hold and SQLite's text may not:
-# a session's key as its JSON text is its row's key. Both run for every session an import
-# writes, so they are the encoder's own C function, not json.dumps' keyword handling.
-_id = json.JSONEncoder(separators=(",", ":")).encode
-_encode = json.JSONEncoder(separators=(",", ":")).encode
+# JSON in ASCII escapes lone surrogates, which a name may hold and SQLite's text may not: a
+# session's key as its JSON text is its row's key.
+_id = _encode = ascii_text
 
 
 class _Batch:

@@ -195,12 +195,16 @@ def _one_shot(encoder: json.JSONEncoder) -> Callable[[Any], str]:
     (a payload changed in place after it was checked) meets the recursion limit instead and
     is encoded again by ``encoder``, which names the circular reference as it always did."""
     make = json.encoder.c_make_encoder  # type: ignore[attr-defined]
-    if make is None or encoder.indent is not None or encoder.ensure_ascii:
+    if make is None or encoder.indent is not None:
         return encoder.encode
     encode = make(
         None,
         encoder.default,
-        json.encoder.encode_basestring,
+        (
+            json.encoder.encode_basestring_ascii
+            if encoder.ensure_ascii
+            else json.encoder.encode_basestring
+        ),
         None,
         encoder.key_separator,
         encoder.item_separator,
@@ -220,6 +224,8 @@ def _one_shot(encoder: json.JSONEncoder) -> Callable[[Any], str]:
 
 _compact = _one_shot(_COMPACT)
 _canonical = _one_shot(_CANONICAL)
+ascii_text = _one_shot(json.JSONEncoder(separators=(",", ":")))
+"""Compact JSON text in ASCII (every other character escaped, lone surrogates included)."""
 
 
 def dumps(value: Any) -> bytes:

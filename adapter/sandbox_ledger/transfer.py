@@ -84,12 +84,40 @@ def content_digest(entry: LedgerEntry) -> str:
     Key order inside objects does not matter; every field does (ts, step, payload, ...).
     """
     try:
-        canonical = _json.canonical(_wire_view(entry))
+        canonical = _canonical_text(entry)
     except (ValueError, TypeError):
         # A payload changed in place after it was checked (a set, a dataclass): the wire
         # shape, as pydantic serializes it, says how it is refused, or what it stands for.
         canonical = _json.canonical(entry.wire())
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+_string = json.encoder.encode_basestring
+"""The C function the encoders write a string with (``ensure_ascii=False``)."""
+
+
+def _canonical_text(entry: LedgerEntry) -> str:
+    """``_json.canonical(entry.wire())``, written out in its sorted key order (``branch``,
+    ``error``, ``event``, ``name``, ``payload``, ``sandboxId``, ``stepIndex``, ``ts``) for an
+    entry without unknown fields whose integers are ints: half the time of sorting and
+    encoding the wire shape, for every line an import reads. Any other entry is encoded as
+    its wire shape's view."""
+    ts, step, branch = entry.ts, entry.step_index, entry.branch
+    if (
+        entry.__pydantic_extra__
+        or type(ts) is not int
+        or type(step) is not int
+        or (branch is not None and type(branch) is not int)
+    ):
+        return _json.canonical(_wire_view(entry))
+    head = "{" if branch is None else f'{{"branch":{branch},'
+    if entry.error is not None:
+        head += f'"error":{_string(entry.error)},'
+    payload = "" if entry.payload is None else f'"payload":{_json.canonical(entry.payload)},'
+    return (
+        f'{head}"event":{_string(entry.event)},"name":{_string(entry.name)},{payload}'
+        f'"sandboxId":{_string(entry.sandbox_id)},"stepIndex":{step},"ts":{ts}}}'
+    )
 
 
 def _wire_view(entry: LedgerEntry) -> dict[str, Any]:

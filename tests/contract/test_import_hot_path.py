@@ -43,12 +43,14 @@ def test_the_encoders_built_once_encode_and_refuse_as_json_encoder_does(value: o
         value,
     )
     assert _outcome(_json.canonical, value) == _outcome(sorted_.encode, value)
+    ascii_ = json.JSONEncoder(separators=(",", ":"))
+    assert _outcome(_json.ascii_text, value) == _outcome(ascii_.encode, value)
 
 
 def test_a_value_that_holds_itself_is_named_a_circular_reference() -> None:
     value: dict[str, Any] = {"a": [1]}
     value["a"].append(value)
-    for encode in (_json.dumps, _json.canonical):
+    for encode in (_json.dumps, _json.canonical, _json.ascii_text):
         with pytest.raises(ValueError, match="Circular reference detected"):
             encode(value)
     # And the encoder is not left holding anything of it: the next value encodes.
@@ -211,3 +213,23 @@ def test_interleaved_sessions_counts_come_back_for_every_key() -> None:
         assert counted.prior(("m", "z")) == Counter()
     finally:
         counted.close()
+
+
+class _Text(str):
+    """A str subclass a caller may pass for a text field."""
+
+
+def test_the_digest_of_texts_that_need_escaping_or_are_str_subclasses_is_unchanged() -> None:
+    odd = 'a"b\\c\n\x00\x1f é 名 \U0001f600 \u2028'
+    for text in (odd, _Text(odd), _Text("plain")):
+        entry = LedgerEntry(
+            ts=2**53 - 1,
+            name=text,
+            sandbox_id=text,
+            step_index=-1,
+            branch=-(2**63),
+            event=text,
+            payload={"z": [text, 1.5e300, -0.0], "a": None},
+            error=text,
+        )
+        assert content_digest(entry) == _reference_digest(entry)

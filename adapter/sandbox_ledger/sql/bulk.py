@@ -222,7 +222,7 @@ def _by_size(batch: list[rows.EventRow], characters: int) -> list[list[rows.Even
     parts: list[list[rows.EventRow]] = [[]]
     size = 0
     for row in batch:
-        length = sum(len(t) for t in (row.payload, row.error, row.extra) if t is not None)
+        length = len(row.payload or "") + len(row.error or "") + len(row.extra or "")
         if parts[-1] and size + length > characters:
             parts.append([])
             size = 0
