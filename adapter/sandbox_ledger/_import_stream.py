@@ -175,16 +175,10 @@ def _stream(
     counted = _Counted()
     batch = _Batch()
     current: Key | None = None
+    session: list[tuple[int, LedgerEntry]] = []  # the current session's lines in the batch
     try:
         for number, item in items:
-            if isinstance(item, LineError):
-                report.failed.append(item)
-            elif isinstance(item, EnvironmentRecord):
-                with guard():
-                    reconcile_environment(target, number, item, report)
-                if progress is not None:
-                    progress(1)
-            else:
+            if isinstance(item, LedgerEntry):
                 key = (item.name, item.sandbox_id)
                 if key != current:
                     if batch.size >= limit:
@@ -194,11 +188,20 @@ def _stream(
                             limit = _next_limit(batch.size, took)
                         batch = _Batch()
                     current = key
-                    if key not in batch.sessions:
-                        batch.sessions[key] = []
+                    held = batch.sessions.get(key)
+                    if held is None:
+                        held = batch.sessions[key] = []
                         batch.prior[key] = counted.prior(key)
-                batch.sessions[key].append((number, item))
+                    session = held
+                session.append((number, item))
                 batch.size += 1
+            elif isinstance(item, LineError):
+                report.failed.append(item)
+            else:
+                with guard():
+                    reconcile_environment(target, number, item, report)
+                if progress is not None:
+                    progress(1)
         if batch.size:
             with guard():
                 _write(target, batch, counted, report, seconds, progress)

@@ -233,6 +233,11 @@ def dumps(value: Any) -> bytes:
     return _compact(value).encode()
 
 
+def text(value: Any) -> str:
+    """:func:`dumps`' text, not encoded (a lone surrogate is not refused here)."""
+    return _compact(value)
+
+
 def canonical(value: Any) -> str:
     """:func:`dumps`' text with every object's keys sorted: one text per JSON value."""
     return _canonical(value)

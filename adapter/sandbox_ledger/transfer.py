@@ -325,13 +325,15 @@ def plan_session(
     seen = Counter() if seen is None else seen
     writes: list[tuple[int, LedgerEntry, int, str]] = []
     present = 0
+    # dict.get, not the Counter's missing-key method: this runs for every line imported.
+    count, holds = seen.get, held.get
     for number, entry in incoming:
         digest = content_digest(entry)
-        seen[digest] += 1
-        if seen[digest] <= held[digest]:
+        occurrence = seen[digest] = count(digest, 0) + 1
+        if occurrence <= holds(digest, 0):
             present += 1
         else:
-            writes.append((number, entry, seen[digest], digest))
+            writes.append((number, entry, occurrence, digest))
     return writes, present
 
 

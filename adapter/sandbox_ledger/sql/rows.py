@@ -94,6 +94,8 @@ def check_text(value: object, field: str) -> str:
 
 
 def _encodable(value: str, field: str) -> None:
+    if value.isascii():  # a flag of the string, no scan: valid UTF-8
+        return
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -138,7 +140,10 @@ def check_record(record: object) -> EnvironmentRecord:
 
 def _json_text(value: Any, field: str) -> str:
     try:
-        return _json.dumps(value).decode("utf-8")
+        text = _json.text(value)
+        if not text.isascii():  # ASCII (a flag of the string, no scan) is valid UTF-8
+            text.encode("utf-8")
+        return text
     except UnicodeEncodeError as exc:
         raise InvalidInputError(field, f"not valid UTF-8 text ({exc.reason})") from exc
 
