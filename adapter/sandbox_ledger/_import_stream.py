@@ -20,7 +20,6 @@ import contextlib
 import gc
 import json
 import sqlite3
-import threading
 import time
 from collections import Counter
 from typing import TYPE_CHECKING
@@ -57,37 +56,27 @@ YOUNG_OBJECTS = 50_000
 many were allocated (Python's default: 700). An import allocates a few dozen objects per line
 (the parsed entry, its row, its digest), which reference counting frees; at the default the
 collector ran about 16 times per 1,000 lines and took 8-10% of a SQLite import's time,
-finding nothing. Put back when the last running import ends."""
-
-_collector = threading.Lock()
-_importing = 0
-_found: tuple[int, int, int] | None = None
-"""The threshold found when the first running import raised it (None: not raised)."""
+finding nothing. Put back when the import ends (see :func:`_fewer_collections`)."""
 
 
 @contextlib.contextmanager
 def _fewer_collections() -> Iterator[None]:
-    """Raise the collector's first threshold to :data:`YOUNG_OBJECTS` while at least one
-    import runs, in any thread, and put back the threshold found when the last one ends,
-    unless something else set another meanwhile. A threshold above it, or 0 (collection
-    off), is left alone."""
-    global _importing, _found
-    with _collector:
-        if _importing == 0:
-            found = gc.get_threshold()
-            if 0 < found[0] < YOUNG_OBJECTS:
-                gc.set_threshold(YOUNG_OBJECTS, found[1], found[2])
-                _found = found
-        _importing += 1
+    """Raise the collector's first threshold to :data:`YOUNG_OBJECTS` for the import, and put
+    back the threshold found when it ends (by an error or an interruption too), unless
+    something set another meanwhile. A threshold found above it, or 0 (collection off), or
+    already raised (another import running in another thread), is left alone: with imports
+    in several threads the first to end puts the threshold back, and the others run on at
+    the program's own. No count is kept, so an interruption anywhere in here leaves nothing
+    to put back later, except at the very moment the threshold is put back."""
+    found = gc.get_threshold()
+    raised = (YOUNG_OBJECTS, found[1], found[2])
     try:
+        if 0 < found[0] < YOUNG_OBJECTS:
+            gc.set_threshold(*raised)
         yield
     finally:
-        with _collector:
-            _importing -= 1
-            if _importing == 0 and _found is not None:
-                if gc.get_threshold() == (YOUNG_OBJECTS, _found[1], _found[2]):
-                    gc.set_threshold(*_found)
-                _found = None
+        if 0 < found[0] < YOUNG_OBJECTS and gc.get_threshold() == raised:
+            gc.set_threshold(*found)
 
 
 Key = tuple[str, str]

@@ -189,23 +189,23 @@ _UNICODE = json.JSONEncoder(ensure_ascii=False)
 
 
 def _one_shot(encoder: json.JSONEncoder) -> Callable[[Any], str]:
-    """``encoder.encode``, its C function built once: ``encode`` builds it on every call (half
-    of a small value's encoding; an import encodes two values per entry). Without the
-    circular-reference check, which needs a fresh table per call: a value that holds itself
-    (a payload changed in place after it was checked) meets the recursion limit instead and
-    is encoded again by ``encoder``, which names the circular reference as it always did."""
+    """``encoder.encode``, calling the C encoder straight: ``encode`` and ``iterencode`` set
+    it up in Python on every call (a fifth of a small value's encoding; an import encodes
+    two values per entry). Each call still builds its own C encoder with a fresh table of the
+    containers being encoded, as ``iterencode`` does, so a value that holds itself is named a
+    circular reference at its first repeat, and calls from many threads share nothing."""
     make = json.encoder.c_make_encoder  # type: ignore[attr-defined]
-    if make is None or encoder.indent is not None:
+    if make is None or encoder.indent is not None or not encoder.check_circular:
         return encoder.encode
-    encode = make(
-        None,
+    string = (
+        json.encoder.encode_basestring_ascii
+        if encoder.ensure_ascii
+        else json.encoder.encode_basestring
+    )
+    settings = (
         encoder.default,
-        (
-            json.encoder.encode_basestring_ascii
-            if encoder.ensure_ascii
-            else json.encoder.encode_basestring
-        ),
-        None,
+        string,
+        None,  # indent
         encoder.key_separator,
         encoder.item_separator,
         encoder.sort_keys,
@@ -214,10 +214,7 @@ def _one_shot(encoder: json.JSONEncoder) -> Callable[[Any], str]:
     )
 
     def one_shot(value: Any) -> str:
-        try:
-            return "".join(encode(value, 0))
-        except RecursionError:
-            return encoder.encode(value)
+        return "".join(make({}, *settings)(value, 0))
 
     return one_shot
 

@@ -173,7 +173,10 @@ def test_the_threshold_found_is_kept_when_it_is_off_or_higher_or_changed_meanwhi
         gc.set_threshold(*before)
 
 
-def test_imports_in_several_threads_put_the_threshold_back_when_the_last_ends() -> None:
+def test_imports_in_several_threads_leave_the_threshold_as_found() -> None:
+    """The first import raises the threshold; one started meanwhile finds it raised and
+    leaves it; the first to end puts back what the first found, and the others run on at
+    it; when all ended it is as found."""
     before = gc.get_threshold()
     first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
     inside: list[tuple[int, int, int]] = []
@@ -181,6 +184,7 @@ def test_imports_in_several_threads_put_the_threshold_back_when_the_last_ends() 
     def first() -> None:
         with stream._fewer_collections():
             first_in.set()
+            inside.append(gc.get_threshold())
             second_in.wait(5)
         first_out.set()
 
@@ -189,14 +193,14 @@ def test_imports_in_several_threads_put_the_threshold_back_when_the_last_ends() 
         with stream._fewer_collections():
             second_in.set()
             first_out.wait(5)
-            inside.append(gc.get_threshold())  # the first ended: still raised for this one
+            inside.append(gc.get_threshold())
 
     threads = [threading.Thread(target=first), threading.Thread(target=second)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(10)
-    assert inside == [(stream.YOUNG_OBJECTS, before[1], before[2])]
+    assert inside == [(stream.YOUNG_OBJECTS, before[1], before[2]), before]
     assert gc.get_threshold() == before
 
 
