@@ -91,6 +91,9 @@ def content_digest(entry: LedgerEntry) -> str:
 
 _string = json.encoder.encode_basestring
 """The C function the encoders write a string with (``ensure_ascii=False``)."""
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+"""The payload values the fast canonical text takes as they are: exactly these types (the
+checked payload's own; a subclass, or a container, may serialize otherwise in ``wire()``)."""
 
 
 def _canonical_text(entry: LedgerEntry) -> str | None:
@@ -99,8 +102,11 @@ def _canonical_text(entry: LedgerEntry) -> str | None:
     the time of sorting and encoding the wire shape, for every line an import reads. None for
     an entry this cannot write so (unknown fields, a field that is not its type: an entry
     built without validation, or a payload changed in place that the encoder refuses), whose
-    wire shape is encoded instead. Only for a ``LedgerEntry`` itself: a subclass may declare
-    fields or serialize them its own way."""
+    wire shape is encoded instead; and for a payload that is a scalar or an object of
+    scalars (what an exec's or a checkpoint's holds), each exactly its JSON type: anything
+    else may be copied otherwise by pydantic than the encoder reads it (a dict subclass's
+    ``items()``). Only for a ``LedgerEntry`` itself: a subclass may declare fields or
+    serialize them its own way."""
     try:
         ts, step, branch = entry.ts, entry.step_index, entry.branch
         if (
@@ -113,9 +119,17 @@ def _canonical_text(entry: LedgerEntry) -> str | None:
         head = "{" if branch is None else f'{{"branch":{branch},'
         if entry.error is not None:
             head += f'"error":{_string(entry.error)},'
-        payload = "" if entry.payload is None else f'"payload":{_json.canonical(entry.payload)},'
+        payload = entry.payload
+        if payload is None:
+            text = ""
+        elif type(payload) in _SCALARS or (
+            type(payload) is dict and _SCALARS.issuperset(map(type, payload.values()))
+        ):
+            text = f'"payload":{_json.canonical(payload)},'
+        else:
+            return None  # nested, or a container subclass: as pydantic copies it (wire())
         return (
-            f'{head}"event":{_string(entry.event)},"name":{_string(entry.name)},{payload}'
+            f'{head}"event":{_string(entry.event)},"name":{_string(entry.name)},{text}'
             f'"sandboxId":{_string(entry.sandbox_id)},"stepIndex":{step},"ts":{ts}}}'
         )
     except (ValueError, TypeError, AttributeError):  # AttributeError: a field never set

@@ -290,3 +290,37 @@ async def test_a_sqlite_batch_lands_with_the_connections_temporary_database_open
 
         assert await ledger._read(setting) == [(0,)]  # back to the default
     assert len(store.query("SELECT 1 FROM ledger_events")) == 12
+
+
+async def test_sqlite_asks_for_claims_only_in_the_sessions_it_holds(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A claim exists only in a session the store holds: a batch first asks which of its
+    sessions the store holds (under the write lock) and asks for claims in those alone. A
+    batch of new sessions (a move) asks for none; one that repeats a held session's entries
+    finds each of their claims, and stores them once."""
+    from sandbox_ledger.sqlite.connection import SQLiteConnection
+
+    asked: list[int] = []
+    rows = SQLiteConnection.rows
+
+    async def counting(self: Any, sql: str, params: Any = None) -> list[Any]:
+        if "append_key" in sql.split("FROM")[0] and "VALUES" in sql:
+            asked.append(len(params) // 3)
+        return list(await rows(self, sql, params))
+
+    def items(session: str) -> list[tuple[LedgerEntry, int]]:
+        events = [LedgerEvent.SandboxCreated, LedgerEvent.ExecStarted, LedgerEvent.SandboxClosed]
+        return [(entry(e, 1_000 + i, sandbox_id=session), 1) for i, e in enumerate(events)]
+
+    store = Store("sqlite", tmp_path, request)
+    async with store.opened() as ledger:
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(SQLiteConnection, "rows", counting)
+            fresh = items("a") + items("b")
+            assert await ledger.append_once_many(fresh) == [True] * 6
+            assert asked == []
+            again = items("b") + items("c")  # b's three held, c new
+            assert await ledger.append_once_many(again) == [False] * 3 + [True] * 3
+            assert asked == [3]
+        assert len(await ledger.read_all("n", "b")) == 3

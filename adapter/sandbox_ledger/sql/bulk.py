@@ -168,7 +168,14 @@ async def _write(adapter: SQLAdapter, conn: Connection, batch: list[rows.EventRo
         keys = [row.append_key for row in batch]
         claimed.update(key for (key,) in await conn.rows(q.stored_claims, {"keys": keys}))
     else:
-        for chunk in _chunks(batch, _KEYS_PER_READ):
+        # Claims only in the sessions the store holds (none, for a session a move brings):
+        # the write lock is held, so none is created meanwhile.
+        held: set[tuple[str, str]] = set()
+        batch_sessions = list(dict.fromkeys((row.name, row.sandbox_id) for row in batch))
+        for part in _chunks(batch_sessions, _SESSIONS_PER_READ):
+            held.update((name, sid) for name, sid in await conn.rows(*q.sessions_among(part)))
+        suspects = [row for row in batch if (row.name, row.sandbox_id) in held]
+        for chunk in _chunks(suspects, _KEYS_PER_READ):
             claimed.update(key for (key,) in await conn.rows(*q.claims_among(chunk)))
     stored: list[bool] = []
     sessions: dict[tuple[str, str], list[rows.EventRow]] = {}

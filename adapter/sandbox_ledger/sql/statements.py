@@ -202,6 +202,18 @@ ON CONFLICT (id) DO UPDATE SET version = excluded.version
     expires_at = {ret.latest_expiry("cur.expires_at", "excluded.expires_at")}
 """
 
+    def sessions_among(self, sessions: Sequence[tuple[str, str]]) -> tuple[str, list[Any]]:
+        """The query of which of ``sessions`` (name, sandboxId; a few hundred) the store
+        holds, and its parameters: an entry, and so a claim, exists only in a session that
+        does, so a dialect without ``stored_claims`` asks for claims in those alone."""
+        ph = self.placeholder
+        values = ", ".join([f"({ph}, {ph})"] * len(sessions))
+        sql = (
+            f"SELECT s.name, s.sandbox_id FROM (VALUES {values}) AS k JOIN {self.sessions} AS s "
+            "ON s.name = k.column1 AND s.sandbox_id = k.column2"
+        )
+        return sql, [part for key in sessions for part in key]
+
     def claims_among(self, batch: Sequence[rows.EventRow]) -> tuple[str, list[Any]]:
         """The query of the claims stored among ``batch``'s append keys (a few hundred), and
         its parameters: what a dialect without ``stored_claims`` runs (it returns each key
