@@ -51,3 +51,14 @@ def test_every_line_is_counted_and_its_progress_reported(monkeypatch: pytest.Mon
         assert (report.environments.new, report.environments.present) == (1 - present, present)
         assert sum(done) == len(lines)
     assert target.scan_sessions() == [("n", "s2")]
+
+
+def test_a_session_that_comes_back_within_its_batch_keeps_its_earlier_lines() -> None:
+    """A, B, then A again, all in one batch: A's second run of lines joins the first in the
+    batch (the batch's list for A is found again, not replaced), so all three are stored."""
+    now = 1_700_000_000
+    lines = [line("a", now), line("b", now), line("a", now + 1, "sandbox.closed")]
+    with BlockingAdapter(MemoryAdapter()) as target:
+        report = import_lines(target, lines)
+        assert (report.new, report.present, report.failed) == (3, 0, [])
+        assert [e.event for e in target.read_all("n", "a")] == ["exec.started", "sandbox.closed"]
