@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -308,17 +310,36 @@ def test_a_data_file_turned_into_a_fifo_is_a_failed_save_not_a_hang(tmp_path: Pa
     assert run(["import", str(ROOT / "examples" / "ledger.jsonl")], server.env()).returncode == 0
     data = tmp_path / "dev.jsonl"
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not data.exists():
+    # Wait for the save of all 6 entries: a save still in flight would rename its file over
+    # the FIFO, and then no save fails (CI hung here once, waiting for the line below).
+    while time.monotonic() < deadline and not (
+        data.exists() and len(data.read_text().splitlines()) == 6
+    ):
         time.sleep(0.1)
-    data.unlink()
-    os.mkfifo(data)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    fifo.replace(data)  # at once: a missing data file would be saved again on its own
     assert run(["rm", "build", "sb-2", "--yes"], server.env()).returncode == 0  # a change
-    while (line := server.process.stderr.readline()).startswith("serving DynamoDB"):
-        pass
+    stream, lines = server.process.stderr, queue.Queue[str]()
+
+    def read() -> None:  # every line, then "" at the end: a line that never comes fails
+        for text in iter(stream.readline, ""):
+            lines.put(text)
+        lines.put("")
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        while (line := lines.get(timeout=30)).startswith("serving DynamoDB"):
+            pass
+    except queue.Empty:
+        server.process.kill()
+        pytest.fail("no failed save said within 30 s")
     assert line == (
         "could not save dev.jsonl (not a regular file any more); still serving, trying again\n"
     )
-    code, stderr = server.stop()
+    server.process.stderr = None  # the thread reads it to its end
+    code, _ = server.stop()
+    stderr = "".join(iter(lambda: lines.get(timeout=30), ""))
     assert code == 1 and "the tables are saved in" in stderr, stderr
     saved = Path(re.search(r"the tables are saved in (\S+) instead", stderr).group(1))  # type: ignore[union-attr]
     assert len(saved.read_text().splitlines()) == 5
