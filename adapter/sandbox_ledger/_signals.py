@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
 
-__all__ = ["deferred", "removed_on_termination"]
+__all__ = ["deferred", "handling", "removed_on_termination"]
 
 
 @contextlib.contextmanager
@@ -41,35 +41,40 @@ def deferred(numbers: Iterable[int]) -> Iterator[None]:
         if number not in received:
             received.append(number)
 
-    # Each handler noted before any is replaced, and replaced inside the try: a signal that
-    # comes (its handler raising) while they are being set leaves none of them recording.
-    previous = {
-        number: handler
-        for number in numbers
-        if (handler := signal.getsignal(number)) is not signal.SIG_IGN
-    }
     try:
-        for number in previous:
-            signal.signal(number, record)
+        with handling([n for n in numbers if signal.getsignal(n) is not signal.SIG_IGN], record):
+            yield
+    finally:
+        _deliver(received)
+
+
+@contextlib.contextmanager
+def handling(numbers: Iterable[int], handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """``handler`` for the signals ``numbers`` while the block runs, then each one's handler
+    before put back. Each handler is noted before any is replaced, and replaced inside the
+    ``try``: a signal that comes (its handler raising) while they are being set or put back
+    leaves none of them replaced for good."""
+    previous = [(number, signal.getsignal(number)) for number in numbers]
+    try:
+        for number, _ in previous:
+            signal.signal(number, handler)
         yield
     finally:
-        _restore(list(previous.items()), received)
+        _restore(previous)
 
 
-def _restore(handlers: list[tuple[int, Any]], received: list[int]) -> None:
-    """Put each handler back, then deliver ``received``: each in a ``finally`` of the one
-    before, so that a signal coming meanwhile (a second Ctrl-C, its handler raising where
-    its own handler is back) neither leaves a later one recording nor loses what was
-    recorded."""
+def _restore(handlers: list[tuple[int, Any]]) -> None:
+    """Put each handler back, each in a ``finally`` of the one before, so that a signal
+    coming meanwhile (a second Ctrl-C, its handler raising where its own handler is back)
+    does not leave a later one replaced."""
     if not handlers:
-        _deliver(received)
         return
     (number, handler), rest = handlers[0], handlers[1:]
     try:
         # None: a handler not set from Python, which cannot be put back; the default.
         signal.signal(number, signal.SIG_DFL if handler is None else handler)
     finally:
-        _restore(rest, received)
+        _restore(rest)
 
 
 def _deliver(numbers: list[int]) -> None:
@@ -93,18 +98,14 @@ def removed_on_termination(remove: Callable[[], None]) -> Iterator[None]:
         yield
         return
     # None: a handler not installed from Python, which cannot be put back; the default then.
-    current = {n: signal.getsignal(n) or signal.SIG_DFL for n in (signal.SIGTERM, signal.SIGHUP)}
-    previous = {n: h for n, h in current.items() if h is signal.SIG_DFL}
+    ending = [
+        n for n in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(n) in (signal.SIG_DFL, None)
+    ]
 
     def terminate(number: int, _frame: object) -> None:
         remove()
-        signal.signal(number, previous[signal.Signals(number)])
+        signal.signal(number, signal.SIG_DFL)
         signal.raise_signal(number)
 
-    for number in previous:
-        signal.signal(number, terminate)
-    try:
+    with handling(ending, terminate):
         yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)

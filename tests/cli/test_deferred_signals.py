@@ -88,3 +88,33 @@ def test_a_signal_while_the_handlers_are_set_leaves_none_recording(
         pass
     monkeypatch.undo()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@pytest.mark.parametrize("restoring", [False, True], ids=["setting", "putting-back"])
+def test_the_cli_hold_and_the_removal_on_termination_put_every_handler_back(
+    handlers: None, monkeypatch: pytest.MonkeyPatch, restoring: bool
+) -> None:
+    """``held`` (an import's batch) and ``removed_on_termination`` (a file being written) set
+    handlers the way ``deferred`` does: a Ctrl-C arriving just after the first handler is set,
+    or put back, raises there and must not leave the other signal's handler replaced."""
+    from sandbox_ledger.cli.interrupt import held
+
+    def terminated(number: int, _frame: object) -> None:
+        raise Terminated
+
+    blocks = [
+        (held, signal.SIGTERM, terminated),
+        (lambda: _signals.removed_on_termination(lambda: None), signal.SIGHUP, signal.SIG_DFL),
+    ]
+    for block, other, before in blocks:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(other, before)
+        first = signal.SIGINT if block is held else signal.SIGTERM
+        if block is not held:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _arriving_after(monkeypatch, first, signal.SIGINT, restoring=restoring)
+        with pytest.raises(KeyboardInterrupt), block():
+            pass
+        monkeypatch.undo()
+        assert signal.getsignal(other) is before, (block, signal.getsignal(other))
+        assert signal.getsignal(first) in (signal.default_int_handler, signal.SIG_DFL)

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from sandbox_ledger._signals import handling
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from types import FrameType
@@ -51,14 +53,8 @@ def held() -> Iterator[None]:
             raise _stop(number)
         pending.append(number)
 
-    previous = {number: signal.getsignal(number) for number in _HELD}
-    for number in _HELD:
-        signal.signal(number, hold)
-    try:
+    with handling(_HELD, hold):
         yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
     if pending:
         raise _stop(pending[0])
 
