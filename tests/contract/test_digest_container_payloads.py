@@ -11,9 +11,6 @@ payload is changed in place after it was checked, the cases b91d2b3 meant to sen
 
 from __future__ import annotations
 
-import hashlib
-import json
-import warnings
 from typing import Any
 
 import pytest
@@ -22,18 +19,7 @@ from sandbox_ledger import LedgerEntry
 from sandbox_ledger.blocking import BlockingAdapter
 from sandbox_ledger.memory import MemoryAdapter
 from sandbox_ledger.transfer import content_digest
-
-_OLD_CANONICAL = json.JSONEncoder(
-    ensure_ascii=False, allow_nan=False, separators=(",", ":"), sort_keys=True
-)
-
-
-def _old_digest(entry: LedgerEntry) -> str:
-    """df193f5's content_digest: the canonical text of ``entry.wire()``."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        canonical = _OLD_CANONICAL.encode(entry.wire())
-    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+from verification.digests import old_digest
 
 
 class MultiDict(dict):  # type: ignore[type-arg]
@@ -79,7 +65,7 @@ def _changed_in_place(payload: Any) -> LedgerEntry:
 )
 def test_digest_of_a_container_subclass_payload_is_df193f5s(build: Any, payload: Any) -> None:
     entry = build(payload)
-    assert content_digest(entry) == _old_digest(entry)
+    assert content_digest(entry) == old_digest(entry)
 
 
 def test_two_entries_df193f5_told_apart_are_both_stored() -> None:
@@ -88,7 +74,7 @@ def test_two_entries_df193f5_told_apart_are_both_stored() -> None:
     first = _constructed(MultiDict([("a", "1"), ("a", "2")]))
     second = _constructed(MultiDict([("a", "2")]))
     assert first.wire() != second.wire()
-    assert _old_digest(first) != _old_digest(second)
+    assert old_digest(first) != old_digest(second)
     target = BlockingAdapter(MemoryAdapter())
     try:
         assert target.append_once(first, 1) is True

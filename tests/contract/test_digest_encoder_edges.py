@@ -5,7 +5,6 @@ an interruption as an import starts. Each failed on 077017f and is fixed."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -19,20 +18,9 @@ import pytest
 
 from sandbox_ledger import LedgerEntry
 from sandbox_ledger.transfer import content_digest
+from verification.digests import old_digest
 
 ADAPTER = str(Path(__file__).resolve().parents[2] / "adapter")
-
-_OLD_CANONICAL = json.JSONEncoder(
-    ensure_ascii=False, allow_nan=False, separators=(",", ":"), sort_keys=True
-)
-
-
-def _old_digest(entry: LedgerEntry) -> str:
-    """df193f5's content_digest, verbatim: its canonical was ``_CANONICAL.encode``."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # pydantic's serializer warns of a None in a str field
-        canonical = _OLD_CANONICAL.encode(entry.wire())
-    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def _outcome(digest: Any, entry: LedgerEntry) -> tuple[str, str]:
@@ -60,12 +48,12 @@ _BASE = {"ts": 1, "name": "n", "sandbox_id": "s", "step_index": 0, "event": "exe
         pytest.param({k: v for k, v in _BASE.items() if k != "ts"}, id="ts-missing"),
     ],
 )
-def test_digest_of_a_constructed_entry_is_the_old_digest(fields: dict[str, Any]) -> None:
+def test_digest_of_a_constructed_entry_is_theold_digest(fields: dict[str, Any]) -> None:
     """model_construct (named in the brief) skips validation; the old digest left a None
     field out (wire() is exclude_none) and computed a digest for an entry missing a field.
     The new one writes ``"ts":null`` (a different identity) or raises AttributeError."""
     entry = LedgerEntry.model_construct(**fields)
-    assert _outcome(content_digest, entry) == _outcome(_old_digest, entry)
+    assert _outcome(content_digest, entry) == _outcome(old_digest, entry)
 
 
 @pytest.mark.parametrize(
@@ -78,14 +66,14 @@ def test_digest_of_a_constructed_entry_is_the_old_digest(fields: dict[str, Any])
         pytest.param({"step_index": None}, True, id="stepIndex-None-with-unknown-field"),
     ],
 )
-def test_digest_of_a_copied_entry_is_the_old_digest(update: dict[str, Any], unknown: bool) -> None:
+def test_digest_of_a_copied_entry_is_theold_digest(update: dict[str, Any], unknown: bool) -> None:
     """``model_copy(update=...)`` does not validate either: the same difference."""
     wire: dict[str, Any] = {"ts": 1, "name": "n", "sandboxId": "s", "stepIndex": 0}
     wire |= {"event": "exec", "payload": {"a": 1}}
     if unknown:
         wire["traceId"] = None
     entry = LedgerEntry.model_validate(wire).model_copy(update=update)
-    assert _outcome(content_digest, entry) == _outcome(_old_digest, entry)
+    assert _outcome(content_digest, entry) == _outcome(old_digest, entry)
 
 
 # --- 2. The encoders built once: identical errors, never a crash --------------------------
@@ -234,7 +222,7 @@ def test_digest_of_a_subclass_entry_counts_its_declared_fields() -> None:
     drops traceId: unlike the old one, and unlike the same line parsed as a LedgerEntry."""
     wire = {"ts": 1, "name": "n", "sandboxId": "s", "stepIndex": 0, "event": "e"}
     traced = _Traced.model_validate({**wire, "traceId": "t"})
-    assert content_digest(traced) == _old_digest(traced)
+    assert content_digest(traced) == old_digest(traced)
     assert content_digest(traced) == content_digest(
         LedgerEntry.model_validate({**wire, "traceId": "t"})
     )
@@ -358,11 +346,11 @@ def _held_cases() -> list[Any]:
 
 
 @pytest.mark.parametrize(("wire", "mutation"), _held_cases())
-def test_held_digest_is_the_old_digest(wire: dict[str, Any], mutation: Any) -> None:
+def test_held_digest_is_theold_digest(wire: dict[str, Any], mutation: Any) -> None:
     """Held: subclasses of str/int/float, enums, lone surrogates, NUL, a 4,000-digit int,
     -0.0, unknown fields named like a field's Python name, payloads changed in place to
     tuples, namedtuples, OrderedDicts and non-string keys."""
     entry = LedgerEntry.model_validate(wire)
     if mutation is not None:
         entry.payload["m"] = mutation
-    assert _outcome(content_digest, entry) == _outcome(_old_digest, entry)
+    assert _outcome(content_digest, entry) == _outcome(old_digest, entry)

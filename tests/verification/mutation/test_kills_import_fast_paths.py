@@ -9,7 +9,6 @@ it answers."""
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ from sandbox_ledger import LedgerEntry, _json
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.sql import rows
 from sandbox_ledger.transfer import _canonical_text, content_digest
+from verification.digests import old_canonical
 
 
 def _plain_entries() -> list[LedgerEntry]:
@@ -48,18 +48,11 @@ def _plain_entries() -> list[LedgerEntry]:
     ]
 
 
-def _reference(entry: LedgerEntry) -> str:
-    text = json.dumps(
-        entry.wire(), ensure_ascii=False, allow_nan=False, separators=(",", ":"), sort_keys=True
-    )
-    return text
-
-
 @pytest.mark.parametrize("entry", _plain_entries(), ids=lambda e: e.event)
 def test_the_fast_text_answers_for_a_plain_entry(
     entry: LedgerEntry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    expected = _reference(entry)
+    expected = old_canonical(entry)
     digest = hashlib.sha256(expected.encode("utf-8", "surrogatepass")).hexdigest()[:32]
     assert _canonical_text(entry) == expected
 
@@ -79,7 +72,8 @@ def test_a_nested_payload_is_left_to_the_wire_shape(payload: Any) -> None:
     entry = LedgerEntry(ts=1, name="n", sandbox_id="s", step_index=0, event="e", payload=payload)
     assert _canonical_text(entry) is None
     assert (
-        content_digest(entry) == hashlib.sha256(_reference(entry).encode("utf-8")).hexdigest()[:32]
+        content_digest(entry)
+        == hashlib.sha256(old_canonical(entry).encode("utf-8")).hexdigest()[:32]
     )
 
 
