@@ -18,6 +18,7 @@ from sandbox_ledger.cli.output import (
     ExitCode,
     err,
     parse_time,
+    summary,
     when,
 )
 from sandbox_ledger.cli.render import OUTPUT, QUERY, Format, View
@@ -297,7 +298,7 @@ def export(
         raise CommandError(
             f"{what} in {target.describe()}{unchanged}", ExitCode.NOT_FOUND
         ) from None
-    err().print(
+    summary(
         f"exported {count} entries of {sessions} session(s)"
         + (f" and {environments} environment record(s)" if environments else "")
         + (f"; --query kept {written} line(s)" if select is not None else "")

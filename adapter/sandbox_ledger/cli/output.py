@@ -77,6 +77,14 @@ def say(line: str) -> None:
     err().print(line, markup=False, soft_wrap=True)
 
 
+def summary(line: str) -> None:
+    """A command's summary on stderr, after what it wrote on stdout: stdout is flushed first,
+    so a reader that went away (``| head``) ends the command quietly (BrokenPipeError, exit
+    141) before the summary is said, however stdout is buffered."""
+    sys.stdout.flush()
+    say(line)
+
+
 def emit(value: Any) -> None:
     """One JSON document on stdout, one line."""
     sys.stdout.write(json.dumps(value, ensure_ascii=False) + "\n")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from sandbox_ledger.cli.output import clip, emit, err, new_table, out, say
+from sandbox_ledger.cli.output import clip, emit, new_table, out, summary
 from sandbox_ledger.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -76,13 +76,16 @@ def show(view: View, fmt: Format, query: str | None) -> None:
         if fmt is Format.text:
             _text(view.doc)
         for note in view.notes:
-            (err() if fmt is Format.text else out()).print(note, markup=False, soft_wrap=True)
+            if fmt is Format.text:
+                summary(note)
+            else:
+                out().print(note, markup=False, soft_wrap=True)
         return
     if fmt is Format.text:
         for row in view.rows:
             _line(row)
         for note in view.notes:
-            say(note)
+            summary(note)
         return
     table = new_table(*view.columns)
     for row in view.rows:
