@@ -61,8 +61,8 @@ class Batch:
     found: list[tuple[dict[str, Any], LedgerEntry]]
     gone: bool = False
     due: float | None = None
-    """Seconds until an entry the store holds back is due (DynamoDB's settle window): the
-    next poll comes then, if that is sooner than the backoff's."""
+    """Seconds until an entry the store holds back is due: the next poll comes then, if that
+    is sooner than the backoff's (no store holds entries back today)."""
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ Item collections (partition key ``PK``, sort key ``SK``)::
                            E#<ts:16>#<order>#<part:5>   the rest of an entry too large for one item
                            K#<ts:16>#<order>            checkpoint marker, points at its entry
                            I#<digest>#<occurrence:6>    import claim: this content's n-th copy
+                           Q#<seq:12>                   sequence mark: the n-th entry stored
     ENV                    <environment name>           environment record
     DEPLOYMENT             DESCRIPTOR                   what every client of the table agrees on
     R#<uuid>               RECORD                       resource activity record
@@ -60,6 +61,7 @@ SUMMARY_SK: Final = "#SUMMARY"
 EVENT_PREFIX: Final = "E#"
 CHECKPOINT_PREFIX: Final = "K#"
 CLAIM_PREFIX: Final = "I#"
+SEQUENCE_PREFIX: Final = "Q#"
 ENVIRONMENT_PK: Final = "ENV"
 RESOURCE_PREFIX: Final = "R#"
 RESOURCE_SK: Final = "RECORD"
@@ -139,6 +141,7 @@ class LedgerAttr:
     CLAIM_ORDER: Final = "ord"  # import claim: the order id of the entry it stored
     DELETING: Final = "deleting"  # summary: a running delete_sandbox's lease end (ms)
     DELETING_TOKEN: Final = "deletingToken"  # summary: which delete_sandbox holds the lease
+    INCARNATION: Final = "inc"  # sequence mark: the session's incarnation (new after a delete)
 
 
 @dataclass(frozen=True)
@@ -268,6 +271,7 @@ class ItemFamily(StrEnum):
     ENTRY_PART = "entry-part"
     CHECKPOINT = "checkpoint"
     CLAIM = "claim"
+    SEQUENCE = "sequence"
     ENVIRONMENT = "environment"
     DESCRIPTOR = "descriptor"
     RESOURCE = "resource"
@@ -284,6 +288,8 @@ def item_family(pk: str, sk: str) -> ItemFamily:
             return ItemFamily.ENTRY_PART if part_head(sk) else ItemFamily.ENTRY
         if sk.startswith(CHECKPOINT_PREFIX):
             return ItemFamily.CHECKPOINT
+        if sequence_number(sk) is not None:
+            return ItemFamily.SEQUENCE
         return ItemFamily.CLAIM if sk.startswith(CLAIM_PREFIX) else ItemFamily.UNKNOWN
     if pk == ENVIRONMENT_PK:
         return ItemFamily.ENVIRONMENT
@@ -301,6 +307,20 @@ def _ts(ts: int) -> str:
 def event_sk(ts: int, order: str) -> str:
     """The sort key of an entry's head item: ascending ts, then append order."""
     return f"{EVENT_PREFIX}{_ts(ts)}#{order}"
+
+
+def sequence_sk(number: int) -> str:
+    """The sort key of a session's ``number``-th sequence mark (0-based; see
+    :mod:`sandbox_ledger.dynamodb._sequence`): sorts in number order."""
+    return f"{SEQUENCE_PREFIX}{number:012d}"
+
+
+def sequence_number(sk: str) -> int | None:
+    """The number in a sequence mark's sort key, or None if ``sk`` is not one."""
+    digits = sk[len(SEQUENCE_PREFIX) :]
+    if not sk.startswith(SEQUENCE_PREFIX) or len(digits) != 12 or not digits.isdigit():
+        return None
+    return int(digits)
 
 
 def part_sk(head_sk: str, part: int) -> str:

@@ -28,13 +28,15 @@ _TYPES = {"S": ddb.AttributeType.STRING, "N": ddb.AttributeType.NUMBER}
 _PROJECTIONS = {"KEYS_ONLY": ddb.ProjectionType.KEYS_ONLY, "ALL": ddb.ProjectionType.ALL}
 
 # The item actions the adapter and the resource stores send on the table (appends go through
-# TransactWriteItems, which IAM authorizes as the PutItem/UpdateItem it contains). Queries of
+# TransactWriteItems, which IAM authorizes as the PutItem/UpdateItem it contains, and the
+# ConditionCheckItem of the session's sequence mark before the entry's own). Queries of
 # the table and of its indexes are granted apart, each on its own key families.
 WORKER_ACTIONS = (
     "dynamodb:GetItem",
     "dynamodb:PutItem",
     "dynamodb:UpdateItem",
     "dynamodb:DeleteItem",
+    "dynamodb:ConditionCheckItem",
     "dynamodb:Query",
     "dynamodb:BatchGetItem",
     "dynamodb:BatchWriteItem",

@@ -240,7 +240,7 @@ def test_default_keeps_forever_and_writes_no_ttl(moto_endpoint: str, table_name:
         ]:
             adapter.append(_e("s", event, old, payload))
         items = _raw_items(moto_endpoint, table_name, "job", "s")
-        assert len(items) == 7  # five heads, a marker, the summary
+        assert len(items) == 12  # five heads and their sequence marks, a marker, the summary
         assert all(k.TTL_ATTRIBUTE not in item for item in items)
         assert len(adapter.read_all("job", "s")) == 5
         details = adapter.get_sandbox_details("job", "s")
@@ -434,7 +434,7 @@ def test_a_reimport_on_dynamodb_finds_expired_entries_appended_live(
         assert (report.new, report.present, report.failed) == (0, 3, [])
     assert ledger.get_sandbox_details("job", "s") == details
     items = _raw_items(moto_endpoint, table_name, "job", "s")
-    assert len(items) == 1 + 3 + 1  # the summary, three heads, one part
+    assert len(items) == 1 + 3 + 1 + 3  # the summary, three heads, one part, three marks
     # TTL deletes items one by one: an expired head whose part has gone is simply not there.
     [part] = [item for item in items if item["SK"]["S"].count("#") == 3]
     boto3.client("dynamodb", endpoint_url=moto_endpoint).delete_item(

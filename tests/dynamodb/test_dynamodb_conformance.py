@@ -120,8 +120,6 @@ async def _namesake(
 
 
 class TestDynamoDBAdapter(StorageAdapterContract):
-    follows_append_order = False
-
     @pytest.fixture
     async def adapter(self, moto_endpoint: str, sync_table: str) -> AsyncIterator[DynamoDBAdapter]:
         adapter = DynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
@@ -142,8 +140,6 @@ class TestDynamoDBAdapter(StorageAdapterContract):
 
 
 class TestSyncDynamoDBAdapter(StorageAdapterContract):
-    follows_append_order = False
-
     @pytest.fixture
     async def adapter(self, moto_endpoint: str, sync_table: str) -> AsyncIterator[AsyncOverSync]:
         adapter = AsyncOverSync(SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint))
@@ -171,8 +167,6 @@ class TestSyncDynamoDBAdapter(StorageAdapterContract):
 @pytest.mark.variant  # CI and make test-all run it; make test runs the default shard count
 class TestShardedOne(StorageAdapterContract):
     """The contract holds whatever the shard count (here: one shard, no merge)."""
-
-    follows_append_order = False
 
     @pytest.fixture
     async def adapter(self, moto_endpoint: str, table_name: str) -> AsyncIterator[DynamoDBAdapter]:

@@ -162,13 +162,14 @@ def test_point_reads_and_appends_take_one_or_two_requests(
     adapter = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
     seed_fleet(adapter, 20, 50, start=0)
     counter = RequestCounter().attach(adapter.client())
+    # Every append is one transaction: the entry with its sequence mark (docs/live.md).
     cases = [
         (LedgerEvent.SandboxCreated, {"TransactWriteItems": 1}),
-        (LedgerEvent.ExecStarted, {"PutItem": 1}),
+        (LedgerEvent.ExecStarted, {"TransactWriteItems": 1}),
         (LedgerEvent.ExecComplete, {"TransactWriteItems": 1}),
-        (LedgerEvent.ExecFailed, {"PutItem": 1}),
+        (LedgerEvent.ExecFailed, {"TransactWriteItems": 1}),
         (LedgerEvent.CheckpointCreated, {"TransactWriteItems": 1}),
-        ("custom.event", {"PutItem": 1}),
+        ("custom.event", {"TransactWriteItems": 1}),
         (LedgerEvent.SandboxClosed, {"TransactWriteItems": 1}),
     ]
     for event, expected in cases:

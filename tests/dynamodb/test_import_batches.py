@@ -116,9 +116,11 @@ def test_sessions_of_ten_or_more_take_under_015_requests_per_entry(
     counter = RequestCounter().attach(adapter.client())
     report = import_lines(adapter, lines(entries))
     assert (report.new, report.failed) == (len(entries), [])
-    # One Query per session and a few transactions (4 sessions each).
+    # One Query per session and a few transactions: a session of 11 is 35 actions (each
+    # entry's head, claim and sequence mark, its summary and the check of the mark before
+    # its first), so a transaction of 100 holds two and most of a third.
     assert counter.total / len(entries) <= 0.15, counter.calls
-    assert counter.calls["TransactWriteItems"] < 12
+    assert counter.calls["TransactWriteItems"] <= 16
     same_as_a_replay(sync_adapter(moto_endpoint, sync_table), entries)
 
 

@@ -41,8 +41,6 @@ def moto_endpoint() -> Iterator[str]:
 
 
 class TestDynamoDBAdapterWithoutOneAdjustment(StorageAdapterContract):
-    follows_append_order = False  # DynamoDB follows in read_all order (docs/live.md)
-
     @pytest.fixture
     async def adapter(self, moto_endpoint: str, sync_table: str) -> AsyncIterator[DynamoDBAdapter]:
         adapter = DynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)

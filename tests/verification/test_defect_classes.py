@@ -21,7 +21,7 @@ import pytest
 from dynamodb import test_delete_race as race
 from dynamodb.faults import PartialBatches, ResendAfterSuccess
 from resources.resource_fixtures import Collector, record
-from sandbox_ledger import LedgerEntry, LedgerEvent, ListSandboxOptions
+from sandbox_ledger import LedgerEntry, LedgerError, LedgerEvent, ListSandboxOptions
 from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 from sandbox_ledger.errors import ConflictError
 from sandbox_ledger.resources import ExpiryPolicy, SyncResourceRecordStore, VersionedRecord, sweep
@@ -69,9 +69,16 @@ def resent_writes_count_once(world: World) -> None:
     resend.attach(ledger.client())
     sent = lifecycle()
     for e in sent:
-        ledger.append(e)
+        try:
+            ledger.append(e)
+        except LedgerError as exc:  # a resend must be recognised as stored, not fought
+            pytest.fail(f"append {e.event} failed: {exc}")
     assert resend.resent >= len(sent)
     assert [e.wire() for e in ledger.read_all("defects", "s1")] == [e.wire() for e in sent]
+    # Followed once each: one sequence mark per entry.
+    assert [e.wire() for e in ledger.read_in_append_order("defects", "s1")] == [
+        e.wire() for e in sent
+    ]
     details = ledger.get_sandbox_details("defects", "s1")
     assert details is not None and details.exec_count == 2, details
 
@@ -210,8 +217,10 @@ DEFECTS = (
             Patch(
                 OPS,
                 "append",
-                'put = {"TableName": table, "Item": encoded.head, **absent}',
-                'put = {"TableName": table, "Item": encoded.head}',
+                'actions: list[dict[str, Any]] = [{"Put": {"TableName": table, '
+                '"Item": encoded.head, **absent}}]',
+                'actions: list[dict[str, Any]] = [{"Put": {"TableName": table, '
+                '"Item": encoded.head}}]',
             ),
         ),
         resent_writes_count_once,
@@ -224,10 +233,11 @@ DEFECTS = (
                 OPS,
                 "append",
                 "    if summary is not None:\n"
+                "        summary_at = len(actions)\n"
                 '        actions.append({"Update": {"TableName": table, **summary}})\n',
                 "    if summary is not None:\n"
                 '        yield Call("update_item", {"TableName": table, **summary})\n'
-                "        summary, summary_at = None, -1\n",
+                "        summary = None\n",
             ),
         ),
         resent_writes_count_once,

@@ -167,4 +167,4 @@ def test_postgres(postgres_dsn: str) -> None:
 
 @pytest.mark.usefixtures("fast_sdk_backoff")
 def test_dynamodb_with_faults(moto_endpoint: str) -> None:
-    _drive(DynamoDBSubject(moto_endpoint, sync=False), faults=True, append_order=False)
+    _drive(DynamoDBSubject(moto_endpoint, sync=False), faults=True, append_order=True)

@@ -29,6 +29,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from sandbox_ledger import keys as k
 from sandbox_ledger.dynamodb import _ops
+from sandbox_ledger.dynamodb import _sequence as _seq
 from sandbox_ledger.dynamodb._packing import (
     Slot,
     Transaction,
@@ -49,6 +50,7 @@ from sandbox_ledger.transfer import content_digest
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from sandbox_ledger.dynamodb._sequence import Sequencer
     from sandbox_ledger.models import LedgerEntry
 
 __all__ = ["CONCURRENCY", "READS", "append_once_many", "read_each_stored"]
@@ -69,6 +71,7 @@ def append_once_many(
     items: Sequence[tuple[LedgerEntry, int]],
     shard_count: int,
     retention: int | None,
+    sequencer: Sequencer,
     *,
     check: Callable[[object], LedgerEntry],
     digests: Sequence[str] | None = None,
@@ -115,7 +118,7 @@ def append_once_many(
         yield from batch_write(table, parts)
     done: list[tuple[Unit, bool]] = []
     try:
-        yield from _transact(table, pack(units), shard_count, done)
+        yield from _transact(table, pack(units), shard_count, sequencer, done)
     except (ClientError, BotoCoreError, StorageError) as exc:
         # Stopped part way: what landed before (and beside) the failure stays stored, once;
         # the error says which items (a caller's report counts them, a re-run finds them).
@@ -149,8 +152,35 @@ def _known(
     return known
 
 
+def _place_marks(table: str, transaction: Transaction, sequencer: Sequencer) -> Op[None]:
+    """Where each group's sequence marks start: the client's guess, else mark 0 for a session
+    it has not seen (the common import: a session the target does not hold; a held one
+    fails the mark's condition once, as its summary's put), else (after a miss) read."""
+    for group in transaction.groups:
+        if group.mark is not None:
+            continue
+        if group.misses:
+            group.mark = yield from _seq.read_last(table, group.pk)
+        else:
+            group.mark = sequencer.guess(group.pk) or _seq.Mark(_seq.new_incarnation(), 0)
+
+
+def _landed(transaction: Transaction, sequencer: Sequencer, *, resent: bool = False) -> None:
+    for group in transaction.groups:
+        if resent or group.mark is None:
+            sequencer.forget(group.pk)
+        else:
+            sequencer.learn(
+                group.pk, _seq.Mark(group.mark.incarnation, group.mark.number + len(group.units))
+            )
+
+
 def _transact(
-    table: str, transactions: list[Transaction], shard_count: int, done: list[tuple[Unit, bool]]
+    table: str,
+    transactions: list[Transaction],
+    shard_count: int,
+    sequencer: Sequencer,
+    done: list[tuple[Unit, bool]],
 ) -> Op[None]:
     """Run ``transactions`` (see :func:`pack`) until each is done, adding every unit's
     outcome to ``done`` as its transaction ends. A transaction that gives up raises once the
@@ -159,6 +189,8 @@ def _transact(
     waiting = dict(enumerate(transactions))
     while waiting:
         ready = [(n, t) for n, t in waiting.items() if t.after <= finished][:CONCURRENCY]
+        for _, transaction in ready:
+            yield from _place_marks(table, transaction, sequencer)
         now = _ops._now_ms()
         requests = [request(table, t, shard_count, now) for _, t in ready]
         results = yield Parallel(
@@ -175,12 +207,14 @@ def _transact(
                     continue
                 done.extend((u, False) for u in taken)
                 if transaction.landed:
+                    _landed(transaction, sequencer, resent=True)
                     done.extend((u, True) for u in transaction.units)
                 elif transaction.groups:  # to run again
                     if transaction.backoff:
                         pause = max(pause, transaction.attempt)
                     continue
             else:
+                _landed(transaction, sequencer)
                 done.extend((u, True) for u in transaction.units)
             finished.add(n)
             del waiting[n]
@@ -237,7 +271,19 @@ def _judge(
         transaction.landed = True
         return []
     taken = [s.unit for s, _ in failed if s.kind == "claim" and s.unit is not None]
-    deleting = switched = False
+    deleting = switched = moved = False
+    for group in {id(s.group): s.group for s, _ in failed if s.kind == "mark" and s.group}.values():
+        # Another writer took a mark first (or the session was deleted meanwhile): read the
+        # session's last mark before the next attempt.
+        group.mark = None
+        group.misses += 1
+        if group.misses >= _ops.MAX_SEQUENCE_MISSES:
+            raise StorageError(
+                f"import: a session's sequence moved {group.misses} times while writing "
+                "(too many writers at once)",
+                code="TransactionCanceledException",
+            ) from exc
+        moved = True
     for slot, reason in failed:
         if slot.kind == "summary" and slot.group is not None:
             group = slot.group
@@ -260,8 +306,10 @@ def _judge(
     if not failed and not _ops._RETRYABLE_CANCELLATIONS.intersection(codes):
         raise exc
     transaction.backoff = deleting or not failed
-    if not (taken or switched) or deleting:  # removing what another import stored, or
-        transaction.attempt += 1  # turning a put into an update (once a group), is progress
+    # Removing what another import stored, turning a put into an update (once a group), or
+    # reading a sequence another writer moved (counted apart), is progress.
+    if not (taken or switched or moved) or deleting:
+        transaction.attempt += 1
     if transaction.groups:
         _give_up_after(transaction, exc, deleting=deleting, codes=codes)
     return taken

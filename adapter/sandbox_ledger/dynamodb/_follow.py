@@ -1,37 +1,39 @@
 """Following a session on DynamoDB (``DynamoDBAdapter.follow``), as operations for
 :mod:`sandbox_ledger.sdk.steps`, shared by both twins.
 
-Each poll is one strongly consistent Query on the session's own partition for the entry
-items after the last head handed out (``SK BETWEEN <last head>$ AND E$``): it reads only what
-is newer by sort key, paged to the end. Entries are handed out in the table's sort-key order,
-which is ``read_all``'s (ascending ts, ties in append order), and only once whole: a large
-entry's parts are written before its head, so a head that is visible has its parts.
+A follower reads the session's **sequence marks** (:mod:`._sequence`): every entry stored
+puts the next mark ``Q#<n>`` with it in one transaction, and a mark is committed only after
+the one before it, so the marks are dense and numbered in commit order. Each poll is one
+strongly consistent Query of the marks after the last one handed out, then one
+BatchGetItem of the entries they point at (heads, and the parts of a large entry, which
+were written before its head): every entry is handed out once, in commit order, however
+late it was stored after its ``ts``, whatever the writers' clocks, and whether an append or
+an import stored it.
 
-**Settling.** Concurrent appenders commit in any order, so an entry can become visible after
-one that sorts later. A follower therefore holds back every entry whose ``ts`` is within
-the adapter's ``settle_ms`` (500 ms) of its clock, and stops at the first one held back: an
-append that commits within that time after its ``ts`` (the client stamps ``ts`` when it
-appends) is never passed by. An append that commits later, or an entry appended with a
-``ts`` older than one already handed out (an import, a replay), is not seen by a follower
-that has passed its place; see docs/live.md, Limits.
+**Gaps.** A Query is not a snapshot: it can read mark ``n + 1`` but not mark ``n``, when
+``n`` committed while the Query ran. The follower stops before such a gap and polls again;
+a gap still there on the next poll, after the later mark was seen, is a mark deleted since
+(TTL expired its entry): passed by.
 
-**Liveness.** The first poll of a resumed follower reads the head of its position (absent:
-the session was deleted, the follower ends); afterwards every n-th empty poll reads the
-session's summary (gone after it was seen, or marked by a running ``delete_sandbox``: the
-follower ends; gone before it was ever seen, the head of the last entry handed out is read:
-absent, the follower ends).
+**Liveness.** A position holds its mark's number and the session's incarnation. The first
+poll of a resumed follower reads its mark (absent, or of another incarnation: the session was
+deleted, the follower ends); afterwards every n-th empty poll does, and a mark of another
+incarnation met in a poll ends it too: a position never resumes inside a session deleted and
+begun again. A mark whose entry is gone while the mark lives (a delete is taking the
+session) ends it.
 """
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger import keys as k
 from sandbox_ledger.dynamodb import _items as it
+from sandbox_ledger.dynamodb import _sequence as _seq
 from sandbox_ledger.follow import Batch, Poll, PollSettings, bad_after
 from sandbox_ledger.keys import LedgerAttr as A
 from sandbox_ledger.sdk.attributes import S
+from sandbox_ledger.sdk.batching import batch_get
 from sandbox_ledger.sdk.paging import query_all
 from sandbox_ledger.sdk.steps import Call, Op
 
@@ -40,40 +42,43 @@ if TYPE_CHECKING:
 
 __all__ = ["SessionPoller", "check_state"]
 
-_AFTER_EVERY_ENTRY = k.EVENT_PREFIX[:-1] + "$"  # "E$": sorts after every "E#..." key
+_AFTER_EVERY_MARK = k.SEQUENCE_PREFIX[:-1] + "$"  # "Q$": sorts after every "Q#..." key
 
 
 def check_state(state: dict[str, Any]) -> dict[str, Any]:
-    """``state`` if it is one a poll makes: ``{"sk": the sort key of an entry's head}``."""
-    sk = state.get("sk") if set(state) == {"sk"} else None
-    if not isinstance(sk, str) or not sk.startswith(k.EVENT_PREFIX) or k.part_head(sk):
+    """``state`` if it is one a poll makes: ``{"q": the mark's number, "i": the session's
+    incarnation}``."""
+    number, incarnation = state.get("q"), state.get("i")
+    if set(state) != {"q", "i"} or not isinstance(incarnation, str) or not incarnation:
         raise bad_after()
-    if len(sk.encode()) > k.MAX_SORT_KEY_BYTES or sk.count("#") != 2:
+    if not isinstance(number, int) or isinstance(number, bool):
+        raise bad_after()
+    if not 0 <= number < _seq.MAX_MARKS or len(incarnation) > 64:
         raise bad_after()
     return state
 
 
 class SessionPoller:
-    """The polls of one follower of one session (it remembers whether the summary was seen)."""
+    """The polls of one follower of one session (it remembers the gap it last stopped at)."""
 
-    def __init__(
-        self, table: str, name: str, sandbox_id: str, settings: PollSettings, settle_ms: int
-    ) -> None:
+    def __init__(self, table: str, name: str, sandbox_id: str, settings: PollSettings) -> None:
         self.table, self.name, self.sandbox_id = table, name, sandbox_id
         self.pk = k.session_pk(name, sandbox_id)
-        self.settings, self.settle_ms = settings, settle_ms
-        self.summary_seen = False
+        self.settings = settings
         self.resumed_checked = False
+        self.gap: tuple[int, int] | None = None
+        """(the missing mark, the later one seen) where the last poll stopped."""
 
     def poll(self, request: Poll) -> Op[Batch]:
-        """One poll: the Query, and the liveness reads when they are due."""
+        """One poll: the marks' Query, the entries' BatchGetItem, and the liveness read when
+        it is due."""
         state = request.state
         if state is not None and not self.resumed_checked:
             self.resumed_checked = True
-            if not (yield from self._exists(state["sk"])):
+            if not (yield from self._exists(state)):
                 return Batch([], gone=True)
-        lower = k.EVENT_PREFIX if state is None else state["sk"] + "$"
-        items = yield from query_all(
+        lower = k.SEQUENCE_PREFIX if state is None else k.sequence_sk(state["q"] + 1)
+        marks = yield from query_all(
             {
                 "TableName": self.table,
                 "KeyConditionExpression": "#pk = :pk AND #sk BETWEEN :lo AND :hi",
@@ -81,70 +86,98 @@ class SessionPoller:
                 "ExpressionAttributeValues": {
                     ":pk": S(self.pk),
                     ":lo": S(lower),
-                    ":hi": S(_AFTER_EVERY_ENTRY),
+                    ":hi": S(_AFTER_EVERY_MARK),
                 },
                 "ConsistentRead": True,
             }
         )
-        found, due = self._settled(items)
-        if found:
-            return Batch(found, due=due)
-        if request.idle % self.settings.liveness_every == 0:
-            return Batch([], gone=(yield from self._deleted(state)), due=due)
-        return Batch([], due=due)
+        run, gone = self._run(state, marks)
+        if run:
+            found = yield from self._entries(run)
+            if found is None:
+                return Batch([], gone=True)
+            if found:
+                return Batch(found)
+            return Batch([], gone=gone)  # every mark of the run expired: none to hand out
+        if gone:
+            return Batch([], gone=True)
+        if state is not None and request.idle % self.settings.liveness_every == 0:
+            return Batch([], gone=not (yield from self._exists(state)))
+        return Batch([])
 
-    def _settled(
-        self, items: list[Any]
-    ) -> tuple[list[tuple[dict[str, Any], LedgerEntry]], float | None]:
-        """The whole, settled entries among ``items``, in sort-key order, up to the first that
-        is not (held back, or a head read without a part: a delete is taking it), and the
-        seconds until the first one held back is due."""
+    def _run(
+        self, state: dict[str, Any] | None, items: list[Any]
+    ) -> tuple[list[tuple[int, str, Any]], bool]:
+        """The marks to hand out next: consecutive from the one after ``state`` (from the
+        first stored, at the start), in one incarnation; and whether the session is gone
+        (a mark of another incarnation follows)."""
+        expected = None if state is None else state["q"] + 1
+        incarnation = None if state is None else state["i"]
+        run: list[tuple[int, str, Any]] = []
+        for item in items:
+            numbered = _seq.numbered(item)
+            if numbered is None:
+                continue
+            number, inc = numbered
+            if incarnation is None:
+                incarnation = inc
+            if inc != incarnation:
+                return run, True
+            if expected is not None and number != expected:
+                if self.gap is not None and self.gap[0] == expected:
+                    # Still missing a poll after a later mark was seen: the later mark was
+                    # committed after it, so it was deleted since (TTL expired its entry).
+                    expected = number
+                else:
+                    self.gap = (expected, number)
+                    return run, False
+            run.append((number, inc, item))
+            expected = number + 1
+        self.gap = None
+        return run, False
+
+    def _entries(
+        self, run: list[tuple[int, str, Any]]
+    ) -> Op[list[tuple[dict[str, Any], LedgerEntry]] | None]:
+        """The entries the marks of ``run`` point at, each with the state after it; None if
+        an entry of a live mark is gone (a delete is taking the session)."""
         now_s = it.now_s()
-        keyed, broken = it.assemble_entries(
-            self.name, self.sandbox_id, [i for i in items if it.live(i, now_s)]
-        )
-        stop = min((b.head_sk for b in broken), default=None)
-        horizon = time.time_ns() // 1_000_000 - self.settle_ms if self.settle_ms else None
-        out: list[tuple[dict[str, Any], LedgerEntry]] = []
-        for head_sk, entry in keyed:
-            if stop is not None and head_sk >= stop:
-                break
-            if horizon is not None and entry.ts > horizon:
-                return out, (entry.ts - horizon) / 1000
-            out.append(({"sk": head_sk}, entry))
-        return out, None
+        keys: list[Any] = []
+        for _, _, mark in run:
+            if not it.live(mark, now_s):
+                continue
+            head = mark[A.REF]["S"]
+            parts = int(mark[A.PARTS]["N"]) if A.PARTS in mark else 0
+            for sk in (head, *(k.part_sk(head, p) for p in range(1, parts + 1))):
+                keys.append({k.PARTITION_KEY: S(self.pk), k.SORT_KEY: S(sk)})
+        items = (yield from batch_get(self.table, keys)) if keys else []
+        items.sort(key=lambda item: item[k.SORT_KEY]["S"])
+        keyed, broken = it.assemble_entries(self.name, self.sandbox_id, items)
+        if broken:
+            return None
+        entries = dict(keyed)
+        found: list[tuple[dict[str, Any], LedgerEntry]] = []
+        for number, inc, mark in run:
+            state = {"q": number, "i": inc}
+            if not it.live(mark, now_s):
+                continue
+            entry = entries.get(mark[A.REF]["S"])
+            if entry is None:
+                return None
+            found.append((state, entry))
+        return found
 
-    def _exists(self, head_sk: str) -> Op[bool]:
+    def _exists(self, state: dict[str, Any]) -> Op[bool]:
+        """Whether the mark of ``state`` is stored, in its incarnation."""
         found = yield Call(
             "get_item",
             {
                 "TableName": self.table,
-                "Key": {k.PARTITION_KEY: S(self.pk), k.SORT_KEY: S(head_sk)},
+                "Key": {k.PARTITION_KEY: S(self.pk), k.SORT_KEY: S(k.sequence_sk(state["q"]))},
                 "ConsistentRead": True,
-                "ProjectionExpression": "#pk",
-                "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY},
-            },
-        )
-        return "Item" in found
-
-    def _deleted(self, state: dict[str, Any] | None) -> Op[bool]:
-        """Whether the summary, once seen, is gone or marked by a running delete; or, the
-        summary never seen (deleted before this follower's first look at it), whether the
-        last entry it handed out (``state``) is gone."""
-        found = yield Call(
-            "get_item",
-            {
-                "TableName": self.table,
-                "Key": it.summary_key(self.pk),
-                "ConsistentRead": True,
-                "ProjectionExpression": "#pk, #dl",
-                "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY, "#dl": A.DELETING},
+                "ProjectionExpression": "#inc",
+                "ExpressionAttributeNames": {"#inc": A.INCARNATION},
             },
         )
         item = found.get("Item")
-        if item is None:
-            if self.summary_seen or state is None:
-                return self.summary_seen
-            return not (yield from self._exists(state["sk"]))
-        self.summary_seen = True
-        return A.DELETING in item
+        return item is not None and item.get(A.INCARNATION, {}).get("S") == state["i"]

@@ -23,6 +23,7 @@ from sandbox_ledger.deployment import (
     put_descriptor,
 )
 from sandbox_ledger.dynamodb import _items as it
+from sandbox_ledger.dynamodb import _sequence as _seq
 from sandbox_ledger.errors import ConflictError, StorageError
 from sandbox_ledger.keys import LedgerAttr as A
 from sandbox_ledger.models import (
@@ -50,6 +51,8 @@ from sandbox_ledger.summary import apply_list_options, session_listing
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from sandbox_ledger.dynamodb._sequence import Sequencer
+
 _RETRYABLE_CANCELLATIONS = frozenset(
     {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
 )
@@ -63,15 +66,18 @@ def append(
     entry: LedgerEntry,
     order: str,
     shard_count: int,
+    sequencer: Sequencer,
     *,
     claim: str | None = None,
     ttl: int | None = None,
 ) -> Op[bool]:
-    """Store ``entry`` exactly once: parts first, then the head in one conditional write.
+    """Store ``entry`` exactly once: parts first, then the head in one TransactWriteItems
+    with the session's next sequence mark (see :mod:`._sequence`).
 
     The head's key contains ``order``, fixed before the first attempt, so a resent write
     (the first one landed but its response was lost) fails its condition and is recognised
-    as already done, without a second event or a second execCount increment.
+    as already done, without a second event or a second execCount increment. A sequence
+    mark that another writer took first is read again and the write retried with the next.
 
     With ``claim`` (an import identity, see :func:`sandbox_ledger.keys.claim_sk`), a claim
     item is put in the same transaction under the condition that it does not exist yet:
@@ -88,32 +94,34 @@ def append(
     marker = it.checkpoint_marker(entry, order, ttl) if checkpoint else None  # refused first
     if encoded.parts:
         yield from batch_write(table, [{"PutRequest": {"Item": part}} for part in encoded.parts])
+    pk = encoded.head[k.PARTITION_KEY]["S"]
     absent = {
         "ConditionExpression": "attribute_not_exists(#pk)",
         "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY},
     }
-    put = {"TableName": table, "Item": encoded.head, **absent}
-    actions: list[dict[str, Any]] = [{"Put": put}]
+    actions: list[dict[str, Any]] = [{"Put": {"TableName": table, "Item": encoded.head, **absent}}]
+    claim_at = summary_at = -1
     if claim is not None:
-        claim_item = {**it.summary_key(encoded.head[k.PARTITION_KEY]["S"]), A.CLAIM_ORDER: S(order)}
+        claim_item = {**it.summary_key(pk), A.CLAIM_ORDER: S(order)}
         claim_item[k.SORT_KEY] = S(claim)
         if ttl is not None:
             claim_item[k.TTL_ATTRIBUTE] = N(ttl)
+        claim_at = len(actions)
         actions.append({"Put": {"TableName": table, "Item": claim_item, **absent}})
-    summary_at = len(actions) if summary is not None else -1
     if summary is not None:
+        summary_at = len(actions)
         actions.append({"Update": {"TableName": table, **summary}})
     if marker is not None:
         actions.append({"Put": {"TableName": table, "Item": marker}})
-    if len(actions) == 1:
-        try:
-            yield Call("put_item", put)
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
-            log.debug("append %s/%s: already stored (a resent write)", entry.name, entry.sandbox_id)
-        return True
-    attempt = 0
+    marks_at = len(actions)
+    mark = sequencer.guess(pk)
+    if mark is None:
+        # A session's first write is usually its sandbox.created: mark 0, one request.
+        if entry.event == LedgerEvent.SandboxCreated:
+            mark = _seq.Mark(_seq.new_incarnation(), 0)
+        else:
+            mark = yield from _seq.read_last(table, pk)
+    attempt = misses = 0
     session = (entry.name, entry.sandbox_id)
     # The form of the summary update that leaves a later TTL alone (see _summary_condition),
     # built only once a later TTL is met: the common append pays for one form.
@@ -125,8 +133,11 @@ def append(
             update = keeping if held and keeping is not None else summary
             condition = _summary_condition(update, now, ttl, held=held)
             actions[summary_at] = {"Update": {"TableName": table, **update, **condition}}
+        del actions[marks_at:]
+        actions.extend(_seq.mark_actions(table, pk, mark, [encoded.head]))
         try:
             yield Call("transact_write_items", {"TransactItems": actions})
+            sequencer.learn(pk, _seq.Mark(mark.incarnation, mark.number + 1))
             return True
         except ClientError as exc:
             if error_code(exc) != "TransactionCanceledException":
@@ -136,11 +147,25 @@ def append(
             if reasons and reasons[0] == "ConditionalCheckFailed":
                 # The head is already stored: this was a resend of a landed write.
                 log.debug("append %s/%s: already stored (a resent write)", *session)
+                sequencer.forget(pk)
                 return True
-            if claim is not None and len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed":
+            if claim_at > 0 and len(reasons) > claim_at and reasons[claim_at] == _FAILED:
                 return False  # another write stored this identity first
+            if _FAILED in reasons[marks_at:]:
+                # Another writer took this mark first, or a delete made the guess stale.
+                misses += 1
+                if misses >= MAX_SEQUENCE_MISSES:
+                    raise StorageError(
+                        f"append: the session's sequence moved {misses} times while writing "
+                        "(too many writers at once)",
+                        code="TransactionCanceledException",
+                    ) from exc
+                if misses > 2:
+                    yield Sleep(steps.backoff(misses - 2))
+                mark = yield from _seq.read_last(table, pk)
+                continue
             deleting = False
-            if 0 <= summary_at < len(reasons) and reasons[summary_at] == "ConditionalCheckFailed":
+            if 0 <= summary_at < len(reasons) and reasons[summary_at] == _FAILED:
                 stored = cancellations[summary_at].get("Item") or {}
                 # Without a TTL the lease is the only condition.
                 deleting = ttl is None or (
@@ -172,6 +197,14 @@ def append(
                     code="TransactionCanceledException",
                 ) from exc
             yield Sleep(steps.backoff(attempt))
+
+
+_FAILED = "ConditionalCheckFailed"
+
+MAX_SEQUENCE_MISSES = 64
+"""How often an append reads the session's sequence again before it gives up: each miss is
+another writer's entry stored meanwhile, so this bounds only a session written by very many
+writers at once."""
 
 
 # How long a delete_sandbox holds off appends that would change the summary; a delete that
@@ -440,9 +473,32 @@ def stored_entries(
 
 
 def read_in_append_order(table: str, name: str, sandbox_id: str) -> Op[list[LedgerEntry]]:
-    """Every entry of a session in the order it was appended (by the order id in its key)."""
-    keyed = yield from _read_keyed(table, name, sandbox_id)
-    keyed.sort(key=lambda pair: it.append_order(pair[0]))
+    """Every entry of a session in the order it was stored: by its sequence mark (see
+    :mod:`._sequence`; the order ``follow`` hands entries out in), an entry without one (a
+    table written before marks) first, by the order id in its key. One Query reads the
+    entries and the marks (with the claims and markers between them in the partition)."""
+    pk = k.session_pk(name, sandbox_id)
+    items = yield from query_all(
+        {
+            "TableName": table,
+            "KeyConditionExpression": "#pk = :pk AND #sk BETWEEN :lo AND :hi",
+            "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY, "#sk": k.SORT_KEY},
+            "ExpressionAttributeValues": {
+                ":pk": S(pk),
+                ":lo": S(k.EVENT_PREFIX),
+                ":hi": S(k.SEQUENCE_PREFIX[:-1] + "$"),
+            },
+            "ConsistentRead": True,
+        }
+    )
+    heads = [i for i in items if i[k.SORT_KEY]["S"].startswith(k.EVENT_PREFIX)]
+    rank = {
+        mark[A.REF]["S"]: number
+        for mark in items
+        if (number := k.sequence_number(mark[k.SORT_KEY]["S"])) is not None and A.REF in mark
+    }
+    keyed = yield from _whole_entries(table, pk, name, sandbox_id, _live(heads))
+    keyed.sort(key=lambda pair: (pair[0] in rank, rank.get(pair[0], 0), it.append_order(pair[0])))
     return [entry for _, entry in keyed]
 
 

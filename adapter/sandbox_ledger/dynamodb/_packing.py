@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from sandbox_ledger import keys as k
 from sandbox_ledger.dynamodb import _items as it
 from sandbox_ledger.dynamodb import _ops
+from sandbox_ledger.dynamodb import _sequence as _seq
 from sandbox_ledger.keys import LedgerAttr as A
 from sandbox_ledger.models import LedgerEvent
 from sandbox_ledger.sdk.attributes import N, S
@@ -16,6 +17,7 @@ from sandbox_ledger.sdk.attributes import N, S
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from sandbox_ledger.dynamodb._sequence import Mark
     from sandbox_ledger.models import LedgerEntry
     from sandbox_ledger.sdk.attributes import Item
 
@@ -83,12 +85,16 @@ class Unit:
 
     @property
     def actions(self) -> int:
-        return 2 if self.marker is None else 3
+        """Its head, claim and sequence mark, and a checkpoint's marker."""
+        return 3 if self.marker is None else 4
 
     @property
     def size(self) -> int:
+        """Its items' bytes: head, claim, marker and sequence mark (its mark's number and
+        incarnation not known yet: at their largest)."""
         marker = item_bytes(self.marker) if self.marker is not None else 0
-        return item_bytes(self.head) + item_bytes(self.claim) + marker
+        mark = item_bytes(_seq.mark_item(self.head[k.PARTITION_KEY]["S"], _LARGEST, self.head))
+        return item_bytes(self.head) + item_bytes(self.claim) + marker + mark
 
 
 @dataclass
@@ -106,6 +112,10 @@ class Group:
     than for an update expression of a dozen clauses."""
     stored: bool = False
     """The put's condition failed: the session's summary is stored, so it is updated."""
+    mark: Mark | None = None
+    """Where its units' sequence marks start (see :mod:`._sequence`); None: to be placed."""
+    misses: int = 0
+    """How often its marks were taken by another writer first (then read before placing)."""
 
     @property
     def puts_summary(self) -> bool:
@@ -129,6 +139,10 @@ class Transaction:
     @property
     def units(self) -> list[Unit]:
         return [u for g in self.groups for u in g.units]
+
+
+_LARGEST = _seq.Mark("f" * 64, _seq.MAX_MARKS - 1)
+"""A sequence mark at its largest, for sizes."""
 
 
 def _changes_summary(entry: LedgerEntry) -> bool:
@@ -174,7 +188,8 @@ def pack(units: Sequence[Unit]) -> list[Transaction]:
         pk = unit.head[k.PARTITION_KEY]["S"]
         current = transactions[-1]
         group = current.groups[-1] if current.groups and current.groups[-1].pk == pk else None
-        extra = unit.actions + (0 if group else 1)  # a new group brings its summary update
+        # A new group brings its summary's write and the check of the mark before its own.
+        extra = unit.actions + (0 if group else 2)
         grow = unit.size + (0 if group else _summary_bytes(pk))
         if current.groups and (
             actions + extra > MAX_ACTIONS or size + grow > MAX_TRANSACTION_BYTES
@@ -183,7 +198,7 @@ def pack(units: Sequence[Unit]) -> list[Transaction]:
             transactions.append(current)
             actions = size = 0
             group = None
-            extra, grow = unit.actions + 1, unit.size + _summary_bytes(pk)
+            extra, grow = unit.actions + 2, unit.size + _summary_bytes(pk)
         if group is None:
             group = Group(pk, [], first=pk not in last)
             current.groups.append(group)
@@ -202,6 +217,7 @@ class Slot:
     summary update."""
 
     kind: str
+    """head, claim, marker, summary or mark (a sequence mark or the check before them)"""
     unit: Unit | None = None
     group: Group | None = None
 
@@ -220,6 +236,10 @@ def request(
             if unit.marker is not None:
                 actions.append({"Put": {"TableName": table, "Item": unit.marker}})
                 slots.append(Slot("marker", unit))
+        assert group.mark is not None, "a group's marks are placed before its request"
+        marks = _seq.mark_actions(table, group.pk, group.mark, [u.head for u in group.units])
+        actions.extend(marks)
+        slots.extend(Slot("mark", group=group) for _ in marks)
         ttl = group.ttl()
         entries = [u.entry for u in group.units]
         update = it.summary_fold(entries, shard_count, None if group.held else ttl)

@@ -12,6 +12,8 @@ from sandbox_ledger._poll import DEFAULT_POLL, PollSettings
 from sandbox_ledger.deployment import ShardCount, store_identity
 from sandbox_ledger.dynamodb import _ops
 from sandbox_ledger.dynamodb._items import order_ids
+from sandbox_ledger.dynamodb._sequence import Sequencer
+from sandbox_ledger.dynamodb._session_locks import AsyncSessionLocks, SessionLocks
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.models import EnvironmentRecord, LedgerEntry, require_storable
 from sandbox_ledger.sdk.client import AsyncClientOwner, SyncClientOwner
@@ -47,6 +49,13 @@ def _entry(entry: object) -> LedgerEntry:
     return entry
 
 
+def _session(entry: object) -> str:
+    """Which session's appends ``entry`` queues behind (see :mod:`._session_locks`)."""
+    if not isinstance(entry, LedgerEntry):
+        return ""  # refused by the append itself
+    return f"{len(entry.name)}#{entry.name}#{entry.sandbox_id}"
+
+
 def _record(record: object) -> EnvironmentRecord:
     if not isinstance(record, EnvironmentRecord):
         raise InvalidInputError(
@@ -65,6 +74,9 @@ class _Base:
         self.retention = retention
         self._shards = ShardCount(self.table_name, shard_count, self._retention)
         self._store: str | None = None
+        self._sequencer = Sequencer()
+        self._locks = SessionLocks()
+        self._async_locks = AsyncSessionLocks()
 
     @property
     def shard_count(self) -> int | None:
@@ -94,7 +106,13 @@ class _Base:
         ttl = k.ledger_expires_at(entry.ts, self._retention)
         return (
             yield from _ops.append(
-                self.table_name, entry, order_ids.next(), shards, claim=claim, ttl=ttl
+                self.table_name,
+                entry,
+                order_ids.next(),
+                shards,
+                self._sequencer,
+                claim=claim,
+                ttl=ttl,
             )
         )
 
@@ -114,7 +132,13 @@ class _Base:
         shards = yield from self._shards.resolve()
         return (
             yield from _bulk.append_once_many(
-                self.table_name, items, shards, self._retention, check=_entry, digests=digests
+                self.table_name,
+                items,
+                shards,
+                self._retention,
+                self._sequencer,
+                check=_entry,
+                digests=digests,
             )
         )
 
@@ -130,9 +154,6 @@ class _Base:
             k.by_name_pk(name)
         segments = k.check_segments(segments) or _SCAN_SEGMENTS
         return _ops.scan_sessions(self.table_name, name=name, segments=segments)
-
-    settle_ms: int = 500
-    """How long (ms) ``follow`` holds back an entry after its ts (see :mod:`._follow`)."""
 
     def _identity(self) -> Op[str]:
         """What cursors and positions are bound to (read with the descriptor, once)."""
@@ -156,7 +177,7 @@ class _Base:
         poll = self.follow_poll
         position = Position(store, name, sandbox_id)
         flow = start(position, after, _follow.check_state, until_closed=until_closed, settings=poll)
-        poller = _follow.SessionPoller(self.table_name, name, sandbox_id, poll, self.settle_ms)
+        poller = _follow.SessionPoller(self.table_name, name, sandbox_id, poll)
         return flow, poller
 
     changes_poll: PollSettings = PollSettings(first=0.25, longest=1.0)
@@ -258,14 +279,18 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
         return await self.run(self._resolve_shards())
 
     async def append(self, entry: LedgerEntry) -> None:
-        """Persist one entry exactly once (one round trip; more only for entries over 350 KB)."""
-        await self.run(self._append(_entry(entry)))
+        """Persist one entry exactly once (one round trip; more only for entries over 350 KB,
+        and a Query first for a session this client has not written yet)."""
+        entry = _entry(entry)
+        async with self._async_locks.held(_session(entry)):
+            await self.run(self._append(entry))
 
     async def append_once(self, entry: LedgerEntry, occurrence: int) -> bool:
         """Append the ``occurrence``-th copy (1-based) of this content in its session unless
         a previous ``append_once`` stored it: the import identity (see
         :mod:`sandbox_ledger.transfer`). True if this call stored it. One transaction."""
-        return await self.run(self._append_once(entry, occurrence))
+        async with self._async_locks.held(_session(entry)):
+            return await self.run(self._append_once(entry, occurrence))
 
     async def read_stored_sessions(
         self, sessions: Sequence[tuple[str, str]]
@@ -381,7 +406,9 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
     async def delete_sandbox(self, name: str, sandbox_id: str) -> None:
         """Delete the session's summary, entries and checkpoints; appends racing it land
         either before (deleted) or after (a new session counting exactly its own entries)."""
-        await self.run(_ops.delete_session(self.table_name, k.session_pk(name, sandbox_id)))
+        pk = k.session_pk(name, sandbox_id)
+        await self.run(_ops.delete_session(self.table_name, pk))
+        self._sequencer.forget(pk)  # a session begun again starts a new sequence
 
     async def list_checkpoints(self, name: str, sandbox_id: str) -> list[CheckpointInfo]:
         """Checkpoints in creation order, from their markers (entries are not read)."""
@@ -434,11 +461,14 @@ class SyncDynamoDBAdapter(_Base, SyncClientOwner):
 
     def append(self, entry: LedgerEntry) -> None:
         """Persist one entry exactly once."""
-        self.run(self._append(_entry(entry)))
+        entry = _entry(entry)
+        with self._locks.held(_session(entry)):
+            self.run(self._append(entry))
 
     def append_once(self, entry: LedgerEntry, occurrence: int) -> bool:
         """Append one identified copy unless stored (see DynamoDBAdapter.append_once)."""
-        return self.run(self._append_once(entry, occurrence))
+        with self._locks.held(_session(entry)):
+            return self.run(self._append_once(entry, occurrence))
 
     def read_stored_sessions(self, sessions: Sequence[tuple[str, str]]) -> list[list[LedgerEntry]]:
         """``read_stored`` of each session (see DynamoDBAdapter.read_stored_sessions)."""
@@ -528,7 +558,9 @@ class SyncDynamoDBAdapter(_Base, SyncClientOwner):
 
     def delete_sandbox(self, name: str, sandbox_id: str) -> None:
         """Delete the session's summary, entries and checkpoints."""
-        self.run(_ops.delete_session(self.table_name, k.session_pk(name, sandbox_id)))
+        pk = k.session_pk(name, sandbox_id)
+        self.run(_ops.delete_session(self.table_name, pk))
+        self._sequencer.forget(pk)  # a session begun again starts a new sequence
 
     def list_checkpoints(self, name: str, sandbox_id: str) -> list[CheckpointInfo]:
         """Checkpoints in creation order."""

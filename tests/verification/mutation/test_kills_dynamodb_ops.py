@@ -36,6 +36,7 @@ from sandbox_ledger import keys as k
 from sandbox_ledger.deployment import SweepSettings
 from sandbox_ledger.dynamodb import _items as it
 from sandbox_ledger.dynamodb import _ops
+from sandbox_ledger.dynamodb._sequence import Sequencer
 from sandbox_ledger.sdk.attributes import N, S
 from sandbox_ledger.sdk.steps import MAX_ATTEMPTS, run_sync
 
@@ -110,12 +111,17 @@ def test_an_append_retries_a_conflicting_transaction_and_stores_the_entry_once(
     client: Client, sync_table: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     client.run(
-        _ops.append(sync_table, entry(LedgerEvent.SandboxCreated), it.order_ids.next(), SHARDS)
+        _ops.append(
+            sync_table, entry(LedgerEvent.SandboxCreated), it.order_ids.next(), SHARDS, Sequencer()
+        )
     )
     before = len(client.calls("TransactWriteItems"))
     cancel_transactions(client, ["None", "TransactionConflict"])
     with caplog.at_level(logging.INFO, logger="sandbox_ledger"):
-        assert client.run(_ops.append(sync_table, entry(), it.order_ids.next(), SHARDS)) is True
+        assert (
+            client.run(_ops.append(sync_table, entry(), it.order_ids.next(), SHARDS, Sequencer()))
+            is True
+        )
     assert len(client.calls("TransactWriteItems")) - before == 2  # cancelled, then stored
     stored = client.run(_ops.read_all(sync_table, "build", "sb-1"))
     assert [e.event for e in stored] == ["sandbox.created", "exec.complete"]
@@ -132,7 +138,7 @@ def test_an_append_cancelled_for_a_reason_no_retry_cures_fails_at_once(
 ) -> None:
     cancel_transactions(client, *[["None", "ItemCollectionSizeLimitExceeded"]] * MAX_ATTEMPTS)
     with pytest.raises(StorageError) as raised:
-        client.run(_ops.append(sync_table, entry(), it.order_ids.next(), SHARDS))
+        client.run(_ops.append(sync_table, entry(), it.order_ids.next(), SHARDS, Sequencer()))
     assert not isinstance(raised.value, ConflictError)  # nothing says a delete is running
     assert len(client.calls("TransactWriteItems")) == 1
 
@@ -150,6 +156,7 @@ def test_an_append_with_a_ttl_waits_for_a_running_delete_then_says_so(
             entry(LedgerEvent.SandboxCreated),
             it.order_ids.next(),
             SHARDS,
+            Sequencer(),
             ttl=4_000_000_000,
         )
     )
@@ -164,7 +171,11 @@ def test_an_append_with_a_ttl_waits_for_a_running_delete_then_says_so(
     before = len(client.calls("TransactWriteItems"))
     said = r"append: the session is being deleted \(retry once delete_sandbox has returned\)"
     with pytest.raises(ConflictError, match=said) as raised, caplog.at_level(logging.WARNING):
-        client.run(_ops.append(sync_table, entry(), it.order_ids.next(), SHARDS, ttl=4_000_000_000))
+        client.run(
+            _ops.append(
+                sync_table, entry(), it.order_ids.next(), SHARDS, Sequencer(), ttl=4_000_000_000
+            )
+        )
     assert raised.value.code == "TransactionCanceledException"
     logged = [r.getMessage() for r in caplog.records]
     assert f"append build/sb-1: giving up after {MAX_ATTEMPTS} attempts" in logged
@@ -175,7 +186,11 @@ def test_an_out_of_order_append_whose_summary_a_delete_removed_meanwhile_starts_
     client: Client, sync_table: str, fixture_clients: Any, moto_endpoint: str
 ) -> None:
     later, earlier = 4_000_000_000, 3_000_000_000
-    client.run(_ops.append(sync_table, entry(LedgerEvent.SandboxCreated), "1", SHARDS, ttl=later))
+    client.run(
+        _ops.append(
+            sync_table, entry(LedgerEvent.SandboxCreated), "1", SHARDS, Sequencer(), ttl=later
+        )
+    )
     raw = fixture_clients(moto_endpoint)
     sent = iter(range(1, 100))
 
@@ -186,7 +201,9 @@ def test_an_out_of_order_append_whose_summary_a_delete_removed_meanwhile_starts_
     client.sdk.meta.events.register(
         "before-call.dynamodb.TransactWriteItems", deleted_after_the_first
     )
-    client.run(_ops.append(sync_table, entry(), it.order_ids.next(), SHARDS, ttl=earlier))
+    client.run(
+        _ops.append(sync_table, entry(), it.order_ids.next(), SHARDS, Sequencer(), ttl=earlier)
+    )
     summary = raw.get_item(TableName=sync_table, Key=it.summary_key(PK), ConsistentRead=True)
     assert summary["Item"][k.TTL_ATTRIBUTE] == N(earlier)  # made again by this append
 
@@ -196,8 +213,10 @@ def test_an_import_claim_held_by_another_write_stores_nothing(
 ) -> None:
     claim = k.claim_sk("0" * 64, 1)
     started = entry(LedgerEvent.ExecStarted)  # no summary change: the transaction is head and claim
-    assert client.run(_ops.append(sync_table, started, it.order_ids.next(), SHARDS, claim=claim))
-    again = _ops.append(sync_table, started, it.order_ids.next(), SHARDS, claim=claim)
+    assert client.run(
+        _ops.append(sync_table, started, it.order_ids.next(), SHARDS, Sequencer(), claim=claim)
+    )
+    again = _ops.append(sync_table, started, it.order_ids.next(), SHARDS, Sequencer(), claim=claim)
     assert client.run(again) is False
     assert len(client.run(_ops.read_all(sync_table, "build", "sb-1"))) == 1
 
@@ -210,10 +229,12 @@ def test_an_import_write_resent_after_it_landed_counts_as_written_by_this_call(
     stored and counted once."""
     from dynamodb.faults import ResendAfterSuccess
 
-    client.run(_ops.append(sync_table, entry(LedgerEvent.SandboxCreated), "1", SHARDS))
+    client.run(_ops.append(sync_table, entry(LedgerEvent.SandboxCreated), "1", SHARDS, Sequencer()))
     resent = ResendAfterSuccess(1.0, {"TransactWriteItems"}).attach(client.sdk)
     claim = k.claim_sk("1" * 64, 1)
-    done = client.run(_ops.append(sync_table, entry(), it.order_ids.next(), SHARDS, claim=claim))
+    done = client.run(
+        _ops.append(sync_table, entry(), it.order_ids.next(), SHARDS, Sequencer(), claim=claim)
+    )
     assert resent.resent == 1 and done is True
     stored = client.run(_ops.read_all(sync_table, "build", "sb-1"))
     assert sorted(e.event for e in stored) == ["exec.complete", "sandbox.created"]
@@ -232,13 +253,19 @@ def test_an_append_with_a_ttl_meets_a_lease_that_ends_this_very_millisecond(
     ``#dl < :now``): an append with a TTL that meets it waits as for a running delete and
     then says so, instead of taking the refusal for its TTL's."""
     client.run(
-        _ops.append(sync_table, entry(LedgerEvent.SandboxCreated), "1", SHARDS, ttl=4 * 10**9)
+        _ops.append(
+            sync_table, entry(LedgerEvent.SandboxCreated), "1", SHARDS, Sequencer(), ttl=4 * 10**9
+        )
     )
     now_ms = time.time_ns() // 1_000_000
     deleting(fixture_clients(moto_endpoint), sync_table, now_ms)
     monkeypatch.setattr(_ops, "time", types.SimpleNamespace(time_ns=lambda: now_ms * 1_000_000))
     with pytest.raises(ConflictError, match="being deleted") as raised:
-        client.run(_ops.append(sync_table, entry(), it.order_ids.next(), SHARDS, ttl=4 * 10**9))
+        client.run(
+            _ops.append(
+                sync_table, entry(), it.order_ids.next(), SHARDS, Sequencer(), ttl=4 * 10**9
+            )
+        )
     assert raised.value.code == "TransactionCanceledException"
 
 
@@ -286,7 +313,9 @@ def test_an_append_whose_summary_ttl_keeps_moving_tries_a_bounded_number_of_time
     summary_refused(client, [ttl + 10, ttl - 10] * (2 * MAX_ATTEMPTS))
     forms = summary_forms(client)
     with pytest.raises(StorageError, match="TransactionCanceledException: cancelled"):
-        client.run(_ops.append(sync_table, entry(), it.order_ids.next(), SHARDS, ttl=ttl))
+        client.run(
+            _ops.append(sync_table, entry(), it.order_ids.next(), SHARDS, Sequencer(), ttl=ttl)
+        )
     assert forms == ["set", "keep"] * (MAX_ATTEMPTS // 2) + ["set"] * (MAX_ATTEMPTS % 2)
 
 
@@ -299,7 +328,9 @@ def test_an_append_sets_the_ttl_again_once_the_summarys_is_its_own(
     ttl = 3_000_000_000
     summary_refused(client, [ttl + 10, ttl])
     forms = summary_forms(client)
-    assert client.run(_ops.append(sync_table, entry(), it.order_ids.next(), SHARDS, ttl=ttl))
+    assert client.run(
+        _ops.append(sync_table, entry(), it.order_ids.next(), SHARDS, Sequencer(), ttl=ttl)
+    )
     assert forms == ["set", "keep", "set"]
 
 
@@ -308,7 +339,7 @@ def test_an_append_that_gives_up_says_why_with_dynamodbs_code(
 ) -> None:
     cancel_transactions(client, *[["None", "TransactionConflict"]] * MAX_ATTEMPTS)
     with pytest.raises(StorageError) as raised:
-        client.run(_ops.append(sync_table, entry(), it.order_ids.next(), SHARDS))
+        client.run(_ops.append(sync_table, entry(), it.order_ids.next(), SHARDS, Sequencer()))
     assert str(raised.value) == (
         f"append: transaction cancelled {MAX_ATTEMPTS} times (['None', 'TransactionConflict'])"
     )
@@ -330,7 +361,7 @@ def broken_entry(
     """A stored entry of three parts (parts of 350 bytes) whose second part is gone."""
     monkeypatch.setattr(it, "CHUNK_BYTES", 350)
     big = entry(payload=os.urandom(600).hex())  # random: zlib only halves it
-    client.run(_ops.append(sync_table, big, it.order_ids.next(), SHARDS))
+    client.run(_ops.append(sync_table, big, it.order_ids.next(), SHARDS, Sequencer()))
     raw = fixture_clients(moto_endpoint)
     parts = [i for i in stored_items(raw, sync_table) if k.part_head(i["SK"]["S"]) is not None]
     assert len(parts) == 2
@@ -382,10 +413,15 @@ def test_an_append_after_a_delete_whose_lease_ran_out_a_second_ago_is_stored(
     """A delete that died leaves its mark; once its lease has run out by this clock (here a
     second ago) appends go on: the clock is the wall clock in milliseconds."""
     client.run(
-        _ops.append(sync_table, entry(LedgerEvent.SandboxCreated), it.order_ids.next(), SHARDS)
+        _ops.append(
+            sync_table, entry(LedgerEvent.SandboxCreated), it.order_ids.next(), SHARDS, Sequencer()
+        )
     )
     deleting(fixture_clients(moto_endpoint), sync_table, time.time_ns() // 1_000_000 - 1_000)
-    assert client.run(_ops.append(sync_table, entry(), it.order_ids.next(), SHARDS)) is True
+    assert (
+        client.run(_ops.append(sync_table, entry(), it.order_ids.next(), SHARDS, Sequencer()))
+        is True
+    )
     assert len(client.run(_ops.read_all(sync_table, "build", "sb-1"))) == 2
 
 
@@ -413,7 +449,7 @@ def test_reads_right_after_writes_see_them_on_a_replica_that_lags(
     """Every read of a session, its summary and the environment records is strongly
     consistent: it sees the write just made however far the replicas lag."""
     created = entry(LedgerEvent.SandboxCreated, ts=500)
-    client.run(_ops.append(sync_table, created, it.order_ids.next(), SHARDS))
+    client.run(_ops.append(sync_table, created, it.order_ids.next(), SHARDS, Sequencer()))
     stale_replica(client)
     client.run(_ops.save_environment(sync_table, EnvironmentRecord(name="py", built_at=5), "1"))
     assert client.run(_ops.get_environment(sync_table, "py")) is not None
@@ -543,9 +579,11 @@ def test_a_delete_takes_an_entry_just_appended_whole_and_what_follows_an_append_
     raw = fixture_clients(moto_endpoint)
     parts_written_at(raw, sync_table, time.time_ns(), ts=2)  # an append in flight
     big = entry(payload=os.urandom(600).hex(), ts=3)  # stored whole, just now
-    client.run(_ops.append(sync_table, big, it.order_ids.next(), SHARDS))
-    client.run(_ops.append(sync_table, entry(ts=4), it.order_ids.next(), SHARDS))
-    assert len(stored_items(raw, sync_table)) == 2 + 3 + 1 + 1  # with the summary
+    client.run(_ops.append(sync_table, big, it.order_ids.next(), SHARDS, Sequencer()))
+    client.run(_ops.append(sync_table, entry(ts=4), it.order_ids.next(), SHARDS, Sequencer()))
+    # The parts in flight, the big entry (head and 2 parts) and the small one, each with its
+    # sequence mark, and the summary.
+    assert len(stored_items(raw, sync_table)) == 2 + 3 + 1 + 2 + 1
     client.run(_ops.delete_session(sync_table, PK))
     left = [k.part_head(i["SK"]["S"]) for i in stored_items(raw, sync_table)]
     in_flight = f"{k.EVENT_PREFIX}0000000000000002#"
@@ -558,7 +596,7 @@ def test_a_delete_on_a_replica_that_lags_still_deletes_what_was_just_written(
     """The delete finds the session's items with a strongly consistent query: entries
     appended a moment before are deleted however far the replicas lag."""
     for ts in (1, 2, 3):
-        client.run(_ops.append(sync_table, entry(ts=ts), it.order_ids.next(), SHARDS))
+        client.run(_ops.append(sync_table, entry(ts=ts), it.order_ids.next(), SHARDS, Sequencer()))
     stale_replica(client)
     client.run(_ops.delete_session(sync_table, PK))
     assert stored_items(fixture_clients(moto_endpoint), sync_table) == []
@@ -664,12 +702,16 @@ def test_a_listing_by_status_leaves_out_a_session_whose_summary_changed_since_th
     client: Client, sync_table: str, fixture_clients: Any, moto_endpoint: str
 ) -> None:
     raw = fixture_clients(moto_endpoint)
-    run_sync(raw, _ops.append(sync_table, entry(LedgerEvent.SandboxCreated), "1", SHARDS))
+    run_sync(
+        raw, _ops.append(sync_table, entry(LedgerEvent.SandboxCreated), "1", SHARDS, Sequencer())
+    )
     closes = [entry(LedgerEvent.SandboxClosed, ts=2_000)]
 
     def closed_meanwhile(**_: Any) -> None:  # the index (eventually consistent) lags behind
         while closes:
-            run_sync(raw, _ops.append(sync_table, closes.pop(), it.order_ids.next(), SHARDS))
+            run_sync(
+                raw, _ops.append(sync_table, closes.pop(), it.order_ids.next(), SHARDS, Sequencer())
+            )
 
     client.sdk.meta.events.register("before-call.dynamodb.BatchGetItem", closed_meanwhile)
     running = ListSandboxOptions(status=SandboxStatus.Running)
@@ -691,7 +733,9 @@ def test_a_listing_keeps_the_index_order_whatever_order_batch_get_answers_in(
     """DynamoDB's BatchGetItem answers in any order (moto's in the order asked): sessions
     that share a startedAt still list in the index's order, the order its cursors page in."""
     for n in range(4):
-        client.run(_ops.append(sync_table, created("build", f"sb-{n}", 1_000), "0", SHARDS))
+        client.run(
+            _ops.append(sync_table, created("build", f"sb-{n}", 1_000), "0", SHARDS, Sequencer())
+        )
 
     def listing() -> list[str]:
         page = client.run(
@@ -715,7 +759,11 @@ def test_a_cursor_of_one_names_listing_is_refused_by_another_names(
 ) -> None:
     for name in ("a", "b"):
         for n in range(2):
-            client.run(_ops.append(sync_table, created(name, f"sb-{n}", 1_000 + n), "0", SHARDS))
+            client.run(
+                _ops.append(
+                    sync_table, created(name, f"sb-{n}", 1_000 + n), "0", SHARDS, Sequencer()
+                )
+            )
     first = client.run(
         _ops.list_details(
             sync_table,
@@ -763,11 +811,13 @@ def test_the_last_checkpoint_reads_one_marker_however_many_the_session_has(
     """The newest checkpoint costs the same read with 30 markers as with one: DynamoDB bills
     the items a Query reads (``ScannedCount``), not the ones it returns."""
     client.run(
-        _ops.append(sync_table, entry(LedgerEvent.SandboxCreated), it.order_ids.next(), SHARDS)
+        _ops.append(
+            sync_table, entry(LedgerEvent.SandboxCreated), it.order_ids.next(), SHARDS, Sequencer()
+        )
     )
     for n in range(30):
         checkpoint = entry(LedgerEvent.CheckpointCreated, {"snapshotId": f"snap-{n}"}, 2_000 + n)
-        client.run(_ops.append(sync_table, checkpoint, it.order_ids.next(), SHARDS))
+        client.run(_ops.append(sync_table, checkpoint, it.order_ids.next(), SHARDS, Sequencer()))
     scanned: list[int] = []
 
     def read(parsed: dict[str, Any], **_: Any) -> None:
@@ -794,7 +844,11 @@ def test_the_last_checkpoint_refuses_one_missing_a_part_and_skips_what_a_delete_
     payload = {"snapshotId": "snap-1", "state": os.urandom(600).hex()}  # three parts
     client.run(
         _ops.append(
-            sync_table, entry(LedgerEvent.CheckpointCreated, payload), it.order_ids.next(), SHARDS
+            sync_table,
+            entry(LedgerEvent.CheckpointCreated, payload),
+            it.order_ids.next(),
+            SHARDS,
+            Sequencer(),
         )
     )
     stored = stored_items(raw, sync_table)

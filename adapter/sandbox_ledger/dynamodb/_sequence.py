@@ -1,0 +1,191 @@
+"""A session's sequence on DynamoDB: what lets a follower hand out every entry exactly once,
+whatever the delay between an entry's ``ts`` and its storage and whatever the writers' clocks.
+
+DynamoDB has no commit sequence, and an entry's sort key (``E#<ts>#<order>``) is its
+writer's: an entry stored late, or with an old ``ts`` (an import, a replay, a clock behind),
+lands behind entries a follower has already passed. So every write of an entry also puts a
+**sequence mark** ``Q#<n>`` in the session's partition, in the same TransactWriteItems:
+
+- the mark holds the sort key of the entry's head (``ref``), its part count (``np``), the
+  session's **incarnation** (``inc``, drawn at random with mark 0) and the entry's TTL;
+- mark ``n`` is put only where none exists (``attribute_not_exists``), and, for ``n > 0``,
+  the same transaction checks that mark ``n - 1`` exists with the same incarnation
+  (a ConditionCheck). Transactions are serializable, so a mark is committed only after the
+  one before it: **the marks are dense**, numbered in commit order, and a strongly
+  consistent Query of the marks after ``n`` sees every entry stored after the n-th.
+
+A writer guesses ``n`` from what it last wrote (:class:`Sequencer`, per adapter); a guess
+that another writer took first, or that a delete made stale, cancels the transaction on the
+mark's condition, and the writer reads the session's last mark (one Query) and tries again
+with the next number, its head's key (its idempotency key) unchanged. A writer's first
+write of a session it has not seen reads the last mark first, except ``sandbox.created``,
+which guesses mark 0 (the common first write is one request).
+
+The incarnation tells a session deleted and begun again from the one a follower's position
+was taken in: ``delete_sandbox`` deletes the marks with the rest, and the next first write
+draws a new incarnation. A follower that meets another incarnation ends (docs/live.md).
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+from sandbox_ledger import keys as k
+from sandbox_ledger.keys import LedgerAttr as A
+from sandbox_ledger.sdk.attributes import S
+from sandbox_ledger.sdk.steps import Call, Op
+
+if TYPE_CHECKING:
+    from sandbox_ledger.sdk.attributes import Item
+
+__all__ = [
+    "MAX_MARKS",
+    "Mark",
+    "Sequencer",
+    "mark_actions",
+    "mark_count",
+    "mark_item",
+    "new_incarnation",
+    "numbered",
+    "read_last",
+]
+
+MAX_MARKS = 10**12
+"""Mark numbers have 12 digits in their sort key."""
+
+
+def new_incarnation() -> str:
+    return secrets.token_hex(6)
+
+
+class Mark:
+    """Where a session's next mark goes: ``number`` in incarnation ``incarnation``."""
+
+    __slots__ = ("incarnation", "number")
+
+    def __init__(self, incarnation: str, number: int) -> None:
+        self.incarnation, self.number = incarnation, number
+
+    def __repr__(self) -> str:
+        return f"Mark({self.incarnation!r}, {self.number})"
+
+
+class Sequencer:
+    """A client's guesses of each session's next mark (the last it wrote or read, plus one),
+    for at most ``size`` sessions (least recently used first out). Thread-safe; a wrong
+    guess costs a cancelled transaction and a Query, never an entry."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._next: OrderedDict[str, Mark] = OrderedDict()
+        self._lock = threading.Lock()
+        self._size = size
+
+    def guess(self, pk: str) -> Mark | None:
+        with self._lock:
+            mark = self._next.get(pk)
+            if mark is not None:
+                self._next.move_to_end(pk)
+                return Mark(mark.incarnation, mark.number)
+            return None
+
+    def learn(self, pk: str, mark: Mark) -> None:
+        """``mark`` is where the session's next mark goes (after a write or a read)."""
+        with self._lock:
+            self._next[pk] = Mark(mark.incarnation, mark.number)
+            self._next.move_to_end(pk)
+            while len(self._next) > self._size:
+                self._next.popitem(last=False)
+
+    def forget(self, pk: str) -> None:
+        with self._lock:
+            self._next.pop(pk, None)
+
+
+def read_last(table: str, pk: str) -> Op[Mark]:
+    """Where the session's next mark goes, read from its last one (a strongly consistent
+    Query of one item); a session without marks starts a new incarnation at 0."""
+    page = yield Call(
+        "query",
+        {
+            "TableName": table,
+            "KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :q)",
+            "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY, "#sk": k.SORT_KEY},
+            "ExpressionAttributeValues": {":pk": S(pk), ":q": S(k.SEQUENCE_PREFIX)},
+            "ScanIndexForward": False,
+            "Limit": 1,
+            "ConsistentRead": True,
+        },
+    )
+    items = page.get("Items", [])
+    if not items:
+        return Mark(new_incarnation(), 0)
+    last = items[0]
+    number = k.sequence_number(last[k.SORT_KEY]["S"])
+    if number is None or A.INCARNATION not in last:  # not ours: start a new incarnation
+        raise ValueError(f"not a sequence mark: {last[k.SORT_KEY]['S']!r}")
+    return Mark(last[A.INCARNATION]["S"], number + 1)
+
+
+def mark_item(pk: str, mark: Mark, head: Item) -> Item:
+    """The sequence mark of the entry whose head is ``head``, at ``mark``."""
+    item: Item = {
+        k.PARTITION_KEY: S(pk),
+        k.SORT_KEY: S(k.sequence_sk(mark.number)),
+        A.REF: head[k.SORT_KEY],
+        A.INCARNATION: S(mark.incarnation),
+    }
+    if A.PARTS in head:
+        item[A.PARTS] = head[A.PARTS]
+    if k.TTL_ATTRIBUTE in head:
+        item[k.TTL_ATTRIBUTE] = head[k.TTL_ATTRIBUTE]
+    return item
+
+
+_ABSENT = {
+    "ConditionExpression": "attribute_not_exists(#pk)",
+    "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY},
+}
+
+
+def mark_actions(table: str, pk: str, first: Mark, heads: list[Item]) -> list[dict[str, Any]]:
+    """The actions that sequence ``heads`` (in this order) from ``first``: a check that the
+    mark before ``first`` exists in its incarnation (none for mark 0), then one conditional
+    put per head."""
+    if first.number + len(heads) > MAX_MARKS:
+        raise ValueError("a session holds at most 10**12 entries")
+    actions: list[dict[str, Any]] = []
+    if first.number > 0:
+        actions.append(
+            {
+                "ConditionCheck": {
+                    "TableName": table,
+                    "Key": {
+                        k.PARTITION_KEY: S(pk),
+                        k.SORT_KEY: S(k.sequence_sk(first.number - 1)),
+                    },
+                    "ConditionExpression": "#inc = :inc",
+                    "ExpressionAttributeNames": {"#inc": A.INCARNATION},
+                    "ExpressionAttributeValues": {":inc": S(first.incarnation)},
+                }
+            }
+        )
+    for offset, head in enumerate(heads):
+        mark = Mark(first.incarnation, first.number + offset)
+        actions.append({"Put": {"TableName": table, "Item": mark_item(pk, mark, head), **_ABSENT}})
+    return actions
+
+
+def mark_count(first: Mark, heads: int) -> int:
+    """How many actions :func:`mark_actions` makes."""
+    return heads + (1 if first.number > 0 else 0)
+
+
+def numbered(item: Item) -> tuple[int, str] | None:
+    """A mark item's number and incarnation (None if it is not a mark)."""
+    number = k.sequence_number(item[k.SORT_KEY]["S"])
+    if number is None or A.INCARNATION not in item or A.REF not in item:
+        return None
+    return number, item[A.INCARNATION]["S"]
