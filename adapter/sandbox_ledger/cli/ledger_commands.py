@@ -18,7 +18,9 @@ from sandbox_ledger.cli.output import (
     ExitCode,
     err,
     parse_time,
+    say,
     summary,
+    visible,
     when,
 )
 from sandbox_ledger.cli.render import OUTPUT, QUERY, Format, View
@@ -217,11 +219,12 @@ def rm(
         name, sandbox_id
     ):
         raise connect.missing_session(target, name, sandbox_id, ": nothing to delete")
-    if not yes and not typer.confirm(f"Delete {name}/{sandbox_id} and all its entries?"):
+    shown = visible(f"{name}/{sandbox_id}")  # a CR or an escape never changes what is asked
+    if not yes and not typer.confirm(f"Delete {shown} and all its entries?"):
         raise typer.Abort
     from sandbox_ledger.cli.progress import deleting
 
-    with deleting(ledger, f"deleting {name}/{sandbox_id}", err()):
+    with deleting(ledger, f"deleting {shown}", err()):
         ledger.delete_sandbox(name, sandbox_id)
     doc = {"name": name, "sandboxId": sandbox_id, "deleted": True}
     view = View(doc, notes=[f"deleted {name}/{sandbox_id}"])
@@ -341,7 +344,7 @@ def import_(
         status = ImportStatus()
         target.so_far, target.after_failure = status.describe, status.after_failure
         report = import_from(ledger, source, label=label, err=err(), status=status)
-    err().print(f"imported {label}: {report.summary()}", markup=False)
+    say(f"imported {label}: {report.summary()}")
     if as_json or output is not None or query is not None:  # the summary says the rest
         failed = [{"line": f.number, "reason": f.reason} for f in report.failed]
         env = report.environments
