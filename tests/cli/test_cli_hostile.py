@@ -250,6 +250,8 @@ LEDGER_CASES: dict[str, list[Case]] = {
             shows=(ENVIRONMENTS[0],),
         ),
         Case(["envs", "missing" + ENVIRONMENTS[0]], code=3, shows=("missing" + ENVIRONMENTS[0],)),
+        # The query's result as a table: its columns are the records' (hostile) field names.
+        Case(["envs", "--query", "[*]"], lambda out: len(json.loads(out)) == len(HOSTILE)),
     ],
     "rm": [
         Case(
@@ -328,6 +330,26 @@ def test_ledger_commands_show_stored_text_visibly(case: Case, fmt: str, store: s
         assert "ls --name $'team" in result.stderr  # pastable: names the stored name
     if case.argv[0] == "rm" and case.code == 0:
         assert f"deleted {visible(f'{name}/{sid}')}" in shown
+
+
+def test_an_error_quoting_stored_text_is_one_visible_line(
+    store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever a failure's message quotes (a driver's error, a damaged row), the one line
+    ``handled`` prints is visible."""
+    from sandbox_ledger.sqlite import SQLiteAdapter
+
+    hostile = "".join(HOSTILE.values())
+
+    async def broken(self: object, *args: object) -> list[LedgerEntry]:
+        raise ValueError(f"row {hostile} is damaged")
+
+    monkeypatch.setattr(SQLiteAdapter, "read_all", broken)
+    result = CliRunner().invoke(app, ["--store", store, "show", name, sid])
+    assert result.exit_code == 1, result.output
+    check_shown(result)
+    assert result.stderr.count("\n") == 1 and "[bold]x[/bold]" in result.stderr
+    assert visible(HOSTILE["osc8"]) in result.stderr
 
 
 def test_export_is_exact_and_its_summary_visible(store: str, tmp_path: Path) -> None:
@@ -518,10 +540,20 @@ def test_the_demo_report_shows_stored_text_visibly() -> None:
         assert literal in shown
 
 
-def test_progress_lines_show_their_labels_visibly() -> None:
+def test_progress_lines_show_their_labels_visibly(tmp_path: Path) -> None:
     from sandbox_ledger.cli.progress import per_file, reading
+    from sandbox_ledger.cli.transfer import import_from
 
     label = "".join(HOSTILE.values())
+    lines = "".join(json.dumps(w) + "\n" for w in wire_entries()).encode()
+    console = terminal()
+    with open_blocking_store(f"sqlite:///{tmp_path / 'in.db'}") as ledger:
+        report = import_from(ledger, io.BytesIO(lines), label=label, err=console)
+    assert report.new == len(wire_entries())
+    shown = console.file.getvalue()
+    assert f"importing {visible(label)}" in shown
+    for raw in ("\x1b]8;", "\x1b[2J", "\x07", "\x9b", "\u202e"):
+        assert raw not in shown, repr(shown)
     for progress, step in (
         (lambda c: reading(label, c, 3), 1),
         (lambda c: per_file(label, c, 3), "a.json"),
