@@ -100,7 +100,7 @@ def json_text(value: Any, **dumps: Any) -> str:
 def json_safe(text: str) -> str:
     """JSON text (lines of it) with what :func:`visible` would escape written as ``\\uXXXX``
     escapes: the same values, read back, and safe on a terminal (see :func:`json_text`)."""
-    if text.isprintable() or (text[-1:] == "\n" and text[:-1].isprintable()):
+    if (text[:-1] if text[-1:] == "\n" else text).isprintable():
         return text  # the common case: one line, nothing to escape
     # Outside its strings JSON holds only ASCII punctuation, digits, letters and whitespace
     # (line feeds and spaces kept: a raw control character is in no JSON string).
