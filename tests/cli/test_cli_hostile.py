@@ -249,7 +249,7 @@ LEDGER_CASES: dict[str, list[Case]] = {
             lambda out: json.loads(out) == [environments()[0].wire()],
             shows=(ENVIRONMENTS[0],),
         ),
-        Case(["envs", "missing" + ENVIRONMENTS[0]], code=3, shows=("missing" + ENVIRONMENTS[0],)),
+        Case(["envs", "missing" + ENVIRONMENTS[1]], code=3, shows=("missing" + ENVIRONMENTS[1],)),
         # The query's result as a table: its columns are the records' (hostile) field names.
         Case(["envs", "--query", "[*]"], lambda out: len(json.loads(out)) == len(HOSTILE)),
     ],
@@ -326,6 +326,7 @@ def test_ledger_commands_show_stored_text_visibly(case: Case, fmt: str, store: s
         assert f"Delete {visible(f'{name}/{sid}')} and all its entries?" in result.stdout
     if case.code == 3:  # the error names what was asked for, and how to list what there is
         assert result.stderr.startswith("error: no ")
+        assert "\\r" in result.stderr  # the carriage return asked for, shown
     if case.code == 3 and case.argv[0] != "envs":
         assert "ls --name $'team" in result.stderr  # pastable: names the stored name
     if case.argv[0] == "rm" and case.code == 0:
@@ -361,7 +362,7 @@ def test_export_is_exact_and_its_summary_visible(store: str, tmp_path: Path) -> 
     assert exact == sorted(json.dumps(w) for w in wire_entries())
     records = sorted((line["record"] for line in lines if "kind" in line), key=str)
     assert records == sorted((r.wire() for r in environments()), key=str)
-    hostile_name = f"none{HOSTILE['osc8']}"
+    hostile_name = f"none{HOSTILE['bel-cr']}"
     missing = runner.invoke(app, ["--store", store, "export", "--name", hostile_name])
     assert missing.exit_code == 3
     check_shown(missing)

@@ -178,9 +178,10 @@ def envs(
         found = {n: ledger.get_environment(n) for n in dict.fromkeys(names)}
         missing = [n for n, r in found.items() if r is None]
         if missing:
+            named = ", ".join(map(visible, missing))
             raise CommandError(
-                f"no environment record {', '.join(missing)} in {target.describe()}; list "
-                f"them with `{target.command('envs')}`",
+                f"no environment record {named} in {target.describe()}; list them with "
+                f"`{target.command('envs')}`",
                 ExitCode.NOT_FOUND,
             )
         rows = [r for r in found.values() if r is not None]
@@ -294,7 +295,7 @@ def export(
                 f" ({output} is unchanged)" if output else "",
             ) from None
         what = (
-            f"no sessions named {nothing.name}"
+            f"no sessions named {visible(nothing.name)}"
             if nothing.name is not None
             else "nothing to export: no session has an entry and there are no environment records"
         )
