@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sandbox_ledger.cli.context import Target
-from sandbox_ledger.cli.output import CommandError, ExitCode
+from sandbox_ledger.cli.output import CommandError, ExitCode, shell_word, visible
 
 if TYPE_CHECKING:
     from datetime import timedelta
@@ -130,12 +130,12 @@ def resource_store(target: Target) -> SyncResourceRecordStore:
 
 
 def missing_session(target: Target, name: str, sandbox_id: str, what: str) -> CommandError:
-    """Exit 3 naming the session, the store and how to list the sessions of ``name``."""
-    import shlex
-
+    """Exit 3 naming the session (visible), the store and how to list the sessions of
+    ``name`` (a command that names it when pasted)."""
+    listing = target.command("ls", "--name", shell_word(name))
     return CommandError(
-        f"no session {name}/{sandbox_id} in {target.describe()}{what}; list the sessions of "
-        f"{name} with `{target.command('ls', '--name', shlex.quote(name))}`",
+        f"no session {visible(name)}/{visible(sandbox_id)} in {target.describe()}{what}; list "
+        f"the sessions of {visible(name)} with `{listing}`",
         ExitCode.NOT_FOUND,
     )
 

@@ -4,13 +4,13 @@ environment, or an embedded moto server."""
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger._redact import redact_url
+from sandbox_ledger.cli.output import shell_word
 from sandbox_ledger.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -145,9 +145,9 @@ class Target:
         """A command line that names this same store, for suggestions (quoted for a shell;
         ``words`` are given quoted where they need it)."""
         if self.store:
-            naming = f" --store {shlex.quote(redact_url(self.store))}"
+            naming = f" --store {shell_word(redact_url(self.store))}"
         elif self.table and not self.table_from_env:
-            naming = f" --table {shlex.quote(self.table)}"
+            naming = f" --table {shell_word(self.table)}"
         else:
             naming = ""
         return " ".join(("sandbox-ledger" + naming, *words))

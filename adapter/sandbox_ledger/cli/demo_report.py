@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-
+from sandbox_ledger.cli.output import new_table, plain
 from sandbox_ledger.models import SandboxStatus
 
 if TYPE_CHECKING:
@@ -20,23 +19,24 @@ def _ms(samples: list[float], q: float) -> str:
 
 
 def render(report: Report, console: Console) -> None:
-    """The summary tables."""
-    ops = Table("operation", "count", "SDK requests/op", "p50 ms", "p99 ms", title="Operations")
+    """The summary tables (what they quote of the store shown
+    :func:`~sandbox_ledger.cli.output.visible`, never as markup)."""
+    ops = new_table("operation", "count", "SDK requests/op", "p50 ms", "p99 ms", title="Operations")
     for op in sorted(report.latencies):
         samples = report.latencies[op]
         ops.add_row(
-            op,
+            plain(op),
             str(len(samples)),
             f"{report.calls[op] / len(samples):.2f}",
             _ms(samples, 0.5),
             _ms(samples, 0.99),
         )
     console.print(ops)
-    sessions = Table("status", "sessions", title="Sessions")
+    sessions = new_table("status", "sessions", title="Sessions")
     for status in (SandboxStatus.Running, SandboxStatus.Completed):
         sessions.add_row(str(status), str(report.statuses[str(status)]))
     console.print(sessions)
-    expired = Table(
+    expired = new_table(
         "record",
         "provider",
         "phase",
@@ -45,7 +45,8 @@ def render(report: Report, console: Console) -> None:
     )
     for record_id in report.sweep.get("expired", []):
         provider, phase = report.records.get(record_id, ("?", "?"))
-        expired.add_row(record_id, provider, phase, report.sweep["reasons"].get(record_id, ""))
+        reason = report.sweep["reasons"].get(record_id, "")
+        expired.add_row(*(plain(cell) for cell in (record_id, provider, phase, reason)))
     console.print(expired)
     console.print(
         f"{report.entries} ledger entries; {report.resumed} sandboxes resumed from their "

@@ -18,7 +18,9 @@ from sandbox_ledger.cli.output import (
     ExitCode,
     err,
     parse_time,
+    say,
     summary,
+    visible,
     when,
 )
 from sandbox_ledger.cli.render import OUTPUT, QUERY, Format, View
@@ -176,9 +178,10 @@ def envs(
         found = {n: ledger.get_environment(n) for n in dict.fromkeys(names)}
         missing = [n for n, r in found.items() if r is None]
         if missing:
+            named = ", ".join(map(visible, missing))
             raise CommandError(
-                f"no environment record {', '.join(missing)} in {target.describe()}; list "
-                f"them with `{target.command('envs')}`",
+                f"no environment record {named} in {target.describe()}; list them with "
+                f"`{target.command('envs')}`",
                 ExitCode.NOT_FOUND,
             )
         rows = [r for r in found.values() if r is not None]
@@ -217,11 +220,12 @@ def rm(
         name, sandbox_id
     ):
         raise connect.missing_session(target, name, sandbox_id, ": nothing to delete")
-    if not yes and not typer.confirm(f"Delete {name}/{sandbox_id} and all its entries?"):
+    shown = visible(f"{name}/{sandbox_id}")  # a CR or an escape never changes what is asked
+    if not yes and not typer.confirm(f"Delete {shown} and all its entries?"):
         raise typer.Abort
     from sandbox_ledger.cli.progress import deleting
 
-    with deleting(ledger, f"deleting {name}/{sandbox_id}", err()):
+    with deleting(ledger, f"deleting {shown}", err()):
         ledger.delete_sandbox(name, sandbox_id)
     doc = {"name": name, "sandboxId": sandbox_id, "deleted": True}
     view = View(doc, notes=[f"deleted {name}/{sandbox_id}"])
@@ -291,7 +295,7 @@ def export(
                 f" ({output} is unchanged)" if output else "",
             ) from None
         what = (
-            f"no sessions named {nothing.name}"
+            f"no sessions named {visible(nothing.name)}"
             if nothing.name is not None
             else "nothing to export: no session has an entry and there are no environment records"
         )
@@ -341,7 +345,7 @@ def import_(
         status = ImportStatus()
         target.so_far, target.after_failure = status.describe, status.after_failure
         report = import_from(ledger, source, label=label, err=err(), status=status)
-    err().print(f"imported {label}: {report.summary()}", markup=False)
+    say(f"imported {label}: {report.summary()}")
     if as_json or output is not None or query is not None:  # the summary says the rest
         failed = [{"line": f.number, "reason": f.reason} for f in report.failed]
         env = report.environments

@@ -9,8 +9,6 @@ the command that resumes there (``--after POSITION``).
 from __future__ import annotations
 
 import functools
-import json
-import shlex
 import sys
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
@@ -19,7 +17,17 @@ import typer
 from sandbox_ledger.cli import connect
 from sandbox_ledger.cli.failures import handled
 from sandbox_ledger.cli.ledger_commands import _NAME, _SANDBOX_ID, _STORE
-from sandbox_ledger.cli.output import CommandError, ExitCode, clip, err, quiet_stdout, say, when
+from sandbox_ledger.cli.output import (
+    CommandError,
+    ExitCode,
+    clip,
+    json_text,
+    quiet_stdout,
+    say,
+    shell_word,
+    visible,
+    when,
+)
 from sandbox_ledger.cli.root import app
 
 if TYPE_CHECKING:
@@ -42,13 +50,15 @@ INTERRUPTED = 130
 
 
 def entry_line(entry: LedgerEntry, *, as_json: bool) -> str:
-    """One printed line of an entry (without its newline)."""
+    """One printed line of an entry (without its newline): text shows the stored fields
+    :func:`~sandbox_ledger.cli.output.visible`, JSON exactly."""
     if as_json:
-        return json.dumps(entry.wire(), ensure_ascii=False)
+        return json_text(entry.wire())
     branch = "" if entry.branch is None else str(entry.branch)
     payload = "" if entry.payload is None else clip(entry.payload)
-    fields = (when(entry.ts), f"{entry.step_index:>4}", f"{branch:>3}", f"{entry.event:<22}")
-    return "  ".join((*fields, payload, entry.error or "")).rstrip()
+    event = visible(entry.event)
+    fields = (when(entry.ts), f"{entry.step_index:>4}", f"{branch:>3}", f"{event:<22}")
+    return "  ".join((*fields, payload, visible(entry.error or ""))).rstrip()
 
 
 @app.command()
@@ -118,7 +128,7 @@ def _follow(
     if not isinstance(ledger, SyncFollowAdapter):
         raise CommandError(f"{target.describe()} cannot follow a session")
     stream = ledger.follow(name, sandbox_id, after=after, until_closed=until_closed)
-    words = ("tail", shlex.quote(name), shlex.quote(sandbox_id), "--follow")
+    words = ("tail", shell_word(name), shell_word(sandbox_id), "--follow")
     line = functools.partial(_followed_line, as_json=as_json)
     print_live(stream, line, target, after, words, what="entry")
 
@@ -158,7 +168,7 @@ def print_live(
 
 def _resume_hint(target: Target, words: tuple[str, ...], position: str | None, what: str) -> None:
     if position is None:
-        err().print(f"stopped before any {what}: run the same command to start again")
+        say(f"stopped before any {what}: run the same command to start again")
         return
     say(f"position: {position}")
     resume = target.command(*words, "--after", position)

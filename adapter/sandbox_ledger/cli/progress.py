@@ -8,6 +8,8 @@ import contextlib
 import sys
 from typing import TYPE_CHECKING, Any
 
+from sandbox_ledger.cli.output import visible
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
@@ -16,15 +18,33 @@ if TYPE_CHECKING:
 
 
 def _bar(console: Console, *, total: bool) -> Progress:
-    """A bar with a known total, or a spinner with a ``detail`` field (counts so far)."""
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    """A bar with a known total, or a spinner with a ``detail`` field (counts so far). The
+    texts are never read as markup: a description may quote a stored name (rm's); each
+    helper below makes its label :func:`~sandbox_ledger.cli.output.visible`."""
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        SpinnerColumn,
+        TaskProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
-    if total:
-        return Progress(console=console, transient=True)
+    described = TextColumn("{task.description}", style="progress.description", markup=False)
+    if total:  # rich's default columns, but the description's
+        return Progress(
+            described,
+            BarColumn(),
+            TaskProgressColumn(),
+            TimeRemainingColumn(),
+            console=console,
+            transient=True,
+        )
     return Progress(
         SpinnerColumn(),
-        TextColumn("{task.description}"),
-        TextColumn("{task.fields[detail]}"),
+        described,
+        TextColumn("{task.fields[detail]}", markup=False),
         TimeElapsedColumn(),
         console=console,
         transient=True,
@@ -39,7 +59,7 @@ def reading(label: str, console: Console, total: int) -> Iterator[Callable[[int]
         yield None
         return
     with _bar(console, total=True) as progress:
-        task = progress.add_task(label, total=total)
+        task = progress.add_task(visible(label), total=total)
         yield lambda n: progress.advance(task, n)
 
 
@@ -57,7 +77,7 @@ def deleting(ledger: Any, label: str, console: Console) -> Iterator[None]:
         return
     events = ledger.client().meta.events
     with _bar(console, total=False) as progress:
-        task = progress.add_task(label, total=None, detail="0 items deleted")
+        task = progress.add_task(visible(label), total=None, detail="0 items deleted")
         deleted = 0
 
         def before(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
@@ -128,7 +148,7 @@ def per_file(
         yield None
         return
     with _bar(console, total=total is not None) as progress:
-        task = progress.add_task(label, total=total, detail="0 files")
+        task = progress.add_task(visible(label), total=total, detail="0 files")
         done = 0
 
         def on_file(name: str) -> None:

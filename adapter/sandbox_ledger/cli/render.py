@@ -1,6 +1,8 @@
 """What a command prints, in the format asked: ``--output json|text|table`` (``--json`` is
 ``--output json``), ``table`` on a terminal and tab-separated ``text`` when stdout is piped,
-and ``--query`` (JMESPath, as the AWS CLI's) over the JSON shape."""
+and ``--query`` (JMESPath, as the AWS CLI's) over the JSON shape. Text and table output show
+every value :func:`~sandbox_ledger.cli.output.visible` (control characters as escapes) and
+literally (never read as markup); JSON output is exact."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from sandbox_ledger.cli.output import clip, emit, new_table, out, summary
+from sandbox_ledger.cli.output import clip, emit, new_table, out, plain, summary, visible
 from sandbox_ledger.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -79,7 +81,7 @@ def show(view: View, fmt: Format, query: str | None) -> None:
             if fmt is Format.text:
                 summary(note)
             else:
-                out().print(note, markup=False, soft_wrap=True)
+                out().print(plain(note), soft_wrap=True)
         return
     if fmt is Format.text:
         for row in view.rows:
@@ -89,10 +91,10 @@ def show(view: View, fmt: Format, query: str | None) -> None:
         return
     table = new_table(*view.columns)
     for row in view.rows:
-        table.add_row(*(clip(cell, view.clip_width) for cell in row))
+        table.add_row(*(_table_cell(cell, view.clip_width) for cell in row))
     out().print(table)
     for note in view.notes:
-        out().print(note, markup=False, soft_wrap=True)
+        out().print(plain(note), soft_wrap=True)
 
 
 def _search(query: str, doc: Any) -> Any:
@@ -150,7 +152,7 @@ def _show_value(value: Any, fmt: Format) -> None:
         columns = list(dict.fromkeys(k for v in value for k in v))
         table = new_table(*columns)
         for v in value:
-            table.add_row(*(_cell(v.get(k)) for k in columns))
+            table.add_row(*(_table_cell(_cell(v.get(k)), None) for k in columns))
         out().print(table)
     else:
         _text(value)
@@ -166,10 +168,14 @@ def _cell(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def _table_cell(value: str, width: int | None) -> Any:
+    """A table cell: ``value`` visible, clipped to ``width``, as rich text (never markup)."""
+    return plain(value if width is None else clip(value, width))
+
+
 def _line(cells: list[str]) -> None:
-    # A tab or line break inside a value would split it: written as a space.
-    clean = (c.replace("\t", " ").replace("\r", " ").replace("\n", " ") for c in cells)
-    sys.stdout.write("\t".join(clean) + "\n")
+    # Visible: a tab or line break inside a value (shown as \t, \n) never splits it.
+    sys.stdout.write("\t".join(visible(c) for c in cells) + "\n")
 
 
 def _text(value: Any) -> None:

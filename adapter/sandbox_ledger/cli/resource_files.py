@@ -9,7 +9,7 @@ import typer
 
 from sandbox_ledger.cli import connect, render
 from sandbox_ledger.cli.failures import handled
-from sandbox_ledger.cli.output import CommandError, ExitCode, err, kind_of, out
+from sandbox_ledger.cli.output import CommandError, ExitCode, err, json_text, kind_of, out, say
 from sandbox_ledger.cli.render import OUTPUT, QUERY, Format, View
 from sandbox_ledger.cli.root import resources_app
 
@@ -42,11 +42,10 @@ def resources_import(
     with per_file("importing records", err(), total) as on_file:
         report = import_directory(store, directory, on_file=on_file)
     for reason in report.failed.values():
-        err().print(f"error: {reason}", markup=False)
-    err().print(
+        say(f"error: {reason}")
+    say(
         f"{len(report.written)} written, {len(report.unchanged)} unchanged "
-        f"(the table's version is as new or newer), {len(report.failed)} failed",
-        markup=False,
+        f"(the table's version is as new or newer), {len(report.failed)} failed"
     )
     if as_json or output is not None or query is not None:  # the summary says the rest
         doc = {"written": report.written, "unchanged": report.unchanged, "failed": report.failed}
@@ -70,7 +69,6 @@ def resources_show(
     this version cannot read (a newer writer's, or an id an older version stored in another
     spelling of a UUID) is shown as stored, with why: exit code 4."""
     from sandbox_ledger.resources import Unreadable
-    from sandbox_ledger.resources.files import record_file_text
 
     target = connect.target(ctx)
     stored = connect.resource_store(target).inspect(record_id)
@@ -94,7 +92,8 @@ def resources_show(
         )
     fmt = render.choose(as_json, output)
     if fmt is Format.json and query is None:
-        out().print(record_file_text(stored.record), end="", markup=False)
+        # The file's JSON (indented as the file), terminal-safe as every JSON output.
+        out().print(json_text(stored.record.wire(), indent=2), markup=False)
         return
     record = stored.record
     last_op, last_failure = record.last_operation, record.last_failure
@@ -146,16 +145,15 @@ def resources_export(
     with per_file("exporting records", err(), None) as on_file:
         report = export_directory(store, directory, on_file=on_file)
     for record_id, reason in report.unreadable.items():
-        err().print(f"error: record {record_id} not exported: {reason}", markup=False)
-    err().print(
+        say(f"error: record {record_id} not exported: {reason}")
+    say(
         f"exported {len(report.written)} record(s) to {directory}"
         + (
             f"; {len(report.unreadable)} unreadable record(s) not exported (written by a newer "
             "version, or damaged)"
             if report.unreadable
             else ""
-        ),
-        markup=False,
+        )
     )
     if as_json or output is not None or query is not None:  # the summary says the rest
         doc = {

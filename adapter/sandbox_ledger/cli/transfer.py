@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from sandbox_ledger._signals import deferred, removed_on_termination
+from sandbox_ledger.cli.output import json_safe, say, visible
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.transfer import ImportReport, export_lines, import_lines
 
@@ -100,7 +101,8 @@ def _export(
     """Write the lines to ``output`` (or stdout); returns how many. ``replaced``: see
     :func:`export_to`."""
     if output is None or str(output) == "-":  # "-" is stdout, as import's "-" is stdin
-        count = _write(sys.stdout, lines)
+        # Perhaps a terminal: the same values, with no raw C1 or bidi character.
+        count = _write(sys.stdout, map(json_safe, lines))
         sys.stdout.flush()
         return count
     # A symlink's target is what gets replaced (renaming onto the link would replace the
@@ -113,9 +115,10 @@ def _export(
     if target.is_dir():
         raise InvalidInputError("--output", f"{output} is a directory")
     if output.exists() and not output.is_file():
-        # A FIFO, a terminal, /dev/stdout into a pipe: nothing to replace, written as is.
+        # A FIFO, a terminal, /dev/stdout into a pipe: nothing to replace, written as is
+        # (terminal-safe, as to stdout).
         with output.open("w", encoding="utf-8", newline="\n") as stream:
-            return _write(stream, lines)
+            return _write(stream, map(json_safe, lines))
     _remove_abandoned(target)
     # Created with the replaced file's permissions (a new file: 0666 less the umask, as
     # open() makes it), so a private backup is never readable by others meanwhile.
@@ -270,7 +273,7 @@ def import_from(
         lines = _counted(source, status)
         report = import_lines(ledger, lines, report=status.report, guard=status.batch)
     for failure in report.failed:
-        err.print(f"{label}:{failure.number}: {failure.reason}", markup=False)
+        say(f"{label}:{failure.number}: {failure.reason}", err)
     return report
 
 
@@ -305,14 +308,14 @@ def _import_with_progress(
 
     size = _file_size(source)
     columns: list[ProgressColumn] = [
-        TextColumn("{task.description}"),
-        TextColumn("{task.fields[lines]}"),
+        TextColumn("{task.description}", markup=False),
+        TextColumn("{task.fields[lines]}", markup=False),
     ]
     if size is not None:
         columns[1:1] = [BarColumn(), TaskProgressColumn(), TimeRemainingColumn()]
     started = time.monotonic()
     with Progress(*columns, console=err, transient=True) as progress:
-        task = progress.add_task(f"importing {label}", total=size, lines="")
+        task = progress.add_task(visible(f"importing {label}"), total=size, lines="")
         read = 0
 
         def counted() -> Iterator[bytes]:

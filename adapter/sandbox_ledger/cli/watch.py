@@ -9,7 +9,6 @@ with the command that resumes there. Changes come at least once: drop repeats by
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 import typer
@@ -18,7 +17,7 @@ from sandbox_ledger.cli import connect
 from sandbox_ledger.cli.failures import handled
 from sandbox_ledger.cli.ledger_commands import _STORE
 from sandbox_ledger.cli.live import print_live, refuse_ephemeral
-from sandbox_ledger.cli.output import CommandError, out, when
+from sandbox_ledger.cli.output import CommandError, json_text, out, plain, visible, when
 from sandbox_ledger.cli.render import OUTPUT, Format, choose
 from sandbox_ledger.cli.root import app
 
@@ -35,10 +34,11 @@ def _cells(change: Change) -> tuple[str, ...]:
 
 
 def change_line(change: Change, fmt: Format) -> str:
-    """One printed line of a change (without its newline)."""
+    """One printed line of a change (without its newline): text and table show the stored
+    fields :func:`~sandbox_ledger.cli.output.visible`, JSON exactly."""
     if fmt is Format.json:
-        return json.dumps(change.wire(), ensure_ascii=False)
-    cells = [c.replace("\t", " ").replace("\n", " ") for c in _cells(change)]
+        return json_text(change.wire())
+    cells = [visible(c) for c in _cells(change)]
     if fmt is Format.text:
         return "\t".join(cells)
     return "  ".join(c.ljust(w) for c, w in zip(cells, _WIDTHS, strict=True)).rstrip()
@@ -73,5 +73,5 @@ def watch(
     stream = ledger.changes(after=after)
     if fmt is Format.table:
         header = "  ".join(c.ljust(w) for c, w in zip(_COLUMNS, _WIDTHS, strict=True))
-        out().print(header.rstrip(), markup=False, highlight=False)
+        out().print(plain(header.rstrip()), highlight=False)
     print_live(stream, lambda c: change_line(c, fmt), target, after, ("watch",), what="change")
