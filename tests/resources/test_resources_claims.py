@@ -181,6 +181,32 @@ def test_a_claim_is_never_on_a_new_record_at_the_revision_judged(world: World) -
     assert live.observed_ms is None  # nobody has observed the new record yet
 
 
+def test_a_takeover_is_never_of_a_new_record_at_the_revision_read(world: World) -> None:
+    """Sweeper C reads X claimed by a run whose lease ended (revision 2); before C takes the
+    claim over, X is deleted and allocated again, and its owner writes once (revision 2
+    again, unclaimed). C's takeover must fail: nothing published, nothing deleted."""
+    old = world.put(record(age=timedelta(hours=1)))
+    rid = old.record.id
+    now = datetime.now(UTC)
+    now_ms = int(now.timestamp() * 1000)
+    claimed = world.store.claim(old, "stale", owner="run-a", now_ms=now_ms, until_ms=now_ms + 1)
+    assert claimed.revision == 2
+
+    def reallocate() -> None:
+        world.delete(rid)
+        world.put(record(age=timedelta(hours=1), id=rid, workspace="/again"))
+        world.put(record(age=timedelta(minutes=59), id=rid, workspace="/again"))
+
+    events = Collector()
+    later = now + timedelta(minutes=3)
+    result = sweep(Interposed(world.store, "claim", rid, reallocate), events, now=later)  # type: ignore[arg-type]
+    assert (result.expired, result.skipped, result.lost) == ([], [rid], [])
+    assert events.published == []
+    live = world.get(rid)
+    assert live is not None and live.revision == claimed.revision and live.expiring is None
+    assert live.record.workspace == "/again"
+
+
 def test_an_observation_is_never_of_a_new_record_at_the_revision_read(world: World) -> None:
     """The sweeper reads X at revision 1; before its observation the owner allocates X again
     (revision 1 again). The observation must fail: the window of the new record has not
