@@ -316,7 +316,10 @@ def test_an_owners_write_on_the_record_it_read_refuses_a_new_allocation(
             rid, expected_revision=read.revision, expected_incarnation=read.incarnation
         ),
     ):
-        with pytest.raises(ConflictError, match=rf"^(put|delete) {rid}: it changed meanwhile"):
+        with pytest.raises(
+            ConflictError,
+            match=rf"^(put|delete) {rid}: it was deleted and allocated again since it was read",
+        ):
             write()
     assert store.get(rid) == again.record
     with pytest.raises(ValueError, match="expected_incarnation: needs expected_revision"):

@@ -45,10 +45,21 @@ class Page:
     """Records on this page that cannot be decoded (see :class:`Unreadable`)."""
 
 
-def _conflict(exc: ClientError, record_id: str, action: str) -> ConflictError:
+class AnyIncarnation(enum.Enum):
+    """A write that expects no incarnation in particular (the default)."""
+
+    ANY = "any"
+
+
+def _conflict(
+    exc: ClientError, record_id: str, action: str, incarnation: str | AnyIncarnation | None
+) -> ConflictError:
     old = exc.response.get("Item")
+    held = None if old is None else old.get(k.INCARNATION, {}).get("S")
     if old is None:
         why = "it does not exist"
+    elif not isinstance(incarnation, AnyIncarnation) and held != incarnation:
+        why = "it was deleted and allocated again since it was read (another incarnation)"
     elif k.CLAIM in old:
         why = f"a sweeper is expiring it ({old[k.CLAIM]['S']})"
     else:
@@ -57,23 +68,22 @@ def _conflict(exc: ClientError, record_id: str, action: str) -> ConflictError:
 
 
 def _conditional(
-    operation: str, params: dict[str, Any], record_id: str, action: str
+    operation: str,
+    params: dict[str, Any],
+    record_id: str,
+    action: str,
+    incarnation: str | AnyIncarnation | None = AnyIncarnation.ANY,
 ) -> Op[dict[str, Any]]:
     """One conditional write; a failed condition becomes a ConflictError saying why (the
-    request asks for the old item on failure)."""
+    request asks for the old item on failure), ``incarnation`` being the one the write
+    expects (:data:`AnyIncarnation.ANY`: none in particular)."""
     try:
         response: dict[str, Any] = yield Call(operation, params)
     except ClientError as exc:
         if error_code(exc) == "ConditionalCheckFailedException":
-            raise _conflict(exc, record_id, action) from exc
+            raise _conflict(exc, record_id, action, incarnation) from exc
         raise
     return response
-
-
-class AnyIncarnation(enum.Enum):
-    """``put`` without an incarnation check (the default)."""
-
-    ANY = "any"
 
 
 def new_incarnation() -> str:
@@ -146,6 +156,7 @@ def put(
         },
         record.id,
         "put",
+        expected_incarnation,
     )
     return ri.decode(response["Attributes"])
 
@@ -243,7 +254,7 @@ def touch(
             old = exc.response.get("Item")
             held = (old or {}).get(k.RECORD_PHASE, {}).get("S")
             if not old or k.CLAIM in old or k.REVISION not in old or held not in ttl_by_phase:
-                raise _conflict(exc, record_id, "touch") from exc
+                raise _conflict(exc, record_id, "touch", AnyIncarnation.ANY) from exc
             phase = held  # again, with the TTL of the phase it holds now
             continue
         return ri.decode(response["Attributes"])
@@ -365,7 +376,13 @@ def delete(
             "ExpressionAttributeValues": values,
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
-    response = yield from _conditional("delete_item", params, record_id, "delete")
+    response = yield from _conditional(
+        "delete_item",
+        params,
+        record_id,
+        "delete",
+        AnyIncarnation.ANY if expected_incarnation is None else expected_incarnation,
+    )
     return bool(response.get("Attributes"))
 
 
@@ -442,6 +459,7 @@ def mark_expiring(
         },
         judged.record.id,
         "expire",
+        judged.incarnation,
     )
     return ri.decode(response["Attributes"])
 
