@@ -375,3 +375,38 @@ def test_resources_sweep_shows_a_lost_claim(
         assert f"expired {rid}" not in shown.output
         assert "0 expired" in shown.output
         assert "1 claim(s) lost" in shown.output and rid in shown.output
+
+
+def test_the_sweeper_handler_counts_a_lost_claim(
+    moto_endpoint: str, sync_table: str, event_bus: str
+) -> None:
+    """The scheduled handler's summary lists a lost claim and its Lost metric counts it."""
+    from resources.resource_fixtures import FakeContext, observed_earlier
+    from sandbox_ledger.handlers import expire_stale_resources as handler
+
+    store = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint)
+    stored = store.put(record(age=timedelta(hours=1)))
+    observed_earlier(store, stored, timedelta(minutes=16))
+    environ = {
+        "TABLE_NAME": sync_table,
+        "EVENT_BUS_NAME": event_bus,
+        "AWS_ENDPOINT_URL": moto_endpoint,
+    }
+    sweeper = handler.build(environ)
+    taken_over = []
+
+    def stall(**_: Any) -> None:
+        if not taken_over:
+            later = datetime.now(UTC) + timedelta(minutes=3)
+            taken_over.append(sweep(store, Collector(), now=later))
+
+    sweeper.events.meta.events.register("before-call.events.PutEvents", stall)
+    handler.metrics.clear_metrics()
+    try:
+        summary = handler.run(sweeper, FakeContext().get_remaining_time_in_millis)
+        lost = handler.metrics.metric_set["Lost"]["Value"]
+    finally:
+        handler.metrics.clear_metrics()
+    assert [r.expired for r in taken_over] == [[stored.record.id]]
+    assert (summary["expired"], summary["lost"]) == ([], [stored.record.id])
+    assert lost == [1.0]
