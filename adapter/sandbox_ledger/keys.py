@@ -110,6 +110,12 @@ CLAIM_REV: Final = "claimRev"
 """The revision the first claim of an expiry was made at (set once; a takeover keeps it): the
 revision that expired, in the ``ResourceExpired`` idempotency key, so every publication of one
 expiry carries the same key."""
+INCARNATION: Final = "inc"
+"""A random token set when a record is created (a ``put`` on an id that holds none) and never
+changed after: a record deleted and allocated again under its id is another incarnation, whose
+``rev`` starts again at 1. A sweeper's observation, claim, release and delete are conditional
+on the incarnation (and revision) it read, so none of them ever lands on a record it did not
+judge. Absent on records written before it existed."""
 OBSERVED_REV: Final = "observedRev"
 """The revision a sweeper last saw unchanged (its observation; written without bumping
 ``rev``, so owners never conflict with it)."""

@@ -187,7 +187,8 @@ class SandboxLedger(Construct):
 
     def _sweeper(self, code: lambda_.Code, common_env: dict[str, str]) -> lambda_.Function:
         """The scheduled sweeper: reads candidates from the phase index, claims (UpdateItem),
-        reads the records (BatchGetItem), deletes them (BatchWriteItem), publishes (PutEvents)."""
+        reads the records (BatchGetItem), publishes (PutEvents), deletes them (DeleteItem, each
+        conditional on its claim)."""
         config, table = self.config, self.ledger.table
         sweeper = self._function(
             "Sweeper",
@@ -215,7 +216,7 @@ class SandboxLedger(Construct):
                     actions=[
                         "dynamodb:BatchGetItem",
                         "dynamodb:UpdateItem",
-                        "dynamodb:BatchWriteItem",
+                        "dynamodb:DeleteItem",
                     ],
                     resources=[table.table_arn],
                     conditions=leading_keys(family(k.RESOURCE_PREFIX)),
@@ -470,6 +471,7 @@ class SandboxLedger(Construct):
                             ours("Failed", sweeper, "failed"),
                             ours("Unreadable", sweeper, "unreadable"),
                             ours("Skipped", sweeper, "skipped"),
+                            ours("Lost", sweeper, "claims lost"),
                         ],
                     ),
                     graph(

@@ -197,7 +197,7 @@ def test_alarms_notify_a_topic_the_stack_creates(synthesized: tuple[dict[str, An
 def test_the_dashboard_shows_sweeps_ttl_removals_and_the_table_and_functions(
     synthesized: tuple[dict[str, Any], Path],
 ) -> None:
-    """One dashboard: sweeps (expired, failed, unreadable, duration), TTL removals
+    """One dashboard: sweeps (expired, failed, unreadable, lost claims, duration), TTL removals
     (reported, unreported), the table's throttles, errors and latency, the functions'
     errors, throttles and duration, and the alarms; its name is an output."""
     raw = synthesized[0]
@@ -210,7 +210,13 @@ def test_the_dashboard_shows_sweeps_ttl_removals_and_the_table_and_functions(
     labels = {
         title: [m[-1]["label"] for m in props.get("metrics", [])] for title, props in graphs.items()
     }
-    assert labels["Sweeps: records"] == ["expired", "failed", "unreadable", "skipped"]
+    assert labels["Sweeps: records"] == [
+        "expired",
+        "failed",
+        "unreadable",
+        "skipped",
+        "claims lost",
+    ]
     assert labels["Sweeps: duration"] == ["max", "average"]
     assert labels["TTL removals"] == ["reported", "unreported (kept in the bucket)", "failed"]
     assert labels["Table: throttles"] == ["ReadThrottleEvents", "WriteThrottleEvents"]
@@ -407,7 +413,7 @@ def test_least_privilege(synthesized: tuple[dict[str, Any], Path]) -> None:
         "dynamodb:GetItem",
         "dynamodb:BatchGetItem",
         "dynamodb:UpdateItem",
-        "dynamodb:BatchWriteItem",
+        "dynamodb:DeleteItem",
         "events:PutEvents",
         "logs:CreateLogStream",
         "logs:PutLogEvents",

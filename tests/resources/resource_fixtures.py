@@ -92,7 +92,7 @@ def observed_earlier(store: Any, stored: Any, ago: timedelta) -> None:
     earlier scheduled run would have (staleness is judged from observations on the
     sweeper's clock, never from updatedAt alone)."""
     at_ms = int((datetime.now(UTC) - ago).timestamp() * 1000)
-    assert store.observe(stored.record.id, stored.revision, at_ms), "already observed or changed"
+    assert store.observe(stored, at_ms), "already observed or changed"
 
 
 class Collector:

@@ -347,14 +347,7 @@ def test_claim_protocol_b_and_c_on_dynamodb(moto_endpoint: str, sync_table: str)
     store = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint)
     stored = store.put(record(age=timedelta(hours=1)))
     now_ms = int(datetime.now(UTC).timestamp() * 1000)
-    store.claim(
-        stored.record.id,
-        stored.revision,
-        "stale",
-        owner="dead-run",
-        now_ms=now_ms,
-        until_ms=now_ms + 60_000,
-    )
+    store.claim(stored, "stale", owner="dead-run", now_ms=now_ms, until_ms=now_ms + 60_000)
     with pytest.raises(ConflictError, match="a sweeper is expiring it"):
         store.touch(stored.record.id)
     publisher = Collector()

@@ -183,9 +183,7 @@ def test_operations_on_a_claimed_record_refuse_at_once(
     """A claimed record refuses its owner after one read, without retrying its write."""
     r = store.put(record(now=clock.now))
     now_ms = int(clock.now.timestamp() * 1000)
-    store.claim(
-        r.record.id, r.revision, "stale", owner="sweep-1", now_ms=now_ms, until_ms=now_ms + 120_000
-    )
+    store.claim(r, "stale", owner="sweep-1", now_ms=now_ms, until_ms=now_ms + 120_000)
     counter = RequestCounter().attach(store.client())
     with pytest.raises(ConflictError, match="a sweeper is expiring it"):
         store.record_operation_finish(r.record.id, "exec", "completed")

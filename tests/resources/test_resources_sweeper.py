@@ -4,6 +4,7 @@ sweep needs, so its decisions are tested without DynamoDB."""
 from __future__ import annotations
 
 import types
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -12,7 +13,13 @@ import pytest
 
 from resources.resource_fixtures import record
 from sandbox_ledger.errors import ConflictError
-from sandbox_ledger.resources import Expiry, SweepStore, VersionedRecord, sweep
+from sandbox_ledger.resources import (
+    Expiry,
+    ResourceActivityRecord,
+    SweepStore,
+    VersionedRecord,
+    sweep,
+)
 from sandbox_ledger.resources import sweeper as sweeper_module
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -38,8 +45,16 @@ class FakeStore:
 
     def add(self, age: timedelta, phase: str = "ready") -> str:
         r = record(age=age, phase=phase, now=NOW)
-        self.records[r.id] = VersionedRecord(r, revision=1, expires_at=2**40)
+        self.allocate(r.id, r)
         return r.id
+
+    def allocate(self, record_id: str, r: ResourceActivityRecord | None = None) -> None:
+        """A new allocation under ``record_id`` (a plain put where none is stored): another
+        incarnation, whose revision starts again at 1."""
+        assert record_id not in self.records
+        r = r or record(age=timedelta(0), now=NOW, id=record_id)
+        inc = uuid.uuid4().hex
+        self.records[record_id] = VersionedRecord(r, revision=1, expires_at=2**40, incarnation=inc)
 
     def write(self, record_id: str, revision: int) -> None:
         """An owner write: a new revision (which voids a sweeper's observation)."""
@@ -65,8 +80,11 @@ class FakeStore:
         for start in range(0, len(ids), page_size):
             yield [i for _, i in ids[start : start + page_size]]
 
-    def observe(self, record_id: str, revision: int, at_ms: int) -> bool:
-        current = self.records[record_id]
+    def observe(self, seen: VersionedRecord, at_ms: int) -> bool:
+        record_id, revision = seen.record.id, seen.revision
+        current = self.records.get(record_id)
+        if current is None or current.incarnation != seen.incarnation:
+            return False
         if current.revision != revision or current.expiring or current.observed_rev == revision:
             return False
         self.records[record_id] = replace(current, observed_rev=revision, observed_at_ms=at_ms)
@@ -77,13 +95,21 @@ class FakeStore:
         return {i: self.records[i] for i in record_ids if i in self.records}
 
     def claim(
-        self, record_id: str, revision: int, reason: str, *, owner: str, now_ms: int, until_ms: int
+        self, judged: VersionedRecord, reason: str, *, owner: str, now_ms: int, until_ms: int
     ) -> VersionedRecord:
+        record_id, revision = judged.record.id, judged.revision
         if record_id in self.before_claim:
             self.write(record_id, self.before_claim.pop(record_id))
-        current = self.records[record_id]
+        current = self.records.get(record_id)
+        if current is None:
+            raise ConflictError(f"expire {record_id}: it does not exist")
         held = current.expiring and (current.claim_until_ms or 0) >= now_ms
-        if current.revision != revision or held:
+        same = (current.incarnation, current.observed_at_ms, current.claimed_by) == (
+            judged.incarnation,
+            judged.observed_at_ms,
+            judged.claimed_by,
+        )
+        if current.revision != revision or held or not same:
             raise ConflictError(f"expire {record_id}: it changed meanwhile")
         self.claims.append(record_id)
         claimed = replace(
@@ -97,10 +123,19 @@ class FakeStore:
         self.records[record_id] = claimed
         return claimed
 
-    def release(self, record_id: str, owner: str) -> bool:
-        current = self.records[record_id]
-        if current.claimed_by != owner:
+    def _holds(self, claimed: VersionedRecord) -> bool:
+        current = self.records.get(claimed.record.id)
+        return current is not None and (
+            current.claimed_by,
+            current.revision,
+            current.incarnation,
+        ) == (claimed.claimed_by, claimed.revision, claimed.incarnation)
+
+    def release(self, claimed: VersionedRecord) -> bool:
+        record_id = claimed.record.id
+        if not self._holds(claimed):
             return False
+        current = self.records[record_id]
         self.records[record_id] = replace(
             current,
             revision=current.revision + 1,
@@ -111,10 +146,12 @@ class FakeStore:
         )
         return True
 
-    def delete_claimed(self, record_ids: list[str]) -> None:
-        for i in record_ids:
+    def delete_claimed(self, claims: list[VersionedRecord]) -> list[str]:
+        deleted = [c.record.id for c in claims if self._holds(c)]
+        for i in deleted:
             assert self.records[i].expiring, f"{i} deleted without a claim"
             del self.records[i]
+        return deleted
 
 
 @dataclass

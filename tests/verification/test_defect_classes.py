@@ -128,16 +128,9 @@ def a_delete_under_partial_batches_removes_everything(world: World) -> None:
 def claim(
     store: SyncResourceRecordStore, stored: VersionedRecord, *, owner: str, now: datetime
 ) -> None:
-    """Claim ``stored`` at the revision it was read at, for a 10-minute lease."""
+    """Claim ``stored`` as it was read, for a 10-minute lease."""
     now_ms = int(now.timestamp() * 1000)
-    store.claim(
-        stored.record.id,
-        stored.revision,
-        "stale",
-        owner=owner,
-        now_ms=now_ms,
-        until_ms=now_ms + 600_000,
-    )
+    store.claim(stored, "stale", owner=owner, now_ms=now_ms, until_ms=now_ms + 600_000)
 
 
 def a_claim_needs_the_revision_it_judged(world: World) -> None:
@@ -302,8 +295,9 @@ DEFECTS = (
             Patch(
                 "sandbox_ledger.resources._ops",
                 "mark_expiring",
-                '"ConditionExpression": "#rev = :rev AND (attribute_not_exists(#exp) OR "',
-                '"ConditionExpression": "(attribute_not_exists(#exp) OR "',
+                '"ConditionExpression": f"{as_judged} AND (attribute_not_exists(#exp) OR "',
+                "\"ConditionExpression\": f\"{as_judged.replace('#rev = :rev AND ', '')} AND \""
+                '"(attribute_not_exists(#exp) OR "',
             ),
         ),
         a_claim_needs_the_revision_it_judged,

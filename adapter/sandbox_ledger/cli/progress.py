@@ -121,10 +121,11 @@ class _CountingStore:
         self._show()
         return found
 
-    def delete_claimed(self, record_ids: list[str]) -> None:
-        self._store.delete_claimed(record_ids)
-        self._deleted += len(record_ids)
+    def delete_claimed(self, claims: list[Any]) -> list[str]:
+        deleted: list[str] = self._store.delete_claimed(claims)
+        self._deleted += len(deleted)
         self._show()
+        return deleted
 
 
 @contextlib.contextmanager

@@ -160,6 +160,11 @@ def resources_sweep(
         f"{len(result.expired)} {verb}, {len(result.skipped)} skipped (not stale, or "
         f"another sweep's), {len(result.failed)} failed (bus {plan.event_bus_name})"
     )
+    if result.lost:
+        notes.append(
+            f"{len(result.lost)} claim(s) lost: this sweep outlasted its lease and another "
+            f"took them over (not deleted, not counted as expired here): {', '.join(result.lost)}"
+        )
     if result.due:
         notes.append(
             f"{len(result.due)} record(s) unchanged since a sweep observed them: if they "

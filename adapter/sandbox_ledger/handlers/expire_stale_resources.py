@@ -101,12 +101,13 @@ def run(sweeper: Sweeper, remaining_ms: Any, *, now: datetime | None = None) -> 
     metrics.add_metric(name="Observed", unit=MetricUnit.Count, value=len(result.observed))
     metrics.add_metric(name="Failed", unit=MetricUnit.Count, value=len(result.failed))
     metrics.add_metric(name="Unreadable", unit=MetricUnit.Count, value=len(result.unreadable))
+    metrics.add_metric(name="Lost", unit=MetricUnit.Count, value=len(result.lost))
     for record_id, why in result.unreadable.items():  # the id and why, never the payload
         logger.warning("unreadable resource record", extra={"recordId": record_id, "why": why})
     summary = result.to_dict()
     logger.info(
         "sweep finished",
-        extra={key: summary[key] for key in ("dryRun", "remaining", "complete", "failed")}
+        extra={key: summary[key] for key in ("dryRun", "remaining", "complete", "failed", "lost")}
         | {
             "expiredCount": len(result.expired),
             "skippedCount": len(result.skipped),

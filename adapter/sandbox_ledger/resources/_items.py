@@ -36,6 +36,10 @@ class VersionedRecord:
     """The revision a sweeper last observed (see :data:`sandbox_ledger.keys.OBSERVED_REV`)."""
     observed_at_ms: int | None = None
     """When, on that sweeper's clock (Unix ms)."""
+    incarnation: str | None = None
+    """The token set when the record was created (see :data:`sandbox_ledger.keys.INCARNATION`):
+    a record deleted and allocated again under its id has another one. None for a record
+    written before incarnations existed."""
 
     @property
     def expired_revision(self) -> int:
@@ -181,6 +185,7 @@ def decode(item: Item) -> VersionedRecord:
         claim_rev=int(item[k.CLAIM_REV]["N"]) if k.CLAIM_REV in item else None,
         observed_rev=int(item[k.OBSERVED_REV]["N"]) if k.OBSERVED_REV in item else None,
         observed_at_ms=int(item[k.OBSERVED_AT]["N"]) if k.OBSERVED_AT in item else None,
+        incarnation=item[k.INCARNATION]["S"] if k.INCARNATION in item else None,
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import enum
+import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -21,9 +23,9 @@ from sandbox_ledger.resources.models import (
 )
 from sandbox_ledger.sdk import steps
 from sandbox_ledger.sdk.attributes import N, S
-from sandbox_ledger.sdk.batching import batch_get, batch_write
+from sandbox_ledger.sdk.batching import batch_get
 from sandbox_ledger.sdk.paging import ScanStarts, check_resume, newest_first, scan_round
-from sandbox_ledger.sdk.steps import Call, Op, Sleep, error_code
+from sandbox_ledger.sdk.steps import Call, Op, Parallel, Sleep, error_code
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -43,10 +45,21 @@ class Page:
     """Records on this page that cannot be decoded (see :class:`Unreadable`)."""
 
 
-def _conflict(exc: ClientError, record_id: str, action: str) -> ConflictError:
+class AnyIncarnation(enum.Enum):
+    """A write that expects no incarnation in particular (the default)."""
+
+    ANY = "any"
+
+
+def _conflict(
+    exc: ClientError, record_id: str, action: str, incarnation: str | AnyIncarnation | None
+) -> ConflictError:
     old = exc.response.get("Item")
+    held = None if old is None else old.get(k.INCARNATION, {}).get("S")
     if old is None:
         why = "it does not exist"
+    elif not isinstance(incarnation, AnyIncarnation) and held != incarnation:
+        why = "it was deleted and allocated again since it was read (another incarnation)"
     elif k.CLAIM in old:
         why = f"a sweeper is expiring it ({old[k.CLAIM]['S']})"
     else:
@@ -55,17 +68,37 @@ def _conflict(exc: ClientError, record_id: str, action: str) -> ConflictError:
 
 
 def _conditional(
-    operation: str, params: dict[str, Any], record_id: str, action: str
+    operation: str,
+    params: dict[str, Any],
+    record_id: str,
+    action: str,
+    incarnation: str | AnyIncarnation | None = AnyIncarnation.ANY,
 ) -> Op[dict[str, Any]]:
     """One conditional write; a failed condition becomes a ConflictError saying why (the
-    request asks for the old item on failure)."""
+    request asks for the old item on failure), ``incarnation`` being the one the write
+    expects (:data:`AnyIncarnation.ANY`: none in particular)."""
     try:
         response: dict[str, Any] = yield Call(operation, params)
     except ClientError as exc:
         if error_code(exc) == "ConditionalCheckFailedException":
-            raise _conflict(exc, record_id, action) from exc
+            raise _conflict(exc, record_id, action, incarnation) from exc
         raise
     return response
+
+
+def new_incarnation() -> str:
+    """A fresh incarnation token (:data:`sandbox_ledger.keys.INCARNATION`)."""
+    return uuid.uuid4().hex
+
+
+def _incarnation_is(incarnation: str | None, names: dict[str, str], values: dict[str, Any]) -> str:
+    """The condition that the stored record is the incarnation ``incarnation`` (None: one
+    written before incarnations existed, which has none)."""
+    names["#inc"] = k.INCARNATION
+    if incarnation is None:
+        return "attribute_not_exists(#inc)"
+    values[":inc"] = S(incarnation)
+    return "#inc = :inc"
 
 
 def put(
@@ -75,18 +108,23 @@ def put(
     expected_revision: int | None,
     expires_at: int | None,
     shard_count: int,
+    expected_incarnation: str | AnyIncarnation | None = AnyIncarnation.ANY,
 ) -> Op[ri.VersionedRecord]:
-    """Create or replace. With ``expected_revision`` the stored revision must match; without,
+    """Create or replace. With ``expected_revision`` the stored revision must match (and, with
+    ``expected_incarnation``, the stored incarnation: see :func:`record_operation`); without,
     the write must not go back in time (a stored newer updatedAt wins). Never over a record
-    a sweeper is expiring. The TTL attribute is set to ``expires_at``, or removed if None."""
+    a sweeper is expiring. The TTL attribute is set to ``expires_at``, or removed if None. A
+    record created by this write gets a new incarnation; a replaced one keeps its own."""
     values = ri.write_values(record, expires_at=expires_at, shard_count=shard_count)
     names = {f"#a{i}": name for i, name in enumerate(values)}
     assignments = [f"#a{i} = :a{i}" for i in range(len(values))]
     expr_values: dict[str, Any] = {f":a{i}": v for i, v in enumerate(values.values())}
     expr_values[":one"] = N(1)
     expr_values[":zero"] = N(0)
+    expr_values[":newinc"] = S(new_incarnation())
     names["#rev"] = k.REVISION
     names["#exp"] = k.CLAIM
+    names["#inc"] = k.INCARNATION
     remove = ""
     if expires_at is None:
         names["#ttl"] = k.TTL_ATTRIBUTE
@@ -99,6 +137,8 @@ def put(
     else:
         condition = "#rev = :expected AND attribute_not_exists(#exp)"
         expr_values[":expected"] = N(expected_revision)
+        if not isinstance(expected_incarnation, AnyIncarnation):
+            condition += " AND " + _incarnation_is(expected_incarnation, names, expr_values)
     response = yield from _conditional(
         "update_item",
         {
@@ -106,7 +146,7 @@ def put(
             "Key": ri.record_key(record.id),
             "UpdateExpression": "SET "
             + ", ".join(assignments)
-            + ", #rev = if_not_exists(#rev, :zero) + :one"
+            + ", #rev = if_not_exists(#rev, :zero) + :one, #inc = if_not_exists(#inc, :newinc)"
             + remove,
             "ConditionExpression": condition,
             "ExpressionAttributeNames": names,
@@ -116,6 +156,7 @@ def put(
         },
         record.id,
         "put",
+        expected_incarnation,
     )
     return ri.decode(response["Attributes"])
 
@@ -167,8 +208,14 @@ def touch(
             "#rev": k.REVISION,
             "#exp": k.CLAIM,
             "#ph": k.RECORD_PHASE,
+            "#inc": k.INCARNATION,
         }
-        values: dict[str, Any] = {":u": S(to_iso(now)), ":ms": N(now_ms), ":one": N(1)}
+        values: dict[str, Any] = {
+            ":u": S(to_iso(now)),
+            ":ms": N(now_ms),
+            ":one": N(1),
+            ":newinc": S(new_incarnation()),
+        }
         if phase is None:
             values |= {f":p{i}": S(p) for i, p in enumerate(LIVE_PHASES)}
             in_phase = f"#ph IN ({', '.join(f':p{i}' for i in range(len(LIVE_PHASES)))})"
@@ -177,7 +224,8 @@ def touch(
             values[":p"] = S(phase)
             in_phase = "#ph = :p"
             ttl = ttl_by_phase[phase]
-        update = "SET #u = :u, #gsk = :ms, #rev = #rev + :one"
+        # A record written before incarnations existed gets one (it keeps it from then on).
+        update = "SET #u = :u, #gsk = :ms, #rev = #rev + :one, #inc = if_not_exists(#inc, :newinc)"
         if ttl is None:
             update += " REMOVE #ttl"
         else:
@@ -206,7 +254,7 @@ def touch(
             old = exc.response.get("Item")
             held = (old or {}).get(k.RECORD_PHASE, {}).get("S")
             if not old or k.CLAIM in old or k.REVISION not in old or held not in ttl_by_phase:
-                raise _conflict(exc, record_id, "touch") from exc
+                raise _conflict(exc, record_id, "touch", AnyIncarnation.ANY) from exc
             phase = held  # again, with the TTL of the phase it holds now
             continue
         return ri.decode(response["Attributes"])
@@ -255,6 +303,9 @@ def record_operation(
 ) -> Op[ri.VersionedRecord]:
     """Read, change the operations, write back on the observed revision; retry on a race.
 
+    The write back is conditional on the incarnation read too: a record deleted and allocated
+    again under its id meanwhile is read again, never overwritten with the old one's fields.
+
     Like a heartbeat, judged by the record's state, never the writer's clock: a record past
     its TTL that DynamoDB has not removed yet (so nothing reported it expired) is still the
     owner's; a record a sweeper claimed, or one removed, refuses with ConflictError."""
@@ -285,6 +336,9 @@ def record_operation(
                     expected_revision=current.revision,
                     expires_at=ttl_by_phase[changed.phase],
                     shard_count=shard_count,
+                    # The record read, not one allocated again under its id since (whose
+                    # revision may have reached the same number): the write is built on it.
+                    expected_incarnation=current.incarnation,
                 )
             )
         except ConflictError:
@@ -292,94 +346,143 @@ def record_operation(
     raise ConflictError(f"record {record_id}: still contended after {MAX_RMW_ATTEMPTS} tries")
 
 
-def delete(table: str, record_id: str, *, expected_revision: int | None) -> Op[bool]:
-    """Delete; with ``expected_revision`` only that revision. True if something was deleted."""
+def delete(
+    table: str,
+    record_id: str,
+    *,
+    expected_revision: int | None,
+    expected_incarnation: str | None = None,
+) -> Op[bool]:
+    """Delete; with ``expected_revision`` only that revision, with ``expected_incarnation``
+    only that incarnation. True if something was deleted."""
     params: dict[str, Any] = {
         "TableName": table,
         "Key": ri.record_key(record_id),
         "ReturnValues": "ALL_OLD",
     }
+    names: dict[str, str] = {}
+    values: dict[str, Any] = {}
+    conditions = []
     if expected_revision is not None:
+        names["#rev"] = k.REVISION
+        values[":rev"] = N(expected_revision)
+        conditions.append("#rev = :rev")
+    if expected_incarnation is not None:
+        conditions.append(_incarnation_is(expected_incarnation, names, values))
+    if conditions:
         params |= {
-            "ConditionExpression": "#rev = :rev",
-            "ExpressionAttributeNames": {"#rev": k.REVISION},
-            "ExpressionAttributeValues": {":rev": N(expected_revision)},
+            "ConditionExpression": " AND ".join(conditions),
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
-    response = yield from _conditional("delete_item", params, record_id, "delete")
+    response = yield from _conditional(
+        "delete_item",
+        params,
+        record_id,
+        "delete",
+        AnyIncarnation.ANY if expected_incarnation is None else expected_incarnation,
+    )
     return bool(response.get("Attributes"))
+
+
+def _as_judged(judged: ri.VersionedRecord, names: dict[str, str], values: dict[str, Any]) -> str:
+    """The condition that the stored record is still exactly ``judged``, as far as a
+    sweeper's decision rests on it: the same incarnation and revision (every write but an
+    observation bumps it), the same observation and the same claim owner (so that a record
+    written before incarnations existed, deleted and allocated again by an older writer, is
+    not taken for the one judged either)."""
+    names |= {"#rev": k.REVISION, "#oat": k.OBSERVED_AT, "#by": k.CLAIM_OWNER}
+    values[":rev"] = N(judged.revision)
+    parts = ["#rev = :rev", _incarnation_is(judged.incarnation, names, values)]
+    if judged.observed_rev is None or judged.observed_at_ms is None:
+        parts.append("attribute_not_exists(#oat)")
+    else:
+        names["#orev"] = k.OBSERVED_REV
+        parts.append("#orev = :orev AND #oat = :oat")
+        values |= {":orev": N(judged.observed_rev), ":oat": N(judged.observed_at_ms)}
+    if judged.claimed_by is None:
+        parts.append("attribute_not_exists(#by)")
+    else:
+        parts.append("#by = :by")
+        values[":by"] = S(judged.claimed_by)
+    return " AND ".join(parts)
+
+
+def _held(claimed: ri.VersionedRecord, names: dict[str, str], values: dict[str, Any]) -> str:
+    """The condition that ``claimed`` (as this run's claim left it) still stands: the same
+    claim owner, incarnation and revision (a takeover or a release bumps it)."""
+    if claimed.claimed_by is None:
+        raise ValueError(f"record {claimed.record.id}: not claimed")
+    names |= {"#rev": k.REVISION, "#by": k.CLAIM_OWNER}
+    values |= {":rev": N(claimed.revision), ":owner": S(claimed.claimed_by)}
+    return "#by = :owner AND #rev = :rev AND " + _incarnation_is(claimed.incarnation, names, values)
 
 
 def mark_expiring(
     table: str,
-    record_id: str,
-    revision: int,
+    judged: ri.VersionedRecord,
     reason: str,
     *,
     owner: str,
     now_ms: int,
     until_ms: int,
 ) -> Op[ri.VersionedRecord]:
-    """Claim a record for expiry, if it is still at ``revision`` and unclaimed or its claim's
+    """Claim a record for expiry, if it is still exactly ``judged`` (:func:`_as_judged`: never
+    another incarnation under its id, whatever its revision) and unclaimed or its claim's
     lease ended before ``now_ms``: from here its owner can no longer refresh it, so the event
     the sweeper publishes next is never contradicted. The lease runs until ``until_ms``."""
+    names = {"#exp": k.CLAIM, "#until": k.CLAIM_UNTIL, "#crev": k.CLAIM_REV}
+    values: dict[str, Any] = {
+        ":reason": S(reason),
+        ":one": N(1),
+        ":owner": S(owner),
+        ":now": N(now_ms),
+        ":until": N(until_ms),
+    }
+    as_judged = _as_judged(judged, names, values)
     response = yield from _conditional(
         "update_item",
         {
             "TableName": table,
-            "Key": ri.record_key(record_id),
+            "Key": ri.record_key(judged.record.id),
             # claimRev is set by the first claim only: a takeover keeps it, so every
             # publication of this expiry carries the same idempotency key.
             "UpdateExpression": "SET #exp = :reason, #by = :owner, #until = :until, "
             "#crev = if_not_exists(#crev, :rev), #rev = #rev + :one",
-            "ConditionExpression": "#rev = :rev AND (attribute_not_exists(#exp) OR "
+            "ConditionExpression": f"{as_judged} AND (attribute_not_exists(#exp) OR "
             "attribute_not_exists(#until) OR #until < :now)",
-            "ExpressionAttributeNames": {
-                "#exp": k.CLAIM,
-                "#rev": k.REVISION,
-                "#by": k.CLAIM_OWNER,
-                "#until": k.CLAIM_UNTIL,
-                "#crev": k.CLAIM_REV,
-            },
-            "ExpressionAttributeValues": {
-                ":reason": S(reason),
-                ":rev": N(revision),
-                ":one": N(1),
-                ":owner": S(owner),
-                ":now": N(now_ms),
-                ":until": N(until_ms),
-            },
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
             "ReturnValues": "ALL_NEW",
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         },
-        record_id,
+        judged.record.id,
         "expire",
+        judged.incarnation,
     )
     return ri.decode(response["Attributes"])
 
 
-def release_claim(table: str, record_id: str, owner: str) -> Op[bool]:
-    """Give back ``owner``'s claim (its event could not be published): the owner may refresh
-    the record again. False if the claim is no longer ``owner``'s."""
+def release_claim(table: str, claimed: ri.VersionedRecord) -> Op[bool]:
+    """Give back the claim ``claimed`` holds (its event could not be published): the owner may
+    refresh the record again. False if that claim no longer stands (:func:`_held`)."""
+    names = {"#exp": k.CLAIM, "#until": k.CLAIM_UNTIL, "#crev": k.CLAIM_REV}
+    values: dict[str, Any] = {":one": N(1)}
+    condition = _held(claimed, names, values)
     try:
         yield from _conditional(
             "update_item",
             {
                 "TableName": table,
-                "Key": ri.record_key(record_id),
+                "Key": ri.record_key(claimed.record.id),
                 "UpdateExpression": "REMOVE #exp, #by, #until, #crev SET #rev = #rev + :one",
-                "ConditionExpression": "#by = :owner",
-                "ExpressionAttributeNames": {
-                    "#exp": k.CLAIM,
-                    "#rev": k.REVISION,
-                    "#by": k.CLAIM_OWNER,
-                    "#until": k.CLAIM_UNTIL,
-                    "#crev": k.CLAIM_REV,
-                },
-                "ExpressionAttributeValues": {":owner": S(owner), ":one": N(1)},
+                "ConditionExpression": condition,
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": values,
                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
             },
-            record_id,
+            claimed.record.id,
             "release",
         )
     except ConflictError:
@@ -478,11 +581,21 @@ def candidate_keys(
     return ids, page.get("LastEvaluatedKey")
 
 
-def observe(table: str, record_id: str, revision: int, at_ms: int) -> Op[bool]:
-    """Record that a sweeper saw ``revision`` at ``at_ms`` (its clock), if the record is still
-    at that revision, unclaimed, and that revision is not observed already (an earlier
-    observation of it is kept: the window runs from the first). The revision is not bumped, so
-    no owner write ever conflicts with an observation. False if the condition failed."""
+def observe(table: str, seen: ri.VersionedRecord, at_ms: int) -> Op[bool]:
+    """Record that a sweeper saw ``seen``'s revision at ``at_ms`` (its clock), if the record is
+    still that incarnation at that revision, unclaimed, and that revision is not observed
+    already (an earlier observation of it is kept: the window runs from the first). The
+    revision is not bumped, so no owner write ever conflicts with an observation. False if the
+    condition failed."""
+    record_id, revision = seen.record.id, seen.revision
+    names = {
+        "#rev": k.REVISION,
+        "#exp": k.CLAIM,
+        "#orev": k.OBSERVED_REV,
+        "#oat": k.OBSERVED_AT,
+    }
+    values: dict[str, Any] = {":rev": N(revision), ":at": N(at_ms)}
+    same = _incarnation_is(seen.incarnation, names, values)
     try:
         yield from _conditional(
             "update_item",
@@ -490,15 +603,10 @@ def observe(table: str, record_id: str, revision: int, at_ms: int) -> Op[bool]:
                 "TableName": table,
                 "Key": ri.record_key(record_id),
                 "UpdateExpression": "SET #orev = :rev, #oat = :at",
-                "ConditionExpression": "#rev = :rev AND attribute_not_exists(#exp) AND "
-                "(attribute_not_exists(#orev) OR #orev <> :rev)",
-                "ExpressionAttributeNames": {
-                    "#rev": k.REVISION,
-                    "#exp": k.CLAIM,
-                    "#orev": k.OBSERVED_REV,
-                    "#oat": k.OBSERVED_AT,
-                },
-                "ExpressionAttributeValues": {":rev": N(revision), ":at": N(at_ms)},
+                "ConditionExpression": f"#rev = :rev AND {same} AND attribute_not_exists(#exp) "
+                "AND (attribute_not_exists(#orev) OR #orev <> :rev)",
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": values,
             },
             record_id,
             "observe",
@@ -543,10 +651,46 @@ def batch_get_records(table: str, ids: list[str]) -> Op[list[ri.VersionedRecord 
     return [ri.decode_or_unreadable(item) for item in items if ri.is_record(item)]
 
 
-def delete_claimed(table: str, ids: list[str]) -> Op[None]:
-    """Delete claimed records in batches of 25. A claimed record can no longer be refreshed
-    or replaced by its owner (every owner write requires it unclaimed), so the deletes need
-    no condition."""
-    yield from batch_write(
-        table, [{"DeleteRequest": {"Key": ri.record_key(record_id)}} for record_id in ids]
-    )
+DELETES_AT_ONCE = 16
+"""Conditional deletes sent at once (one DeleteItem each: a BatchWriteItem cannot carry a
+condition)."""
+
+
+def delete_claimed(table: str, claims: list[ri.VersionedRecord]) -> Op[list[str]]:
+    """Delete each record whose claim in ``claims`` (as the claim left it) still stands: one
+    conditional DeleteItem each (:func:`_held`), so a record whose claim another run took
+    over, or one deleted and allocated again under its id, is never deleted. Returns the ids
+    deleted; the others' claims were lost.
+
+    Raises:
+        StorageError: a delete failed otherwise (the claims left stay for a later run)."""
+    deleted: list[str] = []
+    for start in range(0, len(claims), DELETES_AT_ONCE):
+        chunk = claims[start : start + DELETES_AT_ONCE]
+        calls = []
+        for claimed in chunk:
+            names: dict[str, str] = {}
+            values: dict[str, Any] = {}
+            condition = _held(claimed, names, values)
+            calls.append(
+                Call(
+                    "delete_item",
+                    {
+                        "TableName": table,
+                        "Key": ri.record_key(claimed.record.id),
+                        "ConditionExpression": condition,
+                        "ExpressionAttributeNames": names,
+                        "ExpressionAttributeValues": values,
+                    },
+                )
+            )
+        results = yield Parallel(tuple(calls), settle=True)
+        failure: BaseException | None = None
+        for claimed, result in zip(chunk, results, strict=True):
+            if not isinstance(result, BaseException):
+                deleted.append(claimed.record.id)
+            elif error_code(result) != "ConditionalCheckFailedException":
+                failure = failure or result
+        if failure is not None:
+            raise failure
+    return deleted

@@ -121,12 +121,17 @@ class _Base:
         return int(self.clock().timestamp())
 
     def _put(
-        self, record: ResourceActivityRecord, expected_revision: int | None
+        self,
+        record: ResourceActivityRecord,
+        expected_revision: int | None,
+        expected_incarnation: str | None = None,
     ) -> Op[VersionedRecord]:
         if not isinstance(record, ResourceActivityRecord):
             raise InvalidInputError(
                 "record", f"expected a ResourceActivityRecord, got {type(record).__name__}"
             )
+        if expected_incarnation is not None and expected_revision is None:
+            raise InvalidInputError("expected_incarnation", "needs expected_revision")
         shards = yield from self._shard_count()
         ttls = yield from self._ttls()
         return (
@@ -136,6 +141,9 @@ class _Base:
                 expected_revision=expected_revision,
                 expires_at=ttls[record.phase],
                 shard_count=shards,
+                expected_incarnation=_ops.AnyIncarnation.ANY
+                if expected_incarnation is None
+                else expected_incarnation,
             )
         )
 
@@ -235,11 +243,17 @@ class ResourceRecordStore(_Base, AsyncClientOwner):
         )
 
     async def put(
-        self, record: ResourceActivityRecord, *, expected_revision: int | None = None
+        self,
+        record: ResourceActivityRecord,
+        *,
+        expected_revision: int | None = None,
+        expected_incarnation: str | None = None,
     ) -> VersionedRecord:
-        """Create or replace. Raises ConflictError if ``expected_revision`` does not match, if
-        a newer record is stored, or if a sweeper is expiring it."""
-        return await self.run(self._put(record, expected_revision))
+        """Create or replace. Raises ConflictError if ``expected_revision`` does not match (or,
+        given with it, ``expected_incarnation``: the ``incarnation`` of the record read, so
+        that one deleted and allocated again since, whose revision starts again at 1, is
+        refused too), if a newer record is stored, or if a sweeper is expiring it."""
+        return await self.run(self._put(record, expected_revision, expected_incarnation))
 
     async def get(self, record_id: str) -> ResourceActivityRecord | None:
         """The record, or None (absent, or past its TTL)."""
@@ -292,10 +306,22 @@ class ResourceRecordStore(_Base, AsyncClientOwner):
         """Count one fewer running ``kind``; set lastOperation, and lastFailure if failed."""
         return await self.run(self._operation(record_id, kind, (outcome, error)))
 
-    async def delete(self, record_id: str, *, expected_revision: int | None = None) -> bool:
-        """Delete (only at ``expected_revision`` if given). True if a record was deleted."""
+    async def delete(
+        self,
+        record_id: str,
+        *,
+        expected_revision: int | None = None,
+        expected_incarnation: str | None = None,
+    ) -> bool:
+        """Delete (only at ``expected_revision`` and ``expected_incarnation``, each if given:
+        see :meth:`put`). True if a record was deleted."""
         return await self.run(
-            _ops.delete(self.table_name, record_id, expected_revision=expected_revision)
+            _ops.delete(
+                self.table_name,
+                record_id,
+                expected_revision=expected_revision,
+                expected_incarnation=expected_incarnation,
+            )
         )
 
 
@@ -359,11 +385,11 @@ class SyncResourceRecordStore(_Base, SyncClientOwner):
                     if not start:
                         break
 
-    def observe(self, record_id: str, revision: int, at_ms: int) -> bool:
-        """Note that the sweeper saw ``revision`` unchanged at ``at_ms`` (its clock), without
-        bumping the revision; False if the record changed or that revision is observed
-        already."""
-        return self.run(_ops.observe(self.table_name, record_id, revision, at_ms))
+    def observe(self, seen: VersionedRecord, at_ms: int) -> bool:
+        """Note that the sweeper saw ``seen``'s revision unchanged at ``at_ms`` (its clock),
+        without bumping the revision; False if the record changed (or is another incarnation
+        under its id) or that revision is observed already."""
+        return self.run(_ops.observe(self.table_name, seen, at_ms))
 
     def get_many(self, record_ids: list[str]) -> dict[str, VersionedRecord | Unreadable]:
         """The stored records among ``record_ids``, by id (strongly consistent); one that
@@ -372,36 +398,37 @@ class SyncResourceRecordStore(_Base, SyncClientOwner):
         return {v.record_id if isinstance(v, Unreadable) else v.record.id: v for v in found}
 
     def claim(
-        self, record_id: str, revision: int, reason: str, *, owner: str, now_ms: int, until_ms: int
+        self, judged: VersionedRecord, reason: str, *, owner: str, now_ms: int, until_ms: int
     ) -> VersionedRecord:
-        """Claim a record for expiry, for ``owner`` until ``until_ms``, if it is still at
-        ``revision`` and unclaimed (or its claim's lease ended before ``now_ms``); from then on
-        its owner can no longer refresh it. Raises ConflictError otherwise."""
+        """Claim a record for expiry, for ``owner`` until ``until_ms``, if it is still the one
+        ``judged`` (its incarnation, revision, observation and claim owner) and unclaimed (or
+        its claim's lease ended before ``now_ms``); from then on its owner can no longer
+        refresh it. Returns the claim. Raises ConflictError otherwise."""
         return self.run(
             _ops.mark_expiring(
-                self.table_name,
-                record_id,
-                revision,
-                reason,
-                owner=owner,
-                now_ms=now_ms,
-                until_ms=until_ms,
+                self.table_name, judged, reason, owner=owner, now_ms=now_ms, until_ms=until_ms
             )
         )
 
-    def release(self, record_id: str, owner: str) -> bool:
-        """Give back ``owner``'s claim; False if it is no longer ``owner``'s."""
-        return self.run(_ops.release_claim(self.table_name, record_id, owner))
+    def release(self, claimed: VersionedRecord) -> bool:
+        """Give back the claim ``claimed`` (as :meth:`claim` returned it); False if it no
+        longer stands."""
+        return self.run(_ops.release_claim(self.table_name, claimed))
 
-    def delete_claimed(self, record_ids: list[str]) -> None:
-        """Delete records this sweeper claimed (batched)."""
-        self.run(_ops.delete_claimed(self.table_name, record_ids))
+    def delete_claimed(self, claims: list[VersionedRecord]) -> list[str]:
+        """Delete each record whose claim (as :meth:`claim` returned it) still stands, one
+        conditional delete each; the ids deleted (the others' claims were lost)."""
+        return self.run(_ops.delete_claimed(self.table_name, claims))
 
     def put(
-        self, record: ResourceActivityRecord, *, expected_revision: int | None = None
+        self,
+        record: ResourceActivityRecord,
+        *,
+        expected_revision: int | None = None,
+        expected_incarnation: str | None = None,
     ) -> VersionedRecord:
         """Create or replace (see :meth:`ResourceRecordStore.put`)."""
-        return self.run(self._put(record, expected_revision))
+        return self.run(self._put(record, expected_revision, expected_incarnation))
 
     def get(self, record_id: str) -> ResourceActivityRecord | None:
         """The record, or None (absent, or past its TTL)."""
@@ -450,8 +477,19 @@ class SyncResourceRecordStore(_Base, SyncClientOwner):
         """Count one fewer running ``kind``; set lastOperation, and lastFailure if failed."""
         return self.run(self._operation(record_id, kind, (outcome, error)))
 
-    def delete(self, record_id: str, *, expected_revision: int | None = None) -> bool:
-        """Delete (only at ``expected_revision`` if given). True if a record was deleted."""
+    def delete(
+        self,
+        record_id: str,
+        *,
+        expected_revision: int | None = None,
+        expected_incarnation: str | None = None,
+    ) -> bool:
+        """Delete (see :meth:`ResourceRecordStore.delete`). True if a record was deleted."""
         return self.run(
-            _ops.delete(self.table_name, record_id, expected_revision=expected_revision)
+            _ops.delete(
+                self.table_name,
+                record_id,
+                expected_revision=expected_revision,
+                expected_incarnation=expected_incarnation,
+            )
         )

@@ -44,9 +44,10 @@ class SweepStore(Protocol):
         ``after``."""
         ...
 
-    def observe(self, record_id: str, revision: int, at_ms: int) -> bool:
-        """Record the sweeper's observation of ``revision`` at ``at_ms`` (its clock) without
-        bumping the revision; False if the record changed or it is observed already."""
+    def observe(self, seen: VersionedRecord, at_ms: int) -> bool:
+        """Record the sweeper's observation of ``seen``'s revision at ``at_ms`` (its clock)
+        without bumping the revision; False if the record changed (or is another incarnation
+        under its id) or it is observed already."""
         ...
 
     def get_many(self, record_ids: list[str]) -> dict[str, VersionedRecord | Unreadable]:
@@ -54,18 +55,22 @@ class SweepStore(Protocol):
         ...
 
     def claim(
-        self, record_id: str, revision: int, reason: str, *, owner: str, now_ms: int, until_ms: int
+        self, judged: VersionedRecord, reason: str, *, owner: str, now_ms: int, until_ms: int
     ) -> VersionedRecord:
-        """Claim for expiry at ``revision`` for ``owner`` until ``until_ms``; ConflictError if
-        it changed or another claim's lease has not ended at ``now_ms``."""
+        """Claim the record ``judged`` for expiry for ``owner`` until ``until_ms``, and return
+        the claim; ConflictError if the stored record is no longer the one judged (another
+        revision, or another incarnation under its id) or another claim's lease has not ended
+        at ``now_ms``."""
         ...
 
-    def release(self, record_id: str, owner: str) -> bool:
-        """Give back ``owner``'s claim."""
+    def release(self, claimed: VersionedRecord) -> bool:
+        """Give back the claim ``claimed`` (as :meth:`claim` returned it); False if it no
+        longer stands."""
         ...
 
-    def delete_claimed(self, record_ids: list[str]) -> None:
-        """Delete claimed records."""
+    def delete_claimed(self, claims: list[VersionedRecord]) -> list[str]:
+        """Delete each record whose claim (as :meth:`claim` returned it) still stands, and
+        nothing else; the ids deleted."""
         ...
 
 
@@ -90,6 +95,11 @@ class SweepResult:
     unreadable: dict[str, str] = field(default_factory=dict)
     """Records that cannot be decoded (also in ``failed``): id -> why. Reported every run,
     never expired, never in the way of the others."""
+    lost: list[str] = field(default_factory=list)
+    """Records this run claimed (and published) whose claim no longer stood when it came to
+    delete them: its lease ran out (a stall, a clock behind) and another run took the claim
+    over, or the record was deleted meanwhile. Not deleted by this run and not in
+    ``expired``: the run holding the claim expires and reports them."""
     remaining: int = 0
     complete: bool = True
 
@@ -104,6 +114,7 @@ class SweepResult:
             "failed": self.failed,
             "reasons": self.reasons,
             "unreadable": self.unreadable,
+            "lost": self.lost,
             "remaining": self.remaining,
             "complete": self.complete,
         }
@@ -160,12 +171,14 @@ def sweep(
     revision and voids the observation, whatever the owner's clock says.
 
     Each expiry follows the claim protocol (docs/resource-expiry.md): claim the record with a
-    conditional write on the revision read, as a lease of ``lease`` on this run's clock (if
-    the owner touched it meanwhile the claim fails: skipped; a live claim of another run is
-    left to it: skipped), publish ResourceExpired, then delete it (batched). A claim whose
-    event could not be published is released, so its owner is never locked out. A run that
-    dies leaves claims that a later run takes over once their lease ends: reporting is at
-    least once, never lost. In a dry run nothing is claimed, published or deleted, but
+    conditional write on the record read (its incarnation and revision), as a lease of
+    ``lease`` on this run's clock (if the owner touched it, or deleted and allocated it again,
+    meanwhile the claim fails: skipped; a live claim of another run is left to it: skipped),
+    publish ResourceExpired, then delete it, conditional on this run's claim still standing
+    (a claim another run took over after the lease ran out is not deleted: ``lost``). A claim
+    whose event could not be published is released, so its owner is never locked out. A run
+    that dies leaves claims that a later run takes over once their lease ends: reporting is
+    at least once, never lost. In a dry run nothing is claimed, published or deleted, but
     candidates are observed as in a real run (an observation bumps no revision and is
     voided by any owner write, so it changes nothing an owner or another sweeper relies on):
     dry runs a window apart report what real runs at those moments would expire.
@@ -238,14 +251,14 @@ def _expire_page(run: _Run, ids: list[str]) -> None:
         now_ms = run.clock_ms()
         try:
             stored = run.store.claim(
-                record_id,
-                stored.revision,
+                stored,
                 reason,
                 owner=run.run_id,
                 now_ms=now_ms,
                 until_ms=now_ms + run.lease_ms,
             )
-        except ConflictError:  # touched, or claimed by another run, since our read
+        # Touched, claimed by another run, or deleted and allocated again, since our read.
+        except ConflictError:
             result.skipped.append(record_id)
             continue
         claimed.append((stored, reason, time.monotonic()))
@@ -267,7 +280,7 @@ def _judge(run: _Run, stored: VersionedRecord) -> str | None:
     now = datetime.fromtimestamp(now_ms / 1000, UTC)
     if not run.policy.is_hint(stored.record, now):  # refreshed since the index was read
         return None
-    if run.store.observe(record_id, stored.revision, now_ms):
+    if run.store.observe(stored, now_ms):
         run.result.observed.append(record_id)
         _note_due(run, stored, now_ms)
     return None
@@ -311,12 +324,17 @@ def _publish_and_delete(run: _Run, claimed: list[tuple[VersionedRecord, str, flo
         for v, reason, _ in fresh
     ]
     failed = run.publisher.publish(expiries)
-    run.store.delete_claimed([v.record.id for v, _, _ in fresh if v.record.id not in failed])
+    # Each delete is conditional on this run's claim still standing: publishing may have
+    # outlasted the lease (a stall), and the run that took the claim over may have deleted
+    # the record and its owner allocated it again under its id.
+    deleted = set(run.store.delete_claimed([v for v, _, _ in fresh if v.record.id not in failed]))
     for stored, reason, _ in fresh:
         record_id = stored.record.id
         if record_id in failed:  # released: the owner may refresh it; a later run retries
-            run.store.release(record_id, run.run_id)
+            run.store.release(stored)
             result.failed.append(record_id)
-        else:
+        elif record_id in deleted:
             result.expired.append(record_id)
             result.reasons[record_id] = reason
+        else:  # the run that took the claim over reports it
+            result.lost.append(record_id)

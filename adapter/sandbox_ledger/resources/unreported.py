@@ -319,6 +319,10 @@ def replay_failed_expiries(
         if refused:
             result.failed[key] = f"EventBridge did not accept {len(refused)} of {len(expiries)}"
             continue
+        # Unconditional, yet only ever of what was published: a key names one stream record
+        # (its sequence number; an on-failure object's name is unique), so an object written
+        # again under it since the read holds the same removal. In a versioned bucket the
+        # delete leaves the version read as a noncurrent one, kept 90 days.
         try:
             s3.delete_object(Bucket=bucket, Key=key)
         except (ClientError, BotoCoreError) as exc:

@@ -6,6 +6,7 @@ reads back."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from resources.resource_fixtures import record
 from sandbox_ledger import ConflictError
 from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
-from sandbox_ledger.resources import SyncResourceRecordStore
+from sandbox_ledger.resources import SyncResourceRecordStore, VersionedRecord
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 NOW_MS = int(NOW.timestamp() * 1000)
@@ -36,9 +37,17 @@ def stored(store: SyncResourceRecordStore, age: timedelta = timedelta(hours=1)) 
     return store.put(record(age=age, now=NOW)).record.id
 
 
+def read(store: SyncResourceRecordStore, rid: str) -> VersionedRecord:
+    found = store.get_versioned(rid)
+    assert found is not None
+    return found
+
+
 def test_a_claim_stores_its_sweeper_lease_and_revision(store: SyncResourceRecordStore) -> None:
     rid = stored(store)
-    claimed = store.claim(rid, 1, "stale: gone", owner="run-a", now_ms=NOW_MS, until_ms=NOW_MS + 5)
+    claimed = store.claim(
+        read(store, rid), "stale: gone", owner="run-a", now_ms=NOW_MS, until_ms=NOW_MS + 5
+    )
     again = store.get_versioned(rid)
     assert claimed == again and again is not None
     assert (again.revision, again.expiring, again.claimed_by) == (2, "stale: gone", "run-a")
@@ -54,11 +63,13 @@ def test_a_live_claim_is_refused_and_an_ended_one_taken_over(
     store: SyncResourceRecordStore,
 ) -> None:
     rid = stored(store)
-    store.claim(rid, 1, "stale", owner="run-a", now_ms=NOW_MS, until_ms=NOW_MS + 1_000)
+    a = store.claim(
+        read(store, rid), "stale", owner="run-a", now_ms=NOW_MS, until_ms=NOW_MS + 1_000
+    )
     for now_ms in (NOW_MS, NOW_MS + 1_000):  # the lease runs to its last millisecond
         with pytest.raises(ConflictError, match=rf"^expire {rid}: a sweeper is expiring it"):
-            store.claim(rid, 2, "stale", owner="run-b", now_ms=now_ms, until_ms=now_ms + 9)
-    taken = store.claim(rid, 2, "later", owner="run-b", now_ms=NOW_MS + 1_001, until_ms=NOW_MS + 7)
+            store.claim(a, "stale", owner="run-b", now_ms=now_ms, until_ms=now_ms + 9)
+    taken = store.claim(a, "later", owner="run-b", now_ms=NOW_MS + 1_001, until_ms=NOW_MS + 7)
     assert (taken.revision, taken.claimed_by, taken.expiring) == (3, "run-b", "later")
     assert (taken.claim_until_ms, taken.claim_rev) == (NOW_MS + 7, 1)  # the first claim's
 
@@ -67,49 +78,52 @@ def test_a_claim_at_another_revision_or_of_nothing_is_refused(
     store: SyncResourceRecordStore,
 ) -> None:
     rid = stored(store)
+    first = read(store, rid)
     store.touch(rid)
     with pytest.raises(
         ConflictError, match=rf"^expire {rid}: it changed meanwhile \(now revision 2\)$"
     ):
-        store.claim(rid, 1, "stale", owner="run-a", now_ms=NOW_MS, until_ms=NOW_MS)
+        store.claim(first, "stale", owner="run-a", now_ms=NOW_MS, until_ms=NOW_MS)
     gone = "0123abcd-0000-4000-8000-000000000009"
+    nothing = replace(first, record=first.record.model_copy(update={"id": gone}))
     with pytest.raises(ConflictError, match=rf"^expire {gone}: it does not exist$") as raised:
-        store.claim(gone, 1, "stale", owner="run-a", now_ms=NOW_MS, until_ms=NOW_MS)
+        store.claim(nothing, "stale", owner="run-a", now_ms=NOW_MS, until_ms=NOW_MS)
     assert raised.value.code == "ConditionalCheckFailedException"
     assert store.get_versioned(rid).expiring is None  # type: ignore[union-attr]
 
 
 def test_only_the_claims_sweeper_releases_it(store: SyncResourceRecordStore) -> None:
     rid = stored(store)
-    store.claim(rid, 1, "stale", owner="run-a", now_ms=NOW_MS, until_ms=NOW_MS + 10)
-    assert store.release(rid, "run-b") is False
+    a = store.claim(read(store, rid), "stale", owner="run-a", now_ms=NOW_MS, until_ms=NOW_MS + 10)
+    assert store.release(replace(a, claimed_by="run-b")) is False
     assert store.get_versioned(rid).claimed_by == "run-a"  # type: ignore[union-attr]
-    assert store.release(rid, "run-a") is True
+    assert store.release(a) is True
     back = store.get_versioned(rid)
     assert back is not None and back.revision == 3
     assert (back.expiring, back.claimed_by, back.claim_until_ms, back.claim_rev) == (None,) * 4
     assert store.touch(rid).revision == 4  # its owner writes it again
-    assert store.release(rid, "run-a") is False
+    assert store.release(a) is False
 
 
 def test_an_observation_keeps_the_first_sighting_of_a_revision(
     store: SyncResourceRecordStore,
 ) -> None:
     rid = stored(store)
-    assert store.observe(rid, 1, NOW_MS) is True
-    assert store.observe(rid, 1, NOW_MS + 60_000) is False  # the window runs from the first
+    first = read(store, rid)
+    assert store.observe(first, NOW_MS) is True
+    assert store.observe(first, NOW_MS + 60_000) is False  # the window runs from the first
     seen = store.get_versioned(rid)
     assert seen is not None and (seen.revision, seen.observed_rev, seen.observed_ms) == (
         1,
         1,
         NOW_MS,
     )
-    assert store.observe(rid, 2, NOW_MS) is False  # not at that revision
-    store.touch(rid)  # an owner write voids the observation
-    assert store.get_versioned(rid).observed_ms is None  # type: ignore[union-attr]
-    assert store.observe(rid, 2, NOW_MS + 5) is True
-    store.claim(rid, 2, "stale", owner="run-a", now_ms=NOW_MS, until_ms=NOW_MS)
-    assert store.observe(rid, 3, NOW_MS) is False  # claimed
+    assert store.observe(replace(first, revision=2), NOW_MS) is False  # not at that revision
+    touched = store.touch(rid)  # an owner write voids the observation
+    assert touched.observed_ms is None
+    assert store.observe(touched, NOW_MS + 5) is True
+    claimed = store.claim(read(store, rid), "stale", owner="run-a", now_ms=NOW_MS, until_ms=NOW_MS)
+    assert store.observe(replace(claimed, expiring=None), NOW_MS) is False  # claimed
 
 
 def test_the_sweep_reads_and_deletes_what_it_claimed(store: SyncResourceRecordStore) -> None:
@@ -129,7 +143,9 @@ def test_the_sweep_reads_and_deletes_what_it_claimed(store: SyncResourceRecordSt
     assert newer == [ahead] and fresh not in older
     pages = list(store.candidates("ready", before=NOW - timedelta(minutes=5), page_size=5))
     assert all(len(p) <= 5 for p in pages) and sorted(i for p in pages for i in p) == sorted(ids)
-    for rid in ids:
-        store.claim(rid, 1, "stale", owner="run-a", now_ms=NOW_MS, until_ms=NOW_MS)
-    store.delete_claimed(ids)
+    claims = [
+        store.claim(read(store, rid), "stale", owner="run-a", now_ms=NOW_MS, until_ms=NOW_MS)
+        for rid in ids
+    ]
+    assert sorted(store.delete_claimed(claims)) == sorted(ids)
     assert store.get_many([*ids, fresh]).keys() == {fresh}

@@ -52,17 +52,15 @@ class SlowStore(FakeStore):
     clock: Clock = field(default_factory=Clock)
     write_s: dict[str, float] = field(default_factory=dict)
 
-    def observe(self, record_id: str, revision: int, at_ms: int) -> bool:
-        self.clock.seconds += self.write_s.get(record_id, 0.0)
-        return super().observe(record_id, revision, at_ms)
+    def observe(self, seen: VersionedRecord, at_ms: int) -> bool:
+        self.clock.seconds += self.write_s.get(seen.record.id, 0.0)
+        return super().observe(seen, at_ms)
 
     def claim(
-        self, record_id: str, revision: int, reason: str, *, owner: str, now_ms: int, until_ms: int
+        self, judged: VersionedRecord, reason: str, *, owner: str, now_ms: int, until_ms: int
     ) -> VersionedRecord:
-        self.clock.seconds += self.write_s.get(record_id, 0.0)
-        return super().claim(
-            record_id, revision, reason, owner=owner, now_ms=now_ms, until_ms=until_ms
-        )
+        self.clock.seconds += self.write_s.get(judged.record.id, 0.0)
+        return super().claim(judged, reason, owner=owner, now_ms=now_ms, until_ms=until_ms)
 
 
 def observed_store(clock: Clock, count: int) -> tuple[SlowStore, list[str]]:
@@ -194,6 +192,7 @@ def test_the_summary_names_every_outcome(clock: Clock) -> None:
         "failed": [],
         "reasons": {rid: result.reasons[rid]},
         "unreadable": {},
+        "lost": [],
         "remaining": 0,
         "complete": True,
     }
