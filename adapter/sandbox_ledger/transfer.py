@@ -401,9 +401,12 @@ class _Sized:
         self._last = 0
 
     def __iter__(self) -> Iterator[bytes]:
-        for raw in read_lines(self._lines):
-            self._last = len(raw)
-            yield raw
+        lines = self._lines
+        if isinstance(lines, io.BufferedIOBase | io.RawIOBase):
+            lines = read_lines(lines)
+        for raw in lines:  # one generator per line, not two: an import's hot path
+            size = self._last = len(raw)
+            yield _TooLong(raw[:100]) if size > MAX_LINE_BYTES else raw
 
     def last(self) -> int:
         return self._last
