@@ -4,7 +4,10 @@
 Lines arrive in file order. Consecutive lines of one session form a group; groups are
 gathered into a batch (whole sessions, sized by :data:`BATCH_SECONDS`), and a batch is
 reconciled with one ``read_stored_sessions`` and written with one ``append_once_many``, so
-memory holds one batch (or one session, if larger), never the file.
+memory holds one batch, never the file. A batch also ends once its lines pass
+:data:`BATCH_BYTES`, inside a session if need be (lines of 10 MB: a batch of 1,000 held
+10 GB): the session's next lines go on in the next batch, reconciled against what the store
+held of it and what the batch before wrote, without reading it again.
 
 An entry's identity is its content and its occurrence among identical entries of its session
 *in the whole file*. A session whose lines come back after its batch was written (a file
@@ -37,13 +40,17 @@ if TYPE_CHECKING:
     from sandbox_ledger.protocol import SyncTransferAdapter
     from sandbox_ledger.transfer import ImportReport, LineError
 
-__all__ = ["BATCH_ENTRIES", "BATCH_SECONDS", "MAX_BATCH_ENTRIES", "stream_import"]
+__all__ = ["BATCH_BYTES", "BATCH_ENTRIES", "BATCH_SECONDS", "MAX_BATCH_ENTRIES", "stream_import"]
 
 BATCH_ENTRIES = 1000
 """Entries gathered (whole sessions) before the first batch is reconciled and written; the
 least a batch gathers."""
 MAX_BATCH_ENTRIES = 8000
 """The most entries a batch gathers (a session larger than that is a batch of its own)."""
+BATCH_BYTES = 32 * 2**20
+"""The most bytes of lines a batch gathers (of a file read by :func:`import_lines`): a batch
+ends at the line that reaches it, whole sessions or not. A line larger than that is a batch
+of its own."""
 BATCH_SECONDS = 0.5
 """About how long a batch's write should take: after each batch the next one gathers as many
 entries as the store wrote in that time, from :data:`BATCH_ENTRIES` to
@@ -122,12 +129,19 @@ _id = _encode = ascii_text
 
 
 class _Batch:
-    """Whole sessions waiting to be reconciled and written."""
+    """Sessions waiting to be reconciled and written: whole, but for the last one when the
+    batch reached :data:`BATCH_BYTES` (its lines go on in the next batch) and the first one
+    when the batch before did (``held``: what the store holds of it, known already)."""
 
-    def __init__(self) -> None:
+    def __init__(self, held: dict[Key, Counter[str]] | None = None) -> None:
         self.sessions: dict[Key, list[tuple[int, LedgerEntry]]] = {}
         self.prior: dict[Key, Counter[str]] = {}
         self.size = 0
+        self.bytes = 0
+        self.held = held or {}
+        """Sessions whose stored contents are known (not read again), by content digest."""
+        self.split: Key | None = None
+        """The session whose lines go on in the next batch."""
 
 
 def stream_import(
@@ -138,14 +152,16 @@ def stream_import(
     progress: Callable[[int], None] | None = None,
     batch_entries: int | None = None,
     guard: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
+    line_bytes: Callable[[], int] | None = None,
 ) -> ImportReport:
     """Reconcile ``items`` (line number and what the line held, in file order) into
     ``target``, batch by batch (``batch_entries``, default :data:`BATCH_ENTRIES`), counting
     into ``report`` (see the module). Each batch's writes and its counts run inside
     ``guard()``: a caller that holds off interruptions there (the CLI's Ctrl-C) reports
-    exactly what was written."""
+    exactly what was written. ``line_bytes``: the size of the line the item just taken came
+    from (lines read as items are taken), which bounds a batch by :data:`BATCH_BYTES`."""
     with _fewer_collections():
-        return _stream(target, items, report, progress, batch_entries, guard)
+        return _stream(target, items, report, progress, batch_entries, guard, line_bytes)
 
 
 def _stream(
@@ -155,6 +171,7 @@ def _stream(
     progress: Callable[[int], None] | None,
     batch_entries: int | None,
     guard: Callable[[], AbstractContextManager[object]],
+    line_bytes: Callable[[], int] | None,
 ) -> ImportReport:
     from sandbox_ledger.transfer import LineError, reconcile_environment
 
@@ -169,13 +186,15 @@ def _stream(
         for number, item in items:
             if isinstance(item, LedgerEntry):
                 key = (item.name, item.sandbox_id)
-                if key != current:
-                    if batch.size >= limit:
+                full = batch.bytes >= BATCH_BYTES
+                if key != current or full:
+                    if batch.size >= limit or full:
+                        batch.split = key if key == current else None
                         with guard():
-                            took = _write(target, batch, counted, report, seconds, progress)
+                            took, known = _write(target, batch, counted, report, seconds, progress)
                         if sizing:
                             limit = _next_limit(batch.size, took)
-                        batch = _Batch()
+                        batch = _Batch(known)
                     current = key
                     held = batch.sessions.get(key)
                     if held is None:
@@ -184,6 +203,8 @@ def _stream(
                     session = held
                 session.append((number, item))
                 batch.size += 1
+                if line_bytes is not None:
+                    batch.bytes += line_bytes()
             elif isinstance(item, LineError):
                 report.failed.append(item)
             else:
@@ -236,18 +257,28 @@ def _write(
     report: ImportReport,
     seconds: int | None,
     progress: Callable[[int], None] | None,
-) -> float:
+) -> tuple[float, dict[Key, Counter[str]]]:
     """Reconcile one batch against what the store holds (expired entries included, where the
     store still keeps them: reconciling against the visible ones only would write an expired
-    entry again on every run) and write what it lacks; how long that took (seconds)."""
-    from sandbox_ledger.transfer import plan_session
+    entry again on every run) and write what it lacks; how long that took (seconds), and
+    what the store holds of the session that goes on in the next batch (``batch.split``)."""
+    from sandbox_ledger.transfer import content_digest, plan_session
 
     started = time.monotonic()
     keys = list(batch.sessions)
+    unknown = [key for key in keys if key not in batch.held]
+    read = dict(zip(unknown, target.read_stored_sessions(unknown), strict=True))
     writes: list[tuple[int, LedgerEntry, int, str]] = []
     done = 0
-    for key, held in zip(keys, target.read_stored_sessions(keys), strict=True):
-        planned, present = plan_session(held, batch.sessions[key], seen=batch.prior[key])
+    carried: Counter[str] | None = None
+    for key in keys:
+        if key in batch.held:
+            held = batch.held[key]
+        else:
+            held = Counter(content_digest(e) for e in read.pop(key))
+        if key == batch.split:
+            carried = held
+        planned, present = plan_session((), batch.sessions[key], seen=batch.prior[key], held=held)
         report.present += present
         done += present
         for number, entry, occurrence, digest in planned:
@@ -275,7 +306,14 @@ def _write(
                 _count(writes, exc.outcomes, report)
             raise
         done += _count(writes, outcomes, report)
+        if carried is not None:  # what the store holds of it now: held, and what it stored
+            carried.update(
+                digest
+                for (_, e, _, digest), outcome in zip(writes, outcomes, strict=True)
+                if isinstance(outcome, bool) and (e.name, e.sandbox_id) == batch.split
+            )
     counted.record(batch.prior)  # plan_session counted this batch's lines into them
     if progress is not None and done:
         progress(done)
-    return time.monotonic() - started
+    known = {} if batch.split is None else {batch.split: carried or Counter()}
+    return time.monotonic() - started, known

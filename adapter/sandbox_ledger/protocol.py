@@ -173,7 +173,10 @@ class TransferAdapter(StorageAdapter, Protocol):
 
     async def read_in_append_order(self, name: str, sandbox_id: str) -> list[LedgerEntry]:
         """Every visible entry of the session in the order it was appended (what an export
-        writes, so that replaying it rebuilds every summary)."""
+        writes, so that replaying it rebuilds every summary), whole as the session was at
+        one moment, or none while a ``delete_sandbox`` of it runs: racing appends, a prefix
+        of them in append order (never a later entry without an earlier one, never part of
+        an entry); racing a delete, never the rest of the deleted session."""
         ...
 
     async def read_sessions_in_append_order(

@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import heapq
+import io
 import itertools
 import json
 from collections import Counter
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENVIRONMENT_KIND",
+    "MAX_LINE_BYTES",
     "EnvironmentCounts",
     "ImportReport",
     "LineError",
@@ -65,9 +67,15 @@ __all__ = [
     "import_entries",
     "import_lines",
     "parse_lines",
+    "read_lines",
 ]
 
 _BOM = b"\xef\xbb\xbf"
+
+MAX_LINE_BYTES = 128 * 2**20
+"""The longest line an import reads (134,217,728 bytes, newline included): a longer one is
+that line's failure, read past in pieces of 1 MiB without being held (a file of one line
+without a newline does not fill the memory), and the import goes on."""
 
 ENVIRONMENT_KIND = "environment"
 """The ``kind`` of an environment record's line in an export."""
@@ -247,7 +255,7 @@ def parse_lines(lines: Iterable[bytes]) -> ParsedFile:
     first line and CRLF line ends are accepted; blank lines are skipped; every other line is
     an entry or a :class:`LineError`, and a bad line never stops the ones after it."""
     parsed = ParsedFile()
-    for number, item in _parsed(lines):
+    for number, item in _parsed(_Sized(lines)):
         if isinstance(item, LineError):
             parsed.errors.append(item)
         elif isinstance(item, LedgerEntry):
@@ -306,15 +314,18 @@ def plan_session(
     incoming: Iterable[tuple[int, LedgerEntry]],
     *,
     seen: Counter[str] | None = None,
+    held: Counter[str] | None = None,
 ) -> tuple[list[tuple[int, LedgerEntry, int, str]], int]:
     """What to write for one session: (line, entry, occurrence, content digest) for every
     copy beyond those the session holds (compared as a multiset of contents), and how many
     are present.
 
     ``seen``: how often each content came in earlier lines of the file (a session whose
-    lines are not all together), counted on into it.
+    lines are not all together), counted on into it. ``held``: the session's stored
+    contents by digest, if known (then ``existing`` is not read).
     """
-    held = Counter(content_digest(e) for e in existing)
+    if held is None:
+        held = Counter(content_digest(e) for e in existing)
     seen = Counter() if seen is None else seen
     writes: list[tuple[int, LedgerEntry, int, str]] = []
     present = 0
@@ -349,9 +360,56 @@ def import_lines(
     from sandbox_ledger._import_stream import stream_import
 
     report = report if report is not None else ImportReport()
+    sized = _Sized(lines)
     return stream_import(
-        target, _parsed(lines), report, progress=progress, guard=guard or contextlib.nullcontext
+        target,
+        _parsed(sized),
+        report,
+        progress=progress,
+        guard=guard or contextlib.nullcontext,
+        line_bytes=sized.last,
     )
+
+
+class _TooLong(bytes):
+    """The start of a line longer than :data:`MAX_LINE_BYTES` (the rest was skipped)."""
+
+
+def read_lines(source: Iterable[bytes]) -> Iterator[bytes]:
+    """The lines of ``source`` (a binary file, a pipe, or lines already read) as an import
+    takes them: from a binary file, never more than :data:`MAX_LINE_BYTES` of one line held
+    (a longer line is read past in pieces and comes as a stand-in the import reports as
+    that line's failure)."""
+    if isinstance(source, io.BufferedIOBase | io.RawIOBase):
+        while raw := source.readline(MAX_LINE_BYTES + 1):
+            if len(raw) > MAX_LINE_BYTES:
+                rest = raw
+                while rest and not rest.endswith(b"\n"):
+                    rest = source.readline(2**20)
+                raw = _TooLong(raw[:100])
+            yield raw
+        return
+    for raw in source:
+        yield _TooLong(raw[:100]) if len(raw) > MAX_LINE_BYTES else raw
+
+
+class _Sized:
+    """:func:`read_lines` of some lines, with the size of the last one read."""
+
+    def __init__(self, lines: Iterable[bytes]) -> None:
+        self._lines = lines
+        self._last = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        lines = self._lines
+        if isinstance(lines, io.BufferedIOBase | io.RawIOBase):
+            lines = read_lines(lines)
+        for raw in lines:  # one generator per line, not two: an import's hot path
+            size = self._last = len(raw)
+            yield _TooLong(raw[:100]) if size > MAX_LINE_BYTES else raw
+
+    def last(self) -> int:
+        return self._last
 
 
 def _parsed(
@@ -359,6 +417,9 @@ def _parsed(
 ) -> Iterator[tuple[int, LedgerEntry | EnvironmentRecord | LineError]]:
     checked: tuple[str, str] | None = None
     for number, raw in enumerate(lines, start=1):
+        if isinstance(raw, _TooLong):
+            yield number, LineError(number, _too_long())
+            continue
         if number == 1 and raw.startswith(_BOM):
             raw = raw[len(_BOM) :]
         try:
@@ -370,6 +431,13 @@ def _parsed(
             checked = (item.name, item.sandbox_id)
         if item is not None:
             yield number, item
+
+
+def _too_long() -> str:
+    return (
+        f"longer than {MAX_LINE_BYTES:,} bytes, the longest line an import reads "
+        "(sandbox_ledger.transfer.MAX_LINE_BYTES)"
+    )
 
 
 def import_entries(

@@ -307,10 +307,10 @@ DEFECTS = (
         "position-keyed import: the copies the session holds not reconciled",
         (
             Patch(
-                "sandbox_ledger.transfer",
-                "plan_session",
-                "held = Counter(content_digest(e) for e in existing)",
-                "held: Counter[str] = Counter()",
+                "sandbox_ledger._import_stream",
+                "_write",
+                "held = Counter(content_digest(e) for e in read.pop(key))",
+                "held = Counter()",
             ),
         ),
         an_export_imported_back_writes_nothing,

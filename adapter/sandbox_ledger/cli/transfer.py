@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, BinaryIO, TextIO
 from sandbox_ledger._signals import deferred, removed_on_termination
 from sandbox_ledger.cli.output import json_safe, say, visible
 from sandbox_ledger.errors import InvalidInputError
-from sandbox_ledger.transfer import ImportReport, export_lines, import_lines
+from sandbox_ledger.transfer import ImportReport, export_lines, import_lines, read_lines
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
@@ -278,7 +278,7 @@ def import_from(
 
 
 def _counted(source: Iterable[bytes], status: ImportStatus) -> Iterator[bytes]:
-    for line in source:
+    for line in read_lines(source):
         status.lines += 1
         yield line
 
@@ -320,7 +320,7 @@ def _import_with_progress(
 
         def counted() -> Iterator[bytes]:
             nonlocal read
-            for line in source:
+            for line in read_lines(source):
                 status.lines += 1
                 read += len(line)
                 if status.lines % 1000 == 0:

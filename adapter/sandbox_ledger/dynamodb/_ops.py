@@ -475,29 +475,9 @@ def stored_entries(
 def read_in_append_order(table: str, name: str, sandbox_id: str) -> Op[list[LedgerEntry]]:
     """Every entry of a session in the order it was stored: by its sequence mark (see
     :mod:`._sequence`; the order ``follow`` hands entries out in), an entry without one (a
-    table written before marks) first, by the order id in its key. One Query reads the
-    entries and the marks (with the claims and markers between them in the partition)."""
-    pk = k.session_pk(name, sandbox_id)
-    items = yield from query_all(
-        {
-            "TableName": table,
-            "KeyConditionExpression": "#pk = :pk AND #sk BETWEEN :lo AND :hi",
-            "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY, "#sk": k.SORT_KEY},
-            "ExpressionAttributeValues": {
-                ":pk": S(pk),
-                ":lo": S(k.EVENT_PREFIX),
-                ":hi": S(k.SEQUENCE_PREFIX[:-1] + "$"),
-            },
-            "ConsistentRead": True,
-        }
-    )
-    heads = [i for i in items if i[k.SORT_KEY]["S"].startswith(k.EVENT_PREFIX)]
-    rank = {
-        mark[A.REF]["S"]: number
-        for mark in items
-        if (number := k.sequence_number(mark[k.SORT_KEY]["S"])) is not None and A.REF in mark
-    }
-    keyed = yield from _whole_entries(table, pk, name, sandbox_id, _live(heads))
+    table written before marks) first, by the order id in its key; whole as of one moment,
+    or none if a delete holds the session (see :func:`_read_whole`)."""
+    keyed, rank = yield from _read_whole(table, name, sandbox_id)
     keyed.sort(key=lambda pair: (pair[0] in rank, rank.get(pair[0], 0), it.append_order(pair[0])))
     return [entry for _, entry in keyed]
 
@@ -510,6 +490,113 @@ def read_each_in_append_order(
     for name, sandbox_id in sessions:
         found.append((yield from read_in_append_order(table, name, sandbox_id)))
     return found
+
+
+WHOLE_READ_ATTEMPTS = 4
+"""How often :func:`_read_whole` reads a session that changed behind its read before it
+gives up."""
+
+
+def _read_whole(
+    table: str, name: str, sandbox_id: str
+) -> Op[tuple[list[tuple[str, LedgerEntry]], dict[str, int]]]:
+    """The session's live whole entries with their heads' sort keys, as the session held them
+    at one moment (an export's read), or none while a delete holds the session; and each
+    head's sequence mark number (see :mod:`._sequence`).
+
+    One Query reads the summary with the entries and the marks (``#SUMMARY`` sorts before
+    ``E#``, the marks ``Q#`` last, the claims and markers between), so a
+    session that fits one page (1 MB) is read in one request, with the delete mark it had
+    then: a session marked by a running :func:`delete_session` is left out (it is being
+    deleted, and a delete is not atomic: part of it may be gone already). A session of
+    several pages can change between them: a delete can take what the first pages held and
+    the rest before the next page is read (an export held 5 of 16 entries of a deleted
+    session), an append with an old ``ts`` can land behind the read. So, after the last
+    page, the summary is read again (a running delete: left out), then the keys of the
+    items before the last page (a consistent Query of them, ``#sk`` and ``#ts`` projected:
+    it costs what reading them cost): if the heads there are the ones read, nothing was
+    deleted from or added behind the read before its last page, and the read is the session
+    as of that page; otherwise it is read again, at most :data:`WHOLE_READ_ATTEMPTS` times.
+
+    Raises:
+        StorageError: the session changed behind every read.
+        ValueError: a head whose part is missing in a session not being deleted.
+    """
+    pk = k.session_pk(name, sandbox_id)
+    names = {"#pk": k.PARTITION_KEY, "#sk": k.SORT_KEY}
+    values = {":pk": S(pk), ":summary": S(k.SUMMARY_SK), ":last": S(_AFTER_MARKS)}
+    query: dict[str, Any] = {
+        "TableName": table,
+        "KeyConditionExpression": "#pk = :pk AND #sk BETWEEN :summary AND :last",
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
+        "ConsistentRead": True,
+    }
+    for attempt in range(1, WHOLE_READ_ATTEMPTS + 1):
+        pages: list[list[Any]] = []
+        start: dict[str, Any] | None = None
+        while True:
+            page = yield Call("query", {**query, "ExclusiveStartKey": start} if start else query)
+            items = page.get("Items", [])
+            if not pages and items and items[0][k.SORT_KEY]["S"] == k.SUMMARY_SK:
+                if _held_by_delete(items[0]):
+                    return [], {}
+                items = items[1:]
+            pages.append(items)
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                break
+            boundary = start[k.SORT_KEY]
+        entries = [item for page in pages for item in page]
+        if len(pages) == 1:
+            break
+        summary = yield Call(
+            "get_item",
+            {
+                "TableName": table,
+                "Key": it.summary_key(pk),
+                "ConsistentRead": True,
+                "ProjectionExpression": "#dl",
+                "ExpressionAttributeNames": {"#dl": A.DELETING},
+            },
+        )
+        if _held_by_delete(summary.get("Item", {})):
+            return [], {}
+        keys = yield from query_all(
+            {
+                **query,
+                "ExpressionAttributeNames": {**names, "#ts": A.TS},
+                "ExpressionAttributeValues": {**values, ":last": boundary},
+                "ProjectionExpression": "#sk, #ts",
+            }
+        )
+        read = {item[k.SORT_KEY]["S"] for page in pages[:-1] for item in page if A.TS in item}
+        held = {item[k.SORT_KEY]["S"] for item in keys if A.TS in item}
+        if held == read:
+            break
+        log.info("read %s/%s: changed behind the read (attempt %d)", name, sandbox_id, attempt)
+    else:
+        raise StorageError(
+            f"read of {name}/{sandbox_id}: the session changed behind each of "
+            f"{WHOLE_READ_ATTEMPTS} reads (deleted, or written behind the read); read it again"
+        )
+    heads = [i for i in entries if i[k.SORT_KEY]["S"].startswith(k.EVENT_PREFIX)]
+    rank = {
+        mark[A.REF]["S"]: number
+        for mark in entries
+        if (number := k.sequence_number(mark[k.SORT_KEY]["S"])) is not None and A.REF in mark
+    }
+    return (yield from _whole_entries(table, pk, name, sandbox_id, _live(heads))), rank
+
+
+_AFTER_MARKS = k.SEQUENCE_PREFIX[:-1] + "$"
+"""``Q$``: after every sequence mark (``Q#``), the last kind of item in a session."""
+
+
+def _held_by_delete(summary: dict[str, Any]) -> bool:
+    """Whether a session's summary carries the mark of a delete that is running (its lease
+    not over; a delete that died leaves a mark that holds nothing)."""
+    return A.DELETING in summary and int(summary[A.DELETING]["N"]) >= _now_ms()
 
 
 def scan_sessions(table: str, *, name: str | None, segments: int) -> Op[list[tuple[str, str]]]:

@@ -22,6 +22,7 @@ from sandbox_ledger.testing.changes import ChangesContract
 from sandbox_ledger.testing.cursors import CursorContract
 from sandbox_ledger.testing.follow import FollowContract
 from sandbox_ledger.testing.parity import StoreParityContract
+from sandbox_ledger.testing.races import RaceContract
 from sandbox_ledger.testing.transfer import TransferContract
 
 if TYPE_CHECKING:
@@ -46,7 +47,12 @@ EXOTIC_PAYLOADS: list[Any] = [
 
 
 class StorageAdapterContract(
-    StoreParityContract, CursorContract, TransferContract, FollowContract, ChangesContract
+    StoreParityContract,
+    CursorContract,
+    TransferContract,
+    FollowContract,
+    ChangesContract,
+    RaceContract,
 ):
     """Abstract contract tests of a :class:`~sandbox_ledger.protocol.TransferAdapter` (the
     storage contract and what moving a ledger needs); subclasses provide the ``adapter``

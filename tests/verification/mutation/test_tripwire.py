@@ -288,8 +288,8 @@ SAMPLES = {
         Patch(
             IMPORT,
             "_stream",
-            "took = _write(target, batch, counted, report, seconds",
-            "took = _write(target, batch, counted, report, None",
+            "took, known = _write(target, batch, counted, report, seconds",
+            "took, known = _write(target, batch, counted, report, None",
         ),
         import_kills.test_every_line_is_counted_and_its_progress_reported,
     ),
