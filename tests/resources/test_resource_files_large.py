@@ -1,14 +1,12 @@
-"""``resources import`` of very large record files (issue 41, item 9): found broken, fixes
-left to the owners of ``resources/`` (strict xfail: each turns into a failure, to remove the
-mark, once its fix lands).
+"""``resources import`` of very large record files (issue 41, item 9).
 
 - A record too large for the table (DynamoDB's 400 KB item) raised ``StorageError:
   ValidationException: Item size to update has exceeded the maximum allowed size`` out of
-  ``import_directory``: the files after it were never imported, and the CLI stopped with
-  that error instead of naming the file and going on (exit 4).
-- A file of hundreds of MB is read whole (``path.read_bytes()``), decoded and parsed before
-  anything looks at its size: memory follows the file. A record file has a stated most
-  (what the table can hold): a larger file should fail by name from its size alone.
+  ``import_directory``: the files after it were never imported. It now fails its file alone
+  (``put`` refuses it as bad input before writing).
+- A file of hundreds of MB was read whole before anything looked at its size: memory
+  followed the file. A record file holds at most ``MAX_RECORD_FILE_BYTES``; a larger one
+  fails by name from its size alone.
 """
 
 from __future__ import annotations
@@ -41,11 +39,6 @@ def store(moto_endpoint: str, sync_table: str) -> SyncResourceRecordStore:
     return SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="resources/: a record too large for an item raises StorageError out of "
-    "import_directory instead of failing its file alone",
-)
 def test_a_record_too_large_for_the_table_fails_alone(
     tmp_path: Path, store: SyncResourceRecordStore
 ) -> None:
@@ -57,10 +50,6 @@ def test_a_record_too_large_for_the_table_fails_alone(
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="resources/: read_record_file reads a file whole before looking at its size",
-)
 def test_a_very_large_record_file_fails_from_its_size_without_being_read(
     tmp_path: Path, store: SyncResourceRecordStore
 ) -> None:
@@ -76,3 +65,20 @@ def test_a_very_large_record_file_fails_from_its_size_without_being_read(
     assert list(report.failed) == [name]
     assert report.written == [f"{OTHER}.json"]
     assert peak < 20_000_000, peak
+
+
+def test_put_refuses_a_record_over_an_item_before_writing(
+    store: SyncResourceRecordStore,
+) -> None:
+    from sandbox_ledger import InvalidInputError
+    from sandbox_ledger.resources.models import ResourceActivityRecord
+
+    record = json.loads(EXAMPLE.read_text())
+    near = ResourceActivityRecord.model_validate({**record, "workspace": "/w/" + "x" * 409_600})
+    with pytest.raises(InvalidInputError, match=r"^record: .* over DynamoDB's 409,600 bytes"):
+        store.put(near)
+    assert store.get(near.id) is None
+    fits = ResourceActivityRecord.model_validate({**record, "workspace": "/w/" + "x" * 300_000})
+    store.put(fits)
+    stored = store.get(fits.id)
+    assert stored is not None and stored.workspace == fits.workspace

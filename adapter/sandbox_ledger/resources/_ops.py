@@ -22,7 +22,7 @@ from sandbox_ledger.resources.models import (
     to_iso,
 )
 from sandbox_ledger.sdk import steps
-from sandbox_ledger.sdk.attributes import N, S
+from sandbox_ledger.sdk.attributes import MAX_ITEM_BYTES, N, S, item_size
 from sandbox_ledger.sdk.batching import batch_get
 from sandbox_ledger.sdk.paging import ScanStarts, check_resume, newest_first, scan_round
 from sandbox_ledger.sdk.steps import Call, Op, Parallel, Sleep, error_code
@@ -49,6 +49,11 @@ class AnyIncarnation(enum.Enum):
     """A write that expects no incarnation in particular (the default)."""
 
     ANY = "any"
+
+
+_BOOKKEEPING_BYTES = 512
+"""Room kept in a record's item for what owners and sweepers add besides the record (its
+revision, incarnation, claim, lease and observation)."""
 
 
 def _conflict(
@@ -116,6 +121,13 @@ def put(
     a sweeper is expiring. The TTL attribute is set to ``expires_at``, or removed if None. A
     record created by this write gets a new incarnation; a replaced one keeps its own."""
     values = ri.write_values(record, expires_at=expires_at, shard_count=shard_count)
+    size = item_size({**ri.record_key(record.id), **values}) + _BOOKKEEPING_BYTES
+    if size > MAX_ITEM_BYTES:
+        raise InvalidInputError(
+            "record",
+            f"{record.id} would be a {size:,}-byte item, over DynamoDB's {MAX_ITEM_BYTES:,} "
+            "bytes (its workspace, metadata or operations are too large)",
+        )
     names = {f"#a{i}": name for i, name in enumerate(values)}
     assignments = [f"#a{i} = :a{i}" for i in range(len(values))]
     expr_values: dict[str, Any] = {f":a{i}": v for i, v in enumerate(values.values())}

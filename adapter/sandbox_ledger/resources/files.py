@@ -58,6 +58,11 @@ def _first_error(exc: ValidationError) -> str:
     return f"{where}: {error['msg']}" if where else str(error["msg"])
 
 
+MAX_RECORD_FILE_BYTES = 1_048_576
+"""The largest record file read: a record is one table item (at most 400 KB stored); the
+rest is room for a file's indentation."""
+
+
 def read_record_file(path: Path) -> ResourceActivityRecord:
     """One record file (UTF-8, a byte-order mark allowed), validated.
 
@@ -69,6 +74,13 @@ def read_record_file(path: Path) -> ResourceActivityRecord:
     if not path.is_file():  # a directory, a FIFO (reading it would block), a device
         raise InvalidInputError(name, "not a regular file")
     try:
+        size = path.stat().st_size
+        if size > MAX_RECORD_FILE_BYTES:  # judged before anything is read
+            raise InvalidInputError(
+                name,
+                f"{size:,} bytes; a record file holds at most {MAX_RECORD_FILE_BYTES:,} "
+                "(a record is one table item, at most 400 KB)",
+            )
         text = path.read_bytes().decode("utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInputError(name, f"cannot be read ({exc})") from exc
@@ -136,6 +148,9 @@ def import_directory(
             continue
         try:
             store.put(record)  # conditional: never over a newer record or a sweeper's claim
+        except InvalidInputError as exc:  # a record the table cannot hold: this file alone
+            report.failed[path.name] = str(exc)
+            continue
         except ConflictError:
             now = store.get_versioned(record.id)
             if now is not None and now.record.updated_at_ms >= record.updated_at_ms:
