@@ -248,3 +248,72 @@ def unicode_text(value: Any) -> str:
 def loads(data: bytes | str) -> Any:
     """Parse JSON written by :func:`dumps`."""
     return json.loads(data)
+
+
+class DuplicateKeyError(ValueError):
+    """A JSON object names one key twice: JSON parsers keep one of the two values (Python's
+    and pydantic's the last) without a word, so text taken from outside that does is refused."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"the key {key!r} appears twice in one object")
+        self.key = key
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKeyError(key)
+            seen.add(key)
+    return out
+
+
+def loads_unique(data: bytes | str) -> Any:
+    """``json.loads``, refusing an object that names a key twice: every reader of JSON the
+    product takes from outside parses with it, or checks with :func:`refuse_duplicate_keys`.
+
+    Raises:
+        DuplicateKeyError: naming the key (a ValueError).
+        ValueError: not JSON (``json.JSONDecodeError``).
+        RecursionError: nested deeper than the decoder recurses.
+    """
+    return json.loads(data, object_pairs_hook=_unique_pairs)
+
+
+def object_keys(value: Any) -> int:
+    """How many keys the objects of a parsed JSON value hold, at every level."""
+    # Loops rather than sum() over generators: an import counts every entry's payload.
+    count = 0
+    if value.__class__ is dict:
+        count = len(value)
+        for item in value.values():
+            if item.__class__ is dict or item.__class__ is list:
+                count += object_keys(item)
+    elif value.__class__ is list:
+        for item in value:
+            if item.__class__ is dict or item.__class__ is list:
+                count += object_keys(item)
+    return count
+
+
+def refuse_duplicate_keys(text: str | bytes) -> None:
+    """Parse ``text`` again with :func:`loads_unique` to find a key named twice (text that
+    json cannot read is left to the caller's parser).
+
+    A reader that parses with another parser (pydantic's, which keeps the last value of a key
+    named twice) calls it only when the text could name one: every key in JSON text is followed
+    by a colon, so text with no more colons than its parse holds keys (:func:`object_keys`)
+    names none twice. That check is exact and costs a count; only text with a colon inside a
+    string, or a key named twice, is parsed again.
+
+    Raises:
+        DuplicateKeyError: naming the key.
+    """
+    try:
+        loads_unique(text)
+    except DuplicateKeyError:
+        raise
+    except (ValueError, RecursionError):
+        return

@@ -24,6 +24,7 @@ import hmac
 import json
 from typing import TYPE_CHECKING, Any
 
+from sandbox_ledger._json import loads_unique
 from sandbox_ledger.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def unseal(cursor: object) -> dict[str, Any]:
     damaged = InvalidInputError("cursor", "damaged or altered: not as a listing returned it")
     try:
         raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True)
-        body = json.loads(raw)
+        body = loads_unique(raw)  # a key named twice: damaged, as any other change
     except (ValueError, binascii.Error, RecursionError) as exc:
         raise damaged from exc
     # Base64 ignores the unused bits of its last character: only the one spelling is a cursor.

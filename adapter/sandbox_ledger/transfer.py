@@ -44,6 +44,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sandbox_ledger import _json
+from sandbox_ledger._json import (
+    DuplicateKeyError,
+    loads_unique,
+    object_keys,
+    refuse_duplicate_keys,
+)
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.keys import check_session_key
 from sandbox_ledger.models import EnvironmentRecord, LedgerEntry
@@ -213,6 +219,18 @@ def _parse_line(
         if typed is not None:
             return typed
         raise ValueError(_reason(exc)) from exc
+    # A JSON object may name a key twice, which the parse above takes as its last value: such
+    # a line is refused. Only a line with more colons than the entry holds keys may name one
+    # twice (see refuse_duplicate_keys); attributes read straight: this runs for every line.
+    colons, keys = text.count(":"), len(entry.__pydantic_fields_set__)
+    if colons > keys:
+        payload = entry.payload
+        # A payload object's own keys first (most payloads are flat): all only when needed.
+        if colons > keys + (len(payload) if payload.__class__ is dict else 0):
+            extra = entry.__pydantic_extra__
+            keys += object_keys(payload) + (object_keys(list(extra.values())) if extra else 0)
+            if colons > keys:
+                refuse_duplicate_keys(text)
     if (entry.name, entry.sandbox_id) != checked:
         check_session_key(entry.name, entry.sandbox_id)
     return entry
@@ -226,7 +244,9 @@ def _typed_line(text: str) -> EnvironmentRecord | None:
         ValueError: an unknown kind, or an invalid record.
     """
     try:
-        value = json.loads(text)
+        value = loads_unique(text)
+    except DuplicateKeyError:
+        raise
     except (ValueError, RecursionError):  # nested deeper than the decoder recurses: a bad line
         return None
     if not isinstance(value, dict) or "kind" not in value or "event" in value:

@@ -25,8 +25,6 @@ from sandbox_ledger.testing import StorageAdapterContract
 class TestBlockingSQLite(StorageAdapterContract):
     """Every case of the contract, each call through the facade from a worker thread."""
 
-    reuses_deleted_ids = True
-
     @pytest.fixture
     async def adapter(self, tmp_path: Path) -> AsyncIterator[AsyncOverSync]:
         adapter = AsyncOverSync(BlockingAdapter(SQLiteAdapter(tmp_path / "ledger.db")))

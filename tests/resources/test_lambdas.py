@@ -356,6 +356,29 @@ def test_ttl_stream_handler(wiring: Wiring) -> None:
     assert published["detail"]["trigger"] == "ttl"
 
 
+def test_one_odd_stream_record_fails_alone(wiring: Wiring) -> None:
+    """Issue 41: an ``ApproximateCreationDateTime`` that is no plausible time, or an image
+    missing a field, is that record's problem: the good records of its batch are published
+    once, and only the undecodable one is a batch item failure (none is retried with it)."""
+    own = wiring.table
+    records = [_ttl_item() for _ in range(6)]
+    batch = [
+        _stream_record(item, ttl=True, seq=str(600 + i), table=own)
+        for i, (_, item) in enumerate(records)
+    ]
+    for one, created in zip(batch[1:5], ("soon", 1e300, -1e20, float("nan")), strict=True):
+        one["dynamodb"]["ApproximateCreationDateTime"] = created
+    _, broken = _ttl_item()
+    del broken["rev"]  # a KeyError in decoding
+    batch.insert(3, _stream_record(broken, ttl=True, seq="699", table=own))
+    ttl = load_handler("on_ttl_expiry")
+    assert ttl.handler({"Records": batch}, FakeContext()) == {
+        "batchItemFailures": [{"itemIdentifier": "699"}]
+    }
+    published = [e["detail"]["record"]["id"] for e in wiring.received()]
+    assert sorted(published) == sorted(r.id for r, _ in records)
+
+
 def test_ttl_removals_of_ledger_items_publish_nothing(wiring: Wiring) -> None:
     """Ledger retention expires entries, their parts, checkpoint markers and summaries by
     TTL: the stream handler reports none of them as a ResourceExpired."""

@@ -174,7 +174,7 @@ async def test_a_schema_1_database_migrates_and_keeps_its_entries_forever(
         assert [d.sandbox_id for d in await adapter.list_sandbox_details("job")] == ["old"]
     names = {
         "sqlite": "0005_entry_extra, 0006_changes, 0007_changes_per_entry_cost, "
-        "0008_append_keys_by_session",
+        "0008_append_keys_by_session, 0009_session_ids_never_reused",
         "postgres": "0005_entry_extra, 0006_changes, 0007_changes_per_entry_cost",
     }[store.kind]
     latest = store.module.SCHEMA_VERSION

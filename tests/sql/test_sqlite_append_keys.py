@@ -120,7 +120,7 @@ async def test_a_version_7_database_keeps_what_it_holds(
         await adapter.append_at(position, 7)
         assert len(await adapter.read_all("n", "a")) == 3
         assert len(await adapter.read_all("n", "b")) == 3
-    assert "from version 7 to 8 (0008_append_keys_by_session)" in caplog.text
+    assert "from version 7 to 9 (0008_append_keys_by_session, 0009_" in caplog.text
     with sqlite3.connect(path) as db:
         assert db.execute(
             "SELECT count(*) FROM sqlite_master WHERE name = 'ledger_events_keys_by_session'"

@@ -12,8 +12,6 @@ from sandbox_ledger.testing import StorageAdapterContract
 
 
 class TestSQLiteAdapter(StorageAdapterContract):
-    reuses_deleted_ids = True
-
     @pytest.fixture
     async def adapter(self, tmp_path: Path) -> AsyncIterator[SQLiteAdapter]:
         adapter = SQLiteAdapter(tmp_path / "ledger.db")

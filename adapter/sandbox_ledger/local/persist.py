@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sandbox_ledger._json import DuplicateKeyError, loads_unique
 from sandbox_ledger.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -109,8 +110,10 @@ def _resource_line(raw: bytes, where: str) -> ResourceActivityRecord | None:
     if b'"kind"' not in raw or RESOURCE_KIND.encode() not in raw:
         return None
     try:
-        value = json.loads(raw)
-    except ValueError:
+        value = loads_unique(raw)
+    except DuplicateKeyError as exc:
+        raise InvalidInputError(where, str(exc)) from exc
+    except (ValueError, RecursionError):
         return None
     if not isinstance(value, dict) or value.get("kind") != RESOURCE_KIND or "event" in value:
         return None

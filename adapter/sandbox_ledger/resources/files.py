@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from pydantic import ValidationError
 
+from sandbox_ledger._json import DuplicateKeyError, loads_unique
 from sandbox_ledger._signals import deferred, removed_on_termination
 from sandbox_ledger.errors import ConflictError, InvalidInputError
 from sandbox_ledger.resources._items import Unreadable
@@ -85,7 +86,9 @@ def read_record_file(path: Path) -> ResourceActivityRecord:
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInputError(name, f"cannot be read ({exc})") from exc
     try:
-        raw = json.loads(text)
+        raw = loads_unique(text)
+    except DuplicateKeyError as exc:
+        raise InvalidInputError(name, f"not a resource record ({exc})") from exc
     except (json.JSONDecodeError, RecursionError) as exc:
         reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         raise InvalidInputError(name, f"not JSON ({reason})") from exc

@@ -18,6 +18,7 @@ or a handler invocation that dies after writing one, publishes its expiries agai
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from sandbox_ledger.errors import LedgerError, translate_client_error
-from sandbox_ledger.resources.stream import ttl_expiry
+from sandbox_ledger.resources.stream import created_at, member, ttl_expiry
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -42,10 +43,12 @@ OBJECT_VERSION = 1
 _CHUNK = 10  # one PutEvents request's worth; a bus found down stops further attempts
 
 
-def is_own_table(table_name: str, event_source_arn: str | None) -> bool:
+def is_own_table(table_name: str, event_source_arn: object) -> bool:
     """True if a stream record's ``eventSourceARN`` is a stream of table ``table_name``."""
     # arn:aws:dynamodb:<region>:<account>:table/<name>/stream/<label>
-    parts = (event_source_arn or "").split(":", 5)
+    if not isinstance(event_source_arn, str):
+        return False
+    parts = event_source_arn.split(":", 5)
     resource = parts[5] if len(parts) == 6 else ""
     return resource.split("/")[:2] == ["table", table_name]
 
@@ -53,8 +56,18 @@ def is_own_table(table_name: str, event_source_arn: str | None) -> bool:
 def _sequence(stream_record: dict[str, Any]) -> str:
     """The stream record's sequence number: its ``itemIdentifier`` in a partial batch
     response, and (unique in its stream) its object's name."""
-    dynamodb = stream_record.get("dynamodb") or {}
-    return str(dynamodb.get("SequenceNumber") or stream_record.get("eventID") or "")
+    for found in (
+        member(member(stream_record, "dynamodb"), "SequenceNumber"),
+        member(stream_record, "eventID"),
+    ):
+        if isinstance(found, str) and found:
+            return found
+    return ""
+
+
+def _unnamed(stream_record: dict[str, Any]) -> str:
+    raw = json.dumps(stream_record, sort_keys=True, ensure_ascii=True, default=repr)
+    return f"unknown-{hashlib.sha256(raw.encode()).hexdigest()[:32]}"
 
 
 @dataclass(frozen=True)
@@ -69,9 +82,10 @@ class UnreportedStore:
     def key(self, table_name: str, stream_record: dict[str, Any]) -> str:
         """Where ``stream_record`` is kept: the same key for every retry of the same record,
         so a retried batch overwrites its object instead of adding one."""
-        created = (stream_record.get("dynamodb") or {}).get("ApproximateCreationDateTime")
-        when = datetime.fromtimestamp(float(created), UTC) if created else datetime.now(UTC)
-        sequence = _sequence(stream_record) or "unknown"
+        when = created_at(stream_record) or datetime.now(UTC)
+        # A record without a sequence number (never one DynamoDB wrote) is named by its
+        # content, so two of them are two objects and its retries one.
+        sequence = _sequence(stream_record) or _unnamed(stream_record)
         return f"{self.prefix}{table_name}/{when:%Y/%m/%d}/{sequence}.json"
 
     def put(self, table_name: str, stream_record: dict[str, Any], *, why: str) -> str:
@@ -146,9 +160,10 @@ def report_ttl_removals(
         report.failures.append(_sequence(stream_record))
 
     for stream_record in records:
-        if not is_own_table(table_name, stream_record.get("eventSourceARN")):
+        arn = member(stream_record, "eventSourceARN")
+        if not is_own_table(table_name, arn):
             if on_foreign is not None:
-                on_foreign(stream_record.get("eventSourceARN"))
+                on_foreign(arn if isinstance(arn, str) else None)
             report.ignored += 1
             continue
         try:
@@ -237,13 +252,15 @@ def _already_removed(exc: ClientError | BotoCoreError) -> bool:
     return error.get("Code") in ("NoSuchKey", "404", "NotFound") or status == 404
 
 
-def stream_records_of(body: dict[str, Any]) -> list[dict[str, Any]]:
+def stream_records_of(body: object) -> list[dict[str, Any]]:
     """The stream records an object holds: the one the handler kept, or the batch of a
     Lambda on-failure invocation record (its ``payload``).
 
     Raises:
         ValueError: the object is neither (or an on-failure record without its payload).
     """
+    if not isinstance(body, dict):
+        raise ValueError(f"a JSON {type(body).__name__}, not an object")
     if body.get("version") == OBJECT_VERSION and isinstance(body.get("streamRecord"), dict):
         return [body["streamRecord"]]
     if "payload" in body:
@@ -289,7 +306,7 @@ def replay_failed_expiries(
             records = stream_records_of(json.loads(raw))
             expiries = []
             for stream_record in records:
-                if not is_own_table(table_name, stream_record.get("eventSourceARN")):
+                if not is_own_table(table_name, member(stream_record, "eventSourceARN")):
                     result.ignored += 1
                     continue
                 expiry = ttl_expiry(stream_record)
@@ -303,7 +320,9 @@ def replay_failed_expiries(
                 continue
             result.failed[key] = str(translate_client_error(exc, operation="GetObject"))
             continue
-        except ValueError as exc:  # json.JSONDecodeError is a ValueError
+        # json.JSONDecodeError is a ValueError; JSON nested past the decoder's depth is a
+        # RecursionError: either is this object's fault, never the run's.
+        except (ValueError, RecursionError) as exc:
             result.failed[key] = f"cannot be replayed: {exc}"
             continue
         if dry_run:

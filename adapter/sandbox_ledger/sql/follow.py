@@ -8,7 +8,9 @@ it while holding the session row's lock, until it commits), so a follower that h
 out ``seq`` n never meets a smaller one later: nothing is skipped however many write at once.
 
 A position holds the session row's id and the last ``seq``: a session deleted (its row gone,
-or a new row of the same name and sandboxId) ends the follower.
+or a new row of the same name and sandboxId) ends the follower. Neither dialect hands a row id
+out again (PostgreSQL's identity; SQLite's ``AUTOINCREMENT`` from schema version 9), so a
+position never resumes inside another session.
 """
 
 from __future__ import annotations

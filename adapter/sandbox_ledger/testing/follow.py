@@ -65,11 +65,6 @@ class FollowContract:
     a store that follows in ``read_all`` order (DynamoDB: by its sort key, see docs/live.md)
     sets it False."""
 
-    reuses_deleted_ids: ClassVar[bool] = False
-    """True where a session deleted and begun again may get back the ids of the old one
-    (SQLite reuses the largest row ids once deleted): a position of the deleted session is
-    then taken for one of the new session (see docs/live.md, Limits)."""
-
     async def _order(self, adapter: Any, name: str, sandbox_id: str) -> list[LedgerEntry]:
         if self.follows_append_order:
             return list(await adapter.read_in_append_order(name, sandbox_id))
@@ -191,13 +186,36 @@ class FollowContract:
         assert [f.entry.ts for f in followed] == [1]
 
     async def test_a_position_of_a_deleted_session_ends_at_once(self, adapter: Any) -> None:
-        if self.reuses_deleted_ids:
-            pytest.skip("this store may reuse a deleted session's ids (see docs/live.md)")
         await adapter.append(entry("f", "d", LedgerEvent.SandboxCreated, 1))
         [first] = await collect(adapter, "f", "d", limit=1)
         await adapter.delete_sandbox("f", "d")
         await adapter.append(entry("f", "d", LedgerEvent.SandboxCreated, 2))
         assert await collect(adapter, "f", "d", after=first.position, until_closed=False) == []
+
+    async def test_a_position_never_resumes_inside_a_session_begun_again(
+        self, adapter: Any
+    ) -> None:
+        """A session deleted and begun again under its name and sandboxId is another session:
+        a position of the deleted one ends the follower, or follows the new one from its start;
+        never from its middle (a store that hands out ids again must not take the old
+        position for one of the new session)."""
+        await adapter.append(entry("f", "again", LedgerEvent.SandboxCreated, 1))
+        for step in range(4):
+            await adapter.append(
+                entry("f", "again", LedgerEvent.ExecStarted, 2 + step, step=step, payload="old")
+            )
+        old = await collect(adapter, "f", "again", limit=5)
+        await adapter.delete_sandbox("f", "again")
+        await adapter.append(entry("f", "again", LedgerEvent.SandboxCreated, 11))
+        for step in range(5):
+            await adapter.append(
+                entry("f", "again", LedgerEvent.ExecStarted, 12 + step, step=step, payload="new")
+            )
+        await adapter.append(entry("f", "again", LedgerEvent.SandboxClosed, 20))
+        new = _wires(await self._order(adapter, "f", "again"))
+        for one in old:
+            resumed = await collect(adapter, "f", "again", after=one.position)
+            assert _wires([f.entry for f in resumed]) in ([], new), one.entry.ts
 
     @pytest.mark.parametrize("bad", ["", "nonsense", "e30", 7, b"x"])
     async def test_refuses_what_is_not_a_position(self, adapter: Any, bad: Any) -> None:
