@@ -22,6 +22,7 @@ stream record's ``eventID``: the same record read twice has the same id.
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Any
 
@@ -45,9 +46,19 @@ def _ms(when: object) -> int:
     Lambda event."""
     if isinstance(when, datetime):
         return int(when.timestamp() * 1000)
-    if isinstance(when, int | float | str):
-        return int(float(when) * 1000)
-    return 0
+    if isinstance(when, str):
+        try:
+            when = float(when)
+        except ValueError:
+            return 0
+    if isinstance(when, bool) or not isinstance(when, int | float):
+        return 0
+    # Not a plausible time (not finite, before 1970, past the year 9999): as if absent.
+    return int(when * 1000) if math.isfinite(when) and 0 <= when < _LATEST_S else 0
+
+
+_LATEST_S = 253_402_300_800
+"""10000-01-01T00:00:00Z in Unix seconds."""
 
 
 def change_of(record: dict[str, Any]) -> Change | None:
@@ -67,7 +78,10 @@ def change_of(record: dict[str, Any]) -> Change | None:
         if kind is None:
             return None
         name, sandbox_id = k.parse_session_pk(pk)
-        ts = int((image.get(A.TS) or {}).get("N", at))
+        try:
+            ts = int((image.get(A.TS) or {}).get("N", at))
+        except (TypeError, ValueError):  # an image this version never wrote
+            ts = at
         return Change(kind, rid, ts, name=name, sandbox_id=sandbox_id)
     if event != "REMOVE":
         return None
