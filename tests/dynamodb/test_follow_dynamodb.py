@@ -253,3 +253,30 @@ def test_a_session_deleted_between_polls_ends_the_follower(
         ledger.delete_sandbox("f", "d")
         after = run_sync(ledger.client(), poller.poll(Poll(state=state, idle=0)))
         assert after.found == [] and after.gone
+
+
+def test_a_follower_from_the_start_reads_entries_and_marks_in_one_query(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    """Catching up from the start costs what read_all costs (a Query of the partition), not a
+    read per entry; a later poll reads the new marks, then only the new entries."""
+    from sandbox_ledger.dynamodb._follow import SessionPoller
+    from sandbox_ledger.follow import Poll
+    from sandbox_ledger.sdk.steps import run_sync
+    from tests.dynamodb.test_dynamodb_design import RequestCounter
+
+    with SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint) as ledger:
+        ledger.append(entry("f", "c", LedgerEvent.SandboxCreated, 1))
+        for i in range(30):
+            ledger.append(entry("f", "c", LedgerEvent.ExecStarted, 2 + i, step=i))
+        poller = SessionPoller(sync_table, "f", "c", PollSettings())
+        counter = RequestCounter().attach(ledger.client())
+        first = run_sync(ledger.client(), poller.poll(Poll(state=None, idle=0)))
+        assert len(first.found) == 31
+        assert dict(counter.calls) == {"Query": 1}
+        ledger.append(entry("f", "c", LedgerEvent.ExecStarted, 0, step=99))
+        counter.reset()
+        state = first.found[-1][0]
+        later = run_sync(ledger.client(), poller.poll(Poll(state=state, idle=0)))
+        assert [e.step_index for _, e in later.found] == [99]
+        assert dict(counter.calls) == {"Query": 1, "BatchGetItem": 1}
