@@ -112,10 +112,13 @@ def cases(adapter: SyncDynamoDBAdapter) -> list[tuple[str, Callable[[], Any], bo
     # The entries are built once: the caller's model construction is not the adapter's cost
     # (appending the same entry again is a new entry, as in the contract).
     started = entry("w", LedgerEvent.ExecStarted, 1000, 0, {"cmd": "ls -la"})
+    # The client's steady state: it knows where the session's sequence goes next (its first
+    # append to a session it has not written reads it first, a Query the replay would lack).
+    adapter.append(entry("w", LedgerEvent.SandboxCreated, 999))
     complete = entry("w", LedgerEvent.ExecComplete, 1001, 0, {"exitCode": 0})
     environment = EnvironmentRecord(name="env-x", built_at=7)
     return [
-        ("append exec.started (PutItem)", lambda: adapter.append(started), False),
+        ("append exec.started (TransactWriteItems)", lambda: adapter.append(started), False),
         ("append exec.complete (TransactWriteItems)", lambda: adapter.append(complete), False),
         ("get_sandbox_details (GetItem)", lambda: adapter.get_sandbox_details("bench", "s"), False),
         ("get_environment (GetItem)", lambda: adapter.get_environment("env-1"), False),
