@@ -351,10 +351,13 @@ def test_a_data_file_turned_into_a_fifo_is_a_failed_save_not_a_hang(tmp_path: Pa
 )
 def test_the_closing_summary_counts_entries_in_words(entries: int, said: str) -> None:
     from sandbox_ledger.cli.local_command import _Saver
-    from sandbox_ledger.local.persist import Snapshot
+    from sandbox_ledger.local.persist import DataState
 
-    saver = _Saver(Path("dev.jsonl"), None, None)  # type: ignore[arg-type]  # not used here
-    saver.last = Snapshot(lines=(), digest="", entries=entries, environments=1, records=0)
+    saver = _Saver(Path("dev.jsonl"), None, None, None)  # type: ignore[arg-type]  # not used here
+    saver.mirror = DataState(
+        "dev.jsonl", {("build", "sb-1"): [(0, "")] * entries}, {"python": (0, "")}
+    )
+    saver.file = Path(__file__).stat()  # saved
     assert saver.summary() == (
         f"; saved {said} 1 environment record(s) and 0 resource record(s) to dev.jsonl"
     )
