@@ -278,8 +278,14 @@ class _Saver:
                 self._saved()
                 return
         if failure is None:
-            if final and self.file is not None and not self.stale and not change.lines:
-                return  # the file holds the tables already, in the fewest lines
+            if (
+                final
+                and self.file is not None
+                and not self.stale
+                and not change.lines
+                and self.file.st_size == self.whole
+            ):
+                return  # the file holds the tables already, written whole
             lines = tuple(self.mirror.lines())
             failure = _write_data(lines, self.data)
             if failure is None:
