@@ -101,14 +101,18 @@ class _InProcessLedger(SyncDynamoDBAdapter):
     _in_process: InProcessClient
 
     def run(self, op: Op[T]) -> T:
-        return run_sync(self._in_process, op)
+        # One call at a time: the server serves one request at a time anyway, and threads
+        # waiting for it only add switches.
+        return run_sync(self._in_process, op, concurrent=False)
 
 
 class _InProcessStore(SyncResourceRecordStore):
     _in_process: InProcessClient
 
     def run(self, op: Op[T]) -> T:
-        return run_sync(self._in_process, op)
+        # One call at a time: the server serves one request at a time anyway, and threads
+        # waiting for it only add switches.
+        return run_sync(self._in_process, op, concurrent=False)
 
 
 def ledger(server: LocalDynamoDB, table: str, region_name: str) -> SyncDynamoDBAdapter:
