@@ -185,3 +185,39 @@ def test_a_save_cut_short_anywhere_loses_that_save_never_the_file(
         held = state.sessions.get(("build", "sb-1"), [])
         assert len(held) in (1, 2) if size < len(after) else len(held) == 1
     ledger.close()
+
+
+def test_a_change_that_cannot_be_read_is_said_and_read_again_at_the_next_save(
+    server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An entry whose head names a part that is not stored (damage) fails the read of its
+    session: the save says so on stderr, the server keeps serving, and the next save that
+    can read it saves it."""
+    own_ledger, own_store = server.table()
+    ledger, _ = server.clients(own_ledger.table_name)
+    client = ledger.client()
+    server.log.take()
+    path = tmp_path / "dev.jsonl"
+    saver = _Saver(path, own_ledger, own_store, server.log)
+    entry = LedgerEntry(
+        ts=1, name="build", sandbox_id="sb-1", step_index=-1, event="sandbox.created"
+    )
+    ledger.append(entry)
+    saver.save()
+    pk = k.session_pk("build", "sb-1")
+    [head] = [
+        item
+        for item in client.query(
+            TableName=own_ledger.table_name,
+            KeyConditionExpression="PK = :pk AND begins_with(SK, :e)",
+            ExpressionAttributeValues={":pk": {"S": pk}, ":e": {"S": k.EVENT_PREFIX}},
+        )["Items"]
+    ]
+    client.put_item(TableName=own_ledger.table_name, Item={**head, "np": {"N": "1"}})
+    saver.save()
+    assert "could not save" in capsys.readouterr().err and saver.failing is not None
+    client.put_item(TableName=own_ledger.table_name, Item=head)  # repaired
+    ledger.append(entry.model_copy(update={"ts": 2}))
+    saver.save()
+    assert saver.failing is None and read_data(path).entries == 2
+    ledger.close()

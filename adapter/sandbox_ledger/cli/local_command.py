@@ -255,14 +255,30 @@ class _Saver:
         disk full) is said on stderr and tried again at the next one while the server keeps
         serving; the one on exit, failing, writes the tables to a new file in the temporary
         directory instead and says where (:class:`CommandError`, exit 1)."""
+        from sandbox_ledger.errors import LedgerError
         from sandbox_ledger.local import journal
 
         if self.data is None:
             return
         written = self.log.take()
-        change = journal.changes(
-            self.mirror, written, self.ledger.table_name, self.ledger, self.store
-        )
+        try:
+            change = journal.changes(
+                self.mirror, written, self.ledger.table_name, self.ledger, self.store
+            )
+        except (LedgerError, ValueError) as exc:  # a stored item this version cannot read
+            self.log.put_back(written)  # read again at the next save
+            why = f"cannot read what changed: {exc}"
+            if final:
+                kept = _write_data(tuple(self.mirror.lines()), self.data)
+                raise CommandError(
+                    f"--data: {why}; {self.data} holds the tables as the last save found them"
+                    + ("" if kept is None else f" (and could not be written: {kept})"),
+                    ExitCode.FAILED,
+                ) from exc
+            if why != self.failing:
+                say(f"could not save {self.data} ({why}); still serving, trying again")
+            self.failing = why
+            return
         self.mirror = change.after
         if change.after.appended:  # read whole again: the file is to be written whole
             self.stale = True

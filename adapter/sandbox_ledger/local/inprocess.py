@@ -153,6 +153,10 @@ _READS = {
     "GetShardIterator",
     "ListStreams",
     "DescribeLimits",
+    "TransactGetItems",
+    "ListBackups",
+    "DescribeBackup",
+    "DescribeKinesisStreamingDestination",
 }
 """Requests that change nothing (every other one may change anything: read it all)."""
 
