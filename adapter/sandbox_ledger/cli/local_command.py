@@ -8,6 +8,7 @@ import os
 import shlex
 import signal
 import sys
+import time
 from pathlib import Path  # noqa: TC003 - typer reads the annotation at run time
 from typing import TYPE_CHECKING
 
@@ -101,8 +102,12 @@ def _serve(
             return saver
         pg = _start_postgres() if postgres else None
         _announce(server.endpoint_url, table, pg, data)
-        while not stop.wait(save_every):
+        # Saves start every save_every seconds, however long each takes (one waiting for the
+        # end of the last one would stretch the time a write waits to be saved).
+        due = time.monotonic() + save_every
+        while not stop.wait(max(0.0, due - time.monotonic())):
             saver.save()
+            due = max(due + save_every, time.monotonic())
         saver.save(final=True)
     finally:
         if pg is not None:
