@@ -392,6 +392,24 @@ def test_at_100000_entries_a_written_entry_survives_kill_9_and_the_server_restar
     from sandbox_ledger.local.persist import read_data
 
     (tmp_path / "dev.jsonl").write_text(_ledger_lines(100_000))
+    before = (tmp_path / "dev.jsonl").read_bytes()
+    loading = popen(
+        ["local", "--port", "0", "--data", "dev.jsonl"],
+        bare_env(),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(5)  # loading: Ctrl-C ends it at once, FILE untouched
+    started = time.monotonic()
+    loading.send_signal(signal.SIGINT)
+    _, said = loading.communicate(timeout=60)
+    assert loading.returncode == 0 and time.monotonic() - started < 10, said
+    assert said.splitlines()[-1] == (
+        "SIGINT: stopped while loading dev.jsonl: nothing saved, the file is as it was"
+    )
+    assert (tmp_path / "dev.jsonl").read_bytes() == before
     started = time.monotonic()
     server = Local("--data", "dev.jsonl", "--save-every", "1", cwd=tmp_path)
     assert time.monotonic() - started < 180  # a few seconds quiet: docs/benchmarks.md

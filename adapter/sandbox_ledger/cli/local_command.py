@@ -87,9 +87,9 @@ def _serve(
 
     _require_free(host, port)
     server = LocalDynamoDB(host, port)
-    server.start()
     log = inprocess.WriteLog()
-    server.observe(log.note)  # before any client can know the port: every write is seen
+    server.observe(log.note)  # before it serves: every write a client sends is seen
+    server.start()
     # The server's own reads and writes (create, load, saves) run in process: no HTTP, and
     # none of them is a client's write to save.
     ledger = inprocess.ledger(server, table, REGION)

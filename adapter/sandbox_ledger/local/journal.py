@@ -109,14 +109,18 @@ def changes(
 
 def _records(after: DataState, record_ids: list[str], store: SyncResourceRecordStore) -> list[str]:
     from sandbox_ledger.resources import Unreadable
-    from sandbox_ledger.resources._items import hidden
 
     lines: list[str] = []
     now_s = int(store.clock().timestamp())
     found = store.get_many(record_ids)
     for record_id in record_ids:
         stored = found.get(record_id)
-        if stored is not None and not isinstance(stored, Unreadable) and hidden(stored, now_s):
+        if (
+            stored is not None
+            and not isinstance(stored, Unreadable)
+            and stored.expires_at is not None
+            and stored.expires_at <= now_s
+        ):
             stored = None  # past its TTL: as a scan leaves it out
         saved = after.records.get(record_id)
         if stored is None:
