@@ -43,6 +43,7 @@ SMOKE = {
         "--stock-window",
         "25",
     ],
+    "local_data.py": ["--entries", "600", "--save-every", "1", "--export-entries", "600"],
     "replay.py": ["--runs", "5"],
     "server_cpu.py": ["--requests", "50"],
     "server_replay.py": ["--rounds", "1"],

@@ -4,9 +4,11 @@ PostgreSQL) served until Ctrl-C or SIGTERM, for the development loop."""
 from __future__ import annotations
 
 import contextlib
+import os
 import shlex
 import signal
 import sys
+import time
 from pathlib import Path  # noqa: TC003 - typer reads the annotation at run time
 from typing import TYPE_CHECKING
 
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
 
     from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
     from sandbox_ledger.local import LocalPostgres
-    from sandbox_ledger.local.persist import Snapshot
+    from sandbox_ledger.local.inprocess import WriteLog
     from sandbox_ledger.resources import SyncResourceRecordStore
 
 REGION = "us-east-1"
@@ -63,6 +65,12 @@ def local(
         saver = _serve(stop, table, host, port, data, save_every, postgres)
     name = signal.Signals(stop.received).name if stop.received else "stop"
     say(f"{name}: stopped{saver.summary()}")
+    # Everything is saved and said: skip the interpreter's teardown of moto's state (seconds
+    # for a large table, which Ctrl-C would wait for), as ``python -m sandbox_ledger.local``.
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # closed by the reader: nothing to say
+            stream.flush()
+    os._exit(0)
 
 
 def _serve(
@@ -75,29 +83,35 @@ def _serve(
     postgres: bool,
 ) -> _Saver:
     from sandbox_ledger.deployment import SweepSettings
-    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
-    from sandbox_ledger.local import LocalDynamoDB
-    from sandbox_ledger.resources import SyncResourceRecordStore
+    from sandbox_ledger.local import LocalDynamoDB, inprocess
 
     _require_free(host, port)
     server = LocalDynamoDB(host, port)
-    endpoint = server.start()
-    ledger = SyncDynamoDBAdapter(table, endpoint_url=endpoint, region_name=REGION)
+    log = inprocess.WriteLog()
+    server.observe(log.note)  # before it serves: every write a client sends is seen
+    server.start()
+    # The server's own reads and writes (create, load, saves) run in process: no HTTP, and
+    # none of them is a client's write to save.
+    ledger = inprocess.ledger(server, table, REGION)
     ledger.create_table(sweep=SweepSettings())
-    store = SyncResourceRecordStore(table, endpoint_url=endpoint, region_name=REGION)
-    saver = _Saver(data, ledger, store)
-    saver.load()
-    pg = _start_postgres() if postgres else None
-    _announce(endpoint, table, pg, data)
+    store = inprocess.resource_store(server, table, REGION)
+    saver = _Saver(data, ledger, store, log)
+    pg = None
     try:
-        while not stop.wait(save_every):
+        if not saver.load(stop):
+            return saver
+        pg = _start_postgres() if postgres else None
+        _announce(server.endpoint_url, table, pg, data)
+        # Saves start every save_every seconds, however long each takes (one waiting for the
+        # end of the last one would stretch the time a write waits to be saved).
+        due = time.monotonic() + save_every
+        while not stop.wait(max(0.0, due - time.monotonic())):
             saver.save()
+            due = max(due + save_every, time.monotonic())
         saver.save(final=True)
     finally:
         if pg is not None:
             pg.stop()
-        store.close()
-        ledger.close()
         server.stop()
     return saver
 
@@ -174,63 +188,162 @@ def _check_data_file(data: Path) -> None:
         raise CommandError(f"--data: the directory of {data} does not exist", ExitCode.USAGE)
 
 
+class _LoadStopped(Exception):
+    """A stopping signal arrived while the data file was being loaded."""
+
+
 class _Saver:
-    """Loads ``data`` at start and writes it when the tables changed since the last save."""
+    """Loads ``data`` at start, then saves what the served requests changed (see
+    :mod:`sandbox_ledger.local.journal`): appended to ``data``, or ``data`` written whole
+    (the first save, on exit, and once the appended lines outgrow the file)."""
+
+    GROWTH = 1 << 20
+    """Bytes appended beyond the size of the file last written whole before it is written
+    whole again (so appended lines never cost more than the file itself)."""
 
     def __init__(
-        self, data: Path | None, ledger: SyncDynamoDBAdapter, store: SyncResourceRecordStore
+        self,
+        data: Path | None,
+        ledger: SyncDynamoDBAdapter,
+        store: SyncResourceRecordStore,
+        log: WriteLog,
     ) -> None:
-        self.data, self.ledger, self.store = data, ledger, store
-        self.last: Snapshot | None = None
+        from sandbox_ledger.local.persist import DataState
+
+        self.data, self.ledger, self.store, self.log = data, ledger, store, log
+        self.mirror = DataState(str(data))
+        self.file: os.stat_result | None = None
+        """The data file as the last save left it (None: not written by this server yet)."""
+        self.whole = 0
+        """Its size when last written whole."""
+        self.stale = True
+        """The file holds what the mirror does not say in the fewest lines (or nothing)."""
+        self.stopped_loading = False
         self.failing: str | None = None
         """Why the last save failed, while saves fail."""
 
-    def load(self) -> None:
-        from sandbox_ledger.local.persist import load, snapshot
+    def load(self, stop: StopSignals) -> bool:
+        """Load ``data`` into the tables, with progress on a terminal; False if a stopping
+        signal came first (the tables are then partly loaded: never saved)."""
+        from sandbox_ledger.cli.output import err
+        from sandbox_ledger.cli.progress import reading
+        from sandbox_ledger.local.persist import load_state, read_data
 
         if self.data is None or not self.data.exists():
-            return
-        loaded = load(self.data, self.ledger, self.store)
-        self.last = snapshot(self.ledger, self.store)
+            return True
+        before = os.stat(self.data)
+        state = read_data(self.data)
+        total = state.entries + len(state.environments) + len(state.records)
+        with reading(f"loading {self.data}", err(), total) as bar:
+
+            def progress(done: int) -> None:
+                if stop.received:
+                    raise _LoadStopped
+                if bar is not None:
+                    bar(done)
+
+            try:
+                loaded = load_state(state, self.ledger, self.store, progress=progress)
+            except _LoadStopped:
+                self.stopped_loading = True
+                return False
+        self.mirror, self.file, self.whole = state, before, before.st_size
+        self.stale = state.appended
         say(
             f"loaded {self.data}: {_entries(loaded.entries)}, {loaded.environments} environment "
             f"record(s), {loaded.records} resource record(s)"
         )
+        return True
 
     def save(self, *, final: bool = False) -> None:
-        """Write the tables to ``data`` if they changed. A failed save (the directory gone,
-        the disk full) is said on stderr and tried again at the next one while the server
-        keeps serving; the one on exit, failing, writes them to a new file in the temporary
+        """Save what changed since the last save. A failed save (the directory gone, the
+        disk full) is said on stderr and tried again at the next one while the server keeps
+        serving; the one on exit, failing, writes the tables to a new file in the temporary
         directory instead and says where (:class:`CommandError`, exit 1)."""
-        from sandbox_ledger.local.persist import snapshot
+        from sandbox_ledger.errors import LedgerError
+        from sandbox_ledger.local import journal
 
         if self.data is None:
             return
-        now = snapshot(self.ledger, self.store)
-        if self.last is not None and now.digest == self.last.digest and self.data.exists():
-            return
-        failure = _write_data(now.lines, self.data)
-        if failure is not None:
+        written = self.log.take()
+        try:
+            change = journal.changes(
+                self.mirror, written, self.ledger.table_name, self.ledger, self.store
+            )
+        except (LedgerError, ValueError) as exc:  # a stored item this version cannot read
+            self.log.put_back(written)  # read again at the next save
+            why = f"cannot read what changed: {exc}"
             if final:
-                raise CommandError(_kept_elsewhere(now.lines, self.data, failure), ExitCode.FAILED)
-            if failure != self.failing:
-                say(f"could not save {self.data} ({failure}); still serving, trying again")
-            self.failing = failure
+                kept = _write_data(tuple(self.mirror.lines()), self.data)
+                raise CommandError(
+                    f"--data: {why}; {self.data} holds the tables as the last save found them"
+                    + ("" if kept is None else f" (and could not be written: {kept})"),
+                    ExitCode.FAILED,
+                ) from exc
+            if why != self.failing:
+                say(f"could not save {self.data} ({why}); still serving, trying again")
+            self.failing = why
             return
+        self.mirror = change.after
+        if change.after.appended:  # read whole again: the file is to be written whole
+            self.stale = True
+        failure: str | None = None
+        if self.file is not None and not self.stale and not final:
+            if not change.lines:
+                return
+            try:
+                journal.append(self.data, change.lines, self.file)
+            except journal.FileChangedError:
+                self.stale = True
+            except OSError as exc:
+                self.stale = True  # it may end in part of these lines: written whole next
+                failure = exc.strerror or str(exc)
+            else:
+                self.file = os.stat(self.data)
+                if self.file.st_size - self.whole > max(self.whole, self.GROWTH):
+                    self.stale = True  # written whole at the next save
+                self._saved()
+                return
+        if failure is None:
+            if (
+                final
+                and self.file is not None
+                and not self.stale
+                and not change.lines
+                and self.file.st_size == self.whole
+            ):
+                return  # the file holds the tables already, written whole
+            lines = tuple(self.mirror.lines())
+            failure = _write_data(lines, self.data)
+            if failure is None:
+                self.file = os.stat(self.data)
+                self.whole, self.stale = self.file.st_size, False
+                self._saved()
+                return
+        if final:
+            raise CommandError(
+                _kept_elsewhere(tuple(self.mirror.lines()), self.data, failure), ExitCode.FAILED
+            )
+        if failure != self.failing:
+            say(f"could not save {self.data} ({failure}); still serving, trying again")
+        self.failing = failure
+
+    def _saved(self) -> None:
         if self.failing is not None:
             say(f"saved {self.data} again")
             self.failing = None
-        self.last = now
 
     def summary(self) -> str:
         if self.data is None:
             return " (no --data: the tables are gone)"
-        last = self.last
-        if last is None:
+        if self.stopped_loading:
+            return f" while loading {self.data}: nothing saved, the file is as it was"
+        if self.file is None:
             return f"; nothing was stored, {self.data} not written"
+        mirror = self.mirror
         return (
-            f"; saved {_entries(last.entries)}, {last.environments} environment record(s) and "
-            f"{last.records} resource record(s) to {self.data}"
+            f"; saved {_entries(mirror.entries)}, {len(mirror.environments)} environment "
+            f"record(s) and {len(mirror.records)} resource record(s) to {self.data}"
         )
 
 

@@ -16,6 +16,8 @@ Besides moto's own DynamoDB, the server adds what an embedded server needs:
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
 import subprocess
@@ -29,7 +31,7 @@ from . import adjustments
 from .keepalive import _end_connections, _keep_alive
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Iterable
+    from collections.abc import Callable, Collection, Iterable, Iterator
 
 DEFAULT_STREAM_RECORDS = 1000
 """Stream records kept per table unless :class:`LocalDynamoDB` is told otherwise."""
@@ -70,6 +72,9 @@ class LocalDynamoDB:
         self.adjustments_off: tuple[str, ...] = ()
         """The adjustments this server runs without (left off, or not fitting moto)."""
         self._left_off: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._settings: adjustments.Settings | None = None
+        self._observers: list[Callable[[str, bytes], None]] = []
 
     def start(self) -> str:
         """Start serving in a daemon thread; idempotent.
@@ -96,6 +101,7 @@ class LocalDynamoDB:
         on, off = adjustments.prepare(leave_off=self._leave_off)
         self.adjustments_off, self._left_off = tuple(off), off
         settings = adjustments.Settings(on=on, stream_records=self._stream_records)
+        self._settings = settings
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
         _local_credentials()
         app: Any = DomainDispatcherApplication(create_backend_app)
@@ -104,7 +110,7 @@ class LocalDynamoDB:
         self._server = make_server(
             self._host,
             self._port,
-            _serialized(app, settings),
+            _serialized(app, settings, self._lock, self._observers),
             threaded=True,
             # moto before 5.2 has no handler of its own (it keeps underscored header names).
             request_handler=_keep_alive(
@@ -116,6 +122,21 @@ class LocalDynamoDB:
         host, port = self._server.server_address[:2]
         self.endpoint_url = f"http://{host}:{port}"
         return self.endpoint_url
+
+    def observe(self, observer: Callable[[str, bytes], None]) -> None:
+        """Call ``observer(target, body)`` after each request this server serves (the
+        ``X-Amz-Target`` header and the request's body), while no other request runs: how
+        the local server's saves learn what changed (:mod:`.inprocess`)."""
+        self._observers.append(observer)
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold the server as one request does: no request is served meanwhile, and this
+        server's adjustments of moto apply to what runs inside (its in-process calls)."""
+        if self._settings is None:
+            raise RuntimeError("the embedded DynamoDB is not started")
+        with self._lock, adjustments.serving(self._settings):
+            yield
 
     def stop(self) -> None:
         """Stop serving; the data is gone."""
@@ -247,14 +268,24 @@ def _local_credentials() -> None:
 
 
 def _serialized(
-    app: Callable[..., Any], settings: adjustments.Settings
+    app: Callable[..., Any],
+    settings: adjustments.Settings,
+    lock: threading.Lock,
+    observers: list[Callable[[str, bytes], None]],
 ) -> Callable[..., Iterable[bytes]]:
-    """``app`` serving one request at a time, with this server's adjustments applied."""
-    lock = threading.Lock()
+    """``app`` serving one request at a time, with this server's adjustments applied; each
+    observer told of it before the next one runs."""
 
     def handle(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         with lock, adjustments.serving(settings):
             # Drain the response inside the lock: werkzeug may produce it lazily.
-            return list(app(environ, start_response))
+            response = list(app(environ, start_response))
+            if observers:
+                target = str(environ.get("HTTP_X_AMZ_TARGET", ""))
+                source = environ.get("wsgi.input")
+                body = source.getvalue() if isinstance(source, io.BytesIO) else b""
+                for observer in observers:
+                    observer(target, body)
+            return response
 
     return handle

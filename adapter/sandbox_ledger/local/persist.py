@@ -2,28 +2,54 @@
 
 The file is JSON lines: the ledger exactly as ``sandbox-ledger export`` writes it (entries,
 then environment records), then one line per resource record,
-``{"kind": "resourceRecord", "record": {...}}`` with the record in its file shape. The
+``{"kind": "resourceRecord", "record": {...}}`` with the record in its file shape; a record
+this version cannot read (a newer writer's field, another phase) is kept as stored:
+``{"kind": "resourceRecord", "unreadable": "why", "item": {...}}``, its whole item in
+DynamoDB's JSON (binary values in base64), which a load writes back as it is. The
 caller writes the lines atomically (a temporary file renamed over the last one), so a crash
 loses at most what changed since the last save and never the file.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from sandbox_ledger._json import DuplicateKeyError, loads_unique
 from sandbox_ledger.errors import InvalidInputError
+from sandbox_ledger.transfer import ENVIRONMENT_KIND
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator
     from pathlib import Path
 
     from sandbox_ledger.protocol import SyncTransferAdapter
-    from sandbox_ledger.resources import ResourceActivityRecord, SyncResourceRecordStore
+    from sandbox_ledger.resources import (
+        ResourceActivityRecord,
+        SyncResourceRecordStore,
+        Unreadable,
+        VersionedRecord,
+    )
+    from sandbox_ledger.sdk.attributes import Item
 
-__all__ = ["RESOURCE_KIND", "Loaded", "Snapshot", "load", "snapshot"]
+__all__ = [
+    "ENVIRONMENTS_KIND",
+    "RESOURCE_KIND",
+    "SESSION_KIND",
+    "DataState",
+    "Loaded",
+    "Snapshot",
+    "load",
+    "load_state",
+    "read_data",
+    "read_lines",
+    "record_line",
+    "snapshot",
+]
 
 RESOURCE_KIND = "resourceRecord"
 
@@ -50,18 +76,11 @@ class Loaded:
 
 def snapshot(ledger: SyncTransferAdapter, store: SyncResourceRecordStore) -> Snapshot:
     """Every ledger entry, environment record and resource record, as the file's lines."""
-    from sandbox_ledger.resources import Unreadable
     from sandbox_ledger.transfer import export_lines
 
     environments = ledger.list_environments()
     ledger_lines = list(export_lines(ledger, ledger.scan_sessions(None), environments))
-    records = [
-        json.dumps({"kind": RESOURCE_KIND, "record": found.record.wire()}, ensure_ascii=False)
-        + "\n"
-        for page in store.scan()
-        for found in page
-        if not isinstance(found, Unreadable)
-    ]
+    records = [record_line(found) for page in store.scan() for found in page]
     lines = (*ledger_lines, *records)
     digest = hashlib.sha256("".join(lines).encode("utf-8")).hexdigest()
     return Snapshot(
@@ -69,40 +88,275 @@ def snapshot(ledger: SyncTransferAdapter, store: SyncResourceRecordStore) -> Sna
     )
 
 
+def record_line(found: VersionedRecord | Unreadable) -> str:
+    """A resource record's line (with its newline): its file shape, or, for one this version
+    cannot read, its whole stored item."""
+    from sandbox_ledger.resources import Unreadable
+
+    value = (
+        {"kind": RESOURCE_KIND, "unreadable": found.reason, "item": _json_item(found.item)}
+        if isinstance(found, Unreadable)
+        else {"kind": RESOURCE_KIND, "record": found.record.wire()}
+    )
+    return json.dumps(value, ensure_ascii=False) + "\n"
+
+
+def deleted_record_line(record_id: str) -> str:
+    """The line that says a saved resource record is gone."""
+    return json.dumps({"kind": RESOURCE_KIND, "deleted": record_id}) + "\n"
+
+
 def load(path: Path, ledger: SyncTransferAdapter, store: SyncResourceRecordStore) -> Loaded:
-    """Restore a file :func:`snapshot` wrote into an empty table.
+    """Restore a file a save wrote (:func:`snapshot`'s lines, and what saves appended to them
+    since: see :func:`read_data`) into an empty table.
 
     Raises:
         InvalidInputError: a line that is neither (field: the file and line number); nothing
             of a bad file is loaded.
     """
-    from sandbox_ledger.transfer import import_entries, parse_lines
+    return load_state(read_data(path), ledger, store)
 
-    ledger_lines: list[bytes] = []
-    records: list[ResourceActivityRecord] = []
+
+@dataclass
+class DataState:
+    """What a data file holds once every save's lines are applied: each session's entry
+    lines (with their newlines) and line numbers, the environment lines by name, the resource
+    record lines by id. The local server keeps it as its mirror of the tables."""
+
+    path: str = ""
+    sessions: dict[tuple[str, str], list[tuple[int, str]]] = field(default_factory=dict)
+    environments: dict[str, tuple[int, str]] = field(default_factory=dict)
+    records: dict[str, tuple[int, str]] = field(default_factory=dict)
+    appended: bool = False
+    """The file holds more than one save's lines (a journal to fold), or a torn last line."""
+
+    @property
+    def entries(self) -> int:
+        return sum(map(len, self.sessions.values()))
+
+    def lines(self) -> Iterator[str]:
+        """The file a save writes whole: the entries of each session in (name, sandboxId)
+        order, as ``export`` writes them, then the environment lines, then the records."""
+        for key in sorted(self.sessions):
+            for _, line in self.sessions[key]:
+                yield line
+        for _, line in self.environments.values():
+            yield line
+        for record_id in sorted(self.records):
+            yield self.records[record_id][1]
+
+
+SESSION_KIND = "localSession"
+"""A saved session's entries replaced: ``{"kind": "localSession", "name": ..., "sandboxId":
+..., "entries": N}``, then its N entry lines (0: the session is gone)."""
+ENVIRONMENTS_KIND = "localEnvironments"
+"""Every environment record replaced: ``{"kind": "localEnvironments", "records": N}``, then N
+environment lines."""
+
+
+def read_data(path: Path) -> DataState:
+    """The content of a data file: its lines in order, each save's later lines replacing what
+    they name (see the module). A last line without its newline (a save cut short by ``kill
+    -9``) and a replacement block cut short are left out: that save is lost, not the file.
+
+    Raises:
+        InvalidInputError: a line that is not one of the file's (field: the file and line).
+    """
     with path.open("rb") as source:
-        for number, raw in enumerate(source, start=1):
-            record = _resource_line(raw, f"{path}:{number}")
-            if record is None:
-                ledger_lines.append(raw)
-            else:
-                records.append(record)
-                ledger_lines.append(b"\n")  # keeps the ledger's line numbers the file's
-    parsed = parse_lines(ledger_lines)
-    if parsed.errors:
-        first = parsed.errors[0]
-        raise InvalidInputError(f"{path}:{first.number}", first.reason)
-    report = import_entries(ledger, parsed)
+        return _read(DataState(str(path)), enumerate(source, start=1))
+
+
+def read_lines(lines: Iterable[str], path: str = "") -> DataState:
+    """:func:`read_data` of lines (with their newlines) instead of a file's."""
+    return _read(DataState(path), enumerate((line.encode("utf-8") for line in lines), start=1))
+
+
+def _read(state: DataState, lines: Iterator[tuple[int, bytes]]) -> DataState:
+    path = state.path
+    for number, raw in lines:
+        where = f"{path}:{number}"
+        if not raw.endswith(b"\n"):
+            state.appended = True  # torn: the save that wrote it never finished
+            break
+        if number == 1 and raw.startswith(_BOM):
+            raw = raw[len(_BOM) :]
+        value = _line_value(raw, where)
+        if value is None:
+            continue
+        if "event" in value:
+            state.sessions.setdefault(_session_of(value, raw, where), []).append(
+                (number, raw.decode("utf-8"))
+            )
+            continue
+        kind = value.get("kind")
+        if kind == ENVIRONMENT_KIND:
+            state.environments[_environment_name(value, raw, where)] = (
+                number,
+                raw.decode("utf-8"),
+            )
+        elif kind == RESOURCE_KIND:
+            _apply_record(state, value, number, raw, where)
+        elif kind in (SESSION_KIND, ENVIRONMENTS_KIND):
+            state.appended = True
+            if not _apply_block(state, value, lines, where):
+                break
+        else:
+            _refuse(raw, where)
+    return state
+
+
+def load_state(
+    state: DataState,
+    ledger: SyncTransferAdapter,
+    store: SyncResourceRecordStore,
+    *,
+    progress: Callable[[int], None] | None = None,
+) -> Loaded:
+    """Write ``state`` into an empty table: the ledger as ``import`` writes it (every derived
+    item built by the store), then the resource records. ``progress`` is called with the
+    number of entries and records done.
+
+    Raises:
+        InvalidInputError: a line the store refuses (field: the file and line number).
+    """
+    from sandbox_ledger.resources import ResourceActivityRecord
+    from sandbox_ledger.transfer import import_lines
+
+    numbers: list[int] = []
+
+    def ordered() -> Iterator[bytes]:
+        for key in sorted(state.sessions):
+            for number, line in state.sessions[key]:
+                numbers.append(number)
+                yield line.encode("utf-8")
+        for number, line in state.environments.values():
+            numbers.append(number)
+            yield line.encode("utf-8")
+
+    report = import_lines(ledger, ordered(), progress=progress)
     if report.failed:
-        first_failed = report.failed[0]
-        raise InvalidInputError(f"{path}:{first_failed.number}", first_failed.reason)
-    for record in records:
-        store.put(record)
-    return Loaded(report.new + report.present, len(parsed.environments), len(records))
+        first = report.failed[0]
+        raise InvalidInputError(f"{state.path}:{numbers[first.number - 1]}", first.reason)
+    for number, line in state.records.values():
+        record = _resource_line(line.encode("utf-8"), f"{state.path}:{number}")
+        if isinstance(record, ResourceActivityRecord):
+            store.put(record)
+        elif record is not None:
+            store.put_stored(record)
+        if progress is not None:
+            progress(1)
+    return Loaded(report.new + report.present, len(state.environments), len(state.records))
 
 
-def _resource_line(raw: bytes, where: str) -> ResourceActivityRecord | None:
-    """The resource record of a ``resourceRecord`` line, None for any other line."""
+_BOM = b"\xef\xbb\xbf"
+
+
+def _line_value(raw: bytes, where: str) -> dict[str, Any] | None:
+    """A line's JSON object, None for a blank line; InvalidInputError for anything else."""
+    if not raw.strip():
+        return None
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        _refuse(raw, where)
+    if not isinstance(value, dict):
+        _refuse(raw, where)
+    return value
+
+
+def _refuse(raw: bytes, where: str) -> NoReturn:
+    """InvalidInputError naming ``where``, with the reason ``import`` gives for the line."""
+    from sandbox_ledger.transfer import parse_line
+
+    try:
+        parse_line(raw)
+    except ValueError as exc:
+        raise InvalidInputError(where, str(exc)) from exc
+    raise InvalidInputError(where, "not a line of a data file")
+
+
+def _session_of(value: dict[str, Any], raw: bytes, where: str) -> tuple[str, str]:
+    name, sandbox_id = value.get("name"), value.get("sandboxId")
+    if not isinstance(name, str) or not isinstance(sandbox_id, str):
+        _refuse(raw, where)
+    return name, sandbox_id
+
+
+def _environment_name(value: dict[str, Any], raw: bytes, where: str) -> str:
+    record = value.get("record")
+    name = record.get("name") if isinstance(record, dict) else None
+    if not isinstance(name, str):
+        _refuse(raw, where)
+    return name
+
+
+def _apply_record(
+    state: DataState, value: dict[str, Any], number: int, raw: bytes, where: str
+) -> None:
+    from sandbox_ledger import keys as k
+
+    deleted = value.get("deleted")
+    if isinstance(deleted, str):
+        state.records.pop(deleted, None)
+        state.appended = True
+        return
+    record = _resource_line(raw, where)
+    if record is None:  # pragma: no cover - a resourceRecord line is always read as one
+        _refuse(raw, where)
+    if isinstance(record, dict):
+        record_id = k.resource_id(record[k.PARTITION_KEY]["S"])
+    else:
+        record_id = record.id
+    if record_id in state.records:
+        state.appended = True
+    state.records[record_id] = (number, raw.decode("utf-8"))
+
+
+def _apply_block(
+    state: DataState,
+    head: dict[str, Any],
+    lines: Iterator[tuple[int, bytes]],
+    where: str,
+) -> bool:
+    """Apply a replacement block whose head line is ``head``; False if the file ends (or a
+    line is torn) before its last line."""
+    count = head.get("entries" if head["kind"] == SESSION_KIND else "records")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise InvalidInputError(where, f"{head['kind']}: no count of the lines that follow")
+    block: list[tuple[int, str, dict[str, Any]]] = []
+    for _ in range(count):
+        number, raw = next(lines, (0, b""))
+        if not raw.endswith(b"\n"):
+            return False
+        value = _line_value(raw, f"{state.path}:{number}")
+        if value is None:
+            raise InvalidInputError(f"{state.path}:{number}", "a blank line inside a block")
+        block.append((number, raw.decode("utf-8"), value))
+    if head["kind"] == SESSION_KIND:
+        key = _session_of(head, json.dumps(head).encode(), where)
+        for number, line, value in block:
+            if "event" not in value or _session_of(value, line.encode(), where) != key:
+                raise InvalidInputError(
+                    f"{state.path}:{number}", f"not an entry of the session {key!r}"
+                )
+        if block:
+            state.sessions[key] = [(number, line) for number, line, _ in block]
+        else:
+            state.sessions.pop(key, None)
+    else:
+        environments: dict[str, tuple[int, str]] = {}
+        for number, line, value in block:
+            if value.get("kind") != ENVIRONMENT_KIND:
+                raise InvalidInputError(f"{state.path}:{number}", "not an environment line")
+            name = _environment_name(value, line.encode(), f"{state.path}:{number}")
+            environments[name] = (number, line)
+        state.environments = environments
+    return True
+
+
+def _resource_line(raw: bytes, where: str) -> ResourceActivityRecord | Item | None:
+    """The resource record of a ``resourceRecord`` line (the stored item of an unreadable
+    one), None for any other line."""
     from pydantic import ValidationError
 
     from sandbox_ledger.resources import ResourceActivityRecord
@@ -117,7 +371,71 @@ def _resource_line(raw: bytes, where: str) -> ResourceActivityRecord | None:
         return None
     if not isinstance(value, dict) or value.get("kind") != RESOURCE_KIND or "event" in value:
         return None
+    if "unreadable" in value:
+        return _stored_item(value.get("item"), where)
     try:
-        return ResourceActivityRecord.model_validate(value.get("record"))
+        # Read as the store reads what it holds: a heartbeat from an owner whose clock runs
+        # behind the creator's is stored on purpose, so the file that saved it loads it.
+        return ResourceActivityRecord.model_validate(value.get("record"), context={"stored": True})
     except ValidationError as exc:
         raise InvalidInputError(where, f"not a resource record ({exc.errors()[0]['msg']})") from exc
+
+
+def _json_item(item: Item | None) -> dict[str, Any]:
+    """A low-level item as DynamoDB's JSON writes it: binary values in base64."""
+    return {name: _json_value(value) for name, value in (item or {}).items()}
+
+
+def _json_value(value: dict[str, Any]) -> dict[str, Any]:
+    [(kind, inner)] = value.items()
+    if kind == "B":
+        return {kind: base64.b64encode(inner).decode("ascii")}
+    if kind == "BS":
+        return {kind: [base64.b64encode(b).decode("ascii") for b in inner]}
+    if kind == "M":
+        return {kind: {key: _json_value(v) for key, v in inner.items()}}
+    if kind == "L":
+        return {kind: [_json_value(v) for v in inner]}
+    return {kind: inner}
+
+
+def _stored_item(value: object, where: str) -> Item:
+    """:func:`_json_item` read back; InvalidInputError naming ``where`` for anything else."""
+    from sandbox_ledger import keys as k
+
+    try:
+        if not isinstance(value, dict):
+            raise ValueError("no item")
+        item = {str(name): _item_value(v) for name, v in value.items()}
+        pk = item.get(k.PARTITION_KEY, {}).get("S")
+        if not isinstance(pk, str) or not pk.startswith(k.RESOURCE_PREFIX):
+            raise ValueError("not a resource record's key")
+        if item.get(k.SORT_KEY) != {"S": k.RESOURCE_SK}:
+            raise ValueError("not a resource record's key")
+    except (ValueError, TypeError, binascii.Error) as exc:
+        raise InvalidInputError(where, f"not a stored resource record ({exc})") from exc
+    return item
+
+
+_SCALAR_KINDS = {"S": str, "N": str, "BOOL": bool}
+
+
+def _item_value(value: object) -> dict[str, Any]:
+    if not isinstance(value, dict) or len(value) != 1:
+        raise ValueError(f"not an attribute value: {value!r}"[:200])
+    [(kind, inner)] = value.items()
+    if kind in _SCALAR_KINDS and isinstance(inner, _SCALAR_KINDS[kind]):
+        return {kind: inner}
+    if kind == "NULL" and inner is True:
+        return {kind: inner}
+    if kind == "B" and isinstance(inner, str):
+        return {kind: base64.b64decode(inner, validate=True)}
+    if kind in ("SS", "NS") and isinstance(inner, list) and all(isinstance(v, str) for v in inner):
+        return {kind: inner}
+    if kind == "BS" and isinstance(inner, list) and all(isinstance(v, str) for v in inner):
+        return {kind: [base64.b64decode(v, validate=True) for v in inner]}
+    if kind == "M" and isinstance(inner, dict):
+        return {kind: {str(key): _item_value(v) for key, v in inner.items()}}
+    if kind == "L" and isinstance(inner, list):
+        return {kind: [_item_value(v) for v in inner]}
+    raise ValueError(f"not an attribute value: {value!r}"[:200])

@@ -68,6 +68,9 @@ class Unreadable:
     body: str | None = field(default=None, repr=False, compare=False)
     """The stored JSON text as it is, for an operator's inspection (``resources show``);
     reports and sweep results carry only the id and the reason."""
+    item: Item | None = field(default=None, repr=False, compare=False)
+    """The whole stored item (low-level format), for a copy that keeps it as stored (the
+    local server's data file)."""
 
 
 def _why(exc: Exception) -> str:
@@ -99,7 +102,7 @@ def decode_or_unreadable(item: Item) -> VersionedRecord | Unreadable:
         except (KeyError, ValueError):
             record_id = str(item.get(k.PARTITION_KEY, {}).get("S", "?"))
         body = item.get(k.RECORD_BODY, {}).get("S")
-        return Unreadable(record_id, _why(exc), body if isinstance(body, str) else None)
+        return Unreadable(record_id, _why(exc), body if isinstance(body, str) else None, item)
 
 
 def record_key(record_id: str) -> Item:

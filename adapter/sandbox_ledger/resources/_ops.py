@@ -657,6 +657,31 @@ def scan_records(
     return found, after
 
 
+def put_stored(table: str, item: Mapping[str, Any]) -> Op[None]:
+    """Write a resource record item exactly as another table stored it, where no record is.
+
+    Raises:
+        InvalidInputError: naming ``item``: its key is not a resource record's.
+        ConflictError: a record is stored under that key.
+    """
+    pk, sk = item.get(k.PARTITION_KEY, {}).get("S"), item.get(k.SORT_KEY, {}).get("S")
+    if not isinstance(pk, str) or not pk.startswith(k.RESOURCE_PREFIX) or sk != k.RESOURCE_SK:
+        raise InvalidInputError("item", f"not a resource record's key ({pk!r}, {sk!r})")
+    ri.check_stored_id(k.resource_id(pk))
+    yield from _conditional(
+        "put_item",
+        {
+            "TableName": table,
+            "Item": dict(item),
+            "ConditionExpression": "attribute_not_exists(#pk)",
+            "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY},
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        },
+        k.resource_id(pk),
+        "put as stored",
+    )
+
+
 def batch_get_records(table: str, ids: list[str]) -> Op[list[ri.VersionedRecord | ri.Unreadable]]:
     """The stored records among ``ids`` (absent ones left out; undecodable ones reported)."""
     items = yield from batch_get(table, [ri.stored_record_key(i) for i in ids])

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from sandbox_ledger.deployment import TableDescriptor
     from sandbox_ledger.resources.policy import ExpiryPolicy
+    from sandbox_ledger.sdk.attributes import Item
     from sandbox_ledger.sdk.paging import ScanStarts
     from sandbox_ledger.sdk.steps import Op
 
@@ -429,6 +430,17 @@ class SyncResourceRecordStore(_Base, SyncClientOwner):
     ) -> VersionedRecord:
         """Create or replace (see :meth:`ResourceRecordStore.put`)."""
         return self.run(self._put(record, expected_revision, expected_incarnation))
+
+    def put_stored(self, item: Item) -> None:
+        """Write a record item exactly as another table stored it (one this version cannot
+        read, :attr:`Unreadable.item`: the local server's data file keeps it so), where no
+        record is stored.
+
+        Raises:
+            InvalidInputError: the item's key is not a resource record's.
+            ConflictError: a record is stored under that key.
+        """
+        self.run(_ops.put_stored(self.table_name, item))
 
     def get(self, record_id: str) -> ResourceActivityRecord | None:
         """The record, or None (absent, or past its TTL)."""

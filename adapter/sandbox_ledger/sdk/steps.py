@@ -139,8 +139,18 @@ def _parallel_sync(client: Any, step: Parallel) -> list[Any]:
     return [f.result() for f in futures]
 
 
-def run_sync(client: Any, op: Op[T]) -> T:
-    """Drive ``op`` with a boto3 client; SDK errors leave as the package's own types."""
+def _sequential(client: Any, step: Parallel) -> list[Any]:
+    """A :class:`Parallel` step's calls one after the other, as :func:`_parallel_sync`
+    returns them."""
+    if step.settle:
+        return [_settled_call(client, call) for call in step.calls]
+    return [getattr(client, call.operation)(**call.params) for call in step.calls]
+
+
+def run_sync(client: Any, op: Op[T], *, concurrent: bool = True) -> T:
+    """Drive ``op`` with a boto3 client; SDK errors leave as the package's own types.
+    ``concurrent=False``: a :class:`Parallel` step's calls are made one after the other (a
+    client whose calls cannot overlap, the embedded server's in-process one)."""
     value: Any = None
     error: BaseException | None = None
     step: Step | None = None
@@ -155,7 +165,7 @@ def run_sync(client: Any, op: Op[T]) -> T:
                 if isinstance(step, Call):
                     value = getattr(client, step.operation)(**step.params)
                 elif isinstance(step, Parallel):
-                    value = _parallel_sync(client, step)
+                    value = (_parallel_sync if concurrent else _sequential)(client, step)
                 elif isinstance(step, Region):
                     value = client.meta.region_name
                 else:

@@ -15,6 +15,7 @@ every request) and differs from DynamoDB in a few places. Each module here adjus
 - :mod:`.item_sizes`: an item's size is summed once as its attributes are built, not once
   per attribute.
 - :mod:`.queries`: a Query reads its partition, not the whole table sorted.
+- :mod:`.scans`: a Scan page reads its page, not the whole table sorted.
 - :mod:`.dispatch`: moto's choice of service app is remembered for DynamoDB requests.
 - :mod:`.method_lists`: the list of a response class's methods is computed once.
 - :mod:`.update_expressions`: an update expression is parsed once, its static checks run once
@@ -183,6 +184,7 @@ def all_adjustments() -> tuple[Adjustment, ...]:
         method_lists,
         new_item_updates,
         queries,
+        scans,
         serializer,
         stream_sizes,
         streams,
@@ -197,6 +199,7 @@ def all_adjustments() -> tuple[Adjustment, ...]:
         stream_sizes,
         instances,
         queries,
+        scans,
         dispatch,
         method_lists,
         update_expressions,

@@ -1,0 +1,183 @@
+"""The local server's saves: only what changed, appended to the data file.
+
+The server keeps a mirror of what its data file holds (:class:`~.persist.DataState`: each
+session's entry lines, the environment lines, the resource record lines). A save takes the
+partitions the requests served since the last one wrote (:class:`~.inprocess.WriteLog`),
+reads just those through the library (in process: each read holds the server for one
+request's time), and turns what differs from the mirror into lines to append:
+
+- a session whose saved entries are the first of what it holds now: its new entries, as
+  plain ``export`` lines (appending to a session is the common case, and the file stays an
+  export);
+- any other change of a session (a delete, a session begun again): a ``localSession`` block
+  with all its entries (none: gone);
+- the environments changed: a ``localEnvironments`` block with every one;
+- a resource record changed: its line again; gone: ``{"kind": "resourceRecord", "deleted":
+  id}``.
+
+A save's cost is what changed since the last one, whatever the tables hold; an idle server
+reads and writes nothing. Every so often (when the appended lines outgrow what the file held
+when last written whole) and on exit, the file is written whole again from the mirror.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import TYPE_CHECKING
+
+from sandbox_ledger import keys as k
+from sandbox_ledger.local.persist import (
+    ENVIRONMENTS_KIND,
+    SESSION_KIND,
+    DataState,
+    deleted_record_line,
+    record_line,
+    snapshot,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from pathlib import Path
+
+    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+    from sandbox_ledger.local.inprocess import Written
+    from sandbox_ledger.resources import SyncResourceRecordStore
+
+__all__ = ["Changes", "FileChangedError", "append", "changes"]
+
+_READ_SESSIONS = 50
+"""Sessions read per call of ``read_sessions_in_append_order``."""
+
+
+class Changes:
+    """The lines a save appends, and the mirror as it is once they are written."""
+
+    def __init__(self, lines: list[str], after: DataState) -> None:
+        self.lines, self.after = lines, after
+
+
+def changes(
+    mirror: DataState,
+    written: Written,
+    table: str,
+    ledger: SyncDynamoDBAdapter,
+    store: SyncResourceRecordStore,
+) -> Changes:
+    """What the writes in ``written`` changed in ``table`` against ``mirror`` (which is left
+    as it is: the save that writes the lines takes :attr:`Changes.after`)."""
+    from sandbox_ledger.transfer import entry_line, environment_line
+
+    after = DataState(
+        mirror.path, dict(mirror.sessions), dict(mirror.environments), dict(mirror.records)
+    )
+    if written.everything:
+        return _everything(after, ledger, store)
+    pks = written.partitions.get(table, set())
+    lines: list[str] = []
+    sessions = sorted({k.parse_session_pk(pk) for pk in pks if pk.startswith(k.SESSION_PREFIX)})
+    for start in range(0, len(sessions), _READ_SESSIONS):
+        run = sessions[start : start + _READ_SESSIONS]
+        for key, entries in zip(run, ledger.read_sessions_in_append_order(run), strict=True):
+            now = [entry_line(entry) + "\n" for entry in entries]
+            saved = [line for _, line in after.sessions.get(key, [])]
+            if now == saved:
+                continue
+            if now[: len(saved)] == saved:
+                lines += now[len(saved) :]
+            else:
+                head = {"kind": SESSION_KIND, "name": key[0], "sandboxId": key[1]}
+                lines.append(json.dumps({**head, "entries": len(now)}, ensure_ascii=False) + "\n")
+                lines += now
+            if now:
+                after.sessions[key] = [(0, line) for line in now]
+            else:
+                after.sessions.pop(key, None)
+    if k.ENVIRONMENT_PK in pks:
+        now_env = {r.name: (0, environment_line(r) + "\n") for r in ledger.list_environments()}
+        if [line for _, line in now_env.values()] != [
+            line for _, line in after.environments.values()
+        ]:
+            lines.append(json.dumps({"kind": ENVIRONMENTS_KIND, "records": len(now_env)}) + "\n")
+            lines += [line for _, line in now_env.values()]
+            after.environments = now_env
+    record_ids = sorted(k.resource_id(pk) for pk in pks if pk.startswith(k.RESOURCE_PREFIX))
+    if record_ids:
+        lines += _records(after, record_ids, store)
+    return Changes(lines, after)
+
+
+def _records(after: DataState, record_ids: list[str], store: SyncResourceRecordStore) -> list[str]:
+    from sandbox_ledger.resources import Unreadable
+
+    lines: list[str] = []
+    now_s = int(store.clock().timestamp())
+    found = store.get_many(record_ids)
+    for record_id in record_ids:
+        stored = found.get(record_id)
+        if (
+            stored is not None
+            and not isinstance(stored, Unreadable)
+            and stored.expires_at is not None
+            and stored.expires_at <= now_s
+        ):
+            stored = None  # past its TTL: as a scan leaves it out
+        saved = after.records.get(record_id)
+        if stored is None:
+            if saved is not None:
+                lines.append(deleted_record_line(record_id))
+                del after.records[record_id]
+            continue
+        line = record_line(stored)
+        if saved is None or saved[1] != line:
+            lines.append(line)
+            after.records[record_id] = (0, line)
+    return lines
+
+
+def _everything(
+    after: DataState, ledger: SyncDynamoDBAdapter, store: SyncResourceRecordStore
+) -> Changes:
+    """Every table read again (after a request that may have changed anything): the file is
+    written whole from it, so no line is appended."""
+    from sandbox_ledger.local.persist import read_lines
+
+    state = read_lines(snapshot(ledger, store).lines, after.path)
+    state.appended = True  # written whole at this save
+    return Changes([], state)
+
+
+def append(path: Path, lines: Iterable[str], expected: os.stat_result) -> int:
+    """Append ``lines`` to ``path`` and flush them to disk; the bytes written.
+
+    Raises:
+        FileChangedError: ``path`` is no longer the file ``expected`` describes (replaced,
+            removed): nothing appended.
+        OSError: the write failed (the file may end in part of it: write it whole next).
+    """
+    data = "".join(lines).encode("utf-8")
+    key = (expected.st_dev, expected.st_ino, expected.st_size)
+    try:
+        before = os.stat(path)
+        if (before.st_dev, before.st_ino, before.st_size) != key:
+            raise FileChangedError(str(path))
+        # Non-blocking: a FIFO put in the file's place since the stat is refused at once.
+        descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK)
+    except FileNotFoundError as exc:
+        raise FileChangedError(str(path)) from exc
+    try:
+        now = os.fstat(descriptor)
+        if (now.st_dev, now.st_ino, now.st_size) != key:
+            raise FileChangedError(str(path))
+        os.set_blocking(descriptor, True)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(descriptor, view) :]
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+    return len(data)
+
+
+class FileChangedError(Exception):
+    """The data file is not the one the last save wrote: write it whole."""
