@@ -260,10 +260,11 @@ def test_a_follower_from_the_start_reads_entries_and_marks_in_one_query(
 ) -> None:
     """Catching up from the start costs what read_all costs (a Query of the partition), not a
     read per entry; a later poll reads the new marks, then only the new entries."""
+    from tests.dynamodb.test_dynamodb_design import RequestCounter
+
     from sandbox_ledger.dynamodb._follow import SessionPoller
     from sandbox_ledger.follow import Poll
     from sandbox_ledger.sdk.steps import run_sync
-    from tests.dynamodb.test_dynamodb_design import RequestCounter
 
     with SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint) as ledger:
         ledger.append(entry("f", "c", LedgerEvent.SandboxCreated, 1))

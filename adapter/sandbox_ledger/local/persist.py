@@ -256,7 +256,7 @@ def _line_value(raw: bytes, where: str) -> dict[str, Any] | None:
     if not raw.strip():
         return None
     try:
-        value = json.loads(raw)
+        value = loads_unique(raw)  # a key named twice is that line's error (issue 41, item 8)
     except (ValueError, RecursionError):
         _refuse(raw, where)
     if not isinstance(value, dict):
