@@ -128,3 +128,52 @@ def test_library_defaults_stay_patient() -> None:
     # Bulk commands (import) connect quickly but keep the library's retries for throttling.
     bulk = client_config(cli_config(interactive=False))
     assert attempts(bulk) == 11 and bulk.connect_timeout == 2
+
+
+class Silent:
+    """A TCP server that accepts every connection, reads the request and never answers."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.held.append(conn)
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+def test_a_server_that_takes_the_request_and_never_answers_is_slow_not_unreachable(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A busy server (the local one saving, a throttled endpoint) is never reported as
+    unreachable: the line says it took the request and did not answer in time."""
+    from botocore.config import Config
+
+    from sandbox_ledger.cli import context
+
+    quick = Config(connect_timeout=2, read_timeout=0.3, retries={"total_max_attempts": 2})
+    monkeypatch.setattr(context, "cli_config", lambda **_: quick)
+    server = Silent()
+    try:
+        endpoint = f"http://127.0.0.1:{server.port}"
+        args = ["--table", "ledger", "--endpoint-url", endpoint, "--region", "eu-west-3", "ls"]
+        result = runner.invoke(app, args)
+    finally:
+        server.close()
+    assert result.exit_code == 1
+    line = one_error_line(result.output)
+    assert endpoint in line and "did not answer in time" in line, line
+    assert "cannot reach" not in line

@@ -116,7 +116,7 @@ def failure(exc: BaseException, target: Target | None) -> tuple[ExitCode, str]:
 
 def _sdk_failure(sdk: BaseException, error: BaseException, text: str, target: Target) -> str:
     """The line for a failure the AWS SDK reported."""
-    from botocore.exceptions import ClientError, HTTPClientError
+    from botocore.exceptions import ClientError, HTTPClientError, ReadTimeoutError
     from botocore.exceptions import ConnectionError as SDKConnectionError
 
     response = getattr(sdk, "response", None) or {}
@@ -130,6 +130,13 @@ def _sdk_failure(sdk: BaseException, error: BaseException, text: str, target: Ta
         return (
             f"DynamoDB at {target.where()} answered HTTP {status} with no DynamoDB error in it; "
             "check the endpoint and the region"
+        )
+    if isinstance(sdk, ReadTimeoutError):
+        # It took the request and did not answer in time: busy or slow, not unreachable.
+        return (
+            f"DynamoDB at {target.where()} took the request but did not answer in time (it "
+            "is reachable, and busy or slow); nothing is known of a write it was sent: run "
+            "the command again"
         )
     if isinstance(sdk, SDKConnectionError | HTTPClientError):
         return f"cannot reach DynamoDB at {target.where()}: {' '.join(str(sdk).split())}"
