@@ -18,8 +18,8 @@ A writer guesses ``n`` from what it last wrote (:class:`Sequencer`, per adapter)
 that another writer took first, or that a delete made stale, cancels the transaction on the
 mark's condition, and the writer reads the session's last mark (one Query) and tries again
 with the next number, its head's key (its idempotency key) unchanged. A writer's first
-write of a session it has not seen reads the last mark first, except ``sandbox.created``,
-which guesses mark 0 (the common first write is one request).
+write of a session it has not seen reads the last mark first, whatever the entry (see
+:func:`read_last`: a guess of mark 0 could begin a second sequence).
 
 The incarnation tells a session deleted and begun again from the one a follower's position
 was taken in: ``delete_sandbox`` deletes the marks with the rest, and the next first write
@@ -45,10 +45,12 @@ __all__ = [
     "MAX_MARKS",
     "Mark",
     "Sequencer",
+    "last_query",
     "mark_actions",
     "mark_count",
     "mark_item",
     "new_incarnation",
+    "next_mark",
     "numbered",
     "read_last",
 ]
@@ -104,21 +106,22 @@ class Sequencer:
             self._next.pop(pk, None)
 
 
-def read_last(table: str, pk: str) -> Op[Mark]:
-    """Where the session's next mark goes, read from its last one (a strongly consistent
-    Query of one item); a session without marks starts a new incarnation at 0."""
-    page = yield Call(
-        "query",
-        {
-            "TableName": table,
-            "KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :q)",
-            "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY, "#sk": k.SORT_KEY},
-            "ExpressionAttributeValues": {":pk": S(pk), ":q": S(k.SEQUENCE_PREFIX)},
-            "ScanIndexForward": False,
-            "Limit": 1,
-            "ConsistentRead": True,
-        },
-    )
+def last_query(table: str, pk: str) -> dict[str, Any]:
+    """The Query of :func:`read_last`: the session's last mark, strongly consistent."""
+    return {
+        "TableName": table,
+        "KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :q)",
+        "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY, "#sk": k.SORT_KEY},
+        "ExpressionAttributeValues": {":pk": S(pk), ":q": S(k.SEQUENCE_PREFIX)},
+        "ScanIndexForward": False,
+        "Limit": 1,
+        "ConsistentRead": True,
+    }
+
+
+def next_mark(page: dict[str, Any]) -> Mark:
+    """Where the session's next mark goes, from the page of :func:`last_query`; a session
+    without marks starts a new incarnation at 0."""
     items = page.get("Items", [])
     if not items:
         return Mark(new_incarnation(), 0)
@@ -127,6 +130,18 @@ def read_last(table: str, pk: str) -> Op[Mark]:
     if number is None or A.INCARNATION not in last:  # not ours: start a new incarnation
         raise ValueError(f"not a sequence mark: {last[k.SORT_KEY]['S']!r}")
     return Mark(last[A.INCARNATION]["S"], number + 1)
+
+
+def read_last(table: str, pk: str) -> Op[Mark]:
+    """Where the session's next mark goes, read from its last one (a strongly consistent
+    Query of one item); a session without marks starts a new incarnation at 0.
+
+    A writer reads it before its first write of a session it has no guess for, whatever
+    the entry: a guess of mark 0 cannot tell a new session from one whose first marks are
+    gone while later ones stay (TTL removed them, the oldest entries expiring first; an
+    append that landed inside a delete_sandbox kept its mark), and it would begin a second
+    sequence beside the first."""
+    return next_mark((yield Call("query", last_query(table, pk))))
 
 
 def mark_item(pk: str, mark: Mark, head: Item) -> Item:

@@ -1,0 +1,146 @@
+"""Red team of DynamoDB's sequence marks (dynamodb/_sequence.py, dynamodb/_follow.py): the
+ways the marks stop being dense and unique in one incarnation, and what a follower then
+hands out."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from sandbox_ledger import keys as k
+from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+from sandbox_ledger.models import LedgerEvent
+from sandbox_ledger.testing._build import entry
+
+DAY = timedelta(days=1)
+DAY_MS = 86_400_000
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _marks(ledger: SyncDynamoDBAdapter, name: str, sandbox_id: str) -> list[dict[str, Any]]:
+    return ledger.client().query(
+        TableName=ledger.table_name,
+        KeyConditionExpression="PK = :pk AND begins_with(SK, :q)",
+        ExpressionAttributeValues={
+            ":pk": {"S": k.session_pk(name, sandbox_id)},
+            ":q": {"S": k.SEQUENCE_PREFIX},
+        },
+        ConsistentRead=True,
+    )["Items"]
+
+
+def _reap_expired(ledger: SyncDynamoDBAdapter, name: str, sandbox_id: str) -> int:
+    """What DynamoDB's TTL does, one item at a time: remove the session's items whose
+    ``expiresAt`` has passed."""
+    items = ledger.client().query(
+        TableName=ledger.table_name,
+        KeyConditionExpression="PK = :pk",
+        ExpressionAttributeValues={":pk": {"S": k.session_pk(name, sandbox_id)}},
+        ConsistentRead=True,
+    )["Items"]
+    now_s = time.time()
+    reaped = 0
+    for item in items:
+        ttl = item.get(k.TTL_ATTRIBUTE)
+        if ttl is not None and int(ttl["N"]) < now_s:
+            ledger.client().delete_item(
+                TableName=ledger.table_name, Key={"PK": item["PK"], "SK": item["SK"]}
+            )
+            reaped += 1
+    return reaped
+
+
+@pytest.fixture
+def ledger(moto_endpoint: str, table_name: str) -> Any:
+    with SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, retention=DAY) as made:
+        made.create_table()
+        yield made
+
+
+@pytest.mark.xfail(
+    strict=True, reason="open: TTL removes a session's last mark first, its number is taken again"
+)
+def test_a_mark_number_freed_by_ttl_is_never_taken_again(ledger: SyncDynamoDBAdapter) -> None:
+    """A replay stores an entry whose ts is nearly as old as the retention: the session's
+    last mark expires before the ones before it, and TTL removes it. The next append must not
+    take the freed number again: a follower that handed the replayed entry out (its position
+    is that number) would pass the new entry by."""
+    now = _now_ms()
+    ledger.append(entry("rt", "ttl", LedgerEvent.SandboxCreated, now))
+    ledger.append(entry("rt", "ttl", LedgerEvent.ExecStarted, now + 1, step=0))
+    ledger.append(entry("rt", "ttl", LedgerEvent.ExecStarted, now - DAY_MS + 2_000, step=1))
+    handed = list(itertools.islice(ledger.follow("rt", "ttl"), 3))
+    assert [f.entry.step_index for f in handed] == [-1, 0, 1]
+    time.sleep(3.2)
+    assert _reap_expired(ledger, "rt", "ttl") == 2  # the replayed entry's head and its mark
+    ledger.append(entry("rt", "ttl", LedgerEvent.ExecStarted, _now_ms(), step=2))
+    ledger.append(entry("rt", "ttl", LedgerEvent.SandboxClosed, _now_ms()))
+    resumed = ledger.follow("rt", "ttl", after=handed[-1].position)
+    assert [f.entry.step_index for f in resumed] == [2, -1]
+
+
+def test_a_session_whose_first_mark_expired_keeps_one_sequence(
+    ledger: SyncDynamoDBAdapter, moto_endpoint: str
+) -> None:
+    """A session ran longer than the retention: its first entry (and mark 0) expired and
+    TTL removed them. Another client (which never wrote the session) imports an entry into
+    it: the import must take the next mark of the session's sequence, not begin a second
+    sequence at mark 0 beside the first (a follower at the tail would never see the entry;
+    one from the start would end at the second sequence)."""
+    now = _now_ms()
+    ledger.append(entry("rt", "old", LedgerEvent.SandboxCreated, now - DAY_MS + 2_000))
+    ledger.append(entry("rt", "old", LedgerEvent.ExecComplete, now, step=0))
+    handed = list(itertools.islice(ledger.follow("rt", "old"), 2))
+    time.sleep(3.2)
+    assert _reap_expired(ledger, "rt", "old") == 2  # the first entry's head and mark 0
+    with SyncDynamoDBAdapter(ledger.table_name, endpoint_url=moto_endpoint, retention=DAY) as other:
+        late = entry("rt", "old", LedgerEvent.ExecStarted, _now_ms(), step=1)
+        assert other.append_once_many([(late, 1)]) == [True]
+    ledger.append(entry("rt", "old", LedgerEvent.SandboxClosed, _now_ms()))
+    resumed = ledger.follow("rt", "old", after=handed[-1].position)
+    assert [f.entry.step_index for f in resumed] == [1, -1]
+    assert len({m["inc"]["S"] for m in _marks(ledger, "rt", "old")}) == 1
+    assert [f.entry.step_index for f in ledger.follow("rt", "old")] == [0, 1, -1]
+
+
+def test_an_append_landing_inside_a_delete_leaves_one_sequence(
+    moto_endpoint: str, table_name: str
+) -> None:
+    """delete_sandbox reads the session's keys, then deletes them; an exec.started (which a
+    delete does not hold off) lands between the two, with the next mark, and survives the
+    delete. The session begun again must still be one sequence: a follower from its start
+    hands out every entry read_all has, and reaches sandbox.closed."""
+    with (
+        SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint) as ledger,
+        SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint) as writer,
+    ):
+        ledger.create_table()
+        now = _now_ms()
+        writer.append(entry("rt", "del", LedgerEvent.SandboxCreated, now))
+        writer.append(entry("rt", "del", LedgerEvent.ExecStarted, now + 1, step=0))
+        raced: list[bool] = []
+
+        def race(**_: Any) -> None:
+            if not raced:
+                raced.append(True)
+                writer.append(entry("rt", "del", LedgerEvent.ExecStarted, now + 2, step=1))
+
+        ledger.client().meta.events.register("before-call.dynamodb.BatchWriteItem", race)
+        ledger.delete_sandbox("rt", "del")
+        ledger.client().meta.events.unregister("before-call.dynamodb.BatchWriteItem", race)
+        assert raced
+        later = _now_ms()
+        ledger.append(entry("rt", "del", LedgerEvent.SandboxCreated, later))
+        ledger.append(entry("rt", "del", LedgerEvent.ExecStarted, later + 1, step=0))
+        ledger.append(entry("rt", "del", LedgerEvent.SandboxClosed, later + 2))
+        stored = ledger.read_all("rt", "del")
+        followed = [f.entry for f in ledger.follow("rt", "del")]
+        assert sorted(map(repr, followed)) == sorted(map(repr, stored))
+        assert followed[-1].event == LedgerEvent.SandboxClosed
