@@ -177,9 +177,7 @@ def _landed(transaction: Transaction, sequencer: Sequencer, *, resent: bool = Fa
         if resent or group.mark is None:
             sequencer.forget(group.pk)
         else:
-            sequencer.learn(
-                group.pk, _seq.Mark(group.mark.incarnation, group.mark.number + len(group.units))
-            )
+            sequencer.learn(group.pk, group.mark.after([u.head for u in group.units]))
 
 
 def _transact(

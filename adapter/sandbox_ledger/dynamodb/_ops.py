@@ -133,7 +133,7 @@ def append(
         actions.extend(_seq.mark_actions(table, pk, mark, [encoded.head]))
         try:
             yield Call("transact_write_items", {"TransactItems": actions})
-            sequencer.learn(pk, _seq.Mark(mark.incarnation, mark.number + 1))
+            sequencer.learn(pk, mark.after([encoded.head]))
             return True
         except ClientError as exc:
             if error_code(exc) != "TransactionCanceledException":

@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import secrets
 import threading
+import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger import keys as k
 from sandbox_ledger.keys import LedgerAttr as A
-from sandbox_ledger.sdk.attributes import S
+from sandbox_ledger.sdk.attributes import N, S
 from sandbox_ledger.sdk.steps import Call, Op
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ __all__ = [
     "MAX_MARKS",
     "Mark",
     "Sequencer",
+    "entry_live",
     "last_query",
     "mark_actions",
     "mark_count",
@@ -64,15 +66,41 @@ def new_incarnation() -> str:
 
 
 class Mark:
-    """Where a session's next mark goes: ``number`` in incarnation ``incarnation``."""
+    """Where a session's next mark goes: ``number`` in incarnation ``incarnation``;
+    ``floor``: the TTL of the mark before (no mark expires before the one before it);
+    ``fresh``: the first mark of its incarnation (no check of the mark before)."""
 
-    __slots__ = ("incarnation", "number")
+    __slots__ = ("floor", "fresh", "incarnation", "number")
 
-    def __init__(self, incarnation: str, number: int) -> None:
-        self.incarnation, self.number = incarnation, number
+    def __init__(
+        self, incarnation: str, number: int, floor: int | None = None, fresh: bool | None = None
+    ) -> None:
+        self.incarnation, self.number, self.floor = incarnation, number, floor
+        self.fresh = number == 0 if fresh is None else fresh
+
+    def copy(self) -> Mark:
+        return Mark(self.incarnation, self.number, self.floor, self.fresh)
+
+    def after(self, heads: list[Item]) -> Mark:
+        """Where the next mark goes once ``heads`` took their marks from this one."""
+        floor = self.floor
+        for head in heads:
+            floor = _ttl(head, floor)
+        return Mark(self.incarnation, self.number + len(heads), floor, fresh=False)
 
     def __repr__(self) -> str:
-        return f"Mark({self.incarnation!r}, {self.number})"
+        return f"Mark({self.incarnation!r}, {self.number}, {self.floor}, {self.fresh})"
+
+
+def _ttl(head: Item, floor: int | None) -> int | None:
+    """The TTL of the mark of ``head``: its entry's, raised to ``floor``. Marks never expire
+    before the marks before them, so TTL never removes a session's last mark while earlier
+    ones live (the next write would take its number again, behind a follower that handed
+    it out)."""
+    if k.TTL_ATTRIBUTE not in head:
+        return None
+    own = int(head[k.TTL_ATTRIBUTE]["N"])
+    return own if floor is None else max(own, floor)
 
 
 class Sequencer:
@@ -90,13 +118,13 @@ class Sequencer:
             mark = self._next.get(pk)
             if mark is not None:
                 self._next.move_to_end(pk)
-                return Mark(mark.incarnation, mark.number)
+                return mark.copy()
             return None
 
     def learn(self, pk: str, mark: Mark) -> None:
         """``mark`` is where the session's next mark goes (after a write or a read)."""
         with self._lock:
-            self._next[pk] = Mark(mark.incarnation, mark.number)
+            self._next[pk] = mark.copy()
             self._next.move_to_end(pk)
             while len(self._next) > self._size:
                 self._next.popitem(last=False)
@@ -119,9 +147,11 @@ def last_query(table: str, pk: str) -> dict[str, Any]:
     }
 
 
-def next_mark(page: dict[str, Any]) -> Mark:
+def next_mark(page: dict[str, Any], now_s: int | None = None) -> Mark:
     """Where the session's next mark goes, from the page of :func:`last_query`; a session
-    without marks starts a new incarnation at 0."""
+    without marks starts a new incarnation at 0, and so does one whose last mark expired
+    (all of them have, then: a session wholly older than the retention, which TTL is
+    removing in any order), after that mark: a follower of the expired session ends there."""
     items = page.get("Items", [])
     if not items:
         return Mark(new_incarnation(), 0)
@@ -129,7 +159,10 @@ def next_mark(page: dict[str, Any]) -> Mark:
     number = k.sequence_number(last[k.SORT_KEY]["S"])
     if number is None or A.INCARNATION not in last:  # not ours: start a new incarnation
         raise ValueError(f"not a sequence mark: {last[k.SORT_KEY]['S']!r}")
-    return Mark(last[A.INCARNATION]["S"], number + 1)
+    ttl = int(last[k.TTL_ATTRIBUTE]["N"]) if k.TTL_ATTRIBUTE in last else None
+    if ttl is not None and ttl <= (int(time.time()) if now_s is None else now_s):
+        return Mark(new_incarnation(), number + 1, fresh=True)
+    return Mark(last[A.INCARNATION]["S"], number + 1, ttl)
 
 
 def read_last(table: str, pk: str) -> Op[Mark]:
@@ -145,7 +178,8 @@ def read_last(table: str, pk: str) -> Op[Mark]:
 
 
 def mark_item(pk: str, mark: Mark, head: Item) -> Item:
-    """The sequence mark of the entry whose head is ``head``, at ``mark``."""
+    """The sequence mark of the entry whose head is ``head``, at ``mark`` (its TTL raised
+    to ``mark.floor``, its entry's own kept beside it)."""
     item: Item = {
         k.PARTITION_KEY: S(pk),
         k.SORT_KEY: S(k.sequence_sk(mark.number)),
@@ -154,9 +188,18 @@ def mark_item(pk: str, mark: Mark, head: Item) -> Item:
     }
     if A.PARTS in head:
         item[A.PARTS] = head[A.PARTS]
-    if k.TTL_ATTRIBUTE in head:
-        item[k.TTL_ATTRIBUTE] = head[k.TTL_ATTRIBUTE]
+    ttl = _ttl(head, mark.floor)
+    if ttl is not None:
+        item[k.TTL_ATTRIBUTE] = N(ttl)
+        if ttl != int(head[k.TTL_ATTRIBUTE]["N"]):
+            item[A.ENTRY_EXPIRES] = head[k.TTL_ATTRIBUTE]
     return item
+
+
+def entry_live(mark: Item, now_s: int) -> bool:
+    """Whether the entry of ``mark`` has not expired (its own TTL, not the mark's)."""
+    ttl = mark.get(A.ENTRY_EXPIRES) or mark.get(k.TTL_ATTRIBUTE)
+    return ttl is None or int(ttl["N"]) > now_s
 
 
 _ABSENT = {
@@ -172,7 +215,7 @@ def mark_actions(table: str, pk: str, first: Mark, heads: list[Item]) -> list[di
     if first.number + len(heads) > MAX_MARKS:
         raise ValueError("a session holds at most 10**12 entries")
     actions: list[dict[str, Any]] = []
-    if first.number > 0:
+    if not first.fresh:
         actions.append(
             {
                 "ConditionCheck": {
@@ -187,15 +230,16 @@ def mark_actions(table: str, pk: str, first: Mark, heads: list[Item]) -> list[di
                 }
             }
         )
-    for offset, head in enumerate(heads):
-        mark = Mark(first.incarnation, first.number + offset)
+    mark = first
+    for head in heads:
         actions.append({"Put": {"TableName": table, "Item": mark_item(pk, mark, head), **_ABSENT}})
+        mark = mark.after([head])
     return actions
 
 
 def mark_count(first: Mark, heads: int) -> int:
     """How many actions :func:`mark_actions` makes."""
-    return heads + (1 if first.number > 0 else 0)
+    return heads + (0 if first.fresh else 1)
 
 
 def numbered(item: Item) -> tuple[int, str] | None:
