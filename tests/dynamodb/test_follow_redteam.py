@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sandbox_ledger import keys as k
-from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+from sandbox_ledger.dynamodb import SyncDynamoDBAdapter, _ops
 from sandbox_ledger.models import LedgerEvent
 from sandbox_ledger.testing._build import entry
 
@@ -168,3 +168,78 @@ def test_a_session_expired_whole_and_begun_again_is_a_new_sequence(
     assert list(ledger.follow("rt", "whole", after=handed[0].position)) == []
     fresh = [f.entry.ts - now for f in ledger.follow("rt", "whole")]
     assert fresh == [0, 1, 2]
+
+
+@pytest.mark.slow
+def test_many_clients_with_lost_responses_throttling_and_imports_are_followed_exactly_once(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    """Six clients append to one session at once (each loses a fifth of its transactions'
+    responses and so resends them, and is throttled on a tenth), two more import batches
+    into it meanwhile; a follower running all along hands out every stored entry once, in
+    the order read_in_append_order gives, and no writer gives up on the sequence."""
+    import threading
+
+    from tests.dynamodb.faults import FailShare, ResendAfterSuccess
+
+    injected: list[Any] = []
+
+    def client(seed: int) -> SyncDynamoDBAdapter:
+        made = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+        injected.append(
+            ResendAfterSuccess(0.2, {"TransactWriteItems"}, seed=seed).attach(made.client())
+        )
+        injected.append(
+            FailShare(
+                0.1, "ThrottlingException", operations={"TransactWriteItems"}, aio=False, seed=seed
+            ).attach(made.client())
+        )
+        return made
+
+    now = _now_ms()
+    with SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint) as ledger:
+        ledger.append(entry("rt", "many", LedgerEvent.SandboxCreated, now))
+        handed: list[Any] = []
+        follower = threading.Thread(
+            target=lambda: handed.extend(f.entry for f in ledger.follow("rt", "many"))
+        )
+        follower.start()
+        errors: list[BaseException] = []
+
+        def append(n: int) -> None:
+            try:
+                with client(n) as mine:
+                    for i in range(12):
+                        mine.append(entry("rt", "many", "custom", now + 10 * i + n, step=n))
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        def import_(n: int) -> None:
+            try:
+                with client(100 + n) as mine:
+                    batch = [
+                        (entry("rt", "many", "imported", now - 1000 * i, step=100 + n), 1)
+                        for i in range(10)
+                    ]
+                    assert all(mine.append_once_many(batch))
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=append, args=(n,)) for n in range(6)]
+        threads += [threading.Thread(target=import_, args=(n,)) for n in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        ledger.append(entry("rt", "many", LedgerEvent.SandboxClosed, _now_ms()))
+        follower.join(60)
+        assert not follower.is_alive()
+        assert errors == []
+        assert sum(getattr(f, "resent", 0) for f in injected) > 5
+        assert sum(getattr(f, "injected", 0) for f in injected) > 5
+        stored = ledger.run(_ops.read_in_append_order(sync_table, "rt", "many"))
+        assert len(stored) == 1 + 6 * 12 + 2 * 10 + 1
+        assert handed == stored
+        marks = _marks(ledger, "rt", "many")
+        assert [k.sequence_number(m["SK"]["S"]) for m in marks] == list(range(len(stored)))
+        assert len({m["inc"]["S"] for m in marks}) == 1
