@@ -7,7 +7,9 @@ lands behind entries a follower has already passed. So every write of an entry a
 **sequence mark** ``Q#<n>`` in the session's partition, in the same TransactWriteItems:
 
 - the mark holds the sort key of the entry's head (``ref``), its part count (``np``), the
-  session's **incarnation** (``inc``, drawn at random with mark 0) and the entry's TTL;
+  session's **incarnation** (``inc``, drawn at random with mark 0) and a TTL: its entry's,
+  raised to the mark before's (no mark expires before the one before it: TTL never frees
+  the number of a session's last mark while earlier ones live), the entry's own beside it;
 - mark ``n`` is put only where none exists (``attribute_not_exists``), and, for ``n > 0``,
   the same transaction checks that mark ``n - 1`` exists with the same incarnation
   (a ConditionCheck). Transactions are serializable, so a mark is committed only after the
