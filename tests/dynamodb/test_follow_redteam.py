@@ -243,3 +243,48 @@ def test_many_clients_with_lost_responses_throttling_and_imports_are_followed_ex
         marks = _marks(ledger, "rt", "many")
         assert [k.sequence_number(m["SK"]["S"]) for m in marks] == list(range(len(stored)))
         assert len({m["inc"]["S"] for m in marks}) == 1
+
+
+@pytest.mark.slow
+def test_two_imports_of_one_file_racing_appends_are_followed_once(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    """Two clients import the same 40 entries into a live session at once (each finds some of
+    its claims taken by the other), while a third appends: every entry is stored once and a
+    follower hands each out once, in commit order, the marks dense."""
+    import threading
+
+    now = _now_ms()
+    lines = [(entry("rt", "twice", "imported", now - 500 * i, step=i), 1) for i in range(40)]
+    with SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint) as ledger:
+        ledger.append(entry("rt", "twice", LedgerEvent.SandboxCreated, now))
+        handed: list[Any] = []
+        follower = threading.Thread(
+            target=lambda: handed.extend(f.entry for f in ledger.follow("rt", "twice"))
+        )
+        follower.start()
+        outcomes: list[list[Any]] = []
+
+        def import_() -> None:
+            with SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint) as mine:
+                outcomes.append(mine.append_once_many(lines))
+
+        def append() -> None:
+            with SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint) as mine:
+                for i in range(15):
+                    mine.append(entry("rt", "twice", "live", now + i, step=i))
+
+        threads = [threading.Thread(target=f) for f in (import_, import_, append)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        ledger.append(entry("rt", "twice", LedgerEvent.SandboxClosed, _now_ms()))
+        follower.join(60)
+        assert not follower.is_alive()
+        assert [a or b for a, b in zip(*outcomes, strict=True)] == [True] * 40
+        stored = ledger.run(_ops.read_in_append_order(sync_table, "rt", "twice"))
+        assert len(stored) == 1 + 40 + 15 + 1
+        assert handed == stored
+        marks = _marks(ledger, "rt", "twice")
+        assert [k.sequence_number(m["SK"]["S"]) for m in marks] == list(range(len(stored)))
