@@ -288,3 +288,26 @@ def test_two_imports_of_one_file_racing_appends_are_followed_once(
         assert handed == stored
         marks = _marks(ledger, "rt", "twice")
         assert [k.sequence_number(m["SK"]["S"]) for m in marks] == list(range(len(stored)))
+
+
+def test_a_guess_of_a_new_session_is_not_kept_past_its_moment(
+    ledger: SyncDynamoDBAdapter, moto_endpoint: str
+) -> None:
+    """An import's read finds a session without marks (its client may then guess mark 0);
+    the import does not write it. Later another client's sequence begins there and TTL
+    removes its first mark (an old entry's). The first client's next write must not take
+    mark 0 on that old guess: it would begin a second sequence."""
+    ledger.read_stored_sessions([("rt", "stale")])  # no marks: mark 0 guessed
+    ledger._sequencer.fresh_for = 1.0
+    old = _now_ms() - DAY_MS + 2_000
+    with SyncDynamoDBAdapter(ledger.table_name, endpoint_url=moto_endpoint, retention=DAY) as other:
+        other.append(entry("rt", "stale", LedgerEvent.SandboxCreated, old))
+        other.append(entry("rt", "stale", LedgerEvent.ExecComplete, _now_ms(), step=0))
+    time.sleep(3.2)
+    first = _marks(ledger, "rt", "stale")[0]
+    ledger.client().delete_item(
+        TableName=ledger.table_name, Key={"PK": first["PK"], "SK": first["SK"]}
+    )
+    ledger.append(entry("rt", "stale", LedgerEvent.SandboxClosed, _now_ms()))
+    assert len({m["inc"]["S"] for m in _marks(ledger, "rt", "stale")}) == 1
+    assert [f.entry.step_index for f in ledger.follow("rt", "stale")] == [0, -1]

@@ -108,25 +108,36 @@ def _ttl(head: Item, floor: int | None) -> int | None:
 class Sequencer:
     """A client's guesses of each session's next mark (the last it wrote or read, plus one),
     for at most ``size`` sessions (least recently used first out). Thread-safe; a wrong
-    guess costs a cancelled transaction and a Query, never an entry."""
+    guess costs a cancelled transaction and a Query, never an entry.
+
+    A guess that begins an incarnation (mark 0, or after an expired session: nothing checks
+    the mark before it) is kept only :attr:`fresh_for` seconds: it says the session held no
+    live sequence when it was read, and later another writer's sequence may begin and lose
+    its first marks to TTL, which the guess could not tell from a new session."""
+
+    fresh_for = 60.0
 
     def __init__(self, size: int = 4096) -> None:
-        self._next: OrderedDict[str, Mark] = OrderedDict()
+        self._next: OrderedDict[str, tuple[Mark, float]] = OrderedDict()
         self._lock = threading.Lock()
         self._size = size
 
     def guess(self, pk: str) -> Mark | None:
         with self._lock:
-            mark = self._next.get(pk)
-            if mark is not None:
-                self._next.move_to_end(pk)
-                return mark.copy()
-            return None
+            known = self._next.get(pk)
+            if known is None:
+                return None
+            mark, learned = known
+            if mark.fresh and time.monotonic() - learned > self.fresh_for:
+                del self._next[pk]
+                return None
+            self._next.move_to_end(pk)
+            return mark.copy()
 
     def learn(self, pk: str, mark: Mark) -> None:
         """``mark`` is where the session's next mark goes (after a write or a read)."""
         with self._lock:
-            self._next[pk] = mark.copy()
+            self._next[pk] = (mark.copy(), time.monotonic())
             self._next.move_to_end(pk)
             while len(self._next) > self._size:
                 self._next.popitem(last=False)
