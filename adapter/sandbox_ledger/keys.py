@@ -148,6 +148,7 @@ class LedgerAttr:
     DELETING: Final = "deleting"  # summary: a running delete_sandbox's lease end (ms)
     DELETING_TOKEN: Final = "deletingToken"  # summary: which delete_sandbox holds the lease
     INCARNATION: Final = "inc"  # sequence mark: the session's incarnation (new after a delete)
+    ENTRY_EXPIRES: Final = "eex"  # sequence mark: its entry's TTL, where the mark's is later
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from sandbox_ledger.dynamodb._packing import (
 from sandbox_ledger.errors import ConflictError, InvalidInputError, StorageError
 from sandbox_ledger.keys import LedgerAttr as A
 from sandbox_ledger.sdk import steps
+from sandbox_ledger.sdk.attributes import S
 from sandbox_ledger.sdk.batching import batch_write
 from sandbox_ledger.sdk.paging import query_all
 from sandbox_ledger.sdk.steps import MAX_ATTEMPTS, Call, Op, Parallel, Sleep, error_code, log
@@ -153,16 +154,22 @@ def _known(
 
 
 def _place_marks(table: str, transaction: Transaction, sequencer: Sequencer) -> Op[None]:
-    """Where each group's sequence marks start: the client's guess, else mark 0 for a session
-    it has not seen (the common import: a session the target does not hold; a held one
-    fails the mark's condition once, as its summary's put), else (after a miss) read."""
+    """Where each group's sequence marks start: the client's guess, else (a session it has
+    not seen, or after a miss) the session's last mark, read (one Query per session, at
+    once; see :func:`._sequence.read_last` for why a new-looking session is read too)."""
+    unread = []
     for group in transaction.groups:
         if group.mark is not None:
             continue
-        if group.misses:
-            group.mark = yield from _seq.read_last(table, group.pk)
+        guess = None if group.misses else sequencer.guess(group.pk)
+        if guess is not None:
+            group.mark = guess
         else:
-            group.mark = sequencer.guess(group.pk) or _seq.Mark(_seq.new_incarnation(), 0)
+            unread.append(group)
+    if unread:
+        pages = yield Parallel(tuple(Call("query", _seq.last_query(table, g.pk)) for g in unread))
+        for group, page in zip(unread, pages, strict=True):
+            group.mark = _seq.next_mark(page)
 
 
 def _landed(transaction: Transaction, sequencer: Sequencer, *, resent: bool = False) -> None:
@@ -170,9 +177,7 @@ def _landed(transaction: Transaction, sequencer: Sequencer, *, resent: bool = Fa
         if resent or group.mark is None:
             sequencer.forget(group.pk)
         else:
-            sequencer.learn(
-                group.pk, _seq.Mark(group.mark.incarnation, group.mark.number + len(group.units))
-            )
+            sequencer.learn(group.pk, group.mark.after([u.head for u in group.units]))
 
 
 def _transact(
@@ -334,19 +339,42 @@ def _give_up_after(
 
 
 def read_each_stored(
-    table: str, sessions: Sequence[tuple[str, str]]
+    table: str, sessions: Sequence[tuple[str, str]], sequencer: Sequencer | None = None
 ) -> Op[list[list[LedgerEntry]]]:
     """``read_stored`` of each session in order: the first page of :data:`READS` sessions'
-    queries at once (most sessions fit one page), then each one's further pages."""
+    queries at once (most sessions fit one page), then each one's further pages. The same
+    Query reads the session's sequence marks (and its claims and markers, between them in
+    the partition): ``sequencer`` learns where each session's next mark goes, so the import
+    that follows does not read it again."""
     found: list[list[LedgerEntry]] = []
     for start in range(0, len(sessions), READS):
         chunk = sessions[start : start + READS]
-        queries = [_ops.stored_query(table, name, sandbox_id) for name, sandbox_id in chunk]
+        queries = [_stored_and_marks(table, name, sandbox_id) for name, sandbox_id in chunk]
         pages = yield Parallel(tuple(Call("query", q) for q in queries))
         for (name, sandbox_id), query, page in zip(chunk, queries, pages, strict=True):
             items = list(page.get("Items", []))
             if page.get("LastEvaluatedKey"):
                 rest = {**query, "ExclusiveStartKey": page["LastEvaluatedKey"]}
                 items += yield from query_all(rest)
-            found.append((yield from _ops.stored_entries(table, name, sandbox_id, items)))
+            marks = [item for item in items if _seq.numbered(item) is not None]
+            if sequencer is not None:
+                last = {"Items": marks[-1:]}
+                sequencer.learn(k.session_pk(name, sandbox_id), _seq.next_mark(last))
+            entries = [item for item in items if item[k.SORT_KEY]["S"].startswith(k.EVENT_PREFIX)]
+            found.append((yield from _ops.stored_entries(table, name, sandbox_id, entries)))
     return found
+
+
+def _stored_and_marks(table: str, name: str, sandbox_id: str) -> dict[str, Any]:
+    """The Query of a session's entries through its sequence marks (``E#`` to ``Q#``)."""
+    return {
+        "TableName": table,
+        "KeyConditionExpression": "#pk = :pk AND #sk BETWEEN :lo AND :hi",
+        "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY, "#sk": k.SORT_KEY},
+        "ExpressionAttributeValues": {
+            ":pk": S(k.session_pk(name, sandbox_id)),
+            ":lo": S(k.EVENT_PREFIX),
+            ":hi": S(k.SEQUENCE_PREFIX[:-1] + "$"),
+        },
+        "ConsistentRead": True,
+    }

@@ -125,6 +125,10 @@ class SessionPoller:
             if numbered is None:
                 continue
             number, inc = numbered
+            if incarnation is None and not it.live(item, it.now_s()):
+                # From the start: a mark (and its entry) expired, of an incarnation that may
+                # have ended (the session expired whole and began again after it).
+                continue
             if incarnation is None:
                 incarnation = inc
             if inc != incarnation:
@@ -153,7 +157,7 @@ class SessionPoller:
         items: list[Any] = []
         keys: list[Any] = []
         for _, _, mark in run:
-            if not it.live(mark, now_s):
+            if not _seq.entry_live(mark, now_s):
                 continue
             head = mark[A.REF]["S"]
             parts = int(mark[A.PARTS]["N"]) if A.PARTS in mark else 0
@@ -172,7 +176,7 @@ class SessionPoller:
         found: list[tuple[dict[str, Any], LedgerEntry]] = []
         for number, inc, mark in run:
             state = {"q": number, "i": inc}
-            if not it.live(mark, now_s):
+            if not _seq.entry_live(mark, now_s):
                 continue
             entry = entries.get(mark[A.REF]["S"])
             if entry is None:

@@ -116,11 +116,7 @@ def append(
     marks_at = len(actions)
     mark = sequencer.guess(pk)
     if mark is None:
-        # A session's first write is usually its sandbox.created: mark 0, one request.
-        if entry.event == LedgerEvent.SandboxCreated:
-            mark = _seq.Mark(_seq.new_incarnation(), 0)
-        else:
-            mark = yield from _seq.read_last(table, pk)
+        mark = yield from _seq.read_last(table, pk)
     attempt = misses = 0
     session = (entry.name, entry.sandbox_id)
     # The form of the summary update that leaves a later TTL alone (see _summary_condition),
@@ -137,7 +133,7 @@ def append(
         actions.extend(_seq.mark_actions(table, pk, mark, [encoded.head]))
         try:
             yield Call("transact_write_items", {"TransactItems": actions})
-            sequencer.learn(pk, _seq.Mark(mark.incarnation, mark.number + 1))
+            sequencer.learn(pk, mark.after([encoded.head]))
             return True
         except ClientError as exc:
             if error_code(exc) != "TransactionCanceledException":

@@ -141,8 +141,8 @@ class Transaction:
         return [u for g in self.groups for u in g.units]
 
 
-_LARGEST = _seq.Mark("f" * 64, _seq.MAX_MARKS - 1)
-"""A sequence mark at its largest, for sizes."""
+_LARGEST = _seq.Mark("f" * 64, _seq.MAX_MARKS - 1, floor=10**12)
+"""A sequence mark at its largest, for sizes (its TTL raised: its entry's kept beside it)."""
 
 
 def _changes_summary(entry: LedgerEntry) -> bool:

@@ -7,7 +7,9 @@ lands behind entries a follower has already passed. So every write of an entry a
 **sequence mark** ``Q#<n>`` in the session's partition, in the same TransactWriteItems:
 
 - the mark holds the sort key of the entry's head (``ref``), its part count (``np``), the
-  session's **incarnation** (``inc``, drawn at random with mark 0) and the entry's TTL;
+  session's **incarnation** (``inc``, drawn at random with mark 0) and a TTL: its entry's,
+  raised to the mark before's (no mark expires before the one before it: TTL never frees
+  the number of a session's last mark while earlier ones live), the entry's own beside it;
 - mark ``n`` is put only where none exists (``attribute_not_exists``), and, for ``n > 0``,
   the same transaction checks that mark ``n - 1`` exists with the same incarnation
   (a ConditionCheck). Transactions are serializable, so a mark is committed only after the
@@ -18,8 +20,8 @@ A writer guesses ``n`` from what it last wrote (:class:`Sequencer`, per adapter)
 that another writer took first, or that a delete made stale, cancels the transaction on the
 mark's condition, and the writer reads the session's last mark (one Query) and tries again
 with the next number, its head's key (its idempotency key) unchanged. A writer's first
-write of a session it has not seen reads the last mark first, except ``sandbox.created``,
-which guesses mark 0 (the common first write is one request).
+write of a session it has not seen reads the last mark first, whatever the entry (see
+:func:`read_last`: a guess of mark 0 could begin a second sequence).
 
 The incarnation tells a session deleted and begun again from the one a follower's position
 was taken in: ``delete_sandbox`` deletes the marks with the rest, and the next first write
@@ -30,12 +32,13 @@ from __future__ import annotations
 
 import secrets
 import threading
+import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger import keys as k
 from sandbox_ledger.keys import LedgerAttr as A
-from sandbox_ledger.sdk.attributes import S
+from sandbox_ledger.sdk.attributes import N, S
 from sandbox_ledger.sdk.steps import Call, Op
 
 if TYPE_CHECKING:
@@ -45,10 +48,13 @@ __all__ = [
     "MAX_MARKS",
     "Mark",
     "Sequencer",
+    "entry_live",
+    "last_query",
     "mark_actions",
     "mark_count",
     "mark_item",
     "new_incarnation",
+    "next_mark",
     "numbered",
     "read_last",
 ]
@@ -62,39 +68,76 @@ def new_incarnation() -> str:
 
 
 class Mark:
-    """Where a session's next mark goes: ``number`` in incarnation ``incarnation``."""
+    """Where a session's next mark goes: ``number`` in incarnation ``incarnation``;
+    ``floor``: the TTL of the mark before (no mark expires before the one before it);
+    ``fresh``: the first mark of its incarnation (no check of the mark before)."""
 
-    __slots__ = ("incarnation", "number")
+    __slots__ = ("floor", "fresh", "incarnation", "number")
 
-    def __init__(self, incarnation: str, number: int) -> None:
-        self.incarnation, self.number = incarnation, number
+    def __init__(
+        self, incarnation: str, number: int, floor: int | None = None, fresh: bool | None = None
+    ) -> None:
+        self.incarnation, self.number, self.floor = incarnation, number, floor
+        self.fresh = number == 0 if fresh is None else fresh
+
+    def copy(self) -> Mark:
+        return Mark(self.incarnation, self.number, self.floor, self.fresh)
+
+    def after(self, heads: list[Item]) -> Mark:
+        """Where the next mark goes once ``heads`` took their marks from this one."""
+        floor = self.floor
+        for head in heads:
+            floor = _ttl(head, floor)
+        return Mark(self.incarnation, self.number + len(heads), floor, fresh=False)
 
     def __repr__(self) -> str:
-        return f"Mark({self.incarnation!r}, {self.number})"
+        return f"Mark({self.incarnation!r}, {self.number}, {self.floor}, {self.fresh})"
+
+
+def _ttl(head: Item, floor: int | None) -> int | None:
+    """The TTL of the mark of ``head``: its entry's, raised to ``floor``. Marks never expire
+    before the marks before them, so TTL never removes a session's last mark while earlier
+    ones live (the next write would take its number again, behind a follower that handed
+    it out)."""
+    if k.TTL_ATTRIBUTE not in head:
+        return None
+    own = int(head[k.TTL_ATTRIBUTE]["N"])
+    return own if floor is None else max(own, floor)
 
 
 class Sequencer:
     """A client's guesses of each session's next mark (the last it wrote or read, plus one),
     for at most ``size`` sessions (least recently used first out). Thread-safe; a wrong
-    guess costs a cancelled transaction and a Query, never an entry."""
+    guess costs a cancelled transaction and a Query, never an entry.
+
+    A guess that begins an incarnation (mark 0, or after an expired session: nothing checks
+    the mark before it) is kept only :attr:`fresh_for` seconds: it says the session held no
+    live sequence when it was read, and later another writer's sequence may begin and lose
+    its first marks to TTL, which the guess could not tell from a new session."""
+
+    fresh_for = 60.0
 
     def __init__(self, size: int = 4096) -> None:
-        self._next: OrderedDict[str, Mark] = OrderedDict()
+        self._next: OrderedDict[str, tuple[Mark, float]] = OrderedDict()
         self._lock = threading.Lock()
         self._size = size
 
     def guess(self, pk: str) -> Mark | None:
         with self._lock:
-            mark = self._next.get(pk)
-            if mark is not None:
-                self._next.move_to_end(pk)
-                return Mark(mark.incarnation, mark.number)
-            return None
+            known = self._next.get(pk)
+            if known is None:
+                return None
+            mark, learned = known
+            if mark.fresh and time.monotonic() - learned > self.fresh_for:
+                del self._next[pk]
+                return None
+            self._next.move_to_end(pk)
+            return mark.copy()
 
     def learn(self, pk: str, mark: Mark) -> None:
         """``mark`` is where the session's next mark goes (after a write or a read)."""
         with self._lock:
-            self._next[pk] = Mark(mark.incarnation, mark.number)
+            self._next[pk] = (mark.copy(), time.monotonic())
             self._next.move_to_end(pk)
             while len(self._next) > self._size:
                 self._next.popitem(last=False)
@@ -104,21 +147,24 @@ class Sequencer:
             self._next.pop(pk, None)
 
 
-def read_last(table: str, pk: str) -> Op[Mark]:
-    """Where the session's next mark goes, read from its last one (a strongly consistent
-    Query of one item); a session without marks starts a new incarnation at 0."""
-    page = yield Call(
-        "query",
-        {
-            "TableName": table,
-            "KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :q)",
-            "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY, "#sk": k.SORT_KEY},
-            "ExpressionAttributeValues": {":pk": S(pk), ":q": S(k.SEQUENCE_PREFIX)},
-            "ScanIndexForward": False,
-            "Limit": 1,
-            "ConsistentRead": True,
-        },
-    )
+def last_query(table: str, pk: str) -> dict[str, Any]:
+    """The Query of :func:`read_last`: the session's last mark, strongly consistent."""
+    return {
+        "TableName": table,
+        "KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :q)",
+        "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY, "#sk": k.SORT_KEY},
+        "ExpressionAttributeValues": {":pk": S(pk), ":q": S(k.SEQUENCE_PREFIX)},
+        "ScanIndexForward": False,
+        "Limit": 1,
+        "ConsistentRead": True,
+    }
+
+
+def next_mark(page: dict[str, Any], now_s: int | None = None) -> Mark:
+    """Where the session's next mark goes, from the page of :func:`last_query`; a session
+    without marks starts a new incarnation at 0, and so does one whose last mark expired
+    (all of them have, then: a session wholly older than the retention, which TTL is
+    removing in any order), after that mark: a follower of the expired session ends there."""
     items = page.get("Items", [])
     if not items:
         return Mark(new_incarnation(), 0)
@@ -126,11 +172,27 @@ def read_last(table: str, pk: str) -> Op[Mark]:
     number = k.sequence_number(last[k.SORT_KEY]["S"])
     if number is None or A.INCARNATION not in last:  # not ours: start a new incarnation
         raise ValueError(f"not a sequence mark: {last[k.SORT_KEY]['S']!r}")
-    return Mark(last[A.INCARNATION]["S"], number + 1)
+    ttl = int(last[k.TTL_ATTRIBUTE]["N"]) if k.TTL_ATTRIBUTE in last else None
+    if ttl is not None and ttl <= (int(time.time()) if now_s is None else now_s):
+        return Mark(new_incarnation(), number + 1, fresh=True)
+    return Mark(last[A.INCARNATION]["S"], number + 1, ttl)
+
+
+def read_last(table: str, pk: str) -> Op[Mark]:
+    """Where the session's next mark goes, read from its last one (a strongly consistent
+    Query of one item); a session without marks starts a new incarnation at 0.
+
+    A writer reads it before its first write of a session it has no guess for, whatever
+    the entry: a guess of mark 0 cannot tell a new session from one whose first marks are
+    gone while later ones stay (TTL removed them, the oldest entries expiring first; an
+    append that landed inside a delete_sandbox kept its mark), and it would begin a second
+    sequence beside the first."""
+    return next_mark((yield Call("query", last_query(table, pk))))
 
 
 def mark_item(pk: str, mark: Mark, head: Item) -> Item:
-    """The sequence mark of the entry whose head is ``head``, at ``mark``."""
+    """The sequence mark of the entry whose head is ``head``, at ``mark`` (its TTL raised
+    to ``mark.floor``, its entry's own kept beside it)."""
     item: Item = {
         k.PARTITION_KEY: S(pk),
         k.SORT_KEY: S(k.sequence_sk(mark.number)),
@@ -139,9 +201,18 @@ def mark_item(pk: str, mark: Mark, head: Item) -> Item:
     }
     if A.PARTS in head:
         item[A.PARTS] = head[A.PARTS]
-    if k.TTL_ATTRIBUTE in head:
-        item[k.TTL_ATTRIBUTE] = head[k.TTL_ATTRIBUTE]
+    ttl = _ttl(head, mark.floor)
+    if ttl is not None:
+        item[k.TTL_ATTRIBUTE] = N(ttl)
+        if ttl != int(head[k.TTL_ATTRIBUTE]["N"]):
+            item[A.ENTRY_EXPIRES] = head[k.TTL_ATTRIBUTE]
     return item
+
+
+def entry_live(mark: Item, now_s: int) -> bool:
+    """Whether the entry of ``mark`` has not expired (its own TTL, not the mark's)."""
+    ttl = mark.get(A.ENTRY_EXPIRES) or mark.get(k.TTL_ATTRIBUTE)
+    return ttl is None or int(ttl["N"]) > now_s
 
 
 _ABSENT = {
@@ -157,7 +228,7 @@ def mark_actions(table: str, pk: str, first: Mark, heads: list[Item]) -> list[di
     if first.number + len(heads) > MAX_MARKS:
         raise ValueError("a session holds at most 10**12 entries")
     actions: list[dict[str, Any]] = []
-    if first.number > 0:
+    if not first.fresh:
         actions.append(
             {
                 "ConditionCheck": {
@@ -172,15 +243,16 @@ def mark_actions(table: str, pk: str, first: Mark, heads: list[Item]) -> list[di
                 }
             }
         )
-    for offset, head in enumerate(heads):
-        mark = Mark(first.incarnation, first.number + offset)
+    mark = first
+    for head in heads:
         actions.append({"Put": {"TableName": table, "Item": mark_item(pk, mark, head), **_ABSENT}})
+        mark = mark.after([head])
     return actions
 
 
 def mark_count(first: Mark, heads: int) -> int:
     """How many actions :func:`mark_actions` makes."""
-    return heads + (1 if first.number > 0 else 0)
+    return heads + (0 if first.fresh else 1)
 
 
 def numbered(item: Item) -> tuple[int, str] | None:

@@ -147,7 +147,7 @@ class _Base:
     ) -> Op[list[list[LedgerEntry]]]:
         from sandbox_ledger.dynamodb import _bulk
 
-        return _bulk.read_each_stored(self.table_name, sessions)
+        return _bulk.read_each_stored(self.table_name, sessions, self._sequencer)
 
     def _scan(self, name: str | None, segments: int | None) -> Op[list[tuple[str, str]]]:
         if name is not None:
