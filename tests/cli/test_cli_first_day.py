@@ -135,6 +135,14 @@ def test_importing_a_missing_file_or_a_directory_is_one_error_line(tmp_path: Pat
     assert not (tmp_path / "ledger.db").exists()  # refused before the store is opened
 
 
+def test_no_command_reports_its_own_checks_as_a_click_usage_block() -> None:
+    """The class of `import nope.jsonl`: a command's own checks raise CommandError or
+    InvalidInputError (one `error:` line), never click's BadParameter (a usage block)."""
+    folder = ROOT / "adapter" / "sandbox_ledger" / "cli"
+    raising = [p.name for p in folder.glob("*.py") if "BadParameter" in p.read_text()]
+    assert raising == []
+
+
 def test_envs_on_a_store_without_records_says_there_are_none(store: str, tmp_path: Path) -> None:
     env = clean_env(tmp_path)
     text = run(["--store", store, "envs"], env)
