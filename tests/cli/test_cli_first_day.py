@@ -143,6 +143,26 @@ def test_no_command_reports_its_own_checks_as_a_click_usage_block() -> None:
     assert raising == []
 
 
+def test_a_mistyped_option_command_or_value_is_one_error_line(store: str, tmp_path: Path) -> None:
+    """click's own usage errors too, as the docs promise every error: one `error:` line
+    naming the help to read, exit code 2; with no arguments at all, the help."""
+    env = clean_env(tmp_path)
+    for argv, said, help_of in (
+        (["ls", "--bogus"], "No such option: --bogus", "sandbox-ledger ls"),
+        (["ls", "--output", "yaml"], "'yaml'", "sandbox-ledger ls"),
+        (["show", "build"], "Missing argument 'SANDBOX_ID'", "sandbox-ledger show"),
+        (["lss"], "No such command 'lss'", "sandbox-ledger"),
+    ):
+        done = run(["--store", store, *argv], env)
+        [line] = done.stderr.splitlines()
+        assert done.returncode == 2 and line.startswith("error: ") and said in line, line
+        assert line.endswith(f"(`{help_of} --help` lists what it takes)"), line
+    bare = run([], env)
+    assert bare.returncode == 2 and bare.stderr.startswith("Usage: sandbox-ledger [OPTIONS]")
+    declined = run(["--store", store, "rm", "build", "sb-1"], env, stdin="n\n")
+    assert declined.returncode == 1 and declined.stderr.splitlines()[-1] == "Aborted!"
+
+
 def test_envs_on_a_store_without_records_says_there_are_none(store: str, tmp_path: Path) -> None:
     env = clean_env(tmp_path)
     text = run(["--store", store, "envs"], env)
