@@ -228,6 +228,18 @@ def test_an_80_column_table_never_cuts_a_name_an_id_or_a_time(
     assert code == 0 and "2026-12-01T10:00:06.000Z" in shown and "snap-1" in shown, shown
 
 
+def test_the_demo_on_an_80_column_terminal_never_cuts_a_record_id(tmp_path: Path) -> None:
+    code, shown = on_a_terminal(
+        ["demo", "--sandboxes", "4", "--execs", "1"], clean_env(tmp_path), 80
+    )
+    assert code == 0, shown
+    start = shown.index("Expired resource records")
+    table = shown[start : shown.index("┘", start) + 1]
+    ids = re.findall(r"^│ ([0-9a-f-]+) ", table, re.M)
+    assert ids and all(len(i) == 36 for i in ids), table  # UUIDs, whole
+    assert "…" not in table and all(cell_len(line) <= 80 for line in table.splitlines())
+
+
 def test_a_table_that_fits_is_left_as_it_is(store: str, tmp_path: Path) -> None:
     code, shown = on_a_terminal(["--store", store, "ls"], clean_env(tmp_path), 120)
     assert code == 0 and "left out" not in shown and "│ execs │" not in shown, shown

@@ -20,6 +20,7 @@ from sandbox_ledger.errors import InvalidInputError
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from rich.console import Console
     from rich.text import Text
 
 
@@ -95,7 +96,7 @@ def show(view: View, fmt: Format, query: str | None) -> None:
             summary(note)
         return
     cells = [[_table_cell(c, view.clip_width) for c in r] for r in view.rows]
-    _print_table(view.columns, cells, view.drop)
+    print_table(view.columns, cells, view.drop)
     for note in view.notes:
         out().print(plain(note), soft_wrap=True)
 
@@ -153,9 +154,7 @@ def _show_value(value: Any, fmt: Format) -> None:
         _text(value)
     elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
         columns = list(dict.fromkeys(k for v in value for k in v))
-        _print_table(
-            columns, [[_table_cell(_cell(v.get(k)), None) for k in columns] for v in value]
-        )
+        print_table(columns, [[_table_cell(_cell(v.get(k)), None) for k in columns] for v in value])
     else:
         _text(value)
 
@@ -163,9 +162,9 @@ def _show_value(value: Any, fmt: Format) -> None:
 # What a table on a terminal keeps whole (never cut: a row is named by it) and what it folds
 # over lines (free text), by column name; any other column is short and dropped whole
 # rather than cut when the table does not fit.
-_IDENTIFYING = frozenset({"name", "sandboxId", "id", "snapshotId", "field"})
+_IDENTIFYING = frozenset({"name", "sandboxId", "id", "record", "operation", "snapshotId", "field"})
 _TIMES = frozenset({"time", "started", "completed", "created", "updated", "built"})
-_FOLDED = frozenset({"payload", "error", "other fields", "operations", "workspace", "value"})
+_FOLDED = frozenset({"payload", "error", "other fields", "operations", "workspace", "value", "why"})
 _FOLDED_MIN = 12
 """The narrowest a folded column gets before columns are dropped instead."""
 _EMPTY = frozenset({"", "-"})
@@ -227,14 +226,19 @@ class Fitted:
     """It fits as it is: rich lays it out as usual."""
 
 
-def _print_table(
-    columns: Sequence[str], rows: Sequence[Sequence[Text]], drop: Sequence[str] = ()
+def print_table(
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Text]],
+    drop: Sequence[str] = (),
+    *,
+    title: str | None = None,
+    console: Console | None = None,
 ) -> None:
-    """A table on stdout that fits its width (:func:`fit`): a note under it names the columns
-    left out."""
+    """A table on ``console`` (stdout) that fits its width (:func:`fit`): a note under it
+    names the columns left out. Give the cells as :func:`plain` text."""
     from rich.table import Column, Table
 
-    console = out()
+    console = console or out()
     fitted = fit(columns, rows, console.width, drop)
     kept = [i for i, w in enumerate(fitted.widths) if w is not None]
     table = Table(
@@ -246,7 +250,8 @@ def _print_table(
                 overflow="fold" if columns[i] in _FOLDED else "ellipsis",
             )
             for i in kept
-        )
+        ),
+        title=title,
     )
     for row in rows:
         table.add_row(*(row[i] for i in kept))
