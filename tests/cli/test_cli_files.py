@@ -454,5 +454,5 @@ def test_an_output_that_cannot_be_created_is_named_as_given(tmp_path: Path) -> N
     done = run(["--store", store, "export", "-o", "/proc/x.jsonl"], dict(os.environ))
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines() == [
-        "error: --output: /proc/x.jsonl: cannot create a file in /proc (No such file or directory)"
+        "error: -o: /proc/x.jsonl: cannot create a file in /proc (No such file or directory)"
     ]

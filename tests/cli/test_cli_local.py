@@ -126,7 +126,7 @@ def test_the_readme_library_sample_runs_with_what_local_prints(tmp_path: Path) -
     finally:
         server.stop()
     assert done.returncode == 0, done.stderr
-    assert "('build', 'sb-1', 'running')" in done.stdout
+    assert "('hello', 'hello-1', 'running')" in done.stdout  # its own session, not the examples'
 
 
 def test_the_cli_extra_brings_sqlite_support() -> None:

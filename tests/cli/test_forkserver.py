@@ -157,7 +157,7 @@ def test_the_command_is_the_installed_script(tmp_path: Path) -> None:
     """sys.argv[0] and sys.path[0] as the console script has them: a forked command and an
     exec'd one name the same program in their usage line."""
     forked, executed = both(["ls", "--limit", "lots"], bare_env(), tmp_path)
-    assert forked[3] == executed[3] and "Usage: sandbox-ledger ls" in forked[3]
+    assert forked[3] == executed[3] and "`sandbox-ledger ls --help`" in forked[3]
     assert Path(str(COMMAND)).name == "sandbox-ledger"
 
 

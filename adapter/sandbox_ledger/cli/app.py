@@ -20,7 +20,7 @@ from sandbox_ledger.cli import (  # noqa: F401
     watch,
 )
 from sandbox_ledger.cli.interrupt import raise_on_sigterm
-from sandbox_ledger.cli.output import ExitCode, quiet_stdout
+from sandbox_ledger.cli.output import ExitCode, quiet_stdout, say
 from sandbox_ledger.cli.root import app
 
 __all__ = ["app", "main"]
@@ -36,9 +36,10 @@ def main() -> None:
     raise_on_sigterm()
     try:
         try:
-            app()
+            code = _run()
         finally:
             sys.stdout.flush()
+        raise SystemExit(code)
     except BrokenPipeError:
         quiet_stdout()
         raise SystemExit(ExitCode.CLOSED_PIPE) from None
@@ -48,3 +49,29 @@ def main() -> None:
             quiet_stdout()
             raise SystemExit(ExitCode.CLOSED_PIPE) from None
         raise
+
+
+def _run() -> int:
+    """Run the command; its exit code. A usage error that click finds (a mistyped option,
+    command or value, a missing argument) is one `error:` line naming the help to read, as
+    every other error, not click's usage block; a command given without its arguments prints
+    its help, and a declined confirmation `Aborted!` (exit 1), as click does."""
+    import typer
+
+    try:
+        code = app(standalone_mode=False)
+    except typer.Abort:
+        say("Aborted!")
+        return ExitCode.FAILED
+    except typer.TyperException as exc:  # click's exceptions, as typer ships click
+        context = getattr(exc, "ctx", None)
+        message = exc.format_message()
+        if context is not None and message == context.get_help():  # no arguments: the help
+            print(message, file=sys.stderr)
+            return exc.exit_code
+        line = " ".join(message.split())
+        if context is not None:
+            line += f" (`{context.command_path} --help` lists what it takes)"
+        say(f"error: {line}")
+        return exc.exit_code
+    return code if isinstance(code, int) else ExitCode.OK

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sandbox_ledger.cli.output import new_table, plain
+from sandbox_ledger.cli.output import plain
+from sandbox_ledger.cli.render import print_table
 from sandbox_ledger.models import SandboxStatus
 
 if TYPE_CHECKING:
@@ -21,33 +22,36 @@ def _ms(samples: list[float], q: float) -> str:
 def render(report: Report, console: Console) -> None:
     """The summary tables (what they quote of the store shown
     :func:`~sandbox_ledger.cli.output.visible`, never as markup)."""
-    ops = new_table("operation", "count", "SDK requests/op", "p50 ms", "p99 ms", title="Operations")
-    for op in sorted(report.latencies):
-        samples = report.latencies[op]
-        ops.add_row(
+    ops = [
+        [
             plain(op),
-            str(len(samples)),
-            f"{report.calls[op] / len(samples):.2f}",
-            _ms(samples, 0.5),
-            _ms(samples, 0.99),
-        )
-    console.print(ops)
-    sessions = new_table("status", "sessions", title="Sessions")
-    for status in (SandboxStatus.Running, SandboxStatus.Completed):
-        sessions.add_row(str(status), str(report.statuses[str(status)]))
-    console.print(sessions)
-    expired = new_table(
-        "record",
-        "provider",
-        "phase",
-        "why",
-        title=f"Expired resource records ({report.sweep_via})",
-    )
+            plain(str(len(report.latencies[op]))),
+            plain(f"{report.calls[op] / len(report.latencies[op]):.2f}"),
+            plain(_ms(report.latencies[op], 0.5)),
+            plain(_ms(report.latencies[op], 0.99)),
+        ]
+        for op in sorted(report.latencies)
+    ]
+    columns = ("operation", "count", "SDK requests/op", "p50 ms", "p99 ms")
+    print_table(columns, ops, ("count", "p50 ms"), title="Operations", console=console)
+    sessions = [
+        [plain(str(status)), plain(str(report.statuses[str(status)]))]
+        for status in (SandboxStatus.Running, SandboxStatus.Completed)
+    ]
+    print_table(("status", "sessions"), sessions, title="Sessions", console=console)
+    rows = []
     for record_id in report.sweep.get("expired", []):
         provider, phase = report.records.get(record_id, ("?", "?"))
         reason = report.sweep["reasons"].get(record_id, "")
-        expired.add_row(*(plain(cell) for cell in (record_id, provider, phase, reason)))
-    console.print(expired)
+        rows.append([plain(cell) for cell in (record_id, provider, phase, reason)])
+    # Each fitted to the terminal: an operation's name or a record's id is never cut.
+    print_table(
+        ("record", "provider", "phase", "why"),
+        rows,
+        ("provider", "phase"),
+        title=f"Expired resource records ({report.sweep_via})",
+        console=console,
+    )
     console.print(
         f"{report.entries} ledger entries; {report.resumed} sandboxes resumed from their "
         f"ledger; environments built {report.environments_built}, reused "

@@ -90,6 +90,7 @@ def ls(
         ],
         [f"{len(rows)} session(s)"]
         + ([f"next page: --cursor {page.cursor}"] if page.cursor else []),
+        drop=("execs", "status", "completed"),  # `completed` says the status too
     )
     render.show(view, render.choose(as_json, output), query)
 
@@ -124,7 +125,8 @@ def show(
         for e in entries
     ]
     columns = ("time", "step", "branch", "event", "payload", "error")
-    view = View([e.wire() for e in entries], columns, rows, json_lines=True)
+    drop = ("branch", "step", "error", "payload")
+    view = View([e.wire() for e in entries], columns, rows, json_lines=True, drop=drop)
     render.show(view, render.choose(as_json, output), query)
 
 
@@ -153,6 +155,7 @@ def checkpoints(
         ("created", "snapshotId", "tag"),
         [[when(c.created_at), c.snapshot_id or "-", c.tag or "-"] for c in rows],
         [f"{len(rows)} checkpoint(s)"],
+        drop=("tag",),
     )
     render.show(view, render.choose(as_json, output), query)
 
@@ -195,6 +198,7 @@ def envs(
             [r.name, when(r.built_at), json.dumps(x, ensure_ascii=False) if x else ""]
             for r, x in zip(rows, extra, strict=True)
         ],
+        [f"{len(rows)} environment record(s)"],
     )
     render.show(view, render.choose(as_json, output), query)
 
@@ -240,8 +244,22 @@ def export(
     sandbox_id: str | None = typer.Option(
         None, "--sandbox-id", help="Only this session (with --name)."
     ),
-    output: Path | None = typer.Option(
-        None, "--output", "-o", help="Write to this file (replaced on success); default: stdout."
+    file: Path | None = typer.Option(
+        None,
+        "-o",
+        "--file",
+        metavar="FILE",
+        help="Write to FILE (replaced on success; - is stdout); default: stdout.",
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="--output json: JSON lines, what export always writes."
+    ),
+    output: str | None = typer.Option(
+        None,
+        "--output",
+        metavar="[json|text|table]",
+        help="The format, as on every command: export writes JSON lines (json); text and "
+        "table are refused. The file is -o FILE.",
     ),
     segments: int | None = typer.Option(
         None,
@@ -264,35 +282,36 @@ def export(
     that has entries, listed or not (a parallel Scan of the table), each in append order;
     without --name, the environment records follow. A file is replaced only when the export
     succeeds."""
-    from sandbox_ledger.cli.transfer import NothingToExport, export_to
+    from sandbox_ledger.cli.transfer import NothingToExport, export_file, export_to
 
     if sandbox_id and not name:
         raise InvalidInputError("--sandbox-id", "needs --name")
+    output_file = export_file(file, output, as_json=as_json)
     select = render.line_query(query) if query is not None else None
     target = connect.target(ctx, store)
 
     def replaced() -> None:  # from here on, an interruption no longer leaves FILE as it was
-        target.so_far = lambda: f"the export was complete: {output} was replaced by it"
+        target.so_far = lambda: f"the export was complete: {output_file} was replaced by it"
 
     try:
         sessions, count, environments, written = export_to(
             connect.ledger(target),
             name=name,
             sandbox_id=sandbox_id,
-            output=output,
+            output=output_file,
             err=err(),
             select=select,
             segments=segments,
             replaced=replaced,
         )
     except NothingToExport as nothing:
-        unchanged = f"; {output} is unchanged" if output else ""
+        unchanged = f"; {output_file} is unchanged" if output_file else ""
         if nothing.name is not None and nothing.sandbox_id is not None:
             raise connect.missing_session(
                 target,
                 nothing.name,
                 nothing.sandbox_id,
-                f" ({output} is unchanged)" if output else "",
+                f" ({output_file} is unchanged)" if output_file else "",
             ) from None
         what = (
             f"no sessions named {visible(nothing.name)}"
@@ -333,10 +352,11 @@ def import_(
 
     # Anything readable is a source (a file, a pipe, /dev/stdin, <(zcat f.gz), a FIFO), not
     # only a regular file; a directory or a missing path is refused before anything is written.
+    # One `error:` line, as every other failure (not click's usage block), exit code 2.
     if path != "-" and Path(path).is_dir():
-        raise typer.BadParameter(f"{path}: is a directory, not a file", param_hint="PATH")
+        raise CommandError(f"{visible(path)}: is a directory, not a file", ExitCode.USAGE)
     if path != "-" and not Path(path).exists():
-        raise typer.BadParameter(f"{path}: no such file", param_hint="PATH")
+        raise CommandError(f"{visible(path)}: no such file", ExitCode.USAGE)
     target = connect.target(ctx, store, writes="import")
     ledger = connect.ledger(target, interactive=False, writes=True)
     label = "<stdin>" if path == "-" else path

@@ -77,7 +77,7 @@ def tail(
         None, "--after", metavar="POSITION", help="Start just after this position (implies -f)."
     ),
     as_json: bool = typer.Option(False, "--json", help="One JSON line per entry (wire shape)."),
-    output: str = typer.Option("text", "--output", "-o", help="text or json (as --json)."),
+    output: str = typer.Option("text", "--output", help="text or json (as --json)."),
     store: str | None = _STORE,
 ) -> None:
     """A session's ledger, one line per entry; with --follow, as it grows (ends after

@@ -14,11 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from sandbox_ledger.cli.output import clip, emit, new_table, out, plain, summary, visible
+from sandbox_ledger.cli.output import clip, emit, out, plain, summary, visible
 from sandbox_ledger.errors import InvalidInputError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
+
+    from rich.console import Console
+    from rich.text import Text
 
 
 class Format(StrEnum):
@@ -49,6 +52,9 @@ class View:
     json_lines: bool = False
     """``doc`` is a list printed one item per line (``show``, as ``export``)."""
     clip_width: int = 60
+    drop: tuple[str, ...] = ()
+    """The columns a table too wide for the terminal leaves out first, least useful first
+    (then as :func:`fit` says)."""
 
 
 def choose(as_json: bool, output: Format | None) -> Format:
@@ -89,10 +95,8 @@ def show(view: View, fmt: Format, query: str | None) -> None:
         for note in view.notes:
             summary(note)
         return
-    table = new_table(*view.columns)
-    for row in view.rows:
-        table.add_row(*(_table_cell(cell, view.clip_width) for cell in row))
-    out().print(table)
+    cells = [[_table_cell(c, view.clip_width) for c in r] for r in view.rows]
+    print_table(view.columns, cells, view.drop)
     for note in view.notes:
         out().print(plain(note), soft_wrap=True)
 
@@ -150,19 +154,124 @@ def _show_value(value: Any, fmt: Format) -> None:
         _text(value)
     elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
         columns = list(dict.fromkeys(k for v in value for k in v))
-        table = new_table(*columns)
-        for v in value:
-            table.add_row(*(_table_cell(_cell(v.get(k)), None) for k in columns))
-        out().print(table)
+        print_table(columns, [[_table_cell(_cell(v.get(k)), None) for k in columns] for v in value])
     else:
         _text(value)
 
 
+# What a table on a terminal keeps whole (never cut: a row is named by it) and what it folds
+# over lines (free text), by column name; any other column is short and dropped whole
+# rather than cut when the table does not fit.
+_IDENTIFYING = frozenset({"name", "sandboxId", "id", "record", "operation", "snapshotId", "field"})
+_TIMES = frozenset({"time", "started", "completed", "created", "updated", "built"})
+_FOLDED = frozenset({"payload", "error", "other fields", "operations", "workspace", "value", "why"})
+_FOLDED_MIN = 12
+"""The narrowest a folded column gets before columns are dropped instead."""
+_EMPTY = frozenset({"", "-"})
+
+
+def fit(
+    columns: Sequence[str], rows: Sequence[Sequence[Text]], width: int, drop: Sequence[str] = ()
+) -> Fitted:
+    """How a table of ``columns`` and ``rows`` fits ``width`` terminal columns: the width of
+    each column kept, and the columns left out. Nothing changes when it fits as it is. Else
+    free text (:data:`_FOLDED`) folds over lines down to a few characters, then whole columns
+    are left out, the least useful first: those holding nothing, then ``drop`` in its order,
+    then the other columns from the right, then the times from the right; the columns
+    naming a row (:data:`_IDENTIFYING`) never, and no kept column but free text is ever
+    cut."""
+    from rich.cells import cell_len
+
+    count = len(columns)
+    natural = [
+        max([cell_len(str(columns[i])), *(row[i].cell_len for row in rows)]) for i in range(count)
+    ]
+    folded = [c in _FOLDED for c in columns]
+    minimum = [
+        min(natural[i], max(cell_len(str(columns[i])), _FOLDED_MIN)) if folded[i] else natural[i]
+        for i in range(count)
+    ]
+
+    def overhead(kept: int) -> int:  # a border before each column and after the last, padding
+        return 3 * kept + 1
+
+    if sum(natural) + overhead(count) <= width:
+        return Fitted(list(natural), [], natural=True)
+    empty = [i for i in range(count) if rows and all(r[i].plain in _EMPTY for r in rows)]
+    others = [i for i in reversed(range(count)) if columns[i] not in _IDENTIFYING | _TIMES]
+    times = [i for i in reversed(range(count)) if columns[i] in _TIMES]
+    chosen = [columns.index(c) for c in drop if c in columns and c not in _IDENTIFYING]
+    candidates = list(dict.fromkeys([*empty, *chosen, *others, *times]))
+    kept = list(range(count))
+    while sum(minimum[i] for i in kept) + overhead(len(kept)) > width and candidates:
+        kept.remove(candidates.pop(0))
+    spare = width - overhead(len(kept)) - sum(minimum[i] for i in kept)
+    widths = {i: minimum[i] for i in kept}
+    for i in kept:  # the room left widens free text back towards its natural width
+        if folded[i] and spare > 0:
+            extra = min(spare, natural[i] - minimum[i])
+            widths[i] += extra
+            spare -= extra
+    dropped = [str(columns[i]) for i in range(count) if i not in widths]
+    return Fitted([widths.get(i) for i in range(count)], dropped)
+
+
+@dataclass
+class Fitted:
+    """:func:`fit`'s answer: each column's width (None: left out), and the names left out."""
+
+    widths: list[int | None]
+    dropped: list[str]
+    natural: bool = False
+    """It fits as it is: rich lays it out as usual."""
+
+
+def print_table(
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Text]],
+    drop: Sequence[str] = (),
+    *,
+    title: str | None = None,
+    console: Console | None = None,
+) -> None:
+    """A table on ``console`` (stdout) that fits its width (:func:`fit`): a note under it
+    names the columns left out. Give the cells as :func:`plain` text."""
+    from rich.table import Column, Table
+
+    console = console or out()
+    fitted = fit(columns, rows, console.width, drop)
+    kept = [i for i, w in enumerate(fitted.widths) if w is not None]
+    table = Table(
+        *(
+            Column(
+                plain(columns[i]),
+                width=None if fitted.natural else fitted.widths[i],
+                no_wrap=columns[i] not in _FOLDED,
+                overflow="fold" if columns[i] in _FOLDED else "ellipsis",
+            )
+            for i in kept
+        ),
+        title=title,
+    )
+    for row in rows:
+        table.add_row(*(row[i] for i in kept))
+    console.print(table)
+    if fitted.dropped:  # wrapped at the terminal's width, as the table
+        shown = ", ".join(fitted.dropped)
+        console.print(
+            plain(f"left out to fit {console.width} columns: {shown} (--output text has them)"),
+            soft_wrap=False,
+        )
+
+
 def _cell(value: Any) -> str:
+    """A value in text or a table cell: a string as itself, anything else as its JSON
+    (``null``, ``true``, ``false``, numbers, compact objects and arrays), never Python's
+    spelling."""
     if value is None:
-        return "None"
+        return "null"
     if isinstance(value, bool):
-        return "True" if value else "False"
+        return "true" if value else "false"
     if isinstance(value, str | int | float):
         return str(value)
     return json.dumps(value, ensure_ascii=False)

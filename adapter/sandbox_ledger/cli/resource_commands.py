@@ -30,6 +30,10 @@ class PhaseChoice(StrEnum):
     allocation_uncertain = "allocation-uncertain"
 
 
+# Left out first when a table is too wide for the terminal (the id and times never cut).
+_LS_DROP = ("pid", "provider", "operations", "workspace")
+
+
 @resources_app.command("ls")
 @handled
 def resources_ls(
@@ -85,7 +89,9 @@ def resources_ls(
     ]
     columns = ("id", "phase", "provider", "pid", "updated", "operations", "workspace")
     render.show(
-        View(doc, columns, rows, notes, clip_width=80), render.choose(as_json, output), query
+        View(doc, columns, rows, notes, clip_width=80, drop=_LS_DROP),
+        render.choose(as_json, output),
+        query,
     )
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from sandbox_ledger._signals import deferred, removed_on_termination
 from sandbox_ledger.cli.output import json_safe, say, visible
+from sandbox_ledger.cli.render import Format, choose
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.transfer import ImportReport, export_lines, import_lines, read_lines
 
@@ -74,6 +75,39 @@ def export_to(
     return len(exported), counted.count - len(environments), len(environments), written
 
 
+def export_file(file: Path | None, output: str | None, *, as_json: bool) -> Path | None:
+    """The file an export writes (None: stdout) from ``-o/--file`` and ``--output``.
+
+    ``--output`` is the format, as on every command: ``json`` (what export writes) is
+    accepted, ``text`` and ``table`` refused. A value that is no format is an older
+    version's spelling of ``-o FILE``, still written there with a note (scripts keep
+    working; nothing else can be meant by it).
+    """
+    formats = {f.value for f in Format}
+    if output is None or output in formats:
+        choose(as_json, None if output is None else Format(output))  # --json agrees
+        if output in (Format.text, Format.table):
+            raise InvalidInputError(
+                "--output",
+                f"export writes JSON lines only, not {output} (--query selects from them); "
+                "--output is the format, as on every command: the file is -o FILE",
+            )
+        return file
+    if file is not None:
+        raise InvalidInputError(
+            "--output",
+            f"{output!r} is not a format (json, text or table), and -o names the file "
+            f"already ({file})",
+        )
+    if as_json:
+        raise InvalidInputError("--json, --output", f"--json is --output json, not {output!r}")
+    say(
+        f"note: --output {output} is the old spelling of -o {output}: --output is the format, "
+        "as on every command; write -o FILE (or --file FILE)"
+    )
+    return Path(output)
+
+
 class _Counted:
     """The lines of an export, counting those read (``--query`` may write fewer)."""
 
@@ -109,11 +143,9 @@ def _export(
     # link and leave the file it points at as it was), keeping the file's permissions.
     target = Path(os.path.realpath(output))
     if not target.parent.is_dir():
-        raise InvalidInputError(
-            "--output", f"{output}: its directory {target.parent} does not exist"
-        )
+        raise InvalidInputError("-o", f"{output}: its directory {target.parent} does not exist")
     if target.is_dir():
-        raise InvalidInputError("--output", f"{output} is a directory")
+        raise InvalidInputError("-o", f"{output} is a directory")
     if output.exists() and not output.is_file():
         # A FIFO, a terminal, /dev/stdout into a pipe: nothing to replace, written as is
         # (terminal-safe, as to stdout).
@@ -168,7 +200,7 @@ def _temporary_beside(target: Path, mode: int, output: Path) -> Iterator[tuple[i
                 except OSError as exc:
                     # Named by what the user gave, not by the temporary file beside it.
                     raise InvalidInputError(
-                        "--output",
+                        "-o",
                         f"{output}: cannot create a file in {target.parent} "
                         f"({exc.strerror or exc})",
                     ) from exc
