@@ -61,6 +61,7 @@ def local(
     shell needs to use it: eval "$(sandbox-ledger local)" in another shell, or paste them."""
     if data is not None:
         _check_data_file(data)
+    _require_free(host, port)  # before the data file's lock: a refused start leaves nothing
     with _held(data), StopSignals() as stop:
         saver = _serve(stop, table, host, port, data, save_every, postgres)
     name = signal.Signals(stop.received).name if stop.received else "stop"
@@ -85,7 +86,6 @@ def _serve(
     from sandbox_ledger.deployment import SweepSettings
     from sandbox_ledger.local import LocalDynamoDB, inprocess
 
-    _require_free(host, port)
     server = LocalDynamoDB(host, port)
     log = inprocess.WriteLog()
     server.observe(log.note)  # before it serves: every write a client sends is seen
@@ -139,9 +139,11 @@ def _held(data: Path | None) -> Iterator[None]:
     """One ``local`` per data file: two would each save their own tables over the other's
     every few seconds, and all but the last one's writes would be lost. The lock is
     ``.FILE.lock`` beside the data file (the file a link names, for a link), the one place
-    every process that can write the data shares whatever its temporary directory; it is
-    left there (removing a lock file races with the next server taking it) and a killed
-    server's lock is free at once (the kernel drops it with the process)."""
+    every process that can write the data shares whatever its temporary directory. The
+    server removes it when it stops, while still holding it; a server that took the lock of a
+    file removed meanwhile (it opened the file before the removal) sees that the name no
+    longer leads to it and takes the new one. A killed server's lock is free at once (the
+    kernel drops it with the process), and its file is taken over by the next server."""
     if data is None:
         yield
         return
@@ -152,30 +154,55 @@ def _held(data: Path | None) -> Iterator[None]:
 
     target = data.resolve()
     lock = target.with_name(f".{target.name}.lock")
-    try:
-        descriptor = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    except OSError as exc:
-        raise CommandError(
-            f"--data: cannot open the lock file {lock} ({exc.strerror or exc})", ExitCode.FAILED
-        ) from exc
-    try:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+    while True:
+        try:
+            descriptor = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
             raise CommandError(
-                f"--data: the lock file {lock} is not a regular file; remove it", ExitCode.FAILED
-            )
-        if not _lock(descriptor, wait=False):
-            holder = os.pread(descriptor, 20, 0).decode(errors="replace").strip()
-            by = f" (pid {holder})" if holder.isdigit() else ""
-            raise CommandError(
-                f"--data: {data} is in use by another sandbox-ledger local{by}: stop it, or "
-                "give this one another file",
+                f"--data: cannot open the lock file {lock} ({exc.strerror or exc})",
                 ExitCode.FAILED,
-            )
+            ) from exc
+        try:
+            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+                raise CommandError(
+                    f"--data: the lock file {lock} is not a regular file; remove it",
+                    ExitCode.FAILED,
+                )
+            if not _lock(descriptor, wait=False):
+                holder = os.pread(descriptor, 20, 0).decode(errors="replace").strip()
+                by = f" (pid {holder})" if holder.isdigit() else ""
+                raise CommandError(
+                    f"--data: {data} is in use by another sandbox-ledger local{by}: stop it, "
+                    "or give this one another file",
+                    ExitCode.FAILED,
+                )
+        except BaseException:
+            os.close(descriptor)
+            raise
+        if _names(lock, descriptor):
+            break
+        os.close(descriptor)  # the server that held it removed it as it stopped: again
+    try:
         os.ftruncate(descriptor, 0)
         os.pwrite(descriptor, str(os.getpid()).encode(), 0)
         yield
     finally:
+        with contextlib.suppress(OSError):
+            if _names(lock, descriptor):
+                os.unlink(lock)  # still held: no other server has it
         os.close(descriptor)
+
+
+def _names(path: Path, descriptor: int) -> bool:
+    """Whether ``path`` still leads to the open file ``descriptor``."""
+    import os
+
+    try:
+        found = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(descriptor)
+    return (found.st_dev, found.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _check_data_file(data: Path) -> None:
