@@ -30,7 +30,7 @@ import sandbox_ledger.local.dynamodb as server_module
 from sandbox_ledger.local import LocalDynamoDB, adjustments
 prof = cProfile.Profile()
 
-def _serialized(app, settings):
+def _serialized(app, settings, *_):  # the server's own lock and observers: unused here
     lock = threading.Lock()
     def handle(environ, start_response):
         with lock, adjustments.serving(settings):

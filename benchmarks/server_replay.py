@@ -42,7 +42,7 @@ KEEP = ("REQUEST_METHOD", "PATH_INFO", "QUERY_STRING", "CONTENT_TYPE", "CONTENT_
         "SERVER_NAME", "SERVER_PORT", "SERVER_PROTOCOL", "SCRIPT_NAME", "REMOTE_ADDR",
         "wsgi.url_scheme")
 
-def _serialized(app, settings):
+def _serialized(app, settings, *_):  # the server's own lock and observers: unused here
     lock = threading.Lock()
     def handle(environ, start_response):
         with lock, adjustments.serving(settings):

@@ -398,10 +398,10 @@ def test_a_data_file_turned_into_a_fifo_is_a_failed_save_not_a_hang(tmp_path: Pa
     ("entries", "said"), [(1, "1 entry,"), (0, "0 entries,"), (6, "6 entries,")]
 )
 def test_the_closing_summary_counts_entries_in_words(entries: int, said: str) -> None:
-    from sandbox_ledger.cli.local_command import _Saver
+    from sandbox_ledger.cli.local_saves import Saver
     from sandbox_ledger.local.persist import DataState
 
-    saver = _Saver(Path("dev.jsonl"), None, None, None)  # type: ignore[arg-type]  # not used here
+    saver = Saver(Path("dev.jsonl"), None, None, None)  # type: ignore[arg-type]  # not used here
     saver.mirror = DataState(
         "dev.jsonl", {("build", "sb-1"): [(0, "")] * entries}, {"python": (0, "")}
     )

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from sandbox_ledger import EnvironmentRecord, LedgerEntry
 from sandbox_ledger import keys as k
-from sandbox_ledger.cli.local_command import _Saver
+from sandbox_ledger.cli.local_saves import Saver
 from sandbox_ledger.deployment import SweepSettings
 from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 from sandbox_ledger.errors import InvalidInputError
@@ -136,7 +136,7 @@ def test_the_file_holds_the_tables_as_the_last_save_found_them(
     ledger, store = server.clients(own_ledger.table_name)
     client = ledger.client()
     server.log.take()
-    saver = _Saver(path, own_ledger, own_store, server.log)
+    saver = Saver(path, own_ledger, own_store, server.log)
     records: list[str] = []
     for step in [*steps, ("save", None)]:
         if step[0] != "save":
@@ -163,7 +163,7 @@ def test_a_save_cut_short_anywhere_loses_that_save_never_the_file(
     ledger, _ = server.clients(own_ledger.table_name)
     server.log.take()
     path = tmp_path / "dev.jsonl"
-    saver = _Saver(path, own_ledger, own_store, server.log)
+    saver = Saver(path, own_ledger, own_store, server.log)
     entry = LedgerEntry(
         ts=1, name="build", sandbox_id="sb-1", step_index=-1, event="sandbox.created"
     )
@@ -198,7 +198,7 @@ def test_a_change_that_cannot_be_read_is_said_and_read_again_at_the_next_save(
     client = ledger.client()
     server.log.take()
     path = tmp_path / "dev.jsonl"
-    saver = _Saver(path, own_ledger, own_store, server.log)
+    saver = Saver(path, own_ledger, own_store, server.log)
     entry = LedgerEntry(
         ts=1, name="build", sandbox_id="sb-1", step_index=-1, event="sandbox.created"
     )

@@ -16,16 +16,14 @@ import typer
 
 from sandbox_ledger.cli.failures import handled
 from sandbox_ledger.cli.interrupt import StopSignals
+from sandbox_ledger.cli.local_saves import Saver
 from sandbox_ledger.cli.output import CommandError, ExitCode, say
 from sandbox_ledger.cli.root import app
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
     from sandbox_ledger.local import LocalPostgres
-    from sandbox_ledger.local.inprocess import WriteLog
-    from sandbox_ledger.resources import SyncResourceRecordStore
 
 REGION = "us-east-1"
 CREDENTIALS = (("AWS_ACCESS_KEY_ID", "local"), ("AWS_SECRET_ACCESS_KEY", "local"))
@@ -82,7 +80,7 @@ def _serve(
     data: Path | None,
     save_every: float,
     postgres: bool,
-) -> _Saver:
+) -> Saver:
     from sandbox_ledger.deployment import SweepSettings
     from sandbox_ledger.local import LocalDynamoDB, inprocess
 
@@ -95,7 +93,7 @@ def _serve(
     ledger = inprocess.ledger(server, table, REGION)
     ledger.create_table(sweep=SweepSettings())
     store = inprocess.resource_store(server, table, REGION)
-    saver = _Saver(data, ledger, store, log)
+    saver = Saver(data, ledger, store, log)
     pg = None
     try:
         if not saver.load(stop):
@@ -213,217 +211,6 @@ def _check_data_file(data: Path) -> None:
         raise CommandError(f"--data: {data} is not a regular file", ExitCode.USAGE)
     if not data.parent.resolve().is_dir():
         raise CommandError(f"--data: the directory of {data} does not exist", ExitCode.USAGE)
-
-
-class _LoadStopped(Exception):
-    """A stopping signal arrived while the data file was being loaded."""
-
-
-class _Saver:
-    """Loads ``data`` at start, then saves what the served requests changed (see
-    :mod:`sandbox_ledger.local.journal`): appended to ``data``, or ``data`` written whole
-    (the first save, on exit, and once the appended lines outgrow the file)."""
-
-    GROWTH = 1 << 20
-    """Bytes appended beyond the size of the file last written whole before it is written
-    whole again (so appended lines never cost more than the file itself)."""
-
-    def __init__(
-        self,
-        data: Path | None,
-        ledger: SyncDynamoDBAdapter,
-        store: SyncResourceRecordStore,
-        log: WriteLog,
-    ) -> None:
-        from sandbox_ledger.local.persist import DataState
-
-        self.data, self.ledger, self.store, self.log = data, ledger, store, log
-        self.mirror = DataState(str(data))
-        self.file: os.stat_result | None = None
-        """The data file as the last save left it (None: not written by this server yet)."""
-        self.whole = 0
-        """Its size when last written whole."""
-        self.stale = True
-        """The file holds what the mirror does not say in the fewest lines (or nothing)."""
-        self.stopped_loading = False
-        self.failing: str | None = None
-        """Why the last save failed, while saves fail."""
-
-    def load(self, stop: StopSignals) -> bool:
-        """Load ``data`` into the tables, with progress on a terminal; False if a stopping
-        signal came first (the tables are then partly loaded: never saved)."""
-        from sandbox_ledger.cli.output import err
-        from sandbox_ledger.cli.progress import reading
-        from sandbox_ledger.local.persist import load_state, read_data
-
-        if self.data is None or not self.data.exists():
-            return True
-        before = os.stat(self.data)
-        state = read_data(self.data)
-        total = state.entries + len(state.environments) + len(state.records)
-        with reading(f"loading {self.data}", err(), total) as bar:
-
-            def progress(done: int) -> None:
-                if stop.received:
-                    raise _LoadStopped
-                if bar is not None:
-                    bar(done)
-
-            try:
-                loaded = load_state(state, self.ledger, self.store, progress=progress)
-            except _LoadStopped:
-                self.stopped_loading = True
-                return False
-        self.mirror, self.file, self.whole = state, before, before.st_size
-        self.stale = state.appended
-        say(
-            f"loaded {self.data}: {_entries(loaded.entries)}, {loaded.environments} environment "
-            f"record(s), {loaded.records} resource record(s)"
-        )
-        return True
-
-    def save(self, *, final: bool = False) -> None:
-        """Save what changed since the last save. A failed save (the directory gone, the
-        disk full) is said on stderr and tried again at the next one while the server keeps
-        serving; the one on exit, failing, writes the tables to a new file in the temporary
-        directory instead and says where (:class:`CommandError`, exit 1)."""
-        from sandbox_ledger.errors import LedgerError
-        from sandbox_ledger.local import journal
-
-        if self.data is None:
-            return
-        written = self.log.take()
-        try:
-            change = journal.changes(
-                self.mirror, written, self.ledger.table_name, self.ledger, self.store
-            )
-        except (LedgerError, ValueError) as exc:  # a stored item this version cannot read
-            self.log.put_back(written)  # read again at the next save
-            why = f"cannot read what changed: {exc}"
-            if final:
-                kept = _write_data(tuple(self.mirror.lines()), self.data)
-                raise CommandError(
-                    f"--data: {why}; {self.data} holds the tables as the last save found them"
-                    + ("" if kept is None else f" (and could not be written: {kept})"),
-                    ExitCode.FAILED,
-                ) from exc
-            if why != self.failing:
-                say(f"could not save {self.data} ({why}); still serving, trying again")
-            self.failing = why
-            return
-        self.mirror = change.after
-        if change.after.appended:  # read whole again: the file is to be written whole
-            self.stale = True
-        failure: str | None = None
-        if self.file is not None and not self.stale and not final:
-            if not change.lines:
-                return
-            try:
-                journal.append(self.data, change.lines, self.file)
-            except journal.FileChangedError:
-                self.stale = True
-            except OSError as exc:
-                self.stale = True  # it may end in part of these lines: written whole next
-                failure = exc.strerror or str(exc)
-            else:
-                self.file = os.stat(self.data)
-                if self.file.st_size - self.whole > max(self.whole, self.GROWTH):
-                    self.stale = True  # written whole at the next save
-                self._saved()
-                return
-        if failure is None:
-            if (
-                final
-                and self.file is not None
-                and not self.stale
-                and not change.lines
-                and self.file.st_size == self.whole
-            ):
-                return  # the file holds the tables already, written whole
-            lines = tuple(self.mirror.lines())
-            failure = _write_data(lines, self.data)
-            if failure is None:
-                self.file = os.stat(self.data)
-                self.whole, self.stale = self.file.st_size, False
-                self._saved()
-                return
-        if final:
-            raise CommandError(
-                _kept_elsewhere(tuple(self.mirror.lines()), self.data, failure), ExitCode.FAILED
-            )
-        if failure != self.failing:
-            say(f"could not save {self.data} ({failure}); still serving, trying again")
-        self.failing = failure
-
-    def _saved(self) -> None:
-        if self.failing is not None:
-            say(f"saved {self.data} again")
-            self.failing = None
-
-    def summary(self) -> str:
-        if self.data is None:
-            return " (no --data: the tables are gone)"
-        if self.stopped_loading:
-            return f" while loading {self.data}: nothing saved, the file is as it was"
-        if self.file is None:
-            return f"; nothing was stored, {self.data} not written"
-        mirror = self.mirror
-        return (
-            f"; saved {_entries(mirror.entries)}, {len(mirror.environments)} environment "
-            f"record(s) and {len(mirror.records)} resource record(s) to {self.data}"
-        )
-
-
-def _entries(count: int) -> str:
-    return f"{count} entry" if count == 1 else f"{count} entries"
-
-
-def _write_data(lines: tuple[str, ...], data: Path) -> str | None:
-    """Write ``lines`` over ``data`` atomically; None, or why it could not. Only ever a
-    regular file: export writes into a FIFO as it is, whose open waits for a reader that
-    never comes (and Ctrl-C could not end that wait)."""
-    import stat
-
-    from sandbox_ledger.cli.transfer import _export
-    from sandbox_ledger.errors import InvalidInputError
-
-    try:
-        if not stat.S_ISREG(data.stat().st_mode):
-            return "not a regular file any more"
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        return exc.strerror or str(exc)
-    try:
-        _export(iter(lines), data)
-    except InvalidInputError as exc:
-        return str(exc).removeprefix(f"{exc.field}: ").removeprefix(f"{data}: ")
-    except OSError as exc:
-        return exc.strerror or str(exc)
-    return None
-
-
-def _kept_elsewhere(lines: tuple[str, ...], data: Path, failure: str) -> str:
-    """The tables written to a new file in the temporary directory, when ``data`` cannot
-    take them on exit; the line that says where (or that they are lost)."""
-    import os
-    import tempfile
-
-    try:
-        descriptor, name = tempfile.mkstemp(prefix="sandbox-ledger-local-", suffix=".jsonl")
-        with open(descriptor, "w", encoding="utf-8", newline="\n") as stream:
-            stream.writelines(lines)
-            stream.flush()
-            os.fsync(stream.fileno())
-    except OSError as exc:
-        return (
-            f"--data: could not save {data} ({failure}), nor a copy in the temporary "
-            f"directory ({exc.strerror or exc}): what changed since the last save is lost"
-        )
-    return (
-        f"--data: could not save {data} ({failure}); the tables are saved in {name} "
-        f"instead: move it to {data} (or load it with --data {name})"
-    )
 
 
 def _start_postgres() -> LocalPostgres:
