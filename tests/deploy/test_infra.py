@@ -1365,7 +1365,8 @@ def test_make_synth_is_offline_after_make_deploy_tools(tmp_path: Path) -> None:
     """`make deploy-tools` with the network, then an edit of pyproject.toml (the deploy
     venv's stamp depends on it) and `make synth` with pip's index refusing connections: it
     synthesized nothing ("No matching distribution found for annotated-types==0.8.0" after
-    pip's retries, once for the venv's reinstall and once for the Lambda asset)."""
+    pip's retries, once for the venv's reinstall and once for the Lambda asset), and every
+    synth said "85 feature flags are not configured"."""
     repo = tmp_path / "repo"
     repo.mkdir()
     for name in DEPLOY_FILES:
@@ -1402,6 +1403,7 @@ def test_make_synth_is_offline_after_make_deploy_tools(tmp_path: Path) -> None:
     assert done.returncode == 0, output
     assert "Retrying" not in output and "No matching distribution" not in output
     assert "end-of-life" not in output  # jsii's Node banner
+    assert "feature flags are not configured" not in output  # every flag set in cdk.json
     template = json.loads((repo / "cdk.out" / "SandboxLedger.template.json").read_text())
     assert any(r["Type"] == "AWS::Lambda::Function" for r in template["Resources"].values())
 
@@ -1431,3 +1433,46 @@ def test_importing_the_construct_library_is_quiet() -> None:
         check=False,
     )
     assert mine.stdout.strip() == "22"  # a value of the user's is left alone
+
+
+BASIC_EXECUTION = (
+    "AwsSolutions::AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/"
+    "service-role/AWSLambdaBasicExecutionRole]"
+)
+
+
+def _users_worker_app(tmp_path: Path, acknowledged: bool) -> None:
+    from aws_cdk import aws_lambda as lambda_
+    from cdk_nag import AwsSolutionsChecks
+
+    app = aws_cdk.App(outdir=str(tmp_path))
+    stack = aws_cdk.Stack(app, "Mine")
+    worker = lambda_.Function(
+        stack,
+        "Worker",
+        runtime=lambda_.Runtime.PYTHON_3_13,
+        handler="w.handler",
+        code=lambda_.Code.from_inline("def handler(event, context):\n    return event\n"),
+    )
+    if acknowledged:  # as docs/deploy.md shows ("Acknowledging a finding")
+        for rule, reason in (
+            ("AwsSolutions::AwsSolutions-L1", "Pinned to Python 3.13 for our dependencies."),
+            (BASIC_EXECUTION, "Lambda's basic execution policy: its own logs only."),
+        ):
+            aws_cdk.Validations.of(worker).acknowledge(
+                aws_cdk.Acknowledgment(id=rule, reason=reason)
+            )
+    aws_cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    app.synth()
+
+
+def test_a_users_finding_is_acknowledged_as_the_docs_show(tmp_path: Path) -> None:
+    """A function with the role CDK makes and an older runtime fails cdk-nag (IAM4, L1: the
+    docs' sample said "it passes"); acknowledged on the function as docs/deploy.md shows, it
+    passes."""
+    with pytest.raises(RuntimeError, match="ValidationFailed"):
+        _users_worker_app(tmp_path / "plain", acknowledged=False)
+    report = (tmp_path / "plain" / "validation-report.json").read_text()
+    assert "AwsSolutions-IAM4" in report and "AwsSolutions-L1" in report
+    _users_worker_app(tmp_path / "acknowledged", acknowledged=True)
+    assert BASIC_EXECUTION.split("[")[0] in (ROOT / "docs" / "deploy.md").read_text()
