@@ -27,6 +27,7 @@ from sandbox_ledger import (
 )
 from sandbox_ledger.postgres import PostgresAdapter
 from sandbox_ledger.postgres import adapter as pg_module
+from sandbox_ledger.postgres.failures import describe_connect_error
 from sql.sql_store import entry as _entry
 
 
@@ -125,7 +126,7 @@ async def test_a_failed_connection_names_its_cause(
 def test_libpqs_words_for_each_cause(libpq: str, cause: str) -> None:
     """The server of the tests trusts every local user, so a wrong password is checked on
     libpq's words alone."""
-    described = pg_module.describe_connect_error(psycopg.OperationalError(libpq))
+    described = describe_connect_error(psycopg.OperationalError(libpq))
     assert described.startswith(f"{cause} (") and "\n" not in described
 
 

@@ -21,8 +21,9 @@ import random
 import re
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sandbox_ledger._redact import ScrubbingFilter, redact_url, scrub
+from sandbox_ledger._redact import ScrubbingFilter, scrub
 from sandbox_ledger.errors import ConfigurationError, StorageError
+from sandbox_ledger.postgres.failures import connection_error
 from sandbox_ledger.postgres.listen import Listener, Waker
 from sandbox_ledger.postgres.queries import Queries
 from sandbox_ledger.sql import rows
@@ -74,61 +75,6 @@ def _lock_key(schema: str) -> int:
     """The advisory lock that serializes schema changes of one schema across processes."""
     digest = hashlib.sha256(f"sandbox_ledger:{schema}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
-
-
-# Why a connection failed, by libpq's message (psycopg gives a connection failure no
-# SQLSTATE until the server answers): the cause first, libpq's own words after it.
-_CAUSES: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"Connection refused", re.I), "connection refused"),
-    (
-        re.compile(
-            r"failed to resolve host|could not translate host name|"
-            r"Name or service not known|nodename nor servname",
-            re.I,
-        ),
-        "unknown host",
-    ),
-    (
-        re.compile(r"authentication failed|password|pg_hba\.conf|role \S+ does not exist", re.I),
-        "authentication failed",
-    ),
-    (re.compile(r"database \S+ does not exist", re.I), "database missing"),
-)
-_CAUSE_BY_SQLSTATE = {
-    "28P01": "authentication failed",
-    "28000": "authentication failed",
-    "3D000": "database missing",
-}
-
-
-def describe_connect_error(exc: BaseException) -> str:
-    """One line naming why a connection failed (connection refused, unknown host,
-    authentication failed, database missing) followed by libpq's own words (not scrubbed)."""
-    detail = " ".join(str(exc).split())
-    detail = re.sub(r"^connection failed: ", "", detail)
-    cause = _CAUSE_BY_SQLSTATE.get(getattr(exc, "sqlstate", None) or "")
-    if cause is None:
-        cause = next((name for pattern, name in _CAUSES if pattern.search(detail)), None)
-    return f"{cause} ({detail})" if cause else detail
-
-
-async def _connect_failure(dsn: str, timeout: float) -> tuple[str | None, str | None]:
-    """Why ``dsn`` cannot be connected to, by one direct attempt, and its SQLSTATE; ``(None,
-    None)`` if the attempt succeeds (the failure was transient)."""
-    import psycopg
-
-    try:
-        conn = await asyncio.wait_for(
-            psycopg.AsyncConnection.connect(dsn, autocommit=True), max(timeout, 0.1)
-        )
-    except TimeoutError:
-        return f"no answer from the server within {timeout:g} sec", None
-    except psycopg.Error as exc:
-        return describe_connect_error(exc), exc.sqlstate
-    except (OSError, ValueError) as exc:
-        return describe_connect_error(exc), None
-    await conn.close()
-    return None, None
 
 
 class PostgresAdapter(SQLAdapter):
@@ -268,14 +214,7 @@ class PostgresAdapter(SQLAdapter):
             await pool.open(wait=True, timeout=self._timeout)
         except Exception as exc:
             await pool.close()
-            # The pool's own error only says it timed out ("pool initialization incomplete
-            # after 3.0 sec") whatever the cause: one direct attempt names it.
-            cause, code = await _connect_failure(self.dsn or "", self._timeout)
-            raise StorageError(
-                f"postgres: cannot connect to {redact_url(self.dsn or '')}: "
-                f"{scrub(cause or str(exc), self.dsn)}",
-                code=code,
-            ) from exc
+            raise await connection_error(self.dsn or "", self._timeout, exc) from exc
         return pool
 
     async def _run(self, op: Callable[[AsyncConnection[Any]], Awaitable[Any]]) -> Any:
