@@ -10,11 +10,18 @@ STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-DEPLOY_VENV := .venv-deploy
+DEPLOY_VENV ?= .venv-deploy
 DEPLOY_STAMP := $(DEPLOY_VENV)/.installed
-# Offline-friendly CDK CLI: no notices fetched, no telemetry, no version check.
+# The Lambda asset's locked wheels, downloaded once by `make deploy-tools`: every synth and
+# deploy bundles from here with no index (infra/sandbox_ledger_cdk/bundling.py).
+WHEELHOUSE ?= $(DEPLOY_VENV)/wheelhouse
+WHEELHOUSE_STAMP := $(WHEELHOUSE)/.filled
+LAMBDA_LOCKS := infra/sandbox_ledger_cdk/lambda-requirements.txt \
+	infra/sandbox_ledger_cdk/lambda-tracing-requirements.txt
+# Offline CDK CLI: no notices fetched, no telemetry, no version check, no index.
 CDK := PATH="$(abspath $(DEPLOY_VENV))/bin:$$PATH" CDK_DISABLE_CLI_TELEMETRY=true \
-	CDK_DISABLE_VERSION_CHECK=1 npm_config_update_notifier=false npx cdk
+	CDK_DISABLE_VERSION_CHECK=1 npm_config_update_notifier=false \
+	SANDBOX_LEDGER_WHEELHOUSE="$(abspath $(WHEELHOUSE))" npx cdk
 CDK_ARGS ?=
 
 .PHONY: demo test test-all lint typecheck check clean verify mutation test-newest-moto deploy-tools synth deploy
@@ -31,21 +38,30 @@ $(DEMO_STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[cli]"
 	touch $(DEMO_STAMP)
 
+# Remade when pyproject.toml changes (any edit of it, not only of the `cdk` extra): with what
+# the venv holds still satisfying it, this needs no index (no --upgrade, no build isolation:
+# hatchling is installed in the venv), so a synth after an edit stays offline; pip reaches
+# the index only for what is missing.
 $(DEPLOY_STAMP): pyproject.toml package.json package-lock.json
 	test -x $(DEPLOY_VENV)/bin/python || $(PYTHON) -m venv $(DEPLOY_VENV)
-	$(DEPLOY_VENV)/bin/python -m pip install --quiet --upgrade "pip>=24"
-	$(DEPLOY_VENV)/bin/python -m pip install --quiet -e ".[cdk]"
+	$(DEPLOY_VENV)/bin/python -m pip install --quiet "pip>=24" "hatchling>=1.27" editables
+	$(DEPLOY_VENV)/bin/python -m pip install --quiet --no-build-isolation -e ".[cdk]"
 	test -x node_modules/.bin/cdk || npm ci --no-audit --no-fund --silent
 	touch $(DEPLOY_STAMP)
 
-# What `cdk synth` and `cdk deploy` need, and nothing of the test suite.
-deploy-tools: $(DEPLOY_STAMP)
+$(WHEELHOUSE_STAMP): $(LAMBDA_LOCKS) | $(DEPLOY_STAMP)
+	$(DEPLOY_VENV)/bin/python -m sandbox_ledger_cdk.wheelhouse $(WHEELHOUSE)
+	touch $(WHEELHOUSE_STAMP)
 
-synth: $(DEPLOY_STAMP)
+# What `cdk synth` and `cdk deploy` need, and nothing of the test suite; the only step that
+# needs the package index (and npm's registry).
+deploy-tools: $(DEPLOY_STAMP) $(WHEELHOUSE_STAMP)
+
+synth: $(DEPLOY_STAMP) $(WHEELHOUSE_STAMP)
 	$(CDK) synth --no-notices $(CDK_ARGS)
 
 # e.g. make deploy CDK_ARGS="-c table_name=sandbox-ledger"
-deploy: $(DEPLOY_STAMP)
+deploy: $(DEPLOY_STAMP) $(WHEELHOUSE_STAMP)
 	$(CDK) deploy --no-notices $(CDK_ARGS)
 
 demo: $(DEMO_STAMP)

@@ -11,7 +11,7 @@ from typing import Any
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
-from sandbox_ledger_cdk import ConfigError, LedgerConfig, SandboxLedger
+from sandbox_ledger_cdk import ConfigError, LedgerConfig, SandboxLedger, bundling
 from sandbox_ledger_cdk.config import APP_CONTEXT_KEYS
 
 
@@ -78,6 +78,13 @@ def main() -> None:
     except ConfigError as exc:
         print(f"sandbox-ledger: invalid context: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc
+    except RuntimeError as exc:
+        # CDK wraps a bundling failure in its own error (the asset's path, a JavaScript
+        # stack): the bundling's one line says what is missing and what to do.
+        if bundling.last_failure is None:
+            raise
+        print(f"sandbox-ledger: {bundling.last_failure}", file=sys.stderr)
+        raise SystemExit(1) from exc
     app.synth()
 
 

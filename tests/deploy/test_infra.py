@@ -1304,3 +1304,175 @@ def test_two_synths_give_the_same_asset_hash(
     monkeypatch.setattr(PipBundling, "_pip", REAL_PIP)
     again, _ = synth(tmp_path, local=True)
     assert _asset(tmp_path, again).name == _asset(synthesized[1], synthesized[0]).name
+
+
+# pip with no reachable index: a port that refuses, no configuration file, no find-links.
+OFFLINE_PIP = {
+    "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+    "PIP_EXTRA_INDEX_URL": "",
+    "PIP_FIND_LINKS": "",
+    "PIP_CONFIG_FILE": os.devnull,
+    "PIP_RETRIES": "0",
+}
+
+
+def _bundling_failure(tmp_path: Path, **env: str) -> str:
+    from sandbox_ledger_cdk.bundling import BundlingError
+
+    bundling = PipBundling(python_version="3.14")
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in {**OFFLINE_PIP, **env}.items():
+            patch.setenv(name, value)
+        with pytest.raises(BundlingError) as caught:
+            REAL_PIP(bundling, tmp_path / "out", ("-r", str(RUNTIME_LOCK)), "--no-deps")
+    return str(caught.value)
+
+
+def test_bundling_without_the_index_fails_in_one_line_naming_what_it_needs(
+    tmp_path: Path,
+) -> None:
+    """It raised pip's whole stderr (a wall of retries), not saying how to go offline."""
+    message = _bundling_failure(tmp_path)
+    assert "\n" not in message
+    assert "annotated-types==0.8.0" in message and "package index" in message
+    assert "python -m sandbox_ledger_cdk.wheelhouse DIR" in message
+    assert "SANDBOX_LEDGER_WHEELHOUSE=DIR" in message
+
+
+def test_bundling_from_a_wheelhouse_missing_a_wheel_names_it(tmp_path: Path) -> None:
+    (tmp_path / "house").mkdir()
+    message = _bundling_failure(tmp_path, SANDBOX_LEDGER_WHEELHOUSE=str(tmp_path / "house"))
+    assert "\n" not in message
+    assert f"the wheelhouse {tmp_path / 'house'} (SANDBOX_LEDGER_WHEELHOUSE) has no" in message
+    assert "annotated-types==0.8.0" in message and "make deploy-tools" in message
+
+
+# What `make deploy-tools` and `make synth` read, copied as the working tree holds them.
+DEPLOY_FILES = (
+    "Makefile",
+    "pyproject.toml",
+    "README.md",
+    "LICENSE",
+    "CHANGELOG.md",
+    "package.json",
+    "package-lock.json",
+    "cdk.json",
+)
+
+
+@pytest.mark.slow  # makes a deploy venv (about 2 min with the network, pip's cache cold)
+def test_make_synth_is_offline_after_make_deploy_tools(tmp_path: Path) -> None:
+    """`make deploy-tools` with the network, then an edit of pyproject.toml (the deploy
+    venv's stamp depends on it) and `make synth` with pip's index refusing connections: it
+    synthesized nothing ("No matching distribution found for annotated-types==0.8.0" after
+    pip's retries, once for the venv's reinstall and once for the Lambda asset), and every
+    synth said "85 feature flags are not configured"."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for name in DEPLOY_FILES:
+        if (ROOT / name).exists():
+            shutil.copy2(ROOT / name, repo / name)
+    for folder in ("adapter", "infra", "lambdas"):
+        shutil.copytree(
+            ROOT / folder, repo / folder, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+        )
+    if (ROOT / "node_modules" / ".bin" / "cdk").exists():
+        (repo / "node_modules").symlink_to(ROOT / "node_modules")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))} | {
+        "PYTHONDONTWRITEBYTECODE": "1"
+    }
+    tools = subprocess.run(
+        ["make", "deploy-tools", f"PYTHON={sys.executable}"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert tools.returncode == 0, tools.stderr
+    (repo / "pyproject.toml").touch()
+    done = subprocess.run(
+        ["make", "synth", "CDK_ARGS=--quiet -c local=true"],
+        cwd=repo,
+        env=env | OFFLINE_PIP | {"PIP_RETRIES": "5"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert "Retrying" not in output and "No matching distribution" not in output
+    assert "end-of-life" not in output  # jsii's Node banner
+    assert "feature flags are not configured" not in output  # every flag set in cdk.json
+    template = json.loads((repo / "cdk.out" / "SandboxLedger.template.json").read_text())
+    assert any(r["Type"] == "AWS::Lambda::Function" for r in template["Resources"].values())
+
+
+def test_importing_the_construct_library_is_quiet() -> None:
+    """jsii printed its Node end-of-life banner (as Python bytes lines) on this machine's Node
+    20 at the first import; the package sets jsii's variable, only when it is unset."""
+    env = {
+        k: v for k, v in os.environ.items() if k != "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION"
+    }
+    probe = (
+        "import os, sandbox_ledger_cdk, aws_cdk\n"
+        "aws_cdk.App()\n"
+        "print(os.environ['JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert "20" in done.stdout.strip().split(",")
+    mine = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        env={**env, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "22"},
+        check=False,
+    )
+    assert mine.stdout.strip() == "22"  # a value of the user's is left alone
+
+
+BASIC_EXECUTION = (
+    "AwsSolutions::AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/"
+    "service-role/AWSLambdaBasicExecutionRole]"
+)
+
+
+def _users_worker_app(tmp_path: Path, acknowledged: bool) -> None:
+    from aws_cdk import aws_lambda as lambda_
+    from cdk_nag import AwsSolutionsChecks
+
+    app = aws_cdk.App(outdir=str(tmp_path))
+    stack = aws_cdk.Stack(app, "Mine")
+    worker = lambda_.Function(
+        stack,
+        "Worker",
+        runtime=lambda_.Runtime.PYTHON_3_13,
+        handler="w.handler",
+        code=lambda_.Code.from_inline("def handler(event, context):\n    return event\n"),
+    )
+    if acknowledged:  # as docs/deploy.md shows ("Acknowledging a finding")
+        for rule, reason in (
+            ("AwsSolutions::AwsSolutions-L1", "Pinned to Python 3.13 for our dependencies."),
+            (BASIC_EXECUTION, "Lambda's basic execution policy: its own logs only."),
+        ):
+            aws_cdk.Validations.of(worker).acknowledge(
+                aws_cdk.Acknowledgment(id=rule, reason=reason)
+            )
+    aws_cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    app.synth()
+
+
+def test_a_users_finding_is_acknowledged_as_the_docs_show(tmp_path: Path) -> None:
+    """A function with the role CDK makes and an older runtime fails cdk-nag (IAM4, L1: the
+    docs' sample said "it passes"); acknowledged on the function as docs/deploy.md shows, it
+    passes."""
+    with pytest.raises(RuntimeError, match="ValidationFailed"):
+        _users_worker_app(tmp_path / "plain", acknowledged=False)
+    report = (tmp_path / "plain" / "validation-report.json").read_text()
+    assert "AwsSolutions-IAM4" in report and "AwsSolutions-L1" in report
+    _users_worker_app(tmp_path / "acknowledged", acknowledged=True)
+    assert BASIC_EXECUTION.split("[")[0] in (ROOT / "docs" / "deploy.md").read_text()

@@ -227,3 +227,30 @@ def test_a_sync_worker_runs_without_the_async_extra(moto_endpoint: str, table_na
         "pip install 'sandbox-ledger-dynamodb[async]' (missing module: aioboto3)"
     )
     assert done.stdout.splitlines() == ["1", "True", missing, missing]
+
+
+@pytest.mark.slow  # builds the wheel (hatchling from the index, in pip's isolated build)
+def test_the_wheel_is_ready_for_publishing(tmp_path: Path) -> None:
+    """Both packages typed (``py.typed``: the construct library had none), the licence file
+    and the metadata the index shows (it had no classifiers, authors or licence file)."""
+    import zipfile
+    from email.parser import Parser
+
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", tmp_path, ROOT],
+        check=True,
+    )
+    [wheel] = tmp_path.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        [metadata_name] = [n for n in names if n.endswith(".dist-info/METADATA")]
+        metadata = Parser().parsestr(archive.read(metadata_name).decode())
+    assert {"sandbox_ledger/py.typed", "sandbox_ledger_cdk/py.typed"} <= names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    assert metadata["License-Expression"] == "Apache-2.0"
+    assert metadata["License-File"] == "LICENSE"
+    assert metadata["Summary"] and metadata["Author"]
+    assert metadata["Description-Content-Type"] == "text/markdown"
+    classifiers = metadata.get_all("Classifier") or []
+    assert "Typing :: Typed" in classifiers and "Framework :: AWS CDK :: 2" in classifiers
+    assert (ROOT / "CHANGELOG.md").read_text().startswith("# Changelog")

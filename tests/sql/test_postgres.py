@@ -27,6 +27,7 @@ from sandbox_ledger import (
 )
 from sandbox_ledger.postgres import PostgresAdapter
 from sandbox_ledger.postgres import adapter as pg_module
+from sandbox_ledger.postgres.failures import describe_connect_error
 from sql.sql_store import entry as _entry
 
 
@@ -56,6 +57,77 @@ async def test_unreachable_server_is_a_clear_storage_error() -> None:
         await adapter.list_environments()
     assert "secret" not in str(caught.value)
     await adapter.close()
+
+
+def _closed_port() -> int:
+    """A local TCP port nothing listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def _with(dsn: str, **parts: str) -> str:
+    """``postgres_dsn`` with its user or database replaced."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    url = urlsplit(dsn)
+    netloc = url.netloc
+    if "user" in parts:
+        netloc = f"{parts['user']}:wrong-secret@{netloc.rsplit('@', 1)[-1]}"
+    path = f"/{parts['database']}" if "database" in parts else url.path
+    return urlunsplit((url.scheme, netloc, path, url.query, url.fragment))
+
+
+@pytest.mark.parametrize(
+    ("make_dsn", "cause"),
+    [
+        (
+            lambda _: f"postgresql://postgres:secret@127.0.0.1:{_closed_port()}/postgres",
+            ": connection refused (",
+        ),
+        (lambda _: "postgresql://postgres:secret@nonexistent.invalid/postgres", ": unknown host ("),
+        (lambda dsn: _with(dsn, user="nobody_here"), ": authentication failed ("),
+        (lambda dsn: _with(dsn, database="no_such_db"), ": database missing ("),
+    ],
+    ids=["refused", "unknown-host", "authentication", "missing-database"],
+)
+async def test_a_failed_connection_names_its_cause(
+    postgres_dsn: str, make_dsn: Any, cause: str
+) -> None:
+    """Each of these said only "pool initialization incomplete after 1.0 sec"."""
+    dsn = make_dsn(postgres_dsn)
+    adapter = PostgresAdapter(dsn, timeout=1)
+    with pytest.raises(StorageError, match="cannot connect") as caught:
+        await adapter.connect()
+    message = str(caught.value)
+    assert cause in message, message
+    assert "pool initialization" not in message
+    assert "\n" not in message and "secret" not in message
+    await adapter.close()
+
+
+@pytest.mark.parametrize(
+    ("libpq", "cause"),
+    [
+        (
+            'connection failed: connection to server at "db", port 5432 failed: FATAL:  '
+            'password authentication failed for user "app"',
+            "authentication failed",
+        ),
+        ("fe_sendauth: no password supplied", "authentication failed"),
+        ('FATAL:  no pg_hba.conf entry for host "10.0.0.9", user "app"', "authentication failed"),
+        ('FATAL:  database "ledger" does not exist', "database missing"),
+        ('could not translate host name "db.example" to address', "unknown host"),
+    ],
+)
+def test_libpqs_words_for_each_cause(libpq: str, cause: str) -> None:
+    """The server of the tests trusts every local user, so a wrong password is checked on
+    libpq's words alone."""
+    described = describe_connect_error(psycopg.OperationalError(libpq))
+    assert described.startswith(f"{cause} (") and "\n" not in described
 
 
 async def test_a_schema_the_server_refuses_is_a_storage_error(postgres_dsn: str) -> None:
@@ -310,3 +382,18 @@ async def test_a_pipeline_aborted_by_a_retried_error_logs_no_warning(
         logging.getLogger("psycopg").addFilter(ours)
     assert await duplicate_batch() == []
     assert pg_adapter is not None
+
+
+def test_the_cli_names_the_cause_in_one_line() -> None:
+    """The command line's error is the library's: one line, with the cause."""
+    store = f"postgresql://postgres:secret@127.0.0.1:{_closed_port()}/postgres"
+    done = subprocess.run(
+        [sys.executable, "-m", "sandbox_ledger.cli", "--store", store, "ls"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith("error: postgres: cannot connect to postgresql://postgres:***@")
+    assert ": connection refused (" in line and "secret" not in line

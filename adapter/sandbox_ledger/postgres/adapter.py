@@ -21,8 +21,9 @@ import random
 import re
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sandbox_ledger._redact import ScrubbingFilter, redact_url, scrub
+from sandbox_ledger._redact import ScrubbingFilter, scrub
 from sandbox_ledger.errors import ConfigurationError, StorageError
+from sandbox_ledger.postgres.failures import connection_error
 from sandbox_ledger.postgres.listen import Listener, Waker
 from sandbox_ledger.postgres.queries import Queries
 from sandbox_ledger.sql import rows
@@ -213,10 +214,7 @@ class PostgresAdapter(SQLAdapter):
             await pool.open(wait=True, timeout=self._timeout)
         except Exception as exc:
             await pool.close()
-            raise StorageError(
-                f"postgres: cannot connect to {redact_url(self.dsn or '')}: "
-                f"{scrub(str(exc), self.dsn)}"
-            ) from exc
+            raise await connection_error(self.dsn or "", self._timeout, exc) from exc
         return pool
 
     async def _run(self, op: Callable[[AsyncConnection[Any]], Awaitable[Any]]) -> Any:
