@@ -406,17 +406,8 @@ def _whole_entries(
     keyed, broken = it.assemble_entries(name, sandbox_id, items)
     if not broken:
         return keyed
-    summary = yield Call(
-        "get_item",
-        {
-            "TableName": table,
-            "Key": it.summary_key(pk),
-            "ConsistentRead": True,
-            "ProjectionExpression": "#dl",
-            "ExpressionAttributeNames": {"#dl": A.DELETING},
-        },
-    )
-    if A.DELETING in summary.get("Item", {}):
+    summary = yield from _delete_mark(table, pk)
+    if A.DELETING in summary:
         return keyed
     heads = yield from batch_get(
         table, [{k.PARTITION_KEY: S(pk), k.SORT_KEY: S(b.head_sk)} for b in broken]
@@ -546,17 +537,7 @@ def _read_whole(
         entries = [item for page in pages for item in page]
         if len(pages) == 1:
             break
-        summary = yield Call(
-            "get_item",
-            {
-                "TableName": table,
-                "Key": it.summary_key(pk),
-                "ConsistentRead": True,
-                "ProjectionExpression": "#dl",
-                "ExpressionAttributeNames": {"#dl": A.DELETING},
-            },
-        )
-        if _held_by_delete(summary.get("Item", {})):
+        if _held_by_delete((yield from _delete_mark(table, pk))):
             return [], {}
         keys = yield from query_all(
             {
@@ -587,6 +568,23 @@ def _read_whole(
 
 _AFTER_MARKS = k.SEQUENCE_PREFIX[:-1] + "$"
 """``Q$``: after every sequence mark (``Q#``), the last kind of item in a session."""
+
+
+def _delete_mark(table: str, pk: str) -> Op[dict[str, Any]]:
+    """The session's summary as far as a running delete's mark goes (strongly consistent):
+    ``{}`` when there is no summary or no mark."""
+    found = yield Call(
+        "get_item",
+        {
+            "TableName": table,
+            "Key": it.summary_key(pk),
+            "ConsistentRead": True,
+            "ProjectionExpression": "#dl",
+            "ExpressionAttributeNames": {"#dl": A.DELETING},
+        },
+    )
+    item: dict[str, Any] = found.get("Item", {})
+    return item
 
 
 def _held_by_delete(summary: dict[str, Any]) -> bool:
