@@ -40,7 +40,10 @@ class HangUp:
             except OSError:
                 return
             self.connections += 1
-            conn.close()
+            self._accepted(conn)
+
+    def _accepted(self, conn: socket.socket) -> None:
+        conn.close()
 
     def close(self) -> None:
         self.sock.close()
@@ -130,27 +133,18 @@ def test_library_defaults_stay_patient() -> None:
     assert attempts(bulk) == 11 and bulk.connect_timeout == 2
 
 
-class Silent:
+class Silent(HangUp):
     """A TCP server that accepts every connection, reads the request and never answers."""
 
     def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
         self.held: list[socket.socket] = []
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__()
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.held.append(conn)
+    def _accepted(self, conn: socket.socket) -> None:
+        self.held.append(conn)
 
     def close(self) -> None:
-        self.sock.close()
+        super().close()
         for conn in self.held:
             conn.close()
 
