@@ -149,6 +149,7 @@ class LedgerAttr:
     DELETING_TOKEN: Final = "deletingToken"  # summary: which delete_sandbox holds the lease
     INCARNATION: Final = "inc"  # sequence mark: the session's incarnation (new after a delete)
     ENTRY_EXPIRES: Final = "eex"  # sequence mark: its entry's TTL, where the mark's is later
+    SEQUENCE: Final = "q"  # entry head: the number of its sequence mark (its commit order)
 
 
 @dataclass(frozen=True)

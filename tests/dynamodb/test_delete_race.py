@@ -16,7 +16,10 @@ from typing import Any
 import pytest
 
 from sandbox_ledger import LedgerEntry, LedgerEvent
+from sandbox_ledger import keys as k
 from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+
+from .faults import ResendAfterSuccess
 
 
 def e(sid: str, event: str, ts: int, step: int = -1) -> LedgerEntry:
@@ -135,7 +138,7 @@ def test_delete_removes_the_parts_a_dead_writer_left(moto_endpoint: str, sync_ta
     """Parts without a head older than the grace (a writer that died between them) still go
     with the session; a young one (an append in flight) stays for its head."""
     from sandbox_ledger import keys as k
-    from sandbox_ledger.dynamodb._ops import ORPHAN_PART_GRACE_MS
+    from sandbox_ledger.dynamodb._delete import ORPHAN_PART_GRACE_MS
 
     ledger = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
     ledger.append(e("o", LedgerEvent.SandboxCreated, 1))
@@ -406,3 +409,107 @@ def test_an_import_batch_whose_parts_were_written_before_a_delete_lands_whole(
     assert deleter.read_in_append_order("race", "imp") == [large, small]
     count, entries = agrees(deleter, "imp")
     assert count == entries == 1
+
+
+def test_an_append_between_the_pages_of_a_delete_is_followed_and_exported(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    """A session over one Query page (1 MB) is deleted page by page. An exec.started (no
+    summary change: not held off) that lands between two pages belongs to the new session:
+    its head sorts behind the first page and its sequence mark ahead of it. The delete must
+    not take one and leave the other: a head without its mark is an entry a follower never
+    hands out, a mark without its head ends every follower of the new session."""
+    deleter = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    writer = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    writer.append(e("m", LedgerEvent.SandboxCreated, 1))
+    for ts in range(2, 10):  # eight entries of 200 KB compressed: the partition is 1.6 MB
+        writer.append(
+            LedgerEntry(
+                ts=ts,
+                name="race",
+                sandbox_id="m",
+                step_index=ts,
+                event=LedgerEvent.ExecStarted,
+                payload=secrets.token_hex(200_000),
+            )
+        )
+    raced = e("m", LedgerEvent.ExecStarted, 3, step=99)
+    pages: list[bool] = []
+
+    def append_between_pages(parsed: dict[str, Any], **_: Any) -> None:
+        # The delete's read of the partition (not the one-item read of the last mark).
+        if "LastEvaluatedKey" in parsed and len(parsed["Items"]) > 1 and not pages:
+            pages.append(True)
+            writer.append(raced)
+
+    deleter.client().meta.events.register("after-call.dynamodb.Query", append_between_pages)
+    deleter.delete_sandbox("race", "m")
+    deleter.client().meta.events.unregister("after-call.dynamodb.Query", append_between_pages)
+    assert pages, "the delete read the session in one page: make the session larger"
+    assert deleter.read_all("race", "m") == [raced]
+    assert deleter.read_in_append_order("race", "m") == [raced]
+    later = e("m", LedgerEvent.ExecStarted, 2, step=100)
+    closed = e("m", LedgerEvent.SandboxClosed, 4)
+    writer.append(later)
+    writer.append(closed)
+    followed = [f.entry for f in deleter.follow("race", "m")]  # ends at sandbox.closed
+    assert followed == [raced, later, closed]
+    assert deleter.read_in_append_order("race", "m") == [raced, later, closed]
+
+
+def test_appends_that_land_while_a_delete_runs_are_a_new_session_followed_whole(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    """A writer that knows the session (its next-mark guess is the old incarnation's) appends
+    while the delete runs: its entries go on after the delete's seal, in the seal's
+    incarnation; a follower of the old session ends, one from the start of the new session
+    hands out exactly them."""
+    deleter = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    writer = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    writer.append(e("n", LedgerEvent.SandboxCreated, 1))
+    writer.append(e("n", LedgerEvent.ExecStarted, 2, step=0))
+    old = deleter.follow("race", "n", until_closed=False)
+    position = [next(old), next(old)][-1].position
+    old.close()
+    raced = [e("n", LedgerEvent.ExecStarted, 3, step=s) for s in (1, 2)]
+    ran: list[bool] = []
+
+    def append_after_the_seal(**_: Any) -> None:
+        if not ran:
+            ran.append(True)
+            for entry in raced:
+                writer.append(entry)
+
+    deleter.client().meta.events.register("after-call.dynamodb.PutItem", append_after_the_seal)
+    deleter.delete_sandbox("race", "n")
+    assert ran
+    assert deleter.read_in_append_order("race", "n") == raced
+    assert list(deleter.follow("race", "n", after=position, until_closed=False)) == []
+    writer.append(e("n", LedgerEvent.SandboxClosed, 4))
+    followed = [f.entry for f in deleter.follow("race", "n")]
+    assert followed == [*raced, e("n", LedgerEvent.SandboxClosed, 4)]
+
+
+def test_a_seal_whose_answer_was_lost_is_recognised_and_deleted(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    """The SDK resends the seal's PutItem after its first answer was lost: the resend fails
+    its condition, the delete reads the mark back, knows its own seal and goes on; nothing of
+    the session is left."""
+    ledger = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    ledger.append(e("r", LedgerEvent.SandboxCreated, 1))
+    resent = ResendAfterSuccess(1.0, {"PutItem"}).attach(ledger.client())
+    ledger.delete_sandbox("race", "r")
+    assert resent.resent == 1
+    raw = ledger.client()
+    left = raw.query(
+        TableName=sync_table,
+        KeyConditionExpression="PK = :pk",
+        ExpressionAttributeValues={":pk": {"S": k.session_pk("race", "r")}},
+        ConsistentRead=True,
+    )["Items"]
+    assert left == []
+    again = [e("r", LedgerEvent.SandboxCreated, 2), e("r", LedgerEvent.SandboxClosed, 3)]
+    for entry in again:
+        ledger.append(entry)
+    assert [f.entry for f in ledger.follow("race", "r")] == again

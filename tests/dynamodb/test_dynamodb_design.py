@@ -313,7 +313,7 @@ def test_a_half_written_entry_is_never_seen(
     # write their head: tests/dynamodb/test_delete_race.py), and removes them once they are older.
     adapter.delete_sandbox("n", "s")
     assert [sk[-6:] for sk in leftovers()] == ["#00001"]
-    monkeypatch.setattr("sandbox_ledger.dynamodb._ops.ORPHAN_PART_GRACE_MS", 0)
+    monkeypatch.setattr("sandbox_ledger.dynamodb._delete.ORPHAN_PART_GRACE_MS", 0)
     adapter.delete_sandbox("n", "s")
     assert leftovers() == []
 

@@ -42,18 +42,20 @@ def _units(noise: int) -> list[p.Unit]:
 def test_longest_keys_and_large_entries_fit_one_transaction() -> None:
     """Sessions of one entry each (its head, claim and sequence mark, the session's summary
     and the check of the mark before it: 5 actions), entries sized so that the packer's
-    estimate of 15 of them (2,048 bytes a summary besides its keys, a mark at its largest)
-    comes just under its 4,000,000: the summaries put whole (8,306 bytes each with the
-    longest keys check_session_key allows) and the marks must still keep the transaction's
-    items within DynamoDB's 4 MB. (Parts are written apart, before the heads.)"""
-    units = _units(247_440)  # 15 x (256,426 + 10,240) = 3,999,990 estimated
+    estimate of 15 of them (2,048 bytes a summary besides its keys, a mark at its largest, a
+    head with its mark's number) comes just under its 4,000,000: the summaries put whole
+    (8,306 bytes each with the longest keys check_session_key allows) and the marks must
+    still keep the transaction's items within DynamoDB's 4 MB. (Parts are written apart,
+    before the heads.)"""
+    units = _units(247_434)  # 15 x (256,418 + 10,240) = 3,999,870 estimated
     assert len(p.pack(units)[0].groups) == 15  # full by its bytes (by its actions: 20)
     for transaction in p.pack(units):
         total = 0
         for group in transaction.groups:
             for u in group.units:
                 mark = _seq.mark_item(group.pk, _seq.Mark(_seq.new_incarnation(), 10**9), u.head)
-                items = [u.head, u.claim, mark] + ([u.marker] if u.marker else [])
+                head = _seq.sequenced(u.head, 10**9)  # the head carries its mark's number
+                items = [head, u.claim, mark] + ([u.marker] if u.marker else [])
                 total += sum(p.item_bytes(item) for item in items)
             update = it.summary_fold([u.entry for u in group.units], 4, group.ttl())
             if update is not None:

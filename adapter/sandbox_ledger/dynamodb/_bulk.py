@@ -356,7 +356,7 @@ def read_each_stored(
             if page.get("LastEvaluatedKey"):
                 rest = {**query, "ExclusiveStartKey": page["LastEvaluatedKey"]}
                 items += yield from query_all(rest)
-            marks = [item for item in items if _seq.numbered(item) is not None]
+            marks = [item for item in items if _seq.numbered(item) or _seq.is_seal(item)]
             if sequencer is not None:
                 last = {"Items": marks[-1:]}
                 sequencer.learn(k.session_pk(name, sandbox_id), _seq.next_mark(last))

@@ -20,8 +20,9 @@ a gap still there on the next poll, after the later mark was seen, is a mark del
 poll of a resumed follower reads its mark (absent, or of another incarnation: the session was
 deleted, the follower ends); afterwards every n-th empty poll does, and a mark of another
 incarnation met in a poll ends it too: a position never resumes inside a session deleted and
-begun again. A mark whose entry is gone while the mark lives (a delete is taking the
-session) ends it.
+begun again. A delete's seal (:mod:`._delete`) met after a mark of the followed incarnation
+ends it, and so does a mark whose entry is gone while the mark lives (a delete is taking the
+session).
 """
 
 from __future__ import annotations
@@ -123,6 +124,8 @@ class SessionPoller:
         for item in items:
             numbered = _seq.numbered(item)
             if numbered is None:
+                if incarnation is not None and _seq.is_seal(item):
+                    return run, True  # a delete sealed the incarnation followed
                 continue
             number, inc = numbered
             if incarnation is None and not it.live(item, it.now_s()):

@@ -120,6 +120,19 @@ def encode_entry(entry: LedgerEntry, order: str, ttl: int | None = None) -> Enco
     return EncodedEntry(head, parts)
 
 
+def in_commit_order(
+    keyed: list[tuple[str, LedgerEntry]], heads: list[Item]
+) -> list[tuple[str, LedgerEntry]]:
+    """``keyed`` (head sort keys with their entries) ascending by ts, equal ts in commit
+    order: by the number of the sequence mark each head was stored with (``q``, among
+    ``heads``), a head without one (stored before heads carried it) first, by its order id.
+    Every read orders ties so, as a follower and an export do (by the marks): the order id
+    in a head's key is when its append began, and appends that overlap (or an import whose
+    transaction another import's claims cancelled) commit in another order."""
+    rank = {i[k.SORT_KEY]["S"]: int(i[A.SEQUENCE]["N"]) for i in heads if A.SEQUENCE in i}
+    return sorted(keyed, key=lambda p: (p[1].ts, rank.get(p[0], -1), append_order(p[0])))
+
+
 def append_order(head_sk: str) -> str:
     """The order id inside an entry's sort key (``E#<ts:16>#<order>``): sorting by it gives
     the order the entries were appended in."""

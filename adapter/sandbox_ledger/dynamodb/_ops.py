@@ -6,7 +6,6 @@ driving them with a fake client.
 
 from __future__ import annotations
 
-import secrets
 import time
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -37,7 +36,7 @@ from sandbox_ledger.models import (
 )
 from sandbox_ledger.sdk import steps
 from sandbox_ledger.sdk.attributes import N, S
-from sandbox_ledger.sdk.batching import BATCH_WRITE_MAX, batch_get, batch_write
+from sandbox_ledger.sdk.batching import batch_get, batch_write
 from sandbox_ledger.sdk.paging import (
     ScanStarts,
     check_resume,
@@ -130,6 +129,7 @@ def append(
             condition = _summary_condition(update, now, ttl, held=held)
             actions[summary_at] = {"Update": {"TableName": table, **update, **condition}}
         del actions[marks_at:]
+        actions[0]["Put"]["Item"] = _seq.sequenced(encoded.head, mark.number)
         actions.extend(_seq.mark_actions(table, pk, mark, [encoded.head]))
         try:
             yield Call("transact_write_items", {"TransactItems": actions})
@@ -237,134 +237,6 @@ def _summary_condition(
     }
 
 
-# How long delete_sandbox leaves the parts of an entry whose head is not stored yet (an
-# append between its parts and its head: its head lands after the delete, with its parts).
-ORPHAN_PART_GRACE_MS = 15 * 60_000
-
-
-def _young(head_sk: str, now_ns: int) -> bool:
-    """True if the entry's order id (its writer's clock when the append began) is recent."""
-    written = it.order_time_ns(it.append_order(head_sk))
-    return written is not None and now_ns - written < ORPHAN_PART_GRACE_MS * 1_000_000
-
-
-class _DeleteLease:
-    """A delete's hold on a session's summary (see :func:`delete_session`): taken once with a
-    token of its own, renewed when half of it has passed while the summary still carries that
-    token."""
-
-    def __init__(self, table: str, summary_key: dict[str, Any]) -> None:
-        self.table, self.key = table, summary_key
-        self.token = secrets.token_hex(8)
-        self.until = 0
-        self.held = True
-
-    def take(self) -> Op[None]:
-        yield from self._set("SET #dl = :until, #dt = :token")
-
-    def renew_if_due(self) -> Op[None]:
-        if not self.held or _now_ms() < self.until - DELETE_LEASE_MS // 2:
-            return
-        try:
-            yield from self._set("SET #dl = :until", ConditionExpression="#dt = :token")
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
-            self.held = False  # another delete_sandbox took over: it holds (and renews) it
-
-    def _set(self, update: str, **condition: str) -> Op[None]:
-        until = _now_ms() + DELETE_LEASE_MS
-        yield Call(
-            "update_item",
-            {
-                "TableName": self.table,
-                "Key": self.key,
-                "UpdateExpression": update,
-                **condition,
-                "ExpressionAttributeNames": {"#dl": A.DELETING, "#dt": A.DELETING_TOKEN},
-                "ExpressionAttributeValues": {":until": N(until), ":token": S(self.token)},
-            },
-        )
-        self.until = until
-
-
-def delete_session(table: str, pk: str) -> Op[None]:
-    """Delete every item of a session so that its summary always agrees with its entries.
-
-    1. Mark the summary ``deleting`` (a lease until now + :data:`DELETE_LEASE_MS`): from then
-       on, appends that would change the summary (created, closed, exec.complete) are refused
-       by their transaction's condition and retry after a backoff.
-    2. Delete every other item of the partition (consistent Query, keys only): everything
-       that changed the summary landed before step 1 and is found here.
-    3. Delete the summary, if it still carries this delete's mark.
-
-    The lease is renewed while step 2 runs (before each batch of 25 deletes, once half of it
-    has passed), so a delete longer than the lease (a session of many thousands of entries)
-    still holds off the appends it must; a delete that dies stops renewing, and its lease
-    ends on its own.
-
-    An append racing the delete therefore either landed before step 1 (and is deleted) or
-    lands after step 3, into a new session whose summary counts exactly its own entries.
-    Appends that never touch the summary (exec.started, exec.failed, checkpoints) are not
-    held off: one that lands during step 2 may survive, which leaves no summary disagreeing.
-
-    A large entry is written parts first and head last, so step 2 can meet parts whose head
-    is not stored yet: they are left alone when younger than :data:`ORPHAN_PART_GRACE_MS`
-    (by the order id in their key), since the head of an append still running lands after
-    the delete and needs them; older ones (a writer that died) are deleted.
-    """
-    summary_key = it.summary_key(pk)
-    lease = _DeleteLease(table, summary_key)
-    yield from lease.take()
-    start: dict[str, Any] | None = None
-    last_head = ""  # parts sort right after their head, so the last head seen is theirs
-    now_ns = time.time_ns()
-    while True:
-        params: dict[str, Any] = {
-            "TableName": table,
-            "KeyConditionExpression": "#pk = :pk",
-            "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY, "#sk": k.SORT_KEY},
-            "ExpressionAttributeValues": {":pk": S(pk)},
-            "ProjectionExpression": "#pk, #sk",
-            "ConsistentRead": True,
-        }
-        if start:
-            params["ExclusiveStartKey"] = start
-        page = yield Call("query", params)
-        requests: list[dict[str, Any]] = []
-        for item in page.get("Items", []):
-            sk = item[k.SORT_KEY]["S"]
-            if sk == k.SUMMARY_SK:
-                continue
-            head = k.part_head(sk)
-            if head is None:
-                last_head = sk
-            elif head != last_head and _young(head, now_ns):
-                continue  # an append in flight: its head lands after this delete
-            requests.append({"DeleteRequest": {"Key": item}})
-        for at in range(0, len(requests), BATCH_WRITE_MAX):
-            yield from lease.renew_if_due()
-            yield from batch_write(table, requests[at : at + BATCH_WRITE_MAX])
-        start = page.get("LastEvaluatedKey")
-        if not start:
-            break
-    try:
-        yield Call(
-            "delete_item",
-            {
-                "TableName": table,
-                "Key": summary_key,
-                "ConditionExpression": "#dt = :token",
-                "ExpressionAttributeNames": {"#dt": A.DELETING_TOKEN},
-                "ExpressionAttributeValues": {":token": S(lease.token)},
-            },
-        )
-    except ClientError as exc:
-        # Another delete_sandbox of the same session took over; it removes the summary.
-        if error_code(exc) != "ConditionalCheckFailedException":
-            raise
-
-
 # -- reads ----------------------------------------------------------------------------------
 
 
@@ -420,10 +292,12 @@ def _whole_entries(
 
 
 def _read_keyed(table: str, name: str, sandbox_id: str) -> Op[list[tuple[str, LedgerEntry]]]:
-    """The session's live whole entries with their heads' sort keys, in sort-key order."""
+    """The session's live whole entries with their heads' sort keys, in read_all's order
+    (ascending ts, equal ts in commit order: see :func:`._items.in_commit_order`)."""
     pk = k.session_pk(name, sandbox_id)
-    items = yield from query_all(_prefix_query(table, pk, k.EVENT_PREFIX))
-    return (yield from _whole_entries(table, pk, name, sandbox_id, _live(items)))
+    items = _live((yield from query_all(_prefix_query(table, pk, k.EVENT_PREFIX))))
+    keyed = yield from _whole_entries(table, pk, name, sandbox_id, items)
+    return it.in_commit_order(keyed, items)
 
 
 def read_all(table: str, name: str, sandbox_id: str) -> Op[list[LedgerEntry]]:
@@ -455,8 +329,7 @@ def stored_entries(
     expired = [item for item in items if not it.live(item, now)]
     keyed = yield from _whole_entries(table, pk, name, sandbox_id, live)
     keyed += it.decode_keyed_entries(name, sandbox_id, expired, complete_only=True)
-    keyed.sort(key=lambda pair: pair[0])  # ascending ts, ties in append order, as read_all
-    return [entry for _, entry in keyed]
+    return [entry for _, entry in it.in_commit_order(keyed, items)]  # as read_all
 
 
 def read_in_append_order(table: str, name: str, sandbox_id: str) -> Op[list[LedgerEntry]]:

@@ -91,10 +91,11 @@ class Unit:
     @property
     def size(self) -> int:
         """Its items' bytes: head, claim, marker and sequence mark (its mark's number and
-        incarnation not known yet: at their largest)."""
+        incarnation, which the head carries too, not known yet: at their largest)."""
         marker = item_bytes(self.marker) if self.marker is not None else 0
         mark = item_bytes(_seq.mark_item(self.head[k.PARTITION_KEY]["S"], _LARGEST, self.head))
-        return item_bytes(self.head) + item_bytes(self.claim) + marker + mark
+        head = item_bytes(_seq.sequenced(self.head, _LARGEST.number))
+        return head + item_bytes(self.claim) + marker + mark
 
 
 @dataclass
@@ -228,15 +229,16 @@ def request(
     actions: list[dict[str, Any]] = []
     slots: list[Slot] = []
     for group in transaction.groups:
-        for unit in group.units:
-            actions.append({"Put": {"TableName": table, "Item": unit.head, **_ABSENT}})
+        assert group.mark is not None, "a group's marks are placed before its request"
+        for number, unit in enumerate(group.units, start=group.mark.number):
+            head = _seq.sequenced(unit.head, number)
+            actions.append({"Put": {"TableName": table, "Item": head, **_ABSENT}})
             slots.append(Slot("head", unit))
             actions.append({"Put": {"TableName": table, "Item": unit.claim, **_ABSENT}})
             slots.append(Slot("claim", unit))
             if unit.marker is not None:
                 actions.append({"Put": {"TableName": table, "Item": unit.marker}})
                 slots.append(Slot("marker", unit))
-        assert group.mark is not None, "a group's marks are placed before its request"
         marks = _seq.mark_actions(table, group.pk, group.mark, [u.head for u in group.units])
         actions.extend(marks)
         slots.extend(Slot("mark", group=group) for _ in marks)

@@ -49,6 +49,7 @@ __all__ = [
     "Mark",
     "Sequencer",
     "entry_live",
+    "is_seal",
     "last_query",
     "mark_actions",
     "mark_count",
@@ -57,6 +58,8 @@ __all__ = [
     "next_mark",
     "numbered",
     "read_last",
+    "seal_item",
+    "sequenced",
 ]
 
 MAX_MARKS = 10**12
@@ -209,6 +212,26 @@ def mark_item(pk: str, mark: Mark, head: Item) -> Item:
     return item
 
 
+def seal_item(pk: str, number: int, token: str) -> Item:
+    """A delete's seal (see :mod:`._delete`): mark ``number`` of the session with no entry, in
+    an incarnation of its own (``token``). An append whose guess continues the sealed
+    incarnation fails its condition, reads the seal as the last mark and goes on after it
+    in the seal's incarnation: the entries stored while the delete runs are a new session."""
+    return {
+        k.PARTITION_KEY: S(pk),
+        k.SORT_KEY: S(k.sequence_sk(number)),
+        A.INCARNATION: S(token),
+    }
+
+
+def is_seal(item: Item, token: str | None = None) -> bool:
+    """Whether ``item`` is a delete's seal (``token``'s, if given)."""
+    if k.sequence_number(item.get(k.SORT_KEY, {}).get("S", "")) is None or A.REF in item:
+        return False
+    incarnation = item.get(A.INCARNATION, {}).get("S")
+    return incarnation is not None and (token is None or incarnation == token)
+
+
 def entry_live(mark: Item, now_s: int) -> bool:
     """Whether the entry of ``mark`` has not expired (its own TTL, not the mark's)."""
     ttl = mark.get(A.ENTRY_EXPIRES) or mark.get(k.TTL_ATTRIBUTE)
@@ -248,6 +271,13 @@ def mark_actions(table: str, pk: str, first: Mark, heads: list[Item]) -> list[di
         actions.append({"Put": {"TableName": table, "Item": mark_item(pk, mark, head), **_ABSENT}})
         mark = mark.after([head])
     return actions
+
+
+def sequenced(head: Item, number: int) -> Item:
+    """``head`` carrying the number of its mark (``q``), written with it in one transaction:
+    what orders entries of equal ``ts`` in commit order on every read, as the marks order a
+    follower's and an export's (the order id in the head's key is when its append began)."""
+    return {**head, A.SEQUENCE: N(number)}
 
 
 def mark_count(first: Mark, heads: int) -> int:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from sandbox_ledger import keys as k
 from sandbox_ledger._poll import DEFAULT_POLL, PollSettings
 from sandbox_ledger.deployment import ShardCount, store_identity
-from sandbox_ledger.dynamodb import _ops
+from sandbox_ledger.dynamodb import _delete, _ops
 from sandbox_ledger.dynamodb._items import order_ids
 from sandbox_ledger.dynamodb._sequence import Sequencer
 from sandbox_ledger.dynamodb._session_locks import AsyncSessionLocks, SessionLocks
@@ -407,7 +407,7 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
         """Delete the session's summary, entries and checkpoints; appends racing it land
         either before (deleted) or after (a new session counting exactly its own entries)."""
         pk = k.session_pk(name, sandbox_id)
-        await self.run(_ops.delete_session(self.table_name, pk))
+        await self.run(_delete.delete_session(self.table_name, pk))
         self._sequencer.forget(pk)  # a session begun again starts a new sequence
 
     async def list_checkpoints(self, name: str, sandbox_id: str) -> list[CheckpointInfo]:
@@ -559,7 +559,7 @@ class SyncDynamoDBAdapter(_Base, SyncClientOwner):
     def delete_sandbox(self, name: str, sandbox_id: str) -> None:
         """Delete the session's summary, entries and checkpoints."""
         pk = k.session_pk(name, sandbox_id)
-        self.run(_ops.delete_session(self.table_name, pk))
+        self.run(_delete.delete_session(self.table_name, pk))
         self._sequencer.forget(pk)  # a session begun again starts a new sequence
 
     def list_checkpoints(self, name: str, sandbox_id: str) -> list[CheckpointInfo]:

@@ -34,8 +34,8 @@ from sandbox_ledger import (
 )
 from sandbox_ledger import keys as k
 from sandbox_ledger.deployment import SweepSettings
+from sandbox_ledger.dynamodb import _delete, _ops
 from sandbox_ledger.dynamodb import _items as it
-from sandbox_ledger.dynamodb import _ops
 from sandbox_ledger.dynamodb._sequence import Sequencer
 from sandbox_ledger.sdk.attributes import N, S
 from sandbox_ledger.sdk.steps import MAX_ATTEMPTS, run_sync
@@ -506,14 +506,17 @@ def test_a_delete_of_many_pages_deletes_each_item_once_and_renews_its_lease(
     client: Client, sync_table: str, many_pages: Any
 ) -> None:
     raw = many_pages
-    client.run(_ops.delete_session(sync_table, PK))
+    client.run(_delete.delete_session(sync_table, PK))
     assert stored_items(raw, sync_table) == []
     batches = [
         json.loads(p["body"])["RequestItems"][sync_table] for p in client.calls("BatchWriteItem")
     ]
-    assert sum(len(b) for b in batches) == 60  # each item once, a page of 20 in one batch
-    assert len(client.calls("Query")) >= 3
-    assert len(client.calls("UpdateItem")) == 1 + len(batches)  # taken, renewed before each
+    assert sum(len(b) for b in batches) == 60  # each item once, in batches of 25
+    assert [len(b) for b in batches] == [25, 25, 10]
+    reads = [q for q in client.calls("Query") if "ProjectionExpression" in json.loads(q["body"])]
+    assert len(reads) >= 3  # the partition, 20 items a page
+    # taken, then renewed before each page and each batch
+    assert len(client.calls("UpdateItem")) == 1 + len(reads) + len(batches)
 
 
 def test_a_delete_that_another_took_over_stops_renewing_and_leaves_the_summary_to_it(
@@ -531,9 +534,12 @@ def test_a_delete_that_another_took_over_stops_renewing_and_leaves_the_summary_t
         )
 
     client.sdk.meta.events.register("before-call.dynamodb.BatchWriteItem", take_over)
-    client.run(_ops.delete_session(sync_table, PK))
-    # taken, renewed before the first batch, refused before the second, then left to the other
-    assert len(client.calls("UpdateItem")) == 3
+    client.run(_delete.delete_session(sync_table, PK))
+    # taken, renewed before each page and the first batch, refused before the second batch,
+    # then left to the other
+    reads = [q for q in client.calls("Query") if "ProjectionExpression" in json.loads(q["body"])]
+    assert len(client.calls("UpdateItem")) == 1 + len(reads) + 2
+    assert len(client.calls("BatchWriteItem")) == 3  # the delete goes on: only the lease is left
     left = stored_items(raw, sync_table)
     assert [i["SK"]["S"] for i in left] == [k.SUMMARY_SK]
 
@@ -556,11 +562,11 @@ def test_a_delete_leaves_the_parts_of_an_append_in_flight_for_15_minutes_exactly
     monkeypatch.setattr(it, "CHUNK_BYTES", 350)
     raw = fixture_clients(moto_endpoint)
     now = time.time_ns()
-    grace = _ops.ORPHAN_PART_GRACE_MS * 1_000_000
+    grace = _delete.ORPHAN_PART_GRACE_MS * 1_000_000
     parts_written_at(raw, sync_table, now - grace, ts=1)  # a writer that died: deleted
     parts_written_at(raw, sync_table, now - grace + 1, ts=2)  # still in flight: left
-    monkeypatch.setattr(_ops, "time", types.SimpleNamespace(time_ns=lambda: now))
-    client.run(_ops.delete_session(sync_table, PK))
+    monkeypatch.setattr(_delete, "time", types.SimpleNamespace(time_ns=lambda: now))
+    client.run(_delete.delete_session(sync_table, PK))
     left = {k.part_head(i["SK"]["S"]) for i in stored_items(raw, sync_table)}
     assert len(left) == 1 and next(iter(left)).startswith(f"{k.EVENT_PREFIX}0000000000000002#")
 
@@ -584,7 +590,7 @@ def test_a_delete_takes_an_entry_just_appended_whole_and_what_follows_an_append_
     # The parts in flight, the big entry (head and 2 parts) and the small one, each with its
     # sequence mark, and the summary.
     assert len(stored_items(raw, sync_table)) == 2 + 3 + 1 + 2 + 1
-    client.run(_ops.delete_session(sync_table, PK))
+    client.run(_delete.delete_session(sync_table, PK))
     left = [k.part_head(i["SK"]["S"]) for i in stored_items(raw, sync_table)]
     in_flight = f"{k.EVENT_PREFIX}0000000000000002#"
     assert len(left) == 2 and all(head and head.startswith(in_flight) for head in left), left
@@ -598,7 +604,7 @@ def test_a_delete_on_a_replica_that_lags_still_deletes_what_was_just_written(
     for ts in (1, 2, 3):
         client.run(_ops.append(sync_table, entry(ts=ts), it.order_ids.next(), SHARDS, Sequencer()))
     stale_replica(client)
-    client.run(_ops.delete_session(sync_table, PK))
+    client.run(_delete.delete_session(sync_table, PK))
     assert stored_items(fixture_clients(moto_endpoint), sync_table) == []
 
 
@@ -611,7 +617,7 @@ def test_a_delete_renews_its_lease_once_exactly_half_of_it_has_passed(
     taken = time.time_ns()
     readings = itertools.chain([taken, taken], itertools.repeat(taken + 30 * 10**9))
     monkeypatch.setattr(_ops, "time", types.SimpleNamespace(time_ns=lambda: next(readings)))
-    client.run(_ops.delete_session(sync_table, PK))
+    client.run(_delete.delete_session(sync_table, PK))
     assert stored_items(many_pages, sync_table) == []
     assert len(client.calls("BatchWriteItem")) >= 3  # a page of 20 items in each
     assert len(client.calls("UpdateItem")) == 2  # taken, renewed before the first batch

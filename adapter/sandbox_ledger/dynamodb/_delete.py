@@ -1,0 +1,237 @@
+"""``delete_sandbox`` on DynamoDB, as operations for :mod:`sandbox_ledger.sdk.steps`, shared by
+both twins: every item of a session goes, whatever appends race it, and what they store
+afterwards is a new session, whole and sequenced.
+
+A session is many items (its summary, entry heads and parts, checkpoint markers, import
+claims, sequence marks) and a delete is not atomic: it reads the partition page by page and
+deletes what it read. Two things keep that safe against racing appends:
+
+- **A lease on the summary** (``deleting``) holds off appends that would change the summary
+  (created, closed, exec.complete): their transaction's condition refuses them until the
+  delete has removed the summary, so the summary always counts exactly the entries stored.
+- **A seal.** Before it reads anything, the delete puts the session's next sequence mark
+  itself: an item at ``Q#<n>`` with an incarnation of its own and no entry (see
+  :mod:`._sequence`). Marks are dense and in commit order, so every entry committed before
+  the seal has a mark below it, and every entry committed after it a mark above it, in the
+  seal's incarnation (an append that guessed the old incarnation fails its condition and
+  reads the seal). The delete then takes every item except those of entries marked above the
+  seal (their heads, parts, checkpoint markers and import claims, and the marks), and the
+  seal last. A follower of the deleted session meets the seal or a mark of another
+  incarnation and ends; the entries stored while the delete ran stay whole, each with its
+  mark, and a follower of the new session hands out every one of them.
+
+The partition is read whole before anything is deleted: a mark sorts after every item of its
+entry (``Q#`` after ``E#``, ``I#``, ``K#``), and an entry's items commit in one transaction with
+its mark, so a head read on one page has its mark on a later one, and an entry whose items
+were not read at all committed after the read passed them (it is left alone either way).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from sandbox_ledger import keys as k
+from sandbox_ledger.dynamodb import _items as it
+from sandbox_ledger.dynamodb import _ops
+from sandbox_ledger.dynamodb import _sequence as _seq
+from sandbox_ledger.keys import LedgerAttr as A
+from sandbox_ledger.sdk.attributes import N, S
+from sandbox_ledger.sdk.batching import BATCH_WRITE_MAX, batch_write
+from sandbox_ledger.sdk.steps import Call, Op, error_code
+
+__all__ = ["ORPHAN_PART_GRACE_MS", "delete_session"]
+
+# How long delete_sandbox leaves the parts of an entry whose head is not stored yet (an
+# append between its parts and its head: its head lands after the delete, with its parts).
+ORPHAN_PART_GRACE_MS = 15 * 60_000
+
+
+def _young(head_sk: str, now_ns: int) -> bool:
+    """True if the entry's order id (its writer's clock when the append began) is recent."""
+    written = it.order_time_ns(it.append_order(head_sk))
+    return written is not None and now_ns - written < ORPHAN_PART_GRACE_MS * 1_000_000
+
+
+class _DeleteLease:
+    """A delete's hold on a session's summary (see :func:`delete_session`): taken once with a
+    token of its own, renewed when half of it has passed while the summary still carries that
+    token."""
+
+    def __init__(self, table: str, summary_key: dict[str, Any]) -> None:
+        self.table, self.key = table, summary_key
+        self.token = secrets.token_hex(8)
+        self.until = 0
+        self.held = True
+
+    def take(self) -> Op[None]:
+        yield from self._set("SET #dl = :until, #dt = :token")
+
+    def renew_if_due(self) -> Op[None]:
+        if not self.held or _ops._now_ms() < self.until - _ops.DELETE_LEASE_MS // 2:
+            return
+        try:
+            yield from self._set("SET #dl = :until", ConditionExpression="#dt = :token")
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            self.held = False  # another delete_sandbox took over: it holds (and renews) it
+
+    def _set(self, update: str, **condition: str) -> Op[None]:
+        until = _ops._now_ms() + _ops.DELETE_LEASE_MS
+        yield Call(
+            "update_item",
+            {
+                "TableName": self.table,
+                "Key": self.key,
+                "UpdateExpression": update,
+                **condition,
+                "ExpressionAttributeNames": {"#dl": A.DELETING, "#dt": A.DELETING_TOKEN},
+                "ExpressionAttributeValues": {":until": N(until), ":token": S(self.token)},
+            },
+        )
+        self.until = until
+
+
+def _seal(table: str, pk: str, token: str) -> Op[int]:
+    """Put the session's next sequence mark as this delete's seal; its number. A number
+    another writer took first is read again and the next one tried; a seal already stored
+    with ``token`` (a resend whose first answer was lost) is this delete's."""
+    while True:
+        number = (yield from _seq.read_last(table, pk)).number
+        try:
+            yield Call(
+                "put_item",
+                {
+                    "TableName": table,
+                    "Item": _seq.seal_item(pk, number, token),
+                    "ConditionExpression": "attribute_not_exists(#pk)",
+                    "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY},
+                },
+            )
+            return number
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+        key = {k.PARTITION_KEY: S(pk), k.SORT_KEY: S(k.sequence_sk(number))}
+        found = yield Call("get_item", {"TableName": table, "Key": key, "ConsistentRead": True})
+        if _seq.is_seal(found.get("Item", {}), token):
+            return number
+
+
+def _owner(item: dict[str, Any]) -> str | None:
+    """The order id of the entry an item belongs to: a head's, a part's (its head's), a
+    checkpoint marker's (``K#<ts:16>#<order id>``) or an import claim's (``ord``)."""
+    sk: str = item[k.SORT_KEY]["S"]
+    if sk.startswith(k.EVENT_PREFIX):
+        return it.append_order(k.part_head(sk) or sk)
+    if sk.startswith(k.CHECKPOINT_PREFIX):
+        return sk[len(k.CHECKPOINT_PREFIX) + 17 :]
+    if sk.startswith(k.CLAIM_PREFIX) and A.CLAIM_ORDER in item:
+        return str(item[A.CLAIM_ORDER]["S"])
+    return None
+
+
+def _doomed(items: list[dict[str, Any]], seal: int, now_ns: int) -> list[dict[str, Any]]:
+    """The keys of ``items`` (the partition as read after the seal) the delete takes: every
+    item but the summary, the seal, and the items of entries marked above the seal; parts
+    whose head is not stored are left while young (an append between its parts and its
+    head, which lands after the delete and needs them)."""
+    kept: set[str] = set()  # order ids of the entries stored after the seal
+    heads: set[str] = set()
+    for item in items:
+        sk = item[k.SORT_KEY]["S"]
+        number = k.sequence_number(sk)
+        if number is not None and number > seal and A.REF in item:
+            kept.add(it.append_order(item[A.REF]["S"]))
+        elif sk.startswith(k.EVENT_PREFIX) and k.part_head(sk) is None:
+            heads.add(sk)
+    doomed: list[dict[str, Any]] = []
+    for item in items:
+        sk = item[k.SORT_KEY]["S"]
+        number = k.sequence_number(sk)
+        if sk == k.SUMMARY_SK or (number is not None and number >= seal):
+            continue
+        if _owner(item) in kept:
+            continue
+        head = k.part_head(sk) if sk.startswith(k.EVENT_PREFIX) else None
+        if head is not None and head not in heads and _young(head, now_ns):
+            continue
+        doomed.append({k.PARTITION_KEY: item[k.PARTITION_KEY], k.SORT_KEY: item[k.SORT_KEY]})
+    return doomed
+
+
+def delete_session(table: str, pk: str) -> Op[None]:
+    """Delete every item of a session so that its summary always agrees with its entries
+    and an append racing the delete is either deleted or stored whole in a new session.
+
+    1. Mark the summary ``deleting`` (a lease until now + ``DELETE_LEASE_MS``): from then
+       on, appends that would change the summary (created, closed, exec.complete) are refused
+       by their transaction's condition and retry after a backoff.
+    2. Seal the session's sequence (see the module's notes): entries stored from then on
+       belong to the new session.
+    3. Read the partition (consistent Query, keys and what ties an item to its entry), then
+       delete every item but the new session's, the summary and the seal.
+    4. Delete the seal, then the summary if it still carries this delete's mark.
+
+    The lease is renewed while steps 3 runs (before each page and each batch of 25 deletes,
+    once half of it has passed), so a delete longer than the lease (a session of many
+    thousands of entries) still holds off the appends it must; a delete that dies stops
+    renewing, and its lease ends on its own (the seal it left is taken by the next delete).
+
+    Appends that never touch the summary (exec.started, exec.failed, checkpoints) are not
+    held off: one that commits after the seal survives, whole and with its mark.
+    """
+    summary_key = it.summary_key(pk)
+    lease = _DeleteLease(table, summary_key)
+    yield from lease.take()
+    seal = yield from _seal(table, pk, lease.token)
+    now_ns = time.time_ns()
+    params: dict[str, Any] = {
+        "TableName": table,
+        "KeyConditionExpression": "#pk = :pk",
+        "ExpressionAttributeNames": {
+            "#pk": k.PARTITION_KEY,
+            "#sk": k.SORT_KEY,
+            "#ref": A.REF,
+            "#ord": A.CLAIM_ORDER,
+        },
+        "ExpressionAttributeValues": {":pk": S(pk)},
+        "ProjectionExpression": "#pk, #sk, #ref, #ord",
+        "ConsistentRead": True,
+    }
+    items: list[dict[str, Any]] = []
+    start: dict[str, Any] | None = None
+    while True:
+        yield from lease.renew_if_due()
+        page = yield Call("query", {**params, "ExclusiveStartKey": start} if start else params)
+        items += page.get("Items", [])
+        start = page.get("LastEvaluatedKey")
+        if not start:
+            break
+    requests = [{"DeleteRequest": {"Key": key}} for key in _doomed(items, seal, now_ns)]
+    for at in range(0, len(requests), BATCH_WRITE_MAX):
+        yield from lease.renew_if_due()
+        yield from batch_write(table, requests[at : at + BATCH_WRITE_MAX])
+    yield Call(
+        "delete_item",
+        {"TableName": table, "Key": {k.PARTITION_KEY: S(pk), k.SORT_KEY: S(k.sequence_sk(seal))}},
+    )
+    try:
+        yield Call(
+            "delete_item",
+            {
+                "TableName": table,
+                "Key": summary_key,
+                "ConditionExpression": "#dt = :token",
+                "ExpressionAttributeNames": {"#dt": A.DELETING_TOKEN},
+                "ExpressionAttributeValues": {":token": S(lease.token)},
+            },
+        )
+    except ClientError as exc:
+        # Another delete_sandbox of the same session took over; it removes the summary.
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise
