@@ -511,3 +511,31 @@ def test_a_local_without_data_holding_many_entries_stops_within_2_s(tmp_path: Pa
     took = time.monotonic() - began
     assert code == 0 and "SIGINT: stopped (no --data: the tables are gone)" in stderr, stderr
     assert took < 2.0, took
+
+
+def test_local_strict_refuses_what_dynamodb_refuses(tmp_path: Path) -> None:
+    """``local --strict``: a client's 26-item batch is refused as DynamoDB refuses it; the
+    CLI's own import (batches of 25) works unchanged."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    server = Local("--strict", cwd=tmp_path)
+    try:
+        env = server.env()
+        imported = run(["import", str(ROOT / "examples" / "ledger.jsonl")], env)
+        assert imported.returncode == 0, imported.stderr
+        ddb = boto3.client(
+            "dynamodb",
+            endpoint_url=env["AWS_ENDPOINT_URL"],
+            region_name="us-east-1",
+            aws_access_key_id="local",
+            aws_secret_access_key="local",
+        )
+        puts = [
+            {"PutRequest": {"Item": {"PK": {"S": "x"}, "SK": {"S": f"{i:02d}"}}}} for i in range(26)
+        ]
+        with pytest.raises(ClientError, match="ValidationException"):
+            ddb.batch_write_item(RequestItems={env["SANDBOX_LEDGER_TABLE"]: puts})
+    finally:
+        code, stderr = server.stop(signal.SIGTERM)
+    assert code == 0, stderr

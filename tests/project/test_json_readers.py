@@ -28,6 +28,9 @@ PLAIN = {
     # The embedded server's own answers, and the requests it served (already parsed and
     # accepted by the server), read in process to note which partitions a write touched.
     "local/inprocess.py": 2,
+    # The strict profile's front: a request body it passes on to moto (which parses it again
+    # and answers as DynamoDB would; the front only reads its shape), and moto's answer.
+    "local/strict/front.py": 2,
 }
 """Modules parsing JSON the product wrote, and how many parses each holds."""
 

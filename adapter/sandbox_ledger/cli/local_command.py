@@ -54,6 +54,12 @@ def local(
     postgres: bool = typer.Option(
         False, "--postgres", help="Also serve a local PostgreSQL (the postgres-server extra)."
     ),
+    strict: bool = typer.Option(
+        False,
+        "--strict",
+        help="Behave as DynamoDB where moto is lenient: its request limits, throughput per "
+        "partition key and table, transaction conflicts and idempotency tokens.",
+    ),
 ) -> None:
     """Serve a local DynamoDB until Ctrl-C or SIGTERM (exit 0), printing the `export` lines a
     shell needs to use it: eval "$(sandbox-ledger local)" in another shell, or paste them."""
@@ -61,7 +67,7 @@ def local(
         _check_data_file(data)
     _require_free(host, port)  # before the data file's lock: a refused start leaves nothing
     with _held(data), StopSignals() as stop:
-        saver = _serve(stop, table, host, port, data, save_every, postgres)
+        saver = _serve(stop, table, host, port, data, save_every, postgres, strict)
     name = signal.Signals(stop.received).name if stop.received else "stop"
     say(f"{name}: stopped{saver.summary()}")
     # Everything is saved and said: skip the interpreter's teardown of moto's state (seconds
@@ -80,11 +86,12 @@ def _serve(
     data: Path | None,
     save_every: float,
     postgres: bool,
+    strict: bool = False,
 ) -> Saver:
     from sandbox_ledger.deployment import SweepSettings
     from sandbox_ledger.local import LocalDynamoDB, inprocess
 
-    server = LocalDynamoDB(host, port)
+    server = LocalDynamoDB(host, port, strict=strict)
     log = inprocess.WriteLog()
     server.observe(log.note)  # before it serves: every write a client sends is seen
     server.start()

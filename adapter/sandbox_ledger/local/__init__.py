@@ -14,6 +14,8 @@ The package, one job per module:
   one adjustment per module, each checked against the installed moto and applied only to the
   requests the embedded server serves; one that does not fit is left off with a
   :class:`MotoAdjustmentWarning` (the server still starts);
+- ``strict/``: the strict profile (:class:`StrictProfile`): DynamoDB's limits, throughput,
+  transaction conflicts and idempotency tokens where moto is lenient;
 - ``postgres``: :class:`LocalPostgres`.
 
 ``python -m sandbox_ledger.local`` serves until its stdin closes (see ``__main__``).
@@ -23,6 +25,7 @@ from .adjustments import MotoAdjustmentWarning
 from .dynamodb import DEFAULT_STREAM_RECORDS, LocalDynamoDB, LocalDynamoDBProcess
 from .keepalive import MAX_REQUEST_BODY
 from .postgres import LocalPostgres, postgres_bin_dir
+from .strict import StrictProfile
 
 __all__ = [
     "DEFAULT_STREAM_RECORDS",
@@ -31,5 +34,6 @@ __all__ = [
     "LocalDynamoDBProcess",
     "LocalPostgres",
     "MotoAdjustmentWarning",
+    "StrictProfile",
     "postgres_bin_dir",
 ]

@@ -12,6 +12,8 @@ Besides moto's own DynamoDB, the server adds what an embedded server needs:
 - **The adjustments of moto** (:mod:`.adjustments`), applied only to the requests this server
   serves; one that does not fit the installed moto is left off with a warning
   (:attr:`LocalDynamoDB.adjustments_off`).
+- **The strict profile**, when asked for (:mod:`.strict`): DynamoDB's limits, throughput per
+  partition key and table, transaction conflicts and idempotency tokens, where moto is lenient.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InvalidInputError
 from . import adjustments
 from .keepalive import _end_connections, _keep_alive
+from .strict import StrictProfile
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterable, Iterator
@@ -46,6 +49,8 @@ class LocalDynamoDB:
             for the writes this server serves.
         leave_off: names of adjustments (:mod:`sandbox_ledger.local.adjustments`) to leave
             off, so that the server runs moto's own code there (to compare with it).
+        strict: the strict profile (:mod:`sandbox_ledger.local.strict`): True for its
+            defaults, or a :class:`~sandbox_ledger.local.strict.StrictProfile`.
 
     Raises:
         InvalidInputError: ``stream_records`` is negative or ``leave_off`` names no adjustment.
@@ -58,8 +63,11 @@ class LocalDynamoDB:
         *,
         stream_records: int | None = DEFAULT_STREAM_RECORDS,
         leave_off: Collection[str] = (),
+        strict: StrictProfile | bool = False,
     ) -> None:
         _check_stream_records(stream_records)
+        self.strict = _profile(strict)
+        """The strict profile this server applies (None: moto's own leniency)."""
         unknown = set(leave_off) - {a.name for a in adjustments.all_adjustments()}
         if unknown:
             raise InvalidInputError("leave_off", f"no such adjustment: {sorted(unknown)}")
@@ -100,7 +108,9 @@ class LocalDynamoDB:
             ) from exc
         on, off = adjustments.prepare(leave_off=self._leave_off)
         self.adjustments_off, self._left_off = tuple(off), off
-        settings = adjustments.Settings(on=on, stream_records=self._stream_records)
+        settings = adjustments.Settings(
+            on=on, stream_records=self._stream_records, strict=self.strict is not None
+        )
         self._settings = settings
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
         _local_credentials()
@@ -110,7 +120,7 @@ class LocalDynamoDB:
         self._server = make_server(
             self._host,
             self._port,
-            _serialized(app, settings, self._lock, self._observers),
+            _serialized(app, settings, self._lock, self._observers, self.strict),
             threaded=True,
             # moto before 5.2 has no handler of its own (it keeps underscored header names).
             request_handler=_keep_alive(
@@ -163,9 +173,13 @@ class LocalDynamoDBProcess:
         port: int = 0,
         *,
         stream_records: int | None = DEFAULT_STREAM_RECORDS,
+        strict: StrictProfile | bool = False,
     ) -> None:
         _check_stream_records(stream_records)
+        self.strict = _profile(strict)
+        profile = [] if self.strict is None else ["--strict", _profile_text(self.strict)]
         self._args = [
+            *profile,
             "--host",
             host,
             "--port",
@@ -228,6 +242,23 @@ class LocalDynamoDBProcess:
                 child.wait()
 
 
+def _profile(strict: StrictProfile | bool) -> StrictProfile | None:
+    if isinstance(strict, StrictProfile):
+        return strict
+    if not isinstance(strict, bool):
+        raise InvalidInputError("strict", "must be True, False or a StrictProfile")
+    return StrictProfile() if strict else None
+
+
+def _profile_text(profile: StrictProfile) -> str:
+    return f"{profile.rate_scale},{profile.conflict_hold},{profile.token_seconds}"
+
+
+def _profile_from_text(text: str) -> StrictProfile:
+    scale, hold, tokens = (float(part) for part in text.split(","))
+    return StrictProfile(rate_scale=scale, conflict_hold=hold, token_seconds=tokens)
+
+
 def _check_stream_records(stream_records: int | None) -> None:
     if stream_records is not None and stream_records < 0:
         raise InvalidInputError("stream_records", "must be None or a count >= 0")
@@ -242,9 +273,11 @@ def _serve_until_stdin_closes(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--stream-records", default=str(DEFAULT_STREAM_RECORDS))
+    parser.add_argument("--strict", default=None)
     args = parser.parse_args(argv)
     records = None if args.stream_records == "all" else int(args.stream_records)
-    server = LocalDynamoDB(args.host, args.port, stream_records=records)
+    strict = _profile_from_text(args.strict) if args.strict else False
+    server = LocalDynamoDB(args.host, args.port, stream_records=records, strict=strict)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", adjustments.MotoAdjustmentWarning)  # told the parent
         endpoint = server.start()
@@ -272,14 +305,28 @@ def _serialized(
     settings: adjustments.Settings,
     lock: threading.Lock,
     observers: list[Callable[[str, bytes], None]],
+    strict: StrictProfile | None = None,
 ) -> Callable[..., Iterable[bytes]]:
     """``app`` serving one request at a time, with this server's adjustments applied; each
-    observer told of it before the next one runs."""
+    observer told of it before the next one runs; with ``strict``, through the strict
+    profile's front (:mod:`.strict.front`)."""
+    front = None
+    if strict is not None:
+        from .strict.front import StrictFront
+
+        front = StrictFront(strict)
 
     def handle(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if front is not None:
+            return front.serve(environ, start_response, run, app)
+        return run(app, environ, start_response)
+
+    def run(
+        served: Callable[..., Any], environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterable[bytes]:
         with lock, adjustments.serving(settings):
             # Drain the response inside the lock: werkzeug may produce it lazily.
-            response = list(app(environ, start_response))
+            response = list(served(environ, start_response))
             if observers:
                 target = str(environ.get("HTTP_X_AMZ_TARGET", ""))
                 source = environ.get("wsgi.input")

@@ -89,6 +89,10 @@ class Settings:
 
     on: frozenset[str]
     stream_records: int | None
+    strict: bool = False
+    """The strict profile checks item sizes itself, exactly as DynamoDB counts them
+    (:mod:`sandbox_ledger.local.strict`): moto's own limit (405,000 bytes by its own
+    formula) is not applied to an item built whole."""
 
 
 @dataclass

@@ -46,9 +46,11 @@ def _install(stock: dict[str, Any]) -> None:
     assign = dict.__setitem__
 
     def __init__(self: Any, hash_key: Any, range_key: Any | None, attrs: dict[str, Any]) -> None:
-        if active(NAME) is None:
+        settings = active(NAME)
+        if settings is None:
             stock_init(self, hash_key, range_key, attrs)
             return
+        limit = None if settings.strict else LIMIT  # the strict front checked it exactly
         self.hash_key = hash_key
         self.range_key = range_key
         built = LimitedSizeDict()
@@ -57,7 +59,7 @@ def _install(stock: dict[str, Any]) -> None:
             typed = DynamoType(value)
             # moto's check before each assignment: the attributes so far, plus this one.
             size += bytesize(key) + typed.size()
-            if size > LIMIT:
+            if limit is not None and size > limit:
                 raise ItemSizeTooLarge
             assign(built, key, typed)
         self.attrs = built

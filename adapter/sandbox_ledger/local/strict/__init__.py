@@ -1,0 +1,55 @@
+"""The strict profile of the embedded DynamoDB: DynamoDB's limits, throughput and
+transaction rules where moto is lenient (``LocalDynamoDB(strict=StrictProfile())``,
+``sandbox-ledger local --strict``).
+
+What it does, each rule quoted from DynamoDB's documentation beside its code:
+
+- **Limits** (:mod:`.limits`, :mod:`.sizes`): 400 KB items by DynamoDB's size formula,
+  25 requests and 16 MB per BatchWriteItem, 100 keys per BatchGetItem, 100 actions and 4 MB
+  per transaction, numbers of at most 38 significant digits within DynamoDB's range:
+  refused with ``ValidationException`` before moto sees the request.
+- **Throughput** (:mod:`.capacity`): 1,000 write and 3,000 read units per second per partition
+  key, 4,000 and 12,000 per table (a new on-demand table), times
+  :attr:`StrictProfile.rate_scale`; past them ``ProvisionedThroughputExceededException``
+  (a transaction: cancelled with ``ThrottlingError`` on the items throttled).
+- **Transaction conflicts** (:mod:`.front`): a TransactWriteItems stays in flight for
+  :attr:`StrictProfile.conflict_hold` seconds before it applies, outside the server's lock:
+  another transaction naming one of its items is cancelled with ``TransactionConflict``, a
+  PutItem, UpdateItem or DeleteItem on one gets ``TransactionConflictException``.
+- **Idempotent transactions**: the same ``ClientRequestToken`` and request within
+  :attr:`StrictProfile.token_seconds` returns the first answer without writing again; the
+  token with another request is ``IdempotentParameterMismatchException``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["StrictProfile"]
+
+
+@dataclass(frozen=True)
+class StrictProfile:
+    """How strict the embedded DynamoDB is.
+
+    Args:
+        rate_scale: DynamoDB's per-partition and per-table rates multiplied by this (a test
+            sets it low to reach them with few requests), above 0.
+        conflict_hold: seconds a TransactWriteItems stays in flight before it applies (0:
+            transactions never overlap, and nothing conflicts).
+        token_seconds: how long a ``ClientRequestToken`` is remembered (DynamoDB: 10 minutes).
+    """
+
+    rate_scale: float = 1.0
+    conflict_hold: float = 0.02
+    token_seconds: float = 600.0
+
+    def __post_init__(self) -> None:
+        from ...errors import InvalidInputError
+
+        if not self.rate_scale > 0:
+            raise InvalidInputError("rate_scale", "must be above 0")
+        if not 0 <= self.conflict_hold <= 10:
+            raise InvalidInputError("conflict_hold", "must be from 0 to 10 seconds")
+        if not self.token_seconds > 0:
+            raise InvalidInputError("token_seconds", "must be above 0")

@@ -1,0 +1,426 @@
+"""The strict profile's front: what DynamoDB refuses, throttles, cancels or replays, applied to
+each request before moto serves it (see :mod:`sandbox_ledger.local.strict`)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from . import capacity, limits
+from .sizes import item_size
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    from . import StrictProfile
+
+__all__ = ["StrictFront"]
+
+_PREFIX = "com.amazonaws.dynamodb.v20120810#"
+_THROTTLED = (
+    "Throughput exceeds the current capacity of your table or index. DynamoDB is "
+    "automatically scaling your table or index so please try again shortly. If exceptions "
+    "persist, check if you have a hot key: "
+    "https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/bp-partition-key-design.html"
+)
+_WRITES = {"PutItem", "UpdateItem", "DeleteItem"}
+_CONFLICT = {"Code": "TransactionConflict", "Message": "Transaction is ongoing for the item"}
+_NONE = {"Code": "None"}
+_READS = {"GetItem", "Query", "Scan"}
+
+App = Any
+Run = Any
+
+
+def _error(code: str, message: str, status: int = 400, **fields: Any) -> tuple[int, bytes]:
+    body = {"__type": _PREFIX + code, "message": message, **fields}
+    return status, json.dumps(body).encode()
+
+
+class _Reply(Exception):
+    """A response the front gives instead of moto's."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        super().__init__(status)
+        self.status, self.body = status, body
+
+
+def _refuse(code: str, message: str, **fields: Any) -> _Reply:
+    return _Reply(*_error(code, message, **fields))
+
+
+def _cancelled(reasons: list[dict[str, str]]) -> _Reply:
+    codes = ", ".join(r["Code"] for r in reasons)
+    return _Reply(
+        *_error(
+            "TransactionCanceledException",
+            "Transaction cancelled, please refer cancellation reasons for specific reasons "
+            f"[{codes}]",
+            CancellationReasons=reasons,
+        )
+    )
+
+
+class _Tables:
+    """The key schema and stored items of moto's tables (called under the server's lock)."""
+
+    def _table(self, name: str) -> Any:
+        from moto.dynamodb.models import dynamodb_backends
+
+        for account in list(dynamodb_backends.keys()):
+            regions = dynamodb_backends[account]
+            for region in list(regions.keys()):
+                table = regions[region].tables.get(name)
+                if table is not None:
+                    return table
+        return None
+
+    def partition(self, name: str, key: dict[str, Any]) -> str:
+        """The partition key value of ``key`` (an item or a key), as text."""
+        table = self._table(name)
+        attribute = table.hash_key_attr if table is not None else next(iter(key), "")
+        value = key.get(attribute, {})
+        return json.dumps(value, sort_keys=True)
+
+    def item_key(self, name: str, key: dict[str, Any]) -> tuple[str, str]:
+        """The whole primary key of ``key`` (an item or a key), as text."""
+        table = self._table(name)
+        if table is None:
+            return name, json.dumps(key, sort_keys=True)
+        names = [table.hash_key_attr] + ([table.range_key_attr] if table.range_key_attr else [])
+        return name, json.dumps({n: key.get(n) for n in names}, sort_keys=True)
+
+    def stored_size(self, name: str, key: dict[str, Any]) -> int:
+        from moto.dynamodb.models.dynamo_type import DynamoType
+
+        table = self._table(name)
+        if table is None or table.hash_key_attr not in key:
+            return 0
+        hash_key = DynamoType(key[table.hash_key_attr])
+        range_key = (
+            DynamoType(key[table.range_key_attr])
+            if table.range_key_attr and table.range_key_attr in key
+            else None
+        )
+        try:
+            found = table.get_item(hash_key, range_key)
+        except Exception:  # a key moto refuses: moto answers the request itself
+            return 0
+        return 0 if found is None else item_size(found.to_json()["Attributes"])
+
+
+def _written(operation: str, request: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(table, key or item) of each item a write names."""
+    if operation == "PutItem":
+        return [(request.get("TableName", ""), request.get("Item", {}))]
+    if operation in ("UpdateItem", "DeleteItem"):
+        return [(request.get("TableName", ""), request.get("Key", {}))]
+    if operation == "BatchWriteItem":
+        out = []
+        for table, requests in (request.get("RequestItems") or {}).items():
+            for one in requests:
+                if "PutRequest" in one:
+                    out.append((table, one["PutRequest"].get("Item", {})))
+                elif "DeleteRequest" in one:
+                    out.append((table, one["DeleteRequest"].get("Key", {})))
+        return out
+    if operation in ("TransactWriteItems", "TransactGetItems"):
+        out = []
+        for action in request.get("TransactItems") or []:
+            (_, body), *_ = action.items()
+            out.append((body.get("TableName", ""), body.get("Item") or body.get("Key") or {}))
+        return out
+    return []
+
+
+class StrictFront:
+    """One per strict server: its buckets, the transactions in flight, the tokens seen."""
+
+    def __init__(self, profile: StrictProfile) -> None:
+        self.profile = profile
+        self.buckets = capacity.Buckets(profile.rate_scale)
+        self.tables = _Tables()
+        self._flight_lock = threading.Lock()
+        self._in_flight: dict[tuple[str, str], int] = {}
+        self._tokens: dict[str, tuple[float, str, int, list[tuple[str, str]], bytes]] = {}
+
+    # -- the outer phase: a transaction in flight -----------------------------------------
+
+    def serve(
+        self,
+        environ: dict[str, Any],
+        start_response: Callable[..., Any],
+        run: Callable[[App, dict[str, Any], Callable[..., Any]], Iterable[bytes]],
+        app: App,
+    ) -> Iterable[bytes]:
+        """Serve one request: ``run(inner_app, environ, start_response)`` serves it under the
+        server's lock; a TransactWriteItems is first held in flight for the profile's
+        ``conflict_hold`` seconds, outside the lock, so others can collide with it."""
+        source = environ.get("wsgi.input")
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        body = source.read(length) if source is not None and length else b""
+        environ["wsgi.input"] = io.BytesIO(body)
+        operation = str(environ.get("HTTP_X_AMZ_TARGET", "")).rpartition(".")[2]
+        try:
+            request = json.loads(body) if body else {}
+        except ValueError:
+            request = None
+        if not isinstance(request, dict):
+            return run(app, environ, start_response)
+        held: list[tuple[str, str]] = []
+        if operation == "TransactWriteItems" and self.profile.conflict_hold > 0:
+            try:
+                held = self._enter_flight(request)
+            except _Reply as reply:
+                return self._answer(start_response, reply.status, reply.body)
+            time.sleep(self.profile.conflict_hold)
+        try:
+            return run(self._inner(operation, request, body, app), environ, start_response)
+        finally:
+            self._leave_flight(held)
+
+    def _enter_flight(self, request: dict[str, Any]) -> list[tuple[str, str]]:
+        # Under the flight lock only: the key schema is read without the server's lock, as
+        # moto's tables dict is only read here (a table created meanwhile is not in flight).
+        keys = [self.tables.item_key(t, k) for t, k in _written("TransactWriteItems", request)]
+        with self._flight_lock:
+            clash = [key in self._in_flight for key in keys]
+            if any(clash):
+                raise _cancelled(
+                    [
+                        {
+                            "Code": "TransactionConflict",
+                            "Message": "Transaction is ongoing for the item",
+                        }
+                        if hit
+                        else {"Code": "None"}
+                        for hit in clash
+                    ]
+                )
+            for key in keys:
+                self._in_flight[key] = self._in_flight.get(key, 0) + 1
+        return keys
+
+    def _leave_flight(self, keys: list[tuple[str, str]]) -> None:
+        if not keys:
+            return
+        with self._flight_lock:
+            for key in keys:
+                left = self._in_flight.get(key, 0) - 1
+                if left > 0:
+                    self._in_flight[key] = left
+                else:
+                    self._in_flight.pop(key, None)
+
+    # -- the inner phase, under the server's lock -----------------------------------------
+
+    def _inner(self, operation: str, request: dict[str, Any], body: bytes, app: App) -> App:
+        def inner(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+            try:
+                return self._checked(operation, request, body, app, environ, start_response)
+            except _Reply as reply:
+                return self._answer(start_response, reply.status, reply.body)
+
+        return inner
+
+    def _checked(
+        self,
+        operation: str,
+        request: dict[str, Any],
+        body: bytes,
+        app: App,
+        environ: dict[str, Any],
+        start_response: Callable[..., Any],
+    ) -> Iterable[bytes]:
+        try:
+            limits.check(operation, request, self.tables.stored_size)
+        except limits.Refused as refused:
+            raise _refuse(refused.code, refused.message) from None
+        token = request.get("ClientRequestToken") if operation == "TransactWriteItems" else None
+        if isinstance(token, str):
+            replay = self._replay(token, request)
+            if replay is not None:
+                status, headers, payload = replay
+                start_response(f"{status} {'OK' if status == 200 else 'Error'}", headers)
+                return [payload]
+        self._conflicts(operation, request)
+        costs = self._costs(operation, request)
+        self._throttle(operation, request, costs)
+        captured: dict[str, Any] = {}
+
+        def capture(status: str, headers: list[tuple[str, str]], *rest: Any) -> Any:
+            captured["status"], captured["headers"] = status, headers
+            return start_response(status, headers, *rest)
+
+        response = b"".join(app(environ, capture))
+        status = int(str(captured.get("status", "500")).split()[0])
+        if status == 200:
+            self._charge(operation, request, costs, response)
+            if isinstance(token, str):
+                self._remember(token, request, status, captured.get("headers", []), response)
+        return [response]
+
+    # ClientRequestToken (API Reference, TransactWriteItems): "A client token is valid for 10
+    # minutes after the first request that uses it is completed. After 10 minutes, any
+    # request with the same client token is treated as a new request. [...] If you submit a
+    # request with the same client token but a change in other parameters within the
+    # 10-minute idempotency window, DynamoDB returns an IdempotentParameterMismatch
+    # exception."
+    def _digest(self, request: dict[str, Any]) -> str:
+        rest = {k: v for k, v in request.items() if k != "ClientRequestToken"}
+        return hashlib.sha256(json.dumps(rest, sort_keys=True).encode()).hexdigest()
+
+    def _replay(
+        self, token: str, request: dict[str, Any]
+    ) -> tuple[int, list[tuple[str, str]], bytes] | None:
+        now = time.monotonic()
+        for old in [t for t, v in self._tokens.items() if now - v[0] > self.profile.token_seconds]:
+            del self._tokens[old]
+        seen = self._tokens.get(token)
+        if seen is None:
+            return None
+        if seen[1] != self._digest(request):
+            raise _refuse(
+                "IdempotentParameterMismatchException",
+                "DynamoDB rejected the request because you retried a request with a different "
+                "payload but with an idempotent token that was already used.",
+            )
+        return seen[2], seen[3], seen[4]
+
+    def _remember(
+        self,
+        token: str,
+        request: dict[str, Any],
+        status: int,
+        headers: list[tuple[str, str]],
+        body: bytes,
+    ) -> None:
+        self._tokens[token] = (time.monotonic(), self._digest(request), status, headers, body)
+
+    def _conflicts(self, operation: str, request: dict[str, Any]) -> None:
+        """A single write (or a TransactGetItems) on an item a transaction holds in flight."""
+        if operation not in (*_WRITES, "TransactGetItems") or not self._in_flight:
+            return
+        keys = [self.tables.item_key(t, k) for t, k in _written(operation, request)]
+        with self._flight_lock:
+            clash = [key in self._in_flight for key in keys]
+        if not any(clash):
+            return
+        if operation == "TransactGetItems":
+            raise _cancelled(
+                [
+                    {
+                        "Code": "TransactionConflict",
+                        "Message": "Transaction is ongoing for the item",
+                    }
+                    if hit
+                    else {"Code": "None"}
+                    for hit in clash
+                ]
+            )
+        raise _refuse(
+            "TransactionConflictException",
+            "Transaction is ongoing for the item",
+        )
+
+    def _costs(self, operation: str, request: dict[str, Any]) -> dict[str, dict[str, float]]:
+        """The write units each (table, partition) of a write takes, known before it runs."""
+        costs: dict[str, dict[str, float]] = {}
+        transactional = operation == "TransactWriteItems"
+        if operation not in (*_WRITES, "BatchWriteItem", "TransactWriteItems"):
+            return costs
+        for table, key in _written(operation, request):
+            size = item_size(key) if operation in ("PutItem", "BatchWriteItem") and key else 0
+            size = max(size, self.tables.stored_size(table, key))
+            part = self.tables.partition(table, key)
+            per = costs.setdefault(table, {})
+            per[part] = per.get(part, 0.0) + capacity.write_units(size, transactional=transactional)
+        return costs
+
+    def _throttle(
+        self, operation: str, request: dict[str, Any], costs: dict[str, dict[str, float]]
+    ) -> None:
+        if operation in _READS:
+            table = request.get("TableName", "")
+            key = request.get("Key") or {}
+            parts = [self.tables.partition(table, key)] if key else []
+            if operation == "Query":
+                value = _query_partition(request)
+                parts = [value] if value is not None else []
+            if self.buckets.short("read", table, dict.fromkeys(parts, 0.0)):
+                raise _refuse("ProvisionedThroughputExceededException", _THROTTLED)
+            return
+        for table, per in costs.items():
+            empty = self.buckets.short("write", table, per)
+            if empty:
+                if operation == "TransactWriteItems":
+                    parts = [self.tables.partition(t, k) for t, k in _written(operation, request)]
+                    raise _cancelled(
+                        [
+                            {"Code": "ThrottlingError", "Message": _THROTTLED}
+                            if part in empty or empty == [""]
+                            else {"Code": "None"}
+                            for part in parts
+                        ]
+                    )
+                raise _refuse("ProvisionedThroughputExceededException", _THROTTLED)
+
+    def _charge(
+        self,
+        operation: str,
+        request: dict[str, Any],
+        costs: dict[str, dict[str, float]],
+        response: bytes,
+    ) -> None:
+        for table, per in costs.items():
+            self.buckets.take("write", table, per)
+        if operation in _READS:
+            table = request.get("TableName", "")
+            consistent = bool(request.get("ConsistentRead"))
+            try:
+                answer = json.loads(response)
+            except ValueError:
+                return
+            items = answer.get("Items") or ([answer["Item"]] if "Item" in answer else [])
+            size = sum(item_size(item) for item in items)
+            part = (
+                _query_partition(request)
+                if operation == "Query"
+                else self.tables.partition(table, request.get("Key") or {})
+                if operation == "GetItem"
+                else None
+            )
+            units = capacity.read_units(size, consistent=consistent)
+            if part is not None and "IndexName" not in request:
+                self.buckets.take("read", table, {part: units})
+            else:  # a Scan or an index's read: the table's bucket only
+                self.buckets.take("read", table, {}, extra=units)
+
+    @staticmethod
+    def _answer(start_response: Callable[..., Any], status: int, body: bytes) -> list[bytes]:
+        start_response(
+            f"{status} Bad Request",
+            [
+                ("Content-Type", "application/x-amz-json-1.0"),
+                ("Content-Length", str(len(body))),
+                ("x-amzn-RequestId", "strict-profile"),
+            ],
+        )
+        return [body]
+
+
+def _query_partition(request: dict[str, Any]) -> str | None:
+    """The partition key value a Query names (``#pk = :pk`` in its key condition), as text,
+    or None when the condition is not of that shape."""
+    condition = str(request.get("KeyConditionExpression", ""))
+    values = request.get("ExpressionAttributeValues") or {}
+    first = condition.split(" AND ")[0].strip().strip("()")
+    left, _, right = first.partition("=")
+    right = right.strip()
+    if right not in values or not left.strip():
+        return None
+    return json.dumps(values[right], sort_keys=True)
