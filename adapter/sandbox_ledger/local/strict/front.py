@@ -65,6 +65,11 @@ def _cancelled(reasons: list[dict[str, str]]) -> _Reply:
     )
 
 
+def _conflicting(clash: list[bool]) -> _Reply:
+    """A transaction cancelled for the items (``clash``) another one holds in flight."""
+    return _cancelled([_CONFLICT if hit else _NONE for hit in clash])
+
+
 class _Tables:
     """The key schema and stored items of moto's tables (called under the server's lock)."""
 
@@ -190,17 +195,7 @@ class StrictFront:
         with self._flight_lock:
             clash = [key in self._in_flight for key in keys]
             if any(clash):
-                raise _cancelled(
-                    [
-                        {
-                            "Code": "TransactionConflict",
-                            "Message": "Transaction is ongoing for the item",
-                        }
-                        if hit
-                        else {"Code": "None"}
-                        for hit in clash
-                    ]
-                )
+                raise _conflicting(clash)
             for key in keys:
                 self._in_flight[key] = self._in_flight.get(key, 0) + 1
         return keys
@@ -311,17 +306,7 @@ class StrictFront:
         if not any(clash):
             return
         if operation == "TransactGetItems":
-            raise _cancelled(
-                [
-                    {
-                        "Code": "TransactionConflict",
-                        "Message": "Transaction is ongoing for the item",
-                    }
-                    if hit
-                    else {"Code": "None"}
-                    for hit in clash
-                ]
-            )
+            raise _conflicting(clash)
         raise _refuse(
             "TransactionConflictException",
             "Transaction is ongoing for the item",
