@@ -122,6 +122,27 @@ def _seal(table: str, pk: str, token: str) -> Op[int]:
             return number
 
 
+def _unseal(table: str, pk: str, number: int, token: str) -> Op[None]:
+    """Delete this delete's seal, only while it is the item at its key: once the seal is gone
+    (another delete took it, or this delete's first DeleteItem landed and the SDK sends it
+    again after losing the answer) the number is free, and the next session's marks take it
+    again (from 0, when the seal was the session's only mark)."""
+    try:
+        yield Call(
+            "delete_item",
+            {
+                "TableName": table,
+                "Key": {k.PARTITION_KEY: S(pk), k.SORT_KEY: S(k.sequence_sk(number))},
+                "ConditionExpression": "#inc = :token AND attribute_not_exists(#ref)",
+                "ExpressionAttributeNames": {"#inc": A.INCARNATION, "#ref": A.REF},
+                "ExpressionAttributeValues": {":token": S(token)},
+            },
+        )
+    except ClientError as exc:
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise
+
+
 def _owner(item: dict[str, Any]) -> str | None:
     """The order id of the entry an item belongs to: a head's, a part's (its head's), a
     checkpoint marker's (``K#<ts:16>#<order id>``) or an import claim's (``ord``)."""
@@ -175,7 +196,8 @@ def delete_session(table: str, pk: str) -> Op[None]:
        belong to the new session.
     3. Read the partition (consistent Query, keys and what ties an item to its entry), then
        delete every item but the new session's, the summary and the seal.
-    4. Delete the seal, then the summary if it still carries this delete's mark.
+    4. Delete the seal (if it is still this delete's: see :func:`_unseal`), then the summary
+       if it still carries this delete's mark.
 
     The lease is renewed while steps 3 runs (before each page and each batch of 25 deletes,
     once half of it has passed), so a delete longer than the lease (a session of many
@@ -216,10 +238,7 @@ def delete_session(table: str, pk: str) -> Op[None]:
     for at in range(0, len(requests), BATCH_WRITE_MAX):
         yield from lease.renew_if_due()
         yield from batch_write(table, requests[at : at + BATCH_WRITE_MAX])
-    yield Call(
-        "delete_item",
-        {"TableName": table, "Key": {k.PARTITION_KEY: S(pk), k.SORT_KEY: S(k.sequence_sk(seal))}},
-    )
+    yield from _unseal(table, pk, seal, lease.token)
     try:
         yield Call(
             "delete_item",

@@ -1,0 +1,108 @@
+"""Red team of delete_sandbox's seal (dynamodb/_delete.py) and of ``q`` on heads: the
+interleavings of deletes, appends, imports and followers the seal must survive."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sandbox_ledger import LedgerEntry, LedgerEvent
+from sandbox_ledger import keys as k
+from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+
+
+def e(sid: str, event: str, ts: int, step: int = -1) -> LedgerEntry:
+    return LedgerEntry(ts=ts, name="red", sandbox_id=sid, step_index=step, event=event)
+
+
+def _items(ledger: SyncDynamoDBAdapter, sid: str) -> list[dict[str, Any]]:
+    return ledger.client().query(
+        TableName=ledger.table_name,
+        KeyConditionExpression="PK = :pk",
+        ExpressionAttributeValues={":pk": {"S": k.session_pk("red", sid)}},
+        ConsistentRead=True,
+    )["Items"]
+
+
+def _session(sid: str, n: int, ts: int = 100) -> list[LedgerEntry]:
+    return [
+        e(sid, LedgerEvent.SandboxCreated, ts),
+        *(e(sid, LedgerEvent.ExecStarted, ts + i, step=i) for i in range(1, n - 1)),
+        e(sid, LedgerEvent.SandboxClosed, ts + n),
+    ]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a delete's BatchWriteItem of the keys it read is unconditional: once another "
+    "delete has finished, the old marks' keys are the next session's (numbered from 0 again)",
+)
+def test_a_slow_delete_overtaken_by_another_leaves_the_next_session_whole(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    """Two deletes of one session: the first reads the partition, then stalls; the second
+    runs whole, and the session begins again (its marks numbered from 0 again, the old ones
+    being gone). The first then deletes what it read: the old marks' keys, which are now the
+    new session's marks, and its seal's key, also one of them. The new session was left
+    with heads and no marks: read_all had its entries, a follower and the next appends did
+    not (they began a second sequence at 0). The seal's key is spared now (its delete is
+    conditional on the seal's token); the old marks' keys are not (see the xfail reason)."""
+    slow = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    fast = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    writer = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    for entry in _session("d", 4)[:-1]:
+        writer.append(entry)  # marks 0..2; the slow delete's seal is mark 3
+    again = _session("d", 6, ts=500)
+    ran: list[bool] = []
+
+    def overtake(**_: Any) -> None:
+        if not ran:
+            ran.append(True)
+            fast.delete_sandbox("red", "d")
+            for entry in again:
+                writer.append(entry)
+
+    slow.client().meta.events.register("before-call.dynamodb.BatchWriteItem", overtake)
+    slow.delete_sandbox("red", "d")
+    assert ran
+    assert slow.read_all("red", "d") == again
+    assert slow.read_in_append_order("red", "d") == again
+    assert [f.entry for f in slow.follow("red", "d")] == again
+    details = slow.get_sandbox_details("red", "d")
+    assert details is not None and details.completed_at is not None
+
+
+def test_a_resent_delete_of_the_seal_spares_the_mark_that_took_its_number(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    """A session without marks (never written, or written before marks) is sealed at mark 0.
+    The seal's DeleteItem lands, its answer is lost, and before the SDK sends it again the
+    next session's first append takes mark 0 (nothing else holds a mark). The resend, with
+    no condition, deleted that append's mark: read_all had the entry, a follower never
+    handed it out."""
+    deleter = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    writer = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    first = e("z", LedgerEvent.ExecStarted, 5, step=0)
+    resent: list[bool] = []
+
+    def append_then_resend(
+        response: Any, attempts: int, request_dict: dict[str, Any], **_: Any
+    ) -> float | None:
+        body = request_dict["body"]
+        body = body.decode() if isinstance(body, bytes) else body
+        if resent or attempts > 1 or k.SEQUENCE_PREFIX not in body:
+            return None
+        if response is None or response[0].status_code != 200:
+            return None
+        resent.append(True)
+        writer.append(first)  # lands on mark 0 between the delete and its resend
+        return 0.0
+
+    deleter.client().meta.events.register("needs-retry.dynamodb.DeleteItem", append_then_resend)
+    deleter.delete_sandbox("red", "z")
+    assert resent
+    closed = e("z", LedgerEvent.SandboxClosed, 6)
+    writer.append(closed)
+    assert deleter.read_all("red", "z") == [first, closed]
+    assert [f.entry for f in deleter.follow("red", "z")] == [first, closed]
