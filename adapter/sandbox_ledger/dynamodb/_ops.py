@@ -7,6 +7,7 @@ driving them with a fake client.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -297,7 +298,34 @@ def _read_keyed(table: str, name: str, sandbox_id: str) -> Op[list[tuple[str, Le
     pk = k.session_pk(name, sandbox_id)
     items = _live((yield from query_all(_prefix_query(table, pk, k.EVENT_PREFIX))))
     keyed = yield from _whole_entries(table, pk, name, sandbox_id, items)
-    return it.in_commit_order(keyed, items)
+    return (yield from _in_commit_order(table, pk, keyed, items))
+
+
+def _in_commit_order(
+    table: str, pk: str, keyed: list[tuple[str, LedgerEntry]], items: list[Any]
+) -> Op[list[tuple[str, LedgerEntry]]]:
+    """:func:`._items.in_commit_order` of ``keyed``, whose heads are among ``items``. A head
+    stored before heads carried ``q`` has it in its sequence mark only (if it has one): where
+    such a head shares its ts with another head, the session's marks are read (one Query,
+    keys and ``ref``: only on a table written by the version before ``q``) so that ties are
+    in mark order, as an export and a follower hand them out."""
+    carried = {i[k.SORT_KEY]["S"] for i in items if A.SEQUENCE in i}
+    ties = Counter(entry.ts for _, entry in keyed)
+    if not any(sk not in carried and ties[entry.ts] > 1 for sk, entry in keyed):
+        return it.in_commit_order(keyed, items)
+    marks = yield from query_all(
+        {
+            **_prefix_query(table, pk, k.SEQUENCE_PREFIX),
+            "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY, "#sk": k.SORT_KEY, "#r": A.REF},
+            "ProjectionExpression": "#sk, #r",
+        }
+    )
+    numbered = [
+        {k.SORT_KEY: mark[A.REF], A.SEQUENCE: N(number)}
+        for mark in marks
+        if A.REF in mark and (number := k.sequence_number(mark[k.SORT_KEY]["S"])) is not None
+    ]
+    return it.in_commit_order(keyed, [*items, *numbered])
 
 
 def read_all(table: str, name: str, sandbox_id: str) -> Op[list[LedgerEntry]]:
@@ -329,7 +357,7 @@ def stored_entries(
     expired = [item for item in items if not it.live(item, now)]
     keyed = yield from _whole_entries(table, pk, name, sandbox_id, live)
     keyed += it.decode_keyed_entries(name, sandbox_id, expired, complete_only=True)
-    return [entry for _, entry in it.in_commit_order(keyed, items)]  # as read_all
+    return [entry for _, entry in (yield from _in_commit_order(table, pk, keyed, items))]
 
 
 def read_in_append_order(table: str, name: str, sandbox_id: str) -> Op[list[LedgerEntry]]:
