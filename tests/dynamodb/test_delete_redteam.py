@@ -181,3 +181,38 @@ def test_ties_among_heads_written_before_q_read_in_one_order_everywhere(
     assert [f.entry for f in ledger.follow("red", "l")] == committed
     assert ledger.read_all("red", "l") == committed
     assert ledger.read_stored("red", "l") == committed
+
+
+def test_checkpoints_of_equal_ts_are_listed_in_read_all_order(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    """Two checkpoints of equal ts; the one whose append began first committed second (held
+    off, or its mark taken by the other). read_all hands them out in commit order;
+    last_checkpoint must be the last of them in read_all order (the memory store's
+    definition) and list_checkpoints in the same order. Markers sorted by their keys (ts,
+    then order id) once gave the other one: each marker now carries its mark's number
+    (``q``) as the head does, and last_checkpoint reads the entries of the last ts."""
+    from sandbox_ledger.dynamodb import _items as it
+    from sandbox_ledger.dynamodb import _ops
+    from sandbox_ledger.dynamodb._sequence import Sequencer
+
+    ledger = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    ledger.append(e("c", LedgerEvent.SandboxCreated, 1))
+    began_first, began_second = it.order_ids.next(), it.order_ids.next()
+    checkpoints = [
+        LedgerEntry(
+            ts=7,
+            name="red",
+            sandbox_id="c",
+            step_index=step,
+            event=LedgerEvent.CheckpointCreated,
+            payload={"snapshotId": f"snap-{step}", "name": f"tag-{step}"},
+        )
+        for step in (1, 2)
+    ]
+    for entry, order in zip(checkpoints, [began_second, began_first], strict=True):
+        ledger.run(_ops.append(sync_table, entry, order, 4, Sequencer()))
+    read = [x for x in ledger.read_all("red", "c") if x.event == LedgerEvent.CheckpointCreated]
+    assert read == checkpoints
+    assert ledger.last_checkpoint("red", "c") == checkpoints[-1]
+    assert [c.snapshot_id for c in ledger.list_checkpoints("red", "c")] == ["snap-1", "snap-2"]

@@ -111,7 +111,9 @@ def append(
     if summary is not None:
         summary_at = len(actions)
         actions.append({"Update": {"TableName": table, **summary}})
+    marker_at = -1
     if marker is not None:
+        marker_at = len(actions)
         actions.append({"Put": {"TableName": table, "Item": marker}})
     marks_at = len(actions)
     mark = sequencer.guess(pk)
@@ -131,6 +133,8 @@ def append(
             actions[summary_at] = {"Update": {"TableName": table, **update, **condition}}
         del actions[marks_at:]
         actions[0]["Put"]["Item"] = _seq.sequenced(encoded.head, mark.number)
+        if marker is not None:  # a checkpoint's marker carries it too (list_checkpoints)
+            actions[marker_at]["Put"]["Item"] = _seq.sequenced(marker, mark.number)
         actions.extend(_seq.mark_actions(table, pk, mark, [encoded.head]))
         try:
             yield Call("transact_write_items", {"TransactItems": actions})
@@ -533,7 +537,10 @@ def scan_sessions(table: str, *, name: str | None, segments: int) -> Op[list[tup
 
 
 def last_checkpoint(table: str, name: str, sandbox_id: str) -> Op[LedgerEntry | None]:
-    """The newest checkpoint marker (one request), then its entry (one more)."""
+    """The last checkpoint in read_all order: the newest checkpoint marker (one request) gives
+    the last ts, then the entries of that ts (one more; almost always the checkpoint alone),
+    the last checkpoint among them in commit order (markers of equal ts sort by order id,
+    which is when an append began, not when it committed)."""
     pk = k.session_pk(name, sandbox_id)
     page = yield Call(
         "query", _prefix_query(table, pk, k.CHECKPOINT_PREFIX, ScanIndexForward=False, Limit=1)
@@ -542,16 +549,22 @@ def last_checkpoint(table: str, name: str, sandbox_id: str) -> Op[LedgerEntry | 
     # every checkpoint has.
     if not _live(page.get("Items", [])):
         return None
-    ref = page["Items"][0][k.LedgerAttr.REF]["S"]
-    items = yield from query_all(_prefix_query(table, pk, ref))
-    keyed = yield from _whole_entries(table, pk, name, sandbox_id, _live(items))
-    return keyed[0][1] if keyed else None
+    ts = int(page["Items"][0][A.TS]["N"])
+    items = _live((yield from query_all(_prefix_query(table, pk, k.event_sk(ts, "")))))
+    keyed = yield from _whole_entries(table, pk, name, sandbox_id, items)
+    keyed = yield from _in_commit_order(table, pk, keyed, items)
+    found = [entry for _, entry in keyed if entry.event == LedgerEvent.CheckpointCreated]
+    return found[-1] if found else None
 
 
 def list_checkpoints(table: str, name: str, sandbox_id: str) -> Op[list[CheckpointInfo]]:
+    """The session's checkpoints in read_all order: by ts, equal ts by the mark number each
+    marker carries (``q``), a marker without one (stored before markers carried it) first, by
+    its order id."""
     pk = k.session_pk(name, sandbox_id)
-    items = yield from query_all(_prefix_query(table, pk, k.CHECKPOINT_PREFIX))
-    return [it.decode_checkpoint(item) for item in _live(items)]
+    items = _live((yield from query_all(_prefix_query(table, pk, k.CHECKPOINT_PREFIX))))
+    items.sort(key=lambda i: (int(i[A.TS]["N"]), int(i.get(A.SEQUENCE, {"N": "-1"})["N"])))
+    return [it.decode_checkpoint(item) for item in items]
 
 
 def get_sandbox_details(table: str, name: str, sandbox_id: str) -> Op[SandboxDetails | None]:
