@@ -216,3 +216,41 @@ def test_checkpoints_of_equal_ts_are_listed_in_read_all_order(
     assert read == checkpoints
     assert ledger.last_checkpoint("red", "c") == checkpoints[-1]
     assert [c.snapshot_id for c in ledger.list_checkpoints("red", "c")] == ["snap-1", "snap-2"]
+
+
+def test_with_a_retention_a_dead_deletes_seal_expires_with_the_session(
+    moto_endpoint: str, table_name: str
+) -> None:
+    """With a ledger retention every item of a session expires (docs/table-design.md, "What
+    gets a TTL"). A delete_sandbox that dies right after its seal (the process killed) leaves
+    the session for the next delete, or for TTL: the entries, marks and summary all expire,
+    the seal did not. It now expires with the session's last mark, but no sooner than a day
+    after it was put (it must outlive its delete)."""
+    import time
+    from datetime import timedelta
+
+    from sandbox_ledger.dynamodb._delete import SEAL_TTL_MARGIN_S
+
+    ledger = SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, retention=timedelta(1))
+    ledger.create_table()
+    old = time.time_ns() // 1_000_000 - 3 * 86_400_000  # expired as it is written
+    ledger.append(e("t", LedgerEvent.SandboxCreated, old))
+    ledger.append(e("t", LedgerEvent.ExecComplete, old + 1, step=0))
+
+    class Died(Exception):
+        pass
+
+    def die(**_: Any) -> None:
+        raise Died
+
+    ledger.client().meta.events.register("after-call.dynamodb.PutItem", die)
+    with pytest.raises(Died):
+        ledger.delete_sandbox("red", "t")
+    ledger.client().meta.events.unregister("after-call.dynamodb.PutItem", die)
+    latest = time.time() + SEAL_TTL_MARGIN_S + 60
+    left = [
+        item["SK"]["S"]
+        for item in _items(ledger, "t")
+        if "expiresAt" not in item or int(item["expiresAt"]["N"]) > latest
+    ]
+    assert left == []  # TTL takes everything, the seal a day after it was put

@@ -43,7 +43,7 @@ from sandbox_ledger.sdk.attributes import N, S
 from sandbox_ledger.sdk.batching import BATCH_WRITE_MAX, batch_write
 from sandbox_ledger.sdk.steps import Call, Op, error_code
 
-__all__ = ["ORPHAN_PART_GRACE_MS", "delete_session"]
+__all__ = ["ORPHAN_PART_GRACE_MS", "SEAL_TTL_MARGIN_S", "delete_session"]
 
 # How long delete_sandbox leaves the parts of an entry whose head is not stored yet (an
 # append between its parts and its head: its head lands after the delete, with its parts).
@@ -96,18 +96,36 @@ class _DeleteLease:
         self.until = until
 
 
+SEAL_TTL_MARGIN_S = 86_400
+"""With a ledger retention, a seal expires no sooner than this after it is put: it must outlive
+the delete that put it (a seal gone while its delete runs frees its number below the entries
+the delete keeps), however long the delete."""
+
+
+def _seal_ttl(page: dict[str, Any]) -> int | None:
+    """The seal's TTL, from the page of :func:`._sequence.last_query`: none when the session's
+    last mark has none (no retention); else that mark's, raised to now +
+    :data:`SEAL_TTL_MARGIN_S`. A seal a dead delete left then expires with the session, as
+    every item of it does (before, it outlived the retention), and no mark expires before it."""
+    last = page.get("Items", [])
+    if not last or k.TTL_ATTRIBUTE not in last[0]:
+        return None
+    return max(int(last[0][k.TTL_ATTRIBUTE]["N"]), int(time.time()) + SEAL_TTL_MARGIN_S)
+
+
 def _seal(table: str, pk: str, token: str) -> Op[int]:
     """Put the session's next sequence mark as this delete's seal; its number. A number
     another writer took first is read again and the next one tried; a seal already stored
     with ``token`` (a resend whose first answer was lost) is this delete's."""
     while True:
-        number = (yield from _seq.read_last(table, pk)).number
+        page = yield Call("query", _seq.last_query(table, pk))
+        number = _seq.next_mark(page).number
         try:
             yield Call(
                 "put_item",
                 {
                     "TableName": table,
-                    "Item": _seq.seal_item(pk, number, token),
+                    "Item": _seq.seal_item(pk, number, token, _seal_ttl(page)),
                     "ConditionExpression": "attribute_not_exists(#pk)",
                     "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY},
                 },
