@@ -43,7 +43,7 @@ from sandbox_ledger.sdk.attributes import N, S
 from sandbox_ledger.sdk.batching import BATCH_WRITE_MAX, batch_write
 from sandbox_ledger.sdk.steps import Call, Op, error_code
 
-__all__ = ["ORPHAN_PART_GRACE_MS", "delete_session"]
+__all__ = ["ORPHAN_PART_GRACE_MS", "SEAL_TTL_MARGIN_S", "delete_session"]
 
 # How long delete_sandbox leaves the parts of an entry whose head is not stored yet (an
 # append between its parts and its head: its head lands after the delete, with its parts).
@@ -96,18 +96,36 @@ class _DeleteLease:
         self.until = until
 
 
+SEAL_TTL_MARGIN_S = 86_400
+"""With a ledger retention, a seal expires no sooner than this after it is put: it must outlive
+the delete that put it (a seal gone while its delete runs frees its number below the entries
+the delete keeps), however long the delete."""
+
+
+def _seal_ttl(page: dict[str, Any]) -> int | None:
+    """The seal's TTL, from the page of :func:`._sequence.last_query`: none when the session's
+    last mark has none (no retention); else that mark's, raised to now +
+    :data:`SEAL_TTL_MARGIN_S`. A seal a dead delete left then expires with the session, as
+    every item of it does (before, it outlived the retention), and no mark expires before it."""
+    last = page.get("Items", [])
+    if not last or k.TTL_ATTRIBUTE not in last[0]:
+        return None
+    return max(int(last[0][k.TTL_ATTRIBUTE]["N"]), int(time.time()) + SEAL_TTL_MARGIN_S)
+
+
 def _seal(table: str, pk: str, token: str) -> Op[int]:
     """Put the session's next sequence mark as this delete's seal; its number. A number
     another writer took first is read again and the next one tried; a seal already stored
     with ``token`` (a resend whose first answer was lost) is this delete's."""
     while True:
-        number = (yield from _seq.read_last(table, pk)).number
+        page = yield Call("query", _seq.last_query(table, pk))
+        number = _seq.next_mark(page).number
         try:
             yield Call(
                 "put_item",
                 {
                     "TableName": table,
-                    "Item": _seq.seal_item(pk, number, token),
+                    "Item": _seq.seal_item(pk, number, token, _seal_ttl(page)),
                     "ConditionExpression": "attribute_not_exists(#pk)",
                     "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY},
                 },
@@ -120,6 +138,27 @@ def _seal(table: str, pk: str, token: str) -> Op[int]:
         found = yield Call("get_item", {"TableName": table, "Key": key, "ConsistentRead": True})
         if _seq.is_seal(found.get("Item", {}), token):
             return number
+
+
+def _unseal(table: str, pk: str, number: int, token: str) -> Op[None]:
+    """Delete this delete's seal, only while it is the item at its key: once the seal is gone
+    (another delete took it, or this delete's first DeleteItem landed and the SDK sends it
+    again after losing the answer) the number is free, and the next session's marks take it
+    again (from 0, when the seal was the session's only mark)."""
+    try:
+        yield Call(
+            "delete_item",
+            {
+                "TableName": table,
+                "Key": {k.PARTITION_KEY: S(pk), k.SORT_KEY: S(k.sequence_sk(number))},
+                "ConditionExpression": "#inc = :token AND attribute_not_exists(#ref)",
+                "ExpressionAttributeNames": {"#inc": A.INCARNATION, "#ref": A.REF},
+                "ExpressionAttributeValues": {":token": S(token)},
+            },
+        )
+    except ClientError as exc:
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise
 
 
 def _owner(item: dict[str, Any]) -> str | None:
@@ -175,7 +214,8 @@ def delete_session(table: str, pk: str) -> Op[None]:
        belong to the new session.
     3. Read the partition (consistent Query, keys and what ties an item to its entry), then
        delete every item but the new session's, the summary and the seal.
-    4. Delete the seal, then the summary if it still carries this delete's mark.
+    4. Delete the seal (if it is still this delete's: see :func:`_unseal`), then the summary
+       if it still carries this delete's mark.
 
     The lease is renewed while steps 3 runs (before each page and each batch of 25 deletes,
     once half of it has passed), so a delete longer than the lease (a session of many
@@ -216,10 +256,7 @@ def delete_session(table: str, pk: str) -> Op[None]:
     for at in range(0, len(requests), BATCH_WRITE_MAX):
         yield from lease.renew_if_due()
         yield from batch_write(table, requests[at : at + BATCH_WRITE_MAX])
-    yield Call(
-        "delete_item",
-        {"TableName": table, "Key": {k.PARTITION_KEY: S(pk), k.SORT_KEY: S(k.sequence_sk(seal))}},
-    )
+    yield from _unseal(table, pk, seal, lease.token)
     try:
         yield Call(
             "delete_item",

@@ -7,6 +7,7 @@ driving them with a fake client.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -110,7 +111,9 @@ def append(
     if summary is not None:
         summary_at = len(actions)
         actions.append({"Update": {"TableName": table, **summary}})
+    marker_at = -1
     if marker is not None:
+        marker_at = len(actions)
         actions.append({"Put": {"TableName": table, "Item": marker}})
     marks_at = len(actions)
     mark = sequencer.guess(pk)
@@ -130,6 +133,8 @@ def append(
             actions[summary_at] = {"Update": {"TableName": table, **update, **condition}}
         del actions[marks_at:]
         actions[0]["Put"]["Item"] = _seq.sequenced(encoded.head, mark.number)
+        if marker is not None:  # a checkpoint's marker carries it too (list_checkpoints)
+            actions[marker_at]["Put"]["Item"] = _seq.sequenced(marker, mark.number)
         actions.extend(_seq.mark_actions(table, pk, mark, [encoded.head]))
         try:
             yield Call("transact_write_items", {"TransactItems": actions})
@@ -297,7 +302,34 @@ def _read_keyed(table: str, name: str, sandbox_id: str) -> Op[list[tuple[str, Le
     pk = k.session_pk(name, sandbox_id)
     items = _live((yield from query_all(_prefix_query(table, pk, k.EVENT_PREFIX))))
     keyed = yield from _whole_entries(table, pk, name, sandbox_id, items)
-    return it.in_commit_order(keyed, items)
+    return (yield from _in_commit_order(table, pk, keyed, items))
+
+
+def _in_commit_order(
+    table: str, pk: str, keyed: list[tuple[str, LedgerEntry]], items: list[Any]
+) -> Op[list[tuple[str, LedgerEntry]]]:
+    """:func:`._items.in_commit_order` of ``keyed``, whose heads are among ``items``. A head
+    stored before heads carried ``q`` has it in its sequence mark only (if it has one): where
+    such a head shares its ts with another head, the session's marks are read (one Query,
+    keys and ``ref``: only on a table written by the version before ``q``) so that ties are
+    in mark order, as an export and a follower hand them out."""
+    carried = {i[k.SORT_KEY]["S"] for i in items if A.SEQUENCE in i}
+    ties = Counter(entry.ts for _, entry in keyed)
+    if not any(sk not in carried and ties[entry.ts] > 1 for sk, entry in keyed):
+        return it.in_commit_order(keyed, items)
+    marks = yield from query_all(
+        {
+            **_prefix_query(table, pk, k.SEQUENCE_PREFIX),
+            "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY, "#sk": k.SORT_KEY, "#r": A.REF},
+            "ProjectionExpression": "#sk, #r",
+        }
+    )
+    numbered = [
+        {k.SORT_KEY: mark[A.REF], A.SEQUENCE: N(number)}
+        for mark in marks
+        if A.REF in mark and (number := k.sequence_number(mark[k.SORT_KEY]["S"])) is not None
+    ]
+    return it.in_commit_order(keyed, [*items, *numbered])
 
 
 def read_all(table: str, name: str, sandbox_id: str) -> Op[list[LedgerEntry]]:
@@ -329,7 +361,7 @@ def stored_entries(
     expired = [item for item in items if not it.live(item, now)]
     keyed = yield from _whole_entries(table, pk, name, sandbox_id, live)
     keyed += it.decode_keyed_entries(name, sandbox_id, expired, complete_only=True)
-    return [entry for _, entry in it.in_commit_order(keyed, items)]  # as read_all
+    return [entry for _, entry in (yield from _in_commit_order(table, pk, keyed, items))]
 
 
 def read_in_append_order(table: str, name: str, sandbox_id: str) -> Op[list[LedgerEntry]]:
@@ -505,7 +537,10 @@ def scan_sessions(table: str, *, name: str | None, segments: int) -> Op[list[tup
 
 
 def last_checkpoint(table: str, name: str, sandbox_id: str) -> Op[LedgerEntry | None]:
-    """The newest checkpoint marker (one request), then its entry (one more)."""
+    """The last checkpoint in read_all order: the newest checkpoint marker (one request) gives
+    the last ts, then the entries of that ts (one more; almost always the checkpoint alone),
+    the last checkpoint among them in commit order (markers of equal ts sort by order id,
+    which is when an append began, not when it committed)."""
     pk = k.session_pk(name, sandbox_id)
     page = yield Call(
         "query", _prefix_query(table, pk, k.CHECKPOINT_PREFIX, ScanIndexForward=False, Limit=1)
@@ -514,16 +549,22 @@ def last_checkpoint(table: str, name: str, sandbox_id: str) -> Op[LedgerEntry | 
     # every checkpoint has.
     if not _live(page.get("Items", [])):
         return None
-    ref = page["Items"][0][k.LedgerAttr.REF]["S"]
-    items = yield from query_all(_prefix_query(table, pk, ref))
-    keyed = yield from _whole_entries(table, pk, name, sandbox_id, _live(items))
-    return keyed[0][1] if keyed else None
+    ts = int(page["Items"][0][A.TS]["N"])
+    items = _live((yield from query_all(_prefix_query(table, pk, k.event_sk(ts, "")))))
+    keyed = yield from _whole_entries(table, pk, name, sandbox_id, items)
+    keyed = yield from _in_commit_order(table, pk, keyed, items)
+    found = [entry for _, entry in keyed if entry.event == LedgerEvent.CheckpointCreated]
+    return found[-1] if found else None
 
 
 def list_checkpoints(table: str, name: str, sandbox_id: str) -> Op[list[CheckpointInfo]]:
+    """The session's checkpoints in read_all order: by ts, equal ts by the mark number each
+    marker carries (``q``), a marker without one (stored before markers carried it) first, by
+    its order id."""
     pk = k.session_pk(name, sandbox_id)
-    items = yield from query_all(_prefix_query(table, pk, k.CHECKPOINT_PREFIX))
-    return [it.decode_checkpoint(item) for item in _live(items)]
+    items = _live((yield from query_all(_prefix_query(table, pk, k.CHECKPOINT_PREFIX))))
+    items.sort(key=lambda i: (int(i[A.TS]["N"]), int(i.get(A.SEQUENCE, {"N": "-1"})["N"])))
+    return [it.decode_checkpoint(item) for item in items]
 
 
 def get_sandbox_details(table: str, name: str, sandbox_id: str) -> Op[SandboxDetails | None]:

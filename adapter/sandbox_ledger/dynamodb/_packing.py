@@ -91,11 +91,13 @@ class Unit:
     @property
     def size(self) -> int:
         """Its items' bytes: head, claim, marker and sequence mark (its mark's number and
-        incarnation, which the head carries too, not known yet: at their largest)."""
-        marker = item_bytes(self.marker) if self.marker is not None else 0
+        incarnation, which the head and the marker carry too, not known yet: at their
+        largest)."""
+        marker = self.marker
+        marker_bytes = item_bytes(_seq.sequenced(marker, _LARGEST.number)) if marker else 0
         mark = item_bytes(_seq.mark_item(self.head[k.PARTITION_KEY]["S"], _LARGEST, self.head))
         head = item_bytes(_seq.sequenced(self.head, _LARGEST.number))
-        return head + item_bytes(self.claim) + marker + mark
+        return head + item_bytes(self.claim) + marker_bytes + mark
 
 
 @dataclass
@@ -237,7 +239,8 @@ def request(
             actions.append({"Put": {"TableName": table, "Item": unit.claim, **_ABSENT}})
             slots.append(Slot("claim", unit))
             if unit.marker is not None:
-                actions.append({"Put": {"TableName": table, "Item": unit.marker}})
+                marker = _seq.sequenced(unit.marker, number)
+                actions.append({"Put": {"TableName": table, "Item": marker}})
                 slots.append(Slot("marker", unit))
         marks = _seq.mark_actions(table, group.pk, group.mark, [u.head for u in group.units])
         actions.extend(marks)

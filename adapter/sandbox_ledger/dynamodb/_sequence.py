@@ -212,16 +212,20 @@ def mark_item(pk: str, mark: Mark, head: Item) -> Item:
     return item
 
 
-def seal_item(pk: str, number: int, token: str) -> Item:
+def seal_item(pk: str, number: int, token: str, ttl: int | None = None) -> Item:
     """A delete's seal (see :mod:`._delete`): mark ``number`` of the session with no entry, in
-    an incarnation of its own (``token``). An append whose guess continues the sealed
-    incarnation fails its condition, reads the seal as the last mark and goes on after it
-    in the seal's incarnation: the entries stored while the delete runs are a new session."""
-    return {
+    an incarnation of its own (``token``), with ``ttl`` if the session's marks have one. An
+    append whose guess continues the sealed incarnation fails its condition, reads the seal
+    as the last mark and goes on after it in the seal's incarnation: the entries stored
+    while the delete runs are a new session."""
+    item: Item = {
         k.PARTITION_KEY: S(pk),
         k.SORT_KEY: S(k.sequence_sk(number)),
         A.INCARNATION: S(token),
     }
+    if ttl is not None:
+        item[k.TTL_ATTRIBUTE] = N(ttl)
+    return item
 
 
 def is_seal(item: Item, token: str | None = None) -> bool:
