@@ -63,11 +63,23 @@ def moto_endpoint() -> Iterator[str]:
         return
     from sandbox_ledger.local import LocalDynamoDB
 
-    server = LocalDynamoDB()
+    server = LocalDynamoDB(strict=_strict_profile())
     endpoint = server.start()
     _freeze_heap()
     yield endpoint
     server.stop()
+
+
+def _strict_profile() -> Any:
+    """The strict profile the session's moto server applies: ``SANDBOX_LEDGER_TEST_STRICT``
+    set to ``rate_scale,conflict_hold`` (e.g. ``1,0.02``), else none (moto's leniency)."""
+    given = os.environ.get("SANDBOX_LEDGER_TEST_STRICT")
+    if not given:
+        return False
+    from sandbox_ledger.local import StrictProfile
+
+    scale, hold = (float(part) for part in given.split(","))
+    return StrictProfile(rate_scale=scale, conflict_hold=hold)
 
 
 @pytest.fixture(scope="session")

@@ -513,3 +513,31 @@ def test_a_seal_whose_answer_was_lost_is_recognised_and_deleted(
     for entry in again:
         ledger.append(entry)
     assert [f.entry for f in ledger.follow("race", "r")] == again
+
+
+def test_a_follower_meeting_the_seal_of_a_running_delete_ends(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    """A follower that polls while a delete runs meets its seal, finds the summary held by
+    the delete's lease, and ends (it would pass a seal of a delete that died)."""
+    deleter = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    reader = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    deleter.append(e("f", LedgerEvent.SandboxCreated, 1))
+    deleter.append(e("f", LedgerEvent.ExecStarted, 2, step=0))
+    follower = reader.follow("race", "f", until_closed=False)
+    assert [next(follower).entry.ts, next(follower).entry.ts] == [1, 2]
+    rest: list[Any] = []
+    ran: list[bool] = []
+
+    def follow_after_the_seal(**_: Any) -> None:
+        if ran:
+            return
+        ran.append(True)
+        thread = threading.Thread(target=lambda: rest.extend(follower), daemon=True)
+        thread.start()
+        thread.join(timeout=20)
+        assert not thread.is_alive(), "the follower did not end at the running delete's seal"
+
+    deleter.client().meta.events.register("after-call.dynamodb.PutItem", follow_after_the_seal)
+    deleter.delete_sandbox("race", "f")
+    assert ran and rest == []

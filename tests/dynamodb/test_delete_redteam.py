@@ -256,19 +256,14 @@ def test_with_a_retention_a_dead_deletes_seal_expires_with_the_session(
     assert left == []  # TTL takes everything, the seal a day after it was put
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a seal a dead delete left ends every follower at it (the entries after it are "
-    "in the seal's incarnation), while read_all and an export hand out the whole session",
-)
 def test_a_delete_that_died_after_its_seal_leaves_a_session_followed_whole(
     moto_endpoint: str, sync_table: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A delete_sandbox that dies right after its seal (before it deleted anything) leaves the
     session whole, its summary holding a lease that ends on its own. Appends go on (after the
-    seal, in its incarnation). read_all and an export hand out every entry, old and new; a
-    follower from the start hands out the old ones, meets the seal and ends, though nothing
-    was deleted, until delete_sandbox is called again."""
+    seal, in its incarnation). read_all, an export and a follower from the start hand out
+    every entry, old and new: the follower finds the seal's delete dead (its lease over) and
+    passes the seal, as one positioned before the seal does."""
     from sandbox_ledger.dynamodb import _ops
 
     monkeypatch.setattr(_ops, "DELETE_LEASE_MS", 1)  # the dead delete's lease is over at once
@@ -292,4 +287,7 @@ def test_a_delete_that_died_after_its_seal_leaves_a_session_followed_whole(
         ledger.append(entry)
     assert ledger.read_all("red", "x") == old + new
     assert ledger.read_in_append_order("red", "x") == old + new
-    assert [f.entry for f in ledger.follow("red", "x")] == old + new
+    followed = list(ledger.follow("red", "x"))
+    assert [f.entry for f in followed] == old + new
+    resumed = ledger.follow("red", "x", after=followed[1].position)
+    assert [f.entry for f in resumed] == new

@@ -75,6 +75,7 @@ def test_no_scan_outside_the_exports() -> None:
 
     from sandbox_ledger.dynamodb import _ops
     from sandbox_ledger.local import inprocess, persist
+    from sandbox_ledger.local.strict import front
     from sandbox_ledger.resources import _ops as resource_ops
     from sandbox_ledger.resources import files
     from sandbox_ledger.sdk import paging
@@ -90,6 +91,8 @@ def test_no_scan_outside_the_exports() -> None:
         "served reads": re.search(
             r"_READS = \{.*?\n\}\n", inspect.getsource(inprocess), re.S
         ).group(0),
+        # The strict profile's list of the reads it meters: names it is served, likewise.
+        "metered reads": re.search(r"_READS = \{[^}]*\}\n", inspect.getsource(front)).group(0),
     }
     assert re.search(r"[\"'](scan|Scan)[\"']", allowed["scan_round"])
     assert all("scan_round(" in allowed[name] for name in ("scan_sessions", "scan_records"))

@@ -206,12 +206,12 @@ def test_a_gap_is_waited_for_once_then_passed_by() -> None:
     head = {k.PARTITION_KEY: {"S": poller.pk}, k.SORT_KEY: {"S": "E#x#y"}}
     marks = [mark_item(poller.pk, Mark("i1", n), head) for n in (3, 5, 6)]
     state = {"q": 2, "i": "i1"}
-    run, gone = poller._run(state, marks)
-    assert [n for n, _, _ in run] == [3] and not gone
-    run, gone = poller._run({"q": 3, "i": "i1"}, marks[1:])
-    assert [n for n, _, _ in run] == [5, 6] and not gone
+    run, gone, seal = poller._run(state, marks)
+    assert [n for n, _, _ in run] == [3] and not gone and seal is None
+    run, gone, seal = poller._run({"q": 3, "i": "i1"}, marks[1:])
+    assert [n for n, _, _ in run] == [5, 6] and not gone and seal is None
     other = [mark_item(poller.pk, Mark("i2", 4), head)]
-    assert poller._run({"q": 3, "i": "i1"}, other) == ([], True)
+    assert poller._run({"q": 3, "i": "i1"}, other) == ([], True, None)
 
 
 async def test_positions_resume_across_twins(moto_endpoint: str, sync_table: str) -> None:

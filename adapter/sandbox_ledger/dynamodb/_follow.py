@@ -21,8 +21,10 @@ poll of a resumed follower reads its mark (absent, or of another incarnation: th
 deleted, the follower ends); afterwards every n-th empty poll does, and a mark of another
 incarnation met in a poll ends it too: a position never resumes inside a session deleted and
 begun again. A delete's seal (:mod:`._delete`) met after a mark of the followed incarnation
-ends it, and so does a mark whose entry is gone while the mark lives (a delete is taking the
-session).
+ends it while its delete runs (the summary holds the delete's lease: one GetItem); a seal a
+delete left when it died is passed, the follower going on in the seal's incarnation, as the
+session does. A mark whose entry is gone while the mark lives (a delete is taking the
+session) ends it too.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger import keys as k
 from sandbox_ledger.dynamodb import _items as it
+from sandbox_ledger.dynamodb import _ops
 from sandbox_ledger.dynamodb import _sequence as _seq
 from sandbox_ledger.follow import Batch, Poll, PollSettings, bad_after
 from sandbox_ledger.keys import LedgerAttr as A
@@ -70,6 +73,8 @@ class SessionPoller:
         self.resumed_checked = False
         self.gap: tuple[int, int] | None = None
         """(the missing mark, the later one seen) where the last poll stopped."""
+        self.dead_seals: set[tuple[int, str]] = set()
+        """Seals (number, incarnation) of deletes that died: links to the seal's incarnation."""
 
     def poll(self, request: Poll) -> Op[Batch]:
         """One poll: the marks' Query, the entries' BatchGetItem, and the liveness read when
@@ -98,7 +103,15 @@ class SessionPoller:
             }
         )
         read = {i[k.SORT_KEY]["S"]: i for i in items if i[k.SORT_KEY]["S"] < k.SEQUENCE_PREFIX}
-        run, gone = self._run(state, items)
+        run, gone, seal = self._run(state, items)
+        while seal is not None and not run:
+            # A seal after the incarnation followed: a delete is taking the session (the
+            # follower ends), or one died there (the session goes on in the seal's
+            # incarnation: the follower passes the seal, docs/live.md).
+            if _ops._held_by_delete((yield from _ops._delete_mark(self.table, self.pk))):
+                return Batch([], gone=True)
+            self.dead_seals.add(seal)
+            run, gone, seal = self._run(state, items)
         if run:
             found = yield from self._entries(run, read)
             if found is None:
@@ -114,10 +127,12 @@ class SessionPoller:
 
     def _run(
         self, state: dict[str, Any] | None, items: list[Any]
-    ) -> tuple[list[tuple[int, str, Any]], bool]:
+    ) -> tuple[list[tuple[int, str, Any]], bool, tuple[int, str] | None]:
         """The marks to hand out next: consecutive from the one after ``state`` (from the
-        first stored, at the start), in one incarnation; and whether the session is gone
-        (a mark of another incarnation follows)."""
+        first stored, at the start), in one incarnation; whether the session is gone (a mark
+        of another incarnation follows); and the seal (number, incarnation) the run stopped
+        at, a delete's whose fate is not known yet. A seal of :attr:`dead_seals` is passed:
+        the run goes on in its incarnation."""
         expected = None if state is None else state["q"] + 1
         incarnation = None if state is None else state["i"]
         run: list[tuple[int, str, Any]] = []
@@ -125,7 +140,11 @@ class SessionPoller:
             numbered = _seq.numbered(item)
             if numbered is None:
                 if incarnation is not None and _seq.is_seal(item):
-                    return run, True  # a delete sealed the incarnation followed
+                    number = k.sequence_number(item[k.SORT_KEY]["S"])
+                    seal = (number or 0, item[A.INCARNATION]["S"])
+                    if seal not in self.dead_seals:
+                        return run, False, seal
+                    incarnation, expected = seal[1], seal[0] + 1
                 continue
             number, inc = numbered
             if incarnation is None and not it.live(item, it.now_s()):
@@ -135,7 +154,7 @@ class SessionPoller:
             if incarnation is None:
                 incarnation = inc
             if inc != incarnation:
-                return run, True
+                return run, True, None
             if expected is not None and number != expected:
                 if self.gap is not None and self.gap[0] == expected:
                     # Still missing a poll after a later mark was seen: the later mark was
@@ -143,11 +162,11 @@ class SessionPoller:
                     expected = number
                 else:
                     self.gap = (expected, number)
-                    return run, False
+                    return run, False, None
             run.append((number, inc, item))
             expected = number + 1
         self.gap = None
-        return run, False
+        return run, False, None
 
     def _entries(
         self, run: list[tuple[int, str, Any]], read: dict[str, Any]
