@@ -4,6 +4,7 @@ PostgreSQL) served until Ctrl-C or SIGTERM, for the development loop."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shlex
 import signal
@@ -82,7 +83,7 @@ def _serve(
     postgres: bool,
 ) -> Saver:
     from sandbox_ledger.deployment import SweepSettings
-    from sandbox_ledger.local import LocalDynamoDB, inprocess
+    from sandbox_ledger.local import LocalDynamoDB, bulk, inprocess
 
     server = LocalDynamoDB(host, port)
     log = inprocess.WriteLog()
@@ -94,6 +95,7 @@ def _serve(
     ledger.create_table(sweep=SweepSettings())
     store = inprocess.resource_store(server, table, REGION)
     saver = Saver(data, ledger, store, log)
+    saver.bulk = functools.partial(bulk.load_entries, server, ledger)
     pg = None
     try:
         if not saver.load(stop):

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from sandbox_ledger.cli.interrupt import StopSignals
     from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
     from sandbox_ledger.local.inprocess import WriteLog
+    from sandbox_ledger.local.persist import Bulk
     from sandbox_ledger.resources import SyncResourceRecordStore
 
 __all__ = ["LoadStopped", "Saver"]
@@ -52,6 +53,8 @@ class Saver:
         self.stopped_loading = False
         self.failing: str | None = None
         """Why the last save failed, while saves fail."""
+        self.bulk: Bulk | None = None
+        """How a load puts the entries into the table directly (see :mod:`..local.bulk`)."""
 
     def load(self, stop: StopSignals) -> bool:
         """Load ``data`` into the tables, with progress on a terminal; False if a stopping
@@ -74,7 +77,9 @@ class Saver:
                     bar(done)
 
             try:
-                loaded = load_state(state, self.ledger, self.store, progress=progress)
+                loaded = load_state(
+                    state, self.ledger, self.store, progress=progress, bulk=self.bulk
+                )
             except LoadStopped:
                 self.stopped_loading = True
                 return False
