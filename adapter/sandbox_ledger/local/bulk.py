@@ -108,7 +108,6 @@ def load_entries(
         return None
     try:
         from moto.dynamodb.models.dynamo_type import DynamoType
-        from moto.dynamodb.models.dynamo_type import Item as MotoItem
 
         with server.exclusive():
             if table.hash_key_attr != k.PARTITION_KEY or table.range_key_attr != k.SORT_KEY:
@@ -116,6 +115,7 @@ def load_entries(
             held = any(DynamoType({"S": k.session_pk(*key)}) in table.items for key, _ in sessions)
         if held:
             return None  # not an empty table: the import reconciles
+        make = _item_maker()
         done = 0
         for start in range(0, len(sessions), CHUNK):
             chunk = sessions[start : start + CHUNK]
@@ -124,10 +124,12 @@ def load_entries(
                 return None
             with server.exclusive():
                 stored = table.items
+                hash_value = DynamoType({"S": ""})
                 for item in items:  # as the in-process client hands a request's items
-                    hash_value = DynamoType(item[k.PARTITION_KEY])
+                    if item[k.PARTITION_KEY] != hash_value.to_json():
+                        hash_value = DynamoType(item[k.PARTITION_KEY])
                     range_value = DynamoType(item[k.SORT_KEY])
-                    stored[hash_value][range_value] = MotoItem(hash_value, range_value, item)
+                    stored[hash_value][range_value] = make(hash_value, range_value, item)
             count = sum(len(lines) for _, lines in chunk)
             done += count
             if progress is not None:
@@ -144,6 +146,31 @@ def load_entries(
 
 CHUNK = 256
 """Sessions built and put in at once (the server's lock is held for one chunk's items)."""
+
+
+def _item_maker() -> Callable[[Any, Any, Item], Any]:
+    """How an item is made: moto's ``Item(hash, range, attrs)`` without its size check per
+    attribute (the adapter's builders checked each item's size: an item DynamoDB cannot hold
+    is the line's error in ``new_unit``), if the shortcut makes what moto's constructor
+    makes (checked on a sample: else moto's constructor)."""
+    from moto.dynamodb.models.dynamo_type import DynamoType, LimitedSizeDict
+    from moto.dynamodb.models.dynamo_type import Item as MotoItem
+
+    def fast(hash_value: Any, range_value: Any, item: Item) -> Any:
+        made: Any = MotoItem.__new__(MotoItem)
+        made.hash_key, made.range_key = hash_value, range_value
+        attrs = LimitedSizeDict()
+        dict.update(attrs, {name: DynamoType(value) for name, value in item.items()})
+        made.attrs = attrs
+        return made
+
+    sample: Item = {k.PARTITION_KEY: {"S": "p"}, k.SORT_KEY: {"S": "s"}, "n": {"N": "1"}}
+    sample["b"], sample["m"] = {"B": b"\x00"}, {"M": {"l": {"L": [{"S": "x"}]}}}
+    keys = DynamoType(sample[k.PARTITION_KEY]), DynamoType(sample[k.SORT_KEY])
+    shortcut, stock = fast(*keys, sample), MotoItem(*keys, sample)
+    if vars(shortcut).keys() == vars(stock).keys() and shortcut == stock:
+        return fast
+    return MotoItem  # pragma: no cover - another moto's Item
 
 
 def _moto_table(server: LocalDynamoDB, ledger: SyncDynamoDBAdapter) -> Any:
