@@ -511,3 +511,46 @@ def test_a_local_without_data_holding_many_entries_stops_within_2_s(tmp_path: Pa
     took = time.monotonic() - began
     assert code == 0 and "SIGINT: stopped (no --data: the tables are gone)" in stderr, stderr
     assert took < 2.0, took
+
+
+def test_a_restart_takes_the_image_and_one_damaged_is_ignored_with_a_word(
+    tmp_path: Path,
+) -> None:
+    """The first start on a FILE of 6,000 entries writes ``.FILE.image`` once it serves; the
+    next takes every session from it; a damaged one is said, ignored and written again; the
+    data is FILE's each time (issue 41, item 5)."""
+    from sandbox_ledger.local import image
+
+    data = tmp_path / "dev.jsonl"
+    data.write_text(_ledger_lines(6_000))
+    before = data.read_bytes()
+    kept = tmp_path / ".dev.jsonl.image"
+
+    def start(replacing: bytes = b"") -> tuple[Local, str]:
+        """A server on FILE, once its image is other than ``replacing``; ls; Ctrl-C."""
+        server = Local("--data", "dev.jsonl", cwd=tmp_path)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not kept.exists() or kept.read_bytes() == replacing):
+            time.sleep(0.1)
+        listed = run(["ls", "--name", "job-07", "--json"], server.env())
+        assert listed.returncode == 0, listed.stderr
+        assert len(json.loads(listed.stdout)["sessions"]) == 20
+        code, said = server.stop(signal.SIGINT)
+        assert code == 0, said
+        return server, said
+
+    _, said = start()
+    assert kept.exists() and "ignored" not in said
+    found = image.read(kept)
+    assert found.ignored is None and len(found.sessions) == 1_000
+    written = kept.read_bytes()
+    _, said = start()
+    assert "ignored" not in said and kept.read_bytes() == written  # taken, nothing to write
+    damaged = bytearray(written)
+    damaged[len(damaged) // 2] ^= 0x20
+    kept.write_bytes(bytes(damaged))
+    _, said = start(replacing=bytes(damaged))
+    assert f"{kept.resolve()}: damaged (its digest does not match); ignored" in said
+    assert image.read(kept).ignored is None  # written again
+    assert data.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".dev.jsonl.image", "dev.jsonl"]

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from resources.resource_fixtures import record as resource_record
 from sandbox_ledger import EnvironmentRecord, LedgerEvent
 from sandbox_ledger import keys as k
 from sandbox_ledger.deployment import SweepSettings
@@ -19,7 +20,9 @@ from sandbox_ledger.dynamodb import _items as it
 from sandbox_ledger.dynamodb._sequence import numbered
 from sandbox_ledger.keys import LedgerAttr as A
 from sandbox_ledger.local import LocalDynamoDB, bulk, inprocess
-from sandbox_ledger.local.persist import load_state, read_lines
+from sandbox_ledger.local.persist import RESOURCE_KIND, _json_item, load_state, read_lines
+from sandbox_ledger.resources import _items as ri
+from sandbox_ledger.resources.models import FAILED_PHASES, LIVE_PHASES
 from sandbox_ledger.testing._build import entry
 from sandbox_ledger.transfer import entry_line, environment_line
 
@@ -61,6 +64,19 @@ def _lines() -> list[str]:
     for n in range(3):
         record = EnvironmentRecord.model_validate({"name": f"env-{n}", "builtAt": 10 + n})
         lines.append(environment_line(record))
+    for phase in (*LIVE_PHASES, *FAILED_PHASES):  # resource records, every phase
+        lines.append(
+            json.dumps({"kind": RESOURCE_KIND, "record": resource_record(phase=phase).wire()})
+        )
+    for extra in ({"gpu": "a newer writer's field"}, {"phase": "paused"}):
+        newer = resource_record()
+        item = {**ri.record_key(newer.id), k.REVISION: {"N": "7"}}
+        item.update(ri.write_values(newer, expires_at=2**31, shard_count=k.DEFAULT_SHARD_COUNT))
+        body = json.loads(item[k.RECORD_BODY]["S"])
+        item[k.RECORD_BODY] = {"S": json.dumps({**body, **extra})}
+        item["newerAttribute"] = {"B": b"\x00\xffbinary"}
+        unreadable = {"kind": RESOURCE_KIND, "unreadable": "newer", "item": _json_item(item)}
+        lines.append(json.dumps(unreadable))
     return [line + "\n" for line in lines]
 
 
@@ -110,6 +126,8 @@ def _normalised(items: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
         incarnations |= {i[name]["S"] for i in items if name in i}
     found: dict[tuple[str, str], str] = {}
     for item in items:
+        if item[k.PARTITION_KEY]["S"].startswith(k.RESOURCE_PREFIX):  # its TTL: from the load's
+            item = {**item, k.TTL_ATTRIBUTE: "<the time of the load>"}  # clock, either way
         text = json.dumps(item, sort_keys=True, default=repr)
         text = pattern.sub(lambda m: orders[m.group(0)], text)
         for incarnation in incarnations:

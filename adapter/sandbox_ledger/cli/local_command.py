@@ -95,7 +95,7 @@ def _serve(
     ledger.create_table(sweep=SweepSettings())
     store = inprocess.resource_store(server, table, REGION)
     saver = Saver(data, ledger, store, log)
-    saver.bulk = functools.partial(bulk.load_entries, server, ledger)
+    saver.bulk = functools.partial(bulk.load_entries, server, ledger, image=saver.image)
     pg = None
     try:
         if not saver.load(stop):
@@ -105,6 +105,7 @@ def _serve(
         # Saves start every save_every seconds, however long each takes (one waiting for the
         # end of the last one would stretch the time a write waits to be saved).
         due = time.monotonic() + save_every
+        saver.keep_image(stop)
         while not stop.wait(max(0.0, due - time.monotonic())):
             saver.save()
             due = max(due + save_every, time.monotonic())

@@ -3,6 +3,7 @@ what the served requests changed (see :mod:`sandbox_ledger.local.journal`), and 
 
 from __future__ import annotations
 
+import gc
 import os
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,10 @@ class Saver:
     :mod:`sandbox_ledger.local.journal`): appended to ``data``, or ``data`` written whole
     (the first save, on exit, and once the appended lines outgrow the file)."""
 
+    IMAGE_ENTRIES = 5_000
+    """Entries from which a load's image is written (fewer load in a moment from the lines:
+    no file beside ``data`` for them)."""
+
     GROWTH = 1 << 20
     """Bytes appended beyond the size of the file last written whole before it is written
     whole again (so appended lines never cost more than the file itself)."""
@@ -40,6 +45,7 @@ class Saver:
         store: SyncResourceRecordStore,
         log: WriteLog,
     ) -> None:
+        from sandbox_ledger.local.image import Image, image_path
         from sandbox_ledger.local.persist import DataState
 
         self.data, self.ledger, self.store, self.log = data, ledger, store, log
@@ -55,41 +61,70 @@ class Saver:
         """Why the last save failed, while saves fail."""
         self.bulk: Bulk | None = None
         """How a load puts the entries into the table directly (see :mod:`..local.bulk`)."""
+        self.image = Image(image_path(data)) if data is not None else None
+        """The items of ``data``'s sessions kept beside it (see :mod:`..local.image`)."""
 
     def load(self, stop: StopSignals) -> bool:
         """Load ``data`` into the tables, with progress on a terminal; False if a stopping
         signal came first (the tables are then partly loaded: never saved)."""
         from sandbox_ledger.cli.output import err
         from sandbox_ledger.cli.progress import reading
+        from sandbox_ledger.local.image import no_collection
         from sandbox_ledger.local.persist import load_state, read_data
 
         if self.data is None or not self.data.exists():
             return True
         before = os.stat(self.data)
-        state = read_data(self.data)
-        total = state.entries + len(state.environments) + len(state.records)
-        with reading(f"loading {self.data}", err(), total) as bar:
+        # The load makes millions of objects, none in a cycle, that live as long as the
+        # tables: the collector is held off meanwhile, then they are kept out of its walks.
+        with no_collection():
+            state = read_data(self.data)
+            if self.image is not None and self.bulk is not None:
+                self.image.read()
+            total = state.entries + len(state.environments) + len(state.records)
+            with reading(f"loading {self.data}", err(), total) as bar:
 
-            def progress(done: int) -> None:
-                if stop.received:
-                    raise LoadStopped
-                if bar is not None:
-                    bar(done)
+                def progress(done: int) -> None:
+                    if stop.received:
+                        raise LoadStopped
+                    if bar is not None:
+                        bar(done)
 
-            try:
-                loaded = load_state(
-                    state, self.ledger, self.store, progress=progress, bulk=self.bulk
-                )
-            except LoadStopped:
-                self.stopped_loading = True
-                return False
+                try:
+                    loaded = load_state(
+                        state, self.ledger, self.store, progress=progress, bulk=self.bulk
+                    )
+                except LoadStopped:
+                    self.stopped_loading = True
+                    return False
+            gc.freeze()
         self.mirror, self.file, self.whole = state, before, before.st_size
         self.stale = state.appended
+        image = self.image
+        if image is not None and image.found.ignored is not None:
+            say(f"{image.path}: {image.found.ignored}; ignored (the load built every session)")
         say(
             f"loaded {self.data}: {_entries(loaded.entries)}, {loaded.environments} environment "
             f"record(s), {loaded.records} resource record(s)"
         )
         return True
+
+    def keep_image(self, stop: StopSignals) -> None:
+        """Write the image of what the load stored, if it holds anything else (see
+        :mod:`sandbox_ledger.local.image`): after the server serves, a chunk of sessions at
+        a time (a stopping signal ends it, the last image left as it was). A failure is
+        said; the next start builds what it lacks."""
+        image = self.image
+        if image is None:
+            return
+        try:
+            big = self.mirror.entries >= self.IMAGE_ENTRIES
+            if big and image.fingerprint and not image.current:
+                image.write(lambda: not stop.received)
+        except OSError as exc:
+            say(f"could not write {image.path} ({exc.strerror or exc}); the next start builds it")
+        finally:
+            image.release()
 
     def save(self, *, final: bool = False) -> None:
         """Save what changed since the last save. A failed save (the directory gone, the

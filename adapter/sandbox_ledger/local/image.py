@@ -1,0 +1,287 @@
+"""The items a data file's sessions load as, kept beside it (``.FILE.image``) for the next
+start of ``sandbox-ledger local --data FILE``.
+
+A start builds each session's items from its lines (:mod:`sandbox_ledger.local.bulk`: the
+adapter's own builders, about a tenth of a millisecond of CPU per entry). The image keeps
+what was built, per session, under the SHA-256 of the session's lines, so that the next
+start takes a session's items from it when its lines are the same and builds only the
+sessions that changed. FILE stays the data: the image is only ever read for a session whose
+lines it matches byte for byte, and only when
+
+- its last 32 bytes are the SHA-256 of everything before them (a torn or damaged image),
+- it is of this format and was written by builders of the same source (:func:`fingerprint`:
+  another version of sandbox-ledger, or of Python, builds its own),
+- it holds only plain values (no object of any class is read from it: :class:`_Plain`);
+
+otherwise it is ignored as a whole, with the reason (:class:`Found`). It is written to a
+temporary file renamed over the last one: a ``kill -9`` while writing leaves the last image
+(or none), never a part of one. Removing it costs only the next start's time.
+
+Layout: the line ``sandbox-ledger local image 1``, a JSON line ``{"fingerprint": ...}``, then
+pickled chunks (plain tuples, lists, dicts, strings and bytes), each after its length as
+8 bytes, then the SHA-256 of all that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import hashlib
+import io
+import json
+import os
+import pickle
+import struct
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator
+    from pathlib import Path
+
+__all__ = [
+    "Flat",
+    "Found",
+    "Image",
+    "Stored",
+    "fingerprint",
+    "image_path",
+    "lines_digest",
+    "no_collection",
+]
+
+MAGIC = b"sandbox-ledger local image 1\n"
+_LENGTH = struct.Struct(">Q")
+_DIGEST = 32
+CHUNK = 256
+"""Sessions per pickled chunk (a writer holds the interpreter for one chunk at a time)."""
+
+
+Flat = tuple[Any, ...]
+"""An item as an image keeps it (:func:`sandbox_ledger.local.bulk.flat`)."""
+
+
+class Stored(NamedTuple):
+    """A session's items as a load builds them from its lines."""
+
+    digest: bytes
+    """The SHA-256 of the session's lines (:func:`lines_digest`)."""
+    last_order: str
+    """The greatest order id among its entries (a restart's order ids go on after it)."""
+    items: list[Flat]
+    """Every item the import would store for the session, each as :data:`Flat`."""
+
+
+def lines_digest(lines: Iterable[str]) -> bytes:
+    """The SHA-256 of a session's lines (each with its newline), as UTF-8."""
+    digest = hashlib.sha256()
+    for line in lines:
+        digest.update(line.encode("utf-8"))
+    return digest.digest()
+
+
+def image_path(data: Path) -> Path:
+    """Where the image of the data file ``data`` is: ``.NAME.image`` beside the file a link
+    named ``data`` leads to (as its lock file)."""
+    target = data.resolve()
+    return target.with_name(f".{target.name}.image")
+
+
+def fingerprint(shard_count: int) -> str:
+    """What the image's items depend on besides the lines: this format, the source of the
+    modules that build them, the versions of Python and of the library that parses the
+    lines (pydantic), and the table's shard count. Not moto's: the image holds DynamoDB's
+    low-level values, made into moto's objects at each load."""
+    import importlib
+    from importlib.metadata import version
+
+    digest = hashlib.sha256(MAGIC)
+    digest.update(f"{sys.version_info[:2]}|{shard_count}".encode())
+    for distribution in ("pydantic", "pydantic-core"):  # they read the lines
+        digest.update(f"|{distribution} {version(distribution)}".encode())
+    for name in _BUILDERS:
+        module = importlib.import_module(name)
+        source = getattr(module, "__file__", None)
+        digest.update(name.encode())
+        if source is not None and os.path.exists(source):
+            with open(source, "rb") as stream:
+                digest.update(stream.read())
+        else:  # pragma: no cover - a build without sources: its version then
+            from sandbox_ledger import __version__
+
+            digest.update(__version__.encode())
+    return digest.hexdigest()
+
+
+_BUILDERS = (
+    "sandbox_ledger.local.bulk",
+    "sandbox_ledger.local.image",
+    "sandbox_ledger.dynamodb._items",
+    "sandbox_ledger.dynamodb._packing",
+    "sandbox_ledger.dynamodb._sequence",
+    "sandbox_ledger.dynamodb.adapter",
+    "sandbox_ledger.transfer",
+    "sandbox_ledger.models",
+    "sandbox_ledger.keys",
+    "sandbox_ledger._json",
+    "sandbox_ledger.sdk.attributes",
+)
+"""The modules whose code decides an entry's items (a change to any makes a new image)."""
+
+
+@dataclass
+class Found:
+    """An image as read: its fingerprint and sessions, or why it was ignored."""
+
+    fingerprint: str = ""
+    sessions: dict[tuple[str, str], Stored] = field(default_factory=dict)
+    ignored: str | None = None
+    """Why the image (present) was not read: damaged, another format."""
+
+
+@dataclass
+class Image:
+    """The image of one data file: what a load found in it, and what it built."""
+
+    path: Path
+    found: Found = field(default_factory=Found)
+    kept: dict[tuple[str, str], Stored] = field(default_factory=dict)
+    """Each session as the last load stored it (from the image or built)."""
+    fingerprint: str = ""
+    """The fingerprint of what the last load stored."""
+    used: int = 0
+    """Sessions the last load took from the image."""
+
+    def read(self) -> Found:
+        """Read the image (:attr:`found`): nothing if there is none."""
+        self.found = read(self.path)
+        return self.found
+
+    @property
+    def current(self) -> bool:
+        """The image holds exactly what the last load stored (nothing to write)."""
+        found = self.found
+        return (
+            found.ignored is None
+            and found.fingerprint == self.fingerprint
+            and found.sessions.keys() == self.kept.keys()
+            and all(found.sessions[key].digest == s.digest for key, s in self.kept.items())
+        )
+
+    def release(self) -> None:
+        """Forget the sessions read and kept (the server need not hold them while it
+        serves)."""
+        self.found = Found(self.found.fingerprint, ignored=self.found.ignored)
+        self.kept = {}
+
+    def write(self, going_on: Callable[[], bool] = lambda: True) -> bool:
+        """Write :attr:`kept` as the image, a chunk of sessions at a time (``going_on`` is
+        asked before each: False leaves the last image as it was). Returns whether it was
+        written. Raises OSError (the temporary file is removed)."""
+        temporary = self.path.with_name(self.path.name + ".tmp")
+        digest = hashlib.sha256()
+        sessions = [(*key, *stored) for key, stored in self.kept.items()]
+        try:
+            with open(temporary, "wb") as stream:
+
+                def put(data: bytes) -> None:
+                    digest.update(data)
+                    stream.write(data)
+
+                put(MAGIC)
+                put(json.dumps({"fingerprint": self.fingerprint}).encode() + b"\n")
+                for start in range(0, len(sessions), CHUNK):
+                    if not going_on():
+                        raise _Abandoned
+                    data = pickle.dumps(sessions[start : start + CHUNK], protocol=5)
+                    put(_LENGTH.pack(len(data)))
+                    put(data)
+                stream.write(digest.digest())
+            os.replace(temporary, self.path)
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            if isinstance(exc, _Abandoned):
+                return False
+            raise
+        self.found = Found(self.fingerprint, dict(self.kept))
+        return True
+
+
+@contextlib.contextmanager
+def no_collection() -> Iterator[None]:
+    """Python's cyclic garbage collector held off while a load makes its many objects (none
+    of them in a cycle: the collector would walk them all, again and again, for nothing)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+class _Abandoned(Exception):
+    pass
+
+
+def read(path: Path) -> Found:
+    """The image at ``path``: its sessions, or why it is ignored (nothing if absent)."""
+    with no_collection():
+        return _read(path)
+
+
+def _read(path: Path) -> Found:
+    try:
+        with open(path, "rb") as stream:
+            data = stream.read()
+    except FileNotFoundError:
+        return Found()
+    except OSError as exc:
+        return Found(ignored=f"cannot be read ({exc.strerror or exc})")
+    body, digest = data[:-_DIGEST], data[-_DIGEST:]
+    if not data.startswith(MAGIC):
+        return Found(ignored="not an image of this version")
+    if len(data) < len(MAGIC) + _DIGEST or hashlib.sha256(body).digest() != digest:
+        return Found(ignored="damaged (its digest does not match)")
+    try:
+        view = io.BytesIO(body)
+        view.seek(len(MAGIC))
+        header = json.loads(view.readline())
+        found = Found(str(header["fingerprint"]))
+        while view.tell() < len(body):
+            (length,) = _LENGTH.unpack(view.read(_LENGTH.size))
+            chunk = _Plain(io.BytesIO(view.read(length))).load()
+            for name, sandbox_id, session_digest, last_order, items in chunk:
+                if not (
+                    isinstance(name, str)
+                    and isinstance(sandbox_id, str)
+                    and isinstance(session_digest, bytes)
+                    and isinstance(last_order, str)
+                    and isinstance(items, list)
+                    and all(_flat(item) for item in items)
+                ):
+                    raise TypeError("not a session's items")
+                found.sessions[(name, sandbox_id)] = Stored(session_digest, last_order, items)
+    except (ValueError, TypeError, KeyError, EOFError, struct.error, pickle.UnpicklingError) as exc:
+        return Found(ignored=f"not readable ({exc})"[:200])
+    return found
+
+
+def _flat(item: object) -> bool:
+    """Whether ``item`` has the shape of :data:`Flat`: two key strings, then name, type and
+    value for each attribute."""
+    return (
+        isinstance(item, tuple)
+        and len(item) % 3 == 2
+        and isinstance(item[0], str)
+        and isinstance(item[1], str)
+    )
+
+
+class _Plain(pickle.Unpickler):
+    """Reads plain values only: a pickle that names any class or function is refused."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"a value of a class ({module}.{name})")
