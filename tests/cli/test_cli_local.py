@@ -547,10 +547,10 @@ def test_a_restart_takes_the_image_and_one_damaged_is_ignored_with_a_word(
     _, said = start()
     assert "ignored" not in said and kept.read_bytes() == written  # taken, nothing to write
     damaged = bytearray(written)
-    damaged[len(damaged) // 2] ^= 0x20
+    damaged[written.index(b"\n", len(image.MAGIC)) + 100] ^= 0x20  # in the first record
     kept.write_bytes(bytes(damaged))
     _, said = start(replacing=bytes(damaged))
-    assert f"{kept.resolve()}: damaged (its digest does not match); ignored" in said
+    assert f"{kept.resolve()}: damaged (a record's digest does not match); ignored" in said
     assert image.read(kept).ignored is None  # written again
     assert data.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == [".dev.jsonl.image", "dev.jsonl"]

@@ -5,7 +5,7 @@ version or crafted is never read as data."""
 
 from __future__ import annotations
 
-import io
+import hashlib
 import json
 import os
 import pickle
@@ -153,10 +153,11 @@ def test_order_ids_go_on_after_the_images(
 
 def _damage(path: Path, how: str) -> None:
     data = bytearray(path.read_bytes())
-    if how == "byte":
-        data[len(data) // 2] ^= 0x01
-    elif how == "torn":
-        del data[len(data) * 2 // 3 :]
+    first_record = data.index(b"\n", len(image.MAGIC)) + 1
+    if how == "byte":  # inside the first record's pickle
+        data[first_record + len(image._EMPTY) + 10] ^= 0x01
+    elif how == "digest":
+        data[first_record + image._LENGTH.size] ^= 0x01
     elif how == "empty":
         data = bytearray()
     elif how == "format":
@@ -164,7 +165,7 @@ def _damage(path: Path, how: str) -> None:
     path.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("how", ["byte", "torn", "empty", "format"])
+@pytest.mark.parametrize("how", ["byte", "digest", "empty", "format"])
 def test_a_damaged_image_is_ignored_as_a_whole(
     server: LocalDynamoDB, written: tuple[image.Image, list[str], str], how: str
 ) -> None:
@@ -224,18 +225,56 @@ def test_a_pickle_naming_a_class_is_refused_and_runs_nothing(tmp_path: Path) -> 
         def __reduce__(self) -> Any:
             return (os.system, ("touch " + str(tmp_path / "ran"),))
 
-    body = io.BytesIO()
-    body.write(image.MAGIC)
-    body.write(json.dumps({"fingerprint": "x"}).encode() + b"\n")
     data = pickle.dumps([("a", "b", b"", "", [Boom()])], protocol=5)
-    body.write(image._LENGTH.pack(len(data)) + data)
-    import hashlib
-
     path = tmp_path / ".dev.jsonl.image"
-    path.write_bytes(body.getvalue() + hashlib.sha256(body.getvalue()).digest())
+    path.write_bytes(
+        image.MAGIC
+        + json.dumps({"fingerprint": "x"}).encode()
+        + b"\n"
+        + image._LENGTH.pack(len(data))
+        + hashlib.sha256(data).digest()
+        + data
+    )
     found = image.read(path)
     assert found.ignored is not None and "class" in found.ignored and not found.sessions
     assert not (tmp_path / "ran").exists()
+
+
+def test_a_record_appended_replaces_the_sessions_earlier_one_and_a_torn_one_is_left_out(
+    server: LocalDynamoDB, written: tuple[image.Image, list[str], str]
+) -> None:
+    first, lines, _ = written
+    more = entry_line(entry("svc-0", "sb-0", LedgerEvent.ExecStarted, 9000, step=50)) + "\n"
+    grown = [*lines, more]
+    sb0 = [line for line in grown if '"sb-0"' in line]
+    stored = bulk.session_items(("svc-0", "sb-0"), sb0, first.shard_count or 0)
+    assert stored is not None
+    assert first.append({("svc-0", "sb-0"): stored})
+    appended = first.path.read_bytes()
+    again = _reread(first.path)
+    assert again.found.records == 5 and not again.found.torn
+    table, _ = _load(server, grown, again)
+    assert again.used == 4  # sb-0 from its appended record
+    assert not again.current  # five records for four sessions: written whole again
+    imported, _ = _load(server, grown, None, use_bulk=False)
+    assert _normalised(_items(server, table)) == _normalised(_items(server, imported))
+    # kill -9 during an append: its record cut short, left out; sb-0 from the first.
+    first.path.write_bytes(appended[:-100])
+    torn = _reread(first.path)
+    assert torn.found.torn and torn.found.ignored is None and torn.found.records == 4
+    table, _ = _load(server, grown, torn)
+    assert torn.used == 3  # sb-0 built: its lines are not the first record's
+    assert _normalised(_items(server, table)) == _normalised(_items(server, imported))
+
+
+def test_an_image_replaced_by_another_file_is_not_appended_to(
+    written: tuple[image.Image, list[str], str],
+) -> None:
+    first, _, _ = written
+    first.path.unlink()
+    first.path.write_bytes(b"someone else's")
+    assert not first.append(dict(list(first.kept.items())[:1]))
+    assert first.path.read_bytes() == b"someone else's"
 
 
 def test_a_write_stopped_half_way_leaves_the_last_image(
@@ -253,3 +292,69 @@ def test_a_write_stopped_half_way_leaves_the_last_image(
         image.CHUNK = monkey_chunk
     assert first.path.read_bytes() == before
     assert sorted(p.name for p in first.path.parent.iterdir()) == [first.path.name]
+
+
+def test_saves_keep_the_image_up_and_a_restart_takes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server started on no FILE: once a save finds FILE holding IMAGE_ENTRIES entries it
+    writes the image whole, later saves append the sessions they changed, and the next
+    start takes every session from it (but those the exit's save changed)."""
+    import functools
+
+    from sandbox_ledger.cli.interrupt import StopSignals
+    from sandbox_ledger.cli.local_saves import Saver
+
+    monkeypatch.setattr(Saver, "IMAGE_ENTRIES", 10)
+    data = tmp_path / "dev.jsonl"
+
+    def started() -> tuple[LocalDynamoDB, Saver, SyncDynamoDBAdapter]:
+        local = LocalDynamoDB()
+        log = inprocess.WriteLog()
+        local.observe(log.note)
+        local.start()
+        table = f"saves-{next(_tables)}"  # moto's tables outlive a server in this process
+        ledger = inprocess.ledger(local, table, REGION)
+        ledger.create_table(sweep=SweepSettings())
+        store = inprocess.resource_store(local, table, REGION)
+        saver = Saver(data, ledger, store, log)
+        saver.bulk = functools.partial(bulk.load_entries, local, ledger, image=saver.image)
+        with StopSignals() as stop:
+            assert saver.load(stop)
+            saver.keep_image(stop)
+        client = SyncDynamoDBAdapter(  # a client over HTTP: its writes are saved
+            table, endpoint_url=local.endpoint_url, region_name=REGION
+        )
+        return local, saver, client
+
+    local, saver, client = started()
+    kept = tmp_path / ".dev.jsonl.image"
+    for n in range(3):
+        client.append(entry("svc", f"sb-{n}", LedgerEvent.SandboxCreated, 1000 + n))
+    saver.save()
+    assert not kept.exists()  # 3 entries: none yet
+    for n in range(12):
+        client.append(entry("svc", f"sb-{n % 4}", LedgerEvent.ExecStarted, 2000 + n, step=n))
+    saver.save()
+    found = image.read(kept)
+    assert found.ignored is None and found.records == len(found.sessions) == 4
+    client.append(entry("svc", "sb-1", LedgerEvent.SandboxClosed, 3000))
+    client.append(entry("svc", "sb-9", LedgerEvent.SandboxCreated, 3001))
+    saver.save()
+    found = image.read(kept)
+    assert found.records == 6 and len(found.sessions) == 5  # sb-1 again, sb-9 new
+    client.append(entry("svc", "sb-2", LedgerEvent.SandboxClosed, 3002))
+    saver.save(final=True)  # not appended: the exit is not held up
+    assert image.read(kept).records == 6
+    expected = {key: client.read_all(*key) for key in client.scan_sessions(None)}
+    client.close()
+    local.stop()
+
+    local, saver, client = started()
+    assert saver.image is not None
+    assert saver.image.used == 4  # sb-2 built again: changed by the exit's save
+    assert {key: client.read_all(*key) for key in client.scan_sessions(None)} == expected
+    found = image.read(kept)
+    assert found.records == len(found.sessions) == 5  # written whole again
+    client.close()
+    local.stop()

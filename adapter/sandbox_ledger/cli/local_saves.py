@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from sandbox_ledger.cli.interrupt import StopSignals
     from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
     from sandbox_ledger.local.inprocess import WriteLog
-    from sandbox_ledger.local.persist import Bulk
+    from sandbox_ledger.local.persist import Bulk, DataState
     from sandbox_ledger.resources import SyncResourceRecordStore
 
 __all__ = ["LoadStopped", "Saver"]
@@ -155,7 +155,7 @@ class Saver:
                 say(f"could not save {self.data} ({why}); still serving, trying again")
             self.failing = why
             return
-        self.mirror = change.after
+        before, self.mirror = self.mirror, change.after
         if change.after.appended:  # read whole again: the file is to be written whole
             self.stale = True
         failure: str | None = None
@@ -174,6 +174,7 @@ class Saver:
                 if self.file.st_size - self.whole > max(self.whole, self.GROWTH):
                     self.stale = True  # written whole at the next save
                 self._saved()
+                self._image_saved(before)
                 return
         if failure is None:
             if (
@@ -190,6 +191,8 @@ class Saver:
                 self.file = os.stat(self.data)
                 self.whole, self.stale = self.file.st_size, False
                 self._saved()
+                if not final:  # Ctrl-C exits at once: the next start builds these
+                    self._image_saved(before)
                 return
         if final:
             raise CommandError(
@@ -198,6 +201,47 @@ class Saver:
         if failure != self.failing:
             say(f"could not save {self.data} ({failure}); still serving, trying again")
         self.failing = failure
+
+    def _image_saved(self, before: DataState) -> None:
+        """Keep the image up with a save: the sessions it changed (from ``before``), built
+        from their lines as FILE now holds them, appended to the image; the image written
+        whole, every session built, when there is none of this version yet and FILE holds
+        :attr:`IMAGE_ENTRIES` entries. A failure is said once; the next start builds what
+        the image lacks."""
+        from sandbox_ledger.local import bulk
+        from sandbox_ledger.local.image import fingerprint
+
+        image, after = self.image, self.mirror
+        if image is None or self.bulk is None:
+            return
+        whole = image.written is None
+        if whole and after.entries < self.IMAGE_ENTRIES:
+            return
+        changed = [
+            (key, lines)
+            for key, lines in after.sessions.items()
+            if whole or before.sessions.get(key) is not lines
+        ]
+        if not changed:
+            return
+        if image.shard_count is None:
+            image.shard_count = self.ledger.run(self.ledger._resolve_shards())
+        built = {}
+        for key, lines in changed:
+            stored = bulk.session_items(key, [line for _, line in lines], image.shard_count)
+            if stored is not None:
+                built[key] = stored
+        try:
+            if whole:
+                image.kept, image.fingerprint = built, fingerprint(image.shard_count)
+                image.write()
+            else:
+                image.append(built)
+        except OSError as exc:
+            image.written = None
+            say(f"could not write {image.path} ({exc.strerror or exc}); the next start builds it")
+        finally:
+            image.release()
 
     def _saved(self) -> None:
         if self.failing is not None:

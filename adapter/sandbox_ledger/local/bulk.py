@@ -133,7 +133,7 @@ def load_entries(
         return None
     known: dict[tuple[str, str], Stored] = {}
     if image is not None:
-        image.fingerprint = fingerprint(shard_count)
+        image.fingerprint, image.shard_count = fingerprint(shard_count), shard_count
         image.kept, image.used = {}, 0
         found = image.found
         if found.ignored is None and found.sessions:

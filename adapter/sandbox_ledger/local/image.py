@@ -5,21 +5,25 @@ A start builds each session's items from its lines (:mod:`sandbox_ledger.local.b
 adapter's own builders, about a tenth of a millisecond of CPU per entry). The image keeps
 what was built, per session, under the SHA-256 of the session's lines, so that the next
 start takes a session's items from it when its lines are the same and builds only the
-sessions that changed. FILE stays the data: the image is only ever read for a session whose
-lines it matches byte for byte, and only when
+sessions that changed. The server writes it whole once it serves after a load that built
+anything, and a save appends the sessions it changed (built from their lines as FILE now
+holds them). FILE stays the data: a session is only ever taken from the image when its
+lines are byte for byte the ones its record was built from and every item is in the
+session's partition, and the image is only read when
 
-- its last 32 bytes are the SHA-256 of everything before them (a torn or damaged image),
+- every record's SHA-256 matches (else it is damaged: ignored as a whole); a last record cut
+  short (``kill -9`` during an append) is left out, as FILE's torn last line is;
 - it is of this format and was written by builders of the same source (:func:`fingerprint`:
-  another version of sandbox-ledger, or of Python, builds its own),
-- it holds only plain values (no object of any class is read from it: :class:`_Plain`);
+  another version of sandbox-ledger, of Python or of pydantic builds its own);
+- it holds only plain values (no object of any class is read from it: :class:`_Plain`).
 
-otherwise it is ignored as a whole, with the reason (:class:`Found`). It is written to a
-temporary file renamed over the last one: a ``kill -9`` while writing leaves the last image
-(or none), never a part of one. Removing it costs only the next start's time.
+Otherwise it is ignored, with the reason (:class:`Found`). Written whole, it goes to a
+temporary file renamed over the last one. Removing it costs only the next start's time.
 
 Layout: the line ``sandbox-ledger local image 1``, a JSON line ``{"fingerprint": ...}``, then
-pickled chunks (plain tuples, lists, dicts, strings and bytes), each after its length as
-8 bytes, then the SHA-256 of all that.
+records: each a pickle (plain tuples, lists, strings and bytes: a list of sessions, each
+``(name, sandboxId, digest of its lines, its last order id, its items)``) after its length
+as 8 bytes and its SHA-256. A later record of a session replaces an earlier one.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ __all__ = [
 MAGIC = b"sandbox-ledger local image 1\n"
 _LENGTH = struct.Struct(">Q")
 _DIGEST = 32
+_EMPTY = bytes(_LENGTH.size + _DIGEST)
 CHUNK = 256
 """Sessions per pickled chunk (a writer holds the interpreter for one chunk at a time)."""
 
@@ -138,6 +143,10 @@ class Found:
     sessions: dict[tuple[str, str], Stored] = field(default_factory=dict)
     ignored: str | None = None
     """Why the image (present) was not read: damaged, another format."""
+    records: int = 0
+    """Session records read (more than :attr:`sessions`: some replaced by later ones)."""
+    torn: bool = False
+    """The last record was cut short (left out)."""
 
 
 @dataclass
@@ -152,10 +161,15 @@ class Image:
     """The fingerprint of what the last load stored."""
     used: int = 0
     """Sessions the last load took from the image."""
+    shard_count: int | None = None
+    """The table's shard count (set by a load)."""
+    written: os.stat_result | None = None
+    """The image file as this server last read or wrote it (None: none to append to)."""
 
     def read(self) -> Found:
         """Read the image (:attr:`found`): nothing if there is none."""
-        self.found = read(self.path)
+        with no_collection():
+            self.found, self.written = _read(self.path)
         return self.found
 
     @property
@@ -164,7 +178,9 @@ class Image:
         found = self.found
         return (
             found.ignored is None
+            and not found.torn
             and found.fingerprint == self.fingerprint
+            and found.records == len(self.kept)
             and found.sessions.keys() == self.kept.keys()
             and all(found.sessions[key].digest == s.digest for key, s in self.kept.items())
         )
@@ -174,30 +190,23 @@ class Image:
         serves)."""
         self.found = Found(self.found.fingerprint, ignored=self.found.ignored)
         self.kept = {}
+        if self.fingerprint != self.found.fingerprint or self.found.ignored is not None:
+            self.written = None  # not this version's image: never appended to
 
     def write(self, going_on: Callable[[], bool] = lambda: True) -> bool:
         """Write :attr:`kept` as the image, a chunk of sessions at a time (``going_on`` is
         asked before each: False leaves the last image as it was). Returns whether it was
         written. Raises OSError (the temporary file is removed)."""
         temporary = self.path.with_name(self.path.name + ".tmp")
-        digest = hashlib.sha256()
-        sessions = [(*key, *stored) for key, stored in self.kept.items()]
+        sessions = list(self.kept.items())
         try:
             with open(temporary, "wb") as stream:
-
-                def put(data: bytes) -> None:
-                    digest.update(data)
-                    stream.write(data)
-
-                put(MAGIC)
-                put(json.dumps({"fingerprint": self.fingerprint}).encode() + b"\n")
+                stream.write(MAGIC)
+                stream.write(json.dumps({"fingerprint": self.fingerprint}).encode() + b"\n")
                 for start in range(0, len(sessions), CHUNK):
                     if not going_on():
                         raise _Abandoned
-                    data = pickle.dumps(sessions[start : start + CHUNK], protocol=5)
-                    put(_LENGTH.pack(len(data)))
-                    put(data)
-                stream.write(digest.digest())
+                    stream.write(_chunk(sessions[start : start + CHUNK]))
             os.replace(temporary, self.path)
         except BaseException as exc:
             with contextlib.suppress(OSError):
@@ -205,8 +214,40 @@ class Image:
             if isinstance(exc, _Abandoned):
                 return False
             raise
-        self.found = Found(self.fingerprint, dict(self.kept))
+        self.written = os.stat(self.path)
+        self.found = Found(self.fingerprint, dict(self.kept), records=len(self.kept))
         return True
+
+    def append(self, sessions: dict[tuple[str, str], Stored]) -> bool:
+        """Append ``sessions`` (built from their lines as a save wrote them) to the image
+        this server wrote or read last, if it is still that file: a later record of a
+        session replaces the earlier one when the image is read. Returns whether they
+        were appended. Raises OSError (the image then ends in a torn record, which a read
+        leaves out)."""
+        written = self.written
+        if written is None or not sessions:
+            return False
+        try:
+            now = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        if (now.st_dev, now.st_ino, now.st_size) != (
+            written.st_dev,
+            written.st_ino,
+            written.st_size,
+        ):
+            self.written = None  # another file, or changed by another: no more appends
+            return False
+        with open(self.path, "ab") as stream:
+            stream.write(_chunk(list(sessions.items())))
+        self.written = os.stat(self.path)
+        return True
+
+
+def _chunk(sessions: list[tuple[tuple[str, str], Stored]]) -> bytes:
+    """A record of ``sessions``: its length, its SHA-256, then its pickle."""
+    data = pickle.dumps([(*key, *stored) for key, stored in sessions], protocol=5)
+    return _LENGTH.pack(len(data)) + hashlib.sha256(data).digest() + data
 
 
 @contextlib.contextmanager
@@ -229,31 +270,38 @@ class _Abandoned(Exception):
 def read(path: Path) -> Found:
     """The image at ``path``: its sessions, or why it is ignored (nothing if absent)."""
     with no_collection():
-        return _read(path)
+        return _read(path)[0]
 
 
-def _read(path: Path) -> Found:
+def _read(path: Path) -> tuple[Found, os.stat_result | None]:
     try:
         with open(path, "rb") as stream:
             data = stream.read()
+            status = os.fstat(stream.fileno())
     except FileNotFoundError:
-        return Found()
+        return Found(), None
     except OSError as exc:
-        return Found(ignored=f"cannot be read ({exc.strerror or exc})")
-    body, digest = data[:-_DIGEST], data[-_DIGEST:]
+        return Found(ignored=f"cannot be read ({exc.strerror or exc})"), None
     if not data.startswith(MAGIC):
-        return Found(ignored="not an image of this version")
-    if len(data) < len(MAGIC) + _DIGEST or hashlib.sha256(body).digest() != digest:
-        return Found(ignored="damaged (its digest does not match)")
+        return Found(ignored="not an image of this version"), None
     try:
-        view = io.BytesIO(body)
+        view = io.BytesIO(data)
         view.seek(len(MAGIC))
         header = json.loads(view.readline())
         found = Found(str(header["fingerprint"]))
-        while view.tell() < len(body):
-            (length,) = _LENGTH.unpack(view.read(_LENGTH.size))
-            chunk = _Plain(io.BytesIO(view.read(length))).load()
-            for name, sandbox_id, session_digest, last_order, items in chunk:
+        while view.tell() < len(data):
+            start = view.tell()
+            head = view.read(_LENGTH.size + _DIGEST)
+            length = _LENGTH.unpack(head[: _LENGTH.size])[0] if len(head) == len(_EMPTY) else 0
+            if len(head) < len(_EMPTY) or start + len(head) + length > len(data):
+                found.torn = True  # the last record cut short (kill -9): left out
+                break
+            record = view.read(length)
+            if hashlib.sha256(record).digest() != head[_LENGTH.size :]:
+                return Found(ignored="damaged (a record's digest does not match)"), None
+            for name, sandbox_id, session_digest, last_order, items in _Plain(
+                io.BytesIO(record)
+            ).load():
                 if not (
                     isinstance(name, str)
                     and isinstance(sandbox_id, str)
@@ -264,9 +312,10 @@ def _read(path: Path) -> Found:
                 ):
                     raise TypeError("not a session's items")
                 found.sessions[(name, sandbox_id)] = Stored(session_digest, last_order, items)
+                found.records += 1
     except (ValueError, TypeError, KeyError, EOFError, struct.error, pickle.UnpicklingError) as exc:
-        return Found(ignored=f"not readable ({exc})"[:200])
-    return found
+        return Found(ignored=f"not readable ({exc})"[:200]), None
+    return found, status
 
 
 def _flat(item: object) -> bool:
