@@ -5,6 +5,7 @@ version or crafted is never read as data."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -16,6 +17,8 @@ import pytest
 
 from sandbox_ledger import LedgerEvent
 from sandbox_ledger import keys as k
+from sandbox_ledger.cli.interrupt import StopSignals
+from sandbox_ledger.cli.local_saves import Saver
 from sandbox_ledger.deployment import SweepSettings
 from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 from sandbox_ledger.dynamodb import _items as it
@@ -294,40 +297,38 @@ def test_a_write_stopped_half_way_leaves_the_last_image(
     assert sorted(p.name for p in first.path.parent.iterdir()) == [first.path.name]
 
 
+def _started(data: Path) -> tuple[LocalDynamoDB, Saver, SyncDynamoDBAdapter]:
+    """A local server on ``data`` as ``sandbox-ledger local`` runs one, its load done and
+    its image kept; its saver, and a ledger client over HTTP."""
+    local = LocalDynamoDB()
+    log = inprocess.WriteLog()
+    local.observe(log.note)
+    local.start()
+    table = f"saves-{next(_tables)}"  # moto's tables outlive a server in this process
+    ledger = inprocess.ledger(local, table, REGION)
+    ledger.create_table(sweep=SweepSettings())
+    store = inprocess.resource_store(local, table, REGION)
+    saver = Saver(data, ledger, store, log)
+    saver.bulk = functools.partial(bulk.load_entries, local, ledger, image=saver.image)
+    with StopSignals() as stop:
+        assert saver.load(stop)
+        saver.keep_image(stop)
+    client = SyncDynamoDBAdapter(  # a client over HTTP: its writes are saved
+        table, endpoint_url=local.endpoint_url, region_name=REGION
+    )
+    return local, saver, client
+
+
 def test_saves_keep_the_image_up_and_a_restart_takes_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A server started on no FILE: once a save finds FILE holding IMAGE_ENTRIES entries it
     writes the image whole, later saves append the sessions they changed, and the next
     start takes every session from it (but those the exit's save changed)."""
-    import functools
-
-    from sandbox_ledger.cli.interrupt import StopSignals
-    from sandbox_ledger.cli.local_saves import Saver
-
     monkeypatch.setattr(Saver, "IMAGE_ENTRIES", 10)
     data = tmp_path / "dev.jsonl"
 
-    def started() -> tuple[LocalDynamoDB, Saver, SyncDynamoDBAdapter]:
-        local = LocalDynamoDB()
-        log = inprocess.WriteLog()
-        local.observe(log.note)
-        local.start()
-        table = f"saves-{next(_tables)}"  # moto's tables outlive a server in this process
-        ledger = inprocess.ledger(local, table, REGION)
-        ledger.create_table(sweep=SweepSettings())
-        store = inprocess.resource_store(local, table, REGION)
-        saver = Saver(data, ledger, store, log)
-        saver.bulk = functools.partial(bulk.load_entries, local, ledger, image=saver.image)
-        with StopSignals() as stop:
-            assert saver.load(stop)
-            saver.keep_image(stop)
-        client = SyncDynamoDBAdapter(  # a client over HTTP: its writes are saved
-            table, endpoint_url=local.endpoint_url, region_name=REGION
-        )
-        return local, saver, client
-
-    local, saver, client = started()
+    local, saver, client = _started(data)
     kept = tmp_path / ".dev.jsonl.image"
     for n in range(3):
         client.append(entry("svc", f"sb-{n}", LedgerEvent.SandboxCreated, 1000 + n))
@@ -350,11 +351,53 @@ def test_saves_keep_the_image_up_and_a_restart_takes_it(
     client.close()
     local.stop()
 
-    local, saver, client = started()
+    local, saver, client = _started(data)
     assert saver.image is not None
     assert saver.image.used == 4  # sb-2 built again: changed by the exit's save
     assert {key: client.read_all(*key) for key in client.scan_sessions(None)} == expected
     found = image.read(kept)
     assert found.records == len(found.sessions) == 5  # written whole again
+    client.close()
+    local.stop()
+
+
+def test_saves_stop_keeping_the_image_past_a_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A save builds no session of IMAGE_SESSION entries or more (it would build them all
+    for the few it added), and stops appending once the image is twice what it was written
+    whole: the next start builds what it lacks."""
+    monkeypatch.setattr(Saver, "IMAGE_ENTRIES", 10)
+    monkeypatch.setattr(Saver, "IMAGE_SESSION", 8)
+    monkeypatch.setattr(Saver, "GROWTH", 1)
+    data = tmp_path / "dev.jsonl"
+    local, saver, client = _started(data)
+    kept = tmp_path / ".dev.jsonl.image"
+    for n in range(12):
+        client.append(entry("svc", f"sb-{n % 3}", LedgerEvent.ExecStarted, 2000 + n, step=n))
+    saver.save()
+    assert image.read(kept).records == 3
+    for n in range(8):  # sb-0 grows to 12 entries: not built at a save
+        client.append(entry("svc", "sb-0", LedgerEvent.ExecStarted, 3000 + n, step=20 + n))
+    saver.save()
+    assert image.read(kept).records == 3
+    monkeypatch.setattr(Saver, "IMAGE_SESSION", 100)
+    for n in range(40):  # sb-1 appended again at each save, until the image doubled
+        client.append(entry("svc", "sb-1", LedgerEvent.ExecStarted, 4000 + n, step=40 + n))
+        saver.save()
+        if saver.image_off:
+            break
+    assert saver.image_off and 2 * saver.image_whole < kept.stat().st_size
+    size = kept.stat().st_size
+    client.append(entry("svc", "sb-1", LedgerEvent.SandboxClosed, 5000))
+    saver.save()
+    assert kept.stat().st_size == size  # no more appends
+    expected = {key: client.read_all(*key) for key in client.scan_sessions(None)}
+    saver.save(final=True)
+    client.close()
+    local.stop()
+    local, saver, client = _started(data)
+    assert saver.image is not None and saver.image.used == 1  # sb-2; sb-0 and sb-1 built
+    assert {key: client.read_all(*key) for key in client.scan_sessions(None)} == expected
     client.close()
     local.stop()

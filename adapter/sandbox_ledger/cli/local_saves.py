@@ -34,6 +34,10 @@ class Saver:
     """Entries from which a load's image is written (fewer load in a moment from the lines:
     no file beside ``data`` for them)."""
 
+    IMAGE_SESSION = 2_000
+    """Entries from which a session a save changed is not built for the image (the save
+    would cost a build of all of them for the few it added): the next start builds it."""
+
     GROWTH = 1 << 20
     """Bytes appended beyond the size of the file last written whole before it is written
     whole again (so appended lines never cost more than the file itself)."""
@@ -63,6 +67,10 @@ class Saver:
         """How a load puts the entries into the table directly (see :mod:`..local.bulk`)."""
         self.image = Image(image_path(data)) if data is not None else None
         """The items of ``data``'s sessions kept beside it (see :mod:`..local.image`)."""
+        self.image_whole = 0
+        """The image's size as last read or written whole (appends stop at twice that)."""
+        self.image_off = False
+        """Saves no longer keep the image up (it outgrew that, or could not be written)."""
 
     def load(self, stop: StopSignals) -> bool:
         """Load ``data`` into the tables, with progress on a terminal; False if a stopping
@@ -125,6 +133,7 @@ class Saver:
             say(f"could not write {image.path} ({exc.strerror or exc}); the next start builds it")
         finally:
             image.release()
+            self.image_whole = image.written.st_size if image.written else 0
 
     def save(self, *, final: bool = False) -> None:
         """Save what changed since the last save. A failed save (the directory gone, the
@@ -212,7 +221,7 @@ class Saver:
         from sandbox_ledger.local.image import fingerprint
 
         image, after = self.image, self.mirror
-        if image is None or self.bulk is None:
+        if image is None or self.bulk is None or self.image_off:
             return
         whole = image.written is None
         if whole and after.entries < self.IMAGE_ENTRIES:
@@ -220,9 +229,16 @@ class Saver:
         changed = [
             (key, lines)
             for key, lines in after.sessions.items()
-            if whole or before.sessions.get(key) is not lines
+            if whole or (before.sessions.get(key) is not lines and len(lines) < self.IMAGE_SESSION)
         ]
         if not changed:
+            return
+        if (
+            not whole
+            and image.written is not None
+            and image.written.st_size > 2 * max(self.image_whole, self.GROWTH)
+        ):
+            self.image_off = True  # twice what it was written whole: the next start rewrites it
             return
         if image.shard_count is None:
             image.shard_count = self.ledger.run(self.ledger._resolve_shards())
@@ -235,10 +251,11 @@ class Saver:
             if whole:
                 image.kept, image.fingerprint = built, fingerprint(image.shard_count)
                 image.write()
+                self.image_whole = image.written.st_size if image.written else 0
             else:
                 image.append(built)
         except OSError as exc:
-            image.written = None
+            self.image_off = True
             say(f"could not write {image.path} ({exc.strerror or exc}); the next start builds it")
         finally:
             image.release()
