@@ -344,19 +344,25 @@ def test_saves_keep_the_image_up_and_a_restart_takes_it(
     saver.save()
     found = image.read(kept)
     assert found.records == 6 and len(found.sessions) == 5  # sb-1 again, sb-9 new
+    size = kept.stat().st_size
+    for n in range(30):  # new sessions: appended, however much the image grows
+        client.append(entry("svc", f"new-{n}", LedgerEvent.SandboxCreated, 3100 + n))
+        saver.save()
+    assert kept.stat().st_size > 3 * size and not saver.image_off
+    assert image.read(kept).records == len(image.read(kept).sessions) + 1 == 36
     client.append(entry("svc", "sb-2", LedgerEvent.SandboxClosed, 3002))
     saver.save(final=True)  # not appended: the exit is not held up
-    assert image.read(kept).records == 6
+    assert image.read(kept).records == 36
     expected = {key: client.read_all(*key) for key in client.scan_sessions(None)}
     client.close()
     local.stop()
 
     local, saver, client = _started(data)
     assert saver.image is not None
-    assert saver.image.used == 4  # sb-2 built again: changed by the exit's save
+    assert saver.image.used == 34  # sb-2 built again: changed by the exit's save
     assert {key: client.read_all(*key) for key in client.scan_sessions(None)} == expected
     found = image.read(kept)
-    assert found.records == len(found.sessions) == 5  # written whole again
+    assert found.records == len(found.sessions) == 35  # written whole again
     client.close()
     local.stop()
 
@@ -369,7 +375,6 @@ def test_saves_stop_keeping_the_image_past_a_bound(
     whole: the next start builds what it lacks."""
     monkeypatch.setattr(Saver, "IMAGE_ENTRIES", 10)
     monkeypatch.setattr(Saver, "IMAGE_SESSION", 8)
-    monkeypatch.setattr(Saver, "GROWTH", 1)
     data = tmp_path / "dev.jsonl"
     local, saver, client = _started(data)
     kept = tmp_path / ".dev.jsonl.image"
@@ -382,12 +387,12 @@ def test_saves_stop_keeping_the_image_past_a_bound(
     saver.save()
     assert image.read(kept).records == 3
     monkeypatch.setattr(Saver, "IMAGE_SESSION", 100)
-    for n in range(40):  # sb-1 appended again at each save, until the image doubled
+    for n in range(40):  # sb-1 appended again at each save, until what was replaced holds
         client.append(entry("svc", "sb-1", LedgerEvent.ExecStarted, 4000 + n, step=40 + n))
-        saver.save()
+        saver.save()  # more entries than FILE
         if saver.image_off:
             break
-    assert saver.image_off and 2 * saver.image_whole < kept.stat().st_size
+    assert saver.image_off and saver.image_dead > saver.mirror.entries
     size = kept.stat().st_size
     client.append(entry("svc", "sb-1", LedgerEvent.SandboxClosed, 5000))
     saver.save()

@@ -67,8 +67,11 @@ class Saver:
         """How a load puts the entries into the table directly (see :mod:`..local.bulk`)."""
         self.image = Image(image_path(data)) if data is not None else None
         """The items of ``data``'s sessions kept beside it (see :mod:`..local.image`)."""
-        self.image_whole = 0
-        """The image's size as last read or written whole (appends stop at twice that)."""
+        self.image_keys: set[tuple[str, str]] = set()
+        """The sessions the image holds a record of."""
+        self.image_dead = 0
+        """Entries of the image's records that later ones replaced (appends stop once they
+        outnumber FILE's entries: the image is then at most about twice what it holds)."""
         self.image_off = False
         """Saves no longer keep the image up (it outgrew that, or could not be written)."""
 
@@ -132,8 +135,8 @@ class Saver:
         except OSError as exc:
             say(f"could not write {image.path} ({exc.strerror or exc}); the next start builds it")
         finally:
+            self.image_keys = set(image.found.sessions)
             image.release()
-            self.image_whole = image.written.st_size if image.written else 0
 
     def save(self, *, final: bool = False) -> None:
         """Save what changed since the last save. A failed save (the directory gone, the
@@ -215,8 +218,9 @@ class Saver:
         """Keep the image up with a save: the sessions it changed (from ``before``), built
         from their lines as FILE now holds them, appended to the image; the image written
         whole, every session built, when there is none of this version yet and FILE holds
-        :attr:`IMAGE_ENTRIES` entries. A failure is said once; the next start builds what
-        the image lacks."""
+        :attr:`IMAGE_ENTRIES` entries. Appends stop once the records they replaced hold
+        more entries than FILE (see :attr:`image_dead`). A failure is said once; the next
+        start builds what the image lacks."""
         from sandbox_ledger.local import bulk
         from sandbox_ledger.local.image import fingerprint
 
@@ -233,12 +237,8 @@ class Saver:
         ]
         if not changed:
             return
-        if (
-            not whole
-            and image.written is not None
-            and image.written.st_size > 2 * max(self.image_whole, self.GROWTH)
-        ):
-            self.image_off = True  # twice what it was written whole: the next start rewrites it
+        if not whole and self.image_dead > max(after.entries, self.IMAGE_ENTRIES):
+            self.image_off = True  # mostly replaced records: the next start rewrites it
             return
         if image.shard_count is None:
             image.shard_count = self.ledger.run(self.ledger._resolve_shards())
@@ -251,9 +251,12 @@ class Saver:
             if whole:
                 image.kept, image.fingerprint = built, fingerprint(image.shard_count)
                 image.write()
-                self.image_whole = image.written.st_size if image.written else 0
-            else:
-                image.append(built)
+                self.image_keys, self.image_dead = set(built), 0
+            elif image.append(built):
+                for key in built:
+                    if key in self.image_keys:
+                        self.image_dead += len(before.sessions.get(key, ()))
+                self.image_keys.update(built)
         except OSError as exc:
             self.image_off = True
             say(f"could not write {image.path} ({exc.strerror or exc}); the next start builds it")

@@ -140,7 +140,7 @@ def load_entries(
             if found.fingerprint == image.fingerprint:
                 known = found.sessions
             else:
-                found.ignored = "written by another version (of sandbox-ledger or Python)"
+                found.ignored = "written by another version (sandbox-ledger, Python, pydantic)"
     try:
         from moto.dynamodb.models.dynamo_type import DynamoType
 
