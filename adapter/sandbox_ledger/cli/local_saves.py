@@ -230,6 +230,9 @@ class Saver:
         whole = image.written is None
         if whole and after.entries < self.IMAGE_ENTRIES:
             return
+        if after.appended and not whole:  # every table read again: every session "changed"
+            self.image_off = True  # (a build of them all at this save): the next start's
+            return
         changed = [
             (key, lines)
             for key, lines in after.sessions.items()
