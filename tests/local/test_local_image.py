@@ -412,3 +412,26 @@ def test_saves_stop_keeping_the_image_past_a_bound(
     assert {key: client.read_all(*key) for key in client.scan_sessions(None)} == expected
     client.close()
     local.stop()
+
+
+def test_an_image_replaced_while_serving_is_left_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(Saver, "IMAGE_ENTRIES", 3)
+    data = tmp_path / "dev.jsonl"
+    local, saver, client = _started(data)
+    kept = tmp_path / ".dev.jsonl.image"
+    for n in range(4):
+        client.append(entry("svc", f"sb-{n}", LedgerEvent.SandboxCreated, 1000 + n))
+    saver.save()
+    assert image.read(kept).records == 4
+    kept.unlink()
+    kept.write_bytes(b"another's")
+    client.append(entry("svc", "sb-0", LedgerEvent.SandboxClosed, 2000))
+    saver.save()
+    assert saver.image_off and kept.read_bytes() == b"another's"
+    client.append(entry("svc", "sb-1", LedgerEvent.SandboxClosed, 2001))
+    saver.save()  # nothing built, nothing written
+    assert kept.read_bytes() == b"another's"
+    client.close()
+    local.stop()

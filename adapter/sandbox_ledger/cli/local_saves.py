@@ -133,6 +133,7 @@ class Saver:
             if big and image.fingerprint and not image.current:
                 image.write(lambda: not stop.received)
         except OSError as exc:
+            self.image_off = True
             say(f"could not write {image.path} ({exc.strerror or exc}); the next start builds it")
         finally:
             self.image_keys = set(image.found.sessions)
@@ -255,7 +256,9 @@ class Saver:
                 image.kept, image.fingerprint = built, fingerprint(image.shard_count)
                 image.write()
                 self.image_keys, self.image_dead = set(built), 0
-            elif image.append(built):
+            elif built and not image.append(built):
+                self.image_off = True  # no longer the file this server wrote: left alone
+            else:
                 for key in built:
                     if key in self.image_keys:
                         self.image_dead += len(before.sessions.get(key, ()))
