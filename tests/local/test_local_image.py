@@ -92,6 +92,7 @@ def test_a_restart_from_the_image_stores_what_the_build_stored_byte_for_byte(
     server: LocalDynamoDB, written: tuple[image.Image, list[str], str]
 ) -> None:
     first, lines, built_table = written
+    assert first.path.stat().st_mode & 0o777 == 0o600  # FILE's data: its owner's only
     again = _reread(first.path)
     assert again.found.ignored is None
     table, ledger = _load(server, lines, again)

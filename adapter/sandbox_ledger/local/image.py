@@ -200,7 +200,10 @@ class Image:
         temporary = self.path.with_name(self.path.name + ".tmp")
         sessions = list(self.kept.items())
         try:
-            with open(temporary, "wb") as stream:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)  # a killed writer's: made again, readable by its owner only
+            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with open(descriptor, "wb") as stream:
                 stream.write(MAGIC)
                 stream.write(json.dumps({"fingerprint": self.fingerprint}).encode() + b"\n")
                 for start in range(0, len(sessions), CHUNK):
