@@ -17,8 +17,10 @@ Each step is the CLI in its own process, as in a shell:
 ``--export-entries N`` (default: none) then starts a server on a FILE of N entries written
 directly (an export's lines are a data file) and exports them: an export of 200,000 entries
 from a loaded server, without importing them over HTTP first. ``--restart-entries N``
-(default: none) starts a server on a FILE of N entries written directly: the restart alone
-(``--entries 0`` skips the import).
+(default: none) starts a server on a FILE of N entries written directly (no ``.FILE.image``:
+every session built), waits for it to write the image, stops it, and starts it again on the
+same FILE (every session from the image): the starts alone (``--entries 0`` skips the
+import).
 
     .venv/bin/python benchmarks/local_data.py                      # 100,000 entries
     .venv/bin/python benchmarks/local_data.py --entries 20000 --export-entries 200000
