@@ -436,3 +436,30 @@ def test_an_image_replaced_while_serving_is_left_alone(
     assert kept.read_bytes() == b"another's"
     client.close()
     local.stop()
+
+
+def test_nothing_is_appended_after_a_torn_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An image ending in a record cut short (``kill -9``) and not written again at the
+    start (FILE too small) gets no records after it: they would be read as that record's."""
+    monkeypatch.setattr(Saver, "IMAGE_ENTRIES", 3)
+    data = tmp_path / "dev.jsonl"
+    local, saver, client = _started(data)
+    for n in range(4):
+        client.append(entry("svc", f"sb-{n}", LedgerEvent.SandboxCreated, 1000 + n))
+    saver.save()
+    saver.save(final=True)
+    client.close()
+    local.stop()
+    kept = tmp_path / ".dev.jsonl.image"
+    kept.write_bytes(kept.read_bytes()[:-50])
+    assert image.read(kept).torn
+    monkeypatch.setattr(Saver, "IMAGE_ENTRIES", 100)
+    local, saver, client = _started(data)
+    torn = kept.read_bytes()
+    client.append(entry("svc", "sb-0", LedgerEvent.SandboxClosed, 2000))
+    saver.save()
+    assert kept.read_bytes() == torn
+    client.close()
+    local.stop()

@@ -188,10 +188,11 @@ class Image:
     def release(self) -> None:
         """Forget the sessions read and kept (the server need not hold them while it
         serves)."""
-        self.found = Found(self.found.fingerprint, ignored=self.found.ignored)
+        found = self.found
+        self.found = Found(found.fingerprint, ignored=found.ignored, torn=found.torn)
         self.kept = {}
-        if self.fingerprint != self.found.fingerprint or self.found.ignored is not None:
-            self.written = None  # not this version's image: never appended to
+        if self.fingerprint != found.fingerprint or found.ignored is not None or found.torn:
+            self.written = None  # not this version's image, or one ending torn: not appended to
 
     def write(self, going_on: Callable[[], bool] = lambda: True) -> bool:
         """Write :attr:`kept` as the image, a chunk of sessions at a time (``going_on`` is
