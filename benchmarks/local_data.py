@@ -16,10 +16,15 @@ Each step is the CLI in its own process, as in a shell:
 
 ``--export-entries N`` (default: none) then starts a server on a FILE of N entries written
 directly (an export's lines are a data file) and exports them: an export of 200,000 entries
-from a loaded server, without importing them over HTTP first.
+from a loaded server, without importing them over HTTP first. ``--restart-entries N``
+(default: none) starts a server on a FILE of N entries written directly (no ``.FILE.image``:
+every session built), waits for it to write the image, stops it, and starts it again on the
+same FILE (every session from the image): the starts alone (``--entries 0`` skips the
+import).
 
     .venv/bin/python benchmarks/local_data.py                      # 100,000 entries
     .venv/bin/python benchmarks/local_data.py --entries 20000 --export-entries 200000
+    .venv/bin/python benchmarks/local_data.py --entries 0 --restart-entries 100000
 """
 
 from __future__ import annotations
@@ -183,17 +188,48 @@ def run_export(entries: int, work: Path) -> dict[str, Any]:
     return result
 
 
+def run_restart(entries: int, work: Path) -> dict[str, Any]:
+    """A server started on a FILE of ``entries`` written directly (no image of it yet), then
+    again on that FILE (its image written by the first): for each, when it serves, its CPU
+    for the load, an ``ls`` from it, and Ctrl-C."""
+    data = work / "restart.jsonl"
+    write_file(data, entries)
+    result: dict[str, Any] = {"entries": entries}
+    for name in ("first_start", "restart"):
+        server = Server(data, 5)
+        run: dict[str, Any] = {
+            "serves_after_s": round(server.serving_after, 1),
+            "load_cpu_s": round(server.load_cpu, 1),
+        }
+        image = data.with_name(f".{data.name}.image")
+        waited = time.perf_counter()
+        while not image.exists() and time.perf_counter() - waited < 120:
+            time.sleep(0.2)  # the first start writes it once it serves
+        run["image_after_s"] = round(time.perf_counter() - waited + server.serving_after, 1)
+        listed, seconds = server.cli("ls", "--name", "job-01")
+        run["ls_s"] = round(seconds, 2)
+        run["ls_ok"] = listed.returncode == 0
+        seconds, _ = server.interrupt()
+        run["ctrl_c_s"] = round(seconds, 2)
+        result[name] = run
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--entries", type=int, default=100_000)
     parser.add_argument("--save-every", type=float, default=5.0)
     parser.add_argument("--export-entries", type=int, default=0)
+    parser.add_argument("--restart-entries", type=int, default=0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as work:
         if args.entries:
             print(json.dumps(run(args.entries, args.save_every, Path(work))), flush=True)
         if args.export_entries:
             print(json.dumps({"export": run_export(args.export_entries, Path(work))}), flush=True)
+        if args.restart_entries:
+            restart = run_restart(args.restart_entries, Path(work))
+            print(json.dumps({"restart": restart}), flush=True)
     print(f"load average {os.getloadavg()[0]:.1f}")
 
 

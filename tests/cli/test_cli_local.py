@@ -470,6 +470,11 @@ def test_at_100000_entries_a_written_entry_survives_kill_9_and_the_server_restar
     assert read_data(tmp_path / "dev.jsonl").entries == 100_024
 
     again = Local("--data", "dev.jsonl", "--save-every", "1", cwd=tmp_path)
+    # Every session from .dev.jsonl.image (written once the last server served, the new
+    # ones appended by its saves): 3.8 s of CPU quiet, 10.4 s building them (benchmarks.md).
+    with open(f"/proc/{again.process.pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    assert (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") < 7.5
     env = again.env()
     listed = run(["ls", "--name", "job-00", "--json"], env)
     assert listed.returncode == 0, listed.stderr
@@ -539,3 +544,46 @@ def test_local_strict_refuses_what_dynamodb_refuses(tmp_path: Path) -> None:
     finally:
         code, stderr = server.stop(signal.SIGTERM)
     assert code == 0, stderr
+
+
+def test_a_restart_takes_the_image_and_one_damaged_is_ignored_with_a_word(
+    tmp_path: Path,
+) -> None:
+    """The first start on a FILE of 6,000 entries writes ``.FILE.image`` once it serves; the
+    next takes every session from it; a damaged one is said, ignored and written again; the
+    data is FILE's each time (issue 41, item 5)."""
+    from sandbox_ledger.local import image
+
+    data = tmp_path / "dev.jsonl"
+    data.write_text(_ledger_lines(6_000))
+    before = data.read_bytes()
+    kept = tmp_path / ".dev.jsonl.image"
+
+    def start(replacing: bytes = b"") -> tuple[Local, str]:
+        """A server on FILE, once its image is other than ``replacing``; ls; Ctrl-C."""
+        server = Local("--data", "dev.jsonl", cwd=tmp_path)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not kept.exists() or kept.read_bytes() == replacing):
+            time.sleep(0.1)
+        listed = run(["ls", "--name", "job-07", "--json"], server.env())
+        assert listed.returncode == 0, listed.stderr
+        assert len(json.loads(listed.stdout)["sessions"]) == 20
+        code, said = server.stop(signal.SIGINT)
+        assert code == 0, said
+        return server, said
+
+    _, said = start()
+    assert kept.exists() and "ignored" not in said
+    found = image.read(kept)
+    assert found.ignored is None and len(found.sessions) == 1_000
+    written = kept.read_bytes()
+    _, said = start()
+    assert "ignored" not in said and kept.read_bytes() == written  # taken, nothing to write
+    damaged = bytearray(written)
+    damaged[written.index(b"\n", len(image.MAGIC)) + 100] ^= 0x20  # in the first record
+    kept.write_bytes(bytes(damaged))
+    _, said = start(replacing=bytes(damaged))
+    assert f"{kept.resolve()}: damaged (a record's digest does not match); ignored" in said
+    assert image.read(kept).ignored is None  # written again
+    assert data.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".dev.jsonl.image", "dev.jsonl"]

@@ -4,6 +4,7 @@ PostgreSQL) served until Ctrl-C or SIGTERM, for the development loop."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shlex
 import signal
@@ -89,7 +90,7 @@ def _serve(
     strict: bool = False,
 ) -> Saver:
     from sandbox_ledger.deployment import SweepSettings
-    from sandbox_ledger.local import LocalDynamoDB, inprocess
+    from sandbox_ledger.local import LocalDynamoDB, bulk, inprocess
 
     server = LocalDynamoDB(host, port, strict=strict)
     log = inprocess.WriteLog()
@@ -101,6 +102,7 @@ def _serve(
     ledger.create_table(sweep=SweepSettings())
     store = inprocess.resource_store(server, table, REGION)
     saver = Saver(data, ledger, store, log)
+    saver.bulk = functools.partial(bulk.load_entries, server, ledger, image=saver.image)
     pg = None
     try:
         if not saver.load(stop):
@@ -110,6 +112,7 @@ def _serve(
         # Saves start every save_every seconds, however long each takes (one waiting for the
         # end of the last one would stretch the time a write waits to be saved).
         due = time.monotonic() + save_every
+        saver.keep_image(stop)
         while not stop.wait(max(0.0, due - time.monotonic())):
             saver.save()
             due = max(due + save_every, time.monotonic())

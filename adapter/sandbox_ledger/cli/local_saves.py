@@ -3,6 +3,7 @@ what the served requests changed (see :mod:`sandbox_ledger.local.journal`), and 
 
 from __future__ import annotations
 
+import gc
 import os
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,7 @@ if TYPE_CHECKING:
     from sandbox_ledger.cli.interrupt import StopSignals
     from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
     from sandbox_ledger.local.inprocess import WriteLog
+    from sandbox_ledger.local.persist import Bulk, DataState
     from sandbox_ledger.resources import SyncResourceRecordStore
 
 __all__ = ["LoadStopped", "Saver"]
@@ -28,6 +30,14 @@ class Saver:
     :mod:`sandbox_ledger.local.journal`): appended to ``data``, or ``data`` written whole
     (the first save, on exit, and once the appended lines outgrow the file)."""
 
+    IMAGE_ENTRIES = 5_000
+    """Entries from which a load's image is written (fewer load in a moment from the lines:
+    no file beside ``data`` for them)."""
+
+    IMAGE_SESSION = 2_000
+    """Entries from which a session a save changed is not built for the image (the save
+    would cost a build of all of them for the few it added): the next start builds it."""
+
     GROWTH = 1 << 20
     """Bytes appended beyond the size of the file last written whole before it is written
     whole again (so appended lines never cost more than the file itself)."""
@@ -39,6 +49,7 @@ class Saver:
         store: SyncResourceRecordStore,
         log: WriteLog,
     ) -> None:
+        from sandbox_ledger.local.image import Image, image_path
         from sandbox_ledger.local.persist import DataState
 
         self.data, self.ledger, self.store, self.log = data, ledger, store, log
@@ -52,39 +63,81 @@ class Saver:
         self.stopped_loading = False
         self.failing: str | None = None
         """Why the last save failed, while saves fail."""
+        self.bulk: Bulk | None = None
+        """How a load puts the entries into the table directly (see :mod:`..local.bulk`)."""
+        self.image = Image(image_path(data)) if data is not None else None
+        """The items of ``data``'s sessions kept beside it (see :mod:`..local.image`)."""
+        self.image_keys: set[tuple[str, str]] = set()
+        """The sessions the image holds a record of."""
+        self.image_dead = 0
+        """Entries of the image's records that later ones replaced (appends stop once they
+        outnumber FILE's entries: the image is then at most about twice what it holds)."""
+        self.image_off = False
+        """Saves no longer keep the image up (it outgrew that, or could not be written)."""
 
     def load(self, stop: StopSignals) -> bool:
         """Load ``data`` into the tables, with progress on a terminal; False if a stopping
         signal came first (the tables are then partly loaded: never saved)."""
         from sandbox_ledger.cli.output import err
         from sandbox_ledger.cli.progress import reading
+        from sandbox_ledger.local.image import no_collection
         from sandbox_ledger.local.persist import load_state, read_data
 
         if self.data is None or not self.data.exists():
             return True
         before = os.stat(self.data)
-        state = read_data(self.data)
-        total = state.entries + len(state.environments) + len(state.records)
-        with reading(f"loading {self.data}", err(), total) as bar:
+        # The load makes millions of objects, none in a cycle, that live as long as the
+        # tables: the collector is held off meanwhile, then they are kept out of its walks.
+        with no_collection():
+            state = read_data(self.data)
+            if self.image is not None and self.bulk is not None:
+                self.image.read()
+            total = state.entries + len(state.environments) + len(state.records)
+            with reading(f"loading {self.data}", err(), total) as bar:
 
-            def progress(done: int) -> None:
-                if stop.received:
-                    raise LoadStopped
-                if bar is not None:
-                    bar(done)
+                def progress(done: int) -> None:
+                    if stop.received:
+                        raise LoadStopped
+                    if bar is not None:
+                        bar(done)
 
-            try:
-                loaded = load_state(state, self.ledger, self.store, progress=progress)
-            except LoadStopped:
-                self.stopped_loading = True
-                return False
+                try:
+                    loaded = load_state(
+                        state, self.ledger, self.store, progress=progress, bulk=self.bulk
+                    )
+                except LoadStopped:
+                    self.stopped_loading = True
+                    return False
+            gc.freeze()
         self.mirror, self.file, self.whole = state, before, before.st_size
         self.stale = state.appended
+        image = self.image
+        if image is not None and image.found.ignored is not None:
+            say(f"{image.path}: {image.found.ignored}; ignored (the load built every session)")
         say(
             f"loaded {self.data}: {_entries(loaded.entries)}, {loaded.environments} environment "
             f"record(s), {loaded.records} resource record(s)"
         )
         return True
+
+    def keep_image(self, stop: StopSignals) -> None:
+        """Write the image of what the load stored, if it holds anything else (see
+        :mod:`sandbox_ledger.local.image`): after the server serves, a chunk of sessions at
+        a time (a stopping signal ends it, the last image left as it was). A failure is
+        said; the next start builds what it lacks."""
+        image = self.image
+        if image is None:
+            return
+        try:
+            big = self.mirror.entries >= self.IMAGE_ENTRIES
+            if big and image.fingerprint and not image.current:
+                image.write(lambda: not stop.received)
+        except OSError as exc:
+            self.image_off = True
+            say(f"could not write {image.path} ({exc.strerror or exc}); the next start builds it")
+        finally:
+            self.image_keys = set(image.found.sessions)
+            image.release()
 
     def save(self, *, final: bool = False) -> None:
         """Save what changed since the last save. A failed save (the directory gone, the
@@ -115,7 +168,7 @@ class Saver:
                 say(f"could not save {self.data} ({why}); still serving, trying again")
             self.failing = why
             return
-        self.mirror = change.after
+        before, self.mirror = self.mirror, change.after
         if change.after.appended:  # read whole again: the file is to be written whole
             self.stale = True
         failure: str | None = None
@@ -134,6 +187,7 @@ class Saver:
                 if self.file.st_size - self.whole > max(self.whole, self.GROWTH):
                     self.stale = True  # written whole at the next save
                 self._saved()
+                self._image_saved(before)
                 return
         if failure is None:
             if (
@@ -150,6 +204,8 @@ class Saver:
                 self.file = os.stat(self.data)
                 self.whole, self.stale = self.file.st_size, False
                 self._saved()
+                if not final:  # Ctrl-C exits at once: the next start builds these
+                    self._image_saved(before)
                 return
         if final:
             raise CommandError(
@@ -158,6 +214,60 @@ class Saver:
         if failure != self.failing:
             say(f"could not save {self.data} ({failure}); still serving, trying again")
         self.failing = failure
+
+    def _image_saved(self, before: DataState) -> None:
+        """Keep the image up with a save: the sessions it changed (from ``before``), built
+        from their lines as FILE now holds them, appended to the image; the image written
+        whole, every session built, when there is none of this version yet and FILE holds
+        :attr:`IMAGE_ENTRIES` entries. Appends stop once the records they replaced hold
+        more entries than FILE (see :attr:`image_dead`). A failure is said once; the next
+        start builds what the image lacks."""
+        from sandbox_ledger.local import bulk
+        from sandbox_ledger.local.image import fingerprint
+
+        image, after = self.image, self.mirror
+        if image is None or self.bulk is None or self.image_off:
+            return
+        whole = image.written is None
+        if whole and after.entries < self.IMAGE_ENTRIES:
+            return
+        if after.appended and not whole:  # every table read again: every session "changed"
+            self.image_off = True  # (a build of them all at this save): the next start's
+            return
+        changed = [
+            (key, lines)
+            for key, lines in after.sessions.items()
+            if whole or (before.sessions.get(key) is not lines and len(lines) < self.IMAGE_SESSION)
+        ]
+        if not changed:
+            return
+        if not whole and self.image_dead > max(after.entries, self.IMAGE_ENTRIES):
+            self.image_off = True  # mostly replaced records: the next start rewrites it
+            return
+        if image.shard_count is None:
+            image.shard_count = self.ledger.run(self.ledger._resolve_shards())
+        built = {}
+        for key, lines in changed:
+            stored = bulk.session_items(key, [line for _, line in lines], image.shard_count)
+            if stored is not None:
+                built[key] = stored
+        try:
+            if whole:
+                image.kept, image.fingerprint = built, fingerprint(image.shard_count)
+                image.write()
+                self.image_keys, self.image_dead = set(built), 0
+            elif built and not image.append(built):
+                self.image_off = True  # no longer the file this server wrote: left alone
+            else:
+                for key in built:
+                    if key in self.image_keys:
+                        self.image_dead += len(before.sessions.get(key, ()))
+                self.image_keys.update(built)
+        except OSError as exc:
+            self.image_off = True
+            say(f"could not write {image.path} ({exc.strerror or exc}); the next start builds it")
+        finally:
+            image.release()
 
     def _saved(self) -> None:
         if self.failing is not None:

@@ -36,6 +36,11 @@ if TYPE_CHECKING:
     )
     from sandbox_ledger.sdk.attributes import Item
 
+    Bulk = Callable[
+        [list[tuple[tuple[str, str], list[str]]], Callable[[int], None] | None], int | None
+    ]
+    """Puts each session's entry lines into the table (see ``load_state``)."""
+
 __all__ = [
     "ENVIRONMENTS_KIND",
     "RESOURCE_KIND",
@@ -211,10 +216,13 @@ def load_state(
     store: SyncResourceRecordStore,
     *,
     progress: Callable[[int], None] | None = None,
+    bulk: Bulk | None = None,
 ) -> Loaded:
     """Write ``state`` into an empty table: the ledger as ``import`` writes it (every derived
     item built by the store), then the resource records. ``progress`` is called with the
-    number of entries and records done.
+    number of entries and records done. ``bulk``, if given, is tried first for the entries
+    (:func:`sandbox_ledger.local.bulk.load_entries`: the items the import would store, put in
+    directly); where it returns None, the entries are imported.
 
     Raises:
         InvalidInputError: a line the store refuses (field: the file and line number).
@@ -223,9 +231,15 @@ def load_state(
     from sandbox_ledger.transfer import import_lines
 
     numbers: list[int] = []
+    bulk_done = None
+    if bulk is not None and state.sessions:
+        sessions = [
+            (key, [line for _, line in state.sessions[key]]) for key in sorted(state.sessions)
+        ]
+        bulk_done = bulk(sessions, progress)
 
     def ordered() -> Iterator[bytes]:
-        for key in sorted(state.sessions):
+        for key in sorted(state.sessions) if bulk_done is None else ():
             for number, line in state.sessions[key]:
                 numbers.append(number)
                 yield line.encode("utf-8")
@@ -245,7 +259,8 @@ def load_state(
             store.put_stored(record)
         if progress is not None:
             progress(1)
-    return Loaded(report.new + report.present, len(state.environments), len(state.records))
+    entries = report.new + report.present + (bulk_done or 0)
+    return Loaded(entries, len(state.environments), len(state.records))
 
 
 _BOM = b"\xef\xbb\xbf"

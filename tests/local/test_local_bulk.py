@@ -1,0 +1,204 @@
+"""The local server's bulk load (issue 41, item 5): a restart puts the items the import
+would store straight into moto's table. Every item and every read agree with the import's."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from resources.resource_fixtures import record as resource_record
+from sandbox_ledger import EnvironmentRecord, LedgerEvent
+from sandbox_ledger import keys as k
+from sandbox_ledger.deployment import SweepSettings
+from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+from sandbox_ledger.dynamodb import _items as it
+from sandbox_ledger.dynamodb._sequence import numbered
+from sandbox_ledger.keys import LedgerAttr as A
+from sandbox_ledger.local import LocalDynamoDB, bulk, inprocess
+from sandbox_ledger.local.persist import RESOURCE_KIND, _json_item, load_state, read_lines
+from sandbox_ledger.resources import _items as ri
+from sandbox_ledger.resources.models import FAILED_PHASES, LIVE_PHASES
+from sandbox_ledger.testing._build import entry
+from sandbox_ledger.transfer import entry_line, environment_line
+
+REGION = "us-east-1"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[LocalDynamoDB]:
+    running = LocalDynamoDB()
+    running.start()
+    yield running
+    running.stop()
+
+
+def _lines() -> list[str]:
+    """Several sessions with every event kind, checkpoints, a repeated entry, a session of
+    many transactions, a large entry kept in parts, and environment records."""
+    lines: list[str] = []
+    for s in range(4):
+        name, sid = f"svc-{s % 2}", f"sb-{s}"
+        lines.append(entry_line(entry(name, sid, LedgerEvent.SandboxCreated, 1000 + s)))
+        for step in range(3 + 40 * (s == 1)):
+            ts = 2000 + step
+            lines.append(entry_line(entry(name, sid, LedgerEvent.ExecStarted, ts, step=step)))
+            event = LedgerEvent.ExecFailed if step % 3 == 2 else LedgerEvent.ExecComplete
+            lines.append(
+                entry_line(entry(name, sid, event, ts + 1, step=step, payload={"exitCode": 0}))
+            )
+        checkpoint = entry(
+            name, sid, LedgerEvent.CheckpointCreated, 3000, payload={"snapshotId": f"x{s}"}
+        )
+        lines += [entry_line(checkpoint), entry_line(checkpoint)]  # the same entry twice
+        lines.append(entry_line(entry(name, sid, "exec.complete.v2", 3001, step=9)))
+        if s == 2:
+            big = {"stdout": random.Random(7).randbytes(500_000).hex()}  # beyond an item
+            lines.append(entry_line(entry(name, sid, LedgerEvent.ExecComplete, 3002, payload=big)))
+        if s != 3:
+            lines.append(entry_line(entry(name, sid, LedgerEvent.SandboxClosed, 4000 + s)))
+    for n in range(3):
+        record = EnvironmentRecord.model_validate({"name": f"env-{n}", "builtAt": 10 + n})
+        lines.append(environment_line(record))
+    for phase in (*LIVE_PHASES, *FAILED_PHASES):  # resource records, every phase
+        lines.append(
+            json.dumps({"kind": RESOURCE_KIND, "record": resource_record(phase=phase).wire()})
+        )
+    for extra in ({"gpu": "a newer writer's field"}, {"phase": "paused"}):
+        newer = resource_record()
+        item = {**ri.record_key(newer.id), k.REVISION: {"N": "7"}}
+        item.update(ri.write_values(newer, expires_at=2**31, shard_count=k.DEFAULT_SHARD_COUNT))
+        body = json.loads(item[k.RECORD_BODY]["S"])
+        item[k.RECORD_BODY] = {"S": json.dumps({**body, **extra})}
+        item["newerAttribute"] = {"B": b"\x00\xffbinary"}
+        unreadable = {"kind": RESOURCE_KIND, "unreadable": "newer", "item": _json_item(item)}
+        lines.append(json.dumps(unreadable))
+    return [line + "\n" for line in lines]
+
+
+def _loaded(
+    server: LocalDynamoDB, table: str, lines: list[str], *, use_bulk: bool
+) -> tuple[SyncDynamoDBAdapter, int | None]:
+    ledger = inprocess.ledger(server, table, REGION)
+    ledger.create_table(sweep=SweepSettings())
+    store = inprocess.resource_store(server, table, REGION)
+    used: list[int | None] = []
+
+    def bulk_load(sessions: Any, progress: Any) -> int | None:
+        used.append(bulk.load_entries(server, ledger, sessions, progress=progress))
+        return used[-1]
+
+    loaded = load_state(read_lines(lines), ledger, store, bulk=bulk_load if use_bulk else None)
+    assert loaded.entries == sum(1 for line in lines if '"event"' in line)
+    return ledger, used[0] if used else None
+
+
+def _items(server: LocalDynamoDB, table: str) -> list[dict[str, Any]]:
+    client = inprocess.InProcessClient(server, REGION)
+    items: list[dict[str, Any]] = []
+    params: dict[str, Any] = {"TableName": table}
+    while True:
+        page = client.scan(**params)
+        items += page["Items"]
+        if "LastEvaluatedKey" not in page:
+            return items
+        params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def _normalised(items: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
+    """Each item by its keys, with what is random by design named by its place: an entry's
+    order id (by its session and sequence number), a sequence's incarnation, a store id, an
+    environment's first-saved order."""
+    orders: dict[str, str] = {}
+    for item in items:
+        mark = numbered(item)
+        if mark is not None:
+            order = it.append_order(item[A.REF]["S"])
+            orders[order] = f"<order {item[k.PARTITION_KEY]['S']} {mark[0]}>"
+    assert orders
+    pattern = re.compile("|".join(map(re.escape, sorted(orders, key=len, reverse=True))))
+    incarnations = {i[A.INCARNATION]["S"] for i in items if A.INCARNATION in i}
+    for name in (k.DESCRIPTOR_STORE_ID, A.FIRST_SAVED):  # both paths save environments alike
+        incarnations |= {i[name]["S"] for i in items if name in i}
+    found: dict[tuple[str, str], str] = {}
+    for item in items:
+        if item[k.PARTITION_KEY]["S"].startswith(k.RESOURCE_PREFIX):  # its TTL: from the load's
+            item = {**item, k.TTL_ATTRIBUTE: "<the time of the load>"}  # clock, either way
+        text = json.dumps(item, sort_keys=True, default=repr)
+        text = pattern.sub(lambda m: orders[m.group(0)], text)
+        for incarnation in incarnations:
+            text = text.replace(incarnation, "<random by design>")
+        value = json.loads(text)
+        found[(value[k.PARTITION_KEY]["S"], value[k.SORT_KEY]["S"])] = text
+    return found
+
+
+def test_the_bulk_load_stores_every_item_the_import_stores(server: LocalDynamoDB) -> None:
+    lines = _lines()
+    imported, _ = _loaded(server, "bulk-imported", lines, use_bulk=False)
+    bulked, done = _loaded(server, "bulk-direct", lines, use_bulk=True)
+    assert done == sum(1 for line in lines if '"event"' in line)  # the bulk path ran
+    expected = _normalised(_items(server, "bulk-imported"))
+    got = _normalised(_items(server, "bulk-direct"))
+    assert any(A.PARTS in json.loads(text) for text in got.values())  # a large entry's parts
+    assert sorted(got) == sorted(expected)
+    for key, text in expected.items():
+        assert got[key] == text, key
+
+    sessions = imported.scan_sessions(None)
+    assert bulked.scan_sessions(None) == sessions
+    assert len(sessions) == 4
+    for name, sid in sessions:
+        assert bulked.read_all(name, sid) == imported.read_all(name, sid)
+        assert bulked.list_checkpoints(name, sid) == imported.list_checkpoints(name, sid)
+        assert bulked.get_sandbox_details(name, sid) == imported.get_sandbox_details(name, sid)
+        assert bulked.last_checkpoint(name, sid) == imported.last_checkpoint(name, sid)
+        if sid != "sb-3":  # closed: the follower ends
+            followed = [f.entry for f in bulked.follow(name, sid)]
+            assert followed == [f.entry for f in imported.follow(name, sid)]
+            assert followed == imported.read_all(name, sid)
+    assert bulked.list_all_sandbox_details() == imported.list_all_sandbox_details()
+    assert bulked.list_environments() == imported.list_environments()
+    # The sequence goes on where the load left it: an append after the load is followed.
+    later = entry("svc-1", "sb-3", LedgerEvent.SandboxClosed, 5000)
+    bulked.append(later)
+    assert [f.entry for f in bulked.follow("svc-1", "sb-3")][-1] == later
+
+
+def test_a_table_holding_a_session_of_the_file_is_imported(server: LocalDynamoDB) -> None:
+    """The bulk path writes nothing where a condition could fail: the import reconciles."""
+    lines = _lines()
+    ledger = inprocess.ledger(server, "bulk-held", REGION)
+    ledger.create_table(sweep=SweepSettings())
+    ledger.append(entry("svc-0", "sb-0", LedgerEvent.SandboxCreated, 1000))
+    sessions = [(("svc-0", "sb-0"), [lines[0]])]
+    assert bulk.load_entries(server, ledger, sessions) is None
+
+
+def test_a_line_the_import_refuses_leaves_it_to_the_import(server: LocalDynamoDB) -> None:
+    ledger = inprocess.ledger(server, "bulk-refused", REGION)
+    ledger.create_table(sweep=SweepSettings())
+    good = entry_line(entry("a", "b", LedgerEvent.SandboxCreated, 1)) + "\n"
+    other = entry_line(entry("a", "c", LedgerEvent.SandboxCreated, 1)) + "\n"
+    assert bulk.load_entries(server, ledger, [(("a", "b"), [good, other])]) is None
+    assert bulk.load_entries(server, ledger, [(("a", "b"), [good, "{}\n"])]) is None
+    assert ledger.scan_sessions(None) == []
+
+
+def test_moto_out_of_reach_warns_and_imports(
+    server: LocalDynamoDB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """moto's backend no longer where this version looks for it (another moto release)."""
+    from moto.dynamodb import models
+
+    ledger = inprocess.ledger(server, "bulk-moved", REGION)
+    ledger.create_table(sweep=SweepSettings())
+    monkeypatch.delattr(models, "dynamodb_backends")  # moto's own requests still reach it
+    good = entry_line(entry("a", "b", LedgerEvent.SandboxCreated, 1)) + "\n"
+    with pytest.warns(bulk.BulkLoadWarning):
+        assert bulk.load_entries(server, ledger, [(("a", "b"), [good])]) is None
+    assert ledger.scan_sessions(None) == []
