@@ -31,6 +31,8 @@ PLAIN = {
     # The strict profile's front: a request body it passes on to moto (which parses it again
     # and answers as DynamoDB would; the front only reads its shape), and moto's answer.
     "local/strict/front.py": 2,
+    # The local data file's image header, written by the server's own save.
+    "local/image.py": 1,
 }
 """Modules parsing JSON the product wrote, and how many parses each holds."""
 

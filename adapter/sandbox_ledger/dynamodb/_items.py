@@ -50,6 +50,11 @@ class _OrderIds:
         self._lock = threading.Lock()
         self._last = 0
 
+    def continue_after(self, stamp: int) -> None:
+        """Go on after ``stamp`` (an order id's clock), whatever this process's clock says."""
+        with self._lock:
+            self._last = max(self._last, stamp)
+
     def next(self) -> str:
         with self._lock:
             self._last = max(self._last + 1, time.time_ns())

@@ -14,6 +14,7 @@ from sandbox_ledger.dynamodb import _delete, _ops
 from sandbox_ledger.dynamodb._items import order_ids
 from sandbox_ledger.dynamodb._sequence import Sequencer
 from sandbox_ledger.dynamodb._session_locks import AsyncSessionLocks, SessionLocks
+from sandbox_ledger.dynamodb.import_items import checked
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.models import EnvironmentRecord, LedgerEntry, require_storable
 from sandbox_ledger.sdk.client import AsyncClientOwner, SyncClientOwner
@@ -43,10 +44,7 @@ _SCAN_SEGMENTS = 4
 
 
 def _entry(entry: object) -> LedgerEntry:
-    if not isinstance(entry, LedgerEntry):
-        raise InvalidInputError("entry", f"expected a LedgerEntry, got {type(entry).__name__}")
-    require_storable(entry)
-    return entry
+    return checked(entry)
 
 
 def _session(entry: object) -> str:

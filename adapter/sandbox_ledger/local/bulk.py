@@ -50,11 +50,7 @@ def session_items(session: tuple[str, str], lines: list[str], shard_count: int) 
     """Every item the import stores for ``session`` (its entry lines, in file order) into
     an empty table without retention, in low-level form; None if a line is one the import
     would refuse or report (the import then says which)."""
-    from sandbox_ledger.dynamodb import _items as it
-    from sandbox_ledger.dynamodb import _sequence as seq
-    from sandbox_ledger.dynamodb._packing import new_unit
-    from sandbox_ledger.dynamodb.adapter import _entry
-    from sandbox_ledger.keys import LedgerAttr as A
+    from sandbox_ledger.dynamodb import import_items
     from sandbox_ledger.models import LedgerEntry
     from sandbox_ledger.transfer import parse_line, plan_session
 
@@ -65,29 +61,14 @@ def session_items(session: tuple[str, str], lines: list[str], shard_count: int) 
             entry = parse_line(line.encode("utf-8"))
             if not isinstance(entry, LedgerEntry) or (entry.name, entry.sandbox_id) != session:
                 return None
-            entries.append((number, _entry(entry)))
+            entries.append((number, import_items.checked(entry)))
         planned, _ = plan_session((), entries)
-        units = []
-        for index, (_, entry, occurrence, digest) in enumerate(planned):
-            claim = k.claim_sk(digest, k.check_occurrence(occurrence))
-            units.append(new_unit(index, entry, claim, None))
+        items, last = import_items.session_items(
+            [(entry, occurrence, digest) for _, entry, occurrence, digest in planned],
+            shard_count,
+        )
     except (ValueError, InvalidInputError):  # InvalidInputError is a ValueError too
         return None
-    items: list[Item] = []
-    if units:
-        pk = units[0].head[k.PARTITION_KEY]["S"]
-        incarnation = seq.new_incarnation()
-        for number, unit in enumerate(units):
-            items.extend(unit.parts)
-            items.append(seq.sequenced(unit.head, number))  # as the import's request puts them
-            items.append(unit.claim)
-            if unit.marker is not None:
-                items.append(seq.sequenced(unit.marker, number))
-            items.append(seq.mark_item(pk, seq.Mark(incarnation, number), unit.head))
-        update = it.summary_fold([u.entry for u in units], shard_count, None)
-        if update is not None:
-            items.append(it.summary_item(update))
-    last = max((unit.claim[A.CLAIM_ORDER]["S"] for unit in units), default="")
     try:
         return Stored(lines_digest(lines), last, [flat(item) for item in items])
     except (KeyError, ValueError):  # pragma: no cover - the builders' keys are strings
@@ -203,12 +184,9 @@ def _holds(stored: Stored, session: tuple[str, str], lines: list[str]) -> bool:
 def _order_after(last_order: str) -> None:
     """This process's order ids go on after ``last_order`` (as they would after an import
     in this process, whatever the clock says)."""
-    from sandbox_ledger.dynamodb import _items as it
+    from sandbox_ledger.dynamodb import import_items
 
-    stamp = it.order_time_ns(last_order)
-    if stamp is not None:
-        with it.order_ids._lock:
-            it.order_ids._last = max(it.order_ids._last, stamp)
+    import_items.order_ids_after(last_order)
 
 
 def _putter(server: LocalDynamoDB) -> Callable[[Any, list[Flat]], None]:

@@ -126,6 +126,7 @@ _BUILDERS = (
     "sandbox_ledger.dynamodb._packing",
     "sandbox_ledger.dynamodb._sequence",
     "sandbox_ledger.dynamodb.adapter",
+    "sandbox_ledger.dynamodb.import_items",
     "sandbox_ledger.transfer",
     "sandbox_ledger.models",
     "sandbox_ledger.keys",

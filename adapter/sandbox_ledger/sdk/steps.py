@@ -147,6 +147,51 @@ def _sequential(client: Any, step: Parallel) -> list[Any]:
     return [getattr(client, call.operation)(**call.params) for call in step.calls]
 
 
+_IN_FLIGHT = "TransactionConflictException"
+
+
+def _conflicted(exc: ClientError, call: Call, attempt: int) -> float | None:
+    """How long to wait before sending ``call`` again after ``exc``, or None to give up.
+
+    DynamoDB refuses a PutItem, UpdateItem or DeleteItem on an item that a transaction in
+    flight holds with ``TransactionConflictException`` (Developer Guide, "Transaction
+    conflict handling"): the write was not applied, and botocore does not retry it. It is
+    sent again with backoff, up to :data:`MAX_ATTEMPTS` times (a delete's lease on a summary
+    that appends update in their transactions meets it on a busy session)."""
+    if error_code(exc) != _IN_FLIGHT or attempt >= MAX_ATTEMPTS:
+        return None
+    log.info("%s: an item is held by a transaction in flight, retry %d", call.operation, attempt)
+    return backoff(attempt)
+
+
+def _call_sync(client: Any, call: Call) -> Any:
+    attempt = 0
+    while True:
+        try:
+            return getattr(client, call.operation)(**call.params)
+        except ClientError as exc:
+            attempt += 1
+            pause = _conflicted(exc, call, attempt)
+            if pause is None:
+                raise
+            time.sleep(pause)
+
+
+async def _call_async(client: Any, call: Call) -> Any:
+    import asyncio
+
+    attempt = 0
+    while True:
+        try:
+            return await getattr(client, call.operation)(**call.params)
+        except ClientError as exc:
+            attempt += 1
+            pause = _conflicted(exc, call, attempt)
+            if pause is None:
+                raise
+            await asyncio.sleep(pause)
+
+
 def run_sync(client: Any, op: Op[T], *, concurrent: bool = True) -> T:
     """Drive ``op`` with a boto3 client; SDK errors leave as the package's own types.
     ``concurrent=False``: a :class:`Parallel` step's calls are made one after the other (a
@@ -163,7 +208,7 @@ def run_sync(client: Any, op: Op[T], *, concurrent: bool = True) -> T:
             value, error = None, None
             try:
                 if isinstance(step, Call):
-                    value = getattr(client, step.operation)(**step.params)
+                    value = _call_sync(client, step)
                 elif isinstance(step, Parallel):
                     value = (_parallel_sync if concurrent else _sequential)(client, step)
                 elif isinstance(step, Region):
@@ -222,7 +267,7 @@ async def run_async(client: Any, op: Op[T]) -> T:
             value, error = None, None
             try:
                 if isinstance(step, Call):
-                    value = await getattr(client, step.operation)(**step.params)
+                    value = await _call_async(client, step)
                 elif isinstance(step, Parallel):
                     value = await _parallel_async(client, step)
                 elif isinstance(step, Region):
