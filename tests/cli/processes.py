@@ -319,6 +319,15 @@ class _Forked(subprocess.Popen[Any]):
             self._status_lock.release()
 
     def _internal_poll(self, _deadstate: int | None = None, **_: Any) -> int | None:
+        connection = self._connection
+        if self.returncode is None and connection is not None and connection.fileno() == -1:
+            # Dropped while its child ran: Popen.__del__ put it on subprocess's list of
+            # children to reap, and the collector closed its socket meanwhile. Its status can
+            # never come: it is done with (left on the list, every later Popen of the process
+            # failed in subprocess._cleanup's poll of it).
+            self._connection = None
+            self.returncode = _deadstate if _deadstate is not None else -1
+            return self.returncode
         return self._status(0)
 
     def _wait(self, timeout: float | None) -> int:

@@ -121,6 +121,30 @@ def test_a_signal_reaches_the_command_and_its_status_is_reported(tmp_path: Path)
         os.kill(process.pid, 0)
 
 
+def test_a_command_dropped_while_it_runs_never_breaks_the_next_popen(tmp_path: Path) -> None:
+    """A forked command dropped while it runs goes on subprocess's list of children to reap,
+    and the collector may close its socket first: subprocess._cleanup, run by every later
+    Popen, then polled a closed socket and raised ValueError (a whole worker's later
+    commands failed, under load, in CI)."""
+    process = popen(
+        ["local", "--port", "0"], bare_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert type(process).__name__ == "_Forked"
+    assert process.stdout is not None
+    assert process.stdout.readline().startswith(b"export ")
+    pid = process.pid
+    try:
+        assert process._connection is not None
+        process._connection.close()  # as the collector does to a dropped object's socket
+        subprocess._active.append(process)  # type: ignore[attr-defined]  # as Popen.__del__
+        subprocess._cleanup()  # type: ignore[attr-defined]
+        assert process not in subprocess._active  # type: ignore[attr-defined]
+        later = popen(["--version"], bare_env(), stdout=subprocess.PIPE)
+        assert later.communicate(timeout=60)[0]
+    finally:
+        os.kill(pid, signal.SIGKILL)
+
+
 def test_an_environment_read_at_import_differently_runs_as_it_would_with_exec(
     tmp_path: Path,
 ) -> None:

@@ -142,23 +142,60 @@ def test_an_append_behind_the_read_is_not_a_gap(
     assert ran
 
 
-def test_a_session_that_changes_behind_every_read_is_an_error(
+def test_a_session_written_behind_every_page_is_read_as_of_its_marks(
     pair: tuple[SyncDynamoDBAdapter, SyncDynamoDBAdapter],
 ) -> None:
+    """A writer appends entries with an old ts (behind the read's place) after each page: the
+    read is not thrown away (it was read again, four times, then refused: an export of a
+    session written all along failed), it holds what its sequence marks say was stored when
+    they were read: the appends behind it fetched, in commit order, a prefix of the session."""
+    writer, reader = pair
+    entries = session("c")
+    for entry in entries:
+        writer.append(entry)
+    step = iter(range(1000, 2000))
+    behind: list[LedgerEntry] = []
+
+    def append_behind() -> None:
+        behind.append(e("c", LedgerEvent.ExecStarted, 1, step=next(step)))
+        writer.append(behind[-1])
+
+    ran = between_pages(reader.client(), append_behind, times=3)
+    [got] = reader.read_sessions_in_append_order([(NAME, "c")])
+    assert ran == [1]  # one read
+    assert wires(got) == wires([*entries, *behind])
+    assert wires(reader.read_in_append_order(NAME, "c")) == wires([*entries, *behind])
+
+
+def test_a_session_that_loses_entries_behind_every_read_is_an_error(
+    pair: tuple[SyncDynamoDBAdapter, SyncDynamoDBAdapter], sync_table: str
+) -> None:
+    """An entry read on the first page is gone by the last (TTL removed it, or a delete whose
+    mark the read missed): the read is done again, at most WHOLE_READ_ATTEMPTS times, then
+    refused naming the session."""
     from sandbox_ledger.dynamodb._ops import WHOLE_READ_ATTEMPTS
 
     writer, reader = pair
-    for entry in session("c"):
+    entries = session("g")
+    for entry in entries:
         writer.append(entry)
-    step = iter(range(1000, 2000))
-    between_pages(
-        reader.client(),
-        lambda: writer.append(e("c", LedgerEvent.ExecStarted, 1, step=next(step))),
-        times=WHOLE_READ_ATTEMPTS,
-    )
+    raw = writer.client()
+    pk = k.session_pk(NAME, "g")
+
+    def remove_the_first_head() -> None:
+        first = raw.query(
+            TableName=sync_table,
+            KeyConditionExpression="PK = :pk AND begins_with(SK, :e)",
+            ExpressionAttributeValues={":pk": {"S": pk}, ":e": {"S": k.EVENT_PREFIX}},
+            ConsistentRead=True,
+            Limit=1,
+        )["Items"][0]
+        raw.delete_item(TableName=sync_table, Key={"PK": first["PK"], "SK": first["SK"]})
+
+    between_pages(reader.client(), remove_the_first_head, times=WHOLE_READ_ATTEMPTS)
     with pytest.raises(StorageError, match="changed behind each of 4 reads"):
-        reader.read_sessions_in_append_order([(NAME, "c")])
-    assert len(reader.read_in_append_order(NAME, "c")) == 16 + WHOLE_READ_ATTEMPTS
+        reader.read_sessions_in_append_order([(NAME, "g")])
+    assert len(reader.read_in_append_order(NAME, "g")) == 16 - WHOLE_READ_ATTEMPTS
 
 
 def test_a_session_a_delete_holds_is_left_out_and_a_dead_delete_is_not(

@@ -406,12 +406,12 @@ def _read_whole(
     session), an append with an old ``ts`` can land behind the read. So, after the last
     page, the summary is read again (a running delete: left out), then the keys of the
     items before the last page (a consistent Query of them, ``#sk`` and ``#ts`` projected:
-    it costs what reading them cost): if the heads there are the ones read, nothing was
-    deleted from or added behind the read before its last page, and the read is the session
-    as of that page; otherwise it is read again, at most :data:`WHOLE_READ_ATTEMPTS` times.
+    it costs what reading them cost): a head read and gone since means a delete (or TTL)
+    took it, and the session is read again, at most :data:`WHOLE_READ_ATTEMPTS` times. What
+    was added meanwhile is settled by the sequence marks (:func:`_as_of_marks`).
 
     Raises:
-        StorageError: the session changed behind every read.
+        StorageError: something read was gone by the end of every read.
         ValueError: a head whose part is missing in a session not being deleted.
     """
     pk = k.session_pk(name, sandbox_id)
@@ -454,21 +454,81 @@ def _read_whole(
         )
         read = {item[k.SORT_KEY]["S"] for page in pages[:-1] for item in page if A.TS in item}
         held = {item[k.SORT_KEY]["S"] for item in keys if A.TS in item}
-        if held == read:
-            break
+        if read <= held:
+            break  # nothing read is gone; what was added behind the read: see _as_of_marks
         log.info("read %s/%s: changed behind the read (attempt %d)", name, sandbox_id, attempt)
     else:
         raise StorageError(
             f"read of {name}/{sandbox_id}: the session changed behind each of "
-            f"{WHOLE_READ_ATTEMPTS} reads (deleted, or written behind the read); read it again"
+            f"{WHOLE_READ_ATTEMPTS} reads (deleted meanwhile); read it again"
         )
-    heads = [i for i in entries if i[k.SORT_KEY]["S"].startswith(k.EVENT_PREFIX)]
-    rank = {
-        mark[A.REF]["S"]: number
-        for mark in entries
-        if (number := k.sequence_number(mark[k.SORT_KEY]["S"])) is not None and A.REF in mark
+    items, rank = yield from _as_of_marks(table, pk, entries)
+    return (yield from _whole_entries(table, pk, name, sandbox_id, _live(items))), rank
+
+
+def _head_of(sk: str) -> str:
+    """The sort key of the head an entry's item (head or part) belongs to."""
+    return k.part_head(sk) or sk
+
+
+def _as_of_marks(table: str, pk: str, entries: list[Any]) -> Op[tuple[list[Any], dict[str, int]]]:
+    """The entries' items (heads and parts) of a session read in one or more pages, as of the
+    last sequence mark read: the marks are dense and in commit order, and sort after every
+    entry's items, so they say what was stored up to the moment they were read. A head that
+    landed behind the read (its ``ts`` before the read's place) has its mark among them and
+    is fetched (one BatchGetItem); a head read whose mark was not (stored after the marks
+    were read) is left out, as is every mark after one missing among them that is stored
+    now (a Query is no snapshot: it can read mark n + 1 committed while it ran without mark
+    n; a mark missing for good, the entry's TTL or a delete, is passed). Marks whose own
+    TTL has passed are left aside (they expire in order, TTL deletes them in any). Returns
+    the items and each kept head's mark number."""
+    now = it.now_s()
+    sequence = sorted(
+        (number, item)
+        for item in entries
+        if (number := k.sequence_number(item[k.SORT_KEY]["S"])) is not None and it.live(item, now)
+    )
+    kept: list[tuple[int, Any]] = []
+    for number, item in sequence:
+        if kept and number != kept[-1][0] + 1:
+            missing = k.sequence_sk(kept[-1][0] + 1)
+            found = yield Call(
+                "get_item",
+                {
+                    "TableName": table,
+                    "Key": {k.PARTITION_KEY: S(pk), k.SORT_KEY: S(missing)},
+                    "ConsistentRead": True,
+                    "ProjectionExpression": "#sk",
+                    "ExpressionAttributeNames": {"#sk": k.SORT_KEY},
+                },
+            )
+            if "Item" in found:
+                break  # stored while the read ran, after the moment the read holds
+        kept.append((number, item))
+    rank = {item[A.REF]["S"]: number for number, item in kept if A.REF in item}
+    last = kept[-1][0] if kept else None
+    items = [i for i in entries if i[k.SORT_KEY]["S"].startswith(k.EVENT_PREFIX)]
+    heads = {i[k.SORT_KEY]["S"]: i for i in items if k.part_head(i[k.SORT_KEY]["S"]) is None}
+    late = {
+        sk
+        for sk, head in heads.items()
+        if last is not None and A.SEQUENCE in head and int(head[A.SEQUENCE]["N"]) > last
     }
-    return (yield from _whole_entries(table, pk, name, sandbox_id, _live(heads))), rank
+    items = [
+        i for i in items if (k.part_head(i[k.SORT_KEY]["S"]) or i[k.SORT_KEY]["S"]) not in late
+    ]
+    wanted = []
+    for _, mark in kept:
+        ref = mark.get(A.REF, {}).get("S")
+        if ref is None or ref in heads or not _seq.entry_live(mark, now):
+            continue
+        parts = int(mark[A.PARTS]["N"]) if A.PARTS in mark else 0
+        for sk in (ref, *(k.part_sk(ref, n) for n in range(1, parts + 1))):
+            wanted.append({k.PARTITION_KEY: S(pk), k.SORT_KEY: S(sk)})
+    if wanted:
+        items += yield from batch_get(table, wanted)
+        items.sort(key=lambda item: item[k.SORT_KEY]["S"])
+    return items, rank
 
 
 _AFTER_MARKS = k.SEQUENCE_PREFIX[:-1] + "$"
