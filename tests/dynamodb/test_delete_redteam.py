@@ -25,6 +25,22 @@ def _items(ledger: SyncDynamoDBAdapter, sid: str) -> list[dict[str, Any]]:
     )["Items"]
 
 
+class _Died(Exception):
+    pass
+
+
+def _delete_dying_after_its_seal(ledger: SyncDynamoDBAdapter, sid: str) -> None:
+    """A delete_sandbox of ``sid`` that dies right after its seal's PutItem landed."""
+
+    def die(**_: Any) -> None:
+        raise _Died
+
+    ledger.client().meta.events.register("after-call.dynamodb.PutItem", die)
+    with pytest.raises(_Died):
+        ledger.delete_sandbox("red", sid)
+    ledger.client().meta.events.unregister("after-call.dynamodb.PutItem", die)
+
+
 def _session(sid: str, n: int, ts: int = 100) -> list[LedgerEntry]:
     return [
         e(sid, LedgerEvent.SandboxCreated, ts),
@@ -236,17 +252,7 @@ def test_with_a_retention_a_dead_deletes_seal_expires_with_the_session(
     old = time.time_ns() // 1_000_000 - 3 * 86_400_000  # expired as it is written
     ledger.append(e("t", LedgerEvent.SandboxCreated, old))
     ledger.append(e("t", LedgerEvent.ExecComplete, old + 1, step=0))
-
-    class Died(Exception):
-        pass
-
-    def die(**_: Any) -> None:
-        raise Died
-
-    ledger.client().meta.events.register("after-call.dynamodb.PutItem", die)
-    with pytest.raises(Died):
-        ledger.delete_sandbox("red", "t")
-    ledger.client().meta.events.unregister("after-call.dynamodb.PutItem", die)
+    _delete_dying_after_its_seal(ledger, "t")
     latest = time.time() + SEAL_TTL_MARGIN_S + 60
     left = [
         item["SK"]["S"]
@@ -271,17 +277,7 @@ def test_a_delete_that_died_after_its_seal_leaves_a_session_followed_whole(
     old = [e("x", LedgerEvent.SandboxCreated, 1), e("x", LedgerEvent.ExecStarted, 2, step=0)]
     for entry in old:
         ledger.append(entry)
-
-    class Died(Exception):
-        pass
-
-    def die(**_: Any) -> None:
-        raise Died
-
-    ledger.client().meta.events.register("after-call.dynamodb.PutItem", die)
-    with pytest.raises(Died):
-        ledger.delete_sandbox("red", "x")
-    ledger.client().meta.events.unregister("after-call.dynamodb.PutItem", die)
+    _delete_dying_after_its_seal(ledger, "x")
     new = [e("x", LedgerEvent.ExecStarted, 3, step=1), e("x", LedgerEvent.SandboxClosed, 4)]
     for entry in new:
         ledger.append(entry)
