@@ -184,7 +184,7 @@ class StrictFront:
                 return self._answer(start_response, reply.status, reply.body)
             time.sleep(self.profile.conflict_hold)
         try:
-            return run(self._inner(operation, request, body, app), environ, start_response)
+            return run(self._inner(operation, request, app), environ, start_response)
         finally:
             self._leave_flight(held)
 
@@ -213,10 +213,10 @@ class StrictFront:
 
     # -- the inner phase, under the server's lock -----------------------------------------
 
-    def _inner(self, operation: str, request: dict[str, Any], body: bytes, app: App) -> App:
+    def _inner(self, operation: str, request: dict[str, Any], app: App) -> App:
         def inner(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
             try:
-                return self._checked(operation, request, body, app, environ, start_response)
+                return self._checked(operation, request, app, environ, start_response)
             except _Reply as reply:
                 return self._answer(start_response, reply.status, reply.body)
 
@@ -226,7 +226,6 @@ class StrictFront:
         self,
         operation: str,
         request: dict[str, Any],
-        body: bytes,
         app: App,
         environ: dict[str, Any],
         start_response: Callable[..., Any],
