@@ -150,6 +150,7 @@ class LedgerAttr:
     INCARNATION: Final = "inc"  # sequence mark: the session's incarnation (new after a delete)
     ENTRY_EXPIRES: Final = "eex"  # sequence mark: its entry's TTL, where the mark's is later
     SEQUENCE: Final = "q"  # entry head: the number of its sequence mark (its commit order)
+    SPENT: Final = "spent"  # seal: its delete finished; mark 0: its entry was deleted
 
 
 @dataclass(frozen=True)

@@ -157,7 +157,10 @@ def test_delete_removes_the_parts_a_dead_writer_left(moto_endpoint: str, sync_ta
         ExpressionAttributeValues={":pk": {"S": pk}},
         ConsistentRead=True,
     )["Items"]
-    assert [item["SK"]["S"] for item in left] == [young]
+    # What stays besides the young part: mark 0, spent, and the seal, spent (a mark number
+    # is never taken twice: _sequence).
+    assert [item["SK"]["S"] for item in left] == [young, k.sequence_sk(0), k.sequence_sk(1)]
+    assert all(item["spent"] == {"N": "1"} and "ref" not in item for item in left[1:])
 
 
 def test_a_delete_longer_than_its_lease_still_holds_off_summary_appends(
@@ -495,7 +498,7 @@ def test_a_seal_whose_answer_was_lost_is_recognised_and_deleted(
 ) -> None:
     """The SDK resends the seal's PutItem after its first answer was lost: the resend fails
     its condition, the delete reads the mark back, knows its own seal and goes on; nothing of
-    the session is left."""
+    the session is left but mark 0 and the seal, both spent."""
     ledger = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
     ledger.append(e("r", LedgerEvent.SandboxCreated, 1))
     resent = ResendAfterSuccess(1.0, {"PutItem"}).attach(ledger.client())
@@ -508,7 +511,8 @@ def test_a_seal_whose_answer_was_lost_is_recognised_and_deleted(
         ExpressionAttributeValues={":pk": {"S": k.session_pk("race", "r")}},
         ConsistentRead=True,
     )["Items"]
-    assert left == []
+    assert [item["SK"]["S"] for item in left] == [k.sequence_sk(0), k.sequence_sk(1)]
+    assert all(item["spent"] == {"N": "1"} and "ref" not in item for item in left)
     again = [e("r", LedgerEvent.SandboxCreated, 2), e("r", LedgerEvent.SandboxClosed, 3)]
     for entry in again:
         ledger.append(entry)

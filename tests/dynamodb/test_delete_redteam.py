@@ -49,11 +49,6 @@ def _session(sid: str, n: int, ts: int = 100) -> list[LedgerEntry]:
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a delete's BatchWriteItem of the keys it read is unconditional: once another "
-    "delete has finished, the old marks' keys are the next session's (numbered from 0 again)",
-)
 def test_a_slow_delete_overtaken_by_another_leaves_the_next_session_whole(
     moto_endpoint: str, sync_table: str
 ) -> None:
@@ -63,7 +58,8 @@ def test_a_slow_delete_overtaken_by_another_leaves_the_next_session_whole(
     new session's marks, and its seal's key, also one of them. The new session was left
     with heads and no marks: read_all had its entries, a follower and the next appends did
     not (they began a second sequence at 0). The seal's key is spared now (its delete is
-    conditional on the seal's token); the old marks' keys are not (see the xfail reason)."""
+    conditional on the seal's token); the old marks' keys are now never reused: the seal
+    stays, spent, and the next session numbers its marks after it."""
     slow = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
     fast = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
     writer = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
@@ -89,14 +85,65 @@ def test_a_slow_delete_overtaken_by_another_leaves_the_next_session_whole(
     assert details is not None and details.completed_at is not None
 
 
+def test_a_slow_delete_spares_the_claims_of_the_same_lines_imported_again(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    """An imported session is deleted twice at once: the first delete reads the partition
+    (the import's claims among it), then stalls; the second runs whole, and the same lines
+    are imported again (their claims at the same keys: a claim's key is its line's content).
+    The first then deletes what it read. Unconditional, it took the new claims, and the next
+    import of those lines stored each of them a second time."""
+    slow = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    fast = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    importer = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    lines = [(entry, 1) for entry in _session("c", 3)]
+    assert importer.append_once_many(lines) == [True, True, True]
+    ran: list[bool] = []
+
+    def overtake(**_: Any) -> None:
+        if not ran:
+            ran.append(True)
+            fast.delete_sandbox("red", "c")
+            assert importer.append_once_many(lines) == [True, True, True]
+
+    slow.client().meta.events.register("before-call.dynamodb.BatchWriteItem", overtake)
+    slow.delete_sandbox("red", "c")
+    assert ran
+    claims = [i for i in _items(slow, "c") if i[k.SORT_KEY]["S"].startswith(k.CLAIM_PREFIX)]
+    assert len(claims) == 3
+    assert importer.append_once_many(lines) == [False, False, False]
+    assert slow.read_all("red", "c") == [entry for entry, _ in lines]
+    assert [f.entry for f in slow.follow("red", "c")] == [entry for entry, _ in lines]
+
+
+def test_a_follower_of_a_deleted_session_ends_at_its_spent_seal(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    """A follower positioned in a session that is then deleted whole and begun again meets
+    the delete's seal (spent: the delete finished) before the new session's marks, which go
+    on in the seal's incarnation: it ends there, and never hands out the new session."""
+    ledger = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    for entry in _session("g", 3)[:-1]:
+        ledger.append(entry)
+    follower = ledger.follow("red", "g", until_closed=False)
+    assert [next(follower).entry.ts for _ in range(2)] == [100, 101]
+    ledger.delete_sandbox("red", "g")
+    again = _session("g", 4, ts=300)
+    for entry in again:
+        ledger.append(entry)
+    assert list(follower) == []
+    assert [f.entry for f in ledger.follow("red", "g")] == again
+
+
 def test_a_resent_delete_of_the_seal_spares_the_mark_that_took_its_number(
     moto_endpoint: str, sync_table: str
 ) -> None:
     """A session without marks (never written, or written before marks) is sealed at mark 0.
-    The seal's DeleteItem lands, its answer is lost, and before the SDK sends it again the
-    next session's first append takes mark 0 (nothing else holds a mark). The resend, with
-    no condition, deleted that append's mark: read_all had the entry, a follower never
-    handed it out."""
+    The delete's last write of its seal lands, its answer is lost, and before the SDK sends
+    it again the next session's first append lands. Once, the seal was deleted there and the
+    append took mark 0, and the resend, with no condition, deleted that append's mark:
+    read_all had the entry, a follower never handed it out. The seal now stays (spent) and
+    the append goes after it; the resend must spare it all the same."""
     deleter = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
     writer = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
     first = e("z", LedgerEvent.ExecStarted, 5, step=0)
@@ -112,10 +159,10 @@ def test_a_resent_delete_of_the_seal_spares_the_mark_that_took_its_number(
         if response is None or response[0].status_code != 200:
             return None
         resent.append(True)
-        writer.append(first)  # lands on mark 0 between the delete and its resend
+        writer.append(first)  # lands between the delete's last seal write and its resend
         return 0.0
 
-    deleter.client().meta.events.register("needs-retry.dynamodb.DeleteItem", append_then_resend)
+    deleter.client().meta.events.register("needs-retry.dynamodb.UpdateItem", append_then_resend)
     deleter.delete_sandbox("red", "z")
     assert resent
     closed = e("z", LedgerEvent.SandboxClosed, 6)
@@ -124,12 +171,6 @@ def test_a_resent_delete_of_the_seal_spares_the_mark_that_took_its_number(
     assert [f.entry for f in deleter.follow("red", "z")] == [first, closed]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an import's fresh guess of mark 0 (learned by read_stored_sessions, kept 60 s, "
-    "put with no check of a mark before it) lands below the marks a delete left above its "
-    "seal: the session holds two incarnations and a follower ends between them",
-)
 def test_an_import_that_read_the_session_empty_before_a_delete_joins_the_survivors(
     moto_endpoint: str, sync_table: str
 ) -> None:

@@ -113,11 +113,15 @@ def test_a_session_deleted_and_begun_again_starts_a_new_incarnation(
         [(_, old), (second, same)] = _marks(ledger, sync_table)
         assert second == k.sequence_sk(1) and same == old
         ledger.delete_sandbox("f", "s")
-        assert _marks(ledger, sync_table) == []
+        # Mark 0 stays, spent, and so does the delete's seal (mark 2, an incarnation of its
+        # own): no mark number is ever taken twice.
+        [(zero, was), (sealed, seal)] = _marks(ledger, sync_table)
+        assert (zero, was, sealed) == (k.sequence_sk(0), old, k.sequence_sk(2)) and seal != old
         counter = RequestCounter().attach(ledger.client())
         ledger.append(entry("f", "s", LedgerEvent.SandboxCreated, 3))
-        # The last mark read first (none: mark 0), as for any session the client has no
-        # guess for: a guess of mark 0 could begin a second sequence (_sequence.read_last).
+        # The last mark read first (the seal), as for any session the client has no guess
+        # for: a guess could begin a second sequence (_sequence.read_last).
         assert dict(counter.calls) == {"Query": 1, "TransactWriteItems": 1}
-        [(first, new)] = _marks(ledger, sync_table)
-        assert first == k.sequence_sk(0) and new != old
+        [_, _, (first, new)] = _marks(ledger, sync_table)
+        # The new session goes on after the seal, in its incarnation.
+        assert first == k.sequence_sk(3) and new == seal and new != old

@@ -15,10 +15,19 @@ deletes what it read. Two things keep that safe against racing appends:
   the seal has a mark below it, and every entry committed after it a mark above it, in the
   seal's incarnation (an append that guessed the old incarnation fails its condition and
   reads the seal). The delete then takes every item except those of entries marked above the
-  seal (their heads, parts, checkpoint markers and import claims, and the marks), and the
-  seal last. A follower of the deleted session meets the seal or a mark of another
+  seal (their heads, parts, checkpoint markers and import claims, and the marks), and marks
+  the seal spent last. A follower of the deleted session meets the seal or a mark of another
   incarnation and ends; the entries stored while the delete ran stay whole, each with its
   mark, and a follower of the new session hands out every one of them.
+- **No key is reused behind a delete.** The seal stays (spent), and so does mark 0 (its
+  entry's reference removed): the next session numbers its marks after the seal, and mark 0,
+  the one mark put without a check of the one before, can never be put again (see
+  :mod:`._sequence`). What a delete deletes without a condition (marks below its seal,
+  heads, parts and markers, whose keys hold a random order id) is then never another
+  session's, however long the delete stalled after its read; claims, whose keys are their
+  lines' content, are deleted on the order id they were read with. A deleted session leaves
+  these two small items (none when the seal was its mark 0); with a ledger retention they
+  expire with it.
 
 The partition is read whole before anything is deleted: a mark sorts after every item of its
 entry (``Q#`` after ``E#``, ``I#``, ``K#``), and an entry's items commit in one transaction with
@@ -41,7 +50,7 @@ from sandbox_ledger.dynamodb import _sequence as _seq
 from sandbox_ledger.keys import LedgerAttr as A
 from sandbox_ledger.sdk.attributes import N, S
 from sandbox_ledger.sdk.batching import BATCH_WRITE_MAX, batch_write
-from sandbox_ledger.sdk.steps import Call, Op, error_code
+from sandbox_ledger.sdk.steps import MAX_ATTEMPTS, Call, Op, Parallel, Sleep, backoff, error_code
 
 __all__ = ["ORPHAN_PART_GRACE_MS", "SEAL_TTL_MARGIN_S", "delete_session"]
 
@@ -140,25 +149,121 @@ def _seal(table: str, pk: str, token: str) -> Op[int]:
             return number
 
 
-def _unseal(table: str, pk: str, number: int, token: str) -> Op[None]:
-    """Delete this delete's seal, only while it is the item at its key: once the seal is gone
-    (another delete took it, or this delete's first DeleteItem landed and the SDK sends it
-    again after losing the answer) the number is free, and the next session's marks take it
-    again (from 0, when the seal was the session's only mark)."""
+def _spend_seal(table: str, pk: str, number: int, token: str) -> Op[None]:
+    """Mark this delete's seal spent: the session before it is gone. The seal stays (see
+    :mod:`._sequence`: a mark number is never taken twice), only while it is this delete's
+    (a later delete deletes it with the marks below its own seal)."""
+    yield from _update_if(
+        table,
+        pk,
+        number,
+        "SET #spent = :one",
+        "#inc = :token AND attribute_not_exists(#ref)",
+        {"#inc": A.INCARNATION, "#ref": A.REF, "#spent": A.SPENT},
+        {":token": S(token), ":one": N(1)},
+    )
+
+
+def _spend_origin(table: str, pk: str, ref: dict[str, Any]) -> Op[None]:
+    """Keep mark 0 of a deleted entry as a spent mark without its entry (its reference and
+    part count removed) instead of deleting it: mark 0 is put with no check of a mark before
+    it, so a writer that read the session empty before this delete (a guess it kept) would
+    take it again below the next session's marks. Only while it still refers to ``ref``
+    (a stalled delete of an older read changes nothing)."""
+    yield from _update_if(
+        table,
+        pk,
+        0,
+        "SET #spent = :one REMOVE #ref, #np, #eex",
+        "#ref = :ref",
+        {"#ref": A.REF, "#np": A.PARTS, "#eex": A.ENTRY_EXPIRES, "#spent": A.SPENT},
+        {":ref": ref, ":one": N(1)},
+    )
+
+
+def _update_if(
+    table: str,
+    pk: str,
+    number: int,
+    update: str,
+    condition: str,
+    names: dict[str, str],
+    values: dict[str, Any],
+) -> Op[None]:
+    """UpdateItem of mark ``number`` under ``condition``; nothing when it does not hold."""
     try:
         yield Call(
-            "delete_item",
+            "update_item",
             {
                 "TableName": table,
                 "Key": {k.PARTITION_KEY: S(pk), k.SORT_KEY: S(k.sequence_sk(number))},
-                "ConditionExpression": "#inc = :token AND attribute_not_exists(#ref)",
-                "ExpressionAttributeNames": {"#inc": A.INCARNATION, "#ref": A.REF},
-                "ExpressionAttributeValues": {":token": S(token)},
+                "UpdateExpression": update,
+                "ConditionExpression": condition,
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": values,
             },
         )
     except ClientError as exc:
         if error_code(exc) != "ConditionalCheckFailedException":
             raise
+
+
+_CLAIM_RETRIED = frozenset(
+    {
+        "TransactionConflictException",
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "InternalServerError",
+    }
+)
+
+
+def _delete_claims(table: str, claims: list[dict[str, Any]]) -> Op[None]:
+    """Delete import claims, each only while it holds the order id it was read with: a claim's
+    key is its line's content (digest and occurrence), so once this delete is overtaken (another
+    delete finished, and the same line was imported again) the key may be the next session's
+    claim, which a BatchWriteItem (unconditional) would take and a later import would then
+    store that line twice. One conditional DeleteItem per claim (a write unit each, as in a
+    batch), :data:`BATCH_WRITE_MAX` at a time; one refused by its condition is another's."""
+    queue = list(claims)
+    attempt = 0
+    while queue:
+        chunk, queue = queue[:BATCH_WRITE_MAX], queue[BATCH_WRITE_MAX:]
+        calls = tuple(Call("delete_item", {"TableName": table, **claim}) for claim in chunk)
+        answers = yield Parallel(calls, settle=True)
+        again = []
+        for claim, answer in zip(chunk, answers, strict=True):
+            if not isinstance(answer, BaseException):
+                continue
+            code = error_code(answer)
+            if code == "ConditionalCheckFailedException":
+                continue
+            if code not in _CLAIM_RETRIED or attempt >= MAX_ATTEMPTS:
+                raise answer
+            again.append(claim)
+        if again:
+            attempt += 1
+            queue = again + queue
+            yield Sleep(backoff(attempt))
+
+
+def _claim_delete(item: dict[str, Any]) -> dict[str, Any]:
+    """The DeleteItem parameters (less the table) of the claim ``item`` as read."""
+    key = {k.PARTITION_KEY: item[k.PARTITION_KEY], k.SORT_KEY: item[k.SORT_KEY]}
+    names = {"#ord": A.CLAIM_ORDER}
+    if A.CLAIM_ORDER not in item:
+        return {
+            "Key": key,
+            "ConditionExpression": "attribute_not_exists(#ord)",
+            "ExpressionAttributeNames": names,
+        }
+    return {
+        "Key": key,
+        "ConditionExpression": "#ord = :ord",
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": {":ord": item[A.CLAIM_ORDER]},
+    }
 
 
 def _owner(item: dict[str, Any]) -> str | None:
@@ -174,11 +279,23 @@ def _owner(item: dict[str, Any]) -> str | None:
     return None
 
 
-def _doomed(items: list[dict[str, Any]], seal: int, now_ns: int) -> list[dict[str, Any]]:
-    """The keys of ``items`` (the partition as read after the seal) the delete takes: every
-    item but the summary, the seal, and the items of entries marked above the seal; parts
-    whose head is not stored are left while young (an append between its parts and its
-    head, which lands after the delete and needs them)."""
+class _Plan:
+    """What a delete takes of the partition it read: ``keys`` in batches, ``claims`` each on
+    its condition, and mark 0 kept spent (``origin``: the reference it holds) if it is an
+    entry's mark."""
+
+    def __init__(self) -> None:
+        self.keys: list[dict[str, Any]] = []
+        self.claims: list[dict[str, Any]] = []
+        self.origin: dict[str, Any] | None = None
+
+
+def _doomed(items: list[dict[str, Any]], seal: int, now_ns: int) -> _Plan:
+    """What the delete takes of ``items`` (the partition as read after the seal): every item
+    but the summary, the seal (and marks above it), the items of entries marked above the
+    seal, and mark 0 (spent instead, see :func:`_spend_origin`); parts whose head is not
+    stored are left while young (an append between its parts and its head, which lands
+    after the delete and needs them)."""
     kept: set[str] = set()  # order ids of the entries stored after the seal
     heads: set[str] = set()
     for item in items:
@@ -188,7 +305,7 @@ def _doomed(items: list[dict[str, Any]], seal: int, now_ns: int) -> list[dict[st
             kept.add(it.append_order(item[A.REF]["S"]))
         elif sk.startswith(k.EVENT_PREFIX) and k.part_head(sk) is None:
             heads.add(sk)
-    doomed: list[dict[str, Any]] = []
+    plan = _Plan()
     for item in items:
         sk = item[k.SORT_KEY]["S"]
         number = k.sequence_number(sk)
@@ -199,8 +316,14 @@ def _doomed(items: list[dict[str, Any]], seal: int, now_ns: int) -> list[dict[st
         head = k.part_head(sk) if sk.startswith(k.EVENT_PREFIX) else None
         if head is not None and head not in heads and _young(head, now_ns):
             continue
-        doomed.append({k.PARTITION_KEY: item[k.PARTITION_KEY], k.SORT_KEY: item[k.SORT_KEY]})
-    return doomed
+        if number == 0:
+            if A.REF in item:
+                plan.origin = item[A.REF]
+        elif sk.startswith(k.CLAIM_PREFIX):
+            plan.claims.append(_claim_delete(item))
+        else:
+            plan.keys.append({k.PARTITION_KEY: item[k.PARTITION_KEY], k.SORT_KEY: item[k.SORT_KEY]})
+    return plan
 
 
 def delete_session(table: str, pk: str) -> Op[None]:
@@ -213,9 +336,11 @@ def delete_session(table: str, pk: str) -> Op[None]:
     2. Seal the session's sequence (see the module's notes): entries stored from then on
        belong to the new session.
     3. Read the partition (consistent Query, keys and what ties an item to its entry), then
-       delete every item but the new session's, the summary and the seal.
-    4. Delete the seal (if it is still this delete's: see :func:`_unseal`), then the summary
-       if it still carries this delete's mark.
+       delete every item but the new session's, the summary and the seal; mark 0 is kept,
+       spent (:func:`_spend_origin`), and claims go one by one on their condition
+       (:func:`_delete_claims`).
+    4. Mark the seal spent (if it is still this delete's: see :func:`_spend_seal`), then
+       delete the summary if it still carries this delete's mark.
 
     The lease is renewed while steps 3 runs (before each page and each batch of 25 deletes,
     once half of it has passed), so a delete longer than the lease (a session of many
@@ -252,11 +377,17 @@ def delete_session(table: str, pk: str) -> Op[None]:
         start = page.get("LastEvaluatedKey")
         if not start:
             break
-    requests = [{"DeleteRequest": {"Key": key}} for key in _doomed(items, seal, now_ns)]
+    plan = _doomed(items, seal, now_ns)
+    if plan.origin is not None:
+        yield from _spend_origin(table, pk, plan.origin)
+    requests = [{"DeleteRequest": {"Key": key}} for key in plan.keys]
     for at in range(0, len(requests), BATCH_WRITE_MAX):
         yield from lease.renew_if_due()
         yield from batch_write(table, requests[at : at + BATCH_WRITE_MAX])
-    yield from _unseal(table, pk, seal, lease.token)
+    for at in range(0, len(plan.claims), BATCH_WRITE_MAX):
+        yield from lease.renew_if_due()
+        yield from _delete_claims(table, plan.claims[at : at + BATCH_WRITE_MAX])
+    yield from _spend_seal(table, pk, seal, lease.token)
     try:
         yield Call(
             "delete_item",

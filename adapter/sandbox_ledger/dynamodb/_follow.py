@@ -21,9 +21,11 @@ poll of a resumed follower reads its mark (absent, or of another incarnation: th
 deleted, the follower ends); afterwards every n-th empty poll does, and a mark of another
 incarnation met in a poll ends it too: a position never resumes inside a session deleted and
 begun again. A delete's seal (:mod:`._delete`) met after a mark of the followed incarnation
-ends it while its delete runs (the summary holds the delete's lease: one GetItem); a seal a
-delete left when it died is passed, the follower going on in the seal's incarnation, as the
-session does. A mark whose entry is gone while the mark lives (a delete is taking the
+ends it while its delete runs (the summary holds the delete's lease: one GetItem) and once
+it has finished (the seal is spent); a seal a delete left when it died is passed, the
+follower going on in the seal's incarnation, as the session does. A follower from the
+session's start passes every seal: the session after a delete goes on in its incarnation.
+A mark whose entry is gone while the mark lives (a delete is taking the
 session) ends it too.
 """
 
@@ -139,6 +141,8 @@ class SessionPoller:
         for item in items:
             numbered = _seq.numbered(item)
             if numbered is None:
+                if incarnation is not None and _seq.is_spent(item):
+                    return run, True, None  # a delete finished here: the session is gone
                 if incarnation is not None and _seq.is_seal(item):
                     number = k.sequence_number(item[k.SORT_KEY]["S"])
                     seal = (number or 0, item[A.INCARNATION]["S"])

@@ -24,8 +24,18 @@ write of a session it has not seen reads the last mark first, whatever the entry
 :func:`read_last`: a guess of mark 0 could begin a second sequence).
 
 The incarnation tells a session deleted and begun again from the one a follower's position
-was taken in: ``delete_sandbox`` deletes the marks with the rest, and the next first write
-draws a new incarnation. A follower that meets another incarnation ends (docs/live.md).
+was taken in: ``delete_sandbox`` seals the sequence with a mark of an incarnation of its own
+and deletes the marks below it with the rest (:mod:`._delete`); the next session goes on
+after the seal, in the seal's incarnation. A follower that meets another incarnation, or a
+spent seal, ends (docs/live.md).
+
+**A mark number is never taken twice.** A delete leaves its seal (marked spent once the
+delete has finished) and mark 0, its entry's reference removed: the last mark stays at least
+the highest number ever put, and mark 0 (the one put with no check of a mark before it)
+can never be put again. So a writer, or a delete, that acts on what it read before another
+delete ran (a guess it kept, a page it read and then stalled on) never meets a key that
+means something else now: its condition fails, or the key it deletes is of a session
+already gone.
 """
 
 from __future__ import annotations
@@ -50,6 +60,7 @@ __all__ = [
     "Sequencer",
     "entry_live",
     "is_seal",
+    "is_spent",
     "last_query",
     "mark_actions",
     "mark_count",
@@ -234,6 +245,12 @@ def is_seal(item: Item, token: str | None = None) -> bool:
         return False
     incarnation = item.get(A.INCARNATION, {}).get("S")
     return incarnation is not None and (token is None or incarnation == token)
+
+
+def is_spent(item: Item) -> bool:
+    """Whether ``item`` is a seal whose delete has finished (the session before it is gone)
+    or mark 0 of a deleted entry: a follower positioned before it ends there."""
+    return A.SPENT in item and is_seal(item)
 
 
 def entry_live(mark: Item, now_s: int) -> bool:
