@@ -174,10 +174,15 @@ def event_bus(moto_endpoint: str, table_name: str) -> str:
 
 @pytest.fixture
 def fast_sdk_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Keep botocore's retry delays tiny, so fault-injection tests stay quick."""
+    """Keep botocore's retry delays tiny, so fault-injection tests stay quick; not on a strict
+    server (``SANDBOX_LEDGER_TEST_STRICT``), which throttles for real: a backoff of a
+    millisecond never lets a partition's bucket refill, and every retry fails."""
     from botocore.retries import standard
 
     from sandbox_ledger.sdk import steps
+
+    if _strict_profile():
+        return
 
     monkeypatch.setattr(standard.ExponentialBackoff, "delay_amount", lambda self, ctx: 0.001)
     monkeypatch.setattr(steps, "backoff", lambda attempt: 0.001)

@@ -100,7 +100,7 @@ class SchemaVersionError(StorageError):
         self.supported = supported
 
 
-_THROTTLE_CODES = frozenset(
+THROTTLE_CODES = frozenset(
     {
         "ProvisionedThroughputExceededException",
         "ThrottlingException",
@@ -108,6 +108,8 @@ _THROTTLE_CODES = frozenset(
         "Throttling",
     }
 )
+"""The error codes with which DynamoDB (and the AWS front door) says a request was throttled:
+not applied, to be sent again after a backoff."""
 
 
 def translate_client_error(exc: BaseException, *, operation: str = "") -> LedgerError:
@@ -140,7 +142,7 @@ def translate_client_error(exc: BaseException, *, operation: str = "") -> Ledger
     where = f"{operation}: " if operation else ""
     if code == "ResourceNotFoundException":
         return TableNotFoundError(f"{where}table not found ({message})", code=code)
-    if code in _THROTTLE_CODES:
+    if code in THROTTLE_CODES:
         return ThrottledError(f"{where}throttled after retries ({message})", code=code)
     if code in {"AccessDeniedException", "UnrecognizedClientException"}:
         return AccessDeniedError(f"{where}access denied ({message})", code=code)

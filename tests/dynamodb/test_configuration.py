@@ -94,6 +94,7 @@ def _entry(ts: int, event: str = LedgerEvent.ExecComplete) -> LedgerEntry:
 
 
 @pytest.mark.usefixtures("fast_sdk_backoff")
+@pytest.mark.usefixtures("fast_sdk_backoff")  # 40 conflicts (steps.MAX_CONFLICTS) at 2 s each
 def test_conflict_retries_and_give_ups_are_logged(
     moto_endpoint: str, sync_table: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -90,7 +90,7 @@ def test_a_write_held_past_every_retry_says_so(held: str, monkeypatch: Any) -> N
     from sandbox_ledger.errors import StorageError
     from sandbox_ledger.sdk import steps
 
-    monkeypatch.setattr(steps, "MAX_ATTEMPTS", 1)
+    monkeypatch.setattr(steps, "MAX_CONFLICTS", 1)
     table = f"strict-{uuid.uuid4().hex[:8]}"
     ledger = SyncDynamoDBAdapter(table, endpoint_url=held)
     ledger.create_table()
@@ -99,3 +99,92 @@ def test_a_write_held_past_every_retry_says_so(held: str, monkeypatch: Any) -> N
     with pytest.raises(StorageError, match="TransactionConflict"):
         ledger.delete_sandbox("strict", "s")
     thread.join()
+
+
+# -- contention and throttling past the SDK's retries -----------------------------------------
+
+
+def _fast_backoff(monkeypatch: Any) -> None:
+    from sandbox_ledger.sdk import steps
+
+    monkeypatch.setattr(steps, "backoff", lambda attempt, **_: 0.0)
+
+
+def test_an_append_outlasts_a_run_of_conflicts_longer_than_a_fault_gets(
+    moto_endpoint: str, sync_table: str, monkeypatch: Any
+) -> None:
+    """Three imports of one file at once on the strict server (transactions in flight 20 ms)
+    gave up with StorageError: each lost its transaction to another's in flight 12 times in
+    a row while the others made progress. A conflict is contention, not a fault: twenty in a
+    row now pass, the entry stored once."""
+    from dynamodb.faults import CancelTransactions
+
+    _fast_backoff(monkeypatch)
+    ledger = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    conflicts = CancelTransactions("TransactionConflict", times=20, aio=False)
+    conflicts.attach(ledger.client())
+    created = e(LedgerEvent.SandboxCreated, 1)
+    ledger.append(created)
+    assert conflicts.injected == 20
+    assert ledger.read_all("strict", "s") == [created]
+
+
+def test_an_import_outlasts_a_run_of_conflicts_longer_than_a_fault_gets(
+    moto_endpoint: str, sync_table: str, monkeypatch: Any
+) -> None:
+    from dynamodb.faults import CancelTransactions
+
+    _fast_backoff(monkeypatch)
+    ledger = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    conflicts = CancelTransactions("TransactionConflict", times=20, aio=False)
+    conflicts.attach(ledger.client())
+    lines = [(e(LedgerEvent.SandboxCreated, 1), 1), (e(LedgerEvent.ExecStarted, 2, step=0), 1)]
+    assert ledger.append_once_many(lines) == [True, True]
+    assert conflicts.injected == 20
+    assert ledger.read_all("strict", "s") == [entry for entry, _ in lines]
+
+
+def test_conflicts_without_end_give_up_with_the_package_error(
+    moto_endpoint: str, sync_table: str, monkeypatch: Any
+) -> None:
+    from dynamodb.faults import CancelTransactions
+    from sandbox_ledger.errors import StorageError
+    from sandbox_ledger.sdk import steps
+
+    _fast_backoff(monkeypatch)
+    ledger = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    conflicts = CancelTransactions("TransactionConflict", times=10**6, aio=False)
+    conflicts.attach(ledger.client())
+    with pytest.raises(StorageError, match="cancelled 40 times"):
+        ledger.append(e(LedgerEvent.SandboxCreated, 1))
+    with pytest.raises(StorageError, match="cancelled 40 times"):
+        ledger.append_once_many([(e(LedgerEvent.SandboxCreated, 1), 1)])
+    assert conflicts.injected == 2 * steps.MAX_CONFLICTS
+    assert ledger.read_all("strict", "s") == []
+
+
+def test_a_delete_whose_batches_are_throttled_whole_past_the_sdk_retries_finishes(
+    moto_endpoint: str, sync_table: str, monkeypatch: Any
+) -> None:
+    """A delete of a session of 10,000 entries on the strict server failed with
+    ThrottledError: its BatchWriteItems into one partition outran the partition's 1,000
+    write units a second, and DynamoDB answers a batch none of whose items it can write with
+    ProvisionedThroughputExceededException (not UnprocessedItems), which botocore retries a
+    few times only. Such a batch is now unprocessed as a whole: backed off and sent again."""
+    from botocore.config import Config
+
+    from dynamodb.faults import FailShare
+
+    _fast_backoff(monkeypatch)
+    once = Config(retries={"mode": "standard", "max_attempts": 1})
+    ledger = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint, config=once)
+    entries = [e(LedgerEvent.SandboxCreated, 1)]
+    entries += [e(LedgerEvent.ExecStarted, 2 + i, step=i) for i in range(60)]
+    ledger.append_once_many([(entry, 1) for entry in entries])
+    throttle = FailShare(
+        0.5, "ProvisionedThroughputExceededException", operations={"BatchWriteItem"}, aio=False
+    ).attach(ledger.client())
+    ledger.delete_sandbox("strict", "s")
+    assert throttle.injected >= 2
+    assert ledger.read_all("strict", "s") == []
+    assert ledger.get_sandbox_details("strict", "s") is None

@@ -361,6 +361,7 @@ def test_the_scenario_holds(defect: Defect, world: World) -> None:
 
 
 @pytest.mark.parametrize("defect", DEFECTS, ids=[f"row{d.row}" for d in DEFECTS])
+@pytest.mark.usefixtures("fast_sdk_backoff")  # a defect's writer backs off until it gives up
 def test_the_defect_is_caught(
     defect: Defect, world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:

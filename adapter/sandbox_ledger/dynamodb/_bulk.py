@@ -39,7 +39,7 @@ from sandbox_ledger.dynamodb._packing import (
     remove,
     request,
 )
-from sandbox_ledger.errors import ConflictError, InvalidInputError, StorageError
+from sandbox_ledger.errors import THROTTLE_CODES, ConflictError, InvalidInputError, StorageError
 from sandbox_ledger.keys import LedgerAttr as A
 from sandbox_ledger.sdk import steps
 from sandbox_ledger.sdk.attributes import S
@@ -62,9 +62,7 @@ CONCURRENCY = 8
 READS = 16
 """Reconciliation queries (one per session) in flight at once."""
 
-_THROTTLED = frozenset(
-    {"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"}
-)
+_THROTTLED = THROTTLE_CODES
 
 
 def append_once_many(
@@ -216,7 +214,7 @@ def _transact(
                     done.extend((u, True) for u in transaction.units)
                 elif transaction.groups:  # to run again
                     if transaction.backoff:
-                        pause = max(pause, transaction.attempt)
+                        pause = max(pause, transaction.attempt, transaction.conflicts)
                     continue
             else:
                 _landed(transaction, sequencer)
@@ -312,8 +310,11 @@ def _judge(
         raise exc
     transaction.backoff = deleting or not failed
     # Removing what another import stored, turning a put into an update (once a group), or
-    # reading a sequence another writer moved (counted apart), is progress.
-    if not (taken or switched or moved) or deleting:
+    # reading a sequence another writer moved (counted apart), is progress. A transaction in
+    # flight on its items is another writer's progress: counted apart, with more tries.
+    if not failed and steps.contended(codes):
+        transaction.conflicts += 1
+    elif not (taken or switched or moved) or deleting:
         transaction.attempt += 1
     if transaction.groups:
         _give_up_after(transaction, exc, deleting=deleting, codes=codes)
@@ -323,17 +324,23 @@ def _judge(
 def _give_up_after(
     transaction: Transaction, exc: BaseException, *, deleting: bool, codes: list[Any]
 ) -> None:
-    log.info("import: transaction cancelled %s, retry %d", codes, transaction.attempt)
-    if transaction.attempt < MAX_ATTEMPTS:
+    log.info(
+        "import: transaction cancelled %s, retry %d (conflicts %d)",
+        codes,
+        transaction.attempt,
+        transaction.conflicts,
+    )
+    if transaction.attempt < MAX_ATTEMPTS and transaction.conflicts < steps.MAX_CONFLICTS:
         return
-    log.warning("import: giving up after %d attempts", transaction.attempt)
+    log.warning("import: giving up after %d attempts", transaction.attempt + transaction.conflicts)
     if deleting:
         raise ConflictError(
             "import: a session is being deleted (retry once delete_sandbox has returned)",
             code="TransactionCanceledException",
         ) from exc
     raise StorageError(
-        f"import: transaction cancelled {transaction.attempt} times ({codes})",
+        f"import: transaction cancelled {transaction.attempt + transaction.conflicts} times "
+        f"({codes})",
         code=error_code(exc) or "TransactionCanceledException",
     ) from exc
 

@@ -47,10 +47,11 @@ from sandbox_ledger import keys as k
 from sandbox_ledger.dynamodb import _items as it
 from sandbox_ledger.dynamodb import _ops
 from sandbox_ledger.dynamodb import _sequence as _seq
+from sandbox_ledger.errors import THROTTLE_CODES
 from sandbox_ledger.keys import LedgerAttr as A
 from sandbox_ledger.sdk.attributes import N, S
 from sandbox_ledger.sdk.batching import BATCH_WRITE_MAX, batch_write
-from sandbox_ledger.sdk.steps import MAX_ATTEMPTS, Call, Op, Parallel, Sleep, backoff, error_code
+from sandbox_ledger.sdk.steps import MAX_CONFLICTS, Call, Op, Parallel, Sleep, backoff, error_code
 
 __all__ = ["ORPHAN_PART_GRACE_MS", "SEAL_TTL_MARGIN_S", "delete_session"]
 
@@ -208,15 +209,7 @@ def _update_if(
             raise
 
 
-_CLAIM_RETRIED = frozenset(
-    {
-        "TransactionConflictException",
-        "ProvisionedThroughputExceededException",
-        "ThrottlingException",
-        "RequestLimitExceeded",
-        "InternalServerError",
-    }
-)
+_CLAIM_RETRIED = THROTTLE_CODES | {"TransactionConflictException", "InternalServerError"}
 
 
 def _delete_claims(table: str, claims: list[dict[str, Any]]) -> Op[None]:
@@ -239,7 +232,7 @@ def _delete_claims(table: str, claims: list[dict[str, Any]]) -> Op[None]:
             code = error_code(answer)
             if code == "ConditionalCheckFailedException":
                 continue
-            if code not in _CLAIM_RETRIED or attempt >= MAX_ATTEMPTS:
+            if code not in _CLAIM_RETRIED or attempt >= MAX_CONFLICTS:
                 raise answer
             again.append(claim)
         if again:

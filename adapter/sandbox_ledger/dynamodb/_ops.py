@@ -119,7 +119,7 @@ def append(
     mark = sequencer.guess(pk)
     if mark is None:
         mark = yield from _seq.read_last(table, pk)
-    attempt = misses = 0
+    attempt = misses = conflicts = 0
     session = (entry.name, entry.sandbox_id)
     # The form of the summary update that leaves a later TTL alone (see _summary_condition),
     # built only once a later TTL is met: the common append pays for one form.
@@ -183,10 +183,17 @@ def append(
                         continue
             if not deleting and not _RETRYABLE_CANCELLATIONS.intersection(reasons):
                 raise
-            attempt += 1
-            log.info("append %s/%s: transaction cancelled %s, retry %d", *session, reasons, attempt)
-            if attempt >= MAX_ATTEMPTS:
-                log.warning("append %s/%s: giving up after %d attempts", *session, attempt)
+            # Another writer's transaction in flight on one of these items is contention, not
+            # a fault: counted apart, with more tries (steps.MAX_CONFLICTS).
+            contended = not deleting and steps.contended(reasons)
+            if contended:
+                conflicts += 1
+            else:
+                attempt += 1
+            tries = conflicts if contended else attempt
+            log.info("append %s/%s: transaction cancelled %s, retry %d", *session, reasons, tries)
+            if tries >= (steps.MAX_CONFLICTS if contended else MAX_ATTEMPTS):
+                log.warning("append %s/%s: giving up after %d attempts", *session, tries)
                 if deleting:
                     raise ConflictError(
                         "append: the session is being deleted (retry once delete_sandbox "
@@ -194,10 +201,10 @@ def append(
                         code="TransactionCanceledException",
                     ) from exc
                 raise StorageError(
-                    f"append: transaction cancelled {attempt} times ({reasons})",
+                    f"append: transaction cancelled {tries} times ({reasons})",
                     code="TransactionCanceledException",
                 ) from exc
-            yield Sleep(steps.backoff(attempt))
+            yield Sleep(steps.backoff(tries))
 
 
 _FAILED = "ConditionalCheckFailed"

@@ -135,6 +135,8 @@ class Transaction:
     after: set[int] = field(default_factory=set)
     """Transactions that hold earlier entries of one of its sessions: they go first."""
     attempt: int = 0
+    conflicts: int = 0
+    """Cancellations only for transactions in flight on its items (``steps.MAX_CONFLICTS``)."""
     backoff: bool = False
     landed: bool = False
     """A resend found it stored: its units are written."""

@@ -39,12 +39,18 @@ def created_at(stream_record: object) -> datetime | None:
 
 
 def is_ttl_removal(stream_record: object) -> bool:
-    """True for a REMOVE made by DynamoDB's TTL process (not by a caller's DeleteItem)."""
+    """True for a REMOVE made by DynamoDB's TTL process (not by a caller's DeleteItem).
+
+    Its ``userIdentity`` is spelt ``{"type", "principalId"}`` in a Lambda event and
+    ``{"Type", "PrincipalId"}`` in a record read through the Streams API (GetRecords, the
+    SDK's ``Identity``): both are read."""
     identity = member(stream_record, "userIdentity")
+    kind = member(identity, "type") or member(identity, "Type")
+    principal = member(identity, "principalId") or member(identity, "PrincipalId")
     return (
         member(stream_record, "eventName") == "REMOVE"
-        and member(identity, "type") == "Service"
-        and member(identity, "principalId") == TTL_PRINCIPAL
+        and kind == "Service"
+        and principal == TTL_PRINCIPAL
     )
 
 

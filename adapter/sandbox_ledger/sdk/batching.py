@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from sandbox_ledger.errors import ThrottledError
+from botocore.exceptions import ClientError
+
+from sandbox_ledger.errors import THROTTLE_CODES, ThrottledError
 from sandbox_ledger.sdk import steps
-from sandbox_ledger.sdk.steps import MAX_ATTEMPTS, Call, Op, Sleep, log
+from sandbox_ledger.sdk.steps import MAX_ATTEMPTS, Call, Op, Sleep, error_code, log
 
 if TYPE_CHECKING:
     from sandbox_ledger.sdk.attributes import Item
@@ -27,7 +29,18 @@ def batch_write(table: str, requests: list[dict[str, Any]]) -> Op[None]:
     stalled = 0
     while queue:
         batch = [queue.popleft() for _ in range(min(BATCH_WRITE_MAX, len(queue)))]
-        response = yield Call("batch_write_item", {"RequestItems": {table: batch}})
+        try:
+            response = yield Call("batch_write_item", {"RequestItems": {table: batch}})
+        except ClientError as exc:
+            # "If none of the items can be processed due to insufficient provisioned
+            # throughput on all of the tables in the request, then BatchWriteItem returns a
+            # ProvisionedThroughputExceededException" (API Reference, BatchWriteItem): the
+            # whole batch unprocessed, past botocore's own retries. A long run of writes to
+            # one partition (a delete of a session of many thousand entries) meets it once
+            # it outpaces the partition's 1,000 write units a second.
+            if error_code(exc) not in THROTTLE_CODES:
+                raise
+            response = {"UnprocessedItems": {table: batch}}
         left = (response.get("UnprocessedItems") or {}).get(table, [])
         if left:
             queue.extendleft(reversed(left))

@@ -14,7 +14,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -66,6 +66,22 @@ _SDK_ERRORS = (ClientError, BotoCoreError)
 # Retries of our own, on top of botocore's (which cover throttled and failed requests):
 # partial batches and transaction conflicts, which botocore does not retry.
 MAX_ATTEMPTS = 12
+
+MAX_CONFLICTS = 40
+"""How often a write refused only because another writer's transaction was in flight on one
+of its items (``TransactionConflict``) is sent again before it gives up. A conflict is
+contention, not a fault: the other transaction ends within milliseconds, and the write is
+not applied. Writers that meet head on (imports of one file at once, appenders racing an
+import into one session) can each lose many times in a row while the others make progress,
+so they get more tries than a fault does: about a minute of backoff at its 2 s cap."""
+
+_CONTENTION = frozenset({None, "None", "TransactionConflict"})
+
+
+def contended(codes: Sequence[Any]) -> bool:
+    """Whether a transaction's cancellation reasons say only that another transaction was in
+    flight on some of its items (``TransactionConflict``, the others ``None``)."""
+    return "TransactionConflict" in codes and _CONTENTION.issuperset(codes)
 
 
 def backoff(attempt: int, *, base: float = 0.025, cap: float = 2.0) -> float:
@@ -156,9 +172,9 @@ def _conflicted(exc: ClientError, call: Call, attempt: int) -> float | None:
     DynamoDB refuses a PutItem, UpdateItem or DeleteItem on an item that a transaction in
     flight holds with ``TransactionConflictException`` (Developer Guide, "Transaction
     conflict handling"): the write was not applied, and botocore does not retry it. It is
-    sent again with backoff, up to :data:`MAX_ATTEMPTS` times (a delete's lease on a summary
+    sent again with backoff, up to :data:`MAX_CONFLICTS` times (a delete's lease on a summary
     that appends update in their transactions meets it on a busy session)."""
-    if error_code(exc) != _IN_FLIGHT or attempt >= MAX_ATTEMPTS:
+    if error_code(exc) != _IN_FLIGHT or attempt >= MAX_CONFLICTS:
         return None
     log.info("%s: an item is held by a transaction in flight, retry %d", call.operation, attempt)
     return backoff(attempt)

@@ -347,11 +347,15 @@ def test_an_append_sets_the_ttl_again_once_the_summarys_is_its_own(
 def test_an_append_that_gives_up_says_why_with_dynamodbs_code(
     client: Client, sync_table: str
 ) -> None:
-    cancel_transactions(client, *[["None", "TransactionConflict"]] * MAX_ATTEMPTS)
+    # A conflict (another transaction in flight) gets steps.MAX_CONFLICTS tries, not
+    # MAX_ATTEMPTS: it is contention, not a fault.
+    from sandbox_ledger.sdk.steps import MAX_CONFLICTS
+
+    cancel_transactions(client, *[["None", "TransactionConflict"]] * MAX_CONFLICTS)
     with pytest.raises(StorageError) as raised:
         client.run(_ops.append(sync_table, entry(), it.order_ids.next(), SHARDS, Sequencer()))
     assert str(raised.value) == (
-        f"append: transaction cancelled {MAX_ATTEMPTS} times (['None', 'TransactionConflict'])"
+        f"append: transaction cancelled {MAX_CONFLICTS} times (['None', 'TransactionConflict'])"
     )
     assert raised.value.code == "TransactionCanceledException"
     assert not isinstance(raised.value, ConflictError)
