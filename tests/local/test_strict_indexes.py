@@ -418,3 +418,37 @@ def test_the_child_process_server_takes_the_index_delay() -> None:
         assert sks(owned(ddb, table, "alice")) == ["a"]
     finally:
         server.stop()
+
+
+def test_a_number_key_written_otherwise_names_the_same_item(
+    server: LocalDynamoDB, ddb: Any
+) -> None:
+    """A numeric key of 10 deleted as 1E1: the same item, in the table and in its lag."""
+    table = f"lag-{uuid.uuid4().hex[:8]}"
+    ddb.create_table(
+        TableName=table,
+        KeySchema=[{"AttributeName": "n", "KeyType": "HASH"}],
+        AttributeDefinitions=[
+            {"AttributeName": "n", "AttributeType": "N"},
+            {"AttributeName": "owner", "AttributeType": "S"},
+        ],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": "byOwner",
+                "KeySchema": [{"AttributeName": "owner", "KeyType": "HASH"}],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+            }
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    clock = Clock()
+    clock.write(ddb.put_item, TableName=table, Item={"n": {"N": "10"}, "owner": {"S": "alice"}})
+    clock.wait_past()
+    clock.write(ddb.delete_item, TableName=table, Key={"n": {"N": "1E1"}})
+    assert "Item" not in ddb.get_item(TableName=table, Key={"n": {"N": "10"}}, ConsistentRead=True)
+    found, early = owned(ddb, table, "alice"), clock.early()
+    assert found == [{"n": {"N": "10"}, "owner": {"S": "alice"}}] or not early
+    assert ddb.scan(TableName=table)["Count"] == 0  # the entry put back in place is gone again
+    clock.wait_past()
+    assert owned(ddb, table, "alice") == []
+    assert behind(server, table) == 0

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import heapq
 import itertools
 import random
@@ -97,20 +98,40 @@ def consistent_read_refused(
     return table is not None and any(gsi.name == index for gsi in table.global_indexes)
 
 
-def _key(table: Any, attributes: Any) -> Key | None:
-    """The primary key in ``attributes`` (a request's item or key), or None if it lacks one."""
+@functools.cache
+def _key_value() -> type[Any]:
+    """moto's ``DynamoType`` for a key value looked up again and again (each Query of a
+    lagging index puts every entry behind in place and back): its hash is computed once, and
+    equal text is equal without moto's conversion of both values (a number: both Decimals)."""
     from moto.dynamodb.models.dynamo_type import DynamoType
 
+    class KeyValue(DynamoType):
+        def __init__(self, value: dict[str, Any]) -> None:
+            super().__init__(value)
+            self.hashed: int = DynamoType.__hash__(self)
+
+        def __hash__(self) -> int:
+            return self.hashed
+
+        def __eq__(self, other: object) -> bool:
+            if not isinstance(other, DynamoType) or self.type != other.type:
+                return False
+            return bool(self.value == other.value or self.cast_value == other.cast_value)
+
+    return KeyValue
+
+
+def _key(table: Any, attributes: Any) -> Key | None:
+    """The primary key in ``attributes`` (a request's item or key), or None if it lacks one."""
     if not isinstance(attributes, dict):
         return None
     hash_value = attributes.get(table.hash_key_attr)
     range_value = attributes.get(table.range_key_attr) if table.range_key_attr else None
     if not isinstance(hash_value, dict) or (table.range_key_attr and range_value is None):
         return None
+    value = _key_value()
     try:
-        return DynamoType(hash_value), (
-            DynamoType(range_value) if range_value is not None else None
-        )
+        return value(hash_value), (value(range_value) if range_value is not None else None)
     except Exception:  # a malformed value: moto refuses the request itself
         return None
 
@@ -124,35 +145,61 @@ def _stored(table: Any, key: Key) -> Any:
     return partition.get(range_key)
 
 
+_SCALARS = frozenset({"S", "N", "B", "BOOL", "NULL"})
+"""Types whose moto values are never changed in place (an update replaces them): an entry
+shares them with the item. Sets, lists and maps can be changed in place: copied."""
+
+
 def _entry(table: Any, index: Any, item: Any) -> Entry:
-    """``item``'s entry in ``index`` as it stands (a copy: moto updates items in place), or
-    None when the item lacks one of the index's key attributes (a sparse index)."""
+    """``item``'s entry in ``index`` as it stands (moto changes items in place: an entry
+    shares only what is never changed in place), or None when the item lacks one of the
+    index's key attributes (a sparse index)."""
     if item is None:
         return None
     attributes = item.attrs
-    if any(name not in attributes for name in index.schema_key_attrs):
-        return None
+    for name in index.schema_key_attrs:
+        if name not in attributes:
+            return None
     projection = index.projection or {}
     kind = projection.get("ProjectionType", "ALL")
     if kind == "ALL":
-        return copy.deepcopy(item)
-    names = [*table.table_key_attrs, *index.schema_key_attrs]
-    if kind == "INCLUDE":
-        names += projection.get("NonKeyAttributes", [])
-    entry = copy.copy(item)
+        names: Iterable[str] = list(attributes)
+    else:
+        names = [*table.table_key_attrs, *index.schema_key_attrs]
+        if kind == "INCLUDE":
+            names += projection.get("NonKeyAttributes", [])
     kept: dict[str, Any] = attributes.__class__.__new__(attributes.__class__)
     for name in names:
-        if name in attributes:
+        value = attributes.get(name)
+        if value is not None:
             # dict's own setter: moto's re-measures the whole item on every attribute.
-            dict.__setitem__(kept, name, copy.deepcopy(attributes[name]))
-    entry.attrs = kept
+            dict.__setitem__(kept, name, value if value.type in _SCALARS else copy.deepcopy(value))
+    # Not through moto's model constructor, which would list the entry for its dashboard.
+    entry = object.__new__(item.__class__)
+    entry.hash_key, entry.range_key, entry.attrs = item.hash_key, item.range_key, kept
     return entry
 
 
 def _same(one: Entry, other: Entry) -> bool:
+    """Whether two entries of one item are alike (a number written otherwise, "1" and "1.0",
+    counts as a change: the index then takes an entry alike, never a wrong one)."""
     if one is None or other is None:
         return one is other
-    return bool(one == other)
+    mine, theirs = one.attrs, other.attrs
+    if mine.keys() != theirs.keys():
+        return False
+    for name, value in mine.items():
+        twin = theirs[name]
+        if value is twin:
+            continue
+        if value.type != twin.type:
+            return False
+        if value.type in _SCALARS:
+            if value.value != twin.value:
+                return False
+        elif value != twin:
+            return False
+    return True
 
 
 class _Lag:
@@ -385,7 +432,8 @@ def _swap(
     table: Any, key: Key, item: Any, *, drop_partition: bool = False
 ) -> tuple[Key, Any, bool]:
     """Put ``item`` under ``key`` in ``table`` (None: remove it); return what was there, and
-    whether a partition was made for it (to drop when that is put back)."""
+    whether a partition was made for it (to drop when that is put back). What goes into
+    moto's dicts is keyed by the item's own key values, as moto keys them."""
     hash_key, range_key = key
     items = table.items
     if not table.range_key_attr:
@@ -393,19 +441,20 @@ def _swap(
         if item is None:
             items.pop(hash_key, None)
         else:
-            items[hash_key] = item
+            items[hash_key if was is not None else item.hash_key] = item
         return key, was, False
     partition = items.get(hash_key)
     made = partition is None
     if partition is None:
         if item is None:
             return key, None, False
-        partition = items[hash_key] = {}
+        partition = items[item.hash_key] = {}
     was = partition.get(range_key)
     if item is None:
         partition.pop(range_key, None)
         if drop_partition and not partition:
             del items[hash_key]
     else:
-        partition[range_key] = item
+        # A key already there stays as moto made it; only a new one is the item's own.
+        partition[range_key if was is not None else item.range_key] = item
     return key, was, made
