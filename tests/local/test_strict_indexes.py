@@ -452,3 +452,22 @@ def test_a_number_key_written_otherwise_names_the_same_item(
     clock.wait_past()
     assert owned(ddb, table, "alice") == []
     assert behind(server, table) == 0
+
+
+def test_a_namesake_in_another_region_lags_on_its_own(server: LocalDynamoDB, ddb: Any) -> None:
+    """Two tables of one name in two regions: a write to either lags in its own indexes."""
+    table = make_table(ddb)
+    other = boto3.client(
+        "dynamodb", endpoint_url=server.endpoint_url, region_name="eu-west-1", config=ONE_TRY
+    )
+    make_table(other, table)
+    clock = Clock()
+    clock.write(other.put_item, TableName=table, Item=item("there"))
+    found, early = owned(other, table, "alice"), clock.early()
+    assert found == [] or not early
+    clock.write(ddb.put_item, TableName=table, Item=item("here"))
+    found, early = owned(ddb, table, "alice"), clock.early()
+    assert found == [] or not early
+    clock.wait_past()
+    assert sks(owned(other, table, "alice")) == ["there"]
+    assert sks(owned(ddb, table, "alice")) == ["here"]

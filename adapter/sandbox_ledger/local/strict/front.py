@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -73,14 +74,17 @@ def _conflicting(clash: list[bool]) -> _Reply:
 class _Tables:
     """The key schema and stored items of moto's tables (called under the server's lock)."""
 
-    def table(self, name: str) -> Any:
-        """moto's table of that name (in any account and region), or None."""
+    def table(self, name: str, region: str | None = None) -> Any:
+        """moto's table of that name (in any account; in ``region`` if given, else in any
+        region), or None."""
         from moto.dynamodb.models import dynamodb_backends
 
         for account in list(dynamodb_backends.keys()):
             regions = dynamodb_backends[account]
-            for region in list(regions.keys()):
-                table = regions[region].tables.get(name)
+            for where in list(regions.keys()):
+                if region is not None and where != region:
+                    continue
+                table = regions[where].tables.get(name)
                 if table is not None:
                     return table
         return None
@@ -236,7 +240,12 @@ class StrictFront:
             limits.check(operation, request, self.tables.stored_size)
         except limits.Refused as refused:
             raise _refuse(refused.code, refused.message) from None
-        if indexes.consistent_read_refused(operation, request, self.tables.table):
+        region = _region(environ)
+
+        def table_of(name: str) -> Any:
+            return self.tables.table(name, region)
+
+        if indexes.consistent_read_refused(operation, request, table_of):
             raise _refuse("ValidationException", indexes.CONSISTENT_READ_REFUSED)
         token = request.get("ClientRequestToken") if operation == "TransactWriteItems" else None
         if isinstance(token, str):
@@ -255,7 +264,7 @@ class StrictFront:
             return start_response(status, headers, *rest)
 
         named = _written(operation, request) if operation in indexes.ITEM_WRITES else []
-        with self.indexes.around(operation, request, named, self.tables.table):
+        with self.indexes.around(operation, request, named, table_of):
             response = b"".join(app(environ, capture))
         status = int(str(captured.get("status", "500")).split()[0])
         if status == 200:
@@ -401,6 +410,16 @@ class StrictFront:
             ],
         )
         return [body]
+
+
+_CREDENTIAL = re.compile(r"Credential=[^/,\s]+/\d{8}/([^/,\s]+)/")
+
+
+def _region(environ: dict[str, Any]) -> str | None:
+    """The region a request is signed for (its table of a name may have namesakes in other
+    regions), or None when it is not signed as SigV4 signs."""
+    match = _CREDENTIAL.search(str(environ.get("HTTP_AUTHORIZATION", "")))
+    return match.group(1) if match else None
 
 
 def _query_partition(request: dict[str, Any]) -> str | None:

@@ -36,7 +36,9 @@ overtakes an earlier one). A Query or Scan naming the index puts those entries i
 place for as long as moto serves it, under the server's lock (no other request sees them),
 then puts the items back. Memory: the entries of the items written within the last delay,
 nothing per item at rest; no hidden table exists for ListTables, DescribeTable, a stream or
-``local --data`` to show.
+``local --data`` to show. Time (the server's, measured with the ledger's table of four
+KEYS_ONLY indexes): about 25 us per item written, 3 us per entry behind for a Query or Scan of
+the index (moto's own index Query reads the whole table: 12 ms at 2,000 items).
 
 Not lagging: a PartiQL ``SELECT`` on an index (moto reads it from the table's items, as the
 table); an index created by UpdateTable is complete at once (no backfill); the in-process calls
@@ -283,24 +285,19 @@ class IndexLag:
         if operation in _INDEX_READS and request.get("IndexName"):
             with self._as_seen(request, table_of):
                 yield
-            return
-        if operation in ITEM_WRITES:
+        elif operation in ITEM_WRITES:
             watched = self._watch(named, table_of)
+            try:
+                yield
+            finally:
+                self._schedule(watched)
         elif operation in _PARTIQL and not _partiql_reads_only(operation, request):
-            watched = None
+            with self._watch_all():
+                yield
         else:
             yield
             if operation in _TABLE_CHANGES:
                 self._forget_gone()
-            return
-        if watched is None:
-            with self._watch_all():
-                yield
-            return
-        try:
-            yield
-        finally:
-            self._schedule(watched)
 
     def catch_up(self) -> None:
         """Let every index take the writes whose delay has passed."""
