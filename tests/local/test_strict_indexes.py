@@ -471,3 +471,58 @@ def test_a_namesake_in_another_region_lags_on_its_own(server: LocalDynamoDB, ddb
     clock.wait_past()
     assert sks(owned(other, table, "alice")) == ["there"]
     assert sks(owned(ddb, table, "alice")) == ["here"]
+
+
+def test_a_later_write_drawn_a_shorter_delay_waits_for_the_earlier_one() -> None:
+    """The lag on its own, on a clock and delays of the test's choosing: an item's second
+    write, drawn no delay, is not seen before its first, drawn 0.3 s."""
+    from moto.dynamodb.models.table import Table
+
+    from sandbox_ledger.local.strict.indexes import IndexLag
+
+    table = Table(
+        "ordered",
+        account_id="123456789012",
+        region="us-east-1",
+        schema=[{"AttributeName": "PK", "KeyType": "HASH"}],
+        attr=[
+            {"AttributeName": "PK", "AttributeType": "S"},
+            {"AttributeName": "owner", "AttributeType": "S"},
+        ],
+        global_indexes=[
+            {
+                "IndexName": "byOwner",
+                "KeySchema": [{"AttributeName": "owner", "KeyType": "HASH"}],
+                "Projection": {"ProjectionType": "ALL"},
+            }
+        ],
+    )
+    now = [0.0]
+    delays = iter([0.3, 0.0])
+
+    class Drawn:
+        def uniform(self, low: float, high: float) -> float:
+            return next(delays)
+
+    lag = IndexLag((0.0, 0.3), rng=Drawn(), clock=lambda: now[0])  # type: ignore[arg-type]
+
+    def put(version: str) -> None:
+        written = {"PK": {"S": "p"}, "owner": {"S": "alice"}, "v": {"S": version}}
+        request = {"TableName": "ordered", "Item": written}
+        with lag.around("PutItem", request, [("ordered", written)], lambda name: table):
+            table.put_item(written)
+
+    def seen() -> list[str]:
+        request = {"TableName": "ordered", "IndexName": "byOwner"}
+        with lag.around("Scan", request, [], lambda name: table):
+            found, _, _ = table.scan({}, None, None, index_name="byOwner")  # type: ignore[arg-type]
+        return [one.attrs["v"].value for one in found]
+
+    put("1")
+    put("2")
+    now[0] = 0.1  # the second write's own delay has passed, the first's has not
+    assert seen() == []
+    assert [i.attrs["v"].value for i in table.all_items()] == ["2"]  # put back
+    now[0] = 0.3
+    assert seen() == ["2"]
+    assert lag.behind() == 0
