@@ -72,14 +72,27 @@ def moto_endpoint() -> Iterator[str]:
 
 def _strict_profile() -> Any:
     """The strict profile the session's moto server applies: ``SANDBOX_LEDGER_TEST_STRICT``
-    set to ``rate_scale,conflict_hold`` (e.g. ``1,0.02``), else none (moto's leniency)."""
+    set to ``rate_scale,conflict_hold`` (e.g. ``1,0.02``; global secondary indexes lag by the
+    profile's default ``index_delay``, up to 0.1 s) or
+    ``rate_scale,conflict_hold,index_delay_low,index_delay_high`` (seconds; e.g.
+    ``1,0.02,0,0`` for indexes as fresh as moto's, ``1,0.02,0.2,1`` for a lag of 0.2 to 1 s
+    per write), else none (moto's leniency)."""
     given = os.environ.get("SANDBOX_LEDGER_TEST_STRICT")
     if not given:
         return False
     from sandbox_ledger.local import StrictProfile
 
-    scale, hold = (float(part) for part in given.split(","))
-    return StrictProfile(rate_scale=scale, conflict_hold=hold)
+    parts = [float(part) for part in given.split(",")]
+    if len(parts) == 2:
+        return StrictProfile(rate_scale=parts[0], conflict_hold=parts[1])
+    if len(parts) == 4:
+        return StrictProfile(
+            rate_scale=parts[0], conflict_hold=parts[1], index_delay=(parts[2], parts[3])
+        )
+    raise ValueError(
+        "SANDBOX_LEDGER_TEST_STRICT: rate_scale,conflict_hold[,index_delay_low,"
+        f"index_delay_high], not {given!r}"
+    )
 
 
 @pytest.fixture(scope="session")

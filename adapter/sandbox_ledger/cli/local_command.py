@@ -59,7 +59,8 @@ def local(
         False,
         "--strict",
         help="Behave as DynamoDB where moto is lenient: its request limits, throughput per "
-        "partition key and table, transaction conflicts and idempotency tokens.",
+        "partition key and table, transaction conflicts, idempotency tokens, and global "
+        "secondary indexes that take each write up to 0.1 s after the table.",
     ),
 ) -> None:
     """Serve a local DynamoDB until Ctrl-C or SIGTERM (exit 0), printing the `export` lines a

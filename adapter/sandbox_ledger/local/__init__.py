@@ -15,7 +15,8 @@ The package, one job per module:
   requests the embedded server serves; one that does not fit is left off with a
   :class:`MotoAdjustmentWarning` (the server still starts);
 - ``strict/``: the strict profile (:class:`StrictProfile`): DynamoDB's limits, throughput,
-  transaction conflicts and idempotency tokens where moto is lenient;
+  transaction conflicts, idempotency tokens and lagging global secondary indexes where moto
+  is lenient;
 - ``postgres``: :class:`LocalPostgres`.
 
 ``python -m sandbox_ledger.local`` serves until its stdin closes (see ``__main__``).

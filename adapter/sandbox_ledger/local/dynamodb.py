@@ -13,7 +13,8 @@ Besides moto's own DynamoDB, the server adds what an embedded server needs:
   serves; one that does not fit the installed moto is left off with a warning
   (:attr:`LocalDynamoDB.adjustments_off`).
 - **The strict profile**, when asked for (:mod:`.strict`): DynamoDB's limits, throughput per
-  partition key and table, transaction conflicts and idempotency tokens, where moto is lenient.
+  partition key and table, transaction conflicts, idempotency tokens and global secondary
+  indexes that lag behind their table, where moto is lenient.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from ..errors import InvalidInputError
 from . import adjustments
 from .keepalive import _end_connections, _keep_alive
 from .strict import StrictProfile
+from .strict.front import StrictFront
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterable, Iterator
@@ -83,6 +85,7 @@ class LocalDynamoDB:
         self._lock = threading.Lock()
         self._settings: adjustments.Settings | None = None
         self._observers: list[Callable[[str, bytes], None]] = []
+        self._front: StrictFront | None = None
 
     def start(self) -> str:
         """Start serving in a daemon thread; idempotent.
@@ -117,10 +120,11 @@ class LocalDynamoDB:
         app: Any = DomainDispatcherApplication(create_backend_app)
         if adjustments.dispatch.NAME in on:
             app = adjustments.dispatch._DynamoDBFirst(app)
+        self._front = StrictFront(self.strict) if self.strict is not None else None
         self._server = make_server(
             self._host,
             self._port,
-            _serialized(app, settings, self._lock, self._observers, self.strict),
+            _serialized(app, settings, self._lock, self._observers, self._front),
             threaded=True,
             # moto before 5.2 has no handler of its own (it keeps underscored header names).
             request_handler=_keep_alive(
@@ -251,12 +255,15 @@ def _profile(strict: StrictProfile | bool) -> StrictProfile | None:
 
 
 def _profile_text(profile: StrictProfile) -> str:
-    return f"{profile.rate_scale},{profile.conflict_hold},{profile.token_seconds}"
+    low, high = profile.index_delay
+    return f"{profile.rate_scale},{profile.conflict_hold},{profile.token_seconds},{low},{high}"
 
 
 def _profile_from_text(text: str) -> StrictProfile:
-    scale, hold, tokens = (float(part) for part in text.split(","))
-    return StrictProfile(rate_scale=scale, conflict_hold=hold, token_seconds=tokens)
+    scale, hold, tokens, low, high = (float(part) for part in text.split(","))
+    return StrictProfile(
+        rate_scale=scale, conflict_hold=hold, token_seconds=tokens, index_delay=(low, high)
+    )
 
 
 def _check_stream_records(stream_records: int | None) -> None:
@@ -305,16 +312,11 @@ def _serialized(
     settings: adjustments.Settings,
     lock: threading.Lock,
     observers: list[Callable[[str, bytes], None]],
-    strict: StrictProfile | None = None,
+    front: StrictFront | None = None,
 ) -> Callable[..., Iterable[bytes]]:
     """``app`` serving one request at a time, with this server's adjustments applied; each
-    observer told of it before the next one runs; with ``strict``, through the strict
+    observer told of it before the next one runs; with ``front``, through the strict
     profile's front (:mod:`.strict.front`)."""
-    front = None
-    if strict is not None:
-        from .strict.front import StrictFront
-
-        front = StrictFront(strict)
 
     def handle(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         if front is not None:

@@ -19,6 +19,12 @@ What it does, each rule quoted from DynamoDB's documentation beside its code:
 - **Idempotent transactions**: the same ``ClientRequestToken`` and request within
   :attr:`StrictProfile.token_seconds` returns the first answer without writing again; the
   token with another request is ``IdempotentParameterMismatchException``.
+- **Eventually consistent global secondary indexes** (:mod:`.indexes`): each write reaches
+  each index after a delay drawn from :attr:`StrictProfile.index_delay`; until then a Query
+  or Scan of the index sees the item's entry as it was (or no entry), each item's writes
+  arriving in order. Reads of the table (and of local secondary indexes) are as fresh as
+  they were. A Query or Scan of a global secondary index with ``ConsistentRead`` is
+  ``ValidationException``.
 """
 
 from __future__ import annotations
@@ -38,11 +44,17 @@ class StrictProfile:
         conflict_hold: seconds a TransactWriteItems stays in flight before it applies (0:
             transactions never overlap, and nothing conflicts).
         token_seconds: how long a ``ClientRequestToken`` is remembered (DynamoDB: 10 minutes).
+        index_delay: the seconds (lowest, highest) after which a write reaches a global
+            secondary index, drawn per write and index, from 0 to 60; ``(0, 0)``: at once.
+            The default, up to 0.1 s, is "a fraction of a second" as DynamoDB puts it, and
+            longer than a client's round trip here (about a millisecond): a read of an index
+            right after a write misses it about every time, as a read against DynamoDB can.
     """
 
     rate_scale: float = 1.0
     conflict_hold: float = 0.02
     token_seconds: float = 600.0
+    index_delay: tuple[float, float] = (0.0, 0.1)
 
     def __post_init__(self) -> None:
         from ...errors import InvalidInputError
@@ -53,3 +65,13 @@ class StrictProfile:
             raise InvalidInputError("conflict_hold", "must be from 0 to 10 seconds")
         if not self.token_seconds > 0:
             raise InvalidInputError("token_seconds", "must be above 0")
+        delay = self.index_delay
+        if (
+            not isinstance(delay, tuple)
+            or len(delay) != 2
+            or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in delay)
+            or not 0 <= delay[0] <= delay[1] <= 60
+        ):
+            raise InvalidInputError(
+                "index_delay", "must be (lowest, highest) seconds, 0 <= lowest <= highest <= 60"
+            )

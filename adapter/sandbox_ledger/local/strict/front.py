@@ -6,11 +6,12 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from . import capacity, limits
+from . import capacity, indexes, limits
 from .sizes import item_size
 
 if TYPE_CHECKING:
@@ -73,27 +74,31 @@ def _conflicting(clash: list[bool]) -> _Reply:
 class _Tables:
     """The key schema and stored items of moto's tables (called under the server's lock)."""
 
-    def _table(self, name: str) -> Any:
+    def table(self, name: str, region: str | None = None) -> Any:
+        """moto's table of that name (in any account; in ``region`` if given, else in any
+        region), or None."""
         from moto.dynamodb.models import dynamodb_backends
 
         for account in list(dynamodb_backends.keys()):
             regions = dynamodb_backends[account]
-            for region in list(regions.keys()):
-                table = regions[region].tables.get(name)
+            for where in list(regions.keys()):
+                if region is not None and where != region:
+                    continue
+                table = regions[where].tables.get(name)
                 if table is not None:
                     return table
         return None
 
     def partition(self, name: str, key: dict[str, Any]) -> str:
         """The partition key value of ``key`` (an item or a key), as text."""
-        table = self._table(name)
+        table = self.table(name)
         attribute = table.hash_key_attr if table is not None else next(iter(key), "")
         value = key.get(attribute, {})
         return json.dumps(value, sort_keys=True)
 
     def item_key(self, name: str, key: dict[str, Any]) -> tuple[str, str]:
         """The whole primary key of ``key`` (an item or a key), as text."""
-        table = self._table(name)
+        table = self.table(name)
         if table is None:
             return name, json.dumps(key, sort_keys=True)
         names = [table.hash_key_attr] + ([table.range_key_attr] if table.range_key_attr else [])
@@ -102,7 +107,7 @@ class _Tables:
     def stored_size(self, name: str, key: dict[str, Any]) -> int:
         from moto.dynamodb.models.dynamo_type import DynamoType
 
-        table = self._table(name)
+        table = self.table(name)
         if table is None or table.hash_key_attr not in key:
             return 0
         hash_key = DynamoType(key[table.hash_key_attr])
@@ -149,6 +154,7 @@ class StrictFront:
         self.profile = profile
         self.buckets = capacity.Buckets(profile.rate_scale)
         self.tables = _Tables()
+        self.indexes = indexes.IndexLag(profile.index_delay)
         self._flight_lock = threading.Lock()
         self._in_flight: dict[tuple[str, str], int] = {}
         self._tokens: dict[str, tuple[float, str, int, list[tuple[str, str]], bytes]] = {}
@@ -234,6 +240,13 @@ class StrictFront:
             limits.check(operation, request, self.tables.stored_size)
         except limits.Refused as refused:
             raise _refuse(refused.code, refused.message) from None
+        region = _region(environ)
+
+        def table_of(name: str) -> Any:
+            return self.tables.table(name, region)
+
+        if indexes.consistent_read_refused(operation, request, table_of):
+            raise _refuse("ValidationException", indexes.CONSISTENT_READ_REFUSED)
         token = request.get("ClientRequestToken") if operation == "TransactWriteItems" else None
         if isinstance(token, str):
             replay = self._replay(token, request)
@@ -250,7 +263,9 @@ class StrictFront:
             captured["status"], captured["headers"] = status, headers
             return start_response(status, headers, *rest)
 
-        response = b"".join(app(environ, capture))
+        named = _written(operation, request) if operation in indexes.ITEM_WRITES else []
+        with self.indexes.around(operation, request, named, table_of):
+            response = b"".join(app(environ, capture))
         status = int(str(captured.get("status", "500")).split()[0])
         if status == 200:
             self._charge(operation, request, costs, response)
@@ -395,6 +410,16 @@ class StrictFront:
             ],
         )
         return [body]
+
+
+_CREDENTIAL = re.compile(r"Credential=[^/,\s]+/\d{8}/([^/,\s]+)/")
+
+
+def _region(environ: dict[str, Any]) -> str | None:
+    """The region a request is signed for (its table of a name may have namesakes in other
+    regions), or None when it is not signed as SigV4 signs."""
+    match = _CREDENTIAL.search(str(environ.get("HTTP_AUTHORIZATION", "")))
+    return match.group(1) if match else None
 
 
 def _query_partition(request: dict[str, Any]) -> str | None:
