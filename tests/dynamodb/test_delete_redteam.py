@@ -3,6 +3,7 @@ interleavings of deletes, appends, imports and followers the seal must survive."
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -283,7 +284,6 @@ def test_with_a_retention_a_dead_deletes_seal_expires_with_the_session(
     the session for the next delete, or for TTL: the entries, marks and summary all expire,
     the seal did not. It now expires with the session's last mark, but no sooner than a day
     after it was put (it must outlive its delete)."""
-    import time
     from datetime import timedelta
 
     from sandbox_ledger.dynamodb._delete import SEAL_TTL_MARGIN_S
@@ -328,3 +328,31 @@ def test_a_delete_that_died_after_its_seal_leaves_a_session_followed_whole(
     assert [f.entry for f in followed] == old + new
     resumed = ledger.follow("red", "x", after=followed[1].position)
     assert [f.entry for f in resumed] == new
+
+
+def test_a_writer_that_kept_its_guess_of_mark_1_goes_after_the_spent_seal(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    """A writer stores a session's first entry (mark 0) and keeps its guess of mark 1;
+    another writer takes mark 1. The session is deleted (mark 0 kept, spent; mark 1 deleted;
+    the seal at 2). The first writer's next append checks mark 0 (its guess's mark before)
+    and puts mark 1: mark 0 kept its incarnation, so the check held and the append landed at
+    mark 1, in the deleted session's incarnation, below the spent seal. A follower from the
+    start handed it out, met the spent seal and ended: every later entry of the new session
+    was lost to it, though read_all had them."""
+    first = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    other = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    first.append(e("h", LedgerEvent.SandboxCreated, 1))  # mark 0; guesses mark 1
+    other.append(e("h", LedgerEvent.ExecStarted, 2, step=0))  # mark 1
+    other.delete_sandbox("red", "h")
+    again = [
+        e("h", LedgerEvent.ExecStarted, 10, step=0),
+        e("h", LedgerEvent.ExecStarted, 11, step=1),
+        e("h", LedgerEvent.SandboxClosed, 12),
+    ]
+    first.append(again[0])
+    other.append(again[1])
+    first.append(again[2])
+    assert first.read_all("red", "h") == again
+    assert first.read_in_append_order("red", "h") == again
+    assert [f.entry for f in first.follow("red", "h")] == again

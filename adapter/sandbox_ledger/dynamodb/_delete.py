@@ -169,15 +169,27 @@ def _spend_origin(table: str, pk: str, ref: dict[str, Any]) -> Op[None]:
     part count removed) instead of deleting it: mark 0 is put with no check of a mark before
     it, so a writer that read the session empty before this delete (a guess it kept) would
     take it again below the next session's marks. Only while it still refers to ``ref``
-    (a stalled delete of an older read changes nothing)."""
+    (a stalled delete of an older read changes nothing).
+
+    It takes an incarnation of its own, no one's: mark 1 is put under the check that mark 0
+    holds the writer's incarnation, and a writer that stored mark 0 and kept its guess of
+    mark 1 (another writer took it, and this delete deleted it) would otherwise pass that
+    check and put mark 1 again, below the seal, and a follower positioned at mark 0 would
+    find its mark still there."""
     yield from _update_if(
         table,
         pk,
         0,
-        "SET #spent = :one REMOVE #ref, #np, #eex",
+        "SET #spent = :one, #inc = :inc REMOVE #ref, #np, #eex",
         "#ref = :ref",
-        {"#ref": A.REF, "#np": A.PARTS, "#eex": A.ENTRY_EXPIRES, "#spent": A.SPENT},
-        {":ref": ref, ":one": N(1)},
+        {
+            "#ref": A.REF,
+            "#np": A.PARTS,
+            "#eex": A.ENTRY_EXPIRES,
+            "#spent": A.SPENT,
+            "#inc": A.INCARNATION,
+        },
+        {":ref": ref, ":one": N(1), ":inc": S(_seq.new_incarnation())},
     )
 
 
