@@ -356,3 +356,63 @@ def test_a_writer_that_kept_its_guess_of_mark_1_goes_after_the_spent_seal(
     assert first.read_all("red", "h") == again
     assert first.read_in_append_order("red", "h") == again
     assert [f.entry for f in first.follow("red", "h")] == again
+
+
+def _retained(moto_endpoint: str, table_name: str) -> SyncDynamoDBAdapter:
+    from datetime import timedelta
+
+    ledger = SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, retention=timedelta(1))
+    ledger.create_table()
+    return ledger
+
+
+def _expire(ledger: SyncDynamoDBAdapter, sid: str) -> list[str]:
+    """Remove what TTL may remove of ``sid`` now (every item whose expiresAt has passed, as
+    DynamoDB's TTL does, in its own time); the sort keys removed."""
+    gone = [
+        item[k.SORT_KEY]
+        for item in _items(ledger, sid)
+        if "expiresAt" in item and int(item["expiresAt"]["N"]) <= time.time()
+    ]
+    for sk in gone:
+        ledger.client().delete_item(
+            TableName=ledger.table_name,
+            Key={k.PARTITION_KEY: {"S": k.session_pk("red", sid)}, k.SORT_KEY: sk},
+        )
+    return [sk["S"] for sk in gone]
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _old_ms() -> int:
+    """A ts whose entry has expired as it is written (retention one day)."""
+    return _now_ms() - 3 * 86_400_000
+
+
+def test_an_import_that_read_the_session_empty_goes_after_the_seal_once_ttl_ran(
+    moto_endpoint: str, table_name: str
+) -> None:
+    """With a retention, an import reads a session empty (its guess: mark 0, fresh, kept a
+    minute); an entry of an old ts (expired as written) and a new one are stored, and the
+    session is deleted. Mark 0, kept spent so that no guess of it can land, kept its entry's
+    TTL, long past: TTL could remove it at once, and the import's guess then put mark 0
+    again, below the spent seal: a follower from the start handed the import out and ended
+    at the seal, losing every later entry."""
+    ledger = _retained(moto_endpoint, table_name)
+    importer = SyncDynamoDBAdapter(
+        table_name, endpoint_url=moto_endpoint, retention=ledger.retention
+    )
+    assert importer.read_stored_sessions([("red", "m")]) == [[]]  # guess: mark 0, fresh
+    ledger.append(e("m", LedgerEvent.SandboxCreated, _old_ms()))  # mark 0, expired
+    ledger.append(e("m", LedgerEvent.ExecStarted, _now_ms(), step=0))  # mark 1
+    ledger.delete_sandbox("red", "m")
+    _expire(ledger, "m")
+    now = _now_ms()
+    imported = e("m", LedgerEvent.SandboxCreated, now)
+    assert importer.append_once_many([(imported, 1)]) == [True]
+    closed = e("m", LedgerEvent.SandboxClosed, now + 1)
+    ledger.append(closed)
+    assert ledger.read_all("red", "m") == [imported, closed]
+    assert [f.entry for f in ledger.follow("red", "m")] == [imported, closed]

@@ -122,31 +122,34 @@ def _seal_ttl(page: dict[str, Any]) -> int | None:
     return max(int(last[0][k.TTL_ATTRIBUTE]["N"]), int(time.time()) + SEAL_TTL_MARGIN_S)
 
 
-def _seal(table: str, pk: str, token: str) -> Op[int]:
-    """Put the session's next sequence mark as this delete's seal; its number. A number
-    another writer took first is read again and the next one tried; a seal already stored
-    with ``token`` (a resend whose first answer was lost) is this delete's."""
+def _seal(table: str, pk: str, token: str) -> Op[tuple[int, int | None]]:
+    """Put the session's next sequence mark as this delete's seal; its number and TTL. A
+    number another writer took first is read again and the next one tried; a seal already
+    stored with ``token`` (a resend whose first answer was lost) is this delete's."""
     while True:
         page = yield Call("query", _seq.last_query(table, pk))
         number = _seq.next_mark(page).number
+        ttl = _seal_ttl(page)
         try:
             yield Call(
                 "put_item",
                 {
                     "TableName": table,
-                    "Item": _seq.seal_item(pk, number, token, _seal_ttl(page)),
+                    "Item": _seq.seal_item(pk, number, token, ttl),
                     "ConditionExpression": "attribute_not_exists(#pk)",
                     "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY},
                 },
             )
-            return number
+            return number, ttl
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise
         key = {k.PARTITION_KEY: S(pk), k.SORT_KEY: S(k.sequence_sk(number))}
         found = yield Call("get_item", {"TableName": table, "Key": key, "ConsistentRead": True})
-        if _seq.is_seal(found.get("Item", {}), token):
-            return number
+        item = found.get("Item", {})
+        if _seq.is_seal(item, token):
+            stored = item.get(k.TTL_ATTRIBUTE)
+            return number, None if stored is None else int(stored["N"])
 
 
 def _spend_seal(table: str, pk: str, number: int, token: str) -> Op[None]:
@@ -164,7 +167,7 @@ def _spend_seal(table: str, pk: str, number: int, token: str) -> Op[None]:
     )
 
 
-def _spend_origin(table: str, pk: str, ref: dict[str, Any]) -> Op[None]:
+def _spend_origin(table: str, pk: str, ref: dict[str, Any], ttl: int | None) -> Op[None]:
     """Keep mark 0 of a deleted entry as a spent mark without its entry (its reference and
     part count removed) instead of deleting it: mark 0 is put with no check of a mark before
     it, so a writer that read the session empty before this delete (a guess it kept) would
@@ -175,22 +178,26 @@ def _spend_origin(table: str, pk: str, ref: dict[str, Any]) -> Op[None]:
     holds the writer's incarnation, and a writer that stored mark 0 and kept its guess of
     mark 1 (another writer took it, and this delete deleted it) would otherwise pass that
     check and put mark 1 again, below the seal, and a follower positioned at mark 0 would
-    find its mark still there."""
-    yield from _update_if(
-        table,
-        pk,
-        0,
-        "SET #spent = :one, #inc = :inc REMOVE #ref, #np, #eex",
-        "#ref = :ref",
-        {
-            "#ref": A.REF,
-            "#np": A.PARTS,
-            "#eex": A.ENTRY_EXPIRES,
-            "#spent": A.SPENT,
-            "#inc": A.INCARNATION,
-        },
-        {":ref": ref, ":one": N(1), ":inc": S(_seq.new_incarnation())},
-    )
+    find its mark still there.
+
+    It takes the seal's TTL (``ttl``; none when the seal has none), at least a day ahead:
+    its entry's, often long past (an entry of an old ``ts``), let TTL remove it at once, and
+    a guess of mark 0 kept from before the delete then put mark 0 again, below the seal."""
+    names = {
+        "#ref": A.REF,
+        "#np": A.PARTS,
+        "#eex": A.ENTRY_EXPIRES,
+        "#spent": A.SPENT,
+        "#inc": A.INCARNATION,
+        "#ttl": k.TTL_ATTRIBUTE,
+    }
+    values = {":ref": ref, ":one": N(1), ":inc": S(_seq.new_incarnation())}
+    if ttl is None:
+        update = "SET #spent = :one, #inc = :inc REMOVE #ref, #np, #eex, #ttl"
+    else:
+        update = "SET #spent = :one, #inc = :inc, #ttl = :ttl REMOVE #ref, #np, #eex"
+        values[":ttl"] = N(ttl)
+    yield from _update_if(table, pk, 0, update, "#ref = :ref", names, values)
 
 
 def _update_if(
@@ -365,7 +372,7 @@ def delete_session(table: str, pk: str) -> Op[None]:
     summary_key = it.summary_key(pk)
     lease = _DeleteLease(table, summary_key)
     yield from lease.take()
-    seal = yield from _seal(table, pk, lease.token)
+    seal, seal_ttl = yield from _seal(table, pk, lease.token)
     now_ns = time.time_ns()
     params: dict[str, Any] = {
         "TableName": table,
@@ -391,7 +398,7 @@ def delete_session(table: str, pk: str) -> Op[None]:
             break
     plan = _doomed(items, seal, now_ns)
     if plan.origin is not None:
-        yield from _spend_origin(table, pk, plan.origin)
+        yield from _spend_origin(table, pk, plan.origin, seal_ttl)
     requests = [{"DeleteRequest": {"Key": key}} for key in plan.keys]
     for at in range(0, len(requests), BATCH_WRITE_MAX):
         yield from lease.renew_if_due()
