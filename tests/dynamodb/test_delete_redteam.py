@@ -416,3 +416,19 @@ def test_an_import_that_read_the_session_empty_goes_after_the_seal_once_ttl_ran(
     ledger.append(closed)
     assert ledger.read_all("red", "m") == [imported, closed]
     assert [f.entry for f in ledger.follow("red", "m")] == [imported, closed]
+
+
+def test_with_a_retention_the_seal_of_a_session_without_marks_expires(
+    moto_endpoint: str, table_name: str
+) -> None:
+    """A delete of a session that has no marks (never written, or every mark removed by TTL)
+    seals it at mark 0, and the seal stays: with a ledger retention it must expire as every
+    other item does, at least a day after it was put."""
+    from sandbox_ledger.dynamodb._delete import SEAL_TTL_MARGIN_S
+
+    ledger = _retained(moto_endpoint, table_name)
+    ledger.delete_sandbox("red", "n")
+    latest = time.time() + SEAL_TTL_MARGIN_S + 60
+    left = _items(ledger, "n")
+    assert left, "the seal stays"
+    assert all("expiresAt" in item and int(item["expiresAt"]["N"]) <= latest for item in left)

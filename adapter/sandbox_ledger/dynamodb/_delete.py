@@ -111,25 +111,30 @@ the delete that put it (a seal gone while its delete runs frees its number below
 the delete keeps), however long the delete."""
 
 
-def _seal_ttl(page: dict[str, Any]) -> int | None:
+def _seal_ttl(page: dict[str, Any], retention: int | None) -> int | None:
     """The seal's TTL, from the page of :func:`._sequence.last_query`: none when the session's
     last mark has none (no retention); else that mark's, raised to now +
     :data:`SEAL_TTL_MARGIN_S`. A seal a dead delete left then expires with the session, as
-    every item of it does (before, it outlived the retention), and no mark expires before it."""
+    every item of it does (before, it outlived the retention), and no mark expires before it.
+    A session without marks (never written, or every mark removed by TTL) is sealed at mark 0,
+    and the seal stays: with a ``retention`` (seconds) it expires now +
+    :data:`SEAL_TTL_MARGIN_S`, else every delete of such a session left an item for good."""
     last = page.get("Items", [])
-    if not last or k.TTL_ATTRIBUTE not in last[0]:
+    if not last:
+        return None if retention is None else int(time.time()) + SEAL_TTL_MARGIN_S
+    if k.TTL_ATTRIBUTE not in last[0]:
         return None
     return max(int(last[0][k.TTL_ATTRIBUTE]["N"]), int(time.time()) + SEAL_TTL_MARGIN_S)
 
 
-def _seal(table: str, pk: str, token: str) -> Op[tuple[int, int | None]]:
+def _seal(table: str, pk: str, token: str, retention: int | None) -> Op[tuple[int, int | None]]:
     """Put the session's next sequence mark as this delete's seal; its number and TTL. A
     number another writer took first is read again and the next one tried; a seal already
     stored with ``token`` (a resend whose first answer was lost) is this delete's."""
     while True:
         page = yield Call("query", _seq.last_query(table, pk))
         number = _seq.next_mark(page).number
-        ttl = _seal_ttl(page)
+        ttl = _seal_ttl(page, retention)
         try:
             yield Call(
                 "put_item",
@@ -345,7 +350,7 @@ def _doomed(items: list[dict[str, Any]], seal: int, now_ns: int) -> _Plan:
     return plan
 
 
-def delete_session(table: str, pk: str) -> Op[None]:
+def delete_session(table: str, pk: str, retention: int | None = None) -> Op[None]:
     """Delete every item of a session so that its summary always agrees with its entries
     and an append racing the delete is either deleted or stored whole in a new session.
 
@@ -368,11 +373,14 @@ def delete_session(table: str, pk: str) -> Op[None]:
 
     Appends that never touch the summary (exec.started, exec.failed, checkpoints) are not
     held off: one that commits after the seal survives, whole and with its mark.
+
+    ``retention`` (seconds; the client's ledger retention) gives the seal of a session
+    without marks a TTL (see :func:`_seal_ttl`).
     """
     summary_key = it.summary_key(pk)
     lease = _DeleteLease(table, summary_key)
     yield from lease.take()
-    seal, seal_ttl = yield from _seal(table, pk, lease.token)
+    seal, seal_ttl = yield from _seal(table, pk, lease.token, retention)
     now_ns = time.time_ns()
     params: dict[str, Any] = {
         "TableName": table,
