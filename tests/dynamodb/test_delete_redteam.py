@@ -391,6 +391,35 @@ def _old_ms() -> int:
     return _now_ms() - 3 * 86_400_000
 
 
+def test_an_import_that_kept_its_fresh_guess_after_an_expired_mark_goes_after_the_seal(
+    moto_endpoint: str, table_name: str
+) -> None:
+    """With a retention, a session whose last mark has expired is begun again in a new
+    incarnation after that mark, with no check of the mark before (a fresh mark). An import
+    reads such a session (its guess: mark 1, fresh), then a writer begins it again (marks 1
+    and 2) and it is deleted (mark 0 kept, marks 1 and 2 deleted, the seal at 3). The
+    import's fresh guess put mark 1 with no check: it was free, and the import's entry
+    landed below the spent seal, in an incarnation of its own. A follower from the start
+    handed it out, met the spent seal and ended, losing every later entry."""
+    ledger = _retained(moto_endpoint, table_name)
+    importer = SyncDynamoDBAdapter(
+        table_name, endpoint_url=moto_endpoint, retention=ledger.retention
+    )
+    ledger.append(e("b", LedgerEvent.SandboxCreated, _old_ms()))  # mark 0, expired
+    assert len(importer.read_stored_sessions([("red", "b")])[0]) == 1  # guess: mark 1, fresh
+    now = _now_ms()
+    writer = SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, retention=ledger.retention)
+    writer.append(e("b", LedgerEvent.ExecStarted, now, step=0))  # mark 1 (fresh)
+    writer.append(e("b", LedgerEvent.ExecStarted, now + 1, step=1))  # mark 2
+    writer.delete_sandbox("red", "b")  # the seal at 3
+    imported = e("b", LedgerEvent.SandboxCreated, now + 10)
+    assert importer.append_once_many([(imported, 1)]) == [True]
+    closed = e("b", LedgerEvent.SandboxClosed, now + 11)
+    writer.append(closed)
+    assert ledger.read_all("red", "b") == [imported, closed]
+    assert [f.entry for f in ledger.follow("red", "b")] == [imported, closed]
+
+
 def test_an_import_that_read_the_session_empty_goes_after_the_seal_once_ttl_ran(
     moto_endpoint: str, table_name: str
 ) -> None:
