@@ -31,15 +31,15 @@ class _Died(Exception):
 
 
 def _delete_dying_after_its_seal(ledger: SyncDynamoDBAdapter, sid: str) -> None:
-    """A delete_sandbox of ``sid`` that dies right after its seal's PutItem landed."""
+    """A delete_sandbox of ``sid`` that dies right after its seal landed."""
 
     def die(**_: Any) -> None:
         raise _Died
 
-    ledger.client().meta.events.register("after-call.dynamodb.PutItem", die)
+    ledger.client().meta.events.register("after-call.dynamodb.TransactWriteItems", die)
     with pytest.raises(_Died):
         ledger.delete_sandbox("red", sid)
-    ledger.client().meta.events.unregister("after-call.dynamodb.PutItem", die)
+    ledger.client().meta.events.unregister("after-call.dynamodb.TransactWriteItems", die)
 
 
 def _session(sid: str, n: int, ts: int = 100) -> list[LedgerEntry]:
@@ -195,7 +195,9 @@ def test_an_import_that_read_the_session_empty_before_a_delete_joins_the_survivo
             ran.append(True)
             writer.append(survivor)
 
-    deleter.client().meta.events.register("after-call.dynamodb.PutItem", append_after_the_seal)
+    deleter.client().meta.events.register(
+        "after-call.dynamodb.TransactWriteItems", append_after_the_seal
+    )
     deleter.delete_sandbox("red", "f")
     assert ran
     imported = e("f", LedgerEvent.ExecStarted, 20, step=1)
@@ -461,3 +463,36 @@ def test_with_a_retention_the_seal_of_a_session_without_marks_expires(
     left = _items(ledger, "n")
     assert left, "the seal stays"
     assert all("expiresAt" in item and int(item["expiresAt"]["N"]) <= latest for item in left)
+
+
+def test_a_delete_that_lost_its_lease_before_its_seal_spares_the_next_session(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    """Two deletes of one session: the first takes the summary's lease, then stalls before
+    its seal; the second takes the lease over, runs whole, and the session begins again. The
+    first then seals after the new session's marks and deletes what is below its seal: the
+    new session's entries, while their summary, which no longer carries the first delete's
+    lease, stays (created, closed, counting entries that are gone), and appends that change
+    the summary were never held off meanwhile."""
+    slow = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    fast = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    writer = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    for entry in _session("l", 3):
+        writer.append(entry)
+    again = _session("l", 4, ts=500)
+    ran: list[bool] = []
+
+    def overtake(**_: Any) -> None:
+        if not ran:
+            ran.append(True)
+            fast.delete_sandbox("red", "l")
+            for entry in again:
+                writer.append(entry)
+
+    slow.client().meta.events.register("before-call.dynamodb.Query", overtake)
+    slow.delete_sandbox("red", "l")
+    assert ran
+    assert slow.read_all("red", "l") == again
+    assert [f.entry for f in slow.follow("red", "l")] == again
+    details = slow.get_sandbox_details("red", "l")
+    assert details is not None and details.completed_at is not None

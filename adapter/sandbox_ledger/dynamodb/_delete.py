@@ -50,7 +50,16 @@ from sandbox_ledger.dynamodb import _sequence as _seq
 from sandbox_ledger.keys import LedgerAttr as A
 from sandbox_ledger.sdk.attributes import N, S
 from sandbox_ledger.sdk.batching import BATCH_WRITE_MAX, batch_write
-from sandbox_ledger.sdk.steps import MAX_ATTEMPTS, Call, Op, Parallel, Sleep, backoff, error_code
+from sandbox_ledger.sdk.steps import (
+    MAX_ATTEMPTS,
+    Call,
+    Op,
+    Parallel,
+    Sleep,
+    backoff,
+    error_code,
+    log,
+)
 
 __all__ = ["ORPHAN_PART_GRACE_MS", "SEAL_TTL_MARGIN_S", "delete_session"]
 
@@ -127,34 +136,75 @@ def _seal_ttl(page: dict[str, Any], retention: int | None) -> int | None:
     return max(int(last[0][k.TTL_ATTRIBUTE]["N"]), int(time.time()) + SEAL_TTL_MARGIN_S)
 
 
-def _seal(table: str, pk: str, token: str, retention: int | None) -> Op[tuple[int, int | None]]:
-    """Put the session's next sequence mark as this delete's seal; its number and TTL. A
+_FAILED = "ConditionalCheckFailed"
+_SEAL_RETRIED = frozenset(
+    {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
+)
+
+
+def _seal(
+    table: str, pk: str, lease: _DeleteLease, retention: int | None
+) -> Op[tuple[int, int | None] | None]:
+    """Put the session's next sequence mark as this delete's seal, in one transaction with a
+    check that the summary still holds this delete's lease; the seal's number and TTL. A
     number another writer took first is read again and the next one tried; a seal already
-    stored with ``token`` (a resend whose first answer was lost) is this delete's."""
+    stored with the lease's token (a resend whose first answer was lost) is this delete's.
+
+    None, sealing nothing, once the lease is no longer this delete's: another delete took it
+    over before this seal (it deletes the session), and may have finished, the session begun
+    again after it. A seal put then, after the new session's first marks, deleted the new
+    session's entries below it, while their summary, which no longer carried this delete's
+    lease, stayed (counting entries gone), and appends that change it were never held off.
+    A lease taken over after the seal is no matter: the other delete's seal is after this one,
+    and what this one deletes is of the session that delete deletes too."""
+    attempt = 0
     while True:
         page = yield Call("query", _seq.last_query(table, pk))
         number = _seq.next_mark(page).number
         ttl = _seal_ttl(page, retention)
-        try:
-            yield Call(
-                "put_item",
-                {
+        actions = [
+            {
+                "Put": {
                     "TableName": table,
-                    "Item": _seq.seal_item(pk, number, token, ttl),
+                    "Item": _seq.seal_item(pk, number, lease.token, ttl),
                     "ConditionExpression": "attribute_not_exists(#pk)",
                     "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY},
-                },
-            )
+                }
+            },
+            {
+                "ConditionCheck": {
+                    "TableName": table,
+                    "Key": lease.key,
+                    "ConditionExpression": "#dt = :token",
+                    "ExpressionAttributeNames": {"#dt": A.DELETING_TOKEN},
+                    "ExpressionAttributeValues": {":token": S(lease.token)},
+                }
+            },
+        ]
+        try:
+            yield Call("transact_write_items", {"TransactItems": actions})
             return number, ttl
         except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
+            if error_code(exc) != "TransactionCanceledException":
                 raise
-        key = {k.PARTITION_KEY: S(pk), k.SORT_KEY: S(k.sequence_sk(number))}
-        found = yield Call("get_item", {"TableName": table, "Key": key, "ConsistentRead": True})
-        item = found.get("Item", {})
-        if _seq.is_seal(item, token):
-            stored = item.get(k.TTL_ATTRIBUTE)
-            return number, None if stored is None else int(stored["N"])
+            reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
+            failure = exc
+        if reasons[:1] == [_FAILED]:
+            key = {k.PARTITION_KEY: S(pk), k.SORT_KEY: S(k.sequence_sk(number))}
+            found = yield Call("get_item", {"TableName": table, "Key": key, "ConsistentRead": True})
+            item = found.get("Item", {})
+            if _seq.is_seal(item, lease.token):  # it landed (while the lease was held)
+                stored = item.get(k.TTL_ATTRIBUTE)
+                return number, None if stored is None else int(stored["N"])
+        if reasons[1:2] == [_FAILED]:
+            log.info("delete %s: another delete took the session over", pk)
+            return None
+        if reasons[:1] == [_FAILED]:
+            continue  # another writer took the number first: the next one
+        attempt += 1
+        if not _SEAL_RETRIED.intersection(reasons) or attempt >= MAX_ATTEMPTS:
+            raise failure
+        yield Sleep(backoff(attempt))
 
 
 def _spend_seal(table: str, pk: str, number: int, token: str) -> Op[None]:
@@ -358,7 +408,9 @@ def delete_session(table: str, pk: str, retention: int | None = None) -> Op[None
        on, appends that would change the summary (created, closed, exec.complete) are refused
        by their transaction's condition and retry after a backoff.
     2. Seal the session's sequence (see the module's notes): entries stored from then on
-       belong to the new session.
+       belong to the new session. The seal is put only while this delete holds the lease
+       (see :func:`_seal`); otherwise another delete took the session over, and this one
+       returns.
     3. Read the partition (consistent Query, keys and what ties an item to its entry), then
        delete every item but the new session's, the summary and the seal; mark 0 is kept,
        spent (:func:`_spend_origin`), and claims go one by one on their condition
@@ -380,7 +432,10 @@ def delete_session(table: str, pk: str, retention: int | None = None) -> Op[None
     summary_key = it.summary_key(pk)
     lease = _DeleteLease(table, summary_key)
     yield from lease.take()
-    seal, seal_ttl = yield from _seal(table, pk, lease.token, retention)
+    sealed = yield from _seal(table, pk, lease, retention)
+    if sealed is None:
+        return  # another delete took the session over before the seal: it deletes it
+    seal, seal_ttl = sealed
     now_ns = time.time_ns()
     params: dict[str, Any] = {
         "TableName": table,
