@@ -384,6 +384,12 @@ def _expire(ledger: SyncDynamoDBAdapter, sid: str) -> list[str]:
     return [sk["S"] for sk in gone]
 
 
+def _body(params: dict[str, Any]) -> str:
+    """The body of a request (a ``before-call`` hook's ``params``)."""
+    body = params["body"]
+    return body.decode() if isinstance(body, bytes) else str(body)
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -496,3 +502,83 @@ def test_a_delete_that_lost_its_lease_before_its_seal_spares_the_next_session(
     assert [f.entry for f in slow.follow("red", "l")] == again
     details = slow.get_sandbox_details("red", "l")
     assert details is not None and details.completed_at is not None
+
+
+def test_a_delete_that_died_after_spending_mark_0_never_leaves_an_entry_unfollowed(
+    moto_endpoint: str, sync_table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delete_sandbox that dies right after it spent mark 0 (the process killed). Mark 0
+    lost its reference first, before anything was deleted: the session was left whole but
+    for its first entry's mark, and appends went on after the dead seal. read_all and an
+    export had the first entry; a follower from the start passed mark 0 (no entry), handed
+    out the rest and never that one. Mark 0 is now spent once the entries are deleted: a
+    follower hands out what read_all has, or ends where the dead delete took an entry
+    (the session is to be deleted again), never passing one by; and the next delete leaves
+    one session everywhere."""
+    from sandbox_ledger.dynamodb import _ops
+
+    monkeypatch.setattr(_ops, "DELETE_LEASE_MS", 1)  # the dead delete's lease is over at once
+    ledger = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    for entry in [e("o", LedgerEvent.SandboxCreated, 1), e("o", LedgerEvent.ExecStarted, 2, 0)]:
+        ledger.append(entry)
+
+    def spends_mark_0(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        body = _body(params)
+        context["spends mark 0"] = k.sequence_sk(0) in body and "REMOVE" in body
+
+    def die(context: dict[str, Any], **_: Any) -> None:
+        if context.get("spends mark 0"):
+            raise _Died
+
+    events = ledger.client().meta.events
+    events.register("before-call.dynamodb.UpdateItem", spends_mark_0)
+    events.register("after-call.dynamodb.UpdateItem", die)
+    with pytest.raises(_Died):
+        ledger.delete_sandbox("red", "o")
+    events.unregister("before-call.dynamodb.UpdateItem", spends_mark_0)
+    events.unregister("after-call.dynamodb.UpdateItem", die)
+    for entry in [e("o", LedgerEvent.ExecStarted, 3, step=1), e("o", LedgerEvent.SandboxClosed, 4)]:
+        ledger.append(entry)
+    stored = ledger.read_all("red", "o")
+    followed = [f.entry for f in ledger.follow("red", "o")]
+    assert followed == stored[: len(followed)]
+    ledger.delete_sandbox("red", "o")
+    again = [e("o", LedgerEvent.SandboxCreated, 5), e("o", LedgerEvent.SandboxClosed, 6)]
+    for entry in again:
+        ledger.append(entry)
+    assert ledger.read_all("red", "o") == again
+    assert ledger.read_in_append_order("red", "o") == again
+    assert [f.entry for f in ledger.follow("red", "o")] == again
+
+
+def test_mark_0_leaves_the_sessions_incarnation_before_mark_1_is_deleted(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    """A writer that stored mark 0 keeps its guess of mark 1, which another writer took. It
+    appends (an entry the lease does not hold off) right after each batch of the delete's:
+    once mark 1 is deleted, its check of mark 0 must fail (mark 0 has left the session's
+    incarnation by then), or it puts mark 1 below the seal and a follower from the start
+    ends there."""
+    first = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    other = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    first.append(e("p", LedgerEvent.SandboxCreated, 1))  # mark 0; guesses mark 1
+    other.append(e("p", LedgerEvent.ExecStarted, 2, step=0))  # mark 1
+    raced: list[LedgerEntry] = []
+
+    def deletes_mark_1(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        context["deletes mark 1"] = k.sequence_sk(1) in _body(params)
+
+    def append_with_the_old_guess(context: dict[str, Any], **_: Any) -> None:
+        if context.get("deletes mark 1") and not raced:
+            raced.append(e("p", LedgerEvent.ExecStarted, 10, step=1))
+            first.append(raced[0])
+
+    events = other.client().meta.events
+    events.register("before-call.dynamodb.BatchWriteItem", deletes_mark_1)
+    events.register("after-call.dynamodb.BatchWriteItem", append_with_the_old_guess)
+    other.delete_sandbox("red", "p")
+    assert raced
+    closed = e("p", LedgerEvent.SandboxClosed, 11)
+    other.append(closed)
+    assert other.read_all("red", "p") == [*raced, closed]
+    assert [f.entry for f in other.follow("red", "p")] == [*raced, closed]

@@ -354,14 +354,15 @@ def _owner(item: dict[str, Any]) -> str | None:
 
 
 class _Plan:
-    """What a delete takes of the partition it read: ``keys`` in batches, ``claims`` each on
-    its condition, and mark 0 kept spent (``origin``: the reference it holds) if it is an
-    entry's mark."""
+    """What a delete takes of the partition it read: ``keys`` (heads, parts, markers) in
+    batches, ``claims`` each on its condition, mark 0 kept spent (``origin``: the reference it
+    holds) if it is an entry's mark, then the other ``marks`` below the seal in batches."""
 
     def __init__(self) -> None:
         self.keys: list[dict[str, Any]] = []
         self.claims: list[dict[str, Any]] = []
         self.origin: dict[str, Any] | None = None
+        self.marks: list[dict[str, Any]] = []
 
 
 def _doomed(items: list[dict[str, Any]], seal: int, now_ns: int) -> _Plan:
@@ -396,8 +397,18 @@ def _doomed(items: list[dict[str, Any]], seal: int, now_ns: int) -> _Plan:
         elif sk.startswith(k.CLAIM_PREFIX):
             plan.claims.append(_claim_delete(item))
         else:
-            plan.keys.append({k.PARTITION_KEY: item[k.PARTITION_KEY], k.SORT_KEY: item[k.SORT_KEY]})
+            key = {k.PARTITION_KEY: item[k.PARTITION_KEY], k.SORT_KEY: item[k.SORT_KEY]}
+            (plan.keys if number is None else plan.marks).append(key)
     return plan
+
+
+def _delete_keys(table: str, lease: _DeleteLease, keys: list[dict[str, Any]]) -> Op[None]:
+    """Delete ``keys`` in batches of :data:`BATCH_WRITE_MAX`, in order, the lease renewed
+    before each batch when due."""
+    requests = [{"DeleteRequest": {"Key": key}} for key in keys]
+    for at in range(0, len(requests), BATCH_WRITE_MAX):
+        yield from lease.renew_if_due()
+        yield from batch_write(table, requests[at : at + BATCH_WRITE_MAX])
 
 
 def delete_session(table: str, pk: str, retention: int | None = None) -> Op[None]:
@@ -412,9 +423,9 @@ def delete_session(table: str, pk: str, retention: int | None = None) -> Op[None
        (see :func:`_seal`); otherwise another delete took the session over, and this one
        returns.
     3. Read the partition (consistent Query, keys and what ties an item to its entry), then
-       delete every item but the new session's, the summary and the seal; mark 0 is kept,
-       spent (:func:`_spend_origin`), and claims go one by one on their condition
-       (:func:`_delete_claims`).
+       delete every item but the new session's, the summary and the seal: the entries'
+       items (claims one by one on their condition, :func:`_delete_claims`), then mark 0
+       is kept, spent (:func:`_spend_origin`), then the other marks below the seal.
     4. Mark the seal spent (if it is still this delete's: see :func:`_spend_seal`), then
        delete the summary if it still carries this delete's mark.
 
@@ -460,15 +471,17 @@ def delete_session(table: str, pk: str, retention: int | None = None) -> Op[None
         if not start:
             break
     plan = _doomed(items, seal, now_ns)
-    if plan.origin is not None:
-        yield from _spend_origin(table, pk, plan.origin, seal_ttl)
-    requests = [{"DeleteRequest": {"Key": key}} for key in plan.keys]
-    for at in range(0, len(requests), BATCH_WRITE_MAX):
-        yield from lease.renew_if_due()
-        yield from batch_write(table, requests[at : at + BATCH_WRITE_MAX])
+    yield from _delete_keys(table, lease, plan.keys)
     for at in range(0, len(plan.claims), BATCH_WRITE_MAX):
         yield from lease.renew_if_due()
         yield from _delete_claims(table, plan.claims[at : at + BATCH_WRITE_MAX])
+    if plan.origin is not None:
+        # After the entries (a delete that dies before leaves mark 0 pointing at its deleted
+        # entry, and a follower meeting it ends: never an entry stored whole without its
+        # mark, which a follower would pass), before the other marks (mark 1 is free only
+        # once mark 0 has left the session's incarnation: see _spend_origin).
+        yield from _spend_origin(table, pk, plan.origin, seal_ttl)
+    yield from _delete_keys(table, lease, plan.marks)
     yield from _spend_seal(table, pk, seal, lease.token)
     try:
         yield Call(
