@@ -582,3 +582,26 @@ def test_mark_0_leaves_the_sessions_incarnation_before_mark_1_is_deleted(
     other.append(closed)
     assert other.read_all("red", "p") == [*raced, closed]
     assert [f.entry for f in other.follow("red", "p")] == [*raced, closed]
+
+
+def test_a_guess_of_mark_1_after_a_seal_at_mark_0_goes_after_the_next_seal(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    """A session deleted before anything was written to it is sealed at mark 0, and the
+    seal stays. An import reads the session (its guess: mark 1, after the seal, kept as any
+    guess is), a writer takes mark 1, and the session is deleted again (mark 1 deleted, the
+    seal at 2). The import's guess checks mark 0, the first delete's seal, which kept its
+    incarnation: the check held, and the import's entry landed at mark 1 below the spent
+    seal, where a follower from the start ended."""
+    importer = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    writer = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    writer.delete_sandbox("red", "s")  # the seal at mark 0
+    assert importer.read_stored_sessions([("red", "s")]) == [[]]  # guess: mark 1
+    writer.append(e("s", LedgerEvent.SandboxCreated, 1))  # mark 1
+    writer.delete_sandbox("red", "s")  # the seal at mark 2
+    imported = e("s", LedgerEvent.SandboxCreated, 10)
+    assert importer.append_once_many([(imported, 1)]) == [True]
+    closed = e("s", LedgerEvent.SandboxClosed, 11)
+    writer.append(closed)
+    assert writer.read_all("red", "s") == [imported, closed]
+    assert [f.entry for f in writer.follow("red", "s")] == [imported, closed]

@@ -222,15 +222,17 @@ def _spend_seal(table: str, pk: str, number: int, token: str) -> Op[None]:
     )
 
 
-def _spend_origin(table: str, pk: str, ref: dict[str, Any], ttl: int | None) -> Op[None]:
-    """Keep mark 0 of a deleted entry as a spent mark without its entry (its reference and
-    part count removed) instead of deleting it: mark 0 is put with no check of a mark before
-    it, so a writer that read the session empty before this delete (a guess it kept) would
-    take it again below the next session's marks. Only while it still refers to ``ref``
-    (a stalled delete of an older read changes nothing).
+def _spend_origin(table: str, pk: str, origin: dict[str, Any], ttl: int | None) -> Op[None]:
+    """Keep mark 0 (``origin``, as read) as a spent mark without an entry instead of deleting
+    it: mark 0 is put with no check of a mark before it, so a writer that read the session
+    empty before this delete (a guess it kept) would take it again below the next session's
+    marks. An entry's mark loses its reference and part count. Only while it is still as
+    read (its reference, or, a seal's or a spent mark's, its incarnation): a stalled delete
+    of an older read changes nothing.
 
-    It takes an incarnation of its own, no one's: mark 1 is put under the check that mark 0
-    holds the writer's incarnation, and a writer that stored mark 0 and kept its guess of
+    It takes an incarnation of its own, no one's, whatever it was (an entry's mark, a seal
+    at 0 of a delete of a session without marks, a mark 0 spent before): mark 1 is put under
+    the check that mark 0 holds the writer's incarnation, and a writer that kept its guess of
     mark 1 (another writer took it, and this delete deleted it) would otherwise pass that
     check and put mark 1 again, below the seal, and a follower positioned at mark 0 would
     find its mark still there.
@@ -246,13 +248,19 @@ def _spend_origin(table: str, pk: str, ref: dict[str, Any], ttl: int | None) -> 
         "#inc": A.INCARNATION,
         "#ttl": k.TTL_ATTRIBUTE,
     }
-    values = {":ref": ref, ":one": N(1), ":inc": S(_seq.new_incarnation())}
+    values = {":one": N(1), ":inc": S(_seq.new_incarnation())}
+    if A.REF in origin:
+        condition = "#ref = :ref"
+        values[":ref"] = origin[A.REF]
+    else:
+        condition = "#inc = :was AND attribute_not_exists(#ref)"
+        values[":was"] = origin[A.INCARNATION]
     if ttl is None:
         update = "SET #spent = :one, #inc = :inc REMOVE #ref, #np, #eex, #ttl"
     else:
         update = "SET #spent = :one, #inc = :inc, #ttl = :ttl REMOVE #ref, #np, #eex"
         values[":ttl"] = N(ttl)
-    yield from _update_if(table, pk, 0, update, "#ref = :ref", names, values)
+    yield from _update_if(table, pk, 0, update, condition, names, values)
 
 
 def _update_if(
@@ -355,8 +363,8 @@ def _owner(item: dict[str, Any]) -> str | None:
 
 class _Plan:
     """What a delete takes of the partition it read: ``keys`` (heads, parts, markers) in
-    batches, ``claims`` each on its condition, mark 0 kept spent (``origin``: the reference it
-    holds) if it is an entry's mark, then the other ``marks`` below the seal in batches."""
+    batches, ``claims`` each on its condition, mark 0 kept spent (``origin``: the item as
+    read) if it is below the seal, then the other ``marks`` below the seal in batches."""
 
     def __init__(self) -> None:
         self.keys: list[dict[str, Any]] = []
@@ -392,8 +400,8 @@ def _doomed(items: list[dict[str, Any]], seal: int, now_ns: int) -> _Plan:
         if head is not None and head not in heads and _young(head, now_ns):
             continue
         if number == 0:
-            if A.REF in item:
-                plan.origin = item[A.REF]
+            if A.REF in item or A.INCARNATION in item:
+                plan.origin = item
         elif sk.startswith(k.CLAIM_PREFIX):
             plan.claims.append(_claim_delete(item))
         else:
@@ -456,9 +464,10 @@ def delete_session(table: str, pk: str, retention: int | None = None) -> Op[None
             "#sk": k.SORT_KEY,
             "#ref": A.REF,
             "#ord": A.CLAIM_ORDER,
+            "#inc": A.INCARNATION,
         },
         "ExpressionAttributeValues": {":pk": S(pk)},
-        "ProjectionExpression": "#pk, #sk, #ref, #ord",
+        "ProjectionExpression": "#pk, #sk, #ref, #ord, #inc",
         "ConsistentRead": True,
     }
     items: list[dict[str, Any]] = []
