@@ -20,14 +20,15 @@ deletes what it read. Two things keep that safe against racing appends:
   incarnation and ends; the entries stored while the delete ran stay whole, each with its
   mark, and a follower of the new session hands out every one of them.
 - **No key is reused behind a delete.** The seal stays (spent), and so does mark 0 (its
-  entry's reference removed): the next session numbers its marks after the seal, and mark 0,
-  the one mark put without a check of the one before, can never be put again (see
-  :mod:`._sequence`). What a delete deletes without a condition (marks below its seal,
-  heads, parts and markers, whose keys hold a random order id) is then never another
-  session's, however long the delete stalled after its read; claims, whose keys are their
-  lines' content, are deleted on the order id they were read with. A deleted session leaves
-  these two small items (none when the seal was its mark 0); with a ledger retention they
-  expire with it.
+  entry's reference removed, in an incarnation of its own): the next session numbers its
+  marks after the seal, and mark 0, the one mark put without a check of the one before, can
+  never be put again, nor can a mark after it whose check of the mark before was made true
+  before the delete (see :mod:`._sequence`). What a delete deletes without a condition
+  (marks below its seal, heads, parts and markers, whose keys hold a random order id) is
+  then never another session's, however long the delete stalled after its read; claims,
+  whose keys are their lines' content, are deleted on the order id they were read with. A
+  deleted session leaves these two small items (one when the seal was its mark 0); with a
+  ledger retention they expire with it.
 
 The partition is read whole before anything is deleted: a mark sorts after every item of its
 entry (``Q#`` after ``E#``, ``I#``, ``K#``), and an entry's items commit in one transaction with

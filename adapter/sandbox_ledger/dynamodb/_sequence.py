@@ -30,12 +30,15 @@ after the seal, in the seal's incarnation. A follower that meets another incarna
 spent seal, ends (docs/live.md).
 
 **A mark number is never taken twice.** A delete leaves its seal (marked spent once the
-delete has finished) and mark 0, its entry's reference removed: the last mark stays at least
-the highest number ever put, and mark 0 (the one put with no check of a mark before it)
-can never be put again. So a writer, or a delete, that acts on what it read before another
-delete ran (a guess it kept, a page it read and then stalled on) never meets a key that
-means something else now: its condition fails, or the key it deletes is of a session
-already gone.
+delete has finished) and mark 0, its entry's reference removed and in an incarnation of its
+own: the last mark stays at least the highest number ever put, mark 0 (the one put with no
+check of a mark before it) can never be put again, and no guess of mark 1 kept from before
+passes its check of mark 0; the numbers between are free, but every mark after mark 0 is put
+under the check of the mark before it (a fresh one after an expired mark too: that the
+expired mark holds the incarnation read), which is gone. So a writer, or a delete, that acts
+on what it read before another delete ran (a guess it kept, a page it read and then stalled
+on) never meets a key that means something else now: its condition fails, or the key it
+deletes is of a session already gone.
 """
 
 from __future__ import annotations
