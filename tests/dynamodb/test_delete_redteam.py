@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from dynamodb.partition import after_delete
 from sandbox_ledger import LedgerEntry, LedgerEvent
 from sandbox_ledger import keys as k
 from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
@@ -605,3 +606,43 @@ def test_a_guess_of_mark_1_after_a_seal_at_mark_0_goes_after_the_next_seal(
     writer.append(closed)
     assert writer.read_all("red", "s") == [imported, closed]
     assert [f.entry for f in writer.follow("red", "s")] == [imported, closed]
+
+
+def test_a_delete_whose_lease_a_dead_delete_took_over_deletes_the_session(
+    moto_endpoint: str, sync_table: str
+) -> None:
+    """Two deletes of one session: the second takes the lease over from the first before the
+    first's seal, then dies (its lease runs out, its token stays on the summary). The first
+    finds the lease not its own at its seal; the delete that holds it is dead, not running
+    and not finished: the first takes the lease back and deletes the session, rather than
+    return with nothing deleted."""
+    from sandbox_ledger.dynamodb import _items as it
+
+    ledger = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    for entry in _session("q", 3):
+        ledger.append(entry)
+    pk = k.session_pk("red", "q")
+    died: list[bool] = []
+
+    def a_delete_takes_the_lease_and_dies(**_: Any) -> None:
+        if not died:
+            died.append(True)
+            ledger.client().update_item(
+                TableName=sync_table,
+                Key=it.summary_key(pk),
+                UpdateExpression="SET deleting = :over, deletingToken = :dead",
+                ExpressionAttributeValues={
+                    ":over": {"N": str(_now_ms() - 1)},
+                    ":dead": {"S": "a-delete-that-died"},
+                },
+            )
+
+    deleter = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    deleter.client().meta.events.register(
+        "before-call.dynamodb.Query", a_delete_takes_the_lease_and_dies
+    )
+    deleter.delete_sandbox("red", "q")
+    assert died
+    assert ledger.read_all("red", "q") == []
+    assert ledger.get_sandbox_details("red", "q") is None
+    assert after_delete(_items(ledger, "q")) == []

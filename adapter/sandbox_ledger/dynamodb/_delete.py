@@ -99,6 +99,51 @@ class _DeleteLease:
                 raise
             self.held = False  # another delete_sandbox took over: it holds (and renews) it
 
+    def take_over_if_dead(self) -> Op[bool]:
+        """After this delete lost its lease before its seal: take it again if the delete that
+        took it died (its lease over, its token still on the summary), and say so. False when
+        another delete is running (its lease is live) or has finished (the summary is gone,
+        or was begun again without a lease): that one deletes, or deleted, the session, and
+        the session may have begun again after it."""
+        found = yield Call(
+            "get_item",
+            {
+                "TableName": self.table,
+                "Key": self.key,
+                "ConsistentRead": True,
+                "ProjectionExpression": "#dl, #dt",
+                "ExpressionAttributeNames": {"#dl": A.DELETING, "#dt": A.DELETING_TOKEN},
+            },
+        )
+        item = found.get("Item", {})
+        other = item.get(A.DELETING_TOKEN)
+        if other is None or _ops._held_by_delete(item):
+            return False
+        now = _ops._now_ms()
+        try:
+            yield Call(
+                "update_item",
+                {
+                    "TableName": self.table,
+                    "Key": self.key,
+                    "UpdateExpression": "SET #dl = :until, #dt = :token",
+                    "ConditionExpression": "#dt = :other AND #dl < :now",
+                    "ExpressionAttributeNames": {"#dl": A.DELETING, "#dt": A.DELETING_TOKEN},
+                    "ExpressionAttributeValues": {
+                        ":until": N(now + _ops.DELETE_LEASE_MS),
+                        ":token": S(self.token),
+                        ":other": other,
+                        ":now": N(now),
+                    },
+                },
+            )
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            return False  # another delete took it meanwhile: it runs
+        self.until, self.held = now + _ops.DELETE_LEASE_MS, True
+        return True
+
     def _set(self, update: str, **condition: str) -> Op[None]:
         until = _ops._now_ms() + _ops.DELETE_LEASE_MS
         yield Call(
@@ -156,8 +201,10 @@ def _seal(
     again after it. A seal put then, after the new session's first marks, deleted the new
     session's entries below it, while their summary, which no longer carried this delete's
     lease, stayed (counting entries gone), and appends that change it were never held off.
-    A lease taken over after the seal is no matter: the other delete's seal is after this one,
-    and what this one deletes is of the session that delete deletes too."""
+    A delete that took the lease and died is taken over
+    (:meth:`_DeleteLease.take_over_if_dead`). A lease taken over after the seal is no
+    matter: the other delete's seal is after this one, and what this one deletes is of the
+    session that delete deletes too."""
     attempt = 0
     while True:
         page = yield Call("query", _seq.last_query(table, pk))
@@ -198,6 +245,8 @@ def _seal(
                 stored = item.get(k.TTL_ATTRIBUTE)
                 return number, None if stored is None else int(stored["N"])
         if reasons[1:2] == [_FAILED]:
+            if (yield from lease.take_over_if_dead()):
+                continue  # the delete that took it over died: this one goes on
             log.info("delete %s: another delete took the session over", pk)
             return None
         if reasons[:1] == [_FAILED]:
