@@ -646,3 +646,48 @@ def test_a_delete_whose_lease_a_dead_delete_took_over_deletes_the_session(
     assert ledger.read_all("red", "q") == []
     assert ledger.get_sandbox_details("red", "q") is None
     assert after_delete(_items(ledger, "q")) == []
+
+
+@pytest.mark.slow
+def test_a_delete_that_stalled_before_its_seal_holds_the_session_again(
+    moto_endpoint: str, sync_table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delete takes its lease, then stalls longer than the lease before its seal. It went
+    on to seal with the lease over: a sandbox.created stored after the seal (the next
+    session's) was not held off, updated the summary, and the delete then deleted that
+    summary (it still carried its token): the next session had its entry and no summary. The
+    lease is renewed before the seal now, and the append waits for the delete."""
+    import threading
+
+    from sandbox_ledger.dynamodb import _ops
+
+    monkeypatch.setattr(_ops, "DELETE_LEASE_MS", 3_000)
+    writer = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    for entry in _session("w", 3):
+        writer.append(entry)
+    deleter = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    created = e("w", LedgerEvent.SandboxCreated, 500)
+    appended = threading.Event()
+    writing: list[threading.Thread] = []
+
+    def stall(**_: Any) -> None:
+        if not writing:
+            time.sleep(3.2)  # the lease (3 s) is over
+
+    def append_after_the_seal(**_: Any) -> None:
+        if not writing:
+            writing.append(
+                threading.Thread(target=lambda: (writer.append(created), appended.set()))
+            )
+            writing[0].start()
+            appended.wait(1.0)  # it lands at once, unless the delete holds it off
+
+    events = deleter.client().meta.events
+    events.register("before-call.dynamodb.Query", stall)
+    events.register("after-call.dynamodb.TransactWriteItems", append_after_the_seal)
+    deleter.delete_sandbox("red", "w")
+    writing[0].join(30)
+    assert appended.is_set()
+    assert writer.read_all("red", "w") == [created]
+    details = writer.get_sandbox_details("red", "w")
+    assert details is not None and details.started_at == 500

@@ -210,6 +210,10 @@ def _seal(
         page = yield Call("query", _seq.last_query(table, pk))
         number = _seq.next_mark(page).number
         ttl = _seal_ttl(page, retention)
+        # Renewed when due, right before the seal: a delete that stalled after taking its
+        # lease sealed with the lease over, and a summary append stored after the seal (the
+        # next session's) was not held off; the delete then deleted the summary it updated.
+        yield from lease.renew_if_due()
         actions = [
             {
                 "Put": {
@@ -487,10 +491,11 @@ def delete_session(table: str, pk: str, retention: int | None = None) -> Op[None
     4. Mark the seal spent (if it is still this delete's: see :func:`_spend_seal`), then
        delete the summary if it still carries this delete's mark.
 
-    The lease is renewed while steps 3 runs (before each page and each batch of 25 deletes,
-    once half of it has passed), so a delete longer than the lease (a session of many
-    thousands of entries) still holds off the appends it must; a delete that dies stops
-    renewing, and its lease ends on its own (the seal it left is taken by the next delete).
+    The lease is renewed right before the seal and while steps 3 runs (before each page and
+    each batch of 25 deletes, once half of it has passed), so a delete longer than the lease
+    (a session of many thousands of entries), or one that stalled, still holds off the
+    appends it must; a delete that dies stops renewing, and its lease ends on its own (the
+    seal it left is taken by the next delete).
 
     Appends that never touch the summary (exec.started, exec.failed, checkpoints) are not
     held off: one that commits after the seal survives, whole and with its mark.
