@@ -691,3 +691,44 @@ def test_a_delete_that_stalled_before_its_seal_holds_the_session_again(
     assert writer.read_all("red", "w") == [created]
     details = writer.get_sandbox_details("red", "w")
     assert details is not None and details.started_at == 500
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "a delete that stalls inside one call longer than its lease (after its seal) lets a "
+        "summary append of the next session through (the lease is over), which updates the "
+        "deleted session's summary; the delete then deletes that summary (it still carries "
+        "its token). Renewing cannot help once the stall is inside a call: it needs fencing "
+        "of the summary by the seal (an append marked after the seal must begin a new "
+        "summary, not update the one the delete will remove)"
+    ),
+)
+def test_a_delete_that_stalled_inside_a_batch_leaves_the_next_sessions_summary(
+    moto_endpoint: str, sync_table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delete stalls inside a BatchWriteItem longer than its lease (a process paused);
+    meanwhile the next session's sandbox.created is stored (after the seal: it survives)."""
+    from sandbox_ledger.dynamodb import _ops
+
+    monkeypatch.setattr(_ops, "DELETE_LEASE_MS", 1_000)
+    writer = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    for entry in _session("v", 3):
+        writer.append(entry)
+    deleter = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    created = e("v", LedgerEvent.SandboxCreated, 500)
+    ran: list[bool] = []
+
+    def stall_then_append(**_: Any) -> None:
+        if not ran:
+            ran.append(True)
+            time.sleep(1.2)  # the lease (1 s) is over
+            writer.append(created)
+
+    deleter.client().meta.events.register("before-call.dynamodb.BatchWriteItem", stall_then_append)
+    deleter.delete_sandbox("red", "v")
+    assert ran
+    assert writer.read_all("red", "v") == [created]
+    details = writer.get_sandbox_details("red", "v")
+    assert details is not None and details.started_at == 500
