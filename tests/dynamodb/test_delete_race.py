@@ -483,7 +483,9 @@ def test_appends_that_land_while_a_delete_runs_are_a_new_session_followed_whole(
             for entry in raced:
                 writer.append(entry)
 
-    deleter.client().meta.events.register("after-call.dynamodb.PutItem", append_after_the_seal)
+    deleter.client().meta.events.register(
+        "after-call.dynamodb.TransactWriteItems", append_after_the_seal
+    )
     deleter.delete_sandbox("race", "n")
     assert ran
     assert deleter.read_in_append_order("race", "n") == raced
@@ -496,12 +498,13 @@ def test_appends_that_land_while_a_delete_runs_are_a_new_session_followed_whole(
 def test_a_seal_whose_answer_was_lost_is_recognised_and_deleted(
     moto_endpoint: str, sync_table: str
 ) -> None:
-    """The SDK resends the seal's PutItem after its first answer was lost: the resend fails
-    its condition, the delete reads the mark back, knows its own seal and goes on; nothing of
+    """The SDK resends the seal's TransactWriteItems after its first answer was lost: the
+    resend fails the seal's condition, the delete reads the mark back, knows its own seal and
+    goes on; nothing of
     the session is left but mark 0 and the seal, both spent."""
     ledger = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
     ledger.append(e("r", LedgerEvent.SandboxCreated, 1))
-    resent = ResendAfterSuccess(1.0, {"PutItem"}).attach(ledger.client())
+    resent = ResendAfterSuccess(1.0, {"TransactWriteItems"}).attach(ledger.client())
     ledger.delete_sandbox("race", "r")
     assert resent.resent == 1
     raw = ledger.client()
@@ -542,6 +545,8 @@ def test_a_follower_meeting_the_seal_of_a_running_delete_ends(
         thread.join(timeout=20)
         assert not thread.is_alive(), "the follower did not end at the running delete's seal"
 
-    deleter.client().meta.events.register("after-call.dynamodb.PutItem", follow_after_the_seal)
+    deleter.client().meta.events.register(
+        "after-call.dynamodb.TransactWriteItems", follow_after_the_seal
+    )
     deleter.delete_sandbox("race", "f")
     assert ran and rest == []

@@ -20,14 +20,15 @@ deletes what it read. Two things keep that safe against racing appends:
   incarnation and ends; the entries stored while the delete ran stay whole, each with its
   mark, and a follower of the new session hands out every one of them.
 - **No key is reused behind a delete.** The seal stays (spent), and so does mark 0 (its
-  entry's reference removed): the next session numbers its marks after the seal, and mark 0,
-  the one mark put without a check of the one before, can never be put again (see
-  :mod:`._sequence`). What a delete deletes without a condition (marks below its seal,
-  heads, parts and markers, whose keys hold a random order id) is then never another
-  session's, however long the delete stalled after its read; claims, whose keys are their
-  lines' content, are deleted on the order id they were read with. A deleted session leaves
-  these two small items (none when the seal was its mark 0); with a ledger retention they
-  expire with it.
+  entry's reference removed, in an incarnation of its own): the next session numbers its
+  marks after the seal, and mark 0, the one mark put without a check of the one before, can
+  never be put again, nor can a mark after it whose check of the mark before was made true
+  before the delete (see :mod:`._sequence`). What a delete deletes without a condition
+  (marks below its seal, heads, parts and markers, whose keys hold a random order id) is
+  then never another session's, however long the delete stalled after its read; claims,
+  whose keys are their lines' content, are deleted on the order id they were read with. A
+  deleted session leaves these two small items (one when the seal was its mark 0); with a
+  ledger retention they expire with it.
 
 The partition is read whole before anything is deleted: a mark sorts after every item of its
 entry (``Q#`` after ``E#``, ``I#``, ``K#``), and an entry's items commit in one transaction with
@@ -51,7 +52,18 @@ from sandbox_ledger.errors import THROTTLE_CODES
 from sandbox_ledger.keys import LedgerAttr as A
 from sandbox_ledger.sdk.attributes import N, S
 from sandbox_ledger.sdk.batching import BATCH_WRITE_MAX, batch_write
-from sandbox_ledger.sdk.steps import MAX_CONFLICTS, Call, Op, Parallel, Sleep, backoff, error_code
+from sandbox_ledger.sdk.steps import (
+    MAX_ATTEMPTS,
+    MAX_CONFLICTS,
+    Call,
+    Op,
+    Parallel,
+    Sleep,
+    backoff,
+    contended,
+    error_code,
+    log,
+)
 
 __all__ = ["ORPHAN_PART_GRACE_MS", "SEAL_TTL_MARGIN_S", "delete_session"]
 
@@ -90,6 +102,51 @@ class _DeleteLease:
                 raise
             self.held = False  # another delete_sandbox took over: it holds (and renews) it
 
+    def take_over_if_dead(self) -> Op[bool]:
+        """After this delete lost its lease before its seal: take it again if the delete that
+        took it died (its lease over, its token still on the summary), and say so. False when
+        another delete is running (its lease is live) or has finished (the summary is gone,
+        or was begun again without a lease): that one deletes, or deleted, the session, and
+        the session may have begun again after it."""
+        found = yield Call(
+            "get_item",
+            {
+                "TableName": self.table,
+                "Key": self.key,
+                "ConsistentRead": True,
+                "ProjectionExpression": "#dl, #dt",
+                "ExpressionAttributeNames": {"#dl": A.DELETING, "#dt": A.DELETING_TOKEN},
+            },
+        )
+        item = found.get("Item", {})
+        other = item.get(A.DELETING_TOKEN)
+        if other is None or _ops._held_by_delete(item):
+            return False
+        now = _ops._now_ms()
+        try:
+            yield Call(
+                "update_item",
+                {
+                    "TableName": self.table,
+                    "Key": self.key,
+                    "UpdateExpression": "SET #dl = :until, #dt = :token",
+                    "ConditionExpression": "#dt = :other AND #dl < :now",
+                    "ExpressionAttributeNames": {"#dl": A.DELETING, "#dt": A.DELETING_TOKEN},
+                    "ExpressionAttributeValues": {
+                        ":until": N(now + _ops.DELETE_LEASE_MS),
+                        ":token": S(self.token),
+                        ":other": other,
+                        ":now": N(now),
+                    },
+                },
+            )
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            return False  # another delete took it meanwhile: it runs
+        self.until, self.held = now + _ops.DELETE_LEASE_MS, True
+        return True
+
     def _set(self, update: str, **condition: str) -> Op[None]:
         until = _ops._now_ms() + _ops.DELETE_LEASE_MS
         yield Call(
@@ -112,42 +169,100 @@ the delete that put it (a seal gone while its delete runs frees its number below
 the delete keeps), however long the delete."""
 
 
-def _seal_ttl(page: dict[str, Any]) -> int | None:
+def _seal_ttl(page: dict[str, Any], retention: int | None) -> int | None:
     """The seal's TTL, from the page of :func:`._sequence.last_query`: none when the session's
     last mark has none (no retention); else that mark's, raised to now +
     :data:`SEAL_TTL_MARGIN_S`. A seal a dead delete left then expires with the session, as
-    every item of it does (before, it outlived the retention), and no mark expires before it."""
+    every item of it does (before, it outlived the retention), and no mark expires before it.
+    A session without marks (never written, or every mark removed by TTL) is sealed at mark 0,
+    and the seal stays: with a ``retention`` (seconds) it expires now +
+    :data:`SEAL_TTL_MARGIN_S`, else every delete of such a session left an item for good."""
     last = page.get("Items", [])
-    if not last or k.TTL_ATTRIBUTE not in last[0]:
+    if not last:
+        return None if retention is None else int(time.time()) + SEAL_TTL_MARGIN_S
+    if k.TTL_ATTRIBUTE not in last[0]:
         return None
     return max(int(last[0][k.TTL_ATTRIBUTE]["N"]), int(time.time()) + SEAL_TTL_MARGIN_S)
 
 
-def _seal(table: str, pk: str, token: str) -> Op[int]:
-    """Put the session's next sequence mark as this delete's seal; its number. A number
-    another writer took first is read again and the next one tried; a seal already stored
-    with ``token`` (a resend whose first answer was lost) is this delete's."""
+_FAILED = "ConditionalCheckFailed"
+_SEAL_RETRIED = frozenset(
+    {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
+)
+
+
+def _seal(
+    table: str, pk: str, lease: _DeleteLease, retention: int | None
+) -> Op[tuple[int, int | None] | None]:
+    """Put the session's next sequence mark as this delete's seal, in one transaction with a
+    check that the summary still holds this delete's lease; the seal's number and TTL. A
+    number another writer took first is read again and the next one tried; a seal already
+    stored with the lease's token (a resend whose first answer was lost) is this delete's.
+
+    None, sealing nothing, once the lease is no longer this delete's: another delete took it
+    over before this seal (it deletes the session), and may have finished, the session begun
+    again after it. A seal put then, after the new session's first marks, deleted the new
+    session's entries below it, while their summary, which no longer carried this delete's
+    lease, stayed (counting entries gone), and appends that change it were never held off.
+    A delete that took the lease and died is taken over
+    (:meth:`_DeleteLease.take_over_if_dead`). A lease taken over after the seal is no
+    matter: the other delete's seal is after this one, and what this one deletes is of the
+    session that delete deletes too."""
+    attempt = 0
     while True:
         page = yield Call("query", _seq.last_query(table, pk))
         number = _seq.next_mark(page).number
-        try:
-            yield Call(
-                "put_item",
-                {
+        ttl = _seal_ttl(page, retention)
+        # Renewed when due, right before the seal: a delete that stalled after taking its
+        # lease sealed with the lease over, and a summary append stored after the seal (the
+        # next session's) was not held off; the delete then deleted the summary it updated.
+        yield from lease.renew_if_due()
+        actions = [
+            {
+                "Put": {
                     "TableName": table,
-                    "Item": _seq.seal_item(pk, number, token, _seal_ttl(page)),
+                    "Item": _seq.seal_item(pk, number, lease.token, ttl),
                     "ConditionExpression": "attribute_not_exists(#pk)",
                     "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY},
-                },
-            )
-            return number
+                }
+            },
+            {
+                "ConditionCheck": {
+                    "TableName": table,
+                    "Key": lease.key,
+                    "ConditionExpression": "#dt = :token",
+                    "ExpressionAttributeNames": {"#dt": A.DELETING_TOKEN},
+                    "ExpressionAttributeValues": {":token": S(lease.token)},
+                }
+            },
+        ]
+        try:
+            yield Call("transact_write_items", {"TransactItems": actions})
+            return number, ttl
         except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
+            if error_code(exc) != "TransactionCanceledException":
                 raise
-        key = {k.PARTITION_KEY: S(pk), k.SORT_KEY: S(k.sequence_sk(number))}
-        found = yield Call("get_item", {"TableName": table, "Key": key, "ConsistentRead": True})
-        if _seq.is_seal(found.get("Item", {}), token):
-            return number
+            reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
+            failure = exc
+        if reasons[:1] == [_FAILED]:
+            key = {k.PARTITION_KEY: S(pk), k.SORT_KEY: S(k.sequence_sk(number))}
+            found = yield Call("get_item", {"TableName": table, "Key": key, "ConsistentRead": True})
+            item = found.get("Item", {})
+            if _seq.is_seal(item, lease.token):  # it landed (while the lease was held)
+                stored = item.get(k.TTL_ATTRIBUTE)
+                return number, None if stored is None else int(stored["N"])
+        if reasons[1:2] == [_FAILED]:
+            if (yield from lease.take_over_if_dead()):
+                continue  # the delete that took it over died: this one goes on
+            log.info("delete %s: another delete took the session over", pk)
+            return None
+        if reasons[:1] == [_FAILED]:
+            continue  # another writer took the number first: the next one
+        attempt += 1
+        budget = MAX_CONFLICTS if contended(reasons) else MAX_ATTEMPTS
+        if not _SEAL_RETRIED.intersection(reasons) or attempt >= budget:
+            raise failure
+        yield Sleep(backoff(attempt))
 
 
 def _spend_seal(table: str, pk: str, number: int, token: str) -> Op[None]:
@@ -165,21 +280,45 @@ def _spend_seal(table: str, pk: str, number: int, token: str) -> Op[None]:
     )
 
 
-def _spend_origin(table: str, pk: str, ref: dict[str, Any]) -> Op[None]:
-    """Keep mark 0 of a deleted entry as a spent mark without its entry (its reference and
-    part count removed) instead of deleting it: mark 0 is put with no check of a mark before
-    it, so a writer that read the session empty before this delete (a guess it kept) would
-    take it again below the next session's marks. Only while it still refers to ``ref``
-    (a stalled delete of an older read changes nothing)."""
-    yield from _update_if(
-        table,
-        pk,
-        0,
-        "SET #spent = :one REMOVE #ref, #np, #eex",
-        "#ref = :ref",
-        {"#ref": A.REF, "#np": A.PARTS, "#eex": A.ENTRY_EXPIRES, "#spent": A.SPENT},
-        {":ref": ref, ":one": N(1)},
-    )
+def _spend_origin(table: str, pk: str, origin: dict[str, Any], ttl: int | None) -> Op[None]:
+    """Keep mark 0 (``origin``, as read) as a spent mark without an entry instead of deleting
+    it: mark 0 is put with no check of a mark before it, so a writer that read the session
+    empty before this delete (a guess it kept) would take it again below the next session's
+    marks. An entry's mark loses its reference and part count. Only while it is still as
+    read (its reference, or, a seal's or a spent mark's, its incarnation): a stalled delete
+    of an older read changes nothing.
+
+    It takes an incarnation of its own, no one's, whatever it was (an entry's mark, a seal
+    at 0 of a delete of a session without marks, a mark 0 spent before): mark 1 is put under
+    the check that mark 0 holds the writer's incarnation, and a writer that kept its guess of
+    mark 1 (another writer took it, and this delete deleted it) would otherwise pass that
+    check and put mark 1 again, below the seal, and a follower positioned at mark 0 would
+    find its mark still there.
+
+    It takes the seal's TTL (``ttl``; none when the seal has none), at least a day ahead:
+    its entry's, often long past (an entry of an old ``ts``), let TTL remove it at once, and
+    a guess of mark 0 kept from before the delete then put mark 0 again, below the seal."""
+    names = {
+        "#ref": A.REF,
+        "#np": A.PARTS,
+        "#eex": A.ENTRY_EXPIRES,
+        "#spent": A.SPENT,
+        "#inc": A.INCARNATION,
+        "#ttl": k.TTL_ATTRIBUTE,
+    }
+    values = {":one": N(1), ":inc": S(_seq.new_incarnation())}
+    if A.REF in origin:
+        condition = "#ref = :ref"
+        values[":ref"] = origin[A.REF]
+    else:
+        condition = "#inc = :was AND attribute_not_exists(#ref)"
+        values[":was"] = origin[A.INCARNATION]
+    if ttl is None:
+        update = "SET #spent = :one, #inc = :inc REMOVE #ref, #np, #eex, #ttl"
+    else:
+        update = "SET #spent = :one, #inc = :inc, #ttl = :ttl REMOVE #ref, #np, #eex"
+        values[":ttl"] = N(ttl)
+    yield from _update_if(table, pk, 0, update, condition, names, values)
 
 
 def _update_if(
@@ -273,14 +412,15 @@ def _owner(item: dict[str, Any]) -> str | None:
 
 
 class _Plan:
-    """What a delete takes of the partition it read: ``keys`` in batches, ``claims`` each on
-    its condition, and mark 0 kept spent (``origin``: the reference it holds) if it is an
-    entry's mark."""
+    """What a delete takes of the partition it read: ``keys`` (heads, parts, markers) in
+    batches, ``claims`` each on its condition, mark 0 kept spent (``origin``: the item as
+    read) if it is below the seal, then the other ``marks`` below the seal in batches."""
 
     def __init__(self) -> None:
         self.keys: list[dict[str, Any]] = []
         self.claims: list[dict[str, Any]] = []
         self.origin: dict[str, Any] | None = None
+        self.marks: list[dict[str, Any]] = []
 
 
 def _doomed(items: list[dict[str, Any]], seal: int, now_ns: int) -> _Plan:
@@ -310,16 +450,26 @@ def _doomed(items: list[dict[str, Any]], seal: int, now_ns: int) -> _Plan:
         if head is not None and head not in heads and _young(head, now_ns):
             continue
         if number == 0:
-            if A.REF in item:
-                plan.origin = item[A.REF]
+            if A.REF in item or A.INCARNATION in item:
+                plan.origin = item
         elif sk.startswith(k.CLAIM_PREFIX):
             plan.claims.append(_claim_delete(item))
         else:
-            plan.keys.append({k.PARTITION_KEY: item[k.PARTITION_KEY], k.SORT_KEY: item[k.SORT_KEY]})
+            key = {k.PARTITION_KEY: item[k.PARTITION_KEY], k.SORT_KEY: item[k.SORT_KEY]}
+            (plan.keys if number is None else plan.marks).append(key)
     return plan
 
 
-def delete_session(table: str, pk: str) -> Op[None]:
+def _delete_keys(table: str, lease: _DeleteLease, keys: list[dict[str, Any]]) -> Op[None]:
+    """Delete ``keys`` in batches of :data:`BATCH_WRITE_MAX`, in order, the lease renewed
+    before each batch when due."""
+    requests = [{"DeleteRequest": {"Key": key}} for key in keys]
+    for at in range(0, len(requests), BATCH_WRITE_MAX):
+        yield from lease.renew_if_due()
+        yield from batch_write(table, requests[at : at + BATCH_WRITE_MAX])
+
+
+def delete_session(table: str, pk: str, retention: int | None = None) -> Op[None]:
     """Delete every item of a session so that its summary always agrees with its entries
     and an append racing the delete is either deleted or stored whole in a new session.
 
@@ -327,26 +477,35 @@ def delete_session(table: str, pk: str) -> Op[None]:
        on, appends that would change the summary (created, closed, exec.complete) are refused
        by their transaction's condition and retry after a backoff.
     2. Seal the session's sequence (see the module's notes): entries stored from then on
-       belong to the new session.
+       belong to the new session. The seal is put only while this delete holds the lease
+       (see :func:`_seal`); otherwise another delete took the session over, and this one
+       returns.
     3. Read the partition (consistent Query, keys and what ties an item to its entry), then
-       delete every item but the new session's, the summary and the seal; mark 0 is kept,
-       spent (:func:`_spend_origin`), and claims go one by one on their condition
-       (:func:`_delete_claims`).
+       delete every item but the new session's, the summary and the seal: the entries'
+       items (claims one by one on their condition, :func:`_delete_claims`), then mark 0
+       is kept, spent (:func:`_spend_origin`), then the other marks below the seal.
     4. Mark the seal spent (if it is still this delete's: see :func:`_spend_seal`), then
        delete the summary if it still carries this delete's mark.
 
-    The lease is renewed while steps 3 runs (before each page and each batch of 25 deletes,
-    once half of it has passed), so a delete longer than the lease (a session of many
-    thousands of entries) still holds off the appends it must; a delete that dies stops
-    renewing, and its lease ends on its own (the seal it left is taken by the next delete).
+    The lease is renewed right before the seal and while steps 3 runs (before each page and
+    each batch of 25 deletes, once half of it has passed), so a delete longer than the lease
+    (a session of many thousands of entries), or one that stalled, still holds off the
+    appends it must; a delete that dies stops renewing, and its lease ends on its own (the
+    seal it left is taken by the next delete).
 
     Appends that never touch the summary (exec.started, exec.failed, checkpoints) are not
     held off: one that commits after the seal survives, whole and with its mark.
+
+    ``retention`` (seconds; the client's ledger retention) gives the seal of a session
+    without marks a TTL (see :func:`_seal_ttl`).
     """
     summary_key = it.summary_key(pk)
     lease = _DeleteLease(table, summary_key)
     yield from lease.take()
-    seal = yield from _seal(table, pk, lease.token)
+    sealed = yield from _seal(table, pk, lease, retention)
+    if sealed is None:
+        return  # another delete took the session over before the seal: it deletes it
+    seal, seal_ttl = sealed
     now_ns = time.time_ns()
     params: dict[str, Any] = {
         "TableName": table,
@@ -356,9 +515,10 @@ def delete_session(table: str, pk: str) -> Op[None]:
             "#sk": k.SORT_KEY,
             "#ref": A.REF,
             "#ord": A.CLAIM_ORDER,
+            "#inc": A.INCARNATION,
         },
         "ExpressionAttributeValues": {":pk": S(pk)},
-        "ProjectionExpression": "#pk, #sk, #ref, #ord",
+        "ProjectionExpression": "#pk, #sk, #ref, #ord, #inc",
         "ConsistentRead": True,
     }
     items: list[dict[str, Any]] = []
@@ -371,15 +531,17 @@ def delete_session(table: str, pk: str) -> Op[None]:
         if not start:
             break
     plan = _doomed(items, seal, now_ns)
-    if plan.origin is not None:
-        yield from _spend_origin(table, pk, plan.origin)
-    requests = [{"DeleteRequest": {"Key": key}} for key in plan.keys]
-    for at in range(0, len(requests), BATCH_WRITE_MAX):
-        yield from lease.renew_if_due()
-        yield from batch_write(table, requests[at : at + BATCH_WRITE_MAX])
+    yield from _delete_keys(table, lease, plan.keys)
     for at in range(0, len(plan.claims), BATCH_WRITE_MAX):
         yield from lease.renew_if_due()
         yield from _delete_claims(table, plan.claims[at : at + BATCH_WRITE_MAX])
+    if plan.origin is not None:
+        # After the entries (a delete that dies before leaves mark 0 pointing at its deleted
+        # entry, and a follower meeting it ends: never an entry stored whole without its
+        # mark, which a follower would pass), before the other marks (mark 1 is free only
+        # once mark 0 has left the session's incarnation: see _spend_origin).
+        yield from _spend_origin(table, pk, plan.origin, seal_ttl)
+    yield from _delete_keys(table, lease, plan.marks)
     yield from _spend_seal(table, pk, seal, lease.token)
     try:
         yield Call(

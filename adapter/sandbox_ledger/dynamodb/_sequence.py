@@ -30,12 +30,15 @@ after the seal, in the seal's incarnation. A follower that meets another incarna
 spent seal, ends (docs/live.md).
 
 **A mark number is never taken twice.** A delete leaves its seal (marked spent once the
-delete has finished) and mark 0, its entry's reference removed: the last mark stays at least
-the highest number ever put, and mark 0 (the one put with no check of a mark before it)
-can never be put again. So a writer, or a delete, that acts on what it read before another
-delete ran (a guess it kept, a page it read and then stalled on) never meets a key that
-means something else now: its condition fails, or the key it deletes is of a session
-already gone.
+delete has finished) and mark 0, its entry's reference removed and in an incarnation of its
+own: the last mark stays at least the highest number ever put, mark 0 (the one put with no
+check of a mark before it) can never be put again, and no guess of mark 1 kept from before
+passes its check of mark 0; the numbers between are free, but every mark after mark 0 is put
+under the check of the mark before it (a fresh one after an expired mark too: that the
+expired mark holds the incarnation read), which is gone. So a writer, or a delete, that acts
+on what it read before another delete ran (a guess it kept, a page it read and then stalled
+on) never meets a key that means something else now: its condition fails, or the key it
+deletes is of a session already gone.
 """
 
 from __future__ import annotations
@@ -84,18 +87,26 @@ def new_incarnation() -> str:
 class Mark:
     """Where a session's next mark goes: ``number`` in incarnation ``incarnation``;
     ``floor``: the TTL of the mark before (no mark expires before the one before it);
-    ``fresh``: the first mark of its incarnation (no check of the mark before)."""
+    ``fresh``: the first mark of its incarnation (the mark before, if any, is not of it);
+    ``before``: the incarnation of the mark before a fresh one (an expired mark, read),
+    which the write checks the mark before still holds."""
 
-    __slots__ = ("floor", "fresh", "incarnation", "number")
+    __slots__ = ("before", "floor", "fresh", "incarnation", "number")
 
     def __init__(
-        self, incarnation: str, number: int, floor: int | None = None, fresh: bool | None = None
+        self,
+        incarnation: str,
+        number: int,
+        floor: int | None = None,
+        fresh: bool | None = None,
+        before: str | None = None,
     ) -> None:
         self.incarnation, self.number, self.floor = incarnation, number, floor
         self.fresh = number == 0 if fresh is None else fresh
+        self.before = before if self.fresh else None
 
     def copy(self) -> Mark:
-        return Mark(self.incarnation, self.number, self.floor, self.fresh)
+        return Mark(self.incarnation, self.number, self.floor, self.fresh, self.before)
 
     def after(self, heads: list[Item]) -> Mark:
         """Where the next mark goes once ``heads`` took their marks from this one."""
@@ -105,7 +116,10 @@ class Mark:
         return Mark(self.incarnation, self.number + len(heads), floor, fresh=False)
 
     def __repr__(self) -> str:
-        return f"Mark({self.incarnation!r}, {self.number}, {self.floor}, {self.fresh})"
+        return (
+            f"Mark({self.incarnation!r}, {self.number}, {self.floor}, {self.fresh}, "
+            f"{self.before!r})"
+        )
 
 
 def _ttl(head: Item, floor: int | None) -> int | None:
@@ -188,7 +202,10 @@ def next_mark(page: dict[str, Any], now_s: int | None = None) -> Mark:
         raise ValueError(f"not a sequence mark: {last[k.SORT_KEY]['S']!r}")
     ttl = int(last[k.TTL_ATTRIBUTE]["N"]) if k.TTL_ATTRIBUTE in last else None
     if ttl is not None and ttl <= (int(time.time()) if now_s is None else now_s):
-        return Mark(new_incarnation(), number + 1, fresh=True)
+        # The write checks that the expired mark still holds what was read: a guess kept
+        # while the session was begun again and deleted (its marks after that one deleted,
+        # their numbers free) must not put a mark below the delete's seal.
+        return Mark(new_incarnation(), number + 1, fresh=True, before=last[A.INCARNATION]["S"])
     return Mark(last[A.INCARNATION]["S"], number + 1, ttl)
 
 
@@ -267,12 +284,13 @@ _ABSENT = {
 
 def mark_actions(table: str, pk: str, first: Mark, heads: list[Item]) -> list[dict[str, Any]]:
     """The actions that sequence ``heads`` (in this order) from ``first``: a check that the
-    mark before ``first`` exists in its incarnation (none for mark 0), then one conditional
-    put per head."""
+    mark before ``first`` exists in its incarnation (for a fresh mark, in the incarnation it
+    was read in; none for mark 0), then one conditional put per head."""
     if first.number + len(heads) > MAX_MARKS:
         raise ValueError("a session holds at most 10**12 entries")
     actions: list[dict[str, Any]] = []
-    if not first.fresh:
+    before = first.before if first.fresh else first.incarnation
+    if before is not None:
         actions.append(
             {
                 "ConditionCheck": {
@@ -283,7 +301,7 @@ def mark_actions(table: str, pk: str, first: Mark, heads: list[Item]) -> list[di
                     },
                     "ConditionExpression": "#inc = :inc",
                     "ExpressionAttributeNames": {"#inc": A.INCARNATION},
-                    "ExpressionAttributeValues": {":inc": S(first.incarnation)},
+                    "ExpressionAttributeValues": {":inc": S(before)},
                 }
             }
         )
@@ -303,7 +321,7 @@ def sequenced(head: Item, number: int) -> Item:
 
 def mark_count(first: Mark, heads: int) -> int:
     """How many actions :func:`mark_actions` makes."""
-    return heads + (0 if first.fresh else 1)
+    return heads + (0 if first.fresh and first.before is None else 1)
 
 
 def numbered(item: Item) -> tuple[int, str] | None:

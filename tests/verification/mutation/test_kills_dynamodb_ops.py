@@ -529,8 +529,8 @@ def test_a_delete_of_many_pages_deletes_each_item_once_and_renews_its_lease(
     assert [len(b) for b in batches] == [25, 25, 10]
     reads = [q for q in client.calls("Query") if "ProjectionExpression" in json.loads(q["body"])]
     assert len(reads) >= 3  # the partition, 20 items a page
-    # taken, then renewed before each page and each batch
-    assert len(lease_updates(client)) == 1 + len(reads) + len(batches)
+    # taken, then renewed before the seal, each page and each batch
+    assert len(lease_updates(client)) == 1 + 1 + len(reads) + len(batches)
 
 
 def test_a_delete_that_another_took_over_stops_renewing_and_leaves_the_summary_to_it(
@@ -549,10 +549,10 @@ def test_a_delete_that_another_took_over_stops_renewing_and_leaves_the_summary_t
 
     client.sdk.meta.events.register("before-call.dynamodb.BatchWriteItem", take_over)
     client.run(_delete.delete_session(sync_table, PK))
-    # taken, renewed before each page and the first batch, refused before the second batch,
-    # then left to the other
+    # taken, renewed before the seal, each page and the first batch, refused before the
+    # second batch, then left to the other
     reads = [q for q in client.calls("Query") if "ProjectionExpression" in json.loads(q["body"])]
-    assert len(lease_updates(client)) == 1 + len(reads) + 2
+    assert len(lease_updates(client)) == 1 + 1 + len(reads) + 2
     assert len(client.calls("BatchWriteItem")) == 3  # the delete goes on: only the lease is left
     left = after_delete(stored_items(raw, sync_table))
     assert [i["SK"]["S"] for i in left] == [k.SUMMARY_SK]
