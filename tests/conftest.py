@@ -72,16 +72,27 @@ def moto_endpoint() -> Iterator[str]:
 
 def _strict_profile() -> Any:
     """The strict profile the session's moto server applies: ``SANDBOX_LEDGER_TEST_STRICT``
-    set to ``rate_scale,conflict_hold`` (e.g. ``1,0.02``; global secondary indexes lag by the
-    profile's default ``index_delay``, up to 0.1 s) or
+    set to ``rate_scale,conflict_hold`` (e.g. ``1,0.02``; the profile's defaults otherwise:
+    global secondary indexes lagging up to 0.1 s, TTL deleting a minute after expiry),
     ``rate_scale,conflict_hold,index_delay_low,index_delay_high`` (seconds; e.g.
-    ``1,0.02,0,0`` for indexes as fresh as moto's, ``1,0.02,0.2,1`` for a lag of 0.2 to 1 s
-    per write), else none (moto's leniency)."""
+    ``1,0.02,0,0`` for indexes as fresh as moto's), or fields by name, ``name=value`` joined
+    by commas (e.g. ``rate_scale=1,conflict_hold=0.005,index_delay=0:0,ttl_delay=3600``;
+    ``ttl_delay=none`` never deletes); else none (moto's leniency)."""
     given = os.environ.get("SANDBOX_LEDGER_TEST_STRICT")
     if not given:
         return False
     from sandbox_ledger.local import StrictProfile
 
+    if "=" in given:
+        fields: dict[str, Any] = {}
+        for part in given.split(","):
+            name, _, value = part.partition("=")
+            if name == "index_delay":
+                low, _, high = value.partition(":")
+                fields[name] = (float(low), float(high))
+            else:
+                fields[name] = None if value == "none" else float(value)
+        return StrictProfile(**fields)
     parts = [float(part) for part in given.split(",")]
     if len(parts) == 2:
         return StrictProfile(rate_scale=parts[0], conflict_hold=parts[1])
@@ -91,7 +102,7 @@ def _strict_profile() -> Any:
         )
     raise ValueError(
         "SANDBOX_LEDGER_TEST_STRICT: rate_scale,conflict_hold[,index_delay_low,"
-        f"index_delay_high], not {given!r}"
+        f"index_delay_high] or name=value fields, not {given!r}"
     )
 
 

@@ -151,6 +151,7 @@ class LedgerAttr:
     ENTRY_EXPIRES: Final = "eex"  # sequence mark: its entry's TTL, where the mark's is later
     SEQUENCE: Final = "q"  # entry head: the number of its sequence mark (its commit order)
     SPENT: Final = "spent"  # seal: its delete finished; mark 0: its entry was deleted
+    SUMMARY_SEQUENCE: Final = "sq"  # summary: the mark number of the last write that changed it
 
 
 @dataclass(frozen=True)

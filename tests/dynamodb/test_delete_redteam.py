@@ -694,17 +694,6 @@ def test_a_delete_that_stalled_before_its_seal_holds_the_session_again(
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a delete that stalls inside one call longer than its lease (after its seal) lets a "
-        "summary append of the next session through (the lease is over), which updates the "
-        "deleted session's summary; the delete then deletes that summary (it still carries "
-        "its token). Renewing cannot help once the stall is inside a call: it needs fencing "
-        "of the summary by the seal (an append marked after the seal must begin a new "
-        "summary, not update the one the delete will remove)"
-    ),
-)
 def test_a_delete_that_stalled_inside_a_batch_leaves_the_next_sessions_summary(
     moto_endpoint: str, sync_table: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -732,3 +721,59 @@ def test_a_delete_that_stalled_inside_a_batch_leaves_the_next_sessions_summary(
     assert writer.read_all("red", "v") == [created]
     details = writer.get_sandbox_details("red", "v")
     assert details is not None and details.started_at == 500
+
+
+@pytest.mark.parametrize("imported", [False, True], ids=["appended", "imported"])
+def test_a_summary_the_next_session_changed_during_a_stall_is_built_again_from_it(
+    moto_endpoint: str, sync_table: str, monkeypatch: pytest.MonkeyPatch, imported: bool
+) -> None:
+    """As above, with the next session's whole life stored during the stall (created, an
+    exec.complete, closed; appended, or imported in one transaction): the summary the delete
+    leaves is that session's alone (its start, its one exec, closed), with its retention,
+    never the deleted session's counts."""
+    from datetime import timedelta
+
+    from sandbox_ledger import SandboxStatus
+    from sandbox_ledger.dynamodb import _ops
+
+    monkeypatch.setattr(_ops, "DELETE_LEASE_MS", 1_000)
+    kept = timedelta(days=30)
+    table = f"{sync_table}-kept"
+    writer = SyncDynamoDBAdapter(table, endpoint_url=moto_endpoint, retention=kept)
+    writer.create_table()
+    old = [e("w", LedgerEvent.SandboxCreated, 100)]
+    old += [e("w", LedgerEvent.ExecComplete, 101 + i, step=i) for i in range(3)]
+    for entry in old:
+        writer.append(entry)
+    now = int(time.time() * 1000)
+    again = [
+        e("w", LedgerEvent.SandboxCreated, now),
+        e("w", LedgerEvent.ExecComplete, now + 1, step=0),
+        e("w", LedgerEvent.SandboxClosed, now + 2),
+    ]
+    deleter = SyncDynamoDBAdapter(table, endpoint_url=moto_endpoint, retention=kept)
+    ran: list[bool] = []
+
+    def stall_then_write(**_: Any) -> None:
+        if not ran:
+            ran.append(True)
+            time.sleep(1.2)  # the lease (1 s) is over
+            if imported:
+                assert writer.append_once_many([(entry, 1) for entry in again]) == [True] * 3
+            else:
+                for entry in again:
+                    writer.append(entry)
+
+    deleter.client().meta.events.register("before-call.dynamodb.BatchWriteItem", stall_then_write)
+    deleter.delete_sandbox("red", "w")
+    assert ran
+    assert writer.read_all("red", "w") == again
+    details = writer.get_sandbox_details("red", "w")
+    assert details is not None
+    assert (details.started_at, details.exec_count) == (now, 1)
+    assert details.status == SandboxStatus.Completed and details.completed_at == now + 2
+    [summary] = [i for i in _items(writer, "w") if i[k.SORT_KEY]["S"] == k.SUMMARY_SK]
+    assert "deletingToken" not in summary and "deleting" not in summary
+    assert int(summary[k.TTL_ATTRIBUTE]["N"]) >= (now + 2) // 1000 + kept.days * 86_400 - 5
+    listed = writer.list_sandbox_details("red")
+    assert [(d.sandbox_id, d.status) for d in listed] == [("w", SandboxStatus.Completed)]

@@ -76,7 +76,7 @@ def test_no_scan_outside_the_exports() -> None:
 
     from sandbox_ledger.dynamodb import _ops
     from sandbox_ledger.local import inprocess, persist
-    from sandbox_ledger.local.strict import front
+    from sandbox_ledger.local.strict import front, indexes
     from sandbox_ledger.resources import _ops as resource_ops
     from sandbox_ledger.resources import files
     from sandbox_ledger.sdk import paging
@@ -94,6 +94,10 @@ def test_no_scan_outside_the_exports() -> None:
         ).group(0),
         # The strict profile's list of the reads it meters: names it is served, likewise.
         "metered reads": re.search(r"_READS = \{[^}]*\}\n", inspect.getsource(front)).group(0),
+        # The strict profile's lagging indexes: the reads of an index it serves, likewise.
+        "lagged reads": re.search(
+            r"_INDEX_READS = frozenset\(\{[^}]*\}\)\n", inspect.getsource(indexes)
+        ).group(0),
     }
     assert re.search(r"[\"'](scan|Scan)[\"']", allowed["scan_round"])
     assert all("scan_round(" in allowed[name] for name in ("scan_sessions", "scan_records"))

@@ -148,3 +148,107 @@ def test_changes_reports_a_session_the_ttl_service_removed_as_expired(endpoint: 
         kinds = [next(flow).kind for _ in range(2)]
         flow.close()
     assert kinds == [ChangeKind.SESSION_CREATED, ChangeKind.SESSION_EXPIRED]
+
+
+def _strict_table(ddb: Any, *, index: bool = False) -> str:
+    name = f"ttl-{uuid.uuid4().hex[:8]}"
+    extra: dict[str, Any] = {}
+    definitions = [
+        {"AttributeName": "PK", "AttributeType": "S"},
+        {"AttributeName": "SK", "AttributeType": "S"},
+    ]
+    if index:
+        definitions.append({"AttributeName": "G", "AttributeType": "S"})
+        extra["GlobalSecondaryIndexes"] = [
+            {
+                "IndexName": "byG",
+                "KeySchema": [{"AttributeName": "G", "KeyType": "HASH"}],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+            }
+        ]
+    ddb.create_table(
+        TableName=name,
+        KeySchema=[
+            {"AttributeName": "PK", "KeyType": "HASH"},
+            {"AttributeName": "SK", "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=definitions,
+        BillingMode="PAY_PER_REQUEST",
+        StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+        **extra,
+    )
+    ddb.update_time_to_live(
+        TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "expiresAt"}
+    )
+    return name
+
+
+def test_a_strict_server_deletes_expired_items_on_its_own_and_its_index_lags_them() -> None:
+    """StrictProfile(ttl_delay=0): an item expired is deleted at the server's next look,
+    which a request brings; the index still answers with it until its delay passes, as it
+    does for a caller's DeleteItem."""
+    from sandbox_ledger.local import StrictProfile
+
+    profile = StrictProfile(conflict_hold=0, ttl_delay=0, ttl_every=0.05, index_delay=(0.3, 0.3))
+    server = LocalDynamoDB(strict=profile)
+    endpoint = server.start()
+    try:
+        ddb = boto3.client("dynamodb", endpoint_url=endpoint)
+        table = _strict_table(ddb, index=True)
+        soon = int(time.time()) + 1  # not expired while the table is set up
+        _put(ddb, table, "old", expiresAt={"N": str(soon)}, G={"S": "g"})
+        _put(ddb, table, "new", expiresAt={"N": str(int(time.time()) + 3600)}, G={"S": "g"})
+        # Both in the index (0.3 s), "old" expired, and a look due: the next request (the
+        # first since) brings the deletion.
+        time.sleep(max(0.5, soon - time.time() + 0.1))
+        started = time.monotonic()
+        assert _keys(ddb, table) == ["new"]
+        by_g = ddb.query(
+            TableName=table,
+            IndexName="byG",
+            KeyConditionExpression="G = :g",
+            ExpressionAttributeValues={":g": {"S": "g"}},
+        )["Items"]
+        if time.monotonic() - started < 0.3:  # the index's delay has not passed yet
+            assert sorted(i["SK"]["S"] for i in by_g) == ["new", "old"]
+        [removal] = [r for r in _records(ddb, endpoint, table) if r["eventName"] == "REMOVE"]
+        assert is_ttl_removal(removal) and removal["dynamodb"]["Keys"]["SK"]["S"] == "old"
+    finally:
+        server.stop()
+
+
+def test_a_strict_server_without_ttl_deletion_keeps_expired_items_and_the_child_takes_it() -> None:
+    from sandbox_ledger.local import LocalDynamoDBProcess, StrictProfile
+
+    profile = StrictProfile(conflict_hold=0, ttl_delay=None, index_delay=(0, 0))
+    for server in (LocalDynamoDB(strict=profile), LocalDynamoDBProcess(strict=profile)):
+        endpoint = server.start()
+        try:
+            ddb = boto3.client("dynamodb", endpoint_url=endpoint)
+            table = _strict_table(ddb)
+            _put(ddb, table, "old", expiresAt={"N": "1000000000"})
+            time.sleep(0.05)
+            assert _keys(ddb, table) == ["old"]
+        finally:
+            server.stop()
+    child = LocalDynamoDBProcess(strict=StrictProfile(ttl_delay=0, ttl_every=0.05))
+    endpoint = child.start()
+    try:
+        ddb = boto3.client("dynamodb", endpoint_url=endpoint)
+        table = _strict_table(ddb)
+        _put(ddb, table, "old", expiresAt={"N": str(int(time.time()) - 1)})
+        time.sleep(0.1)
+        assert _keys(ddb, table) == []
+    finally:
+        child.stop()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("ttl_delay", -1.0), ("ttl_every", 0.0), ("ttl_delay", 10**9)]
+)
+def test_bad_ttl_settings_are_refused_naming_the_field(field: str, value: float) -> None:
+    from sandbox_ledger.errors import InvalidInputError
+    from sandbox_ledger.local import StrictProfile
+
+    with pytest.raises(InvalidInputError, match=field):
+        StrictProfile(**{field: value})  # type: ignore[arg-type]

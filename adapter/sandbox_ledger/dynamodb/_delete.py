@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -48,10 +48,11 @@ from sandbox_ledger import keys as k
 from sandbox_ledger.dynamodb import _items as it
 from sandbox_ledger.dynamodb import _ops
 from sandbox_ledger.dynamodb import _sequence as _seq
-from sandbox_ledger.errors import THROTTLE_CODES
+from sandbox_ledger.errors import THROTTLE_CODES, StorageError
 from sandbox_ledger.keys import LedgerAttr as A
 from sandbox_ledger.sdk.attributes import N, S
-from sandbox_ledger.sdk.batching import BATCH_WRITE_MAX, batch_write
+from sandbox_ledger.sdk.batching import BATCH_WRITE_MAX, batch_get, batch_write
+from sandbox_ledger.sdk.paging import query_all
 from sandbox_ledger.sdk.steps import (
     MAX_ATTEMPTS,
     MAX_CONFLICTS,
@@ -64,6 +65,9 @@ from sandbox_ledger.sdk.steps import (
     error_code,
     log,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["ORPHAN_PART_GRACE_MS", "SEAL_TTL_MARGIN_S", "delete_session"]
 
@@ -469,7 +473,12 @@ def _delete_keys(table: str, lease: _DeleteLease, keys: list[dict[str, Any]]) ->
         yield from batch_write(table, requests[at : at + BATCH_WRITE_MAX])
 
 
-def delete_session(table: str, pk: str, retention: int | None = None) -> Op[None]:
+def delete_session(
+    table: str,
+    pk: str,
+    retention: int | None = None,
+    shards: Callable[[], Op[int]] | None = None,
+) -> Op[None]:
     """Delete every item of a session so that its summary always agrees with its entries
     and an append racing the delete is either deleted or stored whole in a new session.
 
@@ -543,18 +552,125 @@ def delete_session(table: str, pk: str, retention: int | None = None) -> Op[None
         yield from _spend_origin(table, pk, plan.origin, seal_ttl)
     yield from _delete_keys(table, lease, plan.marks)
     yield from _spend_seal(table, pk, seal, lease.token)
-    try:
-        yield Call(
-            "delete_item",
-            {
-                "TableName": table,
-                "Key": summary_key,
-                "ConditionExpression": "#dt = :token",
-                "ExpressionAttributeNames": {"#dt": A.DELETING_TOKEN},
-                "ExpressionAttributeValues": {":token": S(lease.token)},
-            },
+    yield from _drop_summary(table, pk, lease.token, seal, shards)
+
+
+def _drop_summary(
+    table: str, pk: str, token: str, seal: int, shards: Callable[[], Op[int]] | None
+) -> Op[None]:
+    """Delete the session's summary, the last step: only while it carries this delete's
+    token (another delete took over: it removes it) and no entry marked after the seal
+    changed it (``sq``, :func:`._items.summary_sequenced`).
+
+    Such an entry is the next session's: a ``sandbox.created``, ``sandbox.closed`` or
+    ``exec.complete`` the lease no longer held off (this delete stalled inside one call for
+    longer than the lease) folded itself into the deleted session's summary. Deleted, the
+    next session was left without one; kept, it would count the deleted session. So the
+    summary is built again from the entries marked after the seal, as their appends would
+    have built it on no summary, and put in its place (on the same two conditions, and
+    ``sq`` unchanged: an append meanwhile is read in on the next try)."""
+    summary_key = it.summary_key(pk)
+    for _ in range(MAX_ATTEMPTS):
+        try:
+            yield Call(
+                "delete_item",
+                {
+                    "TableName": table,
+                    "Key": summary_key,
+                    "ConditionExpression": (
+                        "#dt = :token AND (attribute_not_exists(#sq) OR #sq < :seal)"
+                    ),
+                    "ExpressionAttributeNames": {
+                        "#dt": A.DELETING_TOKEN,
+                        "#sq": A.SUMMARY_SEQUENCE,
+                    },
+                    "ExpressionAttributeValues": {":token": S(token), ":seal": N(seal)},
+                },
+            )
+            return
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+        found = yield Call(
+            "get_item", {"TableName": table, "Key": summary_key, "ConsistentRead": True}
         )
-    except ClientError as exc:
-        # Another delete_sandbox of the same session took over; it removes the summary.
-        if error_code(exc) != "ConditionalCheckFailedException":
-            raise
+        stored = found.get("Item")
+        if stored is None or stored.get(A.DELETING_TOKEN, {}).get("S") != token:
+            return  # gone, or another delete_sandbox took over: it removes the summary
+        if A.SUMMARY_SEQUENCE not in stored or int(stored[A.SUMMARY_SEQUENCE]["N"]) < seal:
+            continue  # changed between the two reads: try again
+        if shards is None:
+            raise ValueError("delete_session: the shard count is needed to rebuild a summary")
+        shard_count = yield from shards()
+        seen = stored[A.SUMMARY_SEQUENCE]
+        item = yield from _summary_after(table, pk, stored, seal, int(seen["N"]), shard_count)
+        log.info("delete %s: the next session changed the summary; built again", pk)
+        try:
+            yield Call(
+                "put_item",
+                {
+                    "TableName": table,
+                    "Item": item,
+                    "ConditionExpression": "#dt = :token AND #sq = :seen",
+                    "ExpressionAttributeNames": {
+                        "#dt": A.DELETING_TOKEN,
+                        "#sq": A.SUMMARY_SEQUENCE,
+                    },
+                    "ExpressionAttributeValues": {":token": S(token), ":seen": seen},
+                },
+            )
+            return
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+    raise StorageError(
+        f"delete {pk}: the summary changed behind each of {MAX_ATTEMPTS} reads; "
+        "call delete_sandbox again",
+        code="ConditionalCheckFailedException",
+    )
+
+
+def _summary_after(
+    table: str, pk: str, stored: dict[str, Any], seal: int, upto: int, shard_count: int
+) -> Op[dict[str, Any]]:
+    """The summary the entries marked after ``seal`` (up to mark ``upto``) make on their
+    own: read through their marks (one consistent Query, one BatchGetItem), folded in mark
+    order, with the latest TTL of those that change it."""
+    name, sandbox_id = stored[A.NAME]["S"], stored[A.SANDBOX_ID]["S"]
+    marks = yield from query_all(
+        {
+            "TableName": table,
+            "KeyConditionExpression": "#pk = :pk AND #sk BETWEEN :lo AND :hi",
+            "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY, "#sk": k.SORT_KEY},
+            "ExpressionAttributeValues": {
+                ":pk": S(pk),
+                ":lo": S(k.sequence_sk(seal + 1)),
+                ":hi": S(k.sequence_sk(upto)),
+            },
+            "ConsistentRead": True,
+        }
+    )
+    refs = [m for m in marks if A.REF in m]
+    keys = []
+    for mark in refs:
+        head = mark[A.REF]["S"]
+        parts = int(mark[A.PARTS]["N"]) if A.PARTS in mark else 0
+        for sk in (head, *(k.part_sk(head, p) for p in range(1, parts + 1))):
+            keys.append({k.PARTITION_KEY: S(pk), k.SORT_KEY: S(sk)})
+    items = (yield from batch_get(table, keys)) if keys else []
+    items.sort(key=lambda item: item[k.SORT_KEY]["S"])
+    heads = {i[k.SORT_KEY]["S"]: i for i in items if A.TS in i}
+    keyed, _ = it.assemble_entries(name, sandbox_id, items)
+    by_key = dict(keyed)
+    found = [m[A.REF]["S"] for m in refs if m[A.REF]["S"] in by_key]
+    entries = [by_key[ref] for ref in found]
+    ttls = [
+        int(heads[ref][k.TTL_ATTRIBUTE]["N"])
+        for ref in found
+        if k.TTL_ATTRIBUTE in heads[ref] and it.summary_update(by_key[ref], shard_count)
+    ]
+    update = it.summary_fold(entries, shard_count, max(ttls) if ttls else None)
+    if update is None:  # cannot be: one of them changed the summary; a summary of none
+        raise StorageError(f"delete {pk}: no entry after the seal changes the summary")
+    item: dict[str, Any] = it.summary_item(it.summary_sequenced(update, upto))
+    return item

@@ -237,6 +237,25 @@ def summary_item(update: dict[str, Any]) -> dict[str, Any]:
     return item
 
 
+def summary_sequenced(update: dict[str, Any], number: int) -> dict[str, Any]:
+    """The summary update ``update`` also setting the summary's ``sq`` to ``number``: the
+    mark number of the last entry of the write that changes the summary, in the same
+    transaction.
+    Summary writes are serialized on the item and marks are in commit order, so ``sq`` only
+    grows: what tells a ``delete_sandbox`` whether an entry stored after its seal (the next
+    session's) changed the summary it is about to delete (see :mod:`._delete`)."""
+    sets, sep, adds = update["UpdateExpression"].partition(" ADD ")
+    return {
+        **update,
+        "UpdateExpression": f"{sets}, #sq = :sq{sep}{adds}",
+        "ExpressionAttributeNames": {
+            **update["ExpressionAttributeNames"],
+            "#sq": A.SUMMARY_SEQUENCE,
+        },
+        "ExpressionAttributeValues": {**update["ExpressionAttributeValues"], ":sq": N(number)},
+    }
+
+
 SHARDED_EVENTS = frozenset({LedgerEvent.SandboxCreated, LedgerEvent.SandboxClosed})
 """The events whose summary update writes a sharded index key (needs the shard count)."""
 

@@ -129,6 +129,7 @@ def append(
         now = _now_ms()
         if summary is not None:
             update = keeping if held and keeping is not None else summary
+            update = it.summary_sequenced(update, mark.number)
             condition = _summary_condition(update, now, ttl, held=held)
             actions[summary_at] = {"Update": {"TableName": table, **update, **condition}}
         del actions[marks_at:]

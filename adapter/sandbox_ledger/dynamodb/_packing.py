@@ -252,6 +252,8 @@ def request(
         update = it.summary_fold(entries, shard_count, None if group.held else ttl)
         if update is None:
             continue
+        last = max(i for i, u in enumerate(group.units) if _changes_summary(u.entry))
+        update = it.summary_sequenced(update, group.mark.number + last)
         if group.puts_summary:
             # On an absent summary, the update's result (no lease or TTL to respect yet).
             # A failed condition returns the stored summary, as the update's does.

@@ -405,7 +405,9 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
         """Delete the session's summary, entries and checkpoints; appends racing it land
         either before (deleted) or after (a new session counting exactly its own entries)."""
         pk = k.session_pk(name, sandbox_id)
-        await self.run(_delete.delete_session(self.table_name, pk, self._retention))
+        await self.run(
+            _delete.delete_session(self.table_name, pk, self._retention, self._resolve_shards)
+        )
         self._sequencer.forget(pk)  # a session begun again starts a new sequence
 
     async def list_checkpoints(self, name: str, sandbox_id: str) -> list[CheckpointInfo]:
@@ -557,7 +559,7 @@ class SyncDynamoDBAdapter(_Base, SyncClientOwner):
     def delete_sandbox(self, name: str, sandbox_id: str) -> None:
         """Delete the session's summary, entries and checkpoints."""
         pk = k.session_pk(name, sandbox_id)
-        self.run(_delete.delete_session(self.table_name, pk, self._retention))
+        self.run(_delete.delete_session(self.table_name, pk, self._retention, self._resolve_shards))
         self._sequencer.forget(pk)  # a session begun again starts a new sequence
 
     def list_checkpoints(self, name: str, sandbox_id: str) -> list[CheckpointInfo]:

@@ -20,7 +20,9 @@ Besides moto's own DynamoDB, the server adds what an embedded server needs:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
+import json
 import logging
 import os
 import subprocess
@@ -255,15 +257,14 @@ def _profile(strict: StrictProfile | bool) -> StrictProfile | None:
 
 
 def _profile_text(profile: StrictProfile) -> str:
-    low, high = profile.index_delay
-    return f"{profile.rate_scale},{profile.conflict_hold},{profile.token_seconds},{low},{high}"
+    """The profile as the child process's ``--strict`` argument: its fields as JSON."""
+    return json.dumps(dataclasses.asdict(profile))
 
 
 def _profile_from_text(text: str) -> StrictProfile:
-    scale, hold, tokens, low, high = (float(part) for part in text.split(","))
-    return StrictProfile(
-        rate_scale=scale, conflict_hold=hold, token_seconds=tokens, index_delay=(low, high)
-    )
+    fields = json.loads(text)
+    fields["index_delay"] = tuple(fields["index_delay"])
+    return StrictProfile(**fields)
 
 
 def _check_stream_records(stream_records: int | None) -> None:

@@ -25,6 +25,10 @@ What it does, each rule quoted from DynamoDB's documentation beside its code:
   arriving in order. Reads of the table (and of local secondary indexes) are as fresh as
   they were. A Query or Scan of a global secondary index with ``ConsistentRead`` is
   ``ValidationException``.
+- **TTL deletion** (:mod:`.ttl`): an expired item is served until the TTL service deletes it,
+  :attr:`StrictProfile.ttl_delay` seconds after its TTL at the earliest, each deletion a
+  ``REMOVE`` stream record with the service's ``userIdentity`` (the indexes lag it as they
+  lag a DeleteItem).
 """
 
 from __future__ import annotations
@@ -49,12 +53,20 @@ class StrictProfile:
             The default, up to 0.1 s, is "a fraction of a second" as DynamoDB puts it, and
             longer than a client's round trip here (about a millisecond): a read of an index
             right after a write misses it about every time, as a read against DynamoDB can.
+        ttl_delay: seconds after its TTL an expired item is deleted by the TTL service, at
+            the earliest (:mod:`.ttl`; DynamoDB: typically within two days); None: never, as
+            moto. The default, a minute, keeps an expired item readable for a while, as
+            DynamoDB does, and lets a developer see the deletions come.
+        ttl_every: seconds between two looks for expired items (each reads every item of
+            the tables whose TTL is enabled), above 0.
     """
 
     rate_scale: float = 1.0
     conflict_hold: float = 0.02
     token_seconds: float = 600.0
     index_delay: tuple[float, float] = (0.0, 0.1)
+    ttl_delay: float | None = 60.0
+    ttl_every: float = 1.0
 
     def __post_init__(self) -> None:
         from ...errors import InvalidInputError
@@ -65,6 +77,10 @@ class StrictProfile:
             raise InvalidInputError("conflict_hold", "must be from 0 to 10 seconds")
         if not self.token_seconds > 0:
             raise InvalidInputError("token_seconds", "must be above 0")
+        if self.ttl_delay is not None and not 0 <= self.ttl_delay <= 30 * 86_400:
+            raise InvalidInputError("ttl_delay", "must be None or from 0 to 30 days in seconds")
+        if not 0 < self.ttl_every <= 86_400:
+            raise InvalidInputError("ttl_every", "must be above 0 and at most a day in seconds")
         delay = self.index_delay
         if (
             not isinstance(delay, tuple)

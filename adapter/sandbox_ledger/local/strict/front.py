@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from . import capacity, indexes, limits
 from .sizes import item_size
+from .ttl import TtlDeleter
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
+    from contextlib import AbstractContextManager
 
     from . import StrictProfile
 
@@ -155,6 +157,11 @@ class StrictFront:
         self.buckets = capacity.Buckets(profile.rate_scale)
         self.tables = _Tables()
         self.indexes = indexes.IndexLag(profile.index_delay)
+        self.ttl = (
+            None
+            if profile.ttl_delay is None
+            else TtlDeleter(profile.ttl_delay, profile.ttl_every, around=self._ttl_deleting)
+        )
         self._flight_lock = threading.Lock()
         self._in_flight: dict[tuple[str, str], int] = {}
         self._tokens: dict[str, tuple[float, str, int, list[tuple[str, str]], bytes]] = {}
@@ -240,6 +247,8 @@ class StrictFront:
             limits.check(operation, request, self.tables.stored_size)
         except limits.Refused as refused:
             raise _refuse(refused.code, refused.message) from None
+        if self.ttl is not None:
+            self.ttl.tick()
         region = _region(environ)
 
         def table_of(name: str) -> Any:
@@ -272,6 +281,10 @@ class StrictFront:
             if isinstance(token, str):
                 self._remember(token, request, status, captured.get("headers", []), response)
         return [response]
+
+    def _ttl_deleting(self, table: Any, key: dict[str, Any]) -> AbstractContextManager[Any]:
+        """A TTL deletion, as the lagging indexes see a DeleteItem of ``key``."""
+        return self.indexes.around("DeleteItem", {}, [(table.name, key)], lambda _: table)
 
     # ClientRequestToken (API Reference, TransactWriteItems): "A client token is valid for 10
     # minutes after the first request that uses it is completed. After 10 minutes, any

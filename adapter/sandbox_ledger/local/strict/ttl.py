@@ -22,6 +22,7 @@ the table between requests), each deletion a ``REMOVE`` stream record with the T
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager, nullcontext
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +68,11 @@ class TtlDeleter:
         clock: seconds since the epoch (tests move it).
         removed: told of each deletion (table name, the deleted item's attributes), after
             its stream record is written.
+        around: a context for each deletion, given the moto table and the item's key (the
+            front's lagging indexes watch it as they watch a DeleteItem: "As items are
+            deleted, they are removed from any local secondary index and global secondary
+            index immediately in the same eventually consistent way as a standard delete
+            operation").
     """
 
     def __init__(
@@ -75,8 +81,10 @@ class TtlDeleter:
         every: float,
         clock: Callable[[], float] = time.time,
         removed: Callable[[str, dict[str, Any]], None] | None = None,
+        around: Callable[[Any, dict[str, Any]], AbstractContextManager[Any]] | None = None,
     ) -> None:
         self.delay, self.every, self.clock, self.removed = delay, every, clock, removed
+        self.around = around
         self._next = 0.0
 
     def tick(self) -> int:
@@ -100,7 +108,11 @@ class TtlDeleter:
                     continue
                 if expires < now - _FIVE_YEARS_S:
                     continue
-                table.delete_item(hash_key, range_key)
+                key = {table.hash_key_attr: hash_key.to_json()}
+                if range_key is not None:
+                    key[table.range_key_attr] = range_key.to_json()
+                with self.around(table, key) if self.around else nullcontext():
+                    table.delete_item(hash_key, range_key)
                 shard = getattr(table, "stream_shard", None)
                 if shard is not None and shard.items:
                     shard.items[-1].record["userIdentity"] = dict(TTL_IDENTITY)
