@@ -70,6 +70,26 @@ def moto_endpoint() -> Iterator[str]:
     server.stop()
 
 
+TEST_PROFILE: dict[str, Any] = {
+    "rate_scale": 1.0,
+    # Transactions stay in flight 5 ms (DynamoDB's own take about that): concurrent writers
+    # collide for real, at a quarter of the default's cost to the suite's time.
+    "conflict_hold": 0.005,
+    # Indexes as fresh as the table: with them lagging, a listing read right after the writes
+    # it lists misses them, which the contract's listings do not allow yet (docs/fidelity.md,
+    # "Open"). tests/local/test_strict_indexes.py runs the lag on servers of its own.
+    "index_delay": (0.0, 0.0),
+    # TTL never deletes here: tests store entries that expired years ago and read their items
+    # back to check what they carry, which a deletion at any second would race (DynamoDB
+    # deletes within two days, at a moment nobody chooses). TTL deletion and the product's
+    # reading of it run on servers of their own (tests/local/test_strict_ttl.py).
+    "ttl_delay": None,
+}
+"""The strict profile the test session's DynamoDB server applies when
+``SANDBOX_LEDGER_TEST_STRICT`` is unset: every DynamoDB test runs against DynamoDB's limits,
+throughput, transaction conflicts and idempotency tokens."""
+
+
 def _strict_profile() -> Any:
     """The strict profile the session's moto server applies: ``SANDBOX_LEDGER_TEST_STRICT``
     set to ``rate_scale,conflict_hold`` (e.g. ``1,0.02``; the profile's defaults otherwise:
@@ -77,11 +97,14 @@ def _strict_profile() -> Any:
     ``rate_scale,conflict_hold,index_delay_low,index_delay_high`` (seconds; e.g.
     ``1,0.02,0,0`` for indexes as fresh as moto's), or fields by name, ``name=value`` joined
     by commas (e.g. ``rate_scale=1,conflict_hold=0.005,index_delay=0:0,ttl_delay=3600``;
-    ``ttl_delay=none`` never deletes); else none (moto's leniency)."""
+    ``ttl_delay=none`` never deletes); ``off`` for moto's leniency. Unset: :data:`TEST_PROFILE`."""
     given = os.environ.get("SANDBOX_LEDGER_TEST_STRICT")
-    if not given:
-        return False
     from sandbox_ledger.local import StrictProfile
+
+    if not given:
+        return StrictProfile(**TEST_PROFILE)
+    if given == "off":
+        return False
 
     if "=" in given:
         fields: dict[str, Any] = {}
@@ -198,15 +221,14 @@ def event_bus(moto_endpoint: str, table_name: str) -> str:
 
 @pytest.fixture
 def fast_sdk_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Keep botocore's retry delays tiny, so fault-injection tests stay quick; not on a strict
-    server (``SANDBOX_LEDGER_TEST_STRICT``), which throttles for real: a backoff of a
-    millisecond never lets a partition's bucket refill, and every retry fails."""
+    """Keep botocore's retry delays and the adapter's backoff short, so fault-injection tests
+    stay quick: a millisecond; 50 ms on a strict server (``SANDBOX_LEDGER_TEST_STRICT``),
+    which throttles for real: a partition's bucket refills 50 write units in that time, where
+    a millisecond never lets it refill and every retry fails."""
     from botocore.retries import standard
 
     from sandbox_ledger.sdk import steps
 
-    if _strict_profile():
-        return
-
-    monkeypatch.setattr(standard.ExponentialBackoff, "delay_amount", lambda self, ctx: 0.001)
-    monkeypatch.setattr(steps, "backoff", lambda attempt: 0.001)
+    pause = 0.05 if _strict_profile() else 0.001
+    monkeypatch.setattr(standard.ExponentialBackoff, "delay_amount", lambda self, ctx: pause)
+    monkeypatch.setattr(steps, "backoff", lambda attempt, **_: pause)
