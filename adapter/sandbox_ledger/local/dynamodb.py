@@ -13,14 +13,17 @@ Besides moto's own DynamoDB, the server adds what an embedded server needs:
   serves; one that does not fit the installed moto is left off with a warning
   (:attr:`LocalDynamoDB.adjustments_off`).
 - **The strict profile**, when asked for (:mod:`.strict`): DynamoDB's limits, throughput per
-  partition key and table, transaction conflicts, idempotency tokens and global secondary
-  indexes that lag behind their table, where moto is lenient.
+  partition key and table, transaction conflicts, idempotency tokens, global secondary
+  indexes that lag behind their table and streams whose shards close, split, expire their
+  iterators and trim their records, where moto is lenient.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
+import json
 import logging
 import os
 import subprocess
@@ -120,7 +123,9 @@ class LocalDynamoDB:
         app: Any = DomainDispatcherApplication(create_backend_app)
         if adjustments.dispatch.NAME in on:
             app = adjustments.dispatch._DynamoDBFirst(app)
-        self._front = StrictFront(self.strict) if self.strict is not None else None
+        self._front = (
+            StrictFront(self.strict, self._stream_records) if self.strict is not None else None
+        )
         self._server = make_server(
             self._host,
             self._port,
@@ -255,15 +260,14 @@ def _profile(strict: StrictProfile | bool) -> StrictProfile | None:
 
 
 def _profile_text(profile: StrictProfile) -> str:
-    low, high = profile.index_delay
-    return f"{profile.rate_scale},{profile.conflict_hold},{profile.token_seconds},{low},{high}"
+    """The profile as the child process's ``--strict`` argument (JSON, every field)."""
+    return json.dumps(dataclasses.asdict(profile))
 
 
 def _profile_from_text(text: str) -> StrictProfile:
-    scale, hold, tokens, low, high = (float(part) for part in text.split(","))
-    return StrictProfile(
-        rate_scale=scale, conflict_hold=hold, token_seconds=tokens, index_delay=(low, high)
-    )
+    fields = json.loads(text)
+    fields["index_delay"] = tuple(fields["index_delay"])
+    return StrictProfile(**fields)
 
 
 def _check_stream_records(stream_records: int | None) -> None:

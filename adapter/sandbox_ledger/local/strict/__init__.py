@@ -25,6 +25,14 @@ What it does, each rule quoted from DynamoDB's documentation beside its code:
   arriving in order. Reads of the table (and of local secondary indexes) are as fresh as
   they were. A Query or Scan of a global secondary index with ``ConsistentRead`` is
   ``ValidationException``.
+- **Streams** (:mod:`.streams`): each stream's shards close after
+  :attr:`StrictProfile.shard_records` records or :attr:`StrictProfile.shard_seconds`
+  seconds and open a successor (every :attr:`StrictProfile.shard_split`-th closing, two: a
+  split), an item's records in order down one line of shards; a shard iterator expires
+  :attr:`StrictProfile.iterator_seconds` after it is handed out (``ExpiredIteratorException``);
+  records are trimmed after :attr:`StrictProfile.stream_retention` seconds
+  (``TrimmedDataAccessException``; a closed shard all trimmed leaves ``DescribeStream``);
+  ``GetRecords`` returns at most 1,000 records or 1 MB.
 """
 
 from __future__ import annotations
@@ -49,12 +57,30 @@ class StrictProfile:
             The default, up to 0.1 s, is "a fraction of a second" as DynamoDB puts it, and
             longer than a client's round trip here (about a millisecond): a read of an index
             right after a write misses it about every time, as a read against DynamoDB can.
+        shard_records: records after which a stream's open shard closes and a successor
+            opens (:mod:`.streams`), at least 1. DynamoDB says neither when nor after how
+            many; the default, 1,000, makes every test that writes a thousand records read
+            across a closed shard and its child, as a reader of a busy table does.
+        shard_seconds: seconds after which an open shard closes, records or not, above 0
+            (default: four hours, the lifetime of a shard seen on DynamoDB).
+        shard_split: every this-many-th closing of a stream's shard opens two children
+            instead of one (a split), while fewer than :data:`.streams.MAX_OPEN` shards are
+            open; 0: never. Default 4.
+        iterator_seconds: seconds after which a shard iterator expires (DynamoDB: 15
+            minutes), above 0.
+        stream_retention: seconds after which a stream record is trimmed (DynamoDB: 24
+            hours), above 0.
     """
 
     rate_scale: float = 1.0
     conflict_hold: float = 0.02
     token_seconds: float = 600.0
     index_delay: tuple[float, float] = (0.0, 0.1)
+    shard_records: int = 1000
+    shard_seconds: float = 4 * 3600.0
+    shard_split: int = 4
+    iterator_seconds: float = 900.0
+    stream_retention: float = 86_400.0
 
     def __post_init__(self) -> None:
         from ...errors import InvalidInputError
@@ -65,6 +91,15 @@ class StrictProfile:
             raise InvalidInputError("conflict_hold", "must be from 0 to 10 seconds")
         if not self.token_seconds > 0:
             raise InvalidInputError("token_seconds", "must be above 0")
+        for name in ("shard_records", "shard_split"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise InvalidInputError(name, "must be a count >= 0")
+        if self.shard_records < 1:
+            raise InvalidInputError("shard_records", "must be at least 1")
+        for name in ("shard_seconds", "iterator_seconds", "stream_retention"):
+            if not getattr(self, name) > 0:
+                raise InvalidInputError(name, "must be above 0 seconds")
         delay = self.index_delay
         if (
             not isinstance(delay, tuple)

@@ -1,0 +1,426 @@
+"""DynamoDB Streams under the strict profile (sandbox_ledger/local/strict/streams.py): each
+rule as DynamoDB's documentation states it, checked through boto3's dynamodbstreams client;
+then the product's ``changes()`` read across closing, splitting shards and expiring
+iterators."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from sandbox_ledger.errors import InvalidInputError
+from sandbox_ledger.local import LocalDynamoDB, LocalDynamoDBProcess
+from sandbox_ledger.local.dynamodb import _profile_from_text, _profile_text
+from sandbox_ledger.local.strict import StrictProfile
+from sandbox_ledger.local.strict.streams import MAX_OPEN
+
+ONE_TRY = Config(retries={"max_attempts": 1, "mode": "standard"})
+
+
+def clients(endpoint: str) -> tuple[Any, Any]:
+    return (
+        boto3.client("dynamodb", endpoint_url=endpoint, config=ONE_TRY),
+        boto3.client("dynamodbstreams", endpoint_url=endpoint, config=ONE_TRY),
+    )
+
+
+def make_table(ddb: Any, view: str = "NEW_AND_OLD_IMAGES") -> tuple[str, str]:
+    name = f"streams-{uuid.uuid4().hex[:8]}"
+    made = ddb.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "PK", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+        StreamSpecification={"StreamEnabled": True, "StreamViewType": view},
+    )
+    return name, made["TableDescription"]["LatestStreamArn"]
+
+
+def put(ddb: Any, table: str, pk: str, value: int, pad: int = 0) -> None:
+    item = {"PK": {"S": pk}, "v": {"N": str(value)}}
+    if pad:
+        item["pad"] = {"S": "x" * pad}
+    ddb.put_item(TableName=table, Item=item)
+
+
+def shards(streams: Any, arn: str, **params: Any) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    while True:
+        page = streams.describe_stream(StreamArn=arn, **params)["StreamDescription"]
+        out += page["Shards"]
+        if "LastEvaluatedShardId" not in page:
+            return out
+        params["ExclusiveStartShardId"] = page["LastEvaluatedShardId"]
+
+
+def read_shard(streams: Any, arn: str, shard: str) -> tuple[list[dict[str, Any]], bool]:
+    """Every record of ``shard`` from its trim horizon; whether it ended (no next iterator)."""
+    it = streams.get_shard_iterator(StreamArn=arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON")[
+        "ShardIterator"
+    ]
+    out: list[dict[str, Any]] = []
+    while True:
+        page = streams.get_records(ShardIterator=it)
+        out += page["Records"]
+        if "NextShardIterator" not in page:
+            return out, True
+        if not page["Records"]:
+            return out, False
+        it = page["NextShardIterator"]
+
+
+def read_lineage(streams: Any, arn: str) -> list[dict[str, Any]]:
+    """Every record, each shard after its parent."""
+    listed = shards(streams, arn)
+    ids = {s["ShardId"] for s in listed}
+    done: set[str] = set()
+    out: list[dict[str, Any]] = []
+    while len(done) < len(listed):
+        for shard in listed:
+            parent = shard.get("ParentShardId")
+            if shard["ShardId"] in done or (parent in ids and parent not in done):
+                continue
+            out += read_shard(streams, arn, shard["ShardId"])[0]
+            done.add(shard["ShardId"])
+    return out
+
+
+def code(exc: pytest.ExceptionInfo[ClientError]) -> str:
+    return str(exc.value.response["Error"]["Code"])
+
+
+def seq(record: dict[str, Any]) -> int:
+    return int(record["dynamodb"]["SequenceNumber"])
+
+
+@pytest.fixture
+def server() -> Iterator[Any]:
+    servers: list[LocalDynamoDB] = []
+
+    def start(stream_records: int | None = 1000, **profile: Any) -> tuple[Any, Any]:
+        one = LocalDynamoDB(
+            stream_records=stream_records, strict=StrictProfile(conflict_hold=0, **profile)
+        )
+        servers.append(one)
+        return clients(one.start())
+
+    yield start
+    for one in servers:
+        one.stop()
+
+
+# -- shards that close, open successors and split -------------------------------------------
+
+
+def test_a_shard_closes_after_its_records_and_a_child_takes_the_next(server: Any) -> None:
+    ddb, streams = server(shard_records=3, shard_split=0)
+    table, arn = make_table(ddb)
+    for i in range(7):
+        put(ddb, table, f"k{i}", i)
+    listed = shards(streams, arn)
+    assert len(listed) == 3
+    root, middle, last = listed
+    assert "ParentShardId" not in root
+    assert middle["ParentShardId"] == root["ShardId"]
+    assert last["ParentShardId"] == middle["ShardId"]
+    # "If both StartingSequenceNumber and EndingSequenceNumber are present, then that shard
+    # is closed"; the open one has no EndingSequenceNumber.
+    assert "EndingSequenceNumber" in root["SequenceNumberRange"]
+    assert "EndingSequenceNumber" not in last["SequenceNumberRange"]
+    seen: list[int] = []
+    for shard in listed:
+        records, ended = read_shard(streams, arn, shard["ShardId"])
+        span = shard["SequenceNumberRange"]
+        numbers = [seq(r) for r in records]
+        assert numbers == sorted(numbers)
+        assert all(int(span["StartingSequenceNumber"]) <= n for n in numbers)
+        if "EndingSequenceNumber" in span:
+            assert ended  # a closed shard read to its end: no NextShardIterator
+            assert all(n <= int(span["EndingSequenceNumber"]) for n in numbers)
+        else:
+            assert not ended
+        seen += [int(r["dynamodb"]["NewImage"]["v"]["N"]) for r in records]
+    assert seen == list(range(7))
+
+
+def test_a_shard_closes_after_its_seconds_records_or_not(server: Any) -> None:
+    ddb, streams = server(shard_seconds=0.3)
+    table, arn = make_table(ddb)
+    put(ddb, table, "a", 1)
+    [first] = shards(streams, arn)
+    assert "EndingSequenceNumber" not in first["SequenceNumberRange"]
+    time.sleep(0.8)
+    listed = shards(streams, arn)
+    assert listed[0]["ShardId"] == first["ShardId"]
+    assert "EndingSequenceNumber" in listed[0]["SequenceNumberRange"]
+    assert listed[1]["ParentShardId"] == first["ShardId"]
+    put(ddb, table, "a", 2)
+    records, _ = read_shard(streams, arn, listed[-1]["ShardId"])
+    assert [r["dynamodb"]["NewImage"]["v"]["N"] for r in records] == ["2"]
+
+
+def test_shards_split_and_each_items_records_stay_in_order(server: Any) -> None:
+    ddb, streams = server(shard_records=4, shard_split=1)
+    table, arn = make_table(ddb)
+    for i in range(120):
+        put(ddb, table, f"item{i % 6}", i)
+    listed = shards(streams, arn)
+    children: dict[str, list[str]] = {}
+    for shard in listed:
+        if "ParentShardId" in shard:
+            children.setdefault(shard["ParentShardId"], []).append(shard["ShardId"])
+    assert any(len(kids) == 2 for kids in children.values()), "no split"
+    open_now = [s for s in listed if "EndingSequenceNumber" not in s["SequenceNumberRange"]]
+    assert 1 < len(open_now) <= MAX_OPEN
+    records = read_lineage(streams, arn)
+    assert len(records) == 120
+    by_item: dict[str, list[int]] = {}
+    for record in records:
+        pk = record["dynamodb"]["Keys"]["PK"]["S"]
+        by_item.setdefault(pk, []).append(int(record["dynamodb"]["NewImage"]["v"]["N"]))
+    # "the stream records appear in the same sequence as the actual modifications to the item"
+    for pk, values in by_item.items():
+        assert values == sorted(values), pk
+        assert values == list(range(int(pk[4:]), 120, 6))
+
+
+def test_describe_stream_pages_by_its_limit(server: Any) -> None:
+    ddb, streams = server(shard_records=1, shard_split=0)
+    table, arn = make_table(ddb)
+    for i in range(5):
+        put(ddb, table, "a", i)
+    every = shards(streams, arn)
+    assert len(every) == 5
+    assert shards(streams, arn, Limit=2) == every
+    with pytest.raises(ClientError) as info:
+        streams.describe_stream(StreamArn=arn, Limit=101)
+    assert code(info) == "ValidationException"
+
+
+# -- iterators that expire -------------------------------------------------------------------
+
+
+def test_an_iterator_expires_after_its_seconds(server: Any) -> None:
+    ddb, streams = server(iterator_seconds=0.3)
+    table, arn = make_table(ddb)
+    put(ddb, table, "a", 1)
+    [shard] = shards(streams, arn)
+    it = streams.get_shard_iterator(
+        StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+    )["ShardIterator"]
+    page = streams.get_records(ShardIterator=it)
+    assert len(page["Records"]) == 1
+    # The iterator itself stays good until it expires (no single use); so does the next.
+    assert len(streams.get_records(ShardIterator=it)["Records"]) == 1
+    following = page["NextShardIterator"]
+    time.sleep(0.8)
+    for old in (it, following):
+        with pytest.raises(ClientError) as info:
+            streams.get_records(ShardIterator=old)
+        assert code(info) == "ExpiredIteratorException"
+    fresh = streams.get_shard_iterator(
+        StreamArn=arn,
+        ShardId=shard["ShardId"],
+        ShardIteratorType="AFTER_SEQUENCE_NUMBER",
+        SequenceNumber=page["Records"][0]["dynamodb"]["SequenceNumber"],
+    )["ShardIterator"]
+    put(ddb, table, "a", 2)
+    assert [
+        r["dynamodb"]["NewImage"]["v"]["N"]
+        for r in streams.get_records(ShardIterator=fresh)["Records"]
+    ] == ["2"]
+
+
+def test_a_forged_iterator_or_sequence_number_is_refused(server: Any) -> None:
+    ddb, streams = server()
+    table, arn = make_table(ddb)
+    put(ddb, table, "a", 1)
+    [shard] = shards(streams, arn)
+    with pytest.raises(ClientError) as info:
+        streams.get_records(ShardIterator="not-an-iterator")
+    assert code(info) == "ValidationException"
+    for number in ("0" * 20 + "1", "9" * 24):
+        with pytest.raises(ClientError) as info:
+            streams.get_shard_iterator(
+                StreamArn=arn,
+                ShardId=shard["ShardId"],
+                ShardIteratorType="AT_SEQUENCE_NUMBER",
+                SequenceNumber=number,
+            )
+        assert code(info) == "ValidationException"
+    with pytest.raises(ClientError) as info:
+        streams.get_shard_iterator(
+            StreamArn=arn,
+            ShardId="shardId-00000000000000000000-ffffffff",
+            ShardIteratorType="TRIM_HORIZON",
+        )
+    assert code(info) == "ResourceNotFoundException"
+
+
+# -- records trimmed after the retention -----------------------------------------------------
+
+
+def test_records_past_the_retention_are_trimmed_and_their_shards_leave(server: Any) -> None:
+    ddb, streams = server(stream_retention=0.5, shard_records=2, shard_split=0)
+    table, arn = make_table(ddb)
+    for i in range(3):
+        put(ddb, table, "a", i)
+    root, child = shards(streams, arn)
+    old = read_shard(streams, arn, root["ShardId"])[0][0]["dynamodb"]["SequenceNumber"]
+    early = streams.get_shard_iterator(
+        StreamArn=arn, ShardId=child["ShardId"], ShardIteratorType="TRIM_HORIZON"
+    )["ShardIterator"]
+    time.sleep(1.2)
+    put(ddb, table, "a", 3)
+    # The iterator was handed out before its shard's first record was trimmed.
+    with pytest.raises(ClientError) as info:
+        streams.get_records(ShardIterator=early)
+    assert code(info) == "TrimmedDataAccessException"
+    # The closed root, all trimmed, is gone; a sequence number older than the trim point:
+    listed = shards(streams, arn)
+    assert root["ShardId"] not in {s["ShardId"] for s in listed}
+    with pytest.raises(ClientError) as info:
+        streams.get_shard_iterator(
+            StreamArn=arn, ShardId=root["ShardId"], ShardIteratorType="TRIM_HORIZON"
+        )
+    assert code(info) == "ResourceNotFoundException"
+    trimmed = child["SequenceNumberRange"]["StartingSequenceNumber"]
+    with pytest.raises(ClientError) as info:
+        streams.get_shard_iterator(
+            StreamArn=arn,
+            ShardId=child["ShardId"],
+            ShardIteratorType="AFTER_SEQUENCE_NUMBER",
+            SequenceNumber=trimmed,
+        )
+    assert code(info) == "TrimmedDataAccessException"
+    # TRIM_HORIZON starts at the oldest record kept.
+    records, _ = read_shard(streams, arn, listed[-1]["ShardId"])
+    assert [r["dynamodb"]["NewImage"]["v"]["N"] for r in records][-1:] == ["3"]
+    assert int(old) < seq(records[-1])
+
+
+def test_the_servers_stream_records_bound_trims_the_oldest(server: Any) -> None:
+    ddb, streams = server(stream_records=3, shard_records=2, shard_split=0)
+    table, arn = make_table(ddb)
+    for i in range(7):
+        put(ddb, table, "a", i)
+    values = [r["dynamodb"]["NewImage"]["v"]["N"] for r in read_lineage(streams, arn)]
+    assert values == ["4", "5", "6"]
+
+
+# -- GetRecords pages ------------------------------------------------------------------------
+
+
+def test_get_records_returns_at_most_1000_records(server: Any) -> None:
+    ddb, streams = server(shard_records=5000, stream_records=None)
+    table, arn = make_table(ddb, "KEYS_ONLY")
+    for start in range(0, 1200, 25):
+        ddb.batch_write_item(
+            RequestItems={
+                table: [
+                    {"PutRequest": {"Item": {"PK": {"S": f"k{i}"}}}}
+                    for i in range(start, start + 25)
+                ]
+            }
+        )
+    [shard] = shards(streams, arn)
+    it = streams.get_shard_iterator(
+        StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+    )["ShardIterator"]
+    first = streams.get_records(ShardIterator=it)
+    assert len(first["Records"]) == 1000
+    assert len(streams.get_records(ShardIterator=first["NextShardIterator"])["Records"]) == 200
+    with pytest.raises(ClientError) as info:
+        streams.get_records(ShardIterator=it, Limit=1001)
+    assert code(info) == "ValidationException"
+    assert len(streams.get_records(ShardIterator=it, Limit=7)["Records"]) == 7
+
+
+def test_get_records_returns_at_most_1_mb(server: Any) -> None:
+    ddb, streams = server()
+    table, arn = make_table(ddb, "NEW_IMAGE")
+    for i in range(5):
+        put(ddb, table, f"k{i}", i, pad=300_000)
+    [shard] = shards(streams, arn)
+    it = streams.get_shard_iterator(
+        StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+    )["ShardIterator"]
+    first = streams.get_records(ShardIterator=it)
+    assert len(first["Records"]) == 3
+    assert sum(r["dynamodb"]["SizeBytes"] for r in first["Records"]) <= 1024 * 1024
+    assert len(streams.get_records(ShardIterator=first["NextShardIterator"])["Records"]) == 2
+
+
+def test_a_cancelled_transactions_records_never_reach_the_stream(server: Any) -> None:
+    ddb, streams = server(shard_records=2)
+    table, arn = make_table(ddb)
+    put(ddb, table, "a", 1)
+    with pytest.raises(ClientError):
+        ddb.transact_write_items(
+            TransactItems=[
+                {"Put": {"TableName": table, "Item": {"PK": {"S": "b"}, "v": {"N": "2"}}}},
+                {
+                    "Put": {
+                        "TableName": table,
+                        "Item": {"PK": {"S": "a"}, "v": {"N": "3"}},
+                        "ConditionExpression": "attribute_not_exists(PK)",
+                    }
+                },
+            ]
+        )
+    put(ddb, table, "c", 4)
+    values = [r["dynamodb"]["NewImage"]["v"]["N"] for r in read_lineage(streams, arn)]
+    assert values == ["1", "4"]
+
+
+# -- the profile's fields --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("shard_records", 0),
+        ("shard_records", 1.5),
+        ("shard_split", -1),
+        ("shard_split", True),
+        ("shard_seconds", 0),
+        ("iterator_seconds", -1),
+        ("stream_retention", 0),
+    ],
+)
+def test_a_wrong_stream_setting_is_refused_naming_it(field: str, value: Any) -> None:
+    with pytest.raises(InvalidInputError) as info:
+        StrictProfile(**{field: value})
+    assert info.value.field == field
+
+
+def test_the_stream_defaults_are_dynamodbs() -> None:
+    profile = StrictProfile()
+    assert profile.iterator_seconds == 15 * 60
+    assert profile.stream_retention == 24 * 3600
+    assert (profile.shard_records, profile.shard_seconds, profile.shard_split) == (
+        1000,
+        4 * 3600,
+        4,
+    )
+
+
+def test_a_child_process_serves_the_same_stream_settings() -> None:
+    profile = StrictProfile(conflict_hold=0, shard_records=2, iterator_seconds=0.5)
+    assert _profile_from_text(_profile_text(profile)) == profile
+    server = LocalDynamoDBProcess(strict=profile)
+    try:
+        ddb, streams = clients(server.start())
+        table, arn = make_table(ddb)
+        for i in range(3):
+            put(ddb, table, "a", i)
+        assert len(shards(streams, arn)) == 2
+    finally:
+        server.stop()
