@@ -5,6 +5,7 @@ iterators."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,11 +16,15 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from sandbox_ledger.changes import Change
+from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.local import LocalDynamoDB, LocalDynamoDBProcess
 from sandbox_ledger.local.dynamodb import _profile_from_text, _profile_text
 from sandbox_ledger.local.strict import StrictProfile
 from sandbox_ledger.local.strict.streams import MAX_OPEN
+from sandbox_ledger.models import LedgerEvent
+from sandbox_ledger.testing._build import entry
 
 ONE_TRY = Config(retries={"max_attempts": 1, "mode": "standard"})
 
@@ -424,3 +429,100 @@ def test_a_child_process_serves_the_same_stream_settings() -> None:
         assert len(shards(streams, arn)) == 2
     finally:
         server.stop()
+
+
+# -- the product's changes() on it -----------------------------------------------------------
+
+
+def take(stream: Iterator[Change], count: int, within: float = 60.0) -> list[Change]:
+    """The next ``count`` changes of ``stream``, or fail after ``within`` seconds (a change
+    never coming must fail the test, not hang it)."""
+    got: list[Change] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            for _ in range(count):
+                got.append(next(stream))
+        except BaseException as exc:  # handed to the test
+            failed.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(within)
+    if failed:
+        raise failed[0]
+    assert not worker.is_alive(), f"{len(got)} of {count} changes came within {within} s"
+    return got
+
+
+@pytest.fixture
+def ledger() -> Iterator[SyncDynamoDBAdapter]:
+    """A ledger table on a strict server whose shards close every 3 records (every second
+    closing a split) and whose iterators expire after 0.5 s."""
+    server = LocalDynamoDB(
+        strict=StrictProfile(conflict_hold=0, shard_records=3, shard_split=2, iterator_seconds=0.5)
+    )
+    endpoint = server.start()
+    with SyncDynamoDBAdapter(f"changes-{uuid.uuid4().hex[:8]}", endpoint_url=endpoint) as one:
+        one.create_table()
+        yield one
+    server.stop()
+
+
+def created(ledger: SyncDynamoDBAdapter, count: int, first: int = 0) -> None:
+    for i in range(first, first + count):
+        ledger.append(entry("f", f"s{i}", LedgerEvent.SandboxCreated, i + 1))
+
+
+def test_changes_come_once_each_across_closing_and_splitting_shards(
+    ledger: SyncDynamoDBAdapter,
+) -> None:
+    created(ledger, 24)
+    ledger.delete_sandbox("f", "s3")
+    ledger.append(entry("f", "s3", LedgerEvent.SandboxCreated, 100))
+    ledger.delete_sandbox("f", "s3")
+    stream = ledger.changes()
+    seen = take(stream, 27)
+    stream.close()
+    assert len({c.id for c in seen}) == 27
+    assert sorted(c.sandbox_id for c in seen if c.kind.value == "session.created") == sorted(
+        [f"s{i}" for i in range(24)] + ["s3"]
+    )
+    # The two deletes of one summary item: in the order they were made.
+    deletes = [c for c in seen if c.kind.value == "session.deleted"]
+    assert [c.sandbox_id for c in deletes] == ["s3", "s3"]
+    assert deletes[0].at <= deletes[1].at
+
+
+def test_changes_resume_from_every_position_losing_and_repeating_nothing(
+    ledger: SyncDynamoDBAdapter,
+) -> None:
+    created(ledger, 20)
+    stream = ledger.changes()
+    seen = take(stream, 20)
+    stream.close()
+    for at, one in enumerate(seen):
+        resumed = ledger.changes(after=one.position)
+        rest = take(resumed, len(seen) - at - 1)
+        resumed.close()
+        assert sorted(c.id for c in rest) == sorted(c.id for c in seen[at + 1 :]), at
+    created(ledger, 4, first=20)
+    resumed = ledger.changes(after=seen[-1].position)
+    assert sorted(c.sandbox_id for c in take(resumed, 4)) == ["s20", "s21", "s22", "s23"]
+    resumed.close()
+
+
+def test_changes_carry_on_past_expired_iterators_and_new_shards(
+    ledger: SyncDynamoDBAdapter,
+) -> None:
+    created(ledger, 5)
+    stream = ledger.changes()
+    first = take(stream, 5)
+    for round_ in range(3):
+        time.sleep(1.0)  # every iterator the reader keeps expires
+        created(ledger, 5, first=5 * (round_ + 1))
+        first += take(stream, 5)
+    stream.close()
+    assert sorted(c.sandbox_id for c in first) == sorted(f"s{i}" for i in range(20))
+    assert len({c.id for c in first}) == 20

@@ -51,7 +51,6 @@ from __future__ import annotations
 import base64
 import bisect
 import collections
-import datetime
 import hashlib
 import json
 import time
@@ -405,13 +404,8 @@ class StreamViews:
 
 
 def dumps(body: dict[str, Any]) -> bytes:
-    """A Streams answer as JSON (moto's record times are datetimes: epoch seconds)."""
+    """A Streams answer as moto writes its JSON (times as epoch seconds, binary values as
+    base64)."""
+    from moto.dynamodb.models.utilities import dynamo_json_dump
 
-    def default(value: Any) -> Any:
-        if isinstance(value, datetime.datetime):
-            if value.tzinfo is None:
-                value = value.replace(tzinfo=datetime.UTC)
-            return value.timestamp()
-        raise TypeError(type(value).__name__)
-
-    return json.dumps(body, default=default).encode()
+    return dynamo_json_dump(body).encode()
