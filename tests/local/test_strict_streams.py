@@ -5,6 +5,8 @@ iterators."""
 
 from __future__ import annotations
 
+import base64
+import json
 import threading
 import time
 import uuid
@@ -526,3 +528,66 @@ def test_changes_carry_on_past_expired_iterators_and_new_shards(
     stream.close()
     assert sorted(c.sandbox_id for c in first) == sorted(f"s{i}" for i in range(20))
     assert len({c.id for c in first}) == 20
+
+
+def test_a_resumed_position_reports_records_trimmed_from_a_shard_it_never_met() -> None:
+    """Found here: a position that had read a split's parent and one child, resumed once the
+    parent was gone and the other child's first records were trimmed, read that child from
+    its trim horizon and lost those records without a word; it must say changes were lost."""
+    from sandbox_ledger import keys as k
+    from sandbox_ledger.changes import ChangesTrimmedError
+    from sandbox_ledger.keys import LedgerAttr as A
+    from sandbox_ledger.local.strict.streams import _key_hash
+
+    now = [0.0]
+    server = LocalDynamoDB(
+        strict=StrictProfile(conflict_hold=0, shard_records=2, shard_split=1, stream_retention=100)
+    )
+    endpoint = server.start()
+    assert server._front is not None
+    server._front.streams.clock = lambda: now[0]
+    ddb, streams = clients(endpoint)
+    table = f"trim-{uuid.uuid4().hex[:8]}"
+
+    def head(sandbox_id: str) -> dict[str, Any]:
+        return {
+            k.PARTITION_KEY: {"S": k.session_pk("f", sandbox_id)},
+            k.SORT_KEY: {"S": k.event_sk(1, "0000")},
+        }
+
+    def half(sandbox_id: str) -> str:
+        return "low" if _key_hash(head(sandbox_id)) < 2**63 else "high"
+
+    ids = [f"s{i}" for i in range(40)]
+    low = [i for i in ids if half(i) == "low"]
+    high = [i for i in ids if half(i) == "high"]
+
+    def create(sandbox_id: str) -> None:
+        item = {**head(sandbox_id), A.EVENT: {"S": "sandbox.created"}, A.TS: {"N": "1"}}
+        ddb.put_item(TableName=table, Item=item)
+
+    try:
+        with SyncDynamoDBAdapter(table, endpoint_url=endpoint) as ledger:
+            ledger.create_table()
+            arn = ddb.describe_table(TableName=table)["Table"]["LatestStreamArn"]
+            while len(shards(streams, arn)) == 1:  # the root fills and splits in two
+                create(low.pop())
+            root = shards(streams, arn)[0]["ShardId"]
+            create(high[0])  # t=0, the second child's first record
+            now[0] = 50.0
+            create(low[0])  # t=50, in the first child, which the reader reads first
+            stream = ledger.changes()
+            seen = take(stream, len(ids) - len(low) - len(high) + 2)
+            stream.close()
+            position = next(c for c in seen if c.sandbox_id == low[0]).position
+            state = json.loads(base64.urlsafe_b64decode(position + "=="))["s"]["at"]
+            assert state["done"] == [root] and len(state["at"]) == 1  # one child met
+            now[0] = 120.0  # the root and the second child's first record are trimmed
+            create(high[1])
+            assert root not in {s["ShardId"] for s in shards(streams, arn)}
+            resumed = ledger.changes(after=position)
+            with pytest.raises(ChangesTrimmedError):
+                take(resumed, 1, within=20)
+            resumed.close()
+    finally:
+        server.stop()

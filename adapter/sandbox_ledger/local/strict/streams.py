@@ -330,7 +330,8 @@ class StreamViews:
                     "ValidationException", f"{kind} needs a SequenceNumber, not {text!r}"
                 )
             number = int(text)
-            top = shard.end if shard.end is not None else stream.seq
+            # Up to the shard's last number (its start, for an open shard with none yet).
+            top = shard.end if shard.end is not None else max(stream.seq, shard.start)
             if not shard.start <= number <= top:
                 raise StreamRefused(
                     "ValidationException",
