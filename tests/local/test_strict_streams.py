@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import json
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -107,16 +106,42 @@ def seq(record: dict[str, Any]) -> int:
     return int(record["dynamodb"]["SequenceNumber"])
 
 
+class Clock:
+    """The stream views' clock, moved by the test (no sleeping, nothing timing-sensitive)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def strict_server(clock: Clock, stream_records: int | None = 1000, **profile: Any) -> Any:
+    """A started in-process strict server whose streams run on ``clock``."""
+    one = LocalDynamoDB(
+        stream_records=stream_records, strict=StrictProfile(conflict_hold=0, **profile)
+    )
+    one.start()
+    assert one._front is not None
+    one._front.streams.clock = clock
+    return one
+
+
 @pytest.fixture
-def server() -> Iterator[Any]:
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def server(clock: Clock) -> Iterator[Any]:
     servers: list[LocalDynamoDB] = []
 
-    def start(stream_records: int | None = 1000, **profile: Any) -> tuple[Any, Any]:
-        one = LocalDynamoDB(
-            stream_records=stream_records, strict=StrictProfile(conflict_hold=0, **profile)
-        )
-        servers.append(one)
-        return clients(one.start())
+    def start(**settings: Any) -> tuple[Any, Any]:
+        servers.append(strict_server(clock, **settings))
+        return clients(servers[-1].endpoint_url)
 
     yield start
     for one in servers:
@@ -157,13 +182,15 @@ def test_a_shard_closes_after_its_records_and_a_child_takes_the_next(server: Any
     assert seen == list(range(7))
 
 
-def test_a_shard_closes_after_its_seconds_records_or_not(server: Any) -> None:
-    ddb, streams = server(shard_seconds=0.3)
+def test_a_shard_closes_after_its_seconds_records_or_not(server: Any, clock: Clock) -> None:
+    ddb, streams = server(shard_seconds=60)
     table, arn = make_table(ddb)
     put(ddb, table, "a", 1)
     [first] = shards(streams, arn)
     assert "EndingSequenceNumber" not in first["SequenceNumberRange"]
-    time.sleep(0.8)
+    clock.advance(59)
+    assert len(shards(streams, arn)) == 1
+    clock.advance(1)
     listed = shards(streams, arn)
     assert listed[0]["ShardId"] == first["ShardId"]
     assert "EndingSequenceNumber" in listed[0]["SequenceNumberRange"]
@@ -214,8 +241,8 @@ def test_describe_stream_pages_by_its_limit(server: Any) -> None:
 # -- iterators that expire -------------------------------------------------------------------
 
 
-def test_an_iterator_expires_after_its_seconds(server: Any) -> None:
-    ddb, streams = server(iterator_seconds=0.3)
+def test_an_iterator_expires_after_its_seconds(server: Any, clock: Clock) -> None:
+    ddb, streams = server()
     table, arn = make_table(ddb)
     put(ddb, table, "a", 1)
     [shard] = shards(streams, arn)
@@ -227,7 +254,9 @@ def test_an_iterator_expires_after_its_seconds(server: Any) -> None:
     # The iterator itself stays good until it expires (no single use); so does the next.
     assert len(streams.get_records(ShardIterator=it)["Records"]) == 1
     following = page["NextShardIterator"]
-    time.sleep(0.8)
+    clock.advance(15 * 60)  # DynamoDB's 15 minutes: still good
+    assert streams.get_records(ShardIterator=following)["Records"] == []
+    clock.advance(0.01)
     for old in (it, following):
         with pytest.raises(ClientError) as info:
             streams.get_records(ShardIterator=old)
@@ -274,17 +303,21 @@ def test_a_forged_iterator_or_sequence_number_is_refused(server: Any) -> None:
 # -- records trimmed after the retention -----------------------------------------------------
 
 
-def test_records_past_the_retention_are_trimmed_and_their_shards_leave(server: Any) -> None:
-    ddb, streams = server(stream_retention=0.5, shard_records=2, shard_split=0)
+def test_records_past_the_retention_are_trimmed_and_their_shards_leave(
+    server: Any, clock: Clock
+) -> None:
+    ddb, streams = server(shard_records=2, shard_split=0, shard_seconds=10**6)
     table, arn = make_table(ddb)
     for i in range(3):
         put(ddb, table, "a", i)
     root, child = shards(streams, arn)
     old = read_shard(streams, arn, root["ShardId"])[0][0]["dynamodb"]["SequenceNumber"]
+    clock.advance(24 * 3600 - 1)  # DynamoDB's 24 hours: all still there
+    assert len(read_shard(streams, arn, root["ShardId"])[0]) == 2
     early = streams.get_shard_iterator(
         StreamArn=arn, ShardId=child["ShardId"], ShardIteratorType="TRIM_HORIZON"
     )["ShardIterator"]
-    time.sleep(1.2)
+    clock.advance(1)
     put(ddb, table, "a", 3)
     # The iterator was handed out before its shard's first record was trimmed.
     with pytest.raises(ClientError) as info:
@@ -459,14 +492,26 @@ def take(stream: Iterator[Change], count: int, within: float = 60.0) -> list[Cha
 
 
 @pytest.fixture
-def ledger() -> Iterator[SyncDynamoDBAdapter]:
+def stream_errors() -> list[str]:
+    """The error codes the ``ledger`` fixture's Streams calls were answered with."""
+    return []
+
+
+@pytest.fixture
+def ledger(clock: Clock, stream_errors: list[str]) -> Iterator[SyncDynamoDBAdapter]:
     """A ledger table on a strict server whose shards close every 3 records (every second
-    closing a split) and whose iterators expire after 0.5 s."""
-    server = LocalDynamoDB(
-        strict=StrictProfile(conflict_hold=0, shard_records=3, shard_split=2, iterator_seconds=0.5)
-    )
-    endpoint = server.start()
-    with SyncDynamoDBAdapter(f"changes-{uuid.uuid4().hex[:8]}", endpoint_url=endpoint) as one:
+    closing a split), its streams on ``clock``."""
+    server = strict_server(clock, shard_records=3, shard_split=2)
+    session = boto3.session.Session()
+
+    def seen(parsed: dict[str, Any], **_: Any) -> None:
+        if "Error" in parsed:
+            stream_errors.append(str(parsed["Error"].get("Code")))
+
+    session.events.register("after-call.dynamodbstreams", seen)
+    with SyncDynamoDBAdapter(
+        f"changes-{uuid.uuid4().hex[:8]}", endpoint_url=server.endpoint_url, session=session
+    ) as one:
         one.create_table()
         yield one
     server.stop()
@@ -516,18 +561,19 @@ def test_changes_resume_from_every_position_losing_and_repeating_nothing(
 
 
 def test_changes_carry_on_past_expired_iterators_and_new_shards(
-    ledger: SyncDynamoDBAdapter,
+    ledger: SyncDynamoDBAdapter, clock: Clock, stream_errors: list[str]
 ) -> None:
     created(ledger, 5)
     stream = ledger.changes()
     first = take(stream, 5)
     for round_ in range(3):
-        time.sleep(1.0)  # every iterator the reader keeps expires
+        clock.advance(15 * 60 + 1)  # every iterator the reader keeps expires
         created(ledger, 5, first=5 * (round_ + 1))
         first += take(stream, 5)
     stream.close()
     assert sorted(c.sandbox_id for c in first) == sorted(f"s{i}" for i in range(20))
     assert len({c.id for c in first}) == 20
+    assert stream_errors.count("ExpiredIteratorException") >= 3
 
 
 def test_a_resumed_position_reports_records_trimmed_from_a_shard_it_never_met() -> None:
@@ -539,13 +585,9 @@ def test_a_resumed_position_reports_records_trimmed_from_a_shard_it_never_met() 
     from sandbox_ledger.keys import LedgerAttr as A
     from sandbox_ledger.local.strict.streams import _key_hash
 
-    now = [0.0]
-    server = LocalDynamoDB(
-        strict=StrictProfile(conflict_hold=0, shard_records=2, shard_split=1, stream_retention=100)
-    )
-    endpoint = server.start()
-    assert server._front is not None
-    server._front.streams.clock = lambda: now[0]
+    clock = Clock()
+    server = strict_server(clock, shard_records=2, shard_split=1, stream_retention=100)
+    endpoint = server.endpoint_url
     ddb, streams = clients(endpoint)
     table = f"trim-{uuid.uuid4().hex[:8]}"
 
@@ -574,7 +616,7 @@ def test_a_resumed_position_reports_records_trimmed_from_a_shard_it_never_met() 
                 create(low.pop())
             root = shards(streams, arn)[0]["ShardId"]
             create(high[0])  # t=0, the second child's first record
-            now[0] = 50.0
+            clock.advance(50)
             create(low[0])  # t=50, in the first child, which the reader reads first
             stream = ledger.changes()
             seen = take(stream, len(ids) - len(low) - len(high) + 2)
@@ -582,7 +624,7 @@ def test_a_resumed_position_reports_records_trimmed_from_a_shard_it_never_met() 
             position = next(c for c in seen if c.sandbox_id == low[0]).position
             state = json.loads(base64.urlsafe_b64decode(position + "=="))["s"]["at"]
             assert state["done"] == [root] and len(state["at"]) == 1  # one child met
-            now[0] = 120.0  # the root and the second child's first record are trimmed
+            clock.advance(70)  # the root and the second child's first record are trimmed
             create(high[1])
             assert root not in {s["ShardId"] for s in shards(streams, arn)}
             resumed = ledger.changes(after=position)

@@ -132,6 +132,7 @@ class _Stream:
         self.closings = 0
         self._made = 0
         self._last_ms = 0
+        self._next_sweep = 0.0
         self._open(None, 0, _SPACE, now)
 
     def _open(self, parent: _Shard | None, low: int, high: int, now: float) -> _Shard:
@@ -201,6 +202,9 @@ class _Stream:
             _, shard = self.kept.popleft()
             dropped[shard.id] += 1
         self._drop(dropped)
+        if not dropped and now < self._next_sweep:
+            return  # a poll costs no walk over the shards; an empty one leaves a second late
+        self._next_sweep = now + 1.0
         for shard in list(self.shards.values()):
             if shard.end is not None and not shard.seqs:
                 had = shard.taken > 0
