@@ -236,6 +236,10 @@ def test_describe_stream_pages_by_its_limit(server: Any) -> None:
     with pytest.raises(ClientError) as info:
         streams.describe_stream(StreamArn=arn, Limit=101)
     assert code(info) == "ValidationException"
+    children = streams.describe_stream(
+        StreamArn=arn, ShardFilter={"Type": "CHILD_SHARDS", "ShardId": every[1]["ShardId"]}
+    )["StreamDescription"]["Shards"]
+    assert children == [every[2]]
 
 
 # -- iterators that expire -------------------------------------------------------------------

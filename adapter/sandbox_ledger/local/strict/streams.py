@@ -24,7 +24,8 @@ DynamoDB Streams"; Streams API Reference):
 - DescribeStream: "If the SequenceNumberRange has a StartingSequenceNumber but no
   EndingSequenceNumber, then the shard is still open (able to receive more stream records).
   If both StartingSequenceNumber and EndingSequenceNumber are present, then that shard is
-  closed and can no longer receive more data." Limit: "The upper limit is 100."
+  closed and can no longer receive more data." Limit: "The upper limit is 100."; a
+  ``ShardFilter`` of ``CHILD_SHARDS`` lists a shard's children.
 - GetShardIterator: "A shard iterator expires 15 minutes after it is returned to the
   requester." (:attr:`StrictProfile.iterator_seconds`), then ``ExpiredIteratorException``.
 - TrimmedDataAccessException: "In DynamoDB Streams, there is a 24 hour limit on data
@@ -304,6 +305,15 @@ class StreamViews:
                 f"constraint: Member must have value between 1 and {DESCRIBE_MOST}",
             )
         ids = list(stream.shards)  # in the order they opened, which is their ids' order
+        wanted = request.get("ShardFilter")
+        if wanted is not None:
+            # ShardFilter: "Contains the shardId of the parent shard for which you are
+            # requesting child shards." Type: "the only value this parameter accepts is
+            # CHILD_SHARDS."
+            if not isinstance(wanted, dict) or wanted.get("Type") != "CHILD_SHARDS":
+                raise StreamRefused("ValidationException", "ShardFilter Type must be CHILD_SHARDS")
+            parent = wanted.get("ShardId")
+            ids = [i for i in ids if stream.shards[i].parent == parent]
         after = request.get("ExclusiveStartShardId")
         first = bisect.bisect_right(ids, after) if isinstance(after, str) else 0
         chosen = ids[first : first + limit]
