@@ -225,6 +225,35 @@ def test_shards_split_and_each_items_records_stay_in_order(server: Any) -> None:
         assert values == list(range(int(pk[4:]), 120, 6))
 
 
+def test_by_partition_key_the_items_of_one_partition_stay_in_one_line(server: Any) -> None:
+    ddb, streams = server(shard_records=4, shard_split=1, shard_key="partition")
+    name = f"streams-{uuid.uuid4().hex[:8]}"
+    arn = ddb.create_table(
+        TableName=name,
+        KeySchema=[
+            {"AttributeName": "PK", "KeyType": "HASH"},
+            {"AttributeName": "SK", "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": "PK", "AttributeType": "S"},
+            {"AttributeName": "SK", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+        StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_IMAGE"},
+    )["TableDescription"]["LatestStreamArn"]
+    for i in range(120):
+        item = {"PK": {"S": f"p{i % 4}"}, "SK": {"S": f"s{i}"}, "v": {"N": str(i)}}
+        ddb.put_item(TableName=name, Item=item)
+    assert any(
+        "EndingSequenceNumber" not in s["SequenceNumberRange"] for s in shards(streams, arn)[2:]
+    )
+    by_partition: dict[str, list[int]] = {}
+    for record in read_lineage(streams, arn):
+        pk = record["dynamodb"]["Keys"]["PK"]["S"]
+        by_partition.setdefault(pk, []).append(int(record["dynamodb"]["NewImage"]["v"]["N"]))
+    assert by_partition == {f"p{j}": list(range(j, 120, 4)) for j in range(4)}
+
+
 def test_describe_stream_pages_by_its_limit(server: Any) -> None:
     ddb, streams = server(shard_records=1, shard_split=0)
     table, arn = make_table(ddb)
@@ -437,6 +466,7 @@ def test_a_cancelled_transactions_records_never_reach_the_stream(server: Any) ->
         ("shard_seconds", 0),
         ("iterator_seconds", -1),
         ("stream_retention", 0),
+        ("shard_key", "table"),
     ],
 )
 def test_a_wrong_stream_setting_is_refused_naming_it(field: str, value: Any) -> None:

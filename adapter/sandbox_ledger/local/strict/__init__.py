@@ -70,6 +70,11 @@ class StrictProfile:
             minutes), above 0.
         stream_retention: seconds after which a stream record is trimmed (DynamoDB: 24
             hours), above 0.
+        shard_key: what keeps records in one line of shards: ``"item"`` (the default: the
+            item's whole key, the only order DynamoDB documents, so two items of one
+            partition key may be read out of order) or ``"partition"`` (its partition key, as
+            shards follow a table's partitions, which hold whole partition keys but when
+            DynamoDB splits one for heat).
     """
 
     rate_scale: float = 1.0
@@ -81,6 +86,7 @@ class StrictProfile:
     shard_split: int = 4
     iterator_seconds: float = 900.0
     stream_retention: float = 86_400.0
+    shard_key: str = "item"
 
     def __post_init__(self) -> None:
         from ...errors import InvalidInputError
@@ -100,6 +106,8 @@ class StrictProfile:
         for name in ("shard_seconds", "iterator_seconds", "stream_retention"):
             if not getattr(self, name) > 0:
                 raise InvalidInputError(name, "must be above 0 seconds")
+        if self.shard_key not in ("item", "partition"):
+            raise InvalidInputError("shard_key", "must be 'item' or 'partition'")
         delay = self.index_delay
         if (
             not isinstance(delay, tuple)

@@ -11,8 +11,10 @@ DynamoDB Streams"; Streams API Reference):
 
 - "For each item that is modified in a DynamoDB table, the stream records appear in the same
   sequence as the actual modifications to the item." An item's records go to the open shard
-  whose part of the key hash space holds the item's key; a split gives each child half of
-  its parent's part, so an item's later records follow its earlier ones down one line.
+  whose part of the key hash space holds the item's key (its partition key, with
+  :attr:`StrictProfile.shard_key` ``"partition"``); a split gives each child half of its
+  parent's part, so an item's later records follow its earlier ones down one line, and two
+  items may be read in either order.
 - "Shards are ephemeral: They are created and deleted automatically, as needed. Any shard
   can also split into multiple new shards; this also occurs automatically. (It's also
   possible for a parent shard to have just one child shard.)" and "Because shards have a
@@ -178,7 +180,11 @@ class _Stream:
         self._trim_count()
 
     def _add(self, record: Any, now: float) -> None:
-        where = _key_hash(record.record["dynamodb"].get("Keys") or {})
+        keys = record.record["dynamodb"].get("Keys") or {}
+        if self.profile.shard_key == "partition":
+            attribute = self.source.table.hash_key_attr
+            keys = {attribute: keys.get(attribute)}
+        where = _key_hash(keys)
         shard = next(s for s in self.open if s.low <= where < s.high)
         if shard.taken >= self.profile.shard_records or now - shard.opened >= (
             self.profile.shard_seconds
