@@ -51,7 +51,8 @@ class LocalDynamoDB:
     Args:
         host, port: where to listen (port 0: a free port).
         stream_records: stream records kept per table (``None``: all, as stock moto; 0: none),
-            for the writes this server serves.
+            for the writes this server serves; under the strict profile, the oldest beyond
+            it are trimmed from its streams' shards too.
         leave_off: names of adjustments (:mod:`sandbox_ledger.local.adjustments`) to leave
             off, so that the server runs moto's own code there (to compare with it).
         strict: the strict profile (:mod:`sandbox_ledger.local.strict`): True for its
