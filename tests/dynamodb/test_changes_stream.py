@@ -190,7 +190,11 @@ def split() -> FakeStreams:
     """A closed root ``a`` split into ``b`` (closed, then split into ``d``) and ``c`` (open);
     the describe pages hold two shards each. Shard ids sort children before their parents
     (``SHARD``), so reading in id order alone would break the lineage."""
-    fake = FakeStreams()
+    return lay_out(FakeStreams())
+
+
+def lay_out(fake: FakeStreams) -> FakeStreams:
+    """The ``split`` fixture's shards and records, in ``fake``."""
     for shard, parent in (("a", None), ("b", "a"), ("c", "a"), ("d", "b")):
         fake.shard(shard, parent)
     fake.put("a", created("n", "a1", 1))
@@ -236,6 +240,34 @@ def test_resuming_from_every_position_loses_and_repeats_nothing(split: FakeStrea
         assert [c.id for c in rest] == [c.id for c in changes[at + 1 :]]
     split.put("c", created("n", "c9", 9))
     assert sandbox_ids(read(split, 1, after=changes[-1].position)) == ["c9"]
+
+
+class StartsRefused(FakeStreams):
+    """A service that lists each shard's StartingSequenceNumber but hands out no iterator at
+    a sequence number no record has (ValidationException)."""
+
+    def describe_stream(self, **params: Any) -> dict[str, Any]:
+        body = super().describe_stream(**params)
+        for shard in body["StreamDescription"]["Shards"]:
+            shard["SequenceNumberRange"] = {"StartingSequenceNumber": "1"}
+        return body
+
+    def get_shard_iterator(self, **params: Any) -> dict[str, Any]:
+        if params["ShardIteratorType"] == "AT_SEQUENCE_NUMBER":
+            self.calls.append("GetShardIterator")
+            raise _error("ValidationException", "GetShardIterator")
+        return super().get_shard_iterator(**params)
+
+
+def test_a_shard_never_met_is_read_from_its_start_or_else_its_trim_horizon() -> None:
+    """A resumed position asks for a shard it never met at its StartingSequenceNumber (so a
+    trimmed start says changes were lost); a service refusing that position reads it from
+    its trim horizon, as before."""
+    fake = lay_out(StartsRefused())
+    changes = read(fake, 5)
+    for at, one in enumerate(changes):
+        rest = read(fake, len(changes) - at - 1, after=one.position)
+        assert [c.id for c in rest] == [c.id for c in changes[at + 1 :]]
 
 
 def test_an_expired_iterator_is_fetched_again_from_the_last_record(split: FakeStreams) -> None:

@@ -9,11 +9,15 @@ parent is gone from the stream: older than its 24 hours). Shards with no line be
 are read one after another in each poll.
 
 **Position.** ``{"arn": stream, "at": {shard: last sequence number read}, "done": [shards
-read to their end]}``: a reader resumes each open shard ``AFTER_SEQUENCE_NUMBER``, starts a
-shard it never met at ``TRIM_HORIZON``, and skips what is done. A done shard the stream no
-longer lists is forgotten. A shard of ``at`` the stream no longer lists, a sequence number
-DynamoDB answers ``TrimmedDataAccessException`` for, or a position of an earlier stream of the
-table, raise :class:`~sandbox_ledger.changes.ChangesTrimmedError`: changes were lost.
+read to their end]}``: a reader resumes each open shard ``AFTER_SEQUENCE_NUMBER`` and skips
+what is done. A shard it never met starts at ``TRIM_HORIZON`` when the position is empty (a
+new reader takes what the stream still holds), else ``AT_SEQUENCE_NUMBER`` its
+``StartingSequenceNumber``: every record of it follows the position, and one trimmed is a
+change lost (a split's second child, met after the parent is gone, would otherwise lose its
+first records without a word). A done shard the stream no longer lists is forgotten. A shard
+of ``at`` the stream no longer lists, a sequence number DynamoDB answers
+``TrimmedDataAccessException`` for, or a position of an earlier stream of the table, raise
+:class:`~sandbox_ledger.changes.ChangesTrimmedError`: changes were lost.
 
 **Cost.** A poll is one ``GetRecords`` per open shard (an iterator is kept between polls and
 fetched again only when it expires after 15 minutes); ``DescribeStream`` is read on the first
@@ -84,6 +88,7 @@ class StreamReader:
     def __init__(self, arn: str) -> None:
         self.arn = arn
         self.shards: dict[str, str | None] = {}  # shard id -> parent shard id
+        self.starts: dict[str, str] = {}  # shard id -> its StartingSequenceNumber
         self._iterators: dict[str, tuple[str | None, str]] = {}  # shard -> (after seq, it)
         self._polls = 0
 
@@ -104,6 +109,8 @@ class StreamReader:
         if missing:
             raise trimmed(f"shard {missing[0]} is no longer in the stream (24 hours kept)")
         done = set(state["done"]) & set(self.shards)
+        # A position that met anything expects every record of the shards it never met.
+        whole = bool(at or state["done"])
         found: list[tuple[dict[str, Any], Change]] = []
         progress = True
         while progress:
@@ -112,7 +119,7 @@ class StreamReader:
                 parent = self.shards[shard]
                 if shard in done or (parent in self.shards and parent not in done):
                     continue
-                closed = yield from self._read(arn, shard, at, done, found)
+                closed = yield from self._read(arn, shard, at, done, found, whole)
                 if closed:
                     done.add(shard)
                     at.pop(shard, None)
@@ -122,32 +129,46 @@ class StreamReader:
 
     def _describe(self, arn: str) -> Op[None]:
         shards: dict[str, str | None] = {}
+        starts: dict[str, str] = {}
         params: dict[str, Any] = {"StreamArn": arn}
         while True:
             page = (yield Call("describe_stream", params))["StreamDescription"]
             for shard in page.get("Shards", []):
                 shards[shard["ShardId"]] = shard.get("ParentShardId")
+                start = (shard.get("SequenceNumberRange") or {}).get("StartingSequenceNumber")
+                if isinstance(start, str) and start.isdigit():
+                    starts[shard["ShardId"]] = start
             last = page.get("LastEvaluatedShardId")
             if not last:
                 break
             params = {"StreamArn": arn, "ExclusiveStartShardId": last}
-        self.shards = shards
+        self.shards, self.starts = shards, starts
 
-    def _iterator(self, arn: str, shard: str, after: str | None) -> Op[str]:
+    def _iterator(self, arn: str, shard: str, after: str | None, whole: bool) -> Op[str]:
+        """An iterator of ``shard`` after ``after``; from its start when never read (all of
+        it when ``whole``: its StartingSequenceNumber, trimmed if any of it is)."""
         kept = self._iterators.get(shard)
         if kept is not None and kept[0] == after:
             return kept[1]
         params: dict[str, Any] = {"StreamArn": arn, "ShardId": shard}
-        if after is None:
-            params["ShardIteratorType"] = "TRIM_HORIZON"
-        else:
+        start = self.starts.get(shard) if whole and after is None else None
+        if after is not None:
             params.update(ShardIteratorType="AFTER_SEQUENCE_NUMBER", SequenceNumber=after)
+        elif start is not None:
+            params.update(ShardIteratorType="AT_SEQUENCE_NUMBER", SequenceNumber=start)
+        else:
+            params["ShardIteratorType"] = "TRIM_HORIZON"
         try:
             response = yield Call("get_shard_iterator", params)
         except ClientError as exc:
             if error_code(exc) in _GONE:
-                raise trimmed(f"shard {shard} no longer holds sequence number {after}") from exc
-            raise
+                where = after or start
+                raise trimmed(f"shard {shard} no longer holds sequence number {where}") from exc
+            if start is None or error_code(exc) != "ValidationException":
+                raise
+            # A service that takes no position short of a record: from what it holds.
+            params = {"StreamArn": arn, "ShardId": shard, "ShardIteratorType": "TRIM_HORIZON"}
+            response = yield Call("get_shard_iterator", params)
         return str(response["ShardIterator"])
 
     def _read(
@@ -157,11 +178,12 @@ class StreamReader:
         at: dict[str, str],
         done: set[str],
         found: list[tuple[dict[str, Any], Change]],
+        whole: bool,
     ) -> Op[bool]:
         """Read ``shard`` from ``at`` on, adding its changes to ``found``; True once it is
         read to its end (closed)."""
         for _ in range(PAGES_PER_POLL):
-            iterator = yield from self._iterator(arn, shard, at.get(shard))
+            iterator = yield from self._iterator(arn, shard, at.get(shard), whole)
             try:
                 page = yield Call("get_records", {"ShardIterator": iterator, "Limit": 1000})
             except ClientError as exc:

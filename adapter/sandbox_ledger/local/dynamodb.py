@@ -13,8 +13,9 @@ Besides moto's own DynamoDB, the server adds what an embedded server needs:
   serves; one that does not fit the installed moto is left off with a warning
   (:attr:`LocalDynamoDB.adjustments_off`).
 - **The strict profile**, when asked for (:mod:`.strict`): DynamoDB's limits, throughput per
-  partition key and table, transaction conflicts, idempotency tokens and global secondary
-  indexes that lag behind their table, where moto is lenient.
+  partition key and table, transaction conflicts, idempotency tokens, global secondary
+  indexes that lag behind their table and streams whose shards close, split, expire their
+  iterators and trim their records, where moto is lenient.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ class LocalDynamoDB:
     Args:
         host, port: where to listen (port 0: a free port).
         stream_records: stream records kept per table (``None``: all, as stock moto; 0: none),
-            for the writes this server serves.
+            for the writes this server serves; under the strict profile, the oldest beyond
+            it are trimmed from its streams' shards too.
         leave_off: names of adjustments (:mod:`sandbox_ledger.local.adjustments`) to leave
             off, so that the server runs moto's own code there (to compare with it).
         strict: the strict profile (:mod:`sandbox_ledger.local.strict`): True for its
@@ -122,7 +124,9 @@ class LocalDynamoDB:
         app: Any = DomainDispatcherApplication(create_backend_app)
         if adjustments.dispatch.NAME in on:
             app = adjustments.dispatch._DynamoDBFirst(app)
-        self._front = StrictFront(self.strict) if self.strict is not None else None
+        self._front = (
+            StrictFront(self.strict, self._stream_records) if self.strict is not None else None
+        )
         self._server = make_server(
             self._host,
             self._port,
@@ -257,7 +261,7 @@ def _profile(strict: StrictProfile | bool) -> StrictProfile | None:
 
 
 def _profile_text(profile: StrictProfile) -> str:
-    """The profile as the child process's ``--strict`` argument: its fields as JSON."""
+    """The profile as the child process's ``--strict`` argument (JSON, every field)."""
     return json.dumps(dataclasses.asdict(profile))
 
 

@@ -29,6 +29,14 @@ What it does, each rule quoted from DynamoDB's documentation beside its code:
   :attr:`StrictProfile.ttl_delay` seconds after its TTL at the earliest, each deletion a
   ``REMOVE`` stream record with the service's ``userIdentity`` (the indexes lag it as they
   lag a DeleteItem).
+- **Streams** (:mod:`.streams`): each stream's shards close after
+  :attr:`StrictProfile.shard_records` records or :attr:`StrictProfile.shard_seconds`
+  seconds and open a successor (every :attr:`StrictProfile.shard_split`-th closing, two: a
+  split), an item's records in order down one line of shards; a shard iterator expires
+  :attr:`StrictProfile.iterator_seconds` after it is handed out (``ExpiredIteratorException``);
+  records are trimmed after :attr:`StrictProfile.stream_retention` seconds
+  (``TrimmedDataAccessException``; a closed shard all trimmed leaves ``DescribeStream``);
+  ``GetRecords`` returns at most 1,000 records or 1 MB.
 """
 
 from __future__ import annotations
@@ -59,6 +67,24 @@ class StrictProfile:
             DynamoDB does, and lets a developer see the deletions come.
         ttl_every: seconds between two looks for expired items (each reads every item of
             the tables whose TTL is enabled), above 0.
+        shard_records: records after which a stream's open shard closes and a successor
+            opens (:mod:`.streams`), at least 1. DynamoDB says neither when nor after how
+            many; the default, 1,000, makes every test that writes a thousand records read
+            across a closed shard and its child, as a reader of a busy table does.
+        shard_seconds: seconds after which an open shard closes, records or not, above 0
+            (default: four hours, the lifetime of a shard seen on DynamoDB).
+        shard_split: every this-many-th closing of a stream's shard opens two children
+            instead of one (a split), while fewer than :data:`.streams.MAX_OPEN` shards are
+            open; 0: never. Default 4.
+        iterator_seconds: seconds after which a shard iterator expires (DynamoDB: 15
+            minutes), above 0.
+        stream_retention: seconds after which a stream record is trimmed (DynamoDB: 24
+            hours), above 0.
+        shard_key: what keeps records in one line of shards: ``"item"`` (the default: the
+            item's whole key, the only order DynamoDB documents, so two items of one
+            partition key may be read out of order) or ``"partition"`` (its partition key, as
+            shards follow a table's partitions, which hold whole partition keys but when
+            DynamoDB splits one for heat).
     """
 
     rate_scale: float = 1.0
@@ -67,6 +93,12 @@ class StrictProfile:
     index_delay: tuple[float, float] = (0.0, 0.1)
     ttl_delay: float | None = 60.0
     ttl_every: float = 1.0
+    shard_records: int = 1000
+    shard_seconds: float = 4 * 3600.0
+    shard_split: int = 4
+    iterator_seconds: float = 900.0
+    stream_retention: float = 86_400.0
+    shard_key: str = "item"
 
     def __post_init__(self) -> None:
         from ...errors import InvalidInputError
@@ -81,6 +113,17 @@ class StrictProfile:
             raise InvalidInputError("ttl_delay", "must be None or from 0 to 30 days in seconds")
         if not 0 < self.ttl_every <= 86_400:
             raise InvalidInputError("ttl_every", "must be above 0 and at most a day in seconds")
+        for name in ("shard_records", "shard_split"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise InvalidInputError(name, "must be a count >= 0")
+        if self.shard_records < 1:
+            raise InvalidInputError("shard_records", "must be at least 1")
+        for name in ("shard_seconds", "iterator_seconds", "stream_retention"):
+            if not getattr(self, name) > 0:
+                raise InvalidInputError(name, "must be above 0 seconds")
+        if self.shard_key not in ("item", "partition"):
+            raise InvalidInputError("shard_key", "must be 'item' or 'partition'")
         delay = self.index_delay
         if (
             not isinstance(delay, tuple)

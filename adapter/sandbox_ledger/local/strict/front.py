@@ -11,7 +11,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from . import capacity, indexes, limits
+from . import capacity, indexes, limits, streams
 from .sizes import item_size
 from .ttl import TtlDeleter
 
@@ -34,6 +34,20 @@ _WRITES = {"PutItem", "UpdateItem", "DeleteItem"}
 _CONFLICT = {"Code": "TransactionConflict", "Message": "Transaction is ongoing for the item"}
 _NONE = {"Code": "None"}
 _READS = {"GetItem", "Query", "Scan"}
+_STREAM_WRITES = {*_WRITES, "BatchWriteItem", "TransactWriteItems"}
+_NO_STREAM_RECORDS = {
+    *_READS,
+    "BatchGetItem",
+    "TransactGetItems",
+    "DescribeTable",
+    "ListTables",
+    "CreateTable",
+    "DescribeTimeToLive",
+    "DescribeContinuousBackups",
+    "ListTagsOfResource",
+    "DescribeLimits",
+    "DescribeEndpoints",
+}
 
 App = Any
 Run = Any
@@ -152,7 +166,7 @@ def _written(operation: str, request: dict[str, Any]) -> list[tuple[str, dict[st
 class StrictFront:
     """One per strict server: its buckets, the transactions in flight, the tokens seen."""
 
-    def __init__(self, profile: StrictProfile) -> None:
+    def __init__(self, profile: StrictProfile, stream_records: int | None = None) -> None:
         self.profile = profile
         self.buckets = capacity.Buckets(profile.rate_scale)
         self.tables = _Tables()
@@ -162,6 +176,7 @@ class StrictFront:
             if profile.ttl_delay is None
             else TtlDeleter(profile.ttl_delay, profile.ttl_every, around=self._ttl_deleting)
         )
+        self.streams = streams.StreamViews(profile, stream_records, self.tables.table)
         self._flight_lock = threading.Lock()
         self._in_flight: dict[tuple[str, str], int] = {}
         self._tokens: dict[str, tuple[float, str, int, list[tuple[str, str]], bytes]] = {}
@@ -243,12 +258,17 @@ class StrictFront:
         environ: dict[str, Any],
         start_response: Callable[..., Any],
     ) -> Iterable[bytes]:
+        if self.ttl is not None and self.ttl.tick():
+            # The TTL service's REMOVE records reach the stream views at once, as a write's.
+            from .ttl import _moto_tables
+
+            self.streams.written(list(_moto_tables()))
+        if str(environ.get("HTTP_X_AMZ_TARGET", "")).startswith(streams.TARGET_PREFIX):
+            return self._stream_call(operation, request, app, environ, start_response)
         try:
             limits.check(operation, request, self.tables.stored_size)
         except limits.Refused as refused:
             raise _refuse(refused.code, refused.message) from None
-        if self.ttl is not None:
-            self.ttl.tick()
         region = _region(environ)
 
         def table_of(name: str) -> Any:
@@ -276,6 +296,7 @@ class StrictFront:
         with self.indexes.around(operation, request, named, table_of):
             response = b"".join(app(environ, capture))
         status = int(str(captured.get("status", "500")).split()[0])
+        self._stream_records(operation, request, table_of)
         if status == 200:
             self._charge(operation, request, costs, response)
             if isinstance(token, str):
@@ -285,6 +306,74 @@ class StrictFront:
     def _ttl_deleting(self, table: Any, key: dict[str, Any]) -> AbstractContextManager[Any]:
         """A TTL deletion, as the lagging indexes see a DeleteItem of ``key``."""
         return self.indexes.around("DeleteItem", {}, [(table.name, key)], lambda _: table)
+
+    def _stream_records(
+        self, operation: str, request: dict[str, Any], table_of: Callable[[str], Any]
+    ) -> None:
+        """The stream views take what the request wrote (a refused write may have written
+        part of a batch; a cancelled transaction's records are gone already)."""
+        if operation in _NO_STREAM_RECORDS:
+            return
+        if operation in _STREAM_WRITES:
+            names = dict.fromkeys(table for table, _ in _written(operation, request))
+            tables = [t for t in (table_of(name) for name in names) if t is not None]
+        else:  # PartiQL, table changes: any table may have changed
+            from .ttl import _moto_tables
+
+            tables = list(_moto_tables())
+            if operation == "DeleteTable":
+                self.streams.forget({id(t) for t in tables})
+        self.streams.written(tables)
+
+    def _stream_call(
+        self,
+        operation: str,
+        request: dict[str, Any],
+        app: App,
+        environ: dict[str, Any],
+        start_response: Callable[..., Any],
+    ) -> Iterable[bytes]:
+        """A DynamoDB Streams request: DescribeStream answered by moto with the view's shards,
+        GetShardIterator and GetRecords by the view (:mod:`.streams`), the others by moto."""
+        try:
+            if operation == "GetShardIterator":
+                return self._stream_answer(start_response, self.streams.iterator(request))
+            if operation == "GetRecords":
+                return self._stream_answer(start_response, self.streams.records(request))
+            if operation != "DescribeStream":
+                return app(environ, start_response)  # type: ignore[no-any-return]
+            shards = self.streams.describe(request)
+        except streams.StreamRefused as refused:
+            raise _refuse(refused.code, refused.message) from None
+        captured: dict[str, Any] = {}
+
+        def capture(status: str, headers: list[tuple[str, str]], *rest: Any) -> Any:
+            captured["status"], captured["headers"] = status, headers
+
+        response = b"".join(app(environ, capture))
+        status, headers = str(captured.get("status", "500")), captured.get("headers", [])
+        if status.startswith("200"):
+            body = json.loads(response)
+            body["StreamDescription"].pop("LastEvaluatedShardId", None)
+            body["StreamDescription"].update(shards)
+            response = streams.dumps(body)
+            headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
+            headers.append(("Content-Length", str(len(response))))
+        start_response(status, headers)
+        return [response]
+
+    @staticmethod
+    def _stream_answer(start_response: Callable[..., Any], body: dict[str, Any]) -> list[bytes]:
+        payload = streams.dumps(body)
+        start_response(
+            "200 OK",
+            [
+                ("Content-Type", "application/x-amz-json-1.0"),
+                ("Content-Length", str(len(payload))),
+                ("x-amzn-RequestId", "strict-profile"),
+            ],
+        )
+        return [payload]
 
     # ClientRequestToken (API Reference, TransactWriteItems): "A client token is valid for 10
     # minutes after the first request that uses it is completed. After 10 minutes, any
