@@ -29,8 +29,12 @@ PLAIN = {
     # accepted by the server), read in process to note which partitions a write touched.
     "local/inprocess.py": 2,
     # The strict profile's front: a request body it passes on to moto (which parses it again
-    # and answers as DynamoDB would; the front only reads its shape), and moto's answer.
-    "local/strict/front.py": 2,
+    # and answers as DynamoDB would; the front only reads its shape), moto's answer, and
+    # moto's DescribeStream answer, whose shards it replaces.
+    "local/strict/front.py": 3,
+    # A shard iterator the strict profile's stream view handed out: a JSON array (no keys to
+    # repeat); one it did not issue fails to unpack and is refused.
+    "local/strict/streams.py": 1,
     # The local data file's image header, written by the server's own save.
     "local/image.py": 1,
     # The strict profile a LocalDynamoDBProcess hands its child on the command line.
