@@ -544,6 +544,8 @@ def test_local_strict_refuses_what_dynamodb_refuses(tmp_path: Path) -> None:
     finally:
         code, stderr = server.stop(signal.SIGTERM)
     assert code == 0, stderr
+    [serving] = [line for line in stderr.splitlines() if line.startswith("serving DynamoDB")]
+    assert serving.startswith("serving DynamoDB (strict: ") and "docs/fidelity.md" in serving
 
 
 def test_a_restart_takes_the_image_and_one_damaged_is_ignored_with_a_word(

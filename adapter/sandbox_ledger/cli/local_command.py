@@ -109,7 +109,7 @@ def _serve(
         if not saver.load(stop):
             return saver
         pg = _start_postgres() if postgres else None
-        _announce(server.endpoint_url, table, pg, data)
+        _announce(server.endpoint_url, table, pg, data, strict)
         # Saves start every save_every seconds, however long each takes (one waiting for the
         # end of the last one would stretch the time a write waits to be saved).
         due = time.monotonic() + save_every
@@ -235,7 +235,13 @@ def _start_postgres() -> LocalPostgres:
     return server
 
 
-def _announce(endpoint: str, table: str, pg: LocalPostgres | None, data: Path | None) -> None:
+def _announce(
+    endpoint: str,
+    table: str,
+    pg: LocalPostgres | None,
+    data: Path | None,
+    strict: bool = False,
+) -> None:
     """The shell lines on stdout (flushed at once: a reader may wait on them), the rest on
     stderr."""
     lines = [
@@ -251,7 +257,13 @@ def _announce(endpoint: str, table: str, pg: LocalPostgres | None, data: Path | 
     sys.stdout.write("\n".join(lines) + "\n")
     sys.stdout.flush()
     kept = f"kept in {data}" if data else "gone when it stops (--data FILE keeps it)"
+    profile = (
+        " (strict: DynamoDB's limits, throughput, transaction conflicts, lagging indexes, TTL "
+        "deletion and sharded streams, docs/fidelity.md)"
+        if strict
+        else ""
+    )
     say(
-        f"serving DynamoDB at {endpoint} with table {table}; its data is {kept}. "
+        f"serving DynamoDB{profile} at {endpoint} with table {table}; its data is {kept}. "
         "Ctrl-C or SIGTERM stops it."
     )
