@@ -667,7 +667,7 @@ def _summary_after(
     ttls = [
         int(heads[ref][k.TTL_ATTRIBUTE]["N"])
         for ref in found
-        if k.TTL_ATTRIBUTE in heads[ref] and it.summary_update(by_key[ref], shard_count)
+        if k.TTL_ATTRIBUTE in heads[ref] and it.changes_summary(by_key[ref])
     ]
     update = it.summary_fold(entries, shard_count, max(ttls) if ttls else None)
     if update is None:  # cannot be: one of them changed the summary; a summary of none

@@ -256,6 +256,17 @@ def summary_sequenced(update: dict[str, Any], number: int) -> dict[str, Any]:
     }
 
 
+SUMMARY_EVENTS = frozenset(
+    {LedgerEvent.SandboxCreated, LedgerEvent.SandboxClosed, LedgerEvent.ExecComplete}
+)
+"""The events that change their session's summary (:func:`summary_fold`)."""
+
+
+def changes_summary(entry: LedgerEntry) -> bool:
+    """Whether storing ``entry`` changes its session's summary."""
+    return entry.event in SUMMARY_EVENTS
+
+
 SHARDED_EVENTS = frozenset({LedgerEvent.SandboxCreated, LedgerEvent.SandboxClosed})
 """The events whose summary update writes a sharded index key (needs the shard count)."""
 

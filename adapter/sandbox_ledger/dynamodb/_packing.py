@@ -125,7 +125,7 @@ class Group:
         return self.first and not self.stored
 
     def ttl(self) -> int | None:
-        ttls = [u.ttl for u in self.units if u.ttl is not None and _changes_summary(u.entry)]
+        ttls = [u.ttl for u in self.units if u.ttl is not None and it.changes_summary(u.entry)]
         return max(ttls) if ttls else None
 
 
@@ -149,14 +149,6 @@ class Transaction:
 _LARGEST = _seq.Mark("f" * 64, _seq.MAX_MARKS - 1, floor=10**12)
 """A sequence mark at its largest, for sizes (its TTL raised: its entry's kept beside it)."""
 
-
-def _changes_summary(entry: LedgerEntry) -> bool:
-    return entry.event in _SUMMARY_EVENTS
-
-
-_SUMMARY_EVENTS = frozenset(
-    {LedgerEvent.SandboxCreated, LedgerEvent.SandboxClosed, LedgerEvent.ExecComplete}
-)
 
 _ABSENT = {
     "ConditionExpression": "attribute_not_exists(#pk)",
@@ -252,7 +244,7 @@ def request(
         update = it.summary_fold(entries, shard_count, None if group.held else ttl)
         if update is None:
             continue
-        last = max(i for i, u in enumerate(group.units) if _changes_summary(u.entry))
+        last = max(i for i, u in enumerate(group.units) if it.changes_summary(u.entry))
         update = it.summary_sequenced(update, group.mark.number + last)
         if group.puts_summary:
             # On an absent summary, the update's result (no lease or TTL to respect yet).

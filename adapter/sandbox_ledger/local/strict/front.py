@@ -260,9 +260,7 @@ class StrictFront:
     ) -> Iterable[bytes]:
         if self.ttl is not None and self.ttl.tick():
             # The TTL service's REMOVE records reach the stream views at once, as a write's.
-            from .ttl import _moto_tables
-
-            self.streams.written(list(_moto_tables()))
+            self.streams.written(list(indexes._tables()))
         if str(environ.get("HTTP_X_AMZ_TARGET", "")).startswith(streams.TARGET_PREFIX):
             return self._stream_call(operation, request, app, environ, start_response)
         try:
@@ -318,9 +316,7 @@ class StrictFront:
             names = dict.fromkeys(table for table, _ in _written(operation, request))
             tables = [t for t in (table_of(name) for name in names) if t is not None]
         else:  # PartiQL, table changes: any table may have changed
-            from .ttl import _moto_tables
-
-            tables = list(_moto_tables())
+            tables = list(indexes._tables())
             if operation == "DeleteTable":
                 self.streams.forget({id(t) for t in tables})
         self.streams.written(tables)

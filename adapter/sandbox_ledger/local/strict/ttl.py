@@ -26,6 +26,8 @@ from contextlib import AbstractContextManager, nullcontext
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
+from .indexes import _tables
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
@@ -37,15 +39,6 @@ API spells it (its ``Identity``: ``PrincipalId``, ``Type``); a Lambda event spel
 ``{"type", "principalId"}``."""
 
 _FIVE_YEARS_S = 5 * 365 * 86_400
-
-
-def _moto_tables() -> Iterator[Any]:
-    from moto.dynamodb.models import dynamodb_backends
-
-    for account in list(dynamodb_backends.keys()):
-        regions = dynamodb_backends[account]
-        for region in list(regions.keys()):
-            yield from list(regions[region].tables.values())
 
 
 def _expiry(item: Any, attribute: str) -> float | None:
@@ -97,7 +90,7 @@ class TtlDeleter:
 
     def sweep(self, now: float) -> int:
         deleted = 0
-        for table in _moto_tables():
+        for table in _tables():
             ttl = getattr(table, "ttl", None) or {}
             attribute = ttl.get("AttributeName")
             if ttl.get("TimeToLiveStatus") != "ENABLED" or not attribute:
