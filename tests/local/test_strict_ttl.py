@@ -24,20 +24,32 @@ def endpoint() -> Iterator[str]:
     server.stop()
 
 
-def _table(ddb: Any, *, ttl: bool = True) -> str:
+def _table(ddb: Any, *, ttl: bool = True, index: bool = False) -> str:
     name = f"ttl-{uuid.uuid4().hex[:8]}"
+    extra: dict[str, Any] = {}
+    definitions = [
+        {"AttributeName": "PK", "AttributeType": "S"},
+        {"AttributeName": "SK", "AttributeType": "S"},
+    ]
+    if index:
+        definitions.append({"AttributeName": "G", "AttributeType": "S"})
+        extra["GlobalSecondaryIndexes"] = [
+            {
+                "IndexName": "byG",
+                "KeySchema": [{"AttributeName": "G", "KeyType": "HASH"}],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+            }
+        ]
     ddb.create_table(
         TableName=name,
         KeySchema=[
             {"AttributeName": "PK", "KeyType": "HASH"},
             {"AttributeName": "SK", "KeyType": "RANGE"},
         ],
-        AttributeDefinitions=[
-            {"AttributeName": "PK", "AttributeType": "S"},
-            {"AttributeName": "SK", "AttributeType": "S"},
-        ],
+        AttributeDefinitions=definitions,
         BillingMode="PAY_PER_REQUEST",
         StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+        **extra,
     )
     if ttl:
         ddb.update_time_to_live(
@@ -150,39 +162,6 @@ def test_changes_reports_a_session_the_ttl_service_removed_as_expired(endpoint: 
     assert kinds == [ChangeKind.SESSION_CREATED, ChangeKind.SESSION_EXPIRED]
 
 
-def _strict_table(ddb: Any, *, index: bool = False) -> str:
-    name = f"ttl-{uuid.uuid4().hex[:8]}"
-    extra: dict[str, Any] = {}
-    definitions = [
-        {"AttributeName": "PK", "AttributeType": "S"},
-        {"AttributeName": "SK", "AttributeType": "S"},
-    ]
-    if index:
-        definitions.append({"AttributeName": "G", "AttributeType": "S"})
-        extra["GlobalSecondaryIndexes"] = [
-            {
-                "IndexName": "byG",
-                "KeySchema": [{"AttributeName": "G", "KeyType": "HASH"}],
-                "Projection": {"ProjectionType": "KEYS_ONLY"},
-            }
-        ]
-    ddb.create_table(
-        TableName=name,
-        KeySchema=[
-            {"AttributeName": "PK", "KeyType": "HASH"},
-            {"AttributeName": "SK", "KeyType": "RANGE"},
-        ],
-        AttributeDefinitions=definitions,
-        BillingMode="PAY_PER_REQUEST",
-        StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
-        **extra,
-    )
-    ddb.update_time_to_live(
-        TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "expiresAt"}
-    )
-    return name
-
-
 def test_a_strict_server_deletes_expired_items_on_its_own_and_its_index_lags_them() -> None:
     """StrictProfile(ttl_delay=0): an item expired is deleted at the server's next look,
     which a request brings; the index still answers with it until its delay passes, as it
@@ -194,7 +173,7 @@ def test_a_strict_server_deletes_expired_items_on_its_own_and_its_index_lags_the
     endpoint = server.start()
     try:
         ddb = boto3.client("dynamodb", endpoint_url=endpoint)
-        table = _strict_table(ddb, index=True)
+        table = _table(ddb, index=True)
         soon = int(time.time()) + 1  # not expired while the table is set up
         _put(ddb, table, "old", expiresAt={"N": str(soon)}, G={"S": "g"})
         _put(ddb, table, "new", expiresAt={"N": str(int(time.time()) + 3600)}, G={"S": "g"})
@@ -225,7 +204,7 @@ def test_a_strict_server_without_ttl_deletion_keeps_expired_items_and_the_child_
         endpoint = server.start()
         try:
             ddb = boto3.client("dynamodb", endpoint_url=endpoint)
-            table = _strict_table(ddb)
+            table = _table(ddb)
             _put(ddb, table, "old", expiresAt={"N": "1000000000"})
             time.sleep(0.05)
             assert _keys(ddb, table) == ["old"]
@@ -235,7 +214,7 @@ def test_a_strict_server_without_ttl_deletion_keeps_expired_items_and_the_child_
     endpoint = child.start()
     try:
         ddb = boto3.client("dynamodb", endpoint_url=endpoint)
-        table = _strict_table(ddb)
+        table = _table(ddb)
         _put(ddb, table, "old", expiresAt={"N": str(int(time.time()) - 1)})
         time.sleep(0.1)
         assert _keys(ddb, table) == []
