@@ -3,10 +3,11 @@ or schema per test."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -54,20 +55,42 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 @pytest.fixture(scope="session")
-def moto_endpoint() -> Iterator[str]:
-    """The session's moto server, or the one ``SANDBOX_LEDGER_TEST_MOTO_ENDPOINT`` names (make
-    mutation starts one for all mutants: a server per mutant's test session costs seconds)."""
-    shared = os.environ.get("SANDBOX_LEDGER_TEST_MOTO_ENDPOINT")
-    if shared:
-        yield shared
+def moto_server() -> Iterator[Any]:
+    """The session's moto server (a ``LocalDynamoDB``), or None when the session uses the one
+    ``SANDBOX_LEDGER_TEST_MOTO_ENDPOINT`` names (make mutation starts one, lenient, for all
+    mutants: a server per mutant's test session costs seconds)."""
+    if os.environ.get("SANDBOX_LEDGER_TEST_MOTO_ENDPOINT"):
+        yield None
         return
     from sandbox_ledger.local import LocalDynamoDB
 
     server = LocalDynamoDB(strict=_strict_profile())
-    endpoint = server.start()
+    server.start()
     _freeze_heap()
-    yield endpoint
+    yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint(moto_server: Any) -> str:
+    """The endpoint of the session's moto server (see ``moto_server``)."""
+    if moto_server is None:
+        return os.environ["SANDBOX_LEDGER_TEST_MOTO_ENDPOINT"]
+    return str(moto_server.endpoint_url)
+
+
+@pytest.fixture
+def indexes_caught_up(moto_server: Any) -> Callable[[str | None], Awaitable[None]]:
+    """``await indexes_caught_up(table)`` returns once every write the session's server has
+    served reached the global secondary indexes of the table (of every table: None): the
+    strict profile's lag, waited out (``LocalDynamoDB.wait_for_indexes``); at once on a shared
+    server, which is lenient."""
+
+    async def caught_up(table: str | None) -> None:
+        if moto_server is not None:
+            await asyncio.to_thread(moto_server.wait_for_indexes, table)
+
+    return caught_up
 
 
 TEST_PROFILE: dict[str, Any] = {

@@ -57,6 +57,11 @@ class BlockingAdapter:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
+    @property
+    def consistent_listings(self) -> bool:
+        """The wrapped adapter's (see the DynamoDB adapter's)."""
+        return bool(getattr(self.adapter, "consistent_listings", True))
+
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         """The loop, started on first use and again after ``close()``; the caller holds
         ``_lock``."""

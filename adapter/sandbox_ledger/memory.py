@@ -7,7 +7,7 @@ import itertools
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sandbox_ledger._bulk import append_each_once, read_each_stored
 from sandbox_ledger.changes import Change, ChangeKind, ChangeLog, check_seq_state, start_changes
@@ -101,6 +101,9 @@ class MemoryAdapter:
     and summaries as the DynamoDB adapter's TTL does (see docs/table-design.md, Ledger
     retention); the expired ones stay in memory until ``delete_sandbox``.
     """
+
+    consistent_listings: ClassVar[bool] = True
+    """A listing shows every write made before it (see the DynamoDB adapter's)."""
 
     def __init__(self, *, retention: timedelta | None = None) -> None:
         self.retention = retention

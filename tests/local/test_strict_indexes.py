@@ -526,3 +526,33 @@ def test_a_later_write_drawn_a_shorter_delay_waits_for_the_earlier_one() -> None
     now[0] = 0.3
     assert seen() == ["2"]
     assert lag.behind() == 0
+
+
+# -- waiting for the indexes ---------------------------------------------------------------
+
+
+def test_wait_for_indexes_returns_once_the_delay_passed_never_sooner(
+    server: LocalDynamoDB, ddb: Any
+) -> None:
+    table = make_table(ddb)
+    clock = Clock()
+    clock.write(ddb.put_item, TableName=table, Item=item("a"))
+    server.wait_for_indexes(table)
+    # It waited out the lag (never shortened it): the write's delay has passed.
+    assert time.monotonic() - clock.sent >= DELAY
+    assert behind(server, table) == 0
+    assert sks(owned(ddb, table, "alice")) == ["a"]
+    server.wait_for_indexes()  # nothing behind anywhere: at once
+
+
+def test_wait_for_indexes_times_out_naming_what_is_behind(server: LocalDynamoDB, ddb: Any) -> None:
+    table = make_table(ddb)
+    ddb.put_item(TableName=table, Item=item("a"))
+    with pytest.raises(TimeoutError, match="2 index entries still behind"):
+        server.wait_for_indexes(table, timeout=0)
+    server.wait_for_indexes(table)
+
+
+def test_wait_for_indexes_needs_a_started_server() -> None:
+    with pytest.raises(RuntimeError, match="not started"):
+        LocalDynamoDB(strict=True).wait_for_indexes()

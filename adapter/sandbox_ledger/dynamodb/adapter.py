@@ -5,7 +5,7 @@ Both run the same operations from :mod:`._ops`; only the I/O differs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sandbox_ledger import keys as k
 from sandbox_ledger._poll import DEFAULT_POLL, PollSettings
@@ -64,6 +64,14 @@ def _record(record: object) -> EnvironmentRecord:
 
 
 class _Base:
+    consistent_listings: ClassVar[bool] = False
+    """Listings read the session indexes, which DynamoDB keeps eventually consistent: a
+    session created, closed or deleted is listed as it now is once the indexes have the write
+    (DynamoDB: "within a fraction of a second, under normal conditions"). Until then a listing
+    may miss it, never more: each session listed is read fresh from the table (its details as
+    they now are, filtered again), none twice, none deleted (docs/table-design.md, Listings
+    and index lag)."""
+
     def __init__(
         self, table_name: str, shard_count: int | None, retention: timedelta | None
     ) -> None:

@@ -29,6 +29,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -157,6 +158,38 @@ class LocalDynamoDB:
             raise RuntimeError("the embedded DynamoDB is not started")
         with self._lock, adjustments.serving(self._settings):
             yield
+
+    def wait_for_indexes(self, table: str | None = None, *, timeout: float = 60.0) -> None:
+        """Return once every write this server has served has reached every global secondary
+        index (of the table of that name only, if given): a Query of an index then sees what
+        the table holds. The strict profile's indexes lag (:attr:`StrictProfile.index_delay`);
+        this waits out the lag, it never shortens it. Without lag: at once.
+
+        What a test of an eventually consistent listing waits for before it checks the
+        listing's settled state (DynamoDB itself offers no such call: against it, such a test
+        polls).
+
+        Raises:
+            RuntimeError: the server is not started.
+            TimeoutError: writes are still behind after ``timeout`` seconds.
+        """
+        if self._settings is None:
+            raise RuntimeError("the embedded DynamoDB is not started")
+        front = self._front
+        if front is None or not front.indexes.on:
+            return
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                front.indexes.catch_up()
+                behind = front.indexes.behind(table)
+            if not behind:
+                return
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"{behind} index entries still behind their table after {timeout} s"
+                )
+            time.sleep(0.005)
 
     def stop(self) -> None:
         """Stop serving; the data is gone."""

@@ -73,6 +73,9 @@ class SQLAdapter(ABC):
     ``StorageError``, and every write ``StorageError``.
     """
 
+    consistent_listings: ClassVar[bool] = True
+    """A listing shows every write committed before it (see the DynamoDB adapter's)."""
+
     text_holds_nul: ClassVar[bool]
     """Whether the dialect's text columns can hold NUL; where not, a read or delete of a key
     holding one answers as for nothing stored (writes of NUL every store refuses alike)."""

@@ -21,6 +21,7 @@ from sandbox_ledger.testing._build import entry, ids, session
 from sandbox_ledger.testing.changes import ChangesContract
 from sandbox_ledger.testing.cursors import CursorContract
 from sandbox_ledger.testing.follow import FollowContract
+from sandbox_ledger.testing.listings import ListingContract
 from sandbox_ledger.testing.parity import StoreParityContract
 from sandbox_ledger.testing.races import RaceContract
 from sandbox_ledger.testing.transfer import TransferContract
@@ -53,6 +54,7 @@ class StorageAdapterContract(
     FollowContract,
     ChangesContract,
     RaceContract,
+    ListingContract,
 ):
     """Abstract contract tests of a :class:`~sandbox_ledger.protocol.TransferAdapter` (the
     storage contract and what moving a ledger needs); subclasses provide the ``adapter``
