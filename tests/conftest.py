@@ -110,12 +110,14 @@ def _strict_profile() -> Any:
 
     if "=" in given:
         return StrictProfile.parse(given)  # the library's one parser: every field, checked
-    parts = [float(part) for part in given.split(",")]
+    # The positional forms, named and read by the same parser.
+    parts = given.split(",")
     if len(parts) == 2:
-        return StrictProfile(rate_scale=parts[0], conflict_hold=parts[1])
+        return StrictProfile.parse(f"rate_scale={parts[0]},conflict_hold={parts[1]}")
     if len(parts) == 4:
-        return StrictProfile(
-            rate_scale=parts[0], conflict_hold=parts[1], index_delay=(parts[2], parts[3])
+        low, high = parts[2:]
+        return StrictProfile.parse(
+            f"rate_scale={parts[0]},conflict_hold={parts[1]},index_delay={low}:{high}"
         )
     raise ValueError(
         "SANDBOX_LEDGER_TEST_STRICT: rate_scale,conflict_hold[,index_delay_low,"

@@ -240,6 +240,12 @@ def test_the_test_sessions_variable_reads_fields_with_the_librarys_parser(
     assert session("") == StrictProfile(**TEST_PROFILE)
     with pytest.raises(InvalidInputError, match="shard_split"):
         session("shard_split=often")
+    with pytest.raises(InvalidInputError, match="conflict_hold: 'soon' is not a finite number"):
+        session("1,soon")
+    with pytest.raises(InvalidInputError, match="index_delay"):
+        session("1,0.02,0.5,0.1")
+    with pytest.raises(ValueError, match="SANDBOX_LEDGER_TEST_STRICT"):
+        session("1,0.02,0")
 
 
 # -- limits ------------------------------------------------------------------------------
