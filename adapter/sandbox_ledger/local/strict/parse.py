@@ -27,7 +27,7 @@ FORMAT = (
     "name=value joined by commas, e.g. rate_scale=0.01,index_delay=0:0,ttl_delay=none,"
     "shard_key=partition"
 )
-"""The syntax, as error messages and ``--help`` state it."""
+"""The syntax, as a refusal of text that is not ``name=value`` states it."""
 
 
 def _number(value: str) -> float:
