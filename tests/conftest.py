@@ -119,8 +119,10 @@ def _strict_profile() -> Any:
     global secondary indexes lagging up to 0.1 s, TTL deleting a minute after expiry),
     ``rate_scale,conflict_hold,index_delay_low,index_delay_high`` (seconds; e.g.
     ``1,0.02,0,0`` for indexes as fresh as moto's), or fields by name, ``name=value`` joined
-    by commas (e.g. ``rate_scale=1,conflict_hold=0.005,index_delay=0:0,ttl_delay=3600``;
-    ``ttl_delay=none`` never deletes); ``off`` for moto's leniency. Unset: :data:`TEST_PROFILE`."""
+    by commas, as ``sandbox-ledger local --strict-option`` reads them (:meth:`StrictProfile.parse`;
+    e.g. ``rate_scale=1,conflict_hold=0.005,index_delay=0:0,ttl_delay=3600``; ``ttl_delay=none``
+    never deletes, ``shard_key=partition``); ``off`` for moto's leniency. Unset:
+    :data:`TEST_PROFILE`."""
     given = os.environ.get("SANDBOX_LEDGER_TEST_STRICT")
     from sandbox_ledger.local import StrictProfile
 
@@ -130,21 +132,15 @@ def _strict_profile() -> Any:
         return False
 
     if "=" in given:
-        fields: dict[str, Any] = {}
-        for part in given.split(","):
-            name, _, value = part.partition("=")
-            if name == "index_delay":
-                low, _, high = value.partition(":")
-                fields[name] = (float(low), float(high))
-            else:
-                fields[name] = None if value == "none" else float(value)
-        return StrictProfile(**fields)
-    parts = [float(part) for part in given.split(",")]
+        return StrictProfile.parse(given)  # the library's one parser: every field, checked
+    # The positional forms, named and read by the same parser.
+    parts = given.split(",")
     if len(parts) == 2:
-        return StrictProfile(rate_scale=parts[0], conflict_hold=parts[1])
+        return StrictProfile.parse(f"rate_scale={parts[0]},conflict_hold={parts[1]}")
     if len(parts) == 4:
-        return StrictProfile(
-            rate_scale=parts[0], conflict_hold=parts[1], index_delay=(parts[2], parts[3])
+        low, high = parts[2:]
+        return StrictProfile.parse(
+            f"rate_scale={parts[0]},conflict_hold={parts[1]},index_delay={low}:{high}"
         )
     raise ValueError(
         "SANDBOX_LEDGER_TEST_STRICT: rate_scale,conflict_hold[,index_delay_low,"

@@ -546,6 +546,71 @@ def test_local_strict_refuses_what_dynamodb_refuses(tmp_path: Path) -> None:
     assert code == 0, stderr
     [serving] = [line for line in stderr.splitlines() if line.startswith("serving DynamoDB")]
     assert serving.startswith("serving DynamoDB (strict: ") and "docs/fidelity.md" in serving
+    assert "; with" not in serving  # the defaults: no field named
+
+
+def test_local_strict_option_sets_fields_and_says_which(tmp_path: Path) -> None:
+    """``--strict-option NAME=VALUE`` (repeated, or fields joined by commas) implies
+    ``--strict``, applies its fields (a write rate of one unit a second per partition key:
+    the second write to one is throttled) and names them on the serving line."""
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import ClientError
+
+    server = Local(
+        "--strict-option",
+        "rate_scale=0.001,conflict_hold=0",
+        "--strict-option",
+        "ttl_delay=none",
+        cwd=tmp_path,
+    )
+    try:
+        env = server.env()
+        ddb = boto3.client(
+            "dynamodb",
+            endpoint_url=env["AWS_ENDPOINT_URL"],
+            region_name="us-east-1",
+            aws_access_key_id="local",
+            aws_secret_access_key="local",
+            config=Config(retries={"max_attempts": 1, "mode": "standard"}),
+        )
+        item = {"PK": {"S": "hot"}, "SK": {"S": "1"}}
+        ddb.put_item(TableName=env["SANDBOX_LEDGER_TABLE"], Item=item)
+        with pytest.raises(ClientError, match="ProvisionedThroughputExceededException"):
+            ddb.put_item(TableName=env["SANDBOX_LEDGER_TABLE"], Item={**item, "SK": {"S": "2"}})
+    finally:
+        code, stderr = server.stop(signal.SIGTERM)
+    assert code == 0, stderr
+    [serving] = [line for line in stderr.splitlines() if line.startswith("serving DynamoDB")]
+    assert serving.startswith("serving DynamoDB (strict: "), serving
+    assert "docs/fidelity.md; with rate_scale=0.001,conflict_hold=0,ttl_delay=none) at" in serving
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        (["--strict-option", "index_delay=1"], "index_delay: '1' is not LOW:HIGH seconds"),
+        (["--strict-option", "rate=1"], "rate: not a field of the strict profile"),
+        (["--strict", "--strict-option", "rate_scale=0"], "rate_scale: must be above 0, not '0'"),
+        (["--strict-option", "shard_key=row"], "shard_key: must be 'item' or 'partition'"),
+        (["--strict-option", "ttl_delay"], "strict: 'ttl_delay' is not name=value"),
+    ],
+)
+def test_local_strict_option_refuses_a_bad_field_before_starting(
+    tmp_path: Path, options: list[str], says: str
+) -> None:
+    """A bad ``--strict-option``: one line naming the option and the field, exit code 2 (a
+    usage error), nothing started: no data file, no lock."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    done = run(["local", "--port", port, "--data", "dev.jsonl", *options], bare_env(), cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith("error: --strict-option: ") and says in line, line
+    assert done.stdout == "" and list(tmp_path.iterdir()) == []
 
 
 def test_a_restart_takes_the_image_and_one_damaged_is_ignored_with_a_word(

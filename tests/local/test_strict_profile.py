@@ -3,6 +3,7 @@ it (quoted in sandbox_ledger/local/strict), checked through plain boto3 requests
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import uuid
@@ -17,6 +18,7 @@ from botocore.exceptions import ClientError
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.local import LocalDynamoDB, LocalDynamoDBProcess
 from sandbox_ledger.local.strict import StrictProfile
+from sandbox_ledger.local.strict.parse import profile_text
 from sandbox_ledger.local.strict.sizes import NumberError, item_size, significant_digits
 
 ONE_TRY = Config(retries={"max_attempts": 1, "mode": "standard"})
@@ -97,6 +99,153 @@ def test_a_profile_out_of_range_is_refused_naming_the_field() -> None:
         StrictProfile(conflict_hold=-1)
     with pytest.raises(InvalidInputError, match="strict"):
         LocalDynamoDB(strict="yes")  # type: ignore[arg-type]
+
+
+# -- the profile as text ---------------------------------------------------------------------
+
+# Each field of the profile, a value written as a user writes it, and the value it reads as.
+EVERY_FIELD = [
+    ("rate_scale", "0.01", 0.01),
+    ("conflict_hold", "0", 0.0),
+    ("token_seconds", "1e3", 1000.0),
+    ("index_delay", "0:0.5", (0.0, 0.5)),
+    ("ttl_delay", "none", None),
+    ("ttl_delay", "NONE", None),
+    ("ttl_delay", "3600", 3600.0),
+    ("ttl_every", "0.25", 0.25),
+    ("shard_records", "10", 10),
+    ("shard_seconds", "30", 30.0),
+    ("shard_split", "0", 0),
+    ("iterator_seconds", "2.5", 2.5),
+    ("stream_retention", "60", 60.0),
+    ("shard_key", "partition", "partition"),
+    ("shard_key", "item", "item"),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "value"), EVERY_FIELD)
+def test_each_field_is_read_by_its_type(name: str, text: str, value: object) -> None:
+    profile = StrictProfile.parse(f"{name}={text}")
+    assert getattr(profile, name) == value
+    assert type(getattr(profile, name)) is type(value)
+    others = {f.name for f in dataclasses.fields(StrictProfile)} - {name}
+    assert all(getattr(profile, f) == getattr(StrictProfile(), f) for f in others)
+
+
+def test_every_field_is_covered_and_fields_join_with_commas() -> None:
+    assert {name for name, _, _ in EVERY_FIELD} == {
+        f.name for f in dataclasses.fields(StrictProfile)
+    }
+    given = ", ".join(
+        f"{name} = {text}" for name, text, _ in EVERY_FIELD if text not in ("NONE", "3600", "item")
+    )
+    profile = StrictProfile.parse(given)
+    assert profile == StrictProfile(
+        rate_scale=0.01,
+        conflict_hold=0,
+        token_seconds=1000,
+        index_delay=(0, 0.5),
+        ttl_delay=None,
+        ttl_every=0.25,
+        shard_records=10,
+        shard_seconds=30,
+        shard_split=0,
+        iterator_seconds=2.5,
+        stream_retention=60,
+        shard_key="partition",
+    )
+
+
+@pytest.mark.parametrize(
+    "profile",
+    [
+        StrictProfile(),
+        StrictProfile(rate_scale=0.1 + 0.2, index_delay=(0, 0), ttl_delay=None),
+        StrictProfile(shard_key="partition", shard_records=7, stream_retention=1e-3),
+    ],
+)
+def test_a_profile_written_as_text_reads_back_as_itself(profile: StrictProfile) -> None:
+    assert StrictProfile.parse(profile_text(profile, every=True)) == profile
+    changed = profile_text(profile)
+    assert (StrictProfile.parse(changed) if changed else StrictProfile()) == profile
+
+
+def test_the_text_of_a_profile_names_the_fields_that_differ_from_the_defaults() -> None:
+    assert profile_text(StrictProfile()) == ""
+    changed = StrictProfile(rate_scale=0.5, index_delay=(0, 0), ttl_delay=None, shard_records=9)
+    assert profile_text(changed) == "rate_scale=0.5,index_delay=0:0,ttl_delay=none,shard_records=9"
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "says"),
+    [
+        ("", "strict", "'' is not name=value"),
+        ("rate_scale", "strict", "'rate_scale' is not name=value"),
+        ("rate_scale=1,,", "strict", "'' is not name=value"),
+        ("=1", "strict", "'=1' is not name=value"),
+        ("rate=1", "rate", "not a field of the strict profile"),
+        ("rate_scale=1,rate_scale=2", "rate_scale", "given twice"),
+        ("rate_scale=fast", "rate_scale", "'fast' is not a finite number"),
+        ("rate_scale=", "rate_scale", "'' is not a finite number"),
+        ("rate_scale=inf", "rate_scale", "'inf' is not a finite number"),
+        ("rate_scale=0", "rate_scale", "must be above 0, not '0'"),
+        ("conflict_hold=nan", "conflict_hold", "'nan' is not a finite number"),
+        ("conflict_hold=11", "conflict_hold", "must be from 0 to 10 seconds, not '11'"),
+        ("token_seconds=-1", "token_seconds", "must be above 0, not '-1'"),
+        ("index_delay=0.1", "index_delay", "'0.1' is not LOW:HIGH seconds"),
+        ("index_delay=0:x", "index_delay", "'0:x' is not LOW:HIGH seconds"),
+        ("index_delay=0.2:0.1", "index_delay", "not '0.2:0.1'"),
+        ("index_delay=0:61", "index_delay", "not '0:61'"),
+        ("ttl_delay=never", "ttl_delay", "'never' is not a finite number of seconds or none"),
+        ("ttl_delay=-1", "ttl_delay", "must be None or from 0 to 30 days in seconds, not '-1'"),
+        ("ttl_every=0", "ttl_every", "must be above 0 and at most a day in seconds, not '0'"),
+        ("shard_records=1.5", "shard_records", "'1.5' is not a whole number"),
+        ("shard_records=0", "shard_records", "must be at least 1, not '0'"),
+        ("shard_seconds=0", "shard_seconds", "must be above 0 seconds, not '0'"),
+        ("shard_split=-1", "shard_split", "must be a count >= 0, not '-1'"),
+        ("shard_split=two", "shard_split", "'two' is not a whole number"),
+        ("iterator_seconds=0", "iterator_seconds", "must be above 0 seconds, not '0'"),
+        ("stream_retention=-5", "stream_retention", "must be above 0 seconds, not '-5'"),
+        ("shard_key=row", "shard_key", "must be 'item' or 'partition', not 'row'"),
+    ],
+)
+def test_a_bad_field_is_refused_naming_it_and_the_text(text: str, field: str, says: str) -> None:
+    with pytest.raises(InvalidInputError) as refused:
+        StrictProfile.parse(text)
+    assert refused.value.field == field
+    assert str(refused.value).startswith(f"{field}: ") and says in str(refused.value)
+    assert repr(text) in str(refused.value)  # the whole text given, quoted
+
+
+def test_the_test_sessions_variable_reads_fields_with_the_librarys_parser(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``SANDBOX_LEDGER_TEST_STRICT`` (tests/conftest.py): fields by name as the library reads
+    them (counts and ``shard_key`` too), the positional forms, ``off``; a bad field refused."""
+    from conftest import TEST_PROFILE, _strict_profile
+
+    def session(given: str) -> object:
+        monkeypatch.setenv("SANDBOX_LEDGER_TEST_STRICT", given)
+        return _strict_profile()
+
+    assert session("shard_records=10,shard_key=partition,ttl_delay=none") == StrictProfile(
+        shard_records=10, shard_key="partition", ttl_delay=None
+    )
+    assert session("rate_scale=1,conflict_hold=0.005,index_delay=0:0,ttl_delay=3600") == (
+        StrictProfile(conflict_hold=0.005, index_delay=(0, 0), ttl_delay=3600)
+    )
+    assert session("0.5,0.01") == StrictProfile(rate_scale=0.5, conflict_hold=0.01)
+    assert session("1,0.02,0,0") == StrictProfile(index_delay=(0, 0))
+    assert session("off") is False
+    assert session("") == StrictProfile(**TEST_PROFILE)
+    with pytest.raises(InvalidInputError, match="shard_split"):
+        session("shard_split=often")
+    with pytest.raises(InvalidInputError, match="conflict_hold: 'soon' is not a finite number"):
+        session("1,soon")
+    with pytest.raises(InvalidInputError, match="index_delay"):
+        session("1,0.02,0.5,0.1")
+    with pytest.raises(ValueError, match="SANDBOX_LEDGER_TEST_STRICT"):
+        session("1,0.02,0")
 
 
 # -- limits ------------------------------------------------------------------------------

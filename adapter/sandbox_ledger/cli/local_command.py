@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from sandbox_ledger.local import LocalPostgres
+    from sandbox_ledger.local.strict import StrictProfile
 
 REGION = "us-east-1"
 CREDENTIALS = (("AWS_ACCESS_KEY_ID", "local"), ("AWS_SECRET_ACCESS_KEY", "local"))
@@ -62,14 +63,23 @@ def local(
         "partition key and table, transaction conflicts, idempotency tokens, and global "
         "secondary indexes that take each write up to 0.1 s after the table.",
     ),
+    strict_options: list[str] | None = typer.Option(
+        None,
+        "--strict-option",
+        metavar="NAME=VALUE",
+        help="Set a field of the strict profile (implies --strict); repeat it, or join "
+        "fields with commas: --strict-option rate_scale=0.01,index_delay=0:0,ttl_delay=none "
+        "(docs/cli.md names every field).",
+    ),
 ) -> None:
     """Serve a local DynamoDB until Ctrl-C or SIGTERM (exit 0), printing the `export` lines a
     shell needs to use it: eval "$(sandbox-ledger local)" in another shell, or paste them."""
+    profile = _strict_profile(strict, strict_options)  # a bad field: nothing started
     if data is not None:
         _check_data_file(data)
     _require_free(host, port)  # before the data file's lock: a refused start leaves nothing
     with _held(data), StopSignals() as stop:
-        saver = _serve(stop, table, host, port, data, save_every, postgres, strict)
+        saver = _serve(stop, table, host, port, data, save_every, postgres, profile)
     name = signal.Signals(stop.received).name if stop.received else "stop"
     say(f"{name}: stopped{saver.summary()}")
     # Everything is saved and said: skip the interpreter's teardown of moto's state (seconds
@@ -88,12 +98,12 @@ def _serve(
     data: Path | None,
     save_every: float,
     postgres: bool,
-    strict: bool = False,
+    strict: StrictProfile | None = None,
 ) -> Saver:
     from sandbox_ledger.deployment import SweepSettings
     from sandbox_ledger.local import LocalDynamoDB, bulk, inprocess
 
-    server = LocalDynamoDB(host, port, strict=strict)
+    server = LocalDynamoDB(host, port, strict=strict if strict is not None else False)
     log = inprocess.WriteLog()
     server.observe(log.note)  # before it serves: every write a client sends is seen
     server.start()
@@ -123,6 +133,19 @@ def _serve(
             pg.stop()
         server.stop()
     return saver
+
+
+def _strict_profile(strict: bool, options: list[str] | None) -> StrictProfile | None:
+    """The profile ``--strict`` and ``--strict-option`` ask for (None: moto's leniency)."""
+    from sandbox_ledger.errors import InvalidInputError
+    from sandbox_ledger.local.strict import StrictProfile
+
+    if not options:
+        return StrictProfile() if strict else None
+    try:
+        return StrictProfile.parse(",".join(options))
+    except InvalidInputError as exc:
+        raise CommandError(f"--strict-option: {exc}", ExitCode.USAGE) from exc
 
 
 def _require_free(host: str, port: int) -> None:
@@ -240,7 +263,7 @@ def _announce(
     table: str,
     pg: LocalPostgres | None,
     data: Path | None,
-    strict: bool = False,
+    strict: StrictProfile | None = None,
 ) -> None:
     """The shell lines on stdout (flushed at once: a reader may wait on them), the rest on
     stderr."""
@@ -257,12 +280,16 @@ def _announce(
     sys.stdout.write("\n".join(lines) + "\n")
     sys.stdout.flush()
     kept = f"kept in {data}" if data else "gone when it stops (--data FILE keeps it)"
-    profile = (
-        " (strict: DynamoDB's limits, throughput, transaction conflicts, lagging indexes, TTL "
-        "deletion and sharded streams, docs/fidelity.md)"
-        if strict
-        else ""
-    )
+    profile = ""
+    if strict is not None:
+        from sandbox_ledger.local.strict.parse import profile_text
+
+        changed = profile_text(strict)
+        profile = (
+            " (strict: DynamoDB's limits, throughput, transaction conflicts, lagging indexes, "
+            "TTL deletion and sharded streams, docs/fidelity.md"
+            f"{f'; with {changed}' if changed else ''})"
+        )
     say(
         f"serving DynamoDB{profile} at {endpoint} with table {table}; its data is {kept}. "
         "Ctrl-C or SIGTERM stops it."

@@ -21,9 +21,7 @@ Besides moto's own DynamoDB, the server adds what an embedded server needs:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import io
-import json
 import logging
 import os
 import subprocess
@@ -38,6 +36,7 @@ from . import adjustments
 from .keepalive import _end_connections, _keep_alive
 from .strict import StrictProfile
 from .strict.front import StrictFront
+from .strict.parse import profile_text
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterable, Iterator
@@ -294,14 +293,13 @@ def _profile(strict: StrictProfile | bool) -> StrictProfile | None:
 
 
 def _profile_text(profile: StrictProfile) -> str:
-    """The profile as the child process's ``--strict`` argument (JSON, every field)."""
-    return json.dumps(dataclasses.asdict(profile))
+    """The profile as the child process's ``--strict`` argument (every field, as
+    :meth:`StrictProfile.parse` reads it)."""
+    return profile_text(profile, every=True)
 
 
 def _profile_from_text(text: str) -> StrictProfile:
-    fields = json.loads(text)
-    fields["index_delay"] = tuple(fields["index_delay"])
-    return StrictProfile(**fields)
+    return StrictProfile.parse(text)
 
 
 def _check_stream_records(stream_records: int | None) -> None:

@@ -100,6 +100,20 @@ class StrictProfile:
     stream_retention: float = 86_400.0
     shard_key: str = "item"
 
+    @classmethod
+    def parse(cls, text: str) -> StrictProfile:
+        """The profile ``text`` describes, ``name=value[,name=value...]`` (e.g.
+        ``rate_scale=0.01,index_delay=0:0,ttl_delay=none``; :mod:`.parse`), every field not
+        named at its default.
+
+        Raises:
+            InvalidInputError: naming the field and quoting ``text``, for a name that is no
+                field or a value not of its type or out of its range.
+        """
+        from .parse import parse_profile
+
+        return parse_profile(text)
+
     def __post_init__(self) -> None:
         from ...errors import InvalidInputError
 
