@@ -80,6 +80,35 @@ def moto_endpoint(moto_server: Any) -> str:
 
 
 @pytest.fixture
+def listings_settled(
+    indexes_caught_up: Callable[[str | None], Awaitable[None]],
+) -> Callable[[Any], Awaitable[None]]:
+    """``await listings_settled(store)`` returns once ``store``'s listings show every write
+    made so far: at once for a store whose listings are consistent, after the server's index
+    lag for one that declares ``consistent_listings = False`` (DynamoDB)."""
+
+    async def settled(store: Any) -> None:
+        if not getattr(store, "consistent_listings", True):
+            await indexes_caught_up(None)
+
+    return settled
+
+
+@pytest.fixture
+def wait_for_indexes(moto_server: Any) -> Callable[[], None]:
+    """``wait_for_indexes()`` returns once every write the session's server has served reached
+    every global secondary index (the strict profile's lag, waited out); at once on a shared
+    server, which is lenient. For a test that checks what an index shows once settled; what
+    a read shows while an index lags is checked by tests of its own."""
+
+    def caught_up() -> None:
+        if moto_server is not None:
+            moto_server.wait_for_indexes()
+
+    return caught_up
+
+
+@pytest.fixture
 def indexes_caught_up(moto_server: Any) -> Callable[[str | None], Awaitable[None]]:
     """``await indexes_caught_up(table)`` returns once every write the session's server has
     served reached the global secondary indexes of the table (of every table: None): the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -28,7 +29,11 @@ def args(moto_endpoint: str, sync_table: str) -> list[str]:
 
 
 @pytest.fixture
-def ledger(moto_endpoint: str, sync_table: str) -> SyncDynamoDBAdapter:
+def ledger(
+    moto_endpoint: str, sync_table: str, wait_for_indexes: Callable[[], None]
+) -> SyncDynamoDBAdapter:
+    """The ledger the tests read, settled: its listings show every session (index lag waited
+    out)."""
     adapter = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
     for sid, closed in [("sb-1", True), ("sb-2", False)]:
         adapter.append(
@@ -71,6 +76,7 @@ def ledger(moto_endpoint: str, sync_table: str) -> SyncDynamoDBAdapter:
                     event=LedgerEvent.SandboxClosed,
                 )
             )
+    wait_for_indexes()
     return adapter
 
 
@@ -315,7 +321,7 @@ def test_demo_runs_end_to_end(runner: CliRunner) -> None:
 
 
 def test_a_table_made_by_table_create_can_be_swept_without_flags(
-    runner: CliRunner, moto_endpoint: str, table_name: str
+    runner: CliRunner, moto_endpoint: str, table_name: str, wait_for_indexes: Callable[[], None]
 ) -> None:
     """`table create` records the sweep's bus and windows (flags to choose them); a dry run
     observes as a real run would, so a later dry run reports what a real run then expires;
@@ -331,6 +337,7 @@ def test_a_table_made_by_table_create_can_be_swept_without_flags(
     assert "resource sweep: bus default, live records expire 60 s without heartbeat" in made.output
     store = SyncResourceRecordStore(table_name, endpoint_url=moto_endpoint)
     stale = store.put(record(age=timedelta(hours=1))).record
+    wait_for_indexes()  # the sweep's index has the record (index lag waited out)
     first = json.loads(
         runner.invoke(app, [*args, "resources", "sweep", "--dry-run", "--json"]).stdout
     )

@@ -427,7 +427,11 @@ def test_watch_shows_hostile_changes_visibly(store: str, monkeypatch: pytest.Mon
 
 
 def test_resource_commands_show_hostile_records_visibly(
-    moto_endpoint: str, sync_table: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    moto_endpoint: str,
+    sync_table: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    wait_for_indexes: Callable[[], None],
 ) -> None:
     import boto3
 
@@ -459,6 +463,7 @@ def test_resource_commands_show_hostile_records_visibly(
     body = {**json.loads(item[k.RECORD_BODY]["S"]), "id": odd_id, "x": hostile}
     item[k.RECORD_BODY] = {"S": json.dumps(body)}
     boto3.client("dynamodb", endpoint_url=moto_endpoint).put_item(TableName=sync_table, Item=item)
+    wait_for_indexes()  # settled listings (index lag waited out)
 
     where = ["--table", sync_table, "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
     sweep = ["--dry-run", "--event-bus", "default", "--stale-after", "900"]

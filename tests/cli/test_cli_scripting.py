@@ -11,6 +11,7 @@ import re
 import select
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import version
 from pathlib import Path
@@ -52,7 +53,11 @@ def entry(sid: str, event: str, ts: int, step: int = -1, **kw: Any) -> LedgerEnt
 
 
 @pytest.fixture
-def ledger(moto_endpoint: str, sync_table: str) -> SyncDynamoDBAdapter:
+def ledger(
+    moto_endpoint: str, sync_table: str, wait_for_indexes: Callable[[], None]
+) -> SyncDynamoDBAdapter:
+    """The ledger the tests read, settled: its listings show every session (index lag waited
+    out)."""
     adapter = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
     # sb-1 started 2026-12-01T10:00:00.000Z, sb-2 one hour and 1 ms later.
     start = 1_796_119_200_000
@@ -66,6 +71,7 @@ def ledger(moto_endpoint: str, sync_table: str) -> SyncDynamoDBAdapter:
     adapter.save_environment(
         EnvironmentRecord.model_validate({"name": "py", "builtAt": 5, "snapshotId": "s-py"})
     )
+    wait_for_indexes()
     return adapter
 
 

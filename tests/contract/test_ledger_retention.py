@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -69,7 +69,9 @@ async def retained(request: pytest.FixtureRequest, table_name: str) -> AsyncIter
         yield adapter
 
 
-async def test_expired_entries_and_sessions_are_hidden(retained: Any) -> None:
+async def test_expired_entries_and_sessions_are_hidden(
+    retained: Any, listings_settled: Callable[[Any], Awaitable[None]]
+) -> None:
     now = _now_ms()
     old = now - 3 * DAY_MS  # the entry's own ts decides: three days old, retention one day
     # A session that ran longer than the retention: its early entries have expired.
@@ -96,6 +98,7 @@ async def test_expired_entries_and_sessions_are_hidden(retained: Any) -> None:
     ]
     for entry in long + gone + fresh + quiet:
         await retained.append(entry)
+    await listings_settled(retained)  # settled listings (index lag waited out)
 
     assert [e.ts for e in await retained.read_all("job", "long")] == [now - 2, now - 1, now]
     assert [e.ts for e in await retained.read_in_append_order("job", "long")] == [
@@ -134,7 +137,7 @@ async def test_expired_entries_and_sessions_are_hidden(retained: Any) -> None:
 
 
 async def test_an_out_of_order_summarizing_append_never_moves_the_expiry_back(
-    retained: Any,
+    retained: Any, listings_settled: Callable[[Any], Awaitable[None]]
 ) -> None:
     """A late exec.complete (or closed) with an old ts (older than the retention) set the
     summary's expiry from its own time: the running session vanished from
@@ -147,6 +150,7 @@ async def test_an_out_of_order_summarizing_append_never_moves_the_expiry_back(
     details = await retained.get_sandbox_details("job", "late")
     assert details is not None
     assert (details.started_at, details.exec_count, details.completed_at) == (now - 10, 1, old + 1)
+    await listings_settled(retained)  # settled listings (index lag waited out)
     assert [d.sandbox_id for d in await retained.list_sandbox_details("job")] == ["late"]
     assert [d.sandbox_id for d in await retained.list_all_sandbox_details()] == ["late"]
     # In ts order the expiry still moves forward: an old created, then a fresh exec.complete.
@@ -250,7 +254,7 @@ def test_default_keeps_forever_and_writes_no_ttl(moto_endpoint: str, table_name:
 
 
 def test_a_retention_that_disagrees_with_the_table_is_refused(
-    moto_endpoint: str, table_name: str
+    moto_endpoint: str, table_name: str, wait_for_indexes: Callable[[], None]
 ) -> None:
     with SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, retention=DAY) as made:
         made.create_table()
@@ -276,6 +280,7 @@ def test_a_retention_that_disagrees_with_the_table_is_refused(
     agreeing = SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, retention=DAY)
     agreeing.append(created)
     assert len(agreeing.read_all("job", "s")) == 1
+    wait_for_indexes()  # settled listings (index lag waited out)
     assert [d.sandbox_id for d in forever.list_all_sandbox_details()] == ["s"]
     assert forever.table_shard_count() == 4
     for adapter in (forever, longer, agreeing):
@@ -340,7 +345,10 @@ def test_bad_retention_is_refused(bad: Any) -> None:
 
 
 def test_the_cli_reads_a_table_deployed_with_a_retention(
-    moto_endpoint: str, table_name: str, monkeypatch: pytest.MonkeyPatch
+    moto_endpoint: str,
+    table_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+    wait_for_indexes: Callable[[], None],
 ) -> None:
     from typer.testing import CliRunner
 
@@ -350,6 +358,7 @@ def test_the_cli_reads_a_table_deployed_with_a_retention(
     with SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, retention=DAY) as made:
         made.create_table()
         made.append(_e("s", LedgerEvent.SandboxCreated, _now_ms()))
+    wait_for_indexes()  # settled listings (index lag waited out)
     args = ["--table", table_name, "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
     runner = CliRunner()
     listed = runner.invoke(app, [*args, "ls", "--json"])

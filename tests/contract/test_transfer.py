@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -204,7 +205,11 @@ def test_concurrent_imports_store_each_entry_once(
 
 
 def test_import_keeps_valid_lines_and_reports_failed_ones(
-    runner: CliRunner, args: list[str], ledger: SyncDynamoDBAdapter, tmp_path: Path
+    runner: CliRunner,
+    args: list[str],
+    ledger: SyncDynamoDBAdapter,
+    tmp_path: Path,
+    wait_for_indexes: Callable[[], None],
 ) -> None:
     path = tmp_path / "mixed.jsonl"
     rows = [
@@ -220,6 +225,7 @@ def test_import_keeps_valid_lines_and_reports_failed_ones(
     assert "3 new, 0 already present, 0 expired, 2 failed" in out
     details = ledger.get_sandbox_details("imp", "x")
     assert details is not None and (details.exec_count, details.status) == (1, "completed")
+    wait_for_indexes()  # settled listings (index lag waited out)
     [listed] = ledger.list_sandbox_details("imp")
     assert listed == details
 
@@ -308,10 +314,14 @@ def test_a_named_export_that_finds_nothing_leaves_the_file(
 
 
 def test_ls_pages_through_ties_with_the_printed_cursor(
-    runner: CliRunner, args: list[str], ledger: SyncDynamoDBAdapter
+    runner: CliRunner,
+    args: list[str],
+    ledger: SyncDynamoDBAdapter,
+    wait_for_indexes: Callable[[], None],
 ) -> None:
     for sid in ("t1", "t2", "t3"):
         ledger.append(e("job", sid, "sandbox.created", 700))
+    wait_for_indexes()  # settled listings (index lag waited out)
     seen: list[str] = []
     extra: list[str] = []
     for _ in range(4):
@@ -331,10 +341,15 @@ def test_ls_pages_through_ties_with_the_printed_cursor(
 
 
 def test_resources_ls_prints_and_takes_a_cursor(
-    runner: CliRunner, args: list[str], moto_endpoint: str, sync_table: str
+    runner: CliRunner,
+    args: list[str],
+    moto_endpoint: str,
+    sync_table: str,
+    wait_for_indexes: Callable[[], None],
 ) -> None:
     store = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint)
     ids = {store.put(record(age=timedelta(minutes=i))).record.id for i in range(3)}
+    wait_for_indexes()  # settled listings (index lag waited out)
     first = runner.invoke(app, [*args, "resources", "ls", "--limit", "2"])
     [cursor] = [x.split()[-1] for x in first.output.splitlines() if x.startswith("next page:")]
     second = runner.invoke(app, [*args, "resources", "ls", "--limit", "2", "--cursor", cursor])

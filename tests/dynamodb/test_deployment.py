@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from urllib.parse import quote
 
 import boto3
@@ -52,7 +53,7 @@ def test_create_table_writes_the_descriptor_once(moto_endpoint: str, table_name:
 
 
 def test_a_redeploy_may_change_every_setting_but_the_shard_count(
-    moto_endpoint: str, table_name: str
+    moto_endpoint: str, table_name: str, wait_for_indexes: Callable[[], None]
 ) -> None:
     """The stack's descriptor write (the request its custom resource makes at every deploy):
     a new bus, windows or retention replace the old ones; another shard count fails the
@@ -86,6 +87,7 @@ def test_a_redeploy_may_change_every_setting_but_the_shard_count(
     assert refused.value.response["Error"]["Code"] == "ConditionalCheckFailedException"
     assert read_descriptor(raw, table_name) == changed
     fresh = SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint)
+    wait_for_indexes()  # settled listings (index lag waited out)
     assert len(fresh.list_all_sandbox_details(ListSandboxOptions(limit=50))) == 12
 
 
@@ -105,7 +107,9 @@ def test_a_table_without_descriptor_reads_none(moto_endpoint: str, table_name: s
     assert resolve_shard_count(None, 16) == 16
 
 
-def test_the_store_follows_the_descriptor(moto_endpoint: str, table_name: str) -> None:
+def test_the_store_follows_the_descriptor(
+    moto_endpoint: str, table_name: str, wait_for_indexes: Callable[[], None]
+) -> None:
     with SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, shard_count=7) as adapter:
         adapter.create_table()
     store = SyncResourceRecordStore(table_name, endpoint_url=moto_endpoint)
@@ -120,6 +124,7 @@ def test_the_store_follows_the_descriptor(moto_endpoint: str, table_name: str) -
     )["Item"]
     shard = k.shard_of(k.resource_pk(stored.record.id), 7)
     assert item[k.RESOURCES_BY_PHASE.partition_key]["S"] == k.resource_phase_pk("ready", shard)
+    wait_for_indexes()  # settled listings (index lag waited out)
     assert [v.record.id for v in store.list().records] == [stored.record.id]
     wrong = SyncResourceRecordStore(table_name, endpoint_url=moto_endpoint, shard_count=4)
     with pytest.raises(DeploymentMismatchError) as caught:
@@ -164,12 +169,13 @@ def _expected(sessions: int) -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("shards", [4, 8])
 def test_a_ledger_client_without_a_shard_count_lists_every_session(
-    moto_endpoint: str, table_name: str, shards: int
+    moto_endpoint: str, table_name: str, shards: int, wait_for_indexes: Callable[[], None]
 ) -> None:
     with SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, shard_count=shards) as made:
         made.create_table()
         for entry in _fleet(24):
             made.append(entry)
+    wait_for_indexes()  # settled listings (index lag waited out)
     with SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint) as ledger:
         assert ledger.shard_count is None  # not read yet
         listed = ledger.list_all_sandbox_details()
@@ -179,17 +185,19 @@ def test_a_ledger_client_without_a_shard_count_lists_every_session(
         assert len(running) == 16
         # Writes by this client land on the table's shards too.
         ledger.append(_e("late", "sb-late", LedgerEvent.SandboxCreated, 9_000))
+    wait_for_indexes()  # settled listings (index lag waited out)
     with SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, shard_count=shards) as same:
         assert len(same.list_all_sandbox_details()) == 25
 
 
 async def test_an_async_ledger_client_without_a_shard_count_lists_every_session(
-    moto_endpoint: str, table_name: str
+    moto_endpoint: str, table_name: str, indexes_caught_up: Callable[[None], Awaitable[None]]
 ) -> None:
     async with DynamoDBAdapter(table_name, endpoint_url=moto_endpoint, shard_count=4) as made:
         await made.create_table()
         for entry in _fleet(20):
             await made.append(entry)
+    await indexes_caught_up(None)  # settled listings (index lag waited out)
     async with DynamoDBAdapter(table_name, endpoint_url=moto_endpoint) as ledger:
         listed = await ledger.list_all_sandbox_details()
         assert sorted((d.name, d.sandbox_id) for d in listed) == _expected(20)
@@ -277,13 +285,17 @@ def test_the_descriptor_is_read_once_per_client(moto_endpoint: str, table_name: 
 
 
 def test_a_table_without_descriptor_uses_the_given_count_and_says_so(
-    moto_endpoint: str, table_name: str, caplog: pytest.LogCaptureFixture
+    moto_endpoint: str,
+    table_name: str,
+    caplog: pytest.LogCaptureFixture,
+    wait_for_indexes: Callable[[], None],
 ) -> None:
     raw = client(moto_endpoint)
     raw.create_table(**k.table_definition(table_name))  # type: ignore[attr-defined]
     old = SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint, shard_count=8)
     with caplog.at_level(logging.WARNING, logger="sandbox_ledger"):
         old.append(_e("n", "s", LedgerEvent.SandboxCreated, 1))
+        wait_for_indexes()  # settled listings (index lag waited out)
         assert [d.sandbox_id for d in old.list_all_sandbox_details()] == ["s"]
     warnings = [r.getMessage() for r in caplog.records if "no deployment descriptor" in r.message]
     assert len(warnings) == 1, warnings  # once per client
@@ -307,7 +319,10 @@ def test_a_table_without_descriptor_uses_the_given_count_and_says_so(
 
 
 def test_store_urls_and_the_cli_follow_the_descriptor(
-    moto_endpoint: str, table_name: str, monkeypatch: pytest.MonkeyPatch
+    moto_endpoint: str,
+    table_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+    wait_for_indexes: Callable[[], None],
 ) -> None:
     from typer.testing import CliRunner
 
@@ -317,6 +332,7 @@ def test_store_urls_and_the_cli_follow_the_descriptor(
         made.create_table()
         for entry in _fleet(16):
             made.append(entry)
+    wait_for_indexes()  # settled listings (index lag waited out)
     endpoint = quote(moto_endpoint, safe="")
     store = open_store(f"dynamodb://{table_name}?endpoint_url={endpoint}")
     assert isinstance(store, DynamoDBAdapter)

@@ -4,6 +4,7 @@ batches, on both twins."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -319,7 +320,9 @@ def test_batches_never_exceed_dynamodb_limits(moto_endpoint: str, sync_table: st
     assert sizes and max(sizes) <= 25
 
 
-async def test_listing_survives_unprocessed_keys(moto_endpoint: str, sync_table: str) -> None:
+async def test_listing_survives_unprocessed_keys(
+    moto_endpoint: str, sync_table: str, indexes_caught_up: Callable[[None], Awaitable[None]]
+) -> None:
     adapter = DynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
     for i in range(40):
         await adapter.append(
@@ -331,6 +334,7 @@ async def test_listing_survives_unprocessed_keys(moto_endpoint: str, sync_table:
                 event=LedgerEvent.SandboxCreated,
             )
         )
+    await indexes_caught_up(None)  # settled listings (index lag waited out)
     partial = PartialBatches(0.6).attach(await adapter.client())
     listed = await adapter.list_all_sandbox_details()
     assert partial.held_back > 0

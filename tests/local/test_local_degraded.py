@@ -4,6 +4,7 @@ in that place."""
 
 from __future__ import annotations
 
+import asyncio
 import warnings
 from collections.abc import AsyncIterator, Iterator
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.variant
 
 
 @pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
+def degraded_server() -> Iterator[local.LocalDynamoDB]:
     """This module's server, its Query adjustment's fingerprint not the installed moto's."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", local.MotoAdjustmentWarning)
@@ -36,11 +37,24 @@ def moto_endpoint() -> Iterator[str]:
     )
     assert [str(w.message).count("'queries'") for w in caught].count(1) == 1
     assert len(caught) == len(off)
-    yield endpoint
+    assert endpoint == server.endpoint_url
+    yield server
     server.stop()
 
 
+@pytest.fixture(scope="module")
+def moto_endpoint(degraded_server: local.LocalDynamoDB) -> str:
+    return degraded_server.endpoint_url
+
+
 class TestDynamoDBAdapterWithoutOneAdjustment(StorageAdapterContract):
+    @pytest.fixture(autouse=True)
+    def _server(self, degraded_server: local.LocalDynamoDB) -> None:
+        self.server = degraded_server
+
+    async def listings_caught_up(self, adapter: object) -> None:
+        await asyncio.to_thread(self.server.wait_for_indexes)
+
     @pytest.fixture
     async def adapter(self, moto_endpoint: str, sync_table: str) -> AsyncIterator[DynamoDBAdapter]:
         adapter = DynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)

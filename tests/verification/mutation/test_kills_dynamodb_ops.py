@@ -17,6 +17,7 @@ import logging
 import os
 import time
 import types
+from collections.abc import Callable
 from typing import Any
 
 import boto3
@@ -719,12 +720,17 @@ def test_an_environment_stored_without_its_first_saved_order_is_listed(
 
 
 def test_a_listing_by_status_leaves_out_a_session_whose_summary_changed_since_the_index(
-    client: Client, sync_table: str, fixture_clients: Any, moto_endpoint: str
+    client: Client,
+    sync_table: str,
+    fixture_clients: Any,
+    moto_endpoint: str,
+    wait_for_indexes: Callable[[], None],
 ) -> None:
     raw = fixture_clients(moto_endpoint)
     run_sync(
         raw, _ops.append(sync_table, entry(LedgerEvent.SandboxCreated), "1", SHARDS, Sequencer())
     )
+    wait_for_indexes()  # the index lists the session as running
     closes = [entry(LedgerEvent.SandboxClosed, ts=2_000)]
 
     def closed_meanwhile(**_: Any) -> None:  # the index (eventually consistent) lags behind
@@ -748,7 +754,7 @@ def created(name: str, sandbox_id: str, ts: int) -> LedgerEntry:
 
 
 def test_a_listing_keeps_the_index_order_whatever_order_batch_get_answers_in(
-    client: Client, sync_table: str
+    client: Client, sync_table: str, wait_for_indexes: Callable[[], None]
 ) -> None:
     """DynamoDB's BatchGetItem answers in any order (moto's in the order asked): sessions
     that share a startedAt still list in the index's order, the order its cursors page in."""
@@ -756,6 +762,7 @@ def test_a_listing_keeps_the_index_order_whatever_order_batch_get_answers_in(
         client.run(
             _ops.append(sync_table, created("build", f"sb-{n}", 1_000), "0", SHARDS, Sequencer())
         )
+    wait_for_indexes()  # settled listings (index lag waited out)
 
     def listing() -> list[str]:
         page = client.run(
@@ -775,7 +782,7 @@ def test_a_listing_keeps_the_index_order_whatever_order_batch_get_answers_in(
 
 
 def test_a_cursor_of_one_names_listing_is_refused_by_another_names(
-    client: Client, sync_table: str
+    client: Client, sync_table: str, wait_for_indexes: Callable[[], None]
 ) -> None:
     for name in ("a", "b"):
         for n in range(2):
@@ -784,6 +791,7 @@ def test_a_cursor_of_one_names_listing_is_refused_by_another_names(
                     sync_table, created(name, f"sb-{n}", 1_000 + n), "0", SHARDS, Sequencer()
                 )
             )
+    wait_for_indexes()  # settled listings (index lag waited out)
     first = client.run(
         _ops.list_details(
             sync_table,
