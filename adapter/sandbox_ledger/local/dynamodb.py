@@ -14,8 +14,10 @@ Besides moto's own DynamoDB, the server adds what an embedded server needs:
   (:attr:`LocalDynamoDB.adjustments_off`).
 - **The strict profile**, when asked for (:mod:`.strict`): DynamoDB's limits, throughput per
   partition key and table, transaction conflicts, idempotency tokens, global secondary
-  indexes that lag behind their table and streams whose shards close, split, expire their
-  iterators and trim their records, where moto is lenient.
+  indexes that lag behind their table, streams whose shards close, split, expire their
+  iterators and trim their records, consumed capacity and 1 MB Query and Scan pages as
+  DynamoDB computes them, where moto is lenient; and a meter of the units consumed
+  (:meth:`LocalDynamoDB.meter`).
 """
 
 from __future__ import annotations
@@ -36,11 +38,13 @@ from ..errors import InvalidInputError
 from . import adjustments
 from .keepalive import _end_connections, _keep_alive
 from .strict import StrictProfile
-from .strict.consumed import Meter, MeterKey, Usage
+from .strict.consumed import Meter
 from .strict.front import StrictFront
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterable, Iterator
+
+    from .strict.consumed import MeterKey, Usage
 
 DEFAULT_STREAM_RECORDS = 1000
 """Stream records kept per table unless :class:`LocalDynamoDB` is told otherwise."""

@@ -36,9 +36,11 @@ _WRITES = {"PutItem", "UpdateItem", "DeleteItem"}
 _CONFLICT = {"Code": "TransactionConflict", "Message": "Transaction is ongoing for the item"}
 _NONE = {"Code": "None"}
 _READS = {"GetItem", "Query", "Scan"}
-_PAGED = {"Query", "Scan"}
+_PAGED = _READS - {"GetItem"}
 _KEYED_READS = {"GetItem", "BatchGetItem", "TransactGetItems", "Query"}
 _BATCHES = {"BatchWriteItem", "BatchGetItem", "TransactWriteItems", "TransactGetItems"}
+_METERED = _READS | _WRITES | _BATCHES
+"""The requests whose ConsumedCapacity the front answers (PartiQL's: moto's still)."""
 _PAGE = 1024 * 1024
 """A Query or Scan page's data, at most (and the item that reaches it)."""
 _STREAM_WRITES = {*_WRITES, "BatchWriteItem", "TransactWriteItems"}
@@ -321,7 +323,7 @@ class StrictFront:
         )
         self._charge(operation, charges)
         self.meter.add(charges)
-        if status == 200:
+        if status == 200 and operation in _METERED:
             response = _with_capacity(operation, request, response, charges)
             headers = _sized(headers, response)
         start_response(status_line, headers)
