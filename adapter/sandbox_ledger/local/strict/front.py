@@ -302,8 +302,11 @@ class StrictFront:
         before = [_image(table_of(name), attrs) for _, name, attrs in actions]
         captured: dict[str, Any] = {}
 
-        def capture(status: str, headers: list[tuple[str, str]], *rest: Any) -> None:
+        def capture(status: str, headers: list[tuple[str, str]], *rest: Any) -> Any:
             captured["status"], captured["headers"] = status, headers
+            # An answer the front rewrites starts once rewritten; any other (S3's through this
+            # server too) as moto starts it.
+            return None if operation in _METERED else start_response(status, headers, *rest)
 
         named = _written(operation, request) if operation in indexes.ITEM_WRITES else []
         read: list[dict[str, Any]] = []
@@ -323,10 +326,11 @@ class StrictFront:
         )
         self._charge(operation, charges)
         self.meter.add(charges)
-        if status == 200 and operation in _METERED:
-            response = _with_capacity(operation, request, response, charges)
-            headers = _sized(headers, response)
-        start_response(status_line, headers)
+        if operation in _METERED:
+            if status == 200:
+                response = _with_capacity(operation, request, response, charges)
+                headers = _sized(headers, response)
+            start_response(status_line, headers)
         if status == 200 and isinstance(token, str):
             self._remember(token, request, status, headers, response)
         return [response]
@@ -564,14 +568,15 @@ class StrictFront:
         )
 
     def _costs(self, operation: str, request: dict[str, Any]) -> dict[str, dict[str, float]]:
-        """The write units each (table, partition) of a write takes, known before it runs."""
+        """The write units each (table, partition) of a write takes, as known before it runs:
+        the larger of the item it sends (a put's, a transaction's put's) and the stored one
+        (what it consumes is taken once it is served: :meth:`_charge`)."""
         costs: dict[str, dict[str, float]] = {}
         transactional = operation == "TransactWriteItems"
         if operation not in (*_WRITES, "BatchWriteItem", "TransactWriteItems"):
             return costs
         for table, key in _written(operation, request):
-            size = item_size(key) if operation in ("PutItem", "BatchWriteItem") and key else 0
-            size = max(size, self.tables.stored_size(table, key))
+            size = max(item_size(key) if key else 0, self.tables.stored_size(table, key))
             part = self.tables.partition(table, key)
             per = costs.setdefault(table, {})
             per[part] = per.get(part, 0.0) + capacity.write_units(size, transactional=transactional)
@@ -866,7 +871,7 @@ def _with_capacity(
     )
     if answer is not None:
         body["ConsumedCapacity"] = answer
-    return json.dumps(body).encode()
+    return streams.dumps(body)  # as moto writes its answers
 
 
 def _named_tables(operation: str, request: dict[str, Any]) -> list[str]:
