@@ -300,6 +300,9 @@ def test_a_query_sums_what_it_read_before_rounding_and_before_its_filter(ddb: An
     )
     assert (filtered["Count"], filtered["ScannedCount"]) == (0, 3)
     assert units(filtered)["CapacityUnits"] == 2.0
+    with pytest.raises(ClientError) as refused:  # read unfiltered, refused all the same
+        ddb.query(**query, FilterExpression="d = :p", ExpressionAttributeNames={"#u": "unused"})
+    assert refused.value.response["Error"]["Code"] == "ValidationException"
     counted = ddb.query(**query, Select="COUNT", **TOTAL)
     assert (counted["Count"], "Items" in counted) == (3, False)
     assert units(counted)["CapacityUnits"] == 2.0  # a count reads the items all the same

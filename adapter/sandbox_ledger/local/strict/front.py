@@ -372,7 +372,7 @@ class StrictFront:
                 # moto refuses the request itself: its answer to the request as sent
                 status, headers, body = _serve(app, environ, request)
                 return status, headers, body, []
-            answer = json.loads(body)
+            answer = _moto_answer(body) or {}
             for item in answer.get("Items", []):
                 read.append(item)
                 size += item_size(item)
@@ -383,14 +383,12 @@ class StrictFront:
             if full or start is None or (isinstance(limit, int) and len(read) >= limit):
                 break
         last = _last_key(table, request.get("IndexName"), read[-1]) if full else start
-        if raw == request or not read:
-            if raw != request:  # nothing read: the request as sent, for its own answer's shape
-                status, headers, body = _serve(app, environ, request)
-                page = json.loads(body)
-            else:
-                page = {"Items": read, "Count": len(read), "ScannedCount": len(read)}
+        if raw == request:
+            page: dict[str, Any] = {"Items": read, "Count": len(read), "ScannedCount": len(read)}
         else:
-            page = self._filtered_page(request, app, environ, len(read))
+            refused, page = self._filtered_page(request, app, environ, len(read))
+            if refused is not None:  # moto refuses the filter or projection: its answer
+                return (*refused, [])
         page.pop("LastEvaluatedKey", None)
         page.pop("ConsumedCapacity", None)
         if last is not None:
@@ -401,23 +399,26 @@ class StrictFront:
     @staticmethod
     def _filtered_page(
         request: dict[str, Any], app: App, environ: dict[str, Any], count: int
-    ) -> dict[str, Any]:
-        """The request as sent, over its first ``count`` items read (moto's pages chained)."""
+    ) -> tuple[tuple[str, list[tuple[str, str]], bytes] | None, dict[str, Any]]:
+        """The request as sent, over its first ``count`` items read (moto's pages chained; no
+        item read: the request as sent, once): (moto's answer when it refuses it, the page)."""
         page: dict[str, Any] = {"Count": 0}
         start, left = request.get("ExclusiveStartKey"), count
-        while left > 0:
+        while True:
             ask = _starting(request, start)
-            ask["Limit"] = left
-            _, _, body = _serve(app, environ, ask)
-            answer = json.loads(body)
+            if count:
+                ask["Limit"] = left
+            status, headers, body = _serve(app, environ, ask)
+            if not status.startswith("200"):
+                return (status, headers, body), page
+            answer = _moto_answer(body) or {}
             if "Items" in answer:
                 page.setdefault("Items", []).extend(answer["Items"])
             page["Count"] += int(answer.get("Count", 0))
             left -= int(answer.get("ScannedCount", 0)) or left
             start = answer.get("LastEvaluatedKey")
-            if start is None:
-                break
-        return page
+            if start is None or left <= 0:
+                return None, page
 
     def _consumed(
         self,
@@ -704,11 +705,17 @@ def _size(item: dict[str, Any] | None) -> int:
     return 0 if item is None else item_size(item)
 
 
-def _failed_condition(response: bytes) -> bool:
+def _moto_answer(body: bytes) -> Any:
+    """moto's JSON answer (moto wrote it), or None when it is not JSON."""
     try:
-        kind = str(json.loads(response).get("__type", ""))
-    except (ValueError, AttributeError):
-        return False
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+def _failed_condition(response: bytes) -> bool:
+    answer = _moto_answer(response)
+    kind = str(answer.get("__type", "")) if isinstance(answer, dict) else ""
     return kind.endswith("ConditionalCheckFailedException")
 
 
@@ -858,10 +865,7 @@ def _with_capacity(
 ) -> bytes:
     """moto's answer with DynamoDB's ``ConsumedCapacity`` in place of moto's (none for
     ``NONE``)."""
-    try:
-        body = json.loads(response)
-    except ValueError:
-        return response
+    body = _moto_answer(response)
     if not isinstance(body, dict):
         return response
     body.pop("ConsumedCapacity", None)
