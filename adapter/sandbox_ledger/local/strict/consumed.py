@@ -60,7 +60,7 @@ and a cancelled transaction consumes nothing here. Local secondary indexes are r
 table (their writes are not charged apart).
 
 The :class:`Meter` adds up every request's :class:`Charge` per (table, index or ``""`` for
-the table, partition key value as compact JSON of its wire form, e.g. ``{"S": "a"}``),
+the table, partition key value as compact JSON of its wire form, e.g. ``{"S":"a"}``),
 whether or not the client asked for ConsumedCapacity. A Scan's (or a Query's, of an index
 whose entries span partition keys) units are shared among the partition keys it read in
 proportion to their bytes.
