@@ -144,6 +144,26 @@ def test_an_import_outlasts_a_run_of_conflicts_longer_than_a_fault_gets(
     assert ledger.read_all("strict", "s") == [entry for entry, _ in lines]
 
 
+def test_an_import_outlasts_a_partition_s_throughput_spent_for_longer_than_a_fault_gets(
+    moto_endpoint: str, sync_table: str, monkeypatch: Any
+) -> None:
+    """An import of a session of 4.6 MB (test_import_batches.py) gave up with StorageError once
+    the strict server charged a transaction's items as DynamoDB does (a 4 MB transaction:
+    about 7,500 write units, seven seconds of one partition key's 1,000 a second): its next
+    transaction was cancelled with ThrottlingError 12 times in a row, a fault's budget. A
+    partition's throughput spent is waited for as a conflict is: twenty in a row now pass."""
+    from dynamodb.faults import CancelTransactions
+
+    _fast_backoff(monkeypatch)
+    ledger = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    throttled = CancelTransactions("ThrottlingError", times=20, aio=False)
+    throttled.attach(ledger.client())
+    lines = [(e(LedgerEvent.SandboxCreated, 1), 1), (e(LedgerEvent.ExecStarted, 2, step=0), 1)]
+    assert ledger.append_once_many(lines) == [True, True]
+    assert throttled.injected == 20
+    assert ledger.read_all("strict", "s") == [entry for entry, _ in lines]
+
+
 def test_conflicts_without_end_give_up_with_the_package_error(
     moto_endpoint: str, sync_table: str, monkeypatch: Any
 ) -> None:

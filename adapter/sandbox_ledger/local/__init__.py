@@ -15,8 +15,9 @@ The package, one job per module:
   requests the embedded server serves; one that does not fit is left off with a
   :class:`MotoAdjustmentWarning` (the server still starts);
 - ``strict/``: the strict profile (:class:`StrictProfile`): DynamoDB's limits, throughput,
-  transaction conflicts, idempotency tokens and lagging global secondary indexes where moto
-  is lenient;
+  transaction conflicts, idempotency tokens, lagging global secondary indexes, TTL deletion,
+  streams, consumed capacity and 1 MB pages as DynamoDB has them, where moto is lenient, and a
+  meter of the units consumed (:meth:`LocalDynamoDB.meter`);
 - ``postgres``: :class:`LocalPostgres`.
 
 ``python -m sandbox_ledger.local`` serves until its stdin closes (see ``__main__``).

@@ -14,8 +14,10 @@ Besides moto's own DynamoDB, the server adds what an embedded server needs:
   (:attr:`LocalDynamoDB.adjustments_off`).
 - **The strict profile**, when asked for (:mod:`.strict`): DynamoDB's limits, throughput per
   partition key and table, transaction conflicts, idempotency tokens, global secondary
-  indexes that lag behind their table and streams whose shards close, split, expire their
-  iterators and trim their records, where moto is lenient.
+  indexes that lag behind their table, streams whose shards close, split, expire their
+  iterators and trim their records, consumed capacity and 1 MB Query and Scan pages as
+  DynamoDB computes them, where moto is lenient; and a meter of the units consumed
+  (:meth:`LocalDynamoDB.meter`).
 """
 
 from __future__ import annotations
@@ -35,11 +37,14 @@ from ..errors import InvalidInputError
 from . import adjustments
 from .keepalive import _end_connections, _keep_alive
 from .strict import StrictProfile
+from .strict.consumed import Meter
 from .strict.front import StrictFront
 from .strict.parse import profile_text
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterable, Iterator
+
+    from .strict.consumed import MeterKey, Usage
 
 DEFAULT_STREAM_RECORDS = 1000
 """Stream records kept per table unless :class:`LocalDynamoDB` is told otherwise."""
@@ -90,6 +95,25 @@ class LocalDynamoDB:
         self._settings: adjustments.Settings | None = None
         self._observers: list[Callable[[str, bytes], None]] = []
         self._front: StrictFront | None = None
+        self._meter = Meter()
+
+    def meter(self) -> dict[MeterKey, Usage]:
+        """The read and write units the strict profile's requests consumed so far, as DynamoDB
+        computes them, per (table, index name or ``""`` for the table, partition key value as
+        compact JSON of its wire form, e.g. ``'{"S":"a"}'``), whether or not a request asked
+        for ``ReturnConsumedCapacity`` (:mod:`.strict.consumed`).
+
+        Raises:
+            InvalidInputError: the server has no strict profile (moto's own numbers are not
+                DynamoDB's).
+        """
+        if self.strict is None:
+            raise InvalidInputError("strict", "the meter needs the strict profile")
+        return self._meter.snapshot()
+
+    def reset_meter(self) -> None:
+        """Forget the units :meth:`meter` counted so far."""
+        self._meter.reset()
 
     def start(self) -> str:
         """Start serving in a daemon thread; idempotent.
@@ -125,7 +149,9 @@ class LocalDynamoDB:
         if adjustments.dispatch.NAME in on:
             app = adjustments.dispatch._DynamoDBFirst(app)
         self._front = (
-            StrictFront(self.strict, self._stream_records) if self.strict is not None else None
+            StrictFront(self.strict, self._stream_records, self._meter)
+            if self.strict is not None
+            else None
         )
         self._server = make_server(
             self._host,

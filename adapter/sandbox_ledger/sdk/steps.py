@@ -73,15 +73,20 @@ of its items (``TransactionConflict``) is sent again before it gives up. A confl
 contention, not a fault: the other transaction ends within milliseconds, and the write is
 not applied. Writers that meet head on (imports of one file at once, appenders racing an
 import into one session) can each lose many times in a row while the others make progress,
-so they get more tries than a fault does: about a minute of backoff at its 2 s cap."""
+so they get more tries than a fault does: about a minute of backoff at its 2 s cap. A
+transaction cancelled for a partition's throughput alone (``ThrottlingError``) waits as long:
+the partition's units come back at their rate (:func:`contended`)."""
 
-_CONTENTION = frozenset({None, "None", "TransactionConflict"})
+_WAITED_FOR = frozenset({"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"})
+_CONTENTION = frozenset({None, "None", *_WAITED_FOR})
 
 
 def contended(codes: Sequence[Any]) -> bool:
-    """Whether a transaction's cancellation reasons say only that another transaction was in
-    flight on some of its items (``TransactionConflict``, the others ``None``)."""
-    return "TransactionConflict" in codes and _CONTENTION.issuperset(codes)
+    """Whether a transaction's cancellation reasons say only that it waits for others: another
+    transaction in flight on some of its items (``TransactionConflict``) or a partition's
+    throughput spent (``ThrottlingError``: a transaction of a few MB into one partition key
+    spends its 1,000 write units a second for seconds), the others ``None``."""
+    return bool(_WAITED_FOR.intersection(codes)) and _CONTENTION.issuperset(codes)
 
 
 def backoff(attempt: int, *, base: float = 0.025, cap: float = 2.0) -> float:

@@ -37,13 +37,33 @@ What it does, each rule quoted from DynamoDB's documentation beside its code:
   records are trimmed after :attr:`StrictProfile.stream_retention` seconds
   (``TrimmedDataAccessException``; a closed shard all trimmed leaves ``DescribeStream``);
   ``GetRecords`` returns at most 1,000 records or 1 MB.
+- **Consumed capacity** (:mod:`.consumed`): ``ReturnConsumedCapacity`` (``TOTAL``,
+  ``INDEXES``) answered with DynamoDB's numbers in place of moto's, on every single-item,
+  batch, transaction, Query and Scan request: items rounded per unit (1 KB written, 4 KB
+  read, an eventually consistent read half), a write on the larger of its before and after
+  images, a Query's or Scan's items summed before rounding and counted as read (before its
+  filter), transactions twice, a write failing its condition charged all the same, and each
+  global secondary index's writes (an index key changed: a delete and a put) charged to that
+  index. The buckets of the throughput rules take the same numbers, a write's once it is
+  served (its after image known).
+- **1 MB pages** (:mod:`.front`): a Query or Scan page ends where the data it read reaches
+  1 MB by DynamoDB's item size (:mod:`.sizes`), its ``LastEvaluatedKey`` that item's table
+  key and index key (moto ends a page at 1,000,000 bytes of its own measure).
+- **A meter** (:meth:`LocalDynamoDB.meter() <sandbox_ledger.local.LocalDynamoDB.meter>`,
+  :meth:`~sandbox_ledger.local.LocalDynamoDB.reset_meter`): the read and write units consumed
+  per (table, index name or ``""`` for the table, partition key value as compact JSON of its
+  wire form, e.g. ``'{"S":"a"}'``) as :class:`Usage`, whether or not a request asked for
+  ``ReturnConsumedCapacity``; in process only (a :class:`~sandbox_ledger.local.
+  LocalDynamoDBProcess` keeps its meter in its child).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["StrictProfile"]
+from .consumed import MeterKey, Usage
+
+__all__ = ["MeterKey", "StrictProfile", "Usage"]
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,11 @@ DynamoDB's rules, quoted:
 A :class:`Buckets` holds one bucket per (table, partition key value) and one per table, for
 reads and for writes, each refilled at its rate times ``scale`` per second and holding at most
 one second of it (a request costing more than that runs when the bucket is full, into debt).
-A write is refused when a bucket it needs holds less than its cost (known before it runs);
-a read, whose cost is known once it is served (a Query's from what it read), when its bucket
-is in debt. What a request costs is taken after it is served.
+A write is refused when a bucket it needs holds less than its cost as known before it runs
+(the larger of the item sent and the one stored); a read, whose cost is known once it is
+served (a Query's from what it read), when its bucket is in debt. What a request consumed is
+taken after it is served, as DynamoDB computes it (:mod:`.consumed`: a write's on the larger
+of its before and after images).
 """
 
 from __future__ import annotations

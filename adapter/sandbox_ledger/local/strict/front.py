@@ -9,9 +9,11 @@ import json
 import re
 import threading
 import time
+import zlib
 from typing import TYPE_CHECKING, Any
 
-from . import capacity, indexes, limits, streams
+from . import capacity, consumed, indexes, limits, streams
+from .consumed import partition_text
 from .sizes import item_size
 from .ttl import TtlDeleter
 
@@ -34,6 +36,13 @@ _WRITES = {"PutItem", "UpdateItem", "DeleteItem"}
 _CONFLICT = {"Code": "TransactionConflict", "Message": "Transaction is ongoing for the item"}
 _NONE = {"Code": "None"}
 _READS = {"GetItem", "Query", "Scan"}
+_PAGED = _READS - {"GetItem"}
+_KEYED_READS = {"GetItem", "BatchGetItem", "TransactGetItems", "Query"}
+_BATCHES = {"BatchWriteItem", "BatchGetItem", "TransactWriteItems", "TransactGetItems"}
+_METERED = _READS | _WRITES | _BATCHES
+"""The requests whose ConsumedCapacity the front answers (PartiQL's: moto's still)."""
+_PAGE = 1024 * 1024
+"""A Query or Scan page's data, at most (and the item that reaches it)."""
 _STREAM_WRITES = {*_WRITES, "BatchWriteItem", "TransactWriteItems"}
 _NO_STREAM_RECORDS = {
     *_READS,
@@ -109,8 +118,7 @@ class _Tables:
         """The partition key value of ``key`` (an item or a key), as text."""
         table = self.table(name)
         attribute = table.hash_key_attr if table is not None else next(iter(key), "")
-        value = key.get(attribute, {})
-        return json.dumps(value, sort_keys=True)
+        return partition_text(key.get(attribute, {}))
 
     def item_key(self, name: str, key: dict[str, Any]) -> tuple[str, str]:
         """The whole primary key of ``key`` (an item or a key), as text."""
@@ -166,7 +174,12 @@ def _written(operation: str, request: dict[str, Any]) -> list[tuple[str, dict[st
 class StrictFront:
     """One per strict server: its buckets, the transactions in flight, the tokens seen."""
 
-    def __init__(self, profile: StrictProfile, stream_records: int | None = None) -> None:
+    def __init__(
+        self,
+        profile: StrictProfile,
+        stream_records: int | None = None,
+        meter: consumed.Meter | None = None,
+    ) -> None:
         self.profile = profile
         self.buckets = capacity.Buckets(profile.rate_scale)
         self.tables = _Tables()
@@ -177,6 +190,7 @@ class StrictFront:
             else TtlDeleter(profile.ttl_delay, profile.ttl_every, around=self._ttl_deleting)
         )
         self.streams = streams.StreamViews(profile, stream_records, self.tables.table)
+        self.meter = meter if meter is not None else consumed.Meter()
         self._flight_lock = threading.Lock()
         self._in_flight: dict[tuple[str, str], int] = {}
         self._tokens: dict[str, tuple[float, str, int, list[tuple[str, str]], bytes]] = {}
@@ -284,22 +298,152 @@ class StrictFront:
         self._conflicts(operation, request)
         costs = self._costs(operation, request)
         self._throttle(operation, request, costs)
+        actions = _write_actions(operation, request)
+        before = [_image(table_of(name), attrs) for _, name, attrs in actions]
         captured: dict[str, Any] = {}
 
         def capture(status: str, headers: list[tuple[str, str]], *rest: Any) -> Any:
             captured["status"], captured["headers"] = status, headers
-            return start_response(status, headers, *rest)
+            # An answer the front rewrites starts once rewritten; any other (S3's through this
+            # server too) as moto starts it.
+            return None if operation in _METERED else start_response(status, headers, *rest)
 
         named = _written(operation, request) if operation in indexes.ITEM_WRITES else []
+        read: list[dict[str, Any]] = []
         with self.indexes.around(operation, request, named, table_of):
-            response = b"".join(app(environ, capture))
-        status = int(str(captured.get("status", "500")).split()[0])
+            if operation in _PAGED:
+                status_line, headers, response, read = self._page(
+                    operation, request, app, environ, table_of
+                )
+            else:
+                response = b"".join(app(environ, capture))
+                status_line = str(captured.get("status", "500 Error"))
+                headers = list(captured.get("headers", []))
+        status = int(status_line.split()[0])
         self._stream_records(operation, request, table_of)
-        if status == 200:
-            self._charge(operation, request, costs, response)
-            if isinstance(token, str):
-                self._remember(token, request, status, captured.get("headers", []), response)
+        charges = self._consumed(
+            operation, request, table_of, actions, before, status, response, read
+        )
+        self._charge(operation, charges)
+        self.meter.add(charges)
+        if operation in _METERED:
+            if status == 200:
+                response = _with_capacity(operation, request, response, charges)
+                headers = _sized(headers, response)
+            start_response(status_line, headers)
+        if status == 200 and isinstance(token, str):
+            self._remember(token, request, status, headers, response)
         return [response]
+
+    def _page(
+        self,
+        operation: str,
+        request: dict[str, Any],
+        app: App,
+        environ: dict[str, Any],
+        table_of: Callable[[str], Any],
+    ) -> tuple[str, list[tuple[str, str]], bytes, list[dict[str, Any]]]:
+        """A Query or Scan served as DynamoDB pages it: (status, headers, body, the items it
+        read before any filter).
+
+        API Reference, Query: "A single Query operation will read up to the maximum number of
+        items set (if using the Limit parameter) or a maximum of 1 MB of data and then apply
+        any filtering to the results using FilterExpression. If LastEvaluatedKey is present in
+        the response, you will need to paginate the result set." ("Filter expressions for the
+        Query operation": "This limit applies before the filter expression is evaluated.")
+        moto ends a page at 1,000,000 bytes of its own measure (no list or map overhead),
+        before the item that would pass it. Here the items are read unfiltered (moto's pages
+        chained) until their sizes by DynamoDB's formula (:mod:`.sizes`; an index's entries
+        for an index) reach 1 MB (1,048,576 bytes), the item that reaches it the page's last,
+        as DynamoDB's reads of slightly more than 1 MB show; then the request itself is served
+        with ``Limit`` of that many items (moto's Limit counts items read before the filter),
+        and the page's ``LastEvaluatedKey`` is that item's table key and index key."""
+        raw = _unfiltered(operation, request)
+        limit = request.get("Limit")
+        table = table_of(str(request.get("TableName", "")))
+        read: list[dict[str, Any]] = []
+        size, full, start = 0, False, request.get("ExclusiveStartKey")
+        while True:
+            ask = _starting(raw, start)
+            if isinstance(limit, int):
+                ask["Limit"] = limit - len(read)
+            status, headers, body = _serve(app, environ, ask)
+            if not status.startswith("200") or table is None:
+                # moto refuses the request itself: its answer to the request as sent
+                status, headers, body = _serve(app, environ, request)
+                return status, headers, body, []
+            answer = _moto_answer(body) or {}
+            for item in answer.get("Items", []):
+                read.append(item)
+                size += item_size(item)
+                if size >= _PAGE:
+                    full = True
+                    break
+            start = answer.get("LastEvaluatedKey")
+            if full or start is None or (isinstance(limit, int) and len(read) >= limit):
+                break
+        last = _last_key(table, request.get("IndexName"), read[-1]) if full else start
+        if raw == request:
+            page: dict[str, Any] = {"Items": read, "Count": len(read), "ScannedCount": len(read)}
+        else:
+            refused, page = self._filtered_page(request, app, environ, len(read))
+            if refused is not None:  # moto refuses the filter or projection: its answer
+                return (*refused, [])
+        page.pop("LastEvaluatedKey", None)
+        page.pop("ConsumedCapacity", None)
+        if last is not None:
+            page["LastEvaluatedKey"] = last
+        page["ScannedCount"] = len(read)
+        return "200 OK", headers, json.dumps(page).encode(), read
+
+    @staticmethod
+    def _filtered_page(
+        request: dict[str, Any], app: App, environ: dict[str, Any], count: int
+    ) -> tuple[tuple[str, list[tuple[str, str]], bytes] | None, dict[str, Any]]:
+        """The request as sent, over its first ``count`` items read (moto's pages chained; no
+        item read: the request as sent, once): (moto's answer when it refuses it, the page)."""
+        page: dict[str, Any] = {"Count": 0}
+        start, left = request.get("ExclusiveStartKey"), count
+        while True:
+            ask = _starting(request, start)
+            if count:
+                ask["Limit"] = left
+            status, headers, body = _serve(app, environ, ask)
+            if not status.startswith("200"):
+                return (status, headers, body), page
+            answer = _moto_answer(body) or {}
+            if "Items" in answer:
+                page.setdefault("Items", []).extend(answer["Items"])
+            page["Count"] += int(answer.get("Count", 0))
+            left -= int(answer.get("ScannedCount", 0)) or left
+            start = answer.get("LastEvaluatedKey")
+            if start is None or left <= 0:
+                return None, page
+
+    def _consumed(
+        self,
+        operation: str,
+        request: dict[str, Any],
+        table_of: Callable[[str], Any],
+        actions: list[tuple[str, str, dict[str, Any]]],
+        before: list[dict[str, Any] | None],
+        status: int,
+        response: bytes,
+        read: list[dict[str, Any]],
+    ) -> list[consumed.Charge]:
+        """What the request consumed, as DynamoDB computes it (:mod:`.consumed`)."""
+        if actions:
+            failed = status != 200 and operation in _WRITES and _failed_condition(response)
+            if status != 200 and not failed:
+                return []
+            return _write_charges(operation, table_of, actions, before, failed)
+        if status != 200:
+            return []
+        if operation in _PAGED:
+            return _page_charges(request, table_of, read)
+        if operation in ("GetItem", "BatchGetItem", "TransactGetItems"):
+            return _get_charges(operation, request, table_of)
+        return []
 
     def _ttl_deleting(self, table: Any, key: dict[str, Any]) -> AbstractContextManager[Any]:
         """A TTL deletion, as the lagging indexes see a DeleteItem of ``key``."""
@@ -425,14 +569,15 @@ class StrictFront:
         )
 
     def _costs(self, operation: str, request: dict[str, Any]) -> dict[str, dict[str, float]]:
-        """The write units each (table, partition) of a write takes, known before it runs."""
+        """The write units each (table, partition) of a write takes, as known before it runs:
+        the larger of the item it sends (a put's, a transaction's put's) and the stored one
+        (what it consumes is taken once it is served: :meth:`_charge`)."""
         costs: dict[str, dict[str, float]] = {}
         transactional = operation == "TransactWriteItems"
         if operation not in (*_WRITES, "BatchWriteItem", "TransactWriteItems"):
             return costs
         for table, key in _written(operation, request):
-            size = item_size(key) if operation in ("PutItem", "BatchWriteItem") and key else 0
-            size = max(size, self.tables.stored_size(table, key))
+            size = max(item_size(key) if key else 0, self.tables.stored_size(table, key))
             part = self.tables.partition(table, key)
             per = costs.setdefault(table, {})
             per[part] = per.get(part, 0.0) + capacity.write_units(size, transactional=transactional)
@@ -466,36 +611,25 @@ class StrictFront:
                     )
                 raise _refuse("ProvisionedThroughputExceededException", _THROTTLED)
 
-    def _charge(
-        self,
-        operation: str,
-        request: dict[str, Any],
-        costs: dict[str, dict[str, float]],
-        response: bytes,
-    ) -> None:
-        for table, per in costs.items():
+    def _charge(self, operation: str, charges: list[consumed.Charge]) -> None:
+        """Take what a request consumed from its buckets: a write's on the larger of its
+        before and after images (known once served); a read's on what it read. A global
+        secondary index's writes have no bucket here; an index's reads and a Scan's take the
+        table's bucket only."""
+        writes: dict[str, dict[str, float]] = {}
+        for c in charges:
+            if c.write and not c.index:
+                per = writes.setdefault(c.table, {})
+                per[c.partition] = per.get(c.partition, 0.0) + c.write
+        for table, per in writes.items():
             self.buckets.take("write", table, per)
-        if operation in _READS:
-            table = request.get("TableName", "")
-            consistent = bool(request.get("ConsistentRead"))
-            try:
-                answer = json.loads(response)
-            except ValueError:
-                return
-            items = answer.get("Items") or ([answer["Item"]] if "Item" in answer else [])
-            size = sum(item_size(item) for item in items)
-            part = (
-                _query_partition(request)
-                if operation == "Query"
-                else self.tables.partition(table, request.get("Key") or {})
-                if operation == "GetItem"
-                else None
-            )
-            units = capacity.read_units(size, consistent=consistent)
-            if part is not None and "IndexName" not in request:
-                self.buckets.take("read", table, {part: units})
-            else:  # a Scan or an index's read: the table's bucket only
-                self.buckets.take("read", table, {}, extra=units)
+        for c in charges:
+            if not c.read:
+                continue
+            if operation in _KEYED_READS and not c.index:
+                self.buckets.take("read", c.table, {c.partition: c.read})
+            else:
+                self.buckets.take("read", c.table, {}, extra=c.read)
 
     @staticmethod
     def _answer(start_response: Callable[..., Any], status: int, body: bytes) -> list[bytes]:
@@ -530,4 +664,238 @@ def _query_partition(request: dict[str, Any]) -> str | None:
     right = right.strip()
     if right not in values or not left.strip():
         return None
-    return json.dumps(values[right], sort_keys=True)
+    return partition_text(values[right])
+
+
+def _write_actions(
+    operation: str, request: dict[str, Any]
+) -> list[tuple[str, str, dict[str, Any]]]:
+    """(kind, table, item or key) of each item a write names: kind ``Put``, ``Update``,
+    ``Delete`` or ``ConditionCheck``."""
+    if operation in _WRITES:
+        kind = operation.removesuffix("Item")
+        attrs = request.get("Item" if kind == "Put" else "Key") or {}
+        return [(kind, str(request.get("TableName", "")), attrs)]
+    out: list[tuple[str, str, dict[str, Any]]] = []
+    if operation == "BatchWriteItem":
+        for table, requests in (request.get("RequestItems") or {}).items():
+            for one in requests:
+                if "PutRequest" in one:
+                    out.append(("Put", table, one["PutRequest"].get("Item") or {}))
+                elif "DeleteRequest" in one:
+                    out.append(("Delete", table, one["DeleteRequest"].get("Key") or {}))
+    elif operation == "TransactWriteItems":
+        for action in request.get("TransactItems") or []:
+            (kind, body), *_ = action.items()
+            attrs = body.get("Item") if kind == "Put" else body.get("Key")
+            out.append((kind, str(body.get("TableName", "")), attrs or {}))
+    return out
+
+
+def _image(table: Any, attrs: dict[str, Any]) -> dict[str, Any] | None:
+    """The item stored under the key in ``attrs`` (an item or a key), in wire form, or None."""
+    if table is None:
+        return None
+    key = indexes._key(table, attrs)
+    found = indexes._stored(table, key) if key is not None else None
+    return None if found is None else dict(found.to_json()["Attributes"])
+
+
+def _size(item: dict[str, Any] | None) -> int:
+    return 0 if item is None else item_size(item)
+
+
+def _moto_answer(body: bytes) -> Any:
+    """moto's JSON answer (moto wrote it), or None when it is not JSON."""
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+def _failed_condition(response: bytes) -> bool:
+    answer = _moto_answer(response)
+    kind = str(answer.get("__type", "")) if isinstance(answer, dict) else ""
+    return kind.endswith("ConditionalCheckFailedException")
+
+
+def _write_charges(
+    operation: str,
+    table_of: Callable[[str], Any],
+    actions: list[tuple[str, str, dict[str, Any]]],
+    before: list[dict[str, Any] | None],
+    failed: bool,
+) -> list[consumed.Charge]:
+    """Each written item's units, on the larger of its before and after images (a failed
+    condition: of the stored item and a PutItem's item), and its global secondary indexes'."""
+    transactional = operation == "TransactWriteItems"
+    charges = []
+    for (kind, name, attrs), old in zip(actions, before, strict=True):
+        table = table_of(name)
+        if table is None:
+            continue
+        new = old if failed or kind == "ConditionCheck" else _image(table, attrs)
+        size = max(_size(old), _size(new), _size(attrs) if failed and kind == "Put" else 0)
+        part = partition_text(attrs.get(table.hash_key_attr, {}))
+        units = capacity.write_units(size, transactional=transactional)
+        charges.append(consumed.Charge(name, "", part, write=units))
+        if not failed and kind != "ConditionCheck":
+            charges += consumed.index_writes(table, old, new, name)
+    return charges
+
+
+def _get_charges(
+    operation: str, request: dict[str, Any], table_of: Callable[[str], Any]
+) -> list[consumed.Charge]:
+    """A GetItem's, BatchGetItem's or TransactGetItems' units: each item on its own, on the
+    whole stored item (a missing one: the least)."""
+    wanted: list[tuple[str, dict[str, Any], bool]] = []
+    if operation == "GetItem":
+        consistent = bool(request.get("ConsistentRead"))
+        wanted.append((str(request.get("TableName", "")), request.get("Key") or {}, consistent))
+    elif operation == "BatchGetItem":
+        for name, spec in (request.get("RequestItems") or {}).items():
+            consistent = bool(spec.get("ConsistentRead"))
+            wanted += [(name, key, consistent) for key in spec.get("Keys") or []]
+    else:
+        for action in request.get("TransactItems") or []:
+            body = action.get("Get") or {}
+            wanted.append((str(body.get("TableName", "")), body.get("Key") or {}, True))
+    transactional = operation == "TransactGetItems"
+    charges = []
+    for name, key, consistent in wanted:
+        table = table_of(name)
+        if table is None:
+            continue
+        units = capacity.read_units(
+            _size(_image(table, key)), consistent=consistent, transactional=transactional
+        )
+        part = partition_text(key.get(table.hash_key_attr, {}))
+        charges.append(consumed.Charge(name, "", part, read=units))
+    return charges
+
+
+def _page_charges(
+    request: dict[str, Any], table_of: Callable[[str], Any], read: list[dict[str, Any]]
+) -> list[consumed.Charge]:
+    """A Query's or Scan's units: the items it read summed before rounding, shared among the
+    partition keys read in proportion to their bytes."""
+    name = str(request.get("TableName", ""))
+    table = table_of(name)
+    if table is None:
+        return []
+    index_name = str(request.get("IndexName") or "")
+    index = next((i for i in _indexes(table) if i.name == index_name), None)
+    local = index is not None and index in table.indexes
+    hash_attr = index.schema[0]["AttributeName"] if index is not None else table.hash_key_attr
+    sizes: dict[str, int] = {}
+    for item in read:
+        part = partition_text(item.get(hash_attr, {}))
+        sizes[part] = sizes.get(part, 0) + item_size(item)
+    total = sum(sizes.values())
+    units = capacity.read_units(total, consistent=bool(request.get("ConsistentRead")))
+    if not total:
+        sizes = {_query_partition(request) or "": 1}  # nothing read: the least, on the key named
+        total = 1
+    return [
+        consumed.Charge(name, index_name, part, read=units * bytes_ / total, local=local)
+        for part, bytes_ in sizes.items()
+    ]
+
+
+def _indexes(table: Any) -> list[Any]:
+    return [*(table.global_indexes or []), *(table.indexes or [])]
+
+
+def _last_key(table: Any, index_name: Any, item: dict[str, Any]) -> dict[str, Any]:
+    """The ``LastEvaluatedKey`` of a page ending at ``item``: its table key and, for an
+    index, its index key."""
+    names = [table.hash_key_attr, *([table.range_key_attr] if table.range_key_attr else [])]
+    for index in _indexes(table):
+        if index_name and index.name == index_name:
+            names += [k["AttributeName"] for k in index.schema]
+    return {name: item[name] for name in dict.fromkeys(names) if name in item}
+
+
+_PLACEHOLDER = re.compile(r"[#:][A-Za-z0-9_]+")
+_NOT_READ = ("FilterExpression", "ProjectionExpression", "Select", "AttributesToGet")
+_NOT_READ_LEGACY = ("QueryFilter", "ScanFilter", "ConditionalOperator")
+
+
+def _unfiltered(operation: str, request: dict[str, Any]) -> dict[str, Any]:
+    """``request`` reading what it reads, without what it does after reading (its filter,
+    projection or count), with only the expression names and values its key condition
+    uses."""
+    if not any(k in request for k in (*_NOT_READ, *_NOT_READ_LEGACY)):
+        return request
+    raw = {k: v for k, v in request.items() if k not in (*_NOT_READ, *_NOT_READ_LEGACY)}
+    used = set(_PLACEHOLDER.findall(str(request.get("KeyConditionExpression", ""))))
+    for field in ("ExpressionAttributeNames", "ExpressionAttributeValues"):
+        kept = {k: v for k, v in (request.get(field) or {}).items() if k in used}
+        raw.pop(field, None)
+        if kept:
+            raw[field] = kept
+    return raw
+
+
+def _starting(request: dict[str, Any], start: Any) -> dict[str, Any]:
+    ask = {k: v for k, v in request.items() if k != "ExclusiveStartKey"}
+    if start is not None:
+        ask["ExclusiveStartKey"] = start
+    return ask
+
+
+def _serve(
+    app: App, environ: dict[str, Any], request: dict[str, Any]
+) -> tuple[str, list[tuple[str, str]], bytes]:
+    """moto's answer to ``request`` (the same operation as ``environ``'s)."""
+    body = json.dumps(request).encode()
+    sub = {**environ, "wsgi.input": io.BytesIO(body), "CONTENT_LENGTH": str(len(body))}
+    got: dict[str, Any] = {}
+
+    def capture(status: str, headers: list[tuple[str, str]], *rest: Any) -> None:
+        got["status"], got["headers"] = status, headers
+
+    out = b"".join(app(sub, capture))
+    return str(got.get("status", "500 Error")), list(got.get("headers", [])), out
+
+
+def _with_capacity(
+    operation: str, request: dict[str, Any], response: bytes, charges: list[consumed.Charge]
+) -> bytes:
+    """moto's answer with DynamoDB's ``ConsumedCapacity`` in place of moto's (none for
+    ``NONE``)."""
+    body = _moto_answer(response)
+    if not isinstance(body, dict):
+        return response
+    body.pop("ConsumedCapacity", None)
+    tables = list(dict.fromkeys([c.table for c in charges] + _named_tables(operation, request)))
+    answer = consumed.consumed_capacity(
+        operation, charges, str(request.get("ReturnConsumedCapacity", "NONE")), tables
+    )
+    if answer is not None:
+        body["ConsumedCapacity"] = answer
+    return streams.dumps(body)  # as moto writes its answers
+
+
+def _named_tables(operation: str, request: dict[str, Any]) -> list[str]:
+    if operation in ("BatchWriteItem", "BatchGetItem"):
+        return list(request.get("RequestItems") or {})
+    if operation in ("TransactWriteItems", "TransactGetItems"):
+        return [
+            str(b.get("TableName", ""))
+            for a in request.get("TransactItems") or []
+            for b in a.values()
+        ]
+    return [str(request.get("TableName", ""))]
+
+
+def _sized(headers: list[tuple[str, str]], body: bytes) -> list[tuple[str, str]]:
+    """``headers`` for ``body`` in place of moto's: its length and its CRC32 (botocore checks
+    DynamoDB's ``x-amz-crc32`` and retries on a mismatch)."""
+    kept = [(k, v) for k, v in headers if k.lower() not in ("content-length", "x-amz-crc32")]
+    return [
+        *kept,
+        ("Content-Length", str(len(body))),
+        ("x-amz-crc32", str(zlib.crc32(body) & 0xFFFFFFFF)),
+    ]
