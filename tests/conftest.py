@@ -131,11 +131,12 @@ TEST_PROFILE: dict[str, Any] = {
     # it lists misses them, which the contract's listings do not allow yet (docs/fidelity.md,
     # "Open"). tests/local/test_strict_indexes.py runs the lag on servers of its own.
     "index_delay": (0.0, 0.0),
-    # TTL never deletes here: tests store entries that expired years ago and read their items
-    # back to check what they carry, which a deletion at any second would race (DynamoDB
-    # deletes within two days, at a moment nobody chooses). TTL deletion and the product's
-    # reading of it run on servers of their own (tests/local/test_strict_ttl.py).
-    "ttl_delay": None,
+    # TTL deletes an item an hour after it expired (DynamoDB: typically within two days, at a
+    # moment nobody chooses): what expired long ago is deleted under the tests, what a test
+    # has just let expire stays until the test has read it (as it may on DynamoDB), and a
+    # test that reads back items expired long ago dates them over five years back, which
+    # DynamoDB's TTL never deletes. TTL at once: tests/local/test_strict_ttl.py.
+    "ttl_delay": 3600.0,
 }
 """The strict profile the test session's DynamoDB server applies when
 ``SANDBOX_LEDGER_TEST_STRICT`` is unset: every DynamoDB test runs against DynamoDB's limits,
