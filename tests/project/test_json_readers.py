@@ -37,8 +37,6 @@ PLAIN = {
     "local/strict/streams.py": 1,
     # The local data file's image header, written by the server's own save.
     "local/image.py": 1,
-    # The strict profile a LocalDynamoDBProcess hands its child on the command line.
-    "local/dynamodb.py": 1,
 }
 """Modules parsing JSON the product wrote, and how many parses each holds."""
 
