@@ -106,3 +106,13 @@ class Collector:
         with self.lock:
             self.published += list(expiries)
         return set()
+
+
+def caught_up(server: Any, table: str | None = None) -> None:
+    """Return once the session's strict server's indexes have every write made so far (of
+    ``table`` only, if given): its lag waited out, never shortened. At once on a shared lenient
+    server (``server`` None, the ``moto_server`` fixture's value there). For tests of settled
+    behaviour only: what a sweep or a listing promises while the indexes lag is tested in
+    test_resources_index_lag.py."""
+    if server is not None:
+        server.wait_for_indexes(table)
