@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from sandbox_ledger import keys as k
-from sandbox_ledger.cursor import bad_position, decode_cursor, encode_cursor
+from sandbox_ledger._json import MAX_SAFE_INTEGER
+from sandbox_ledger.cursor import bad_position, check_int, decode_cursor, encode_cursor
 from sandbox_ledger.errors import ConflictError, InvalidInputError, StorageError
 from sandbox_ledger.resources import _items as ri
 from sandbox_ledger.resources.models import (
@@ -28,7 +29,7 @@ from sandbox_ledger.sdk.paging import ScanStarts, check_resume, newest_first, sc
 from sandbox_ledger.sdk.steps import Call, Op, Parallel, Sleep, error_code
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from datetime import datetime
 
 MAX_RMW_ATTEMPTS = 25
@@ -538,16 +539,28 @@ def list_records(
         partitions = [k.resource_phase_pk(p, s) for p in phases for s in range(shard_count)]
     listing = [store, phase, provider]
     resume = None
+    frontier: _Frontier | None = None
     if cursor is not None:
         state = decode_cursor(_CURSOR_KIND, cursor, listing)
-        if set(state) != {"p"}:
+        if set(state) not in ({"p"}, {"p", "f"}):  # no "f": a cursor of an earlier version
             raise bad_position()
         resume = check_resume(state["p"], index, partitions, _is_record_key)
+        frontier = _Frontier.of(state["f"]) if "f" in state else None
     keys, state = yield from newest_first(
-        table, index, partitions, before=None, want=limit, resume=resume
+        table,
+        index,
+        partitions,
+        before=None,
+        want=limit,
+        resume=resume,
+        passed=None if frontier is None else frontier.passed(index),
     )
+    # An index shows a record once, but a page's queries are served one after another: a
+    # record that moved to another partition in between can come from two of them.
+    unique = {i[k.PARTITION_KEY]["S"]: i for i in keys}
     items = yield from batch_get(
-        table, [{k.PARTITION_KEY: i[k.PARTITION_KEY], k.SORT_KEY: i[k.SORT_KEY]} for i in keys]
+        table,
+        [{k.PARTITION_KEY: i[k.PARTITION_KEY], k.SORT_KEY: i[k.SORT_KEY]} for i in unique.values()],
     )
     decoded = [ri.decode_or_unreadable(item) for item in items if ri.is_record(item)]
     unreadable = [r for r in decoded if isinstance(r, ri.Unreadable)]
@@ -558,8 +571,70 @@ def list_records(
         records = [r for r in records if r.record.phase == phase]
     records.sort(key=lambda r: -r.record.updated_at_ms)
     more = any(v != "done" for v in state.values())
-    next_cursor = encode_cursor(_CURSOR_KIND, {"p": state}, listing) if more else None
+    reached = _Frontier.after(keys, index, frontier)
+    walk = {"p": state} if reached is None else {"p": state, "f": reached.state()}
+    next_cursor = encode_cursor(_CURSOR_KIND, walk, listing) if more else None
     return Page(records, next_cursor, unreadable)
+
+
+@dataclass(frozen=True)
+class _Frontier:
+    """How far a walk of pages has gone in the merge's order (newest ``gsk`` first): the
+    ``gsk`` of the last key a page took, and the records taken at that very ``gsk``.
+
+    A record's ``gsk`` (its updatedAt) moves only forward as its owners write it, but it may
+    move to another partition (another phase or provider) whose position lies further up: a
+    later page would find it again below that position. Each later page therefore steps over
+    every key above the frontier, and the records the walk took at it: they are records
+    written since the walk went past them (or whose write the index had not shown then),
+    which the walk either listed already or may leave out (written a moment ago)."""
+
+    gsk: int
+    taken: frozenset[str]
+
+    @classmethod
+    def of(cls, state: object) -> _Frontier:
+        """The frontier a cursor carries.
+
+        Raises:
+            InvalidInputError: naming ``cursor``.
+        """
+        if not isinstance(state, dict) or set(state) != {"g", "k"}:
+            raise bad_position()
+        taken = state["k"]
+        if (
+            not isinstance(taken, list)
+            or not taken
+            or not all(isinstance(pk, str) and _is_record_key(pk, k.RESOURCE_SK) for pk in taken)
+        ):
+            raise bad_position()
+        return cls(check_int(state["g"], 0, MAX_SAFE_INTEGER), frozenset(taken))
+
+    @classmethod
+    def after(
+        cls, keys: list[dict[str, Any]], index: k.IndexSpec, before: _Frontier | None
+    ) -> _Frontier | None:
+        """The frontier once a page took ``keys`` (newest first), from ``before``."""
+        if not keys:
+            return before
+        gsk = int(keys[-1][index.sort_key]["N"])
+        taken = {i[k.PARTITION_KEY]["S"] for i in keys if int(i[index.sort_key]["N"]) == gsk}
+        if before is not None and before.gsk == gsk:
+            taken |= before.taken
+        return cls(gsk, frozenset(taken))
+
+    def passed(self, index: k.IndexSpec) -> Callable[[dict[str, Any]], bool]:
+        """Whether the walk has gone past an index key already."""
+
+        def passed(item: dict[str, Any]) -> bool:
+            gsk = int(item[index.sort_key]["N"])
+            return gsk > self.gsk or (gsk == self.gsk and item[k.PARTITION_KEY]["S"] in self.taken)
+
+        return passed
+
+    def state(self) -> dict[str, Any]:
+        """The frontier as a cursor carries it."""
+        return {"g": self.gsk, "k": sorted(self.taken)}
 
 
 def candidate_keys(
