@@ -62,6 +62,17 @@ def record(
     return ResourceActivityRecord.model_validate(wire)
 
 
+def record_in_shard_of(phase: str, like: str) -> ResourceActivityRecord:
+    """A record in ``phase`` whose id falls in the shard (of four) of the record ``like``."""
+    from sandbox_ledger import keys as k
+
+    shard = k.shard_of(k.resource_pk(like), 4)
+    while True:
+        made = record(phase=phase)
+        if k.shard_of(k.resource_pk(made.id), 4) == shard:
+            return made
+
+
 @dataclass
 class FakeContext:
     """A Lambda context whose deadline is ``budget_ms`` from its creation.

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from resources.resource_fixtures import Collector, observed_earlier, record
+from resources.resource_fixtures import Collector, observed_earlier, record, record_in_shard_of
 from sandbox_ledger import keys as k
 from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 from sandbox_ledger.local import LocalDynamoDB
@@ -290,15 +290,6 @@ def test_a_listing_while_the_index_lags_lists_each_record_as_it_now_is(lag: Lagg
         assert lag.sweeper.list(limit=100, **filters).records == expected, filters
 
 
-def _same_partition(phase: str, like: str) -> ResourceActivityRecord:
-    """A record whose id falls in the shard of the record ``like``."""
-    shard = k.shard_of(k.resource_pk(like), 4)
-    while True:
-        made = record(phase=phase)
-        if k.shard_of(k.resource_pk(made.id), 4) == shard:
-            return made
-
-
 def test_a_walk_of_pages_while_the_index_lags_never_lists_a_record_twice(lag: Lagging) -> None:
     """The newest record A (ready), B (closing), X (ready, older) and C (closing, oldest,
     in B's shard like X). X's owner moves it to closing, dated between B and X (its clock a
@@ -307,10 +298,10 @@ def test_a_walk_of_pages_while_the_index_lags_never_lists_a_record_twice(lag: La
     B. A walk lists each record once; settled, X is listed where it now is."""
     now = datetime.now(UTC)
     b = record(phase="closing", age=timedelta(minutes=2), now=now)
-    x = _same_partition("ready", b.id).model_copy(
+    x = record_in_shard_of("ready", b.id).model_copy(
         update={"updated_at": record(age=timedelta(minutes=3), now=now).updated_at}
     )
-    c = _same_partition("closing", b.id).model_copy(
+    c = record_in_shard_of("closing", b.id).model_copy(
         update={"updated_at": record(age=timedelta(minutes=10), now=now).updated_at}
     )
     a = record(phase="ready", age=timedelta(minutes=1), now=now)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from resources.resource_fixtures import caught_up, record
+from resources.resource_fixtures import caught_up, record, record_in_shard_of
 from sandbox_ledger import ConflictError, InvalidInputError
 from sandbox_ledger.cursor import seal, unseal
 from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
@@ -20,6 +20,7 @@ from sandbox_ledger.resources import (
     ResourceRecordStore,
     SyncResourceRecordStore,
 )
+from sandbox_ledger.resources.models import to_iso
 from sandbox_ledger.testing.cursors import state_paths, with_value, wrong_types
 
 
@@ -328,6 +329,7 @@ async def test_async_store(
 
 
 DAY = timedelta(days=1)
+NO_AGE = timedelta(0)
 
 
 def _ttl_attribute(store: SyncResourceRecordStore, record_id: str) -> int | None:
@@ -469,3 +471,34 @@ def test_list_cursors_are_bound_to_the_table_not_its_name(
     assert refused.value.field == "cursor"
     other_client = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint, clock=clock)
     assert len(other_client.list(phase="ready", limit=10, cursor=cursor).records) == 2
+
+
+def test_a_walk_of_pages_lists_a_record_moved_between_pages_once(
+    store: SyncResourceRecordStore, clock: Clock, moto_server: Any
+) -> None:
+    """Settled indexes, and a write between two pages: X (ready) is listed on the first page
+    after A and B (closing); its owner, whose clock is a little behind B's, moves it to
+    closing dated between B and X, below where B's partition resumes. The walk lists it once
+    (it listed it twice on 62044f1)."""
+    b = record(phase="closing", age=timedelta(minutes=2), now=clock.now)
+    x = record_in_shard_of("ready", b.id)
+    c = record_in_shard_of("closing", b.id)
+    a = record(phase="ready", age=timedelta(minutes=1), now=clock.now)
+    ages = {x.id: timedelta(minutes=3), c.id: timedelta(minutes=10)}
+    for r in (a, b, x, c):
+        stored = r.model_copy(update={"updated_at": to_iso(clock.now - ages.get(r.id, NO_AGE))})
+        store.put(stored if r.id in ages else r)
+    caught_up(moto_server)  # a walk over settled indexes: the move alone is at stake
+    first = store.list(limit=3)
+    assert [v.record.id for v in first.records] == [a.id, b.id, x.id]
+    behind = to_iso(clock.now - timedelta(seconds=150))
+    store.put(x.model_copy(update={"phase": "closing", "updated_at": behind}))
+    caught_up(moto_server)  # as above
+    walked = [v.record.id for v in first.records]
+    cursor = first.cursor
+    while cursor is not None:
+        page = store.list(limit=3, cursor=cursor)
+        walked += [v.record.id for v in page.records]
+        cursor = page.cursor
+    assert walked == [a.id, b.id, x.id, c.id]
+    assert [v.record.id for v in store.list(limit=10).records] == [a.id, b.id, x.id, c.id]
