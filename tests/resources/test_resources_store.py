@@ -502,3 +502,22 @@ def test_a_walk_of_pages_lists_a_record_moved_between_pages_once(
         cursor = page.cursor
     assert walked == [a.id, b.id, x.id, c.id]
     assert [v.record.id for v in store.list(limit=10).records] == [a.id, b.id, x.id, c.id]
+
+
+def test_a_cursor_of_an_earlier_version_still_pages_on(
+    store: SyncResourceRecordStore, clock: Clock, moto_server: Any
+) -> None:
+    """A cursor made before cursors carried the walk's position (its state a position per
+    partition only) still pages on, as it did."""
+    made = [record(age=timedelta(seconds=100 - i), now=clock.now) for i in range(5)]
+    for r in made:
+        store.put(r)
+    caught_up(moto_server)  # about the cursor's form: the listing's settled state
+    first = store.list(limit=2)
+    assert first.cursor is not None
+    body = unseal(first.cursor)
+    assert set(body["s"]) == {"p", "f"}
+    earlier = seal({**body, "s": {"p": body["s"]["p"]}})
+    rest = store.list(limit=10, cursor=earlier)
+    listed = [v.record.id for v in [*first.records, *rest.records]]
+    assert listed == [r.id for r in reversed(made)] and rest.cursor is None

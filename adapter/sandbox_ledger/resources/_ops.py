@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from sandbox_ledger import keys as k
-from sandbox_ledger._json import MAX_SAFE_INTEGER
-from sandbox_ledger.cursor import bad_position, check_int, decode_cursor, encode_cursor
+from sandbox_ledger.cursor import bad_position, decode_cursor, encode_cursor
 from sandbox_ledger.errors import ConflictError, InvalidInputError, StorageError
 from sandbox_ledger.resources import _items as ri
 from sandbox_ledger.resources.models import (
@@ -25,11 +24,17 @@ from sandbox_ledger.resources.models import (
 from sandbox_ledger.sdk import steps
 from sandbox_ledger.sdk.attributes import MAX_ITEM_BYTES, N, S, item_size
 from sandbox_ledger.sdk.batching import batch_get
-from sandbox_ledger.sdk.paging import ScanStarts, check_resume, newest_first, scan_round
+from sandbox_ledger.sdk.paging import (
+    Frontier,
+    ScanStarts,
+    check_resume,
+    newest_first,
+    scan_round,
+)
 from sandbox_ledger.sdk.steps import Call, Op, Parallel, Sleep, error_code
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Mapping
     from datetime import datetime
 
 MAX_RMW_ATTEMPTS = 25
@@ -508,7 +513,12 @@ _CURSOR_KIND = "dynamodb-resources"
 
 def _is_record_key(pk: str, sk: str) -> bool:
     """Whether (pk, sk) is the key of a resource record (what its list indexes hold)."""
-    return sk == k.RESOURCE_SK and pk.startswith(k.RESOURCE_PREFIX) and pk != k.RESOURCE_PREFIX
+    return sk == k.RESOURCE_SK and _is_record_pk(pk)
+
+
+def _is_record_pk(pk: str) -> bool:
+    """Whether ``pk`` is the partition key of a resource record."""
+    return pk.startswith(k.RESOURCE_PREFIX) and pk != k.RESOURCE_PREFIX
 
 
 def list_records(
@@ -539,13 +549,13 @@ def list_records(
         partitions = [k.resource_phase_pk(p, s) for p in phases for s in range(shard_count)]
     listing = [store, phase, provider]
     resume = None
-    frontier: _Frontier | None = None
+    frontier: Frontier | None = None
     if cursor is not None:
         state = decode_cursor(_CURSOR_KIND, cursor, listing)
         if set(state) not in ({"p"}, {"p", "f"}):  # no "f": a cursor of an earlier version
             raise bad_position()
         resume = check_resume(state["p"], index, partitions, _is_record_key)
-        frontier = _Frontier.of(state["f"]) if "f" in state else None
+        frontier = Frontier.of(state["f"], _is_record_pk) if "f" in state else None
     keys, state = yield from newest_first(
         table,
         index,
@@ -571,70 +581,10 @@ def list_records(
         records = [r for r in records if r.record.phase == phase]
     records.sort(key=lambda r: -r.record.updated_at_ms)
     more = any(v != "done" for v in state.values())
-    reached = _Frontier.after(keys, index, frontier)
+    reached = Frontier.after(keys, index, frontier)
     walk = {"p": state} if reached is None else {"p": state, "f": reached.state()}
     next_cursor = encode_cursor(_CURSOR_KIND, walk, listing) if more else None
     return Page(records, next_cursor, unreadable)
-
-
-@dataclass(frozen=True)
-class _Frontier:
-    """How far a walk of pages has gone in the merge's order (newest ``gsk`` first): the
-    ``gsk`` of the last key a page took, and the records taken at that very ``gsk``.
-
-    A record's ``gsk`` (its updatedAt) moves only forward as its owners write it, but it may
-    move to another partition (another phase or provider) whose position lies further up: a
-    later page would find it again below that position. Each later page therefore steps over
-    every key above the frontier, and the records the walk took at it: they are records
-    written since the walk went past them (or whose write the index had not shown then),
-    which the walk either listed already or may leave out (written a moment ago)."""
-
-    gsk: int
-    taken: frozenset[str]
-
-    @classmethod
-    def of(cls, state: object) -> _Frontier:
-        """The frontier a cursor carries.
-
-        Raises:
-            InvalidInputError: naming ``cursor``.
-        """
-        if not isinstance(state, dict) or set(state) != {"g", "k"}:
-            raise bad_position()
-        taken = state["k"]
-        if (
-            not isinstance(taken, list)
-            or not taken
-            or not all(isinstance(pk, str) and _is_record_key(pk, k.RESOURCE_SK) for pk in taken)
-        ):
-            raise bad_position()
-        return cls(check_int(state["g"], 0, MAX_SAFE_INTEGER), frozenset(taken))
-
-    @classmethod
-    def after(
-        cls, keys: list[dict[str, Any]], index: k.IndexSpec, before: _Frontier | None
-    ) -> _Frontier | None:
-        """The frontier once a page took ``keys`` (newest first), from ``before``."""
-        if not keys:
-            return before
-        gsk = int(keys[-1][index.sort_key]["N"])
-        taken = {i[k.PARTITION_KEY]["S"] for i in keys if int(i[index.sort_key]["N"]) == gsk}
-        if before is not None and before.gsk == gsk:
-            taken |= before.taken
-        return cls(gsk, frozenset(taken))
-
-    def passed(self, index: k.IndexSpec) -> Callable[[dict[str, Any]], bool]:
-        """Whether the walk has gone past an index key already."""
-
-        def passed(item: dict[str, Any]) -> bool:
-            gsk = int(item[index.sort_key]["N"])
-            return gsk > self.gsk or (gsk == self.gsk and item[k.PARTITION_KEY]["S"] in self.taken)
-
-        return passed
-
-    def state(self) -> dict[str, Any]:
-        """The frontier as a cursor carries it."""
-        return {"g": self.gsk, "k": sorted(self.taken)}
 
 
 def candidate_keys(
