@@ -62,6 +62,17 @@ def record(
     return ResourceActivityRecord.model_validate(wire)
 
 
+def record_in_shard_of(phase: str, like: str) -> ResourceActivityRecord:
+    """A record in ``phase`` whose id falls in the shard (of four) of the record ``like``."""
+    from sandbox_ledger import keys as k
+
+    shard = k.shard_of(k.resource_pk(like), 4)
+    while True:
+        made = record(phase=phase)
+        if k.shard_of(k.resource_pk(made.id), 4) == shard:
+            return made
+
+
 @dataclass
 class FakeContext:
     """A Lambda context whose deadline is ``budget_ms`` from its creation.
@@ -106,3 +117,13 @@ class Collector:
         with self.lock:
             self.published += list(expiries)
         return set()
+
+
+def caught_up(server: Any, table: str | None = None) -> None:
+    """Return once the session's strict server's indexes have every write made so far (of
+    ``table`` only, if given): its lag waited out, never shortened. At once on a shared lenient
+    server (``server`` None, the ``moto_server`` fixture's value there). For tests of settled
+    behaviour only: what a sweep or a listing promises while the indexes lag is tested in
+    test_resources_index_lag.py."""
+    if server is not None:
+        server.wait_for_indexes(table)

@@ -15,7 +15,7 @@ from typing import Any
 import boto3
 import pytest
 
-from resources.resource_fixtures import FakeContext, observed_earlier, record
+from resources.resource_fixtures import FakeContext, caught_up, observed_earlier, record
 from sandbox_ledger import keys as k
 from sandbox_ledger.handlers import expire_stale_resources, on_ttl_expiry
 from sandbox_ledger.resources import DETAIL_TYPE, SOURCE, SyncResourceRecordStore
@@ -109,7 +109,10 @@ def emf(captured: str) -> list[dict[str, Any]]:
 
 
 def test_sweeper_expires_stale_records_and_reports_each(
-    wiring: Wiring, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    wiring: Wiring,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    moto_server: Any,
 ) -> None:
     now = datetime.now(UTC)
     stale = wiring.store.put(record(age=timedelta(minutes=20), now=now)).record
@@ -123,6 +126,7 @@ def test_sweeper_expires_stale_records_and_reports_each(
     failed_old = wiring.store.put(
         record(age=timedelta(days=9), phase="allocation-uncertain", now=now)
     ).record
+    caught_up(moto_server, wiring.table)  # about what the handler reports: settled index
     sweeper = load_handler("expire_stale_resources")
     # Powertools keeps metrics in state shared by every Metrics instance of the process.
     sweeper.metrics.clear_metrics()
@@ -258,7 +262,9 @@ def test_dependencies_are_built_once_per_cold_start(wiring: Wiring) -> None:
 
 
 @pytest.mark.slow
-def test_sweep_of_five_thousand_records_over_several_invocations(wiring: Wiring) -> None:
+def test_sweep_of_five_thousand_records_over_several_invocations(
+    wiring: Wiring, moto_server: Any
+) -> None:
     now = datetime.now(UTC)
     records = [
         record(age=timedelta(hours=2), now=now, phase="ready" if i % 4 else "closing")
@@ -280,6 +286,7 @@ def test_sweep_of_five_thousand_records_over_several_invocations(wiring: Wiring)
         for r in records
     ]
     run_sync(wiring.store.client(), batch_write(wiring.table, requests))
+    caught_up(moto_server, wiring.table)  # about splitting the work: every record a candidate
     sweeper = load_handler("expire_stale_resources")
     runs, events = [], []
     for _ in range(60):

@@ -8,11 +8,12 @@ import shutil
 import stat
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
-from resources.resource_fixtures import TS_RECORD, record
+from resources.resource_fixtures import TS_RECORD, caught_up, record
 from sandbox_ledger.cli import app
 from sandbox_ledger.resources import ResourceActivityRecord, SyncResourceRecordStore
 from sandbox_ledger.resources.files import (
@@ -339,7 +340,7 @@ def test_an_export_reads_every_record_whatever_its_phase_or_index_attributes(
 
 
 def test_show_names_an_unreadable_record_and_shows_it_as_stored(
-    moto_endpoint: str, sync_table: str, store: SyncResourceRecordStore
+    moto_endpoint: str, sync_table: str, store: SyncResourceRecordStore, moto_server: Any
 ) -> None:
     """`resources ls` names unreadable records by id; `show` of that id must let the
     operator look at it. An id an older version stored in another spelling of a UUID was
@@ -361,6 +362,7 @@ def test_show_names_an_unreadable_record_and_shows_it_as_stored(
         client.put_item(TableName=sync_table, Item=item)
     args = ["--table", sync_table, "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
     runner = CliRunner()
+    caught_up(moto_server)  # about naming unreadable records: the listing's settled state
     listed = json.loads(runner.invoke(app, [*args, "resources", "ls", "--json"]).stdout)
     assert sorted(u["id"] for u in listed["unreadable"]) == sorted([newer.id, legacy_id])
     for record_id, why in ((newer.id, "gpu"), (legacy_id, "id")):

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import boto3
 import pytest
 
-from resources.resource_fixtures import Collector, record
+from resources.resource_fixtures import Collector, caught_up, record
 from resources.test_resources_sweeper import FakeStore
 from sandbox_ledger import keys as k
 from sandbox_ledger.errors import ConflictError
@@ -51,6 +51,10 @@ class World(Protocol):
 
     def get(self, record_id: str) -> VersionedRecord | None: ...
 
+    def settle(self) -> None:
+        """Return once the store's index shows every write made so far."""
+        ...
+
 
 class MemoryWorld:
     def __init__(self) -> None:
@@ -71,11 +75,15 @@ class MemoryWorld:
     def get(self, record_id: str) -> VersionedRecord | None:
         return self.store.records.get(record_id)
 
+    def settle(self) -> None:
+        pass  # the in-memory store has no index to lag
+
 
 class DynamoDBWorld:
-    def __init__(self, endpoint: str, table: str) -> None:
+    def __init__(self, endpoint: str, table: str, server: Any) -> None:
         self.store = SyncResourceRecordStore(table, endpoint_url=endpoint)
         self.owner = SyncResourceRecordStore(table, endpoint_url=endpoint)
+        self.server, self.table = server, table
 
     def put(self, r: ResourceActivityRecord) -> VersionedRecord:
         return self.owner.put(r)
@@ -86,13 +94,18 @@ class DynamoDBWorld:
     def get(self, record_id: str) -> VersionedRecord | None:
         return self.owner.get_versioned(record_id)
 
+    def settle(self) -> None:
+        caught_up(self.server, self.table)
+
 
 @pytest.fixture(params=["memory", "dynamodb"])
 def world(request: pytest.FixtureRequest) -> World:
     if request.param == "memory":
         return MemoryWorld()
     return DynamoDBWorld(
-        request.getfixturevalue("moto_endpoint"), request.getfixturevalue("sync_table")
+        request.getfixturevalue("moto_endpoint"),
+        request.getfixturevalue("sync_table"),
+        request.getfixturevalue("moto_server"),
     )
 
 
@@ -127,6 +140,7 @@ def test_a_sweeper_whose_claim_was_taken_over_deletes_nothing(world: World) -> N
     not delete the owner's new record, and must not report X as expired: B did."""
     old = world.put(record(age=timedelta(hours=1)))
     rid = old.record.id
+    world.settle()  # the scenario is about the claim, not finding the record: settled index
     now = datetime.now(UTC)
     assert sweep(world.store, Collector(), now=now).observed == [rid]
     events = Collector()
@@ -162,6 +176,7 @@ def test_a_claim_is_never_on_a_new_record_at_the_revision_judged(world: World) -
     claim must fail: nothing published, nothing deleted."""
     old = world.put(record(age=timedelta(hours=1)))
     rid = old.record.id
+    world.settle()  # the scenario is about the claim, not finding the record: settled index
     now = datetime.now(UTC)
     assert sweep(world.store, Collector(), now=now).observed == [rid]
     again: list[VersionedRecord] = []
@@ -191,6 +206,7 @@ def test_a_takeover_is_never_of_a_new_record_at_the_revision_read(world: World) 
     now_ms = int(now.timestamp() * 1000)
     claimed = world.store.claim(old, "stale", owner="run-a", now_ms=now_ms, until_ms=now_ms + 1)
     assert claimed.revision == 2
+    world.settle()  # the scenario is about the claim, not finding the record: settled index
 
     def reallocate() -> None:
         world.delete(rid)
@@ -218,19 +234,21 @@ def test_an_observation_is_never_of_a_new_record_at_the_revision_read(world: Wor
         world.delete(rid)
         world.put(record(age=timedelta(hours=1), id=rid, workspace="/again"))
 
+    world.settle()  # the scenario is about the claim, not finding the record: settled index
     now = datetime.now(UTC)
     first = sweep(Interposed(world.store, "observe", rid, reallocate), Collector(), now=now)  # type: ignore[arg-type]
     assert first.observed == [] and first.skipped == [rid]
     live = world.get(rid)
     assert live is not None and live.revision == 1 and live.observed_ms is None
     events = Collector()
+    world.settle()  # the next run is to find the record allocated again: settled index
     # The next run observes the new record; only a window after that does it expire.
     assert sweep(world.store, events, now=now + WINDOW).observed == [rid]
     assert events.published == [] and world.get(rid) is not None
 
 
 def test_a_record_written_before_incarnations_expires_and_is_never_taken_for_another(
-    moto_endpoint: str, sync_table: str
+    moto_endpoint: str, sync_table: str, moto_server: Any
 ) -> None:
     """A record with no incarnation (written by an older version) still expires; one deleted
     and allocated again by an older writer (no incarnation either, revision 1 again) is told
@@ -253,6 +271,7 @@ def test_a_record_written_before_incarnations_expires_and_is_never_taken_for_ano
     for r in (legacy, reused):
         old_writer_put(r)
         assert store.get_versioned(r.id).incarnation is None  # type: ignore[union-attr]
+    caught_up(moto_server, sync_table)  # about incarnations, not finding them: settled index
     now = datetime.now(UTC)
     assert sorted(sweep(store, Collector(), now=now).observed) == sorted([legacy.id, reused.id])
 
@@ -338,6 +357,7 @@ def test_resources_sweep_shows_a_lost_claim(
     event_bus: str,
     monkeypatch: pytest.MonkeyPatch,
     as_json: bool,
+    moto_server: Any,
 ) -> None:
     """`resources sweep` whose PutEvents stalls past its lease while another sweep takes the
     claim over: its output says the claim was lost, and counts nothing as expired."""
@@ -351,6 +371,7 @@ def test_resources_sweep_shows_a_lost_claim(
     stored = store.put(record(age=timedelta(hours=1)))
     rid = stored.record.id
     observed_earlier(store, stored, timedelta(minutes=16))
+    caught_up(moto_server, sync_table)  # about the lost claim, not finding it: settled index
     taken_over = []
 
     class Stalls(resources.EventPublisher):
@@ -378,7 +399,7 @@ def test_resources_sweep_shows_a_lost_claim(
 
 
 def test_the_sweeper_handler_counts_a_lost_claim(
-    moto_endpoint: str, sync_table: str, event_bus: str
+    moto_endpoint: str, sync_table: str, event_bus: str, moto_server: Any
 ) -> None:
     """The scheduled handler's summary lists a lost claim and its Lost metric counts it."""
     from resources.resource_fixtures import FakeContext, observed_earlier
@@ -387,6 +408,7 @@ def test_the_sweeper_handler_counts_a_lost_claim(
     store = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint)
     stored = store.put(record(age=timedelta(hours=1)))
     observed_earlier(store, stored, timedelta(minutes=16))
+    caught_up(moto_server, sync_table)  # about the lost claim, not finding it: settled index
     environ = {
         "TABLE_NAME": sync_table,
         "EVENT_BUS_NAME": event_bus,

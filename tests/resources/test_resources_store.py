@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from resources.resource_fixtures import record
+from resources.resource_fixtures import caught_up, record, record_in_shard_of
 from sandbox_ledger import ConflictError, InvalidInputError
 from sandbox_ledger.cursor import seal, unseal
 from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
@@ -19,6 +20,7 @@ from sandbox_ledger.resources import (
     ResourceRecordStore,
     SyncResourceRecordStore,
 )
+from sandbox_ledger.resources.models import to_iso
 from sandbox_ledger.testing.cursors import state_paths, with_value, wrong_types
 
 
@@ -55,7 +57,7 @@ def test_put_get_delete(store: SyncResourceRecordStore) -> None:
 
 
 def test_the_ledger_table_serves_both(
-    moto_endpoint: str, sync_table: str, store: SyncResourceRecordStore
+    moto_endpoint: str, sync_table: str, store: SyncResourceRecordStore, moto_server: Any
 ) -> None:
     from sandbox_ledger import LedgerEntry
 
@@ -64,6 +66,7 @@ def test_the_ledger_table_serves_both(
         LedgerEntry(ts=1, name="n", sandbox_id="s", step_index=-1, event="sandbox.created")
     )
     r = store.put(record())
+    caught_up(moto_server, sync_table)  # both listings' settled state (lag: their own tests)
     assert [d.sandbox_id for d in ledger.list_all_sandbox_details()] == ["s"]
     assert [v.record.id for v in store.list().records] == [r.record.id]
 
@@ -195,7 +198,7 @@ def test_operations_on_a_claimed_record_refuse_at_once(
 
 
 def test_list_by_phase_and_provider_newest_first_paginated(
-    store: SyncResourceRecordStore, clock: Clock
+    store: SyncResourceRecordStore, clock: Clock, moto_server: Any
 ) -> None:
     made = []
     for i in range(23):
@@ -209,6 +212,7 @@ def test_list_by_phase_and_provider_newest_first_paginated(
             ).record
         )
     newest_first = [r.id for r in reversed(made)]
+    caught_up(moto_server)  # the listings' settled state (during lag: test_resources_index_lag)
     pages, cursor = [], None
     while True:
         page = store.list(limit=5, cursor=cursor)
@@ -239,7 +243,7 @@ def test_list_by_phase_and_provider_newest_first_paginated(
 
 
 def test_damaged_altered_or_foreign_list_cursors_are_refused(
-    store: SyncResourceRecordStore, clock: Clock
+    store: SyncResourceRecordStore, clock: Clock, moto_server: Any
 ) -> None:
     """As the ledger's listings (the conformance suite's cursor tests); on 5b0f498 a cursor
     with a character changed was accepted."""
@@ -253,6 +257,7 @@ def test_damaged_altered_or_foreign_list_cursors_are_refused(
         made.insert(0, record(age=timedelta(seconds=200), phase="ready", now=clock.now))
     for r in made:
         store.put(r)
+    caught_up(moto_server)  # the cursor must hold a position in the newest record's shard
     cursor = store.list(phase="ready", limit=1).cursor
     assert cursor is not None
     body = unseal(cursor)
@@ -280,7 +285,9 @@ def test_bad_records_write_nothing(store: SyncResourceRecordStore) -> None:
     assert store.list().records == []
 
 
-def test_one_uuid_is_one_record_however_it_is_spelled(store: SyncResourceRecordStore) -> None:
+def test_one_uuid_is_one_record_however_it_is_spelled(
+    store: SyncResourceRecordStore, moto_server: Any
+) -> None:
     r = record()
     store.put(r)
     spellings = [r.id.upper(), "{" + r.id + "}", "urn:uuid:" + r.id, r.id.replace("-", "")]
@@ -296,13 +303,16 @@ def test_one_uuid_is_one_record_however_it_is_spelled(store: SyncResourceRecordS
             assert refused.value.field == "id"
         with pytest.raises(InvalidInputError, match=r"^id: "):
             store.record_operation_start(spelling, "exec")
+    caught_up(moto_server)  # the listing's settled state: one record, listed once
     listed = store.list()
     assert [v.record.id for v in listed.records] == [r.id] and listed.unreadable == []
     stored = store.get_versioned(r.id)
     assert stored is not None and stored.revision == 1 and stored.record == r
 
 
-async def test_async_store(moto_endpoint: str, sync_table: str) -> None:
+async def test_async_store(
+    moto_endpoint: str, sync_table: str, indexes_caught_up: Callable[[str | None], Awaitable[None]]
+) -> None:
     async with ResourceRecordStore(sync_table, endpoint_url=moto_endpoint) as store:
         r = record(operations=[])
         await store.put(r)
@@ -311,6 +321,7 @@ async def test_async_store(moto_endpoint: str, sync_table: str) -> None:
         assert current is not None and current.operations[0].count == 10
         touched = await store.touch(r.id)
         assert touched.record.updated_at_ms >= r.updated_at_ms
+        await indexes_caught_up(sync_table)  # the listing's settled state
         page = await store.list(phase="ready")
         assert [v.record.id for v in page.records] == [r.id]
         assert await store.delete(r.id)
@@ -318,6 +329,7 @@ async def test_async_store(moto_endpoint: str, sync_table: str) -> None:
 
 
 DAY = timedelta(days=1)
+NO_AGE = timedelta(0)
 
 
 def _ttl_attribute(store: SyncResourceRecordStore, record_id: str) -> int | None:
@@ -330,7 +342,7 @@ def _ttl_attribute(store: SyncResourceRecordStore, record_id: str) -> int | None
 
 
 def test_a_record_kept_forever_has_no_ttl_and_is_readable_40_days_later(
-    moto_endpoint: str, sync_table: str, clock: Clock
+    moto_endpoint: str, sync_table: str, clock: Clock, moto_server: Any
 ) -> None:
     """retain_failed 0 keeps failed records forever: no TTL attribute for DynamoDB to act on,
     through put, touch and operations, and every read (get, list, ls) shows it 40 days on.
@@ -355,6 +367,7 @@ def test_a_record_kept_forever_has_no_ttl_and_is_readable_40_days_later(
     assert _ttl_attribute(store, rid) is None
     clock.now += 40 * DAY
     assert store.get(rid) is not None
+    caught_up(moto_server)  # about the TTL, not the index: the listing's settled state
     assert [r.record.id for r in store.list(phase="cleanup-failed").records] == [rid]
     result = sweep(store, None, now=clock.now, policy=forever, dry_run=True)
     assert result.expired == [] and result.observed == []
@@ -363,6 +376,7 @@ def test_a_record_kept_forever_has_no_ttl_and_is_readable_40_days_later(
         sync_table, endpoint_url=moto_endpoint, clock=lambda: written - 40 * DAY, policy=forever
     )
     ancient = old.put(record(phase="allocation-uncertain", now=written - 40 * DAY)).record
+    caught_up(moto_server)  # as above
     args = ["--table", sync_table, "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
     listed = CliRunner().invoke(app, [*args, "resources", "ls"])
     assert listed.exit_code == 0 and ancient.id in listed.output, listed.output
@@ -433,7 +447,11 @@ def test_the_writer_takes_the_policy_from_the_deployment_and_refuses_another(
 
 
 def test_list_cursors_are_bound_to_the_table_not_its_name(
-    moto_endpoint: str, sync_table: str, store: SyncResourceRecordStore, clock: Clock
+    moto_endpoint: str,
+    sync_table: str,
+    store: SyncResourceRecordStore,
+    clock: Clock,
+    moto_server: Any,
 ) -> None:
     """The same table name in another region (or account) refuses a cursor; another client
     of the same table pages on with it."""
@@ -445,6 +463,7 @@ def test_list_cursors_are_bound_to_the_table_not_its_name(
     for target in (store, elsewhere):
         for i in range(3):
             target.put(record(age=timedelta(seconds=100 - i), phase="ready", now=clock.now))
+    caught_up(moto_server)  # about whose cursor it is: the listings' settled state
     cursor = store.list(phase="ready", limit=1).cursor
     assert cursor is not None
     with pytest.raises(InvalidInputError, match="cursor") as refused:
@@ -452,3 +471,53 @@ def test_list_cursors_are_bound_to_the_table_not_its_name(
     assert refused.value.field == "cursor"
     other_client = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint, clock=clock)
     assert len(other_client.list(phase="ready", limit=10, cursor=cursor).records) == 2
+
+
+def test_a_walk_of_pages_lists_a_record_moved_between_pages_once(
+    store: SyncResourceRecordStore, clock: Clock, moto_server: Any
+) -> None:
+    """Settled indexes, and a write between two pages: X (ready) is listed on the first page
+    after A and B (closing); its owner, whose clock is a little behind B's, moves it to
+    closing dated between B and X, below where B's partition resumes. The walk lists it once
+    (it listed it twice on 62044f1)."""
+    b = record(phase="closing", age=timedelta(minutes=2), now=clock.now)
+    x = record_in_shard_of("ready", b.id)
+    c = record_in_shard_of("closing", b.id)
+    a = record(phase="ready", age=timedelta(minutes=1), now=clock.now)
+    ages = {x.id: timedelta(minutes=3), c.id: timedelta(minutes=10)}
+    for r in (a, b, x, c):
+        stored = r.model_copy(update={"updated_at": to_iso(clock.now - ages.get(r.id, NO_AGE))})
+        store.put(stored if r.id in ages else r)
+    caught_up(moto_server)  # a walk over settled indexes: the move alone is at stake
+    first = store.list(limit=3)
+    assert [v.record.id for v in first.records] == [a.id, b.id, x.id]
+    behind = to_iso(clock.now - timedelta(seconds=150))
+    store.put(x.model_copy(update={"phase": "closing", "updated_at": behind}))
+    caught_up(moto_server)  # as above
+    walked = [v.record.id for v in first.records]
+    cursor = first.cursor
+    while cursor is not None:
+        page = store.list(limit=3, cursor=cursor)
+        walked += [v.record.id for v in page.records]
+        cursor = page.cursor
+    assert walked == [a.id, b.id, x.id, c.id]
+    assert [v.record.id for v in store.list(limit=10).records] == [a.id, b.id, x.id, c.id]
+
+
+def test_a_cursor_of_an_earlier_version_still_pages_on(
+    store: SyncResourceRecordStore, clock: Clock, moto_server: Any
+) -> None:
+    """A cursor made before cursors carried the walk's position (its state a position per
+    partition only) still pages on, as it did."""
+    made = [record(age=timedelta(seconds=100 - i), now=clock.now) for i in range(5)]
+    for r in made:
+        store.put(r)
+    caught_up(moto_server)  # about the cursor's form: the listing's settled state
+    first = store.list(limit=2)
+    assert first.cursor is not None
+    body = unseal(first.cursor)
+    assert set(body["s"]) == {"p", "f"}
+    earlier = seal({**body, "s": {"p": body["s"]["p"]}})
+    rest = store.list(limit=10, cursor=earlier)
+    listed = [v.record.id for v in [*first.records, *rest.records]]
+    assert listed == [r.id for r in reversed(made)] and rest.cursor is None

@@ -24,7 +24,13 @@ from sandbox_ledger.resources.models import (
 from sandbox_ledger.sdk import steps
 from sandbox_ledger.sdk.attributes import MAX_ITEM_BYTES, N, S, item_size
 from sandbox_ledger.sdk.batching import batch_get
-from sandbox_ledger.sdk.paging import ScanStarts, check_resume, newest_first, scan_round
+from sandbox_ledger.sdk.paging import (
+    Frontier,
+    ScanStarts,
+    check_resume,
+    newest_first,
+    scan_round,
+)
 from sandbox_ledger.sdk.steps import Call, Op, Parallel, Sleep, error_code
 
 if TYPE_CHECKING:
@@ -507,7 +513,12 @@ _CURSOR_KIND = "dynamodb-resources"
 
 def _is_record_key(pk: str, sk: str) -> bool:
     """Whether (pk, sk) is the key of a resource record (what its list indexes hold)."""
-    return sk == k.RESOURCE_SK and pk.startswith(k.RESOURCE_PREFIX) and pk != k.RESOURCE_PREFIX
+    return sk == k.RESOURCE_SK and _is_record_pk(pk)
+
+
+def _is_record_pk(pk: str) -> bool:
+    """Whether ``pk`` is the partition key of a resource record."""
+    return pk.startswith(k.RESOURCE_PREFIX) and pk != k.RESOURCE_PREFIX
 
 
 def list_records(
@@ -538,16 +549,28 @@ def list_records(
         partitions = [k.resource_phase_pk(p, s) for p in phases for s in range(shard_count)]
     listing = [store, phase, provider]
     resume = None
+    frontier: Frontier | None = None
     if cursor is not None:
         state = decode_cursor(_CURSOR_KIND, cursor, listing)
-        if set(state) != {"p"}:
+        if set(state) not in ({"p"}, {"p", "f"}):  # no "f": a cursor of an earlier version
             raise bad_position()
         resume = check_resume(state["p"], index, partitions, _is_record_key)
+        frontier = Frontier.of(state["f"], _is_record_pk) if "f" in state else None
     keys, state = yield from newest_first(
-        table, index, partitions, before=None, want=limit, resume=resume
+        table,
+        index,
+        partitions,
+        before=None,
+        want=limit,
+        resume=resume,
+        passed=None if frontier is None else frontier.passed(index),
     )
+    # An index shows a record once, but a page's queries are served one after another: a
+    # record that moved to another partition in between can come from two of them.
+    unique = {i[k.PARTITION_KEY]["S"]: i for i in keys}
     items = yield from batch_get(
-        table, [{k.PARTITION_KEY: i[k.PARTITION_KEY], k.SORT_KEY: i[k.SORT_KEY]} for i in keys]
+        table,
+        [{k.PARTITION_KEY: i[k.PARTITION_KEY], k.SORT_KEY: i[k.SORT_KEY]} for i in unique.values()],
     )
     decoded = [ri.decode_or_unreadable(item) for item in items if ri.is_record(item)]
     unreadable = [r for r in decoded if isinstance(r, ri.Unreadable)]
@@ -558,7 +581,9 @@ def list_records(
         records = [r for r in records if r.record.phase == phase]
     records.sort(key=lambda r: -r.record.updated_at_ms)
     more = any(v != "done" for v in state.values())
-    next_cursor = encode_cursor(_CURSOR_KIND, {"p": state}, listing) if more else None
+    reached = Frontier.after(keys, index, frontier)
+    walk = {"p": state} if reached is None else {"p": state, "f": reached.state()}
+    next_cursor = encode_cursor(_CURSOR_KIND, walk, listing) if more else None
     return Page(records, next_cursor, unreadable)
 
 

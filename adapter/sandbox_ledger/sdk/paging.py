@@ -76,13 +76,16 @@ def newest_first(
     before: int | None,
     want: int | None,
     resume: dict[str, Any] | None = None,
+    passed: Callable[[Item], bool] | None = None,
 ) -> Op[tuple[list[Item], dict[str, Any]]]:
     """Index keys from several partitions, merged newest ``gsk`` first, at most ``want``.
 
     Each partition is queried with ``Limit=want``; one is read further only when the merge
     has used up what it returned, so a page costs one query per partition in the common case.
     Returns the keys and, per partition, where a next page resumes (``"done"`` when drained);
-    pass that back as ``resume``.
+    pass that back as ``resume``. A key for which ``passed`` is true is stepped over (its
+    partition resumes after it) and not returned: one an earlier page of the walk already
+    went past in the merge's order.
     """
     condition = "#ipk = :ipk" + (" AND #gsk < :before" if before else "")
     names = {"#ipk": index.partition_key}
@@ -128,7 +131,8 @@ def newest_first(
         best = max(ready, key=lambda s: int(s.buffer[0][index.sort_key]["N"]))
         item = best.buffer.pop(0)
         best.position = item
-        out.append(item)
+        if passed is None or not passed(item):
+            out.append(item)
     state = {
         partition: "done" if s.done and not s.buffer else s.position
         for partition, s in streams.items()
@@ -184,3 +188,64 @@ def _key_string(value: object) -> str:
     if len(text.encode()) > k.MAX_PARTITION_KEY_BYTES:
         raise bad_position()
     return text
+
+
+@dataclass(frozen=True)
+class Frontier:
+    """How far a walk of :func:`newest_first` pages has gone in the merge's order: the
+    ``gsk`` of the last key a page took, and the items (by partition key) taken at that very
+    ``gsk``; pass :meth:`passed` to the next page.
+
+    Where an item's ``gsk`` changes (a resource record's is its updatedAt, which only goes
+    forward as its owners write it), it may move to another partition (another phase or
+    provider) whose position lies further up: a later page would find it again below that
+    position. Each later page therefore steps over every key above the frontier, and the
+    items the walk took at it: items written since the walk went past them (or whose write
+    the index had not shown then), which the walk either listed already or may leave out
+    (written a moment ago)."""
+
+    gsk: int
+    taken: frozenset[str]
+
+    @classmethod
+    def of(cls, state: object, is_item: Callable[[str], bool]) -> Frontier:
+        """The frontier a cursor carries (``is_item(pk)`` accepts the partition key of each
+        of the listing's items: a frontier names them by it).
+
+        Raises:
+            InvalidInputError: naming ``cursor``.
+        """
+        if not isinstance(state, dict) or set(state) != {"g", "k"}:
+            raise bad_position()
+        taken = state["k"]
+        if (
+            not isinstance(taken, list)
+            or not taken
+            or not all(isinstance(pk, str) and is_item(pk) for pk in taken)
+        ):
+            raise bad_position()
+        return cls(check_int(state["g"], 0, MAX_SAFE_INTEGER), frozenset(taken))
+
+    @classmethod
+    def after(cls, keys: list[Item], index: IndexSpec, before: Frontier | None) -> Frontier | None:
+        """The frontier once a page took ``keys`` (newest first), from ``before``."""
+        if not keys:
+            return before
+        gsk = int(keys[-1][index.sort_key]["N"])
+        taken = {i[k.PARTITION_KEY]["S"] for i in keys if int(i[index.sort_key]["N"]) == gsk}
+        if before is not None and before.gsk == gsk:
+            taken |= before.taken
+        return cls(gsk, frozenset(taken))
+
+    def passed(self, index: IndexSpec) -> Callable[[Item], bool]:
+        """Whether the walk has gone past an index key already."""
+
+        def passed(item: Item) -> bool:
+            gsk = int(item[index.sort_key]["N"])
+            return gsk > self.gsk or (gsk == self.gsk and item[k.PARTITION_KEY]["S"] in self.taken)
+
+        return passed
+
+    def state(self) -> dict[str, Any]:
+        """The frontier as a cursor carries it."""
+        return {"g": self.gsk, "k": sorted(self.taken)}

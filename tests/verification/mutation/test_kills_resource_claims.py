@@ -8,10 +8,11 @@ from __future__ import annotations
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
-from resources.resource_fixtures import record
+from resources.resource_fixtures import caught_up, record
 from sandbox_ledger import ConflictError
 from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 from sandbox_ledger.resources import SyncResourceRecordStore, VersionedRecord
@@ -126,11 +127,14 @@ def test_an_observation_keeps_the_first_sighting_of_a_revision(
     assert store.observe(replace(claimed, expiring=None), NOW_MS) is False  # claimed
 
 
-def test_the_sweep_reads_and_deletes_what_it_claimed(store: SyncResourceRecordStore) -> None:
+def test_the_sweep_reads_and_deletes_what_it_claimed(
+    store: SyncResourceRecordStore, moto_server: Any
+) -> None:
     ids = [stored(store, timedelta(hours=1, seconds=i)) for i in range(27)]
     fresh = stored(store, timedelta(0))
     ahead = stored(store, -timedelta(hours=1))
     gone = "0123abcd-0000-4000-8000-000000000009"
+    caught_up(moto_server)  # about which records are candidates: the index's settled state
     found = store.get_many([*ids, gone])
     assert sorted(found) == sorted(ids) and all(found[i].record.id == i for i in ids)
     older = [

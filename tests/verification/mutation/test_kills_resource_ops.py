@@ -5,10 +5,11 @@ and with which words, and what an operation stores when the writer's clock is be
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
-from resources.resource_fixtures import record
+from resources.resource_fixtures import caught_up, record
 from sandbox_ledger import ConflictError, InvalidInputError
 from sandbox_ledger.resources import SyncResourceRecordStore
 from sandbox_ledger.resources.models import FAILED_PHASES, LIVE_PHASES
@@ -88,15 +89,21 @@ def test_refusals_say_what_is_wrong_in_words(store: SyncResourceRecordStore) -> 
         assert str(refused.value) == said
 
 
-def test_a_listing_takes_up_to_1000_a_page_and_no_more(store: SyncResourceRecordStore) -> None:
+def test_a_listing_takes_up_to_1000_a_page_and_no_more(
+    store: SyncResourceRecordStore, moto_server: Any
+) -> None:
     stored(store)
+    caught_up(moto_server)  # about the page's size: the listing's settled state
     assert len(store.list(limit=1000).records) == 1
     with pytest.raises(InvalidInputError, match=r"^limit: "):
         store.list(limit=1001)
 
 
-def test_paging_a_listing_ends_with_every_record_once(store: SyncResourceRecordStore) -> None:
+def test_paging_a_listing_ends_with_every_record_once(
+    store: SyncResourceRecordStore, moto_server: Any
+) -> None:
     ids = {stored(store, age=timedelta(minutes=m)) for m in (1, 2, 3)}
+    caught_up(moto_server)  # every record once: the walk's settled state
     seen: list[str] = []
     cursor = None
     for _ in range(10):
@@ -129,7 +136,7 @@ def _store_unreadable(store: SyncResourceRecordStore, moto_endpoint: str) -> str
 
 
 def test_an_unreadable_record_is_refused_by_get_and_named_by_a_listing(
-    store: SyncResourceRecordStore, moto_endpoint: str
+    store: SyncResourceRecordStore, moto_endpoint: str, moto_server: Any
 ) -> None:
     from sandbox_ledger import StorageError
 
@@ -140,6 +147,7 @@ def test_an_unreadable_record_is_refused_by_get_and_named_by_a_listing(
     assert str(refused.value).startswith(f"record {rid} is unreadable: ") and "gpu" in str(
         refused.value
     )
+    caught_up(moto_server)  # about naming it: the listing's settled state
     page = store.list()
     assert page.records == [] and [u.record_id for u in page.unreadable] == [rid]
 
@@ -164,16 +172,19 @@ def test_an_operation_by_a_writer_ahead_moves_updated_at_to_its_clock(
     assert started.record.updated_at == "2026-11-30T12:00:00.000Z"  # NOW
 
 
-def test_a_touched_record_lists_as_the_newest(store: SyncResourceRecordStore) -> None:
+def test_a_touched_record_lists_as_the_newest(
+    store: SyncResourceRecordStore, moto_server: Any
+) -> None:
     recent = stored(store, age=timedelta(minutes=1))
     old = stored(store, age=timedelta(hours=2))
+    caught_up(moto_server)  # both listed; the touch below is listed at once (read fresh)
     assert [r.record.id for r in store.list().records] == [recent, old]
     store.touch(old)  # at NOW: newer than the other's minute-old update
     assert [r.record.id for r in store.list().records] == [old, recent]
 
 
 def test_sweep_candidates_come_oldest_first_and_those_ahead_newest_first(
-    store: SyncResourceRecordStore,
+    store: SyncResourceRecordStore, moto_server: Any
 ) -> None:
     """Within each phase shard: records last updated before the bound oldest first (the
     stalest are judged first), records dated ahead of it newest first."""
@@ -182,6 +193,7 @@ def test_sweep_candidates_come_oldest_first_and_those_ahead_newest_first(
 
     behind = {stored(store, age=timedelta(hours=h)): -h for h in range(1, 9)}
     ahead = {stored(store, age=-timedelta(hours=h)): h for h in range(1, 9)}
+    caught_up(moto_server)  # about the candidates' order: the index's settled state
     now_ms = int(NOW.timestamp() * 1000)
     shards = store.run(store._shard_count())
     assert shards < 8  # so some shard holds two of each kind
@@ -206,7 +218,6 @@ def test_inspect_right_after_a_write_sees_it_on_a_replica_that_lags(
     hook answers each read that is not strongly consistent as a replica that has not seen
     the write)."""
     import json
-    from typing import Any
 
     from botocore.awsrequest import AWSResponse
 

@@ -4,13 +4,14 @@ a scan returns and refuses, and the settings it refuses by name."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
 import boto3
 import pytest
 
-from resources.resource_fixtures import record
+from resources.resource_fixtures import caught_up, record
 from sandbox_ledger import ConflictError, InvalidInputError
 from sandbox_ledger.deployment import (
     DeploymentMismatchError,
@@ -68,9 +69,12 @@ def test_a_ttl_horizon_that_is_not_positive_is_refused_by_name(horizon: timedelt
     )
 
 
-def test_a_shard_count_given_is_checked_against_the_tables(moto_endpoint: str) -> None:
+def test_a_shard_count_given_is_checked_against_the_tables(
+    moto_endpoint: str, moto_server: Any
+) -> None:
     first = new_store(moto_endpoint)
     stored(first)
+    caught_up(moto_server)  # about the shard count: the listing's settled state
     shards = first.shard_count  # the table's, once read
     assert shards is not None
     agreeing = SyncResourceRecordStore(
@@ -107,10 +111,11 @@ def test_the_policy_given_sets_the_ttls_when_the_table_records_none(moto_endpoin
     assert store.policy == keep_failed
 
 
-def test_a_listing_cursor_of_another_table_is_refused(moto_endpoint: str) -> None:
+def test_a_listing_cursor_of_another_table_is_refused(moto_endpoint: str, moto_server: Any) -> None:
     first, second = new_store(moto_endpoint), new_store(moto_endpoint)
     for store in (first, second):
         stored(store), stored(store, timedelta(hours=2))
+    caught_up(moto_server)  # about whose cursor it is: the listings' settled state
     page = first.list(limit=1)
     assert page.cursor is not None
     assert len(first.list(limit=1, cursor=page.cursor).records) == 1
@@ -118,13 +123,16 @@ def test_a_listing_cursor_of_another_table_is_refused(moto_endpoint: str) -> Non
         second.list(limit=1, cursor=page.cursor)
 
 
-def test_the_store_follows_the_shard_count_the_table_records(moto_endpoint: str) -> None:
+def test_the_store_follows_the_shard_count_the_table_records(
+    moto_endpoint: str, moto_server: Any
+) -> None:
     table = f"shards-{uuid.uuid4().hex[:12]}"
     with SyncDynamoDBAdapter(table, endpoint_url=moto_endpoint, shard_count=2) as adapter:
         adapter.create_table()
     writer = SyncResourceRecordStore(table, endpoint_url=moto_endpoint)
     rid = stored(writer)
     assert writer.shard_count == 2
+    caught_up(moto_server)  # about the shards listed: the listing's settled state
     reader = SyncResourceRecordStore(table, endpoint_url=moto_endpoint, shard_count=2)
     assert [r.record.id for r in reader.list().records] == [rid]
 
@@ -155,7 +163,7 @@ def test_a_put_of_anything_but_a_record_is_refused_by_name(store: SyncResourceRe
 
 
 async def test_the_async_store_takes_every_setting_and_argument_it_is_given(
-    moto_endpoint: str,
+    moto_endpoint: str, indexes_caught_up: Callable[[str | None], Awaitable[None]]
 ) -> None:
     table = f"async-{uuid.uuid4().hex[:12]}"
     with SyncDynamoDBAdapter(
@@ -181,6 +189,7 @@ async def test_the_async_store_takes_every_setting_and_argument_it_is_given(
         rid = ready.record.id
         with pytest.raises(ConflictError):
             await store.put(ready.record, expected_revision=7)
+        await indexes_caught_up(table)  # about the arguments: the listings' settled state
         assert [v.record.id for v in (await store.list(phase="ready")).records] == [rid]
         assert [v.record.id for v in (await store.list(provider="vm")).records] == [
             failed.record.id
