@@ -221,6 +221,7 @@ def test_json_of_table_import_and_resources(
     sync_table: str,
     table_name: str,
     tmp_path: Path,
+    wait_for_indexes: Callable[[], None],
 ) -> None:
     other = ["--table", f"{table_name}-2", "--endpoint-url", moto_endpoint]
     assert as_json(runner, [*other, "table", "create"]) == {
@@ -241,6 +242,7 @@ def test_json_of_table_import_and_resources(
     stored = store.put(record(age=timedelta(hours=1)))
     stale = stored.record
     observed_earlier(store, stored, timedelta(minutes=16))  # by an earlier sweep
+    wait_for_indexes()  # settled listings (index lag waited out)
     listed = as_json(runner, [*args, "resources", "ls"])
     assert listed == {"records": [stale.wire()], "unreadable": [], "cursor": None}
     assert "sandboxProvider" in listed["records"][0]

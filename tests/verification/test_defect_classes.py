@@ -39,6 +39,9 @@ class World:
     endpoint: str
     table: str
     tmp: Path
+    settle: Callable[[], None]
+    """Returns once the server's indexes have every write (a scenario that checks what an
+    index shows once settled calls it first)."""
 
     def ledger(self) -> SyncDynamoDBAdapter:
         return SyncDynamoDBAdapter(self.table, endpoint_url=self.endpoint)
@@ -103,6 +106,7 @@ def the_first_created_wins(world: World) -> None:
     ledger.append(entry(LedgerEvent.SandboxCreated, 20))
     details = ledger.get_sandbox_details("defects", "s1")
     assert details is not None and details.started_at == 10, details
+    world.settle()  # the listing's index has both writes
     listed = ledger.list_sandbox_details("defects", ListSandboxOptions(before=15))
     assert [d.sandbox_id for d in listed] == ["s1"]
 
@@ -196,6 +200,7 @@ def another_sweepers_live_claim_is_left_to_it(world: World) -> None:
     stored = store.put(record(age=timedelta(hours=1)))
     now = datetime.now(UTC)
     claim(store, stored, owner="another-run", now=now)
+    world.settle()  # the sweep's index has the record
     publisher = Collector()
     result = sweep(store, publisher, now=now + timedelta(minutes=1))
     assert result.skipped == [stored.record.id] and result.expired == [], result
@@ -363,8 +368,10 @@ DEFECTS = (
 
 
 @pytest.fixture
-def world(moto_endpoint: str, sync_table: str, tmp_path: Path) -> World:
-    return World(moto_endpoint, sync_table, tmp_path)
+def world(
+    moto_endpoint: str, sync_table: str, tmp_path: Path, wait_for_indexes: Callable[[], None]
+) -> World:
+    return World(moto_endpoint, sync_table, tmp_path, wait_for_indexes)
 
 
 @pytest.mark.parametrize("defect", DEFECTS, ids=[f"row{d.row}" for d in DEFECTS])
