@@ -350,6 +350,37 @@ def test_closing_the_terminal_saves_and_stops(tmp_path: Path) -> None:
     assert len((tmp_path / "dev.jsonl").read_text().splitlines()) == 6
 
 
+def test_a_data_file_replaced_by_a_fifo_between_the_look_and_the_write_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The save looked at a regular file; a FIFO took its place before the write opened it
+    (ENXIO, "No such device or address"): the reason given is the replacement, as when the
+    look finds it."""
+    import errno
+
+    from sandbox_ledger.cli import local_saves, transfer
+
+    data = tmp_path / "dev.jsonl"
+    data.write_text("")
+
+    def replaced_then_opened(lines: object, path: Path) -> None:
+        path.unlink()
+        os.mkfifo(path)
+        raise OSError(errno.ENXIO, os.strerror(errno.ENXIO), str(path))
+
+    monkeypatch.setattr(transfer, "_export", replaced_then_opened)
+    assert local_saves._write_data(("{}\n",), data) == "not a regular file any more"
+    # Any other failure of the write keeps its own reason.
+    data.unlink()
+    data.write_text("")
+
+    def full(lines: object, path: Path) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(transfer, "_export", full)
+    assert local_saves._write_data(("{}\n",), data) == os.strerror(errno.ENOSPC)
+
+
 def test_a_data_file_turned_into_a_fifo_is_a_failed_save_not_a_hang(tmp_path: Path) -> None:
     """A save opened a FIFO put in the data file's place and waited for a reader forever;
     SIGTERM and Ctrl-C could not end it (only kill -9, losing the tables)."""

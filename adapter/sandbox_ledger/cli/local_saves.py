@@ -3,6 +3,7 @@ what the served requests changed (see :mod:`sandbox_ledger.local.journal`), and 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 from typing import TYPE_CHECKING
@@ -301,11 +302,15 @@ def _write_data(lines: tuple[str, ...], data: Path) -> str | None:
     from sandbox_ledger.cli.transfer import _export
     from sandbox_ledger.errors import InvalidInputError
 
+    def replaced() -> bool:
+        try:
+            return not stat.S_ISREG(data.stat().st_mode)
+        except FileNotFoundError:
+            return False
+
     try:
-        if not stat.S_ISREG(data.stat().st_mode):
+        if replaced():
             return "not a regular file any more"
-    except FileNotFoundError:
-        pass
     except OSError as exc:
         return exc.strerror or str(exc)
     try:
@@ -313,6 +318,11 @@ def _write_data(lines: tuple[str, ...], data: Path) -> str | None:
     except InvalidInputError as exc:
         return str(exc).removeprefix(f"{exc.field}: ").removeprefix(f"{data}: ")
     except OSError as exc:
+        # Replaced between the look and the write (a FIFO's open: "No such device or
+        # address"): the reason is the replacement, said as above.
+        with contextlib.suppress(OSError):
+            if replaced():
+                return "not a regular file any more"
         return exc.strerror or str(exc)
     return None
 
