@@ -32,7 +32,8 @@ console reads it; the demo lists every session of its name, a read that grows wi
 
 First ``--calibrate`` sandboxes run one at a time, the meter (``LocalDynamoDB.meter()``) read
 around each call: each operation's units, table and each index, beside the write units
-docs/table-design.md's "Capacity per operation" table gives it (read from the file). Then the
+docs/table-design.md's "Capacity per operation" table gives it (read from the file:
+:func:`documented_writes`). Then the
 meter is reset and the fleet runs: sandboxes started at each of ``--rates`` sessions a second
 for ``--seconds`` seconds, each step waiting for its sandboxes to finish, so the meter counts
 whole sessions. Per step the meter is read every second: the table's write and read units in
@@ -44,8 +45,9 @@ by a botocore ``needs-retry`` hook on both clients (``ProvisionedThroughputExcee
 ``ThrottlingException``, a transaction cancelled with ``ThrottlingError``): every attempt
 once, retried or not. The strict profile gives a global secondary index no throughput bucket
 (docs/fidelity.md, "Open"): an index partition's share comes from the meter, and throttles
-nothing here. Units per session are the meter's totals over every step divided by the
-sessions (a throttled or cancelled request consumes nothing).
+nothing here. A session whose sandbox ends in an error (past the adapter's retries) is
+counted as failed, its units kept. Units per session are the meter's totals over every step
+divided by the sessions (a throttled or cancelled request consumes nothing).
 
 Prices: DynamoDB on-demand, Standard table class, US East (N. Virginia), since the price cut
 of 2024-11-01: $0.625 per million write request units and $0.125 per million read request
@@ -61,6 +63,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import inspect
 import json
 import os
 import re
@@ -98,32 +101,42 @@ LISTING = ListSandboxOptions(limit=20)
 OUTCOMES = {"exec.complete", "exec.failed"}
 
 DESIGN = Path(__file__).resolve().parents[1] / "docs" / "table-design.md"
-# The rows of DESIGN's "Capacity per operation" table that give an append's write units (the
-# row's bold figure), by the event the append stores.
+# The rows of DESIGN's "Capacity per operation" table that give an operation's write units
+# (the row's first figure, bold or not), and the operations (as the calibration names them)
+# each gives them to.
 ROWS = {
-    "append exec.started": "exec.started",
-    "append exec.complete": "exec.complete",
-    "append checkpoint_created": "sandbox.checkpoint_created",
-    "append sandbox.created": "sandbox.created",
-    "append sandbox.closed": "sandbox.closed",
+    "append exec.started": ("append exec.started", "append exec.failed"),
+    "append exec.complete": ("append exec.complete",),
+    "append checkpoint_created": ("append sandbox.checkpoint_created",),
+    "append sandbox.created": ("append sandbox.created",),
+    "append sandbox.closed": ("append sandbox.closed",),
+    "resource put": ("resource put",),
+    "resource record_operation_start": (
+        "resource record_operation_start",
+        "resource record_operation_finish",
+    ),
+    "resource touch": ("resource touch",),
 }
 
 
 def documented_writes(design: Path = DESIGN) -> dict[str, float]:
     """The write units ``design`` (docs/table-design.md, "Capacity per operation") gives
-    each append, by event (``exec.failed`` as ``exec.started``, one row)."""
+    each operation of :data:`ROWS`.
+
+    Raises:
+        ValueError: naming the file and the rows it lacks.
+    """
     text = design.read_text(encoding="utf-8")
     section = text.split("## Capacity per operation", 1)[1].split("\n## ", 1)[0]
     units = {}
     for row in section.splitlines():
-        for prefix, event in ROWS.items():
-            found = re.search(r"\| \*\*(\d+)\*\* \|", row)
+        for prefix, ops in ROWS.items():
+            found = re.match(r"\| [^|]+ \| (?:\*\*)?(\d+)(?:\*\*)? \|", row)
             if row.startswith(f"| {prefix}") and found:
-                units[event] = float(found.group(1))
-    missing = set(ROWS.values()) - set(units)
+                units.update(dict.fromkeys(ops, float(found.group(1))))
+    missing = [prefix for prefix, ops in ROWS.items() if ops[0] not in units]
     if missing:
-        raise ValueError(f"{design}: no bold write units for {sorted(missing)}")
-    units["exec.failed"] = units["exec.started"]
+        raise ValueError(f"{design}: no write units for {missing}")
     return units
 
 
@@ -205,6 +218,9 @@ class Step:
     """From the first sandbox's start to the last one's end."""
     totals: Totals
     throttles: Counter[str]
+    """Throttled attempts by operation."""
+    failed: Counter[str]
+    """Sessions that ended in an error, by the error's type (their units still counted)."""
     hot_write: dict[str, Hot]
     """Per index ("" the table): the hottest key's write units in one second."""
     hot_read: dict[str, Hot]
@@ -227,9 +243,10 @@ class Calibration:
 
 
 class _Metered:
-    """The demo's adapter or store, each call counted by operation (an append by its event);
-    with ``calibration``, the meter read around each call (only right when one runs at a
-    time)."""
+    """The demo's adapter or store as the demo calls it, each exec taking ``exec_seconds``
+    (before its outcome's append) and the listing one page; with ``calibration``, the meter
+    read around each call and its units added to the call's operation (named ``prefix`` and
+    the method, an append by its event; right only while one call runs at a time)."""
 
     def __init__(
         self,
@@ -237,17 +254,18 @@ class _Metered:
         server: LocalDynamoDB,
         calibration: Calibration | None = None,
         exec_seconds: float = 0.0,
+        prefix: str = "",
     ) -> None:
         self._inner, self._server, self._calibration = inner, server, calibration
-        self._exec_seconds = exec_seconds
+        self._exec_seconds, self._prefix = exec_seconds, prefix
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._inner, name)
-        if name.startswith("_") or not asyncio.iscoroutinefunction(attr):
+        if name.startswith("_") or not inspect.iscoroutinefunction(attr):
             return attr
 
         async def call(*args: Any, **kwargs: Any) -> Any:
-            op = name
+            op = self._prefix + name
             if name == "append":
                 op = f"append {args[0].event}"
                 if args[0].event in OUTCOMES:  # the exec runs between started and its outcome
@@ -316,8 +334,9 @@ class Fleet:
         i, self.next = self.next, self.next + 1
         pace = 0.0 if calibration is not None else self.exec_seconds
         ledger = _Metered(self.ledger, self.server, calibration, pace)
-        store = _Metered(self.store, self.server, calibration)
-        await _sandbox(i, self.base, self.config, ledger, store, self.stats, self.report)  # type: ignore[arg-type]
+        store = _Metered(self.store, self.server, calibration, prefix="resource ")
+        # The wrappers stand in for the demo's DynamoDBAdapter and ResourceRecordStore.
+        await _sandbox(i, self.base, self.config, ledger, store, self.stats, self.report)
 
     async def calibrate(self, sandboxes: int) -> Calibration:
         """Run ``sandboxes`` sandboxes one after another, each call's units metered."""
@@ -348,7 +367,8 @@ class Fleet:
             await asyncio.sleep(max(0.0, start + k / rate - time.monotonic()))
             tasks.append(asyncio.create_task(self.sandbox()))
         launched = time.monotonic() - start + 1 / rate
-        await asyncio.gather(*tasks)
+        ended = await asyncio.gather(*tasks, return_exceptions=True)
+        failed = Counter(type(e).__name__ for e in ended if isinstance(e, BaseException))
         elapsed = time.monotonic() - start
         done.set()
         await sampler
@@ -379,6 +399,7 @@ class Fleet:
             seconds=elapsed,
             totals=Totals.between(snapshots[0], snapshots[-1]),
             throttles=Counter(self.throttles),
+            failed=failed,
             hot_write=dict(hot_write),
             hot_read=dict(hot_read),
             table_write=table_write,
@@ -477,7 +498,7 @@ def canonical(calibration: Calibration, execs: int) -> tuple[Usage, float]:
         for index in INDEXES:
             used = calibration.per_call(f"append {event}", index)
             read, write = read + n * used.read, write + n * used.write
-        estimate += n * documented[event]
+        estimate += n * documented[f"append {event}"]
     return Usage(read, write), estimate
 
 
@@ -501,16 +522,16 @@ def show(result: Result) -> None:
     print("Units per call, one sandbox at a time (mean of the calls)")
     print()
     names = " | ".join(f"{i} WCU" for i in INDEXES[1:])
-    print(f"| operation | calls | table RCU | table WCU | {names} | docs WCU |")
-    print("|---|---:|---:|---:|" + "---:|" * len(INDEXES))
+    print(f"| operation | calls | table RCU | table WCU | {names} | total WCU | docs WCU |")
+    print("|---|---:|---:|---:|" + "---:|" * (len(INDEXES) + 1))
     for op in sorted(cal.calls):
         table = cal.per_call(op)
         cells = " | ".join(f"{cal.per_call(op, i).write:g}" for i in INDEXES[1:])
-        event = op.removeprefix("append ")
-        estimate = f"{documented[event]:g}" if event in documented else "-"
+        estimate = f"{documented[op]:g}" if op in documented else "-"
+        total = sum(cal.per_call(op, i).write for i in INDEXES)
         print(
             f"| {op} | {cal.calls[op]} | {table.read:.3g} | {table.write:.3g} | {cells} "
-            f"| {estimate} |"
+            f"| {total:.3g} | {estimate} |"
         )
     used, estimate = canonical(cal, result.execs)
     print()
@@ -530,9 +551,9 @@ def show(result: Result) -> None:
     print()
     print(
         "| sessions/s | at DynamoDB | sessions | s | table WCU/s steady | table WCU/s "
-        "| table RCU/s | hottest table key WCU/s | hottest key RCU/s | throttled |"
+        "| table RCU/s | hottest table key WCU/s | hottest key RCU/s | throttled | failed |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---|---|---|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|")
     steady = result.per_session.index.get("", Usage()).write
     for s in result.steps:
         key_w = s.hot_write.get("", Hot())
@@ -545,7 +566,8 @@ def show(result: Result) -> None:
             f"| {_share(s.table_read, TABLE_READ * scale)} "
             f"| {_share(key_w.units, PARTITION_WRITE * scale)} {_where(key_w)} "
             f"| {_share(key_r.units, PARTITION_READ * scale)} {key_r.index or 'table'} "
-            f"{_where(key_r)} | {sum(s.throttles.values())}{f' ({detail})' if detail else ''} |"
+            f"{_where(key_r)} | {sum(s.throttles.values())}{f' ({detail})' if detail else ''} "
+            f"| {', '.join(f'{n} {e}' for e, n in s.failed.items()) or 0} |"
         )
     first = result.first_throttle()
     print()
