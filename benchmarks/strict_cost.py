@@ -221,6 +221,8 @@ class Step:
     """Throttled attempts by operation."""
     failed: Counter[str]
     """Sessions that ended in an error, by the error's type (their units still counted)."""
+    errors: dict[str, str]
+    """The first error of each type, its message."""
     hot_write: dict[str, Hot]
     """Per index ("" the table): the hottest key's write units in one second."""
     hot_read: dict[str, Hot]
@@ -368,7 +370,9 @@ class Fleet:
             tasks.append(asyncio.create_task(self.sandbox()))
         launched = time.monotonic() - start + 1 / rate
         ended = await asyncio.gather(*tasks, return_exceptions=True)
-        failed = Counter(type(e).__name__ for e in ended if isinstance(e, BaseException))
+        errors = [e for e in ended if isinstance(e, BaseException)]
+        failed = Counter(type(e).__name__ for e in errors)
+        first = {type(e).__name__: str(e) for e in reversed(errors)}
         elapsed = time.monotonic() - start
         done.set()
         await sampler
@@ -400,6 +404,7 @@ class Fleet:
             totals=Totals.between(snapshots[0], snapshots[-1]),
             throttles=Counter(self.throttles),
             failed=failed,
+            errors=first,
             hot_write=dict(hot_write),
             hot_read=dict(hot_read),
             table_write=table_write,
@@ -569,6 +574,9 @@ def show(result: Result) -> None:
             f"{_where(key_r)} | {sum(s.throttles.values())}{f' ({detail})' if detail else ''} "
             f"| {', '.join(f'{n} {e}' for e, n in s.failed.items()) or 0} |"
         )
+    for s in result.steps:
+        for name, message in s.errors.items():
+            print(f"\nat {s.achieved:.2f} sessions/s, {name}: {message[:600]}")
     first = result.first_throttle()
     print()
     if first is None:
