@@ -111,6 +111,31 @@ THROTTLE_CODES = frozenset(
 """The error codes with which DynamoDB (and the AWS front door) says a request was throttled:
 not applied, to be sent again after a backoff."""
 
+THROTTLE_REASONS = frozenset({"ThrottlingError", "ProvisionedThroughputExceeded"})
+"""The cancellation reasons with which DynamoDB says a transaction's action found its
+partition's (or table's) throughput spent."""
+
+
+def cancelled_for_throughput(reasons: Any) -> bool:
+    """Whether a ``TransactionCanceledException``'s ``CancellationReasons`` (dicts with a
+    ``Code``, or the codes themselves) say only that throughput was spent: some action
+    throttled, every other one ``None`` (not the cause)."""
+    codes = [r.get("Code") if isinstance(r, dict) else r for r in reasons or ()]
+    return bool(THROTTLE_REASONS.intersection(codes)) and {
+        None,
+        "None",
+        *THROTTLE_REASONS,
+    }.issuperset(codes)
+
+
+def gave_up(message: str, reasons: Any, *, code: str | None) -> StorageError:
+    """The error of a write that gave up after its transactions were cancelled with
+    ``reasons`` (as :func:`cancelled_for_throughput` reads them) every time it was sent:
+    :class:`ThrottledError` when they say only that throughput was spent, else
+    :class:`StorageError`."""
+    kind = ThrottledError if cancelled_for_throughput(reasons) else StorageError
+    return kind(message, code=code)
+
 
 def translate_client_error(exc: BaseException, *, operation: str = "") -> LedgerError:
     """Map a botocore error (or connection failure) to the package's own type.
@@ -142,7 +167,10 @@ def translate_client_error(exc: BaseException, *, operation: str = "") -> Ledger
     where = f"{operation}: " if operation else ""
     if code == "ResourceNotFoundException":
         return TableNotFoundError(f"{where}table not found ({message})", code=code)
-    if code in THROTTLE_CODES:
+    if code in THROTTLE_CODES or (
+        code == "TransactionCanceledException"
+        and cancelled_for_throughput(response.get("CancellationReasons"))
+    ):
         return ThrottledError(f"{where}throttled after retries ({message})", code=code)
     if code in {"AccessDeniedException", "UnrecognizedClientException"}:
         return AccessDeniedError(f"{where}access denied ({message})", code=code)

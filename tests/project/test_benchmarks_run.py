@@ -47,6 +47,18 @@ SMOKE = {
     "replay.py": ["--runs", "5"],
     "server_cpu.py": ["--requests", "50"],
     "server_replay.py": ["--rounds", "1"],
+    "strict_cost.py": [
+        "--rates",
+        "2",
+        "--seconds",
+        "1",
+        "--execs",
+        "3",
+        "--exec-seconds",
+        "0",
+        "--calibrate",
+        "2",
+    ],
     "worker_cold_start.py": ["--runs", "1"],
 }
 NOT_RUN = {"worker_bundle.py": "builds the Lambda bundle with pip for another platform"}

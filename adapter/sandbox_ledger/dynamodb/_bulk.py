@@ -39,7 +39,13 @@ from sandbox_ledger.dynamodb._packing import (
     remove,
     request,
 )
-from sandbox_ledger.errors import THROTTLE_CODES, ConflictError, InvalidInputError, StorageError
+from sandbox_ledger.errors import (
+    THROTTLE_CODES,
+    ConflictError,
+    InvalidInputError,
+    StorageError,
+    gave_up,
+)
 from sandbox_ledger.keys import LedgerAttr as A
 from sandbox_ledger.sdk import steps
 from sandbox_ledger.sdk.attributes import S
@@ -338,9 +344,10 @@ def _give_up_after(
             "import: a session is being deleted (retry once delete_sandbox has returned)",
             code="TransactionCanceledException",
         ) from exc
-    raise StorageError(
+    raise gave_up(
         f"import: transaction cancelled {transaction.attempt + transaction.conflicts} times "
         f"({codes})",
+        codes,
         code=error_code(exc) or "TransactionCanceledException",
     ) from exc
 

@@ -24,7 +24,7 @@ from sandbox_ledger.deployment import (
 )
 from sandbox_ledger.dynamodb import _items as it
 from sandbox_ledger.dynamodb import _sequence as _seq
-from sandbox_ledger.errors import ConflictError, StorageError
+from sandbox_ledger.errors import ConflictError, StorageError, gave_up
 from sandbox_ledger.keys import LedgerAttr as A
 from sandbox_ledger.models import (
     CheckpointInfo,
@@ -201,8 +201,9 @@ def append(
                         "has returned)",
                         code="TransactionCanceledException",
                     ) from exc
-                raise StorageError(
+                raise gave_up(
                     f"append: transaction cancelled {tries} times ({reasons})",
+                    reasons,
                     code="TransactionCanceledException",
                 ) from exc
             yield Sleep(steps.backoff(tries))
