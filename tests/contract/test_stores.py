@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -272,7 +273,11 @@ SECOND = {
 @pytest.mark.parametrize("source", STORES)
 @pytest.mark.parametrize("destination", STORES)
 def test_export_pipe_import_moves_a_ledger(
-    request: pytest.FixtureRequest, source: str, destination: str, monkeypatch: pytest.MonkeyPatch
+    request: pytest.FixtureRequest,
+    source: str,
+    destination: str,
+    monkeypatch: pytest.MonkeyPatch,
+    wait_for_indexes: Callable[[], None],
 ) -> None:
     monkeypatch.delenv("SANDBOX_LEDGER_TABLE", raising=False)
     a = request.getfixturevalue(source)
@@ -298,6 +303,7 @@ def test_export_pipe_import_moves_a_ledger(
             f"<stdin>: {new} new, {present} already present, 0 expired, 0 failed" in imported.stderr
         )
         assert f"; environments: {env}, 0 not newer than the store's" in imported.stderr
+    wait_for_indexes()  # settled listings (index lag waited out)
     before, after = asyncio.run(_snapshot(a)), asyncio.run(_snapshot(b))
     assert after == before
     details, entries, appended, _, environments = after

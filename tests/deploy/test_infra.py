@@ -9,7 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -597,7 +597,9 @@ def test_bad_context_is_refused_with_the_key(context: dict[str, Any], key: str) 
 
 
 def test_deployed_stack_serves_the_library(
-    synthesized: tuple[dict[str, Any], Path], moto_endpoint: str
+    synthesized: tuple[dict[str, Any], Path],
+    moto_endpoint: str,
+    wait_for_indexes: Callable[[], None],
 ) -> None:
     """Create the synthesized stack in moto's CloudFormation, then run the adapter, the
     resource store and the sweeper against the table it created."""
@@ -638,6 +640,7 @@ def test_deployed_stack_serves_the_library(
         ledger.append(
             LedgerEntry(ts=ts, name="deployed", sandbox_id="sb", step_index=-1, event=event)
         )
+    wait_for_indexes()  # the listings' indexes have the writes (index lag waited out)
     [details] = ledger.list_all_sandbox_details(ListSandboxOptions(limit=10))
     assert (details.exec_count, str(details.status)) == (1, "completed")
     assert len(ledger.read_all("deployed", "sb")) == 3
@@ -681,6 +684,7 @@ def test_deployed_stack_serves_the_library(
     stored = store.put(record(age=timedelta(hours=1)))
     stale = stored.record
     observed_earlier(store, stored, timedelta(minutes=16))  # by an earlier scheduled run
+    wait_for_indexes()  # the sweep's index has the record (index lag waited out)
     result = sweep(store, EventPublisher(events, plan.event_bus_name), now=datetime.now(UTC))
     assert result.expired == [stale.id] and store.get(stale.id) is None
 
@@ -872,9 +876,16 @@ def test_the_policy_evaluator_allows_and_denies_as_iam_does() -> None:
 
 
 @pytest.fixture(scope="module")
-def role_calls(moto_endpoint: str) -> dict[str, lp.CallRecorder]:
+def role_calls(moto_endpoint: str, moto_server: Any) -> dict[str, lp.CallRecorder]:
     """Every call a worker's adapter (``ledger``) and resource store (``resources``) make,
-    through each public method, and the calls of their read methods alone (``reader``)."""
+    through each public method, and the calls of their read methods alone (``reader``).
+    Each listing runs once the indexes have the writes before it: it then reads what it
+    finds (a BatchGetItem), as a listing of a settled table does."""
+
+    def settle() -> None:
+        if moto_server is not None:
+            moto_server.wait_for_indexes()
+
     from resources.resource_fixtures import record
     from sandbox_ledger import LedgerEntry, ListSandboxOptions
     from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
@@ -906,6 +917,7 @@ def role_calls(moto_endpoint: str) -> dict[str, lp.CallRecorder]:
     ledger.last_checkpoint("w", "sb")
     ledger.list_checkpoints("w", "sb")
     ledger.get_sandbox_details("w", "sb")
+    settle()  # the listings' indexes have the writes (index lag waited out)
     for status in (None, "running", "completed"):
         opts = ListSandboxOptions(limit=10, **({"status": status} if status else {}))
         ledger.list_sandbox_details("w", opts)
@@ -926,6 +938,7 @@ def role_calls(moto_endpoint: str) -> dict[str, lp.CallRecorder]:
     store.put(stored.record, expected_revision=stored.revision)
     store.get(rid)
     store.get_versioned(rid)
+    settle()  # the listings' indexes have the writes (index lag waited out)
     for phase, provider in ((None, None), ("ready", None), (None, "docker"), ("ready", "docker")):
         store.list(phase=phase, provider=provider)
     store.touch(rid)
@@ -936,15 +949,15 @@ def role_calls(moto_endpoint: str) -> dict[str, lp.CallRecorder]:
     assert store.delete(rid) is True
     ledger.close()
     store.close()
-    asyncio.run(_async_worker(table, moto_endpoint, recorder, store_recorder))
+    asyncio.run(_async_worker(table, moto_endpoint, recorder, store_recorder, settle))
     return {
         "ledger": recorder,
         "resources": store_recorder,
-        "reader": _reader_calls(table, moto_endpoint),
+        "reader": _reader_calls(table, moto_endpoint, settle),
     }
 
 
-def _reader_calls(table: str, endpoint: str) -> lp.CallRecorder:
+def _reader_calls(table: str, endpoint: str, settle: Callable[[], None]) -> lp.CallRecorder:
     """A reader's calls: every read method of the adapter and the store, nothing else."""
     from resources.resource_fixtures import record
     from sandbox_ledger import LedgerEntry, ListSandboxOptions
@@ -957,6 +970,7 @@ def _reader_calls(table: str, endpoint: str) -> lp.CallRecorder:
         )
     with SyncResourceRecordStore(table, endpoint_url=endpoint) as owner:
         rid = owner.put(record()).record.id
+    settle()  # the listings' indexes have the writes (index lag waited out)
     recorder = lp.CallRecorder()
     with SyncDynamoDBAdapter(table, endpoint_url=endpoint) as ledger:
         recorder.watch(ledger.client())
@@ -992,7 +1006,11 @@ def worker_calls(role_calls: dict[str, lp.CallRecorder]) -> lp.CallRecorder:
 
 
 async def _async_worker(
-    table: str, endpoint: str, recorder: lp.CallRecorder, store_recorder: lp.CallRecorder
+    table: str,
+    endpoint: str,
+    recorder: lp.CallRecorder,
+    store_recorder: lp.CallRecorder,
+    settle: Callable[[], None],
 ) -> None:
     """The async twins' main paths, on the same recorders (they send the same calls)."""
     from resources.resource_fixtures import record
@@ -1005,11 +1023,17 @@ async def _async_worker(
         entry = LedgerEntry(ts=1, name="a", sandbox_id="s", step_index=-1, event="sandbox.created")
         await ledger.append(entry)
         await ledger.read_all("a", "s")
+        await asyncio.to_thread(
+            settle
+        )  # the listings' indexes have the writes (index lag waited out)
         await ledger.list_all_sandbox_details(ListSandboxOptions(limit=5))
         await ledger.delete_sandbox("a", "s")
     async with ResourceRecordStore(table, endpoint_url=endpoint) as store:
         store_recorder.watch(await store.client())
         stored = await store.put(record())
+        await asyncio.to_thread(
+            settle
+        )  # the listings' indexes have the writes (index lag waited out)
         await store.list(phase="ready")
         await store.delete(stored.record.id)
 

@@ -367,7 +367,7 @@ async def _list_and_close(store: object) -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("described", [True, False], ids=["descriptor-without-id", "none"])
 def test_cursors_of_a_table_without_store_id_are_bound_to_its_region(
-    moto_endpoint: str, table_name: str, described: bool
+    moto_endpoint: str, table_name: str, described: bool, wait_for_indexes: Callable[[], None]
 ) -> None:
     """A table described before descriptors held an id (or not described at all) keeps
     paging: its cursors are bound to its name and the client's region, and a listing
@@ -385,6 +385,7 @@ def test_cursors_of_a_table_without_store_id_are_bound_to_its_region(
     for adapter, base in ((here, 100), (there, 200)):
         for i in range(3):
             adapter.append(_e("n", f"s{base + i}", LedgerEvent.SandboxCreated, base + i))
+    wait_for_indexes()  # settled listings (index lag waited out)
     for name in ("n", None):
         first = (
             here.list_sandbox_page(name, ListSandboxOptions(limit=1))
