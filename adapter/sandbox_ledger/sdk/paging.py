@@ -76,13 +76,16 @@ def newest_first(
     before: int | None,
     want: int | None,
     resume: dict[str, Any] | None = None,
+    passed: Callable[[Item], bool] | None = None,
 ) -> Op[tuple[list[Item], dict[str, Any]]]:
     """Index keys from several partitions, merged newest ``gsk`` first, at most ``want``.
 
     Each partition is queried with ``Limit=want``; one is read further only when the merge
     has used up what it returned, so a page costs one query per partition in the common case.
     Returns the keys and, per partition, where a next page resumes (``"done"`` when drained);
-    pass that back as ``resume``.
+    pass that back as ``resume``. A key for which ``passed`` is true is stepped over (its
+    partition resumes after it) and not returned: one an earlier page of the walk already
+    went past in the merge's order.
     """
     condition = "#ipk = :ipk" + (" AND #gsk < :before" if before else "")
     names = {"#ipk": index.partition_key}
@@ -128,7 +131,8 @@ def newest_first(
         best = max(ready, key=lambda s: int(s.buffer[0][index.sort_key]["N"]))
         item = best.buffer.pop(0)
         best.position = item
-        out.append(item)
+        if passed is None or not passed(item):
+            out.append(item)
     state = {
         partition: "done" if s.done and not s.buffer else s.position
         for partition, s in streams.items()
