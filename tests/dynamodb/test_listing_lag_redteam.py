@@ -37,9 +37,9 @@ from sandbox_ledger.testing.listings import ListingContract, during_lag
 
 from .test_dynamodb_conformance import AsyncOverSync
 
-DELAY = 0.8
+DELAY = 0.5
 """How long each write takes to reach an index (fixed: a listing right after the writes falls
-within it on any machine not stalled for most of a second)."""
+within it on any machine not stalled for half a second)."""
 
 
 @pytest.fixture(scope="module")
@@ -84,12 +84,14 @@ class Stores:
         raise AssertionError("no such id")
 
 
-@pytest.fixture(params=["async", "sync"])
+# The async twin on four shards by default; the sync twin (the same operations, driven in
+# threads) and one shard (no merge) as slow tests.
+@pytest.fixture(params=["async", pytest.param("sync", marks=pytest.mark.slow)])
 def twin(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-@pytest.fixture(params=[1, 4], ids=["1shard", "4shards"])
+@pytest.fixture(params=[pytest.param(1, marks=pytest.mark.slow), 4], ids=["1shard", "4shards"])
 async def stores(lagging: LocalDynamoDB, twin: str, request: pytest.FixtureRequest) -> Any:
     shards = int(request.param)
     table = f"lagrt-{uuid.uuid4().hex[:10]}"
