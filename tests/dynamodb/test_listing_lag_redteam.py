@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from sandbox_ledger import keys as k
-from sandbox_ledger.cursor import seal, unseal
-from sandbox_ledger.dynamodb import DynamoDBAdapter, SyncDynamoDBAdapter
+from sandbox_ledger.cursor import encode_cursor, seal, unseal
+from sandbox_ledger.dynamodb import DynamoDBAdapter, SyncDynamoDBAdapter, _ops
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.local import LocalDynamoDB
 from sandbox_ledger.local.strict import StrictProfile
@@ -32,6 +32,8 @@ from sandbox_ledger.models import (
     SandboxDetails,
     SandboxStatus,
 )
+from sandbox_ledger.sdk.steps import Call, Parallel
+from sandbox_ledger.summary import session_listing
 from sandbox_ledger.testing._build import entry
 from sandbox_ledger.testing.listings import ListingContract, during_lag
 
@@ -466,3 +468,67 @@ async def test_a_cursor_whose_frontier_is_no_position_is_refused(
         with pytest.raises(InvalidInputError) as refused:
             await page_of(stores.adapter, None, ListSandboxOptions(limit=1, cursor=bad))
         assert refused.value.field == "cursor"
+
+
+# -- one page's queries, driven by hand: the index changes between two of them ------------------
+
+
+def test_a_page_asks_batchgetitem_for_a_session_once_when_the_index_moves_it_between_queries() -> (
+    None
+):
+    """A page's partition is read again when the walk's frontier stepped over what it returned
+    (keys above the frontier). Between the two Queries, the index shows a session taken by the
+    first at its new place (deleted and created again, earlier): the second returns it again.
+    BatchGetItem refuses a request naming a key twice (a ValidationException on DynamoDB): the
+    page asks for it once and lists it once, as it now is."""
+    options = ListSandboxOptions(limit=2)
+    partition = k.all_pk(0)
+    listing = session_listing("store", None, options)
+    cursor = encode_cursor("dynamodb-sessions", {"p": {partition: None}, "f": 100}, listing)
+    pk = {sid: k.session_pk("q", sid) for sid in ("x", "y")}
+
+    def key(sid: str, gsk: int) -> dict[str, Any]:
+        return {
+            k.PARTITION_KEY: {"S": pk[sid]},
+            k.SORT_KEY: {"S": k.SUMMARY_SK},
+            k.ALL.partition_key: {"S": partition},
+            k.ALL.sort_key: {"N": str(gsk)},
+        }
+
+    def answer(call: Call) -> dict[str, Any]:
+        if call.operation == "query":
+            if "ExclusiveStartKey" not in call.params:  # y above the frontier, x below it
+                return {"Items": [key("y", 300), key("x", 95)], "LastEvaluatedKey": key("x", 95)}
+            return {"Items": [key("x", 50)]}  # x, created again at 50, now shows there
+        assert call.operation == "batch_get_item", call
+        asked = [item[k.PARTITION_KEY]["S"] for item in call.params["RequestItems"]["t"]["Keys"]]
+        assert len(asked) == len(set(asked)), f"BatchGetItem refuses duplicate keys: {asked}"
+        summary = {
+            **key("x", 50),
+            "name": {"S": "q"},
+            "sandboxId": {"S": "x"},
+            "startedAt": {"N": "50"},
+        }
+        return {"Responses": {"t": [summary]}}
+
+    opts = options.model_copy(update={"cursor": cursor})
+    page, _ = drive(
+        _ops.list_details("t", name=None, opts=opts, shard_count=1, store="store"), answer
+    )
+    assert [(d.sandbox_id, d.started_at) for d in page.sessions] == [("x", 50)]
+
+
+def drive(op: Any, answer: Any) -> tuple[Any, list[Any]]:
+    """Run an operation by hand: ``answer(call)`` answers each call; sleeps are skipped."""
+    seen: list[Any] = []
+    value: Any = None
+    while True:
+        try:
+            step = op.send(value)
+        except StopIteration as stop:
+            return stop.value, seen
+        seen.append(step)
+        if isinstance(step, Parallel):
+            value = [answer(call) for call in step.calls]
+        else:
+            value = answer(step) if isinstance(step, Call) else None

@@ -704,9 +704,16 @@ def list_details(
         resume=resume,
         passed=None if frontier is None else _above(index, frontier),
     )
+    # Each summary once: a partition read again within the page (past keys the frontier
+    # stepped over) may return a session a moment ago moved below where it was taken, and
+    # BatchGetItem refuses a key named twice.
+    wanted = {key[k.PARTITION_KEY]["S"]: key for key in keys}
     summaries = yield from batch_get(
         table,
-        [{k.PARTITION_KEY: key[k.PARTITION_KEY], k.SORT_KEY: key[k.SORT_KEY]} for key in keys],
+        [
+            {k.PARTITION_KEY: key[k.PARTITION_KEY], k.SORT_KEY: key[k.SORT_KEY]}
+            for key in wanted.values()
+        ],
     )
     # Summaries come back in any order: in the index order (the cursor's), each through its
     # current entry only.
