@@ -33,7 +33,7 @@ from sandbox_ledger.testing._build import entry
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from sandbox_ledger.models import SandboxDetails
+    from sandbox_ledger.models import SandboxDetails, SandboxPage
     from sandbox_ledger.protocol import StorageAdapter
 
 _LISTINGS = (
@@ -166,6 +166,34 @@ class ListingContract:
         walked = await _walk(adapter, ListSandboxOptions(limit=2))
         assert walked == await model.list_all_sandbox_details()
 
+    @during_lag
+    async def test_a_walk_while_indexes_lag_lists_a_session_created_again_once_in_order(
+        self, adapter: StorageAdapter
+    ) -> None:
+        # A session deleted and created again, earlier, just before the walk: while the
+        # indexes lag, its first page may still find it at its old place; a later page (once
+        # they caught up) finds it at its new one. Listed once, and the walk in order.
+        model = MemoryAdapter()
+        for sandbox_id, ts in [("s1", 3000), ("x", 2000), ("s2", 1500), ("s3", 1200)]:
+            for store in (adapter, model):
+                await store.append(entry("g", sandbox_id, LedgerEvent.SandboxCreated, ts))
+        await self._settle(adapter)
+        for store in (adapter, model):
+            await store.delete_sandbox("g", "x")
+            await store.append(entry("g", "x", LedgerEvent.SandboxCreated, 1000))
+        expected = await model.list_all_sandbox_details()
+        for name in ("g", None):
+            options = ListSandboxOptions(limit=2)
+            page = await _page(adapter, name, options)
+            walked = list(page.sessions)
+            await self._settle(adapter)
+            while page.cursor is not None:
+                page = await _page(adapter, name, ListSandboxOptions(limit=2, cursor=page.cursor))
+                walked.extend(page.sessions)
+            _assert_left_out(walked, expected)
+            if consistent(adapter):
+                assert walked == expected
+
     async def _settle(self, adapter: StorageAdapter) -> None:
         if not consistent(adapter):
             await self.listings_caught_up(adapter)
@@ -186,6 +214,14 @@ async def _listed(
     if name is None:
         return await store.list_all_sandbox_details(options)
     return await store.list_sandbox_details(name, options)
+
+
+async def _page(
+    store: StorageAdapter, name: str | None, options: ListSandboxOptions
+) -> SandboxPage:
+    if name is None:
+        return await store.list_all_sandbox_page(options)
+    return await store.list_sandbox_page(name, options)
 
 
 async def _walk(store: StorageAdapter, options: ListSandboxOptions) -> list[SandboxDetails]:
