@@ -12,6 +12,7 @@ still checked (the promises hold then too); the attack is then only weaker.
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -562,3 +563,93 @@ async def test_a_session_created_again_during_a_walk_is_a_new_one_a_later_page_m
     # DynamoDB: as the memory store, or with x left out (its shard was drained by then).
     assert_left_out(rests[0], rests[1])
     assert ("n", "s2") in keys_of(rests[0])
+
+
+# -- walks among random writes --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "seed", [7, pytest.param(8, marks=pytest.mark.slow), pytest.param(9, marks=pytest.mark.slow)]
+)
+async def test_walks_among_random_writes_while_indexes_lag(stores: Stores, seed: int) -> None:
+    """Walks of pages (every listing, filter and a limit of 1 to 3) while sessions are
+    created, given execs, closed, deleted and created again between the pages, the index
+    catching up now and then: each page is the reference as it now is with sessions left out,
+    a walk's startedAts never rise, and it lists a session twice only if the session was
+    created again during the walk (a new session under the same id)."""
+    rng = random.Random(seed)
+    live: dict[str, bool] = {}  # sandbox id -> closed
+    clock = iter(range(10_000, 0, -7))
+
+    async def mutate() -> str | None:
+        roll = rng.random()
+        ids = sorted(live)
+        if not ids or roll < 0.3:
+            sandbox_id = f"z{rng.randrange(12)}"
+            if sandbox_id in live:
+                return None
+            await stores.create(rng.choice("pq"), sandbox_id, rng.randrange(1000, 1100) * 10)
+            live[sandbox_id] = False
+            return sandbox_id
+        sandbox_id = rng.choice(ids)
+        name = await name_of(sandbox_id)
+        if roll < 0.45 and not live[sandbox_id]:
+            await stores.close(name, sandbox_id, next(clock))
+            live[sandbox_id] = True
+        elif roll < 0.6:
+            await stores.append(name, sandbox_id, LedgerEvent.ExecComplete, next(clock))
+        elif roll < 0.8:
+            await stores.delete(name, sandbox_id)
+            del live[sandbox_id]
+        else:  # deleted and created again, at another startedAt
+            await stores.delete(name, sandbox_id)
+            await stores.create(name, sandbox_id, rng.randrange(1000, 1100) * 10 + 1)
+            live[sandbox_id] = False
+            return sandbox_id
+        return None
+
+    async def name_of(sandbox_id: str) -> str:
+        for name in "pq":
+            if await stores.model.get_sandbox_details(name, sandbox_id) is not None:
+                return name
+        raise AssertionError(sandbox_id)
+
+    for _ in range(10):
+        await mutate()
+    await stores.settle()
+    for _walk in range(10):
+        for _write in range(3):  # just before the walk: its first page reads them lagging
+            await mutate()
+        name = rng.choice(["p", None])
+        options = ListSandboxOptions(
+            limit=rng.randint(1, 3),
+            status=rng.choice([None, *SandboxStatus]),
+            before=rng.choice([None, 10_500]),
+        )
+        walked: list[SandboxDetails] = []
+        again: set[str] = set()
+        cursor: str | None = None
+        for _page in range(40):
+            page, cursor = await page_of(
+                stores.adapter, name, options.model_copy(update={"cursor": cursor})
+            )
+            assert_left_out(page, await reference(stores, name, options))
+            walked += page
+            if cursor is None:
+                break
+            for _write in range(rng.randint(0, 2)):
+                created = await mutate()
+                if created is not None and created in {d.sandbox_id for d in walked}:
+                    again.add(created)
+            if rng.random() < 0.5:
+                await stores.settle()
+        else:
+            raise AssertionError("the walk does not end")
+        started = [d.started_at for d in walked]
+        assert started == sorted(started, reverse=True), walked
+        listed = [d.sandbox_id for d in walked if d.sandbox_id not in again]
+        assert len(listed) == len(set(listed)), walked
+    await stores.settle()
+    for name in ("p", None):
+        options = ListSandboxOptions(limit=2)
+        assert await walk(stores.adapter, name, options) == await reference(stores, name, options)
