@@ -250,6 +250,28 @@ async def test_a_walk_stays_in_order_when_an_entry_shows_late_in_a_shard_not_yet
         await adapter.close()
 
 
+async def test_a_walk_never_lists_a_session_started_after_it_went_past_that_place(
+    lagging: LocalDynamoDB,
+) -> None:
+    """Not lag alone: a session created during a walk (newest of all), in a shard no page has
+    taken from yet, once the index has it. A later page read that shard from its top: it
+    listed the new session after older ones. The walk has gone past its place: left out."""
+    table = f"lagrt-{uuid.uuid4().hex[:10]}"
+    async with DynamoDBAdapter(table, endpoint_url=lagging.endpoint_url, shard_count=4) as a:
+        await a.create_table()
+        stores = Stores(a, lagging, 4)
+        await stores.create("l", stores.in_shard("l", 0, "a"), 3000)
+        await stores.create("l", stores.in_shard("l", 0, "aa"), 2950)
+        await stores.create("l", stores.in_shard("l", 1, "b"), 1000)
+        await stores.settle()
+        options = ListSandboxOptions(limit=2)
+        walked, cursor = await page_of(a, None, options)
+        await stores.create("l", stores.in_shard("l", 1, "bb"), 5000)
+        await stores.settle()
+        walked += await walk(a, None, options.model_copy(update={"cursor": cursor}))
+        assert [d.started_at for d in walked] == [3000, 2950, 1000]
+
+
 # -- sessions closed while a walk with a status filter is in progress --------------------------
 
 

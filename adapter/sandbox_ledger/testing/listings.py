@@ -143,6 +143,7 @@ class ListingContract:
             for store in (adapter, model):
                 await store.append(created)
         seen: list[tuple[str, str]] = []
+        started: list[int] = []
         options = ListSandboxOptions(limit=2)
         more = 0
         while True:
@@ -151,6 +152,7 @@ class ListingContract:
             expected = await model.list_all_sandbox_details()
             _assert_left_out(page.sessions, expected)
             seen.extend((d.name, d.sandbox_id) for d in page.sessions)
+            started.extend(d.started_at for d in page.sessions)
             if page.cursor is None:
                 break
             # Sessions keep coming while the walk runs (newer: before the walk's position).
@@ -160,6 +162,9 @@ class ListingContract:
                 await store.append(late)
             options = ListSandboxOptions(limit=2, cursor=page.cursor)
         assert len(seen) == len(set(seen)), seen
+        # Newest first across the pages too: a later page never lists a session newer than
+        # one an earlier page listed (the walk went past its place).
+        assert started == sorted(started, reverse=True), list(zip(seen, started, strict=True))
         if consistent(adapter):
             assert seen == [("w", f"s{i:02d}") for i in reversed(range(12))]
         await self._settle(adapter)
