@@ -272,6 +272,33 @@ async def test_a_walk_never_lists_a_session_started_after_it_went_past_that_plac
         assert [d.started_at for d in walked] == [3000, 2950, 1000]
 
 
+async def test_a_walk_keeps_the_index_order_of_ties_when_one_shows_late(
+    lagging: LocalDynamoDB,
+) -> None:
+    """Two sessions share a startedAt in shards 0 and 1: the listing's order puts shard 0's
+    first (ties in the index's order: the shards in turn). The first page takes shard 1's
+    while the index does not show shard 0's yet; a later page must not list it after shard
+    1's (the walk has gone past its place): the walk is the settled listing with sessions
+    left out."""
+    table = f"lagrt-{uuid.uuid4().hex[:10]}"
+    async with DynamoDBAdapter(table, endpoint_url=lagging.endpoint_url, shard_count=4) as a:
+        await a.create_table()
+        stores = Stores(a, lagging, 4)
+        await stores.create("t", stores.in_shard("t", 1, "c"), 3000)
+        await stores.create("t", stores.in_shard("t", 1, "b"), 2000)
+        await stores.create("t", stores.in_shard("t", 2, "d"), 1000)
+        await stores.create("t", stores.in_shard("t", 0, "e"), 500)  # shard 0 not drained
+        await stores.settle()
+        await stores.create("t", stores.in_shard("t", 0, "a"), 2000)
+        options = ListSandboxOptions(limit=2)
+        walked, cursor = await page_of(a, None, options)
+        await stores.settle()
+        walked += await walk(a, None, options.model_copy(update={"cursor": cursor}))
+        settled = await a.list_all_sandbox_details()
+        assert [d.sandbox_id[0] for d in settled] == ["c", "a", "b", "d", "e"]
+        assert_left_out(walked, settled)
+
+
 # -- sessions closed while a walk with a status filter is in progress --------------------------
 
 
@@ -478,7 +505,23 @@ async def test_a_cursor_of_an_earlier_version_without_a_frontier_pages_on(stores
     assert first + rest == await reference(stores, None, ListSandboxOptions())
 
 
-@pytest.mark.parametrize("frontier", [-1, "104", True, 1.5, 2**53, [104], {"g": 104}])
+@pytest.mark.parametrize(
+    "frontier",
+    [
+        104,
+        [104],
+        [104, 0, 0],
+        [-1, 0],
+        ["104", 0],
+        [True, 0],
+        [1.5, 0],
+        [2**53, 0],
+        [104, -1],
+        [104, 4],
+        [104, "0"],
+        {"g": 104},
+    ],
+)
 async def test_a_cursor_whose_frontier_is_no_position_is_refused(
     stores: Stores, frontier: Any
 ) -> None:
@@ -507,7 +550,7 @@ def test_a_page_asks_batchgetitem_for_a_session_once_when_the_index_moves_it_bet
     options = ListSandboxOptions(limit=2)
     partition = k.all_pk(0)
     listing = session_listing("store", None, options)
-    cursor = encode_cursor("dynamodb-sessions", {"p": {partition: None}, "f": 100}, listing)
+    cursor = encode_cursor("dynamodb-sessions", {"p": {partition: None}, "f": [100, 0]}, listing)
     pk = {sid: k.session_pk("q", sid) for sid in ("x", "y")}
 
     def key(sid: str, gsk: int) -> dict[str, Any]:

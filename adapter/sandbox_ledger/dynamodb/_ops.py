@@ -666,9 +666,12 @@ def list_details(
     session only through its current index entry (the summary, read strongly consistent,
     holds the entry's partition and ``gsk``): an entry left from before the session was
     deleted and created again with another startedAt would list it at the old place, and the
-    walk would list it again at the new one. And the cursor carries the walk's frontier (the
-    ``gsk`` of the last key a page took, ``f``): a later page steps over keys above it, which
-    the index showed only after the walk had gone past their place.
+    walk would list it again at the new one. And the cursor carries the walk's frontier,
+    where the merge's order (newest ``gsk`` first, ties by partition in turn) reached: the
+    ``gsk`` and partition of the last key a page took (``f``). A later page steps over keys
+    before it in that order, which the index showed only after the walk had gone past their
+    place (a session started during the walk, or shown late, in a partition the walk had not
+    taken from yet).
     """
     status = opts.status if opts else None
     before = opts.before if opts else None
@@ -686,15 +689,14 @@ def list_details(
         ]
     listing = session_listing(store, name, opts) if store is not None else []
     resume = None
-    frontier: int | None = None
+    frontier: tuple[int, int] | None = None
     if opts is not None and opts.cursor is not None:
         state = decode_cursor(_CURSOR_KIND, opts.cursor, listing)
         if set(state) not in ({"p"}, {"p", "f"}):  # no "f": a cursor of an earlier version
             raise bad_position()
         resume = check_resume(state["p"], index, partitions, _is_summary_key, before=before)
         if "f" in state:
-            # Below ``before``, as every position of the listing.
-            frontier = check_int(state["f"], 0, before - 1 if before else MAX_SAFE_INTEGER)
+            frontier = _frontier(state["f"], before, len(partitions))
     keys, state = yield from newest_first(
         table,
         index,
@@ -702,7 +704,7 @@ def list_details(
         before=before,
         want=want,
         resume=resume,
-        passed=None if frontier is None else _above(index, frontier),
+        passed=None if frontier is None else _passed(index, partitions, frontier),
     )
     # Each summary once: a partition read again within the page (past keys the frontier
     # stepped over) may return a session a moment ago moved below where it was taken, and
@@ -728,8 +730,8 @@ def list_details(
     # The index is eventually consistent: re-apply the filters to the fresh summaries.
     sessions = apply_list_options(details, opts)
     more = want is not None and any(where != "done" for where in state.values())
-    reached = int(keys[-1][index.sort_key]["N"]) if keys else frontier
-    walk: dict[str, Any] = {"p": state} if reached is None else {"p": state, "f": reached}
+    reached = _reached(index, partitions, keys[-1]) if keys else frontier
+    walk: dict[str, Any] = {"p": state} if reached is None else {"p": state, "f": list(reached)}
     cursor = encode_cursor(_CURSOR_KIND, walk, listing) if more else None
     return SandboxPage(sessions=sessions, cursor=cursor)
 
@@ -743,13 +745,36 @@ def _is_current(summary: Item, key: Item, index: k.IndexSpec) -> bool:
     )
 
 
-def _above(index: k.IndexSpec, frontier: int) -> Callable[[Item], bool]:
-    """Whether an index key lies above a walk's frontier (the walk went past its place)."""
+def _reached(index: k.IndexSpec, partitions: list[str], key: Item) -> tuple[int, int]:
+    """Where an index key stands in the merge's order: its ``gsk`` and its partition's turn."""
+    return int(key[index.sort_key]["N"]), partitions.index(key[index.partition_key]["S"])
 
-    def above(key: Item) -> bool:
-        return int(key[index.sort_key]["N"]) > frontier
 
-    return above
+def _passed(
+    index: k.IndexSpec, partitions: list[str], frontier: tuple[int, int]
+) -> Callable[[Item], bool]:
+    """Whether an index key comes before a walk's frontier in the merge's order (newer, or as
+    new in an earlier partition): the walk went past its place."""
+    gsk, turn = frontier
+
+    def passed(key: Item) -> bool:
+        at, its = _reached(index, partitions, key)
+        return at > gsk or (at == gsk and its < turn)
+
+    return passed
+
+
+def _frontier(state: object, before: int | None, partitions: int) -> tuple[int, int]:
+    """A cursor's frontier: a ``gsk`` below ``before`` (as every position of the listing) and
+    a partition's turn.
+
+    Raises:
+        InvalidInputError: naming ``cursor``.
+    """
+    if not isinstance(state, list) or len(state) != 2:
+        raise bad_position()
+    gsk = check_int(state[0], 0, before - 1 if before else MAX_SAFE_INTEGER)
+    return gsk, check_int(state[1], 0, partitions - 1)
 
 
 def _is_summary_key(pk: str, sk: str) -> bool:
