@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from sandbox_ledger import keys as k
-from sandbox_ledger.cursor import bad_position, decode_cursor, encode_cursor
+from sandbox_ledger._json import MAX_SAFE_INTEGER
+from sandbox_ledger.cursor import bad_position, check_int, decode_cursor, encode_cursor
 from sandbox_ledger.deployment import (
     SweepSettings,
     TableDescriptor,
@@ -36,7 +37,7 @@ from sandbox_ledger.models import (
     SandboxPage,
 )
 from sandbox_ledger.sdk import steps
-from sandbox_ledger.sdk.attributes import N, S
+from sandbox_ledger.sdk.attributes import Item, N, S
 from sandbox_ledger.sdk.batching import batch_get, batch_write
 from sandbox_ledger.sdk.paging import (
     ScanStarts,
@@ -49,7 +50,7 @@ from sandbox_ledger.sdk.steps import MAX_ATTEMPTS, Call, Op, Sleep, error_code, 
 from sandbox_ledger.summary import apply_list_options, session_listing
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from sandbox_ledger.dynamodb._sequence import Sequencer
 
@@ -661,6 +662,17 @@ def list_details(
     The cursor holds, per index partition, the key of the last item the page took from it:
     a Query resumes exactly after it (ExclusiveStartKey), so sessions sharing a startedAt
     across a page boundary are neither skipped nor repeated.
+
+    While the index lags (docs/table-design.md, "Listings and index lag"), a page lists a
+    session only through its current index entry (the summary, read strongly consistent,
+    holds the entry's partition and ``gsk``): an entry left from before the session was
+    deleted and created again with another startedAt would list it at the old place, and the
+    walk would list it again at the new one. And the cursor carries the walk's frontier,
+    where the merge's order (newest ``gsk`` first, ties by partition in turn) reached: the
+    ``gsk`` and partition of the last key a page took (``f``). A later page steps over keys
+    before it in that order, which the index showed only after the walk had gone past their
+    place (a session started during the walk, or shown late, in a partition the walk had not
+    taken from yet).
     """
     status = opts.status if opts else None
     before = opts.before if opts else None
@@ -678,27 +690,92 @@ def list_details(
         ]
     listing = session_listing(store, name, opts) if store is not None else []
     resume = None
+    frontier: tuple[int, int] | None = None
     if opts is not None and opts.cursor is not None:
         state = decode_cursor(_CURSOR_KIND, opts.cursor, listing)
-        if set(state) != {"p"}:
+        if set(state) not in ({"p"}, {"p", "f"}):  # no "f": a cursor of an earlier version
             raise bad_position()
         resume = check_resume(state["p"], index, partitions, _is_summary_key, before=before)
+        if "f" in state:
+            frontier = _frontier(state["f"], before, len(partitions))
     keys, state = yield from newest_first(
-        table, index, partitions, before=before, want=want, resume=resume
+        table,
+        index,
+        partitions,
+        before=before,
+        want=want,
+        resume=resume,
+        passed=None if frontier is None else _passed(index, partitions, frontier),
     )
+    # Each summary once: a partition read again within the page (past keys the frontier
+    # stepped over) may return a session a moment ago moved below where it was taken, and
+    # BatchGetItem refuses a key named twice.
+    wanted = {key[k.PARTITION_KEY]["S"]: key for key in keys}
     summaries = yield from batch_get(
         table,
-        [{k.PARTITION_KEY: key[k.PARTITION_KEY], k.SORT_KEY: key[k.SORT_KEY]} for key in keys],
+        [
+            {k.PARTITION_KEY: key[k.PARTITION_KEY], k.SORT_KEY: key[k.SORT_KEY]}
+            for key in wanted.values()
+        ],
     )
-    # Summaries come back in any order: restore the index order (the cursor's order).
-    rank = {(key[k.PARTITION_KEY]["S"]): i for i, key in enumerate(keys)}
-    summaries.sort(key=lambda item: rank.get(item[k.PARTITION_KEY]["S"], len(rank)))
-    details = [d for d in map(it.decode_details, _live(summaries)) if d is not None]
+    # Summaries come back in any order: in the index order (the cursor's), each through its
+    # current entry only.
+    fresh = {item[k.PARTITION_KEY]["S"]: item for item in _live(summaries)}
+    current = [
+        summary
+        for key in keys
+        if (summary := fresh.get(key[k.PARTITION_KEY]["S"])) is not None
+        and _is_current(summary, key, index)
+    ]
+    details = [d for d in map(it.decode_details, current) if d is not None]
     # The index is eventually consistent: re-apply the filters to the fresh summaries.
     sessions = apply_list_options(details, opts)
     more = want is not None and any(where != "done" for where in state.values())
-    cursor = encode_cursor(_CURSOR_KIND, {"p": state}, listing) if more else None
+    reached = _reached(index, partitions, keys[-1]) if keys else frontier
+    walk: dict[str, Any] = {"p": state} if reached is None else {"p": state, "f": list(reached)}
+    cursor = encode_cursor(_CURSOR_KIND, walk, listing) if more else None
     return SandboxPage(sessions=sessions, cursor=cursor)
+
+
+def _is_current(summary: Item, key: Item, index: k.IndexSpec) -> bool:
+    """Whether an index ``key`` is the session's entry as the ``summary`` now makes it (same
+    partition, same ``gsk``), not one the index still shows from an earlier write."""
+    return all(
+        name in summary and summary[name] == key[name]
+        for name in (index.partition_key, index.sort_key)
+    )
+
+
+def _reached(index: k.IndexSpec, partitions: list[str], key: Item) -> tuple[int, int]:
+    """Where an index key stands in the merge's order: its ``gsk`` and its partition's turn."""
+    return int(key[index.sort_key]["N"]), partitions.index(key[index.partition_key]["S"])
+
+
+def _passed(
+    index: k.IndexSpec, partitions: list[str], frontier: tuple[int, int]
+) -> Callable[[Item], bool]:
+    """Whether an index key comes before a walk's frontier in the merge's order (newer, or as
+    new in an earlier partition): the walk went past its place."""
+    gsk, turn = frontier
+
+    def passed(key: Item) -> bool:
+        at, its = _reached(index, partitions, key)
+        return at > gsk or (at == gsk and its < turn)
+
+    return passed
+
+
+def _frontier(state: object, before: int | None, partitions: int) -> tuple[int, int]:
+    """A cursor's frontier: a ``gsk`` below ``before`` (as every position of the listing) and
+    a partition's turn.
+
+    Raises:
+        InvalidInputError: naming ``cursor``.
+    """
+    if not isinstance(state, list) or len(state) != 2:
+        raise bad_position()
+    gsk = check_int(state[0], 0, before - 1 if before else MAX_SAFE_INTEGER)
+    return gsk, check_int(state[1], 0, partitions - 1)
 
 
 def _is_summary_key(pk: str, sk: str) -> bool:

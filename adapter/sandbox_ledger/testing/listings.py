@@ -33,7 +33,7 @@ from sandbox_ledger.testing._build import entry
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from sandbox_ledger.models import SandboxDetails
+    from sandbox_ledger.models import SandboxDetails, SandboxPage
     from sandbox_ledger.protocol import StorageAdapter
 
 _LISTINGS = (
@@ -143,6 +143,7 @@ class ListingContract:
             for store in (adapter, model):
                 await store.append(created)
         seen: list[tuple[str, str]] = []
+        started: list[int] = []
         options = ListSandboxOptions(limit=2)
         more = 0
         while True:
@@ -151,6 +152,7 @@ class ListingContract:
             expected = await model.list_all_sandbox_details()
             _assert_left_out(page.sessions, expected)
             seen.extend((d.name, d.sandbox_id) for d in page.sessions)
+            started.extend(d.started_at for d in page.sessions)
             if page.cursor is None:
                 break
             # Sessions keep coming while the walk runs (newer: before the walk's position).
@@ -160,11 +162,42 @@ class ListingContract:
                 await store.append(late)
             options = ListSandboxOptions(limit=2, cursor=page.cursor)
         assert len(seen) == len(set(seen)), seen
+        # Newest first across the pages too: a later page never lists a session newer than
+        # one an earlier page listed (the walk went past its place).
+        assert started == sorted(started, reverse=True), list(zip(seen, started, strict=True))
         if consistent(adapter):
             assert seen == [("w", f"s{i:02d}") for i in reversed(range(12))]
         await self._settle(adapter)
         walked = await _walk(adapter, ListSandboxOptions(limit=2))
         assert walked == await model.list_all_sandbox_details()
+
+    @during_lag
+    async def test_a_walk_while_indexes_lag_lists_a_session_created_again_once_in_order(
+        self, adapter: StorageAdapter
+    ) -> None:
+        # A session deleted and created again, earlier, just before the walk: while the
+        # indexes lag, its first page may still find it at its old place; a later page (once
+        # they caught up) finds it at its new one. Listed once, and the walk in order.
+        model = MemoryAdapter()
+        for sandbox_id, ts in [("s1", 3000), ("x", 2000), ("s2", 1500), ("s3", 1200)]:
+            for store in (adapter, model):
+                await store.append(entry("g", sandbox_id, LedgerEvent.SandboxCreated, ts))
+        await self._settle(adapter)
+        for store in (adapter, model):
+            await store.delete_sandbox("g", "x")
+            await store.append(entry("g", "x", LedgerEvent.SandboxCreated, 1000))
+        expected = await model.list_all_sandbox_details()
+        for name in ("g", None):
+            options = ListSandboxOptions(limit=2)
+            page = await _page(adapter, name, options)
+            walked = list(page.sessions)
+            await self._settle(adapter)
+            while page.cursor is not None:
+                page = await _page(adapter, name, ListSandboxOptions(limit=2, cursor=page.cursor))
+                walked.extend(page.sessions)
+            _assert_left_out(walked, expected)
+            if consistent(adapter):
+                assert walked == expected
 
     async def _settle(self, adapter: StorageAdapter) -> None:
         if not consistent(adapter):
@@ -186,6 +219,14 @@ async def _listed(
     if name is None:
         return await store.list_all_sandbox_details(options)
     return await store.list_sandbox_details(name, options)
+
+
+async def _page(
+    store: StorageAdapter, name: str | None, options: ListSandboxOptions
+) -> SandboxPage:
+    if name is None:
+        return await store.list_all_sandbox_page(options)
+    return await store.list_sandbox_page(name, options)
 
 
 async def _walk(store: StorageAdapter, options: ListSandboxOptions) -> list[SandboxDetails]:
