@@ -247,7 +247,9 @@ async def test_an_async_ledger_client_with_a_disagreeing_shard_count_is_refused(
         assert await wrong.read_all("other", "sb-x") == []
 
 
-def test_the_descriptor_is_read_once_per_client(moto_endpoint: str, table_name: str) -> None:
+def test_the_descriptor_is_read_once_per_client(
+    moto_endpoint: str, table_name: str, wait_for_indexes: Callable[[], None]
+) -> None:
     """One GetItem per client lifetime, on its first write (any event: its retention must be
     the table's) or its first listing of every name (the shard count); reads that depend on
     neither never read it."""
@@ -274,6 +276,7 @@ def test_the_descriptor_is_read_once_per_client(moto_endpoint: str, table_name: 
     ledger.list_all_sandbox_details()
     assert counter.calls["GetItem"] == 0
     ledger.close()
+    wait_for_indexes()  # the listings find what they read (index lag waited out)
     fresh = SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint)
     counter = RequestCounter().attach(fresh.client())
     fresh.list_all_sandbox_details()

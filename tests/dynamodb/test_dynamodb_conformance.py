@@ -124,11 +124,11 @@ async def _namesake(
 
 
 class _IndexesLag(StorageAdapterContract):
-    """The contract on the session's server: a listing's settled state is checked once its
-    global secondary indexes have caught up. They lag as DynamoDB's do only when
-    ``SANDBOX_LEDGER_TEST_STRICT`` sets ``index_delay`` (tests/conftest.py ``TEST_PROFILE``
-    keeps them as fresh as the table); tests/dynamodb/test_listing_lag_redteam.py runs the
-    contract's ``during_lag`` tests on a server whose indexes lag."""
+    """The contract on the session's server, whose global secondary indexes lag as DynamoDB's
+    do (tests/conftest.py ``TEST_PROFILE``: 50-100 ms): the ``during_lag`` tests list while
+    they lag, the others check a listing's settled state once they have caught up;
+    tests/dynamodb/test_listing_lag_redteam.py runs the ``during_lag`` tests on a server
+    lagging longer."""
 
     @pytest.fixture(autouse=True)
     def _caught_up(self, indexes_caught_up: Callable[[str | None], Awaitable[None]]) -> None:

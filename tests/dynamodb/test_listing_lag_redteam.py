@@ -440,9 +440,9 @@ def test_wait_for_indexes_waits_out_the_lag_and_never_shortens_it(lagging: Local
 
 
 class TestListingContractWhileIndexesLag(ListingContract):
-    """The contract's ``during_lag`` tests on this module's lagging server (the session's server
-    runs with indexes as fresh as the table by default: tests/conftest.py ``TEST_PROFILE``), and
-    a check that the contract's autouse fixture leaves their listings alone."""
+    """The contract's ``during_lag`` tests on this module's server, lagging longer than the
+    session's (tests/conftest.py ``TEST_PROFILE``: 50-100 ms), and a check that the contract's
+    autouse fixture leaves their listings alone."""
 
     @pytest.fixture(params=["async", "sync"])
     async def adapter(
