@@ -1142,7 +1142,9 @@ def test_a_worker_cannot_write_the_descriptor(
 
 
 def test_the_sweeper_role_allows_exactly_what_the_sweeper_sends(
-    synthesized: tuple[dict[str, Any], Path], moto_endpoint: str
+    synthesized: tuple[dict[str, Any], Path],
+    moto_endpoint: str,
+    wait_for_indexes: Callable[[], None],
 ) -> None:
     """The sweeper handler's calls (a real run: observe, then claim, read, delete) against
     its role: the same (action, table-or-index, key family) triples, no more; its Query of
@@ -1162,6 +1164,7 @@ def test_the_sweeper_role_allows_exactly_what_the_sweeper_sends(
     now = datetime.now(UTC)
     stale = owner.put(record(age=timedelta(hours=1), now=now)).record
     owner.put(record(age=timedelta(days=9), phase="cleanup-failed", now=now))
+    wait_for_indexes()  # the sweep's index has the records (index lag waited out)
     recorder = lp.CallRecorder()
     session = boto3.session.Session()
     recorder.watch_session(session)

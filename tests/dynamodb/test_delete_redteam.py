@@ -4,6 +4,7 @@ interleavings of deletes, appends, imports and followers the seal must survive."
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -725,7 +726,11 @@ def test_a_delete_that_stalled_inside_a_batch_leaves_the_next_sessions_summary(
 
 @pytest.mark.parametrize("imported", [False, True], ids=["appended", "imported"])
 def test_a_summary_the_next_session_changed_during_a_stall_is_built_again_from_it(
-    moto_endpoint: str, sync_table: str, monkeypatch: pytest.MonkeyPatch, imported: bool
+    moto_endpoint: str,
+    sync_table: str,
+    monkeypatch: pytest.MonkeyPatch,
+    imported: bool,
+    wait_for_indexes: Callable[[], None],
 ) -> None:
     """As above, with the next session's whole life stored during the stall (created, an
     exec.complete, closed; appended, or imported in one transaction): the summary the delete
@@ -775,5 +780,6 @@ def test_a_summary_the_next_session_changed_during_a_stall_is_built_again_from_i
     [summary] = [i for i in _items(writer, "w") if i[k.SORT_KEY]["S"] == k.SUMMARY_SK]
     assert "deletingToken" not in summary and "deleting" not in summary
     assert int(summary[k.TTL_ATTRIBUTE]["N"]) >= (now + 2) // 1000 + kept.days * 86_400 - 5
+    wait_for_indexes()  # settled listings (index lag waited out)
     listed = writer.list_sandbox_details("red")
     assert [(d.sandbox_id, d.status) for d in listed] == [("w", SandboxStatus.Completed)]
