@@ -106,6 +106,29 @@ def check_listing(
             raise _fail(what, "sessions missing before the cut", sorted(missing), None)
 
 
+def check_listing_left_out(
+    what: str,
+    actual: Sequence[SandboxDetails],
+    expected: Sequence[SandboxDetails],
+    limit: int | None,
+) -> None:
+    """``actual``, made while the store's indexes may lag, is ``expected`` (the unlimited
+    answer) with sessions left out: each listed as the model has it, none twice, newest
+    first, at most ``limit`` (docs/table-design.md, Listings and index lag)."""
+    keys = [(d.name, d.sandbox_id) for d in actual]
+    if len(set(keys)) != len(keys):
+        raise _fail(what, "a session listed twice", keys, None)
+    if limit and len(actual) > limit:
+        raise _fail(what, f"{len(actual)} sessions, at most {limit}", keys, None)
+    by_key = {(d.name, d.sandbox_id): d for d in expected}
+    for d in actual:
+        if by_key.get((d.name, d.sandbox_id)) != d:
+            raise _fail(what, "a session the model does not list so", d, by_key.get(keys[0]))
+    started = [d.started_at for d in actual]
+    if started != sorted(started, reverse=True):
+        raise _fail(what, "not newest first", started, None)
+
+
 def check_pages(
     what: str, pages: Sequence[Sequence[SandboxDetails]], expected: Sequence[SandboxDetails]
 ) -> None:

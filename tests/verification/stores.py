@@ -34,6 +34,10 @@ class AsyncOverThreads:
     def __init__(self, sync: Any) -> None:
         self._sync = sync
 
+    @property
+    def consistent_listings(self) -> bool:
+        return bool(getattr(self._sync, "consistent_listings", True))
+
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._sync, name)
 
@@ -54,6 +58,9 @@ class Store:
     aio: bool = False
     reset: Callable[[], Awaitable[None]] | None = None
     dispose: Callable[[], Awaitable[None]] | None = None
+    settle: Callable[[], Awaitable[None]] | None = None
+    """Returns once the store's listings show every write made so far (a store whose
+    listings are eventually consistent: its server's indexes have caught up)."""
 
 
 class Subject(Protocol):
@@ -123,9 +130,17 @@ class DynamoDBSubject:
     ``recreate_every`` examples; async or sync twin."""
 
     def __init__(
-        self, endpoint: str, *, sync: bool, recreate_every: int = _EXAMPLES_PER_TABLE
+        self,
+        endpoint: str,
+        *,
+        sync: bool,
+        recreate_every: int = _EXAMPLES_PER_TABLE,
+        server: Any = None,
     ) -> None:
         self.endpoint, self.sync, self.recreate_every = endpoint, sync, recreate_every
+        self.server = server
+        """The session's ``LocalDynamoDB`` (None: a shared server, lenient): its indexes
+        lag, and a check of a listing's settled state waits for them."""
         self.label = "dynamodb-sync" if sync else "dynamodb-async"
 
     async def open(self, clients: int) -> Store:
@@ -162,6 +177,10 @@ class DynamoDBSubject:
             await asyncio.to_thread(maker.client().delete_table, TableName=table)
             maker.close()
 
+        async def settle() -> None:
+            if self.server is not None:
+                await asyncio.to_thread(self.server.wait_for_indexes, table)
+
         return Store(
             clients=adapters[:-1],
             checker=adapters[-1],
@@ -169,6 +188,7 @@ class DynamoDBSubject:
             aio=not self.sync,
             reset=reset,
             dispose=dispose,
+            settle=settle,
         )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,14 +48,14 @@ class TestMemory(LedgerModelSuite):
 
 class TestDynamoDBAsync(BotocoreFaultSuite):
     @pytest.fixture
-    def subject(self, moto_endpoint: str) -> Subject:
-        return DynamoDBSubject(moto_endpoint, sync=False)
+    def subject(self, moto_endpoint: str, moto_server: Any) -> Subject:
+        return DynamoDBSubject(moto_endpoint, sync=False, server=moto_server)
 
 
 class TestDynamoDBSync(BotocoreFaultSuite):
     @pytest.fixture
-    def subject(self, moto_endpoint: str) -> Subject:
-        return DynamoDBSubject(moto_endpoint, sync=True)
+    def subject(self, moto_endpoint: str, moto_server: Any) -> Subject:
+        return DynamoDBSubject(moto_endpoint, sync=True, server=moto_server)
 
 
 class TestSQLite(LedgerModelSuite):
