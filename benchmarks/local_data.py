@@ -132,8 +132,12 @@ class Probe:
 
 
 def _count(data: Path) -> int:
+    """The entries the data file holds: 0 before the server's first save has written it
+    (a slow machine acknowledges the import before that save)."""
     from sandbox_ledger.local.persist import read_data
 
+    if not data.exists():
+        return 0
     return read_data(data).entries
 
 
