@@ -191,13 +191,19 @@ def test_import_reports_malformed_lines(
 
 
 def test_resources_ls_and_sweep(
-    runner: CliRunner, args: list[str], moto_endpoint: str, sync_table: str, event_bus: str
+    runner: CliRunner,
+    args: list[str],
+    moto_endpoint: str,
+    sync_table: str,
+    event_bus: str,
+    wait_for_indexes: Callable[[], None],
 ) -> None:
     store = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint)
     stored = store.put(record(age=timedelta(hours=1)))
     stale = stored.record
     observed_earlier(store, stored, timedelta(minutes=16))  # by an earlier sweep
     fresh = store.put(record(provider="vercel")).record
+    wait_for_indexes()  # settled listings (index lag waited out)
     listed = runner.invoke(app, [*args, "resources", "ls"])
     assert stale.id in listed.output and fresh.id in listed.output
     only = runner.invoke(app, [*args, "resources", "ls", "--provider", "vercel"])
