@@ -33,12 +33,13 @@ from sandbox_ledger.models import (
     SandboxDetails,
     SandboxStatus,
 )
-from sandbox_ledger.sdk.steps import Call, Parallel
+from sandbox_ledger.sdk.steps import Call
 from sandbox_ledger.summary import session_listing
 from sandbox_ledger.testing._build import entry
 from sandbox_ledger.testing.listings import ListingContract, during_lag
 
 from .test_dynamodb_conformance import AsyncOverSync
+from .test_sdk_steps import drive
 
 DELAY = 0.5
 """How long each write takes to reach an index (fixed: a listing right after the writes falls
@@ -582,22 +583,6 @@ def test_a_page_asks_batchgetitem_for_a_session_once_when_the_index_moves_it_bet
         _ops.list_details("t", name=None, opts=opts, shard_count=1, store="store"), answer
     )
     assert [(d.sandbox_id, d.started_at) for d in page.sessions] == [("x", 50)]
-
-
-def drive(op: Any, answer: Any) -> tuple[Any, list[Any]]:
-    """Run an operation by hand: ``answer(call)`` answers each call; sleeps are skipped."""
-    seen: list[Any] = []
-    value: Any = None
-    while True:
-        try:
-            step = op.send(value)
-        except StopIteration as stop:
-            return stop.value, seen
-        seen.append(step)
-        if isinstance(step, Parallel):
-            value = [answer(call) for call in step.calls]
-        else:
-            value = answer(step) if isinstance(step, Call) else None
 
 
 # -- what no store promises: a session deleted and created again while a walk is in progress ---

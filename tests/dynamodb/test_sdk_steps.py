@@ -105,7 +105,8 @@ async def test_async_parallel_returns_results_in_call_order() -> None:
 
 
 def drive(op: Op[Any], answer: Any) -> tuple[Any, list[Any]]:
-    """Run an operation by hand: ``answer(call)`` is each call's response; sleeps are skipped."""
+    """Run an operation by hand: ``answer(call)`` is each call's response (a Parallel's calls
+    answered in their order); sleeps are skipped."""
     seen: list[Any] = []
     value: Any = None
     while True:
@@ -114,7 +115,10 @@ def drive(op: Op[Any], answer: Any) -> tuple[Any, list[Any]]:
         except StopIteration as stop:
             return stop.value, seen
         seen.append(step)
-        value = answer(step) if isinstance(step, Call) else None
+        if isinstance(step, Parallel):
+            value = [answer(call) for call in step.calls]
+        else:
+            value = answer(step) if isinstance(step, Call) else None
 
 
 def test_batch_write_chunks_by_25_and_requeues_what_comes_back() -> None:
