@@ -148,7 +148,9 @@ class LedgerAttr:
     DELETING: Final = "deleting"  # summary: a running delete_sandbox's lease end (ms)
     DELETING_TOKEN: Final = "deletingToken"  # summary: which delete_sandbox holds the lease
     INCARNATION: Final = "inc"  # sequence mark: the session's incarnation (new after a delete)
-    ENTRY_EXPIRES: Final = "eex"  # sequence mark: its entry's TTL, where the mark's is later
+    # sequence mark: its entry's TTL, where the mark's is later; summary: the TTL of the latest
+    # entry that changed it (the summary's own expiresAt is raised past it, see SUMMARY_SLACK_S)
+    ENTRY_EXPIRES: Final = "eex"
     SEQUENCE: Final = "q"  # entry head: the number of its sequence mark (its commit order)
     SPENT: Final = "spent"  # seal: its delete finished; mark 0: its entry was deleted
     SUMMARY_SEQUENCE: Final = "sq"  # summary: the mark number of the last write that changed it

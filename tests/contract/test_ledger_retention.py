@@ -20,6 +20,8 @@ from sandbox_ledger import InvalidInputError, LedgerEntry, LedgerEvent, MemoryAd
 from sandbox_ledger import keys as k
 from sandbox_ledger.deployment import DeploymentMismatchError, TableDescriptor, read_descriptor
 from sandbox_ledger.dynamodb import DynamoDBAdapter, SyncDynamoDBAdapter
+from sandbox_ledger.dynamodb._items import SUMMARY_SLACK_S
+from sandbox_ledger.keys import LedgerAttr as A
 from sandbox_ledger.postgres import PostgresAdapter
 from sandbox_ledger.sqlite import SQLiteAdapter
 
@@ -188,6 +190,7 @@ def test_items_carry_the_ttl_of_their_own_entry(moto_endpoint: str, table_name: 
         # Far in the past: every item below has expired, over five years ago, which DynamoDB's
         # TTL never deletes (nor the strict profile's): the items stay to be read.
         t0 = 1_400_000_000_500
+        written = int(time.time())
         adapter.append(_e("s", LedgerEvent.SandboxCreated, t0))
         adapter.append(_e("s", LedgerEvent.CheckpointCreated, t0 + 10_000, {"snapshotId": "x"}))
         # Incompressible and over one item: a head and its parts.
@@ -207,25 +210,31 @@ def test_items_carry_the_ttl_of_their_own_entry(moto_endpoint: str, table_name: 
         assert by_kind["part"] and set(by_kind["part"]) == {base + 20}
         assert by_kind["K#"] == [base + 10]
         assert by_kind["I#"] == [base + 30]
-        assert by_kind["summary"] == [base + 20]  # the last entry that changed it
-        # An exec.complete appended late with an older ts leaves the summary's later TTL (it
-        # set the summary's TTL from its own before, hiding a live session), and counts.
+        # The summary shows while the last entry that changed it lives (its expiry, eex), and
+        # TTL keeps it a day past the later of the session's latest entry and its last write
+        # (these entries expired on arrival: a day from now).
+        slack = SUMMARY_SLACK_S
+        [kept] = by_kind["summary"]
+        assert written <= kept - slack <= time.time()
+
+        def summary() -> dict[str, Any]:
+            [item] = [
+                i
+                for i in _raw_items(moto_endpoint, table_name, "job", "s")
+                if i["SK"]["S"] == k.SUMMARY_SK
+            ]
+            return item
+
+        assert summary()[A.ENTRY_EXPIRES] == {"N": str(base + 20)}
+        # An exec.complete appended late with an older ts leaves the summary's later expiry
+        # (it set the summary's from its own before, hiding a live session), and counts.
         adapter.append(_e("s", LedgerEvent.ExecComplete, t0 + 5_000))
-        [summary] = [
-            i
-            for i in _raw_items(moto_endpoint, table_name, "job", "s")
-            if i["SK"]["S"] == k.SUMMARY_SK
-        ]
-        assert summary[k.TTL_ATTRIBUTE] == {"N": str(base + 20)}
-        assert summary["execCount"] == {"N": "2"}
+        assert summary()[A.ENTRY_EXPIRES] == {"N": str(base + 20)}
+        assert int(summary()[k.TTL_ATTRIBUTE]["N"]) >= kept
+        assert summary()["execCount"] == {"N": "2"}
         # A later one moves it forward.
         adapter.append(_e("s", LedgerEvent.SandboxClosed, t0 + 40_000))
-        [summary] = [
-            i
-            for i in _raw_items(moto_endpoint, table_name, "job", "s")
-            if i["SK"]["S"] == k.SUMMARY_SK
-        ]
-        assert summary[k.TTL_ATTRIBUTE] == {"N": str(base + 40)}
+        assert summary()[A.ENTRY_EXPIRES] == {"N": str(base + 40)}
         # moto never deletes TTL'd items: the reads hide them.
         assert len(items) >= 6
         assert adapter.read_all("job", "s") == []
@@ -402,8 +411,12 @@ def test_the_cli_imports_into_a_table_with_a_retention_with_the_tables_retention
     assert done.exit_code == 0, done.output
     assert "2 new" in done.stderr
     expected_ttl = now // 1000 + 2 * 86400
-    ttls = {int(i[k.TTL_ATTRIBUTE]["N"]) for i in _raw_items(moto_endpoint, table_name, "job", "s")}
-    assert ttls == {expected_ttl}, ttls  # entries and summary alike
+    items = _raw_items(moto_endpoint, table_name, "job", "s")
+    ttls = {int(i[k.TTL_ATTRIBUTE]["N"]) for i in items if i["SK"]["S"] != k.SUMMARY_SK}
+    assert ttls == {expected_ttl}, ttls
+    [summary] = [i for i in items if i["SK"]["S"] == k.SUMMARY_SK]
+    assert summary[A.ENTRY_EXPIRES] == {"N": str(expected_ttl)}  # it shows as long
+    assert summary[k.TTL_ATTRIBUTE] == {"N": str(expected_ttl + SUMMARY_SLACK_S)}
     agreeing = f"dynamodb://{table_name}?{endpoint}&retention_days=2"
     again = runner.invoke(app, ["--store", agreeing, "import", "-"], input=lines)
     assert again.exit_code == 0 and "0 new, 2 already present" in again.stderr, again.output

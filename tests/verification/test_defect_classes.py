@@ -227,10 +227,9 @@ DEFECTS = (
             Patch(
                 OPS,
                 "append",
-                'actions: list[dict[str, Any]] = [{"Put": {"TableName": table, '
-                '"Item": encoded.head, **absent}}]',
-                'actions: list[dict[str, Any]] = [{"Put": {"TableName": table, '
-                '"Item": encoded.head}}]',
+                'actions: list[dict[str, Any]] = [{"Put": {"TableName": table, "Item": head, '
+                "**absent}}]",
+                'actions: list[dict[str, Any]] = [{"Put": {"TableName": table, "Item": head}}]',
             ),
         ),
         resent_writes_count_once,
@@ -242,12 +241,9 @@ DEFECTS = (
             Patch(
                 OPS,
                 "append",
-                "    if summary is not None:\n"
-                "        summary_at = len(actions)\n"
-                '        actions.append({"Update": {"TableName": table, **summary}})\n',
-                "    if summary is not None:\n"
-                '        yield Call("update_item", {"TableName": table, **summary})\n'
-                "        summary = None\n",
+                '            actions.append({"Update": {"TableName": table, **update, '
+                "**condition}})\n",
+                '            yield Call("update_item", {"TableName": table, **update})\n',
             ),
         ),
         resent_writes_count_once,

@@ -181,7 +181,8 @@ def _landed(transaction: Transaction, sequencer: Sequencer, *, resent: bool = Fa
         if resent or group.mark is None:
             sequencer.forget(group.pk)
         else:
-            sequencer.learn(group.pk, group.mark.after([u.head for u in group.units]))
+            heads = [u.head for u in group.units]
+            sequencer.learn(group.pk, group.mark.after(heads, group.kept))
 
 
 def _transact(
@@ -307,9 +308,13 @@ def _judge(
             elif ttl is None or lease:
                 deleting = True
                 continue
-            if ttl is not None and not lease:  # a later stored TTL: the form that leaves it
-                later = stored.get(k.TTL_ATTRIBUTE)
-                group.held = later is not None and int(later["N"]) > ttl
+            if ttl is not None and not lease:  # the form that fits the stored expiry
+                group.form = _ops.form_for(stored, ttl)
+        elif slot.kind == "raise" and slot.group is not None:
+            # No summary keeps its entries' expiry apart: none to keep (the write that makes
+            # one sets its TTL), or one that expires with them as before.
+            slot.group.raises = False
+            switched = True
     remove(transaction, taken)
     codes = [r.get("Code") for r in reasons]
     if not failed and not _ops._RETRYABLE_CANCELLATIONS.intersection(codes):

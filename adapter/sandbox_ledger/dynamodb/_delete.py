@@ -604,6 +604,8 @@ def _drop_summary(
         shard_count = yield from shards()
         seen = stored[A.SUMMARY_SEQUENCE]
         item = yield from _summary_after(table, pk, stored, seal, int(seen["N"]), shard_count)
+        was = {":was": stored[k.TTL_ATTRIBUTE]} if k.TTL_ATTRIBUTE in stored else {}
+        kept_same = "#ttl = :was" if was else "attribute_not_exists(#ttl)"
         log.info("delete %s: the next session changed the summary; built again", pk)
         try:
             yield Call(
@@ -611,12 +613,14 @@ def _drop_summary(
                 {
                     "TableName": table,
                     "Item": item,
-                    "ConditionExpression": "#dt = :token AND #sq = :seen",
+                    # A write that raised the summary's TTL since the read is read in too.
+                    "ConditionExpression": "#dt = :token AND #sq = :seen AND " + kept_same,
                     "ExpressionAttributeNames": {
                         "#dt": A.DELETING_TOKEN,
                         "#sq": A.SUMMARY_SEQUENCE,
+                        "#ttl": k.TTL_ATTRIBUTE,
                     },
-                    "ExpressionAttributeValues": {":token": S(token), ":seen": seen},
+                    "ExpressionAttributeValues": {":token": S(token), ":seen": seen, **was},
                 },
             )
             return
@@ -669,7 +673,18 @@ def _summary_after(
         for ref in found
         if k.TTL_ATTRIBUTE in heads[ref] and it.changes_summary(by_key[ref])
     ]
-    update = it.summary_fold(entries, shard_count, max(ttls) if ttls else None)
+    # Its TTL as the writes after the seal left it (each raised it past its mark: the
+    # stored one), and past the last mark read (see _items.SUMMARY_SLACK_S).
+    kept = [int(m[k.TTL_ATTRIBUTE]["N"]) for m in marks if k.TTL_ATTRIBUTE in m]
+    stored_kept = stored.get(k.TTL_ATTRIBUTE) if A.ENTRY_EXPIRES in stored else None
+    if stored_kept is not None:
+        kept.append(int(stored_kept["N"]) - it.SUMMARY_SLACK_S)
+    update = it.summary_fold(
+        entries,
+        shard_count,
+        max(ttls) if ttls else None,
+        it.summary_expiry(max(kept), it.now_s()) if kept and ttls else None,
+    )
     if update is None:  # cannot be: one of them changed the summary; a summary of none
         raise StorageError(f"delete {pk}: no entry after the seal changes the summary")
     item: dict[str, Any] = it.summary_item(it.summary_sequenced(update, upto))

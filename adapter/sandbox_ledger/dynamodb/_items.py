@@ -81,9 +81,10 @@ class EncodedEntry:
 
 
 def live(item: Item, now_s: int) -> bool:
-    """False once the item's TTL has passed (DynamoDB deletes such items up to days late:
-    every read hides them first)."""
-    ttl = item.get(k.TTL_ATTRIBUTE)
+    """False once the item's own expiry has passed: its TTL, or, where TTL's deletion was put
+    off past it (a summary, a sequence mark: ``eex``), that. DynamoDB deletes expired items up
+    to days late: every read hides them first."""
+    ttl = item.get(A.ENTRY_EXPIRES) or item.get(k.TTL_ATTRIBUTE)
     return ttl is None or int(ttl["N"]) > now_s
 
 
@@ -271,23 +272,61 @@ SHARDED_EVENTS = frozenset({LedgerEvent.SandboxCreated, LedgerEvent.SandboxClose
 """The events whose summary update writes a sharded index key (needs the shard count)."""
 
 
+SUMMARY_SLACK_S = 86_400
+"""How far past its session's last sequence mark a summary's TTL is set (seconds).
+
+A summary shows while the latest entry that changed it lives (``eex``), and is kept as long
+as any entry of its session lives: an ``exec.complete`` or ``sandbox.closed`` after a quiet
+spell longer than the retention finds the session's ``startedAt`` and ``execCount`` there,
+as the reference keeps them. So DynamoDB's TTL (``expiresAt``) must not delete it before the
+session's last mark (whose TTL is the latest of its entries'), nor right after a write (one
+of an old ``ts`` expires on arrival, and the next write of its session may be a moment
+later). Every write that passes the summary's TTL raises it to the later of its mark's TTL
+and its own time, plus this slack, so a session written steadily pays for one raise a day
+(:func:`summary_raise`)."""
+
+
+def summary_expiry(mark_ttl: int, now_s: int) -> int:
+    """The summary TTL a write at ``now_s`` sets whose session's last mark (its own) has
+    TTL ``mark_ttl``."""
+    return max(mark_ttl, now_s) + SUMMARY_SLACK_S
+
+
+def summary_raise(pk: str, expiry: int) -> dict[str, Any]:
+    """The UpdateItem fields that raise a summary's TTL to ``expiry``, for a write that
+    changes nothing else in it: only on a summary that keeps its entries' expiry apart
+    (``eex``): none is stored, or one of a version that kept them together, which its
+    entries' expiry deletes as before."""
+    return {
+        "Key": summary_key(pk),
+        "UpdateExpression": "SET #ttl = :kept",
+        "ConditionExpression": "attribute_exists(#eex)",
+        "ExpressionAttributeNames": {"#ttl": k.TTL_ATTRIBUTE, "#eex": A.ENTRY_EXPIRES},
+        "ExpressionAttributeValues": {":kept": N(expiry)},
+    }
+
+
 def summary_update(
-    entry: LedgerEntry, shard_count: int, ttl: int | None = None
+    entry: LedgerEntry, shard_count: int, ttl: int | None = None, kept: int | None = None
 ) -> dict[str, Any] | None:
     """The UpdateItem fields that fold ``entry`` into its session summary, or None (see
     :func:`summary_fold`)."""
-    return summary_fold((entry,), shard_count, ttl)
+    return summary_fold((entry,), shard_count, ttl, kept)
 
 
 def summary_fold(
-    entries: Sequence[LedgerEntry], shard_count: int, ttl: int | None = None
+    entries: Sequence[LedgerEntry],
+    shard_count: int,
+    ttl: int | None = None,
+    kept: int | None = None,
 ) -> dict[str, Any] | None:
     """The one UpdateItem that folds ``entries`` (of one session, in append order) into
     their session summary, or None if none of them changes it.
 
     With ``ttl`` (the latest TTL among the entries that change the summary), the summary's
-    TTL becomes it (the append's condition keeps a later one: a summary lives as long as the
-    latest entry that changed it).
+    expiry (``eex``) becomes it (the append's condition keeps a later one: a summary shows
+    as long as the latest entry that changed it). With ``kept``, its TTL becomes that
+    (:func:`summary_expiry`: it is kept as long as any entry of its session).
 
     Mirrors :meth:`SessionSummary.apply` with ``if_not_exists`` so that the first created and
     the first closed win in any arrival order, and the status-keyed index partitions end up
@@ -350,7 +389,10 @@ def summary_fold(
         adds.append(f"{A.EXEC_COUNT} :execs")
     if ttl is not None:
         values[":ttl"] = N(ttl)
-        sets.append(f"{k.TTL_ATTRIBUTE} = :ttl")
+        sets.append(f"{A.ENTRY_EXPIRES} = :ttl")
+    if kept is not None:
+        values[":kept"] = N(kept)
+        sets.append(f"{k.TTL_ATTRIBUTE} = :kept")
     expression = "SET " + ", ".join(sets) + (" ADD " + ", ".join(adds) if adds else "")
     return {
         "Key": summary_key(pk),

@@ -85,12 +85,15 @@ def append(
     returns False, writing nothing, when another write already holds that identity.
 
     With ``ttl`` (Unix seconds: the entry's time plus the retention), every item written
-    carries it, and the summary's TTL becomes it unless the summary's is later (an
+    carries it; the summary's expiry becomes it unless the summary's is later (an
     out-of-order append never moves it back; in the same transaction, see
-    :func:`_summary_condition`).
+    :func:`_summary_condition`), and the summary's TTL stays past the session's last mark
+    (raised in the same transaction where this write's mark passes it, see
+    :data:`._items.SUMMARY_SLACK_S`): TTL never deletes a summary while its session has a
+    live entry.
     """
     encoded = it.encode_entry(entry, order, ttl)
-    summary = it.summary_update(entry, shard_count, ttl)
+    changes = it.changes_summary(entry)
     checkpoint = entry.event == LedgerEvent.CheckpointCreated
     marker = it.checkpoint_marker(entry, order, ttl) if checkpoint else None  # refused first
     if encoded.parts:
@@ -100,47 +103,56 @@ def append(
         "ConditionExpression": "attribute_not_exists(#pk)",
         "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY},
     }
-    actions: list[dict[str, Any]] = [{"Put": {"TableName": table, "Item": encoded.head, **absent}}]
-    claim_at = summary_at = -1
+    claim_item: Item | None = None
     if claim is not None:
         claim_item = {**it.summary_key(pk), A.CLAIM_ORDER: S(order)}
         claim_item[k.SORT_KEY] = S(claim)
         if ttl is not None:
             claim_item[k.TTL_ATTRIBUTE] = N(ttl)
-        claim_at = len(actions)
-        actions.append({"Put": {"TableName": table, "Item": claim_item, **absent}})
-    if summary is not None:
-        summary_at = len(actions)
-        actions.append({"Update": {"TableName": table, **summary}})
-    marker_at = -1
-    if marker is not None:
-        marker_at = len(actions)
-        actions.append({"Put": {"TableName": table, "Item": marker}})
-    marks_at = len(actions)
     mark = sequencer.guess(pk)
     if mark is None:
         mark = yield from _seq.read_last(table, pk)
     attempt = misses = conflicts = 0
     session = (entry.name, entry.sandbox_id)
-    # The form of the summary update that leaves a later TTL alone (see _summary_condition),
-    # built only once a later TTL is met: the common append pays for one form.
-    keeping: dict[str, Any] | None = None
-    held = False
+    heads = [encoded.head]
+    # The form of the summary update that fits the stored summary's expiry (see
+    # _summary_condition), switched to once a failed condition shows it.
+    form = FRESH
     while True:
         now = _now_ms()
-        if summary is not None:
-            update = keeping if held and keeping is not None else summary
+        head = _seq.sequenced(encoded.head, mark.number)
+        actions: list[dict[str, Any]] = [{"Put": {"TableName": table, "Item": head, **absent}}]
+        claim_at = summary_at = -1
+        if claim_item is not None:
+            claim_at = len(actions)
+            actions.append({"Put": {"TableName": table, "Item": claim_item, **absent}})
+        mark_ttl = mark.ttl_after(heads)
+        kept = None if mark_ttl is None else it.summary_expiry(mark_ttl, now // 1000)
+        raising = False
+        if changes:
+            summary_at = len(actions)
+            update = summary_form(entry, shard_count, ttl, kept, form)
             update = it.summary_sequenced(update, mark.number)
-            condition = _summary_condition(update, now, ttl, held=held)
-            actions[summary_at] = {"Update": {"TableName": table, **update, **condition}}
-        del actions[marks_at:]
-        actions[0]["Put"]["Item"] = _seq.sequenced(encoded.head, mark.number)
-        if marker is not None:  # a checkpoint's marker carries it too (list_checkpoints)
-            actions[marker_at]["Put"]["Item"] = _seq.sequenced(marker, mark.number)
-        actions.extend(_seq.mark_actions(table, pk, mark, [encoded.head]))
+            condition = _summary_condition(update, now, ttl, form=form)
+            actions.append({"Update": {"TableName": table, **update, **condition}})
+        elif kept is not None and mark.needs_raise(heads):
+            # Its mark passes what the writer knows of the summary's TTL: raise it, so that
+            # TTL keeps the summary while this entry lives (see _items.SUMMARY_SLACK_S).
+            summary_at, raising = len(actions), True
+            actions.append({"Update": {"TableName": table, **it.summary_raise(pk, kept)}})
+        if marker is not None:  # a checkpoint's marker carries its mark too (list_checkpoints)
+            item = _seq.sequenced(marker, mark.number)
+            actions.append({"Put": {"TableName": table, "Item": item}})
+        marks_at = len(actions)
+        actions.extend(_seq.mark_actions(table, pk, mark, heads))
         try:
             yield Call("transact_write_items", {"TransactItems": actions})
-            sequencer.learn(pk, mark.after([encoded.head]))
+            left: int | None = None
+            if raising or (changes and form != LEGACY):
+                left = kept
+            elif changes and ttl is not None:  # a summary of an earlier version: left so
+                left = _seq.NO_SUMMARY
+            sequencer.learn(pk, mark.after(heads, left))
             return True
         except ClientError as exc:
             if error_code(exc) != "TransactionCanceledException":
@@ -169,17 +181,19 @@ def append(
                 continue
             deleting = False
             if 0 <= summary_at < len(reasons) and reasons[summary_at] == _FAILED:
+                if raising:
+                    # No summary keeps its entries' expiry apart: none to keep (the write
+                    # that makes one sets its TTL), or one that expires with them as before.
+                    mark.kept = _seq.NO_SUMMARY
+                    continue
                 stored = cancellations[summary_at].get("Item") or {}
                 # Without a TTL the lease is the only condition.
                 deleting = ttl is None or (
                     A.DELETING in stored and int(stored[A.DELETING]["N"]) >= now
                 )
                 if not deleting and ttl is not None:
-                    # The expiry part failed: take the form that fits the stored TTL, at once.
-                    later = stored.get(k.TTL_ATTRIBUTE)
-                    held = later is not None and int(later["N"]) > ttl
-                    if held and keeping is None:
-                        keeping = it.summary_update(entry, shard_count)
+                    # The expiry part failed: take the form that fits the stored one, at once.
+                    form = form_for(stored, ttl)
                     attempt += 1
                     if attempt < MAX_ATTEMPTS:
                         continue
@@ -210,6 +224,39 @@ def append(
             yield Sleep(steps.backoff(tries))
 
 
+FRESH, HELD, LEGACY = "fresh", "held", "legacy"
+"""The forms of a summary update with a TTL (see :func:`_summary_condition`)."""
+
+
+def summary_form(
+    entry_or_entries: LedgerEntry | Sequence[LedgerEntry],
+    shard_count: int,
+    ttl: int | None,
+    kept: int | None,
+    form: str,
+) -> dict[str, Any]:
+    """The summary update of ``form``: FRESH sets the summary's expiry to ``ttl`` and its TTL
+    to ``kept``; HELD (a later expiry is stored) its TTL only; LEGACY (a summary of an
+    earlier version, whose TTL is its expiry, a later one) neither."""
+    entries = [entry_or_entries] if isinstance(entry_or_entries, LedgerEntry) else entry_or_entries
+    if form == LEGACY:
+        update = it.summary_fold(entries, shard_count)
+    else:
+        update = it.summary_fold(entries, shard_count, ttl if form == FRESH else None, kept)
+    if update is None:
+        raise ValueError("no entry of these changes the summary")
+    return update
+
+
+def form_for(stored: Item, ttl: int) -> str:
+    """The form of a summary update with TTL ``ttl`` that fits the summary ``stored``."""
+    expiry = stored.get(A.ENTRY_EXPIRES)
+    if expiry is not None:
+        return HELD if int(expiry["N"]) > ttl else FRESH
+    legacy = stored.get(k.TTL_ATTRIBUTE)
+    return LEGACY if legacy is not None and int(legacy["N"]) > ttl else FRESH
+
+
 _FAILED = "ConditionalCheckFailed"
 
 MAX_SEQUENCE_MISSES = 64
@@ -228,21 +275,36 @@ def _now_ms() -> int:
 
 
 def _summary_condition(
-    summary: dict[str, Any], now_ms: int, ttl: int | None, *, held: bool
+    summary: dict[str, Any], now_ms: int, ttl: int | None, *, form: str = FRESH
 ) -> dict[str, Any]:
     """The summary update's condition: no delete_sandbox holds the session (or its lease is
     over), so appends that would change the summary wait for a running delete; and, with a
-    TTL, the summary's expiry never moves back. ``summary`` sets the TTL only where the
-    stored one is not later; the ``held`` form (``summary`` without the TTL) applies only
-    where it is later, and leaves it. The stored item comes back on a failed condition
-    (ALL_OLD), which tells the two failures apart."""
+    TTL, the summary's expiry never moves back. The FRESH form (:func:`summary_form`) sets
+    the expiry where the stored one is not later; the HELD form applies only where it is
+    later, and leaves it; the LEGACY form only where an earlier version's summary holds a
+    later TTL (its expiry: such a summary has no ``eex``), and leaves it too. The stored
+    item comes back on a failed condition (ALL_OLD), which tells the failures apart
+    (:func:`form_for`).
+
+    The summary's TTL (``kept``) needs no condition: each write sets it past its own
+    sequence mark's TTL, and marks commit in order, each TTL the latest of the session's
+    entries' so far: whichever write lands last leaves it past every entry's."""
     condition = "(attribute_not_exists(#dl) OR #dl < :now)"
     names = {**summary["ExpressionAttributeNames"], "#dl": A.DELETING}
     values = {**summary["ExpressionAttributeValues"], ":now": N(now_ms)}
     if ttl is not None:
-        names["#ttl"] = k.TTL_ATTRIBUTE
+        names["#eex"] = A.ENTRY_EXPIRES
+        if form != HELD:
+            names["#ttl"] = k.TTL_ATTRIBUTE
         values[":ttl"] = N(ttl)
-        later = "#ttl > :ttl" if held else "(attribute_not_exists(#ttl) OR #ttl <= :ttl)"
+        later = {
+            FRESH: (
+                "(#eex <= :ttl OR (attribute_not_exists(#eex)"
+                " AND (attribute_not_exists(#ttl) OR #ttl <= :ttl)))"
+            ),
+            HELD: "#eex > :ttl",
+            LEGACY: "(attribute_not_exists(#eex) AND #ttl > :ttl)",
+        }[form]
         condition += f" AND {later}"
     return {
         "ConditionExpression": condition,

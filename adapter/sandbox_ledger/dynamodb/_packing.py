@@ -106,8 +106,15 @@ class Group:
 
     pk: str
     units: list[Unit]
-    held: bool = False
-    """The stored summary's TTL is later than the group's: leave it (see _summary_condition)."""
+    form: str = _ops.FRESH
+    """The form of its summary update that fits the stored summary's expiry
+    (:func:`._ops.summary_form`)."""
+    raises: bool = True
+    """False once a raise of the summary's TTL failed: no summary keeps its entries' expiry
+    apart (:func:`._items.summary_raise`)."""
+    kept: int | None = None
+    """The summary TTL its last request set, or :data:`._sequence.NO_SUMMARY` (None: it set
+    none): what the sequencer learns of it once the request lands."""
     first: bool = False
     """The session's first group in the batch: its summary is put whole, on the condition
     that none is stored (the common case of a move: a session the target does not hold),
@@ -214,7 +221,8 @@ class Slot:
     summary update."""
 
     kind: str
-    """head, claim, marker, summary or mark (a sequence mark or the check before them)"""
+    """head, claim, marker, summary, raise (of the summary's TTL) or mark (a sequence mark
+    or the check before them)"""
     unit: Unit | None = None
     group: Group | None = None
 
@@ -239,20 +247,37 @@ def request(
         marks = _seq.mark_actions(table, group.pk, group.mark, [u.head for u in group.units])
         actions.extend(marks)
         slots.extend(Slot("mark", group=group) for _ in marks)
+        heads = [u.head for u in group.units]
+        mark_ttl = group.mark.ttl_after(heads)
+        kept = None if mark_ttl is None else it.summary_expiry(mark_ttl, now_ms // 1000)
         ttl = group.ttl()
         entries = [u.entry for u in group.units]
-        update = it.summary_fold(entries, shard_count, None if group.held else ttl)
-        if update is None:
+        group.kept = None
+        if not any(it.changes_summary(e) for e in entries):
+            if kept is not None and not group.raises:
+                group.kept = _seq.NO_SUMMARY
+            elif kept is not None and group.mark.needs_raise(heads):
+                # Its marks pass what is known of the summary's TTL: raise it, so that TTL
+                # keeps the summary while these entries live (see _items.SUMMARY_SLACK_S).
+                raised = it.summary_raise(group.pk, kept)
+                actions.append({"Update": {"TableName": table, **raised}})
+                slots.append(Slot("raise", group=group))
+                group.kept = kept
             continue
+        update = _ops.summary_form(entries, shard_count, ttl, kept, group.form)
+        if group.form != _ops.LEGACY:
+            group.kept = kept
+        elif ttl is not None:
+            group.kept = _seq.NO_SUMMARY
         last = max(i for i, u in enumerate(group.units) if it.changes_summary(u.entry))
         update = it.summary_sequenced(update, group.mark.number + last)
         if group.puts_summary:
-            # On an absent summary, the update's result (no lease or TTL to respect yet).
+            # On an absent summary, the update's result (no lease or expiry to respect yet).
             # A failed condition returns the stored summary, as the update's does.
             item = it.summary_item(update)
             actions.append({"Put": {"TableName": table, "Item": item, **_ABSENT_SUMMARY}})
         else:
-            condition = _ops._summary_condition(update, now_ms, ttl, held=group.held)
+            condition = _ops._summary_condition(update, now_ms, ttl, form=group.form)
             actions.append({"Update": {"TableName": table, **update, **condition}})
         slots.append(Slot("summary", group=group))
     return {"TransactItems": actions}, slots

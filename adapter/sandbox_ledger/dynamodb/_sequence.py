@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_MARKS",
+    "NO_SUMMARY",
     "Mark",
     "Sequencer",
     "entry_live",
@@ -89,9 +90,14 @@ class Mark:
     ``floor``: the TTL of the mark before (no mark expires before the one before it);
     ``fresh``: the first mark of its incarnation (the mark before, if any, is not of it);
     ``before``: the incarnation of the mark before a fresh one (an expired mark, read),
-    which the write checks the mark before still holds."""
+    which the write checks the mark before still holds; ``kept``: the session summary's TTL
+    as this writer's last write left it (None: not known; :data:`NO_SUMMARY`: no summary to
+    keep), which a write raises where its mark's passes it (see
+    :data:`._items.SUMMARY_SLACK_S`). Marks are in commit order, so it is exact while the
+    guess is: another writer's write makes the guess miss, and the mark read then knows
+    nothing of the summary."""
 
-    __slots__ = ("before", "floor", "fresh", "incarnation", "number")
+    __slots__ = ("before", "floor", "fresh", "incarnation", "kept", "number")
 
     def __init__(
         self,
@@ -100,26 +106,46 @@ class Mark:
         floor: int | None = None,
         fresh: bool | None = None,
         before: str | None = None,
+        kept: int | None = None,
     ) -> None:
         self.incarnation, self.number, self.floor = incarnation, number, floor
         self.fresh = number == 0 if fresh is None else fresh
         self.before = before if self.fresh else None
+        self.kept = kept
 
     def copy(self) -> Mark:
-        return Mark(self.incarnation, self.number, self.floor, self.fresh, self.before)
+        return Mark(self.incarnation, self.number, self.floor, self.fresh, self.before, self.kept)
 
-    def after(self, heads: list[Item]) -> Mark:
-        """Where the next mark goes once ``heads`` took their marks from this one."""
+    def after(self, heads: list[Item], kept: int | None = None) -> Mark:
+        """Where the next mark goes once ``heads`` took their marks from this one (and
+        left the summary's TTL at ``kept``, if given)."""
         floor = self.floor
         for head in heads:
             floor = _ttl(head, floor)
-        return Mark(self.incarnation, self.number + len(heads), floor, fresh=False)
+        kept = self.kept if kept is None else kept
+        return Mark(self.incarnation, self.number + len(heads), floor, fresh=False, kept=kept)
+
+    def ttl_after(self, heads: list[Item]) -> int | None:
+        """The TTL of the last mark of ``heads``, taken from this one: the latest of the
+        session's entries' TTLs once they are stored (None without a retention)."""
+        return self.after(heads).floor
+
+    def needs_raise(self, heads: list[Item]) -> bool:
+        """Whether writing ``heads`` must raise the summary's TTL (what the writer knows of
+        it is short of their last mark's, or nothing)."""
+        ttl = self.ttl_after(heads)
+        return ttl is not None and (self.kept is None or self.kept < ttl)
 
     def __repr__(self) -> str:
         return (
             f"Mark({self.incarnation!r}, {self.number}, {self.floor}, {self.fresh}, "
-            f"{self.before!r})"
+            f"{self.before!r}, {self.kept})"
         )
+
+
+NO_SUMMARY = 2**62
+""":attr:`Mark.kept` where no summary keeps its entries' expiry apart: none is stored yet
+(the write that makes one sets its TTL), or one of an earlier version."""
 
 
 def _ttl(head: Item, floor: int | None) -> int | None:

@@ -194,8 +194,9 @@ def _applied_to_a_new_item(update: dict[str, object]) -> dict[str, object]:
 def test_a_summary_is_stored_in_its_sessions_shard_with_its_type_and_ttl(event: str) -> None:
     """On a table of 8 shards, the session's summary goes to the listing partitions of its
     key's shard (6 for this key: ``A#006``), is a ``session`` item (what scans select) and
-    carries its entry's TTL (DynamoDB deletes it with the ledger's retention)."""
-    update = it.summary_update(entry(None, event=event), 8, ttl=1_700_086_400)
+    carries its entry's TTL as its expiry and the TTL it is kept to (DynamoDB deletes it
+    after the session's last entry)."""
+    update = it.summary_update(entry(None, event=event), 8, ttl=1_700_086_400, kept=1_700_200_000)
     assert update is not None
     stored = _applied_to_a_new_item(update)
     status = "running" if event == "sandbox.created" else "completed"
@@ -207,7 +208,8 @@ def test_a_summary_is_stored_in_its_sessions_shard_with_its_type_and_ttl(event: 
         "itemType": {"S": "session"},
         "g2pk": {"S": f"NS#{status}#build"},
         "g4pk": {"S": f"AS#{status}#006"},
-        k.TTL_ATTRIBUTE: {"N": "1700086400"},
+        "eex": {"N": "1700086400"},
+        k.TTL_ATTRIBUTE: {"N": "1700200000"},
     }
     if event == "sandbox.created":
         at = {"N": "1700000000123"}

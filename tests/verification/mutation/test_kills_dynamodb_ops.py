@@ -216,7 +216,9 @@ def test_an_out_of_order_append_whose_summary_a_delete_removed_meanwhile_starts_
         _ops.append(sync_table, entry(), it.order_ids.next(), SHARDS, Sequencer(), ttl=earlier)
     )
     summary = raw.get_item(TableName=sync_table, Key=it.summary_key(PK), ConsistentRead=True)
-    assert summary["Item"][k.TTL_ATTRIBUTE] == N(earlier)  # made again by this append
+    assert summary["Item"][k.LedgerAttr.ENTRY_EXPIRES] == N(earlier)  # made again by this append
+    # kept while the session's latest entry (the created's) lives
+    assert summary["Item"][k.TTL_ATTRIBUTE] == N(later + it.SUMMARY_SLACK_S)
 
 
 def test_an_import_claim_held_by_another_write_stores_nothing(
