@@ -38,10 +38,11 @@ CREDENTIALS = {
 
 
 @pytest.fixture(scope="module")
-def deleting_at_once() -> Iterator[str]:
+def deleting_at_once() -> Iterator[LocalDynamoDB]:
     """A strict server whose TTL deletes an item as soon as it has expired (DynamoDB may)."""
     server = LocalDynamoDB(strict=StrictProfile(conflict_hold=0, ttl_delay=0, ttl_every=0.001))
-    yield server.start()
+    server.start()
+    yield server
     server.stop()
 
 
@@ -61,13 +62,13 @@ def _raw(endpoint: str, table: str, sid: str) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("writes", ["appends", "imports"])  # of the late entries
 def test_a_session_past_its_retention_keeps_its_summary_through_ttl(
-    deleting_at_once: str, writes: str
+    deleting_at_once: LocalDynamoDB, writes: str
 ) -> None:
     """The ledger contract's own case (a session that ran longer than the retention, its
     early entries expired, here on arrival), with TTL deleting every expired item at once:
     its summary stays, and the later entries bring back what it counted."""
     table = f"ledger-{uuid.uuid4().hex[:12]}"
-    endpoint = deleting_at_once
+    endpoint = deleting_at_once.endpoint_url
     with SyncDynamoDBAdapter(
         table, endpoint_url=endpoint, retention=timedelta(seconds=DAY)
     ) as ledger:
@@ -99,6 +100,7 @@ def test_a_session_past_its_retention_keeps_its_summary_through_ttl(
         details = ledger.get_sandbox_details("job", "s")
         assert details is not None
         assert (details.started_at, details.exec_count) == (old, 2)
+        deleting_at_once.wait_for_indexes(table)  # the listing's index has the session
         [listed] = ledger.list_sandbox_details("job")
         assert listed == details
 
