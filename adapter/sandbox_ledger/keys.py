@@ -154,6 +154,12 @@ class LedgerAttr:
     SEQUENCE: Final = "q"  # entry head: the number of its sequence mark (its commit order)
     SPENT: Final = "spent"  # seal: its delete finished; mark 0: its entry was deleted
     SUMMARY_SEQUENCE: Final = "sq"  # summary: the mark number of the last write that changed it
+    # summary: the sandbox.created and sandbox.closed entries the last write that changed it
+    # folded in, in order ([{ev, ts}]): what changes() reads a session's lifecycle off
+    LIFECYCLE: Final = "lc"
+    # entry head of sandbox.created / sandbox.closed: its change is read off the summary's
+    # stream record (absent: a head of an earlier version, whose change is its own record)
+    ON_SUMMARY: Final = "cs"
 
 
 @dataclass(frozen=True)

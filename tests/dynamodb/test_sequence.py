@@ -10,7 +10,7 @@ from tests.dynamodb.test_dynamodb_design import RequestCounter
 from sandbox_ledger import keys as k
 from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 from sandbox_ledger.dynamodb import _sequence as seq
-from sandbox_ledger.dynamodb._changes import change_of
+from sandbox_ledger.dynamodb._changes import changes_of
 from sandbox_ledger.models import LedgerEvent
 from sandbox_ledger.testing._build import entry
 
@@ -66,7 +66,7 @@ def test_a_mark_written_or_removed_is_no_change_of_the_feed() -> None:
                 "ApproximateCreationDateTime": 1_700_000_000,
             },
         }
-        assert change_of(record) is None
+        assert changes_of(record) == []
 
 
 def test_a_stale_guess_costs_one_query_and_stores_the_entry_once(

@@ -112,7 +112,9 @@ def _items(server: LocalDynamoDB, table: str) -> list[dict[str, Any]]:
 def _normalised(items: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
     """Each item by its keys, with what is random by design named by its place: an entry's
     order id (by its session and sequence number), a sequence's incarnation, a store id, an
-    environment's first-saved order."""
+    environment's first-saved order; and a summary's lc, which lists the created and closed
+    entries of the write that made it last (the whole session in a bulk load, the last
+    transaction in an import)."""
     orders: dict[str, str] = {}
     for item in items:
         mark = numbered(item)
@@ -128,6 +130,8 @@ def _normalised(items: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
     for item in items:
         if item[k.PARTITION_KEY]["S"].startswith(k.RESOURCE_PREFIX):  # its TTL: from the load's
             item = {**item, k.TTL_ATTRIBUTE: "<the time of the load>"}  # clock, either way
+        if A.LIFECYCLE in item:
+            item = {**item, A.LIFECYCLE: "<the last write's>"}
         text = json.dumps(item, sort_keys=True, default=repr)
         text = pattern.sub(lambda m: orders[m.group(0)], text)
         for incarnation in incarnations:

@@ -667,3 +667,73 @@ def test_a_resumed_position_reports_records_trimmed_from_a_shard_it_never_met() 
             resumed.close()
     finally:
         server.stop()
+
+
+def test_one_sessions_changes_come_in_the_order_they_were_made(
+    ledger: SyncDynamoDBAdapter,
+) -> None:
+    """A session's items are many (its summary, each entry's head), and DynamoDB orders the
+    stream records of one item only: across shards that close and split, a session's
+    changes must still come in the order they were made (created before closed before
+    deleted), as every other store gives them."""
+    sessions = [f"s{i}" for i in range(8)]
+    for sid in sessions:
+        ledger.append(entry("f", sid, LedgerEvent.SandboxCreated, 1))
+        ledger.append(entry("f", sid, LedgerEvent.ExecComplete, 2, step=0))
+        ledger.append(entry("f", sid, LedgerEvent.SandboxClosed, 3))
+        ledger.delete_sandbox("f", sid)
+        ledger.append(entry("f", sid, LedgerEvent.SandboxCreated, 4))
+        ledger.append(entry("f", sid, LedgerEvent.SandboxCreated, 5))  # a second one: a change
+    stream = ledger.changes()
+    seen = take(stream, 5 * len(sessions))
+    stream.close()
+    assert len({c.id for c in seen}) == len(seen)
+    for sid in sessions:
+        mine = [(c.kind.value, c.at) for c in seen if c.sandbox_id == sid]
+        assert [kind for kind, _ in mine] == [
+            "session.created",
+            "session.closed",
+            "session.deleted",
+            "session.created",
+            "session.created",
+        ], sid
+        assert [at for kind, at in mine if kind != "session.deleted"] == [1, 3, 4, 5], sid
+
+
+def test_changes_of_one_import_transaction_come_in_order_and_resume_inside_it(
+    ledger: SyncDynamoDBAdapter,
+) -> None:
+    """An import stores a session's entries in one transaction: one summary write, one
+    stream record, that holds several changes. Each is handed out once, in the file's
+    order, and a position between two of them resumes with the next."""
+    from sandbox_ledger.transfer import entry_line, import_entries, parse_lines
+
+    lines = [
+        entry_line(entry("f", sid, event, ts)).encode()
+        for sid in ("a", "b", "c")
+        for event, ts in (
+            (LedgerEvent.SandboxCreated, 1),
+            (LedgerEvent.ExecComplete, 2),
+            (LedgerEvent.SandboxClosed, 3),
+            (LedgerEvent.SandboxCreated, 4),
+        )
+    ]
+    assert import_entries(ledger, parse_lines(lines)).new == 12
+    stream = ledger.changes()
+    seen = take(stream, 9)
+    stream.close()
+    assert len({c.id for c in seen}) == 9
+    assert sum("." in c.id for c in seen) == 6  # each session's three: one record
+    for sid in ("a", "b", "c"):
+        mine = [(c.kind.value, c.at) for c in seen if c.sandbox_id == sid]
+        assert mine == [("session.created", 1), ("session.closed", 3), ("session.created", 4)]
+    for at, one in enumerate(seen):
+        resumed = ledger.changes(after=one.position)
+        rest = take(resumed, len(seen) - at - 1)
+        resumed.close()
+        assert [c.id for c in rest] == [c.id for c in seen[at + 1 :]], at
+    ledger.append(entry("f", "d", LedgerEvent.SandboxCreated, 5))
+    resumed = ledger.changes(after=seen[-1].position)
+    [after] = take(resumed, 1)
+    resumed.close()
+    assert (after.kind.value, after.sandbox_id) == ("session.created", "d")

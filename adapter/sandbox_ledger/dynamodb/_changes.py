@@ -3,21 +3,36 @@
 The item families come from :func:`sandbox_ledger.keys.item_family` (the one key schema):
 
 =====================  ===========================================  ==========================
-stream record          item                                         change
+stream record          item                                         changes
 =====================  ===========================================  ==========================
-INSERT                 an entry's head, event ``sandbox.created``   ``session.created``
-INSERT                 an entry's head, event ``sandbox.closed``    ``session.closed``
+INSERT, MODIFY         a session's summary, by a write that folded  ``session.created``,
+                       in ``sandbox.created``/``sandbox.closed``    ``session.closed``: one
+                       entries (its ``sq`` moved; ``lc`` lists      per entry, in order
+                       them)
 REMOVE by a caller     a session's summary (``delete_sandbox``)     ``session.deleted``
 REMOVE by TTL          a session's summary (ledger retention)       ``session.expired``
+INSERT                 an entry's head of an earlier version        ``session.created`` or
+                       (no ``cs``), event created or closed         ``session.closed``
 REMOVE by a caller     a resource record claimed ``expiring``       ``resource.expired``
 REMOVE by TTL          a resource record                            ``resource.ttl_removed``
 =====================  ===========================================  ==========================
+
+**One item per session.** DynamoDB orders the stream records of one item only: records of
+two items of a session (two entries' heads, a head and the summary) can be read in either
+order once a shard splits. So every change of a session is read off its summary's records:
+each write that stores a ``sandbox.created`` or ``sandbox.closed`` updates the summary in
+the same transaction, listing those entries (``lc``), and the summary's removal is its
+deletion or expiry. A write that does not move the summary's ``sq`` (a delete's lease, a raise
+of its TTL, a summary built again by a delete) is no change. A head written by an earlier
+version (no ``cs``) still makes its own change, so a fleet upgraded writer by writer loses
+none.
 
 A session has a summary once a ``sandbox.created``, ``sandbox.closed`` or ``exec.complete``
 was stored (the summary a ``delete_sandbox`` of nothing makes for its lease is no session).
 Every other record (other entries, parts, checkpoints, claims, environments, the descriptor,
 an owner's own delete of a resource record) is no change of the fleet. A change's id is the
-stream record's ``eventID``: the same record read twice has the same id.
+stream record's ``eventID`` (``<eventID>.<n>`` for the n-th change after the first of one
+record): the same record read twice gives the same ids.
 """
 
 from __future__ import annotations
@@ -33,7 +48,7 @@ from sandbox_ledger.keys import LedgerAttr as A
 from sandbox_ledger.models import LedgerEvent
 from sandbox_ledger.resources.stream import is_ttl_removal
 
-__all__ = ["change_of"]
+__all__ = ["changes_of"]
 
 _OF_EVENT = {
     LedgerEvent.SandboxCreated.value: ChangeKind.SESSION_CREATED,
@@ -61,41 +76,71 @@ _LATEST_S = 253_402_300_800
 """10000-01-01T00:00:00Z in Unix seconds."""
 
 
-def change_of(record: dict[str, Any]) -> Change | None:
-    """The change a stream record is, or None (see the module docstring); its position is
-    sealed by the feed loop."""
+def changes_of(record: dict[str, Any]) -> list[Change]:
+    """The changes a stream record is, in order (see the module docstring); their positions
+    are sealed by the feed loop."""
     body = record.get("dynamodb") or {}
     keys = body.get("Keys") or {}
     pk = (keys.get(k.PARTITION_KEY) or {}).get("S")
     sk = (keys.get(k.SORT_KEY) or {}).get("S")
     if not isinstance(pk, str) or not isinstance(sk, str):
-        return None
+        return []
     family, event = k.item_family(pk, sk), record.get("eventName")
     at, rid = _ms(body.get("ApproximateCreationDateTime")), str(record.get("eventID", ""))
     if family is ItemFamily.ENTRY and event == "INSERT":
         image = body.get("NewImage") or {}
         kind = _OF_EVENT.get((image.get(A.EVENT) or {}).get("S", ""))
-        if kind is None:
-            return None
+        if kind is None or A.ON_SUMMARY in image:
+            return []  # no lifecycle event, or its change is the summary's record's
         name, sandbox_id = k.parse_session_pk(pk)
-        try:
-            ts = int((image.get(A.TS) or {}).get("N", at))
-        except (TypeError, ValueError):  # an image this version never wrote
-            ts = at
-        return Change(kind, rid, ts, name=name, sandbox_id=sandbox_id)
+        return [Change(kind, rid, _int(image.get(A.TS), at), name=name, sandbox_id=sandbox_id)]
+    if family is ItemFamily.SUMMARY and event in ("INSERT", "MODIFY"):
+        return _lifecycle(pk, rid, body)
     if event != "REMOVE":
-        return None
+        return []
     ttl = is_ttl_removal(record)
     if family is ItemFamily.SUMMARY:
         if A.ITEM_TYPE not in (body.get("OldImage") or {}):
-            return None  # only a delete's lease was there: no session had begun
+            return []  # only a delete's lease was there: no session had begun
         kind = ChangeKind.SESSION_EXPIRED if ttl else ChangeKind.SESSION_DELETED
         name, sandbox_id = k.parse_session_pk(pk)
-        return Change(kind, rid, at, name=name, sandbox_id=sandbox_id)
+        return [Change(kind, rid, at, name=name, sandbox_id=sandbox_id)]
     if family is ItemFamily.RESOURCE:
         claimed = k.CLAIM in (body.get("OldImage") or {})
         if not (ttl or claimed):
-            return None  # an owner's own delete: no expiry
+            return []  # an owner's own delete: no expiry
         kind = ChangeKind.RESOURCE_TTL_REMOVED if ttl else ChangeKind.RESOURCE_EXPIRED
-        return Change(kind, rid, at, record_id=k.resource_id(pk))
-    return None
+        return [Change(kind, rid, at, record_id=k.resource_id(pk))]
+    return []
+
+
+def _lifecycle(pk: str, rid: str, body: dict[str, Any]) -> list[Change]:
+    """The created and closed entries a summary write folded in (``lc``), when the write
+    moved its ``sq`` (a write of entries; not a lease, a TTL raise or a rebuild)."""
+    new, old = body.get("NewImage") or {}, body.get("OldImage") or {}
+    moved = new.get(A.SUMMARY_SEQUENCE)
+    if moved is None or moved == old.get(A.SUMMARY_SEQUENCE):
+        return []
+    folded = (new.get(A.LIFECYCLE) or {}).get("L")
+    if not isinstance(folded, list):
+        return []  # a summary write of an earlier version: its heads made the changes
+    name, sandbox_id = k.parse_session_pk(pk)
+    out: list[Change] = []
+    for element in folded:
+        fields = element.get("M") if isinstance(element, dict) else None
+        kind = _OF_EVENT.get(((fields or {}).get(A.EVENT) or {}).get("S", ""))
+        if fields is None or kind is None:
+            continue  # not what this version writes
+        at = _int(fields.get(A.TS), 0)
+        change_id = rid if not out else f"{rid}.{len(out)}"
+        out.append(Change(kind, change_id, at, name=name, sandbox_id=sandbox_id))
+    return out
+
+
+def _int(value: object, default: int) -> int:
+    """A stream image's number attribute, or ``default`` (an image this version never
+    wrote)."""
+    try:
+        return int(value["N"])  # type: ignore[index]
+    except (TypeError, ValueError, KeyError):
+        return default

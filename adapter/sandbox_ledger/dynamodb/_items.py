@@ -114,6 +114,8 @@ def encode_entry(entry: LedgerEntry, order: str, ttl: int | None = None) -> Enco
     }
     if compressed:
         head[A.COMPRESSION] = S("zlib")
+    if entry.event in SHARDED_EVENTS:
+        head[A.ON_SUMMARY] = N(1)  # its change comes off the summary's record (changes())
     if len(chunks) > 1:
         head[A.PARTS] = N(len(chunks) - 1)
     parts: list[Item] = [
@@ -269,7 +271,13 @@ def changes_summary(entry: LedgerEntry) -> bool:
 
 
 SHARDED_EVENTS = frozenset({LedgerEvent.SandboxCreated, LedgerEvent.SandboxClosed})
-"""The events whose summary update writes a sharded index key (needs the shard count)."""
+"""The events whose summary update writes a sharded index key (needs the shard count); the
+session's lifecycle, which the changes feed reads off the summary (:data:`A.LIFECYCLE`)."""
+
+
+def lifecycle_event(entry: LedgerEntry) -> dict[str, Any]:
+    """One element of a summary's ``lc``: the entry's event and ts."""
+    return {"M": {A.EVENT: S(entry.event), A.TS: N(entry.ts)}}
 
 
 SUMMARY_SLACK_S = 86_400
@@ -387,6 +395,10 @@ def summary_fold(
     if execs:
         values[":execs"] = N(execs)
         adds.append(f"{A.EXEC_COUNT} :execs")
+    # What this write changes of the session's lifecycle, in order: the changes feed reads
+    # them off this summary's stream record, one item's records being in order on DynamoDB.
+    values[":lc"] = {"L": [lifecycle_event(e) for e in entries if e.event in SHARDED_EVENTS]}
+    sets.append(f"{A.LIFECYCLE} = :lc")
     if ttl is not None:
         values[":ttl"] = N(ttl)
         sets.append(f"{A.ENTRY_EXPIRES} = :ttl")

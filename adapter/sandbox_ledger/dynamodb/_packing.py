@@ -45,6 +45,16 @@ _SUMMARY_BYTES = 2_048
 """Room kept for a session's summary besides its keys (attribute names, numbers, prefixes)."""
 
 
+_LIFECYCLE_BYTES = 48
+"""Room for one element of the summary's ``lc`` (a created or closed entry's event and ts,
+at their largest: 34 bytes as DynamoDB counts them)."""
+
+
+def _grow(unit: Unit) -> int:
+    """What ``unit`` adds to its transaction's bytes, its summary's ``lc`` element with it."""
+    return unit.size + (_LIFECYCLE_BYTES if unit.entry.event in it.SHARDED_EVENTS else 0)
+
+
 def _summary_bytes(pk: str) -> int:
     """Room for the summary of session ``pk``, put whole or updated: its partition key, and
     the name and sandboxId it holds and repeats in its index keys (each at most the
@@ -194,7 +204,7 @@ def pack(units: Sequence[Unit]) -> list[Transaction]:
         group = current.groups[-1] if current.groups and current.groups[-1].pk == pk else None
         # A new group brings its summary's write and the check of the mark before its own.
         extra = unit.actions + (0 if group else 2)
-        grow = unit.size + (0 if group else _summary_bytes(pk))
+        grow = _grow(unit) + (0 if group else _summary_bytes(pk))
         if current.groups and (
             actions + extra > MAX_ACTIONS or size + grow > MAX_TRANSACTION_BYTES
         ):
@@ -202,7 +212,7 @@ def pack(units: Sequence[Unit]) -> list[Transaction]:
             transactions.append(current)
             actions = size = 0
             group = None
-            extra, grow = unit.actions + 2, unit.size + _summary_bytes(pk)
+            extra, grow = unit.actions + 2, _grow(unit) + _summary_bytes(pk)
         if group is None:
             group = Group(pk, [], first=pk not in last)
             current.groups.append(group)

@@ -10,8 +10,11 @@ are read one after another in each poll.
 
 **Position.** ``{"arn": stream, "at": {shard: last sequence number read}, "done": [shards
 read to their end]}``: a reader resumes each open shard ``AFTER_SEQUENCE_NUMBER`` and skips
-what is done. A shard it never met starts at ``TRIM_HORIZON`` when the position is empty (a
-new reader takes what the stream still holds), else ``AT_SEQUENCE_NUMBER`` its
+what is done. A record of many changes (a summary write that folded in a created and a
+closed) read part way is ``<sequence number>/<changes handed out>``: resumed
+``AT_SEQUENCE_NUMBER``, the changes handed out skipped. A shard it never met starts at
+``TRIM_HORIZON`` when the position is empty (a new reader takes what the stream still
+holds), else ``AT_SEQUENCE_NUMBER`` its
 ``StartingSequenceNumber``: every record of it follows the position, and one trimmed is a
 change lost (a split's second child, met after the parent is gone, would otherwise lose its
 first records without a word). A done shard the stream no longer lists is forgotten. A shard
@@ -31,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from sandbox_ledger.changes import ChangeBatch, bad_after, trimmed
-from sandbox_ledger.dynamodb._changes import change_of
+from sandbox_ledger.dynamodb._changes import changes_of
 from sandbox_ledger.errors import StorageError
 from sandbox_ledger.sdk.steps import Call, Op, error_code
 
@@ -72,13 +75,22 @@ def check_state(state: dict[str, Any]) -> dict[str, Any]:
         and isinstance(arn, str)
         and arn.startswith("arn:")
         and isinstance(at, dict)
-        and all(isinstance(s, str) and isinstance(q, str) and q.isdigit() for s, q in at.items())
+        and all(
+            isinstance(s, str) and isinstance(q, str) and _is_position(q) for s, q in at.items()
+        )
         and isinstance(done, list)
         and all(isinstance(s, str) for s in done)
     )
     if not ok:
         raise bad_after()
     return state
+
+
+def _is_position(text: str) -> bool:
+    """A shard's position: the last sequence number read (``<number>``), or a record of many
+    changes read part way (``<number>/<changes handed out>``)."""
+    number, inside, handed = text.partition("/")
+    return number.isdigit() and (not inside or (handed.isdigit() and int(handed) > 0))
 
 
 class StreamReader:
@@ -152,7 +164,10 @@ class StreamReader:
             return kept[1]
         params: dict[str, Any] = {"StreamArn": arn, "ShardId": shard}
         start = self.starts.get(shard) if whole and after is None else None
-        if after is not None:
+        if after is not None and "/" in after:  # inside a record: read it again, in part
+            number = after.partition("/")[0]
+            params.update(ShardIteratorType="AT_SEQUENCE_NUMBER", SequenceNumber=number)
+        elif after is not None:
             params.update(ShardIteratorType="AFTER_SEQUENCE_NUMBER", SequenceNumber=after)
         elif start is not None:
             params.update(ShardIteratorType="AT_SEQUENCE_NUMBER", SequenceNumber=start)
@@ -197,10 +212,17 @@ class StreamReader:
                 raise
             records = page.get("Records", [])
             for record in records:
-                at[shard] = str(record["dynamodb"]["SequenceNumber"])
-                change = change_of(record)
-                if change is not None:
+                number = str(record["dynamodb"]["SequenceNumber"])
+                # A record begun before (a position inside it): the changes it handed out.
+                handed = _inside(at.get(shard), number)
+                changes = changes_of(record)
+                for index, change in enumerate(changes):
+                    if index < handed:
+                        continue
+                    last = index == len(changes) - 1
+                    at[shard] = number if last else f"{number}/{index + 1}"
                     found.append((_state(arn, at, done), change))
+                at[shard] = number
             following = page.get("NextShardIterator")
             if not following:
                 self._iterators.pop(shard, None)
@@ -209,6 +231,15 @@ class StreamReader:
             if not records:
                 return False
         return False
+
+
+def _inside(position: str | None, number: str) -> int:
+    """How many changes of the record ``number`` the shard's position ``position`` has
+    handed out already (``<number>/<n>``: a position inside a record of many changes)."""
+    if position is None or "/" not in position:
+        return 0
+    at, _, handed = position.partition("/")
+    return int(handed) if at == number else 0
 
 
 def _state(arn: str, at: dict[str, str], done: set[str]) -> dict[str, Any]:

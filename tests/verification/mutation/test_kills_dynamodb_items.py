@@ -210,6 +210,8 @@ def test_a_summary_is_stored_in_its_sessions_shard_with_its_type_and_ttl(event: 
         "g4pk": {"S": f"AS#{status}#006"},
         "eex": {"N": "1700086400"},
         k.TTL_ATTRIBUTE: {"N": "1700200000"},
+        # what this write changed of the session's lifecycle (the changes feed reads it)
+        "lc": {"L": [{"M": {"ev": {"S": event}, "ts": {"N": "1700000000123"}}}]},
     }
     if event == "sandbox.created":
         at = {"N": "1700000000123"}
