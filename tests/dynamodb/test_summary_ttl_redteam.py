@@ -257,3 +257,60 @@ def test_a_write_of_an_old_ts_near_the_summarys_ttl_keeps_it_past_the_write(
     _kept_past_every_item(moto_endpoint, table_name, "s")
     [summary] = [i for i in _raw(moto_endpoint, table_name, "s") if i["SK"]["S"] == k.SUMMARY_SK]
     assert int(summary[k.TTL_ATTRIBUTE]["N"]) >= written + SUMMARY_SLACK_S // 2
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_writers_importers_and_deletes_keep_the_summary_past_every_item(
+    moto_endpoint: str, table_name: str, seed: int
+) -> None:
+    """Three writers (each its own guesses), appends and imports of entries of any age, in
+    any order, sessions begun without sandbox.created, and deletes: after each step the
+    summary's TTL is at least every item's of its session, and the reads agree with the
+    reference."""
+    import random
+
+    rng = random.Random(seed)
+    retention = 2 * DAY
+    writers = [
+        SyncDynamoDBAdapter(
+            table_name, endpoint_url=moto_endpoint, retention=timedelta(seconds=retention)
+        )
+        for _ in range(3)
+    ]
+    writers[0].create_table()
+    reference = BlockingAdapter(MemoryAdapter(retention=timedelta(seconds=retention)))
+    now = int(time.time() * 1000)
+    events = [
+        LedgerEvent.SandboxCreated,
+        LedgerEvent.ExecStarted,
+        LedgerEvent.ExecComplete,
+        LedgerEvent.ExecFailed,
+        LedgerEvent.CheckpointCreated,
+        LedgerEvent.SandboxClosed,
+    ]
+    for step in range(60):
+        sid = rng.choice(["a", "b"])
+        writer = rng.choice(writers)
+        roll = rng.random()
+        if roll < 0.08:
+            writer.delete_sandbox("job", sid)
+            reference.delete_sandbox("job", sid)
+        else:
+            event = rng.choice(events)
+            data = {"snapshotId": f"x{step}"} if event == LedgerEvent.CheckpointCreated else {}
+            ts = now + rng.randrange(-4 * DAY, 2 * DAY) * 1000 + step
+            entry = _e(sid, event, ts, {**data, "step": step})
+            if roll < 0.35:
+                lines = [entry_line(entry).encode()]
+                got = import_entries(writer, parse_lines(lines))
+                want = import_entries(reference, parse_lines(lines))
+                assert (got.new, got.expired) == (want.new, want.expired), step
+            else:
+                writer.append(entry)
+                reference.append(entry)
+        _kept_past_every_item(moto_endpoint, table_name, sid)
+        _agree(writer, reference, sid)
+        got_entries = sorted((e.ts, e.event) for e in writer.read_all("job", sid))
+        assert got_entries == sorted((e.ts, e.event) for e in reference.read_all("job", sid))
+    for writer in writers:
+        writer.close()
