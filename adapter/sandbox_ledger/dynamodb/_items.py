@@ -81,11 +81,20 @@ class EncodedEntry:
 
 
 def live(item: Item, now_s: int) -> bool:
-    """False once the item's own expiry has passed: its TTL, or, where TTL's deletion was put
-    off past it (a summary, a sequence mark: ``eex``), that. DynamoDB deletes expired items up
-    to days late: every read hides them first."""
-    ttl = item.get(A.ENTRY_EXPIRES) or item.get(k.TTL_ATTRIBUTE)
+    """False once the item's own expiry has passed: its TTL, or a summary's ``eex`` (its TTL
+    is put off past it, see :data:`SUMMARY_SLACK_S`). DynamoDB deletes expired items up to
+    days late: every read hides them first.
+
+    A sequence mark's ``eex`` (its entry's TTL, where the mark's was raised to the mark
+    before's) is not its expiry: marks expire in order, by their TTL, which the readers of
+    a sequence rely on (:func:`._ops._as_of_marks` reads a mark missing among live ones as
+    one stored after its read, and leaves out every entry after it)."""
+    ttl = item.get(A.ENTRY_EXPIRES) if item.get(k.SORT_KEY) == SUMMARY_SORT_KEY else None
+    ttl = ttl or item.get(k.TTL_ATTRIBUTE)
     return ttl is None or int(ttl["N"]) > now_s
+
+
+SUMMARY_SORT_KEY = {"S": k.SUMMARY_SK}
 
 
 def now_s() -> int:
