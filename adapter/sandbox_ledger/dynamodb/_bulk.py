@@ -311,9 +311,12 @@ def _judge(
             if ttl is not None and not lease:  # the form that fits the stored expiry
                 group.form = _ops.form_for(stored, ttl)
         elif slot.kind == "raise" and slot.group is not None:
-            # No summary keeps its entries' expiry apart: none to keep (the write that makes
-            # one sets its TTL), or one that expires with them as before.
-            slot.group.raises = False
+            # No summary with a TTL is stored: none to keep (the write that makes one sets
+            # its TTL). Known on this mark only, as an append knows it: a mark read again
+            # (another writer's write meanwhile, which may have made the summary) knows
+            # nothing of it, and the next try raises it.
+            if slot.group.mark is not None:
+                slot.group.mark.kept = _seq.NO_SUMMARY
             switched = True
     remove(transaction, taken)
     codes = [r.get("Code") for r in reasons]

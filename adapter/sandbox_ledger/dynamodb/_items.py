@@ -81,11 +81,20 @@ class EncodedEntry:
 
 
 def live(item: Item, now_s: int) -> bool:
-    """False once the item's own expiry has passed: its TTL, or, where TTL's deletion was put
-    off past it (a summary, a sequence mark: ``eex``), that. DynamoDB deletes expired items up
-    to days late: every read hides them first."""
-    ttl = item.get(A.ENTRY_EXPIRES) or item.get(k.TTL_ATTRIBUTE)
+    """False once the item's own expiry has passed: its TTL, or a summary's ``eex`` (its TTL
+    is put off past it, see :data:`SUMMARY_SLACK_S`). DynamoDB deletes expired items up to
+    days late: every read hides them first.
+
+    A sequence mark's ``eex`` (its entry's TTL, where the mark's was raised to the mark
+    before's) is not its expiry: marks expire in order, by their TTL, which the readers of
+    a sequence rely on (:func:`._ops._as_of_marks` reads a mark missing among live ones as
+    one stored after its read, and leaves out every entry after it)."""
+    ttl = item.get(A.ENTRY_EXPIRES) if item.get(k.SORT_KEY) == SUMMARY_SORT_KEY else None
+    ttl = ttl or item.get(k.TTL_ATTRIBUTE)
     return ttl is None or int(ttl["N"]) > now_s
+
+
+SUMMARY_SORT_KEY = {"S": k.SUMMARY_SK}
 
 
 def now_s() -> int:
@@ -294,6 +303,15 @@ and its own time, plus this slack, so a session written steadily pays for one ra
 (:func:`summary_raise`)."""
 
 
+SUMMARY_RENEW_S = SUMMARY_SLACK_S // 2
+"""A write that changes nothing in the summary raises its TTL also where what its writer
+knows of it is less than this ahead (seconds): a write whose mark does not pass it (an
+entry of an old ``ts``) late in the day the last raise gave leaves the summary at least
+this long, not the moment TTL may take it. With a retention of half a day or more, a
+session written steadily pays nothing for it (its marks' TTLs pass the summary's first);
+under that, its raises come every retention plus half a day instead of every day."""
+
+
 def summary_expiry(mark_ttl: int, now_s: int) -> int:
     """The summary TTL a write at ``now_s`` sets whose session's last mark (its own) has
     TTL ``mark_ttl``."""
@@ -302,13 +320,15 @@ def summary_expiry(mark_ttl: int, now_s: int) -> int:
 
 def summary_raise(pk: str, expiry: int) -> dict[str, Any]:
     """The UpdateItem fields that raise a summary's TTL to ``expiry``, for a write that
-    changes nothing else in it: only on a summary that keeps its entries' expiry apart
-    (``eex``): none is stored, or one of a version that kept them together, which its
-    entries' expiry deletes as before."""
+    changes nothing else in it: only on a stored summary with a TTL (none is stored: the
+    write that makes one sets its TTL; one without a TTL is kept for good). A summary of an
+    earlier version (its TTL its expiry, no ``eex``) keeps that TTL as its expiry: it is
+    kept while its session lives as any other (left as it was, TTL deleted it at its
+    expiry under the session's later entries)."""
     return {
         "Key": summary_key(pk),
-        "UpdateExpression": "SET #ttl = :kept",
-        "ConditionExpression": "attribute_exists(#eex)",
+        "UpdateExpression": "SET #eex = if_not_exists(#eex, #ttl), #ttl = :kept",
+        "ConditionExpression": "attribute_exists(#eex) OR attribute_exists(#ttl)",
         "ExpressionAttributeNames": {"#ttl": k.TTL_ATTRIBUTE, "#eex": A.ENTRY_EXPIRES},
         "ExpressionAttributeValues": {":kept": N(expiry)},
     }
@@ -327,6 +347,8 @@ def summary_fold(
     shard_count: int,
     ttl: int | None = None,
     kept: int | None = None,
+    *,
+    legacy: bool = False,
 ) -> dict[str, Any] | None:
     """The one UpdateItem that folds ``entries`` (of one session, in append order) into
     their session summary, or None if none of them changes it.
@@ -334,7 +356,9 @@ def summary_fold(
     With ``ttl`` (the latest TTL among the entries that change the summary), the summary's
     expiry (``eex``) becomes it (the append's condition keeps a later one: a summary shows
     as long as the latest entry that changed it). With ``kept``, its TTL becomes that
-    (:func:`summary_expiry`: it is kept as long as any entry of its session).
+    (:func:`summary_expiry`: it is kept as long as any entry of its session); with
+    ``legacy`` too (a summary of an earlier version, whose TTL is its expiry), its expiry
+    becomes the TTL it held.
 
     Mirrors :meth:`SessionSummary.apply` with ``if_not_exists`` so that the first created and
     the first closed win in any arrival order, and the status-keyed index partitions end up
@@ -404,6 +428,8 @@ def summary_fold(
         sets.append(f"{A.ENTRY_EXPIRES} = :ttl")
     if kept is not None:
         values[":kept"] = N(kept)
+        if legacy:  # read before the update: the TTL it held
+            sets.append(f"{A.ENTRY_EXPIRES} = {k.TTL_ATTRIBUTE}")
         sets.append(f"{k.TTL_ATTRIBUTE} = :kept")
     expression = "SET " + ", ".join(sets) + (" ADD " + ", ".join(adds) if adds else "")
     return {

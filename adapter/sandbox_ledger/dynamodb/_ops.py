@@ -135,7 +135,7 @@ def append(
             update = it.summary_sequenced(update, mark.number)
             condition = _summary_condition(update, now, ttl, form=form)
             actions.append({"Update": {"TableName": table, **update, **condition}})
-        elif kept is not None and mark.needs_raise(heads):
+        elif kept is not None and mark.needs_raise(heads, now // 1000 + it.SUMMARY_RENEW_S):
             # Its mark passes what the writer knows of the summary's TTL: raise it, so that
             # TTL keeps the summary while this entry lives (see _items.SUMMARY_SLACK_S).
             summary_at, raising = len(actions), True
@@ -147,12 +147,7 @@ def append(
         actions.extend(_seq.mark_actions(table, pk, mark, heads))
         try:
             yield Call("transact_write_items", {"TransactItems": actions})
-            left: int | None = None
-            if raising or (changes and form != LEGACY):
-                left = kept
-            elif changes and ttl is not None:  # a summary of an earlier version: left so
-                left = _seq.NO_SUMMARY
-            sequencer.learn(pk, mark.after(heads, left))
+            sequencer.learn(pk, mark.after(heads, kept if raising or changes else None))
             return True
         except ClientError as exc:
             if error_code(exc) != "TransactionCanceledException":
@@ -182,8 +177,8 @@ def append(
             deleting = False
             if 0 <= summary_at < len(reasons) and reasons[summary_at] == _FAILED:
                 if raising:
-                    # No summary keeps its entries' expiry apart: none to keep (the write
-                    # that makes one sets its TTL), or one that expires with them as before.
+                    # No summary with a TTL is stored: none to keep (the write that makes
+                    # one sets its TTL). Known on this mark only: read again on a miss.
                     mark.kept = _seq.NO_SUMMARY
                     continue
                 stored = cancellations[summary_at].get("Item") or {}
@@ -237,12 +232,11 @@ def summary_form(
 ) -> dict[str, Any]:
     """The summary update of ``form``: FRESH sets the summary's expiry to ``ttl`` and its TTL
     to ``kept``; HELD (a later expiry is stored) its TTL only; LEGACY (a summary of an
-    earlier version, whose TTL is its expiry, a later one) neither."""
+    earlier version, whose TTL is its expiry, a later one) makes that TTL its expiry and
+    sets its TTL to ``kept``, as the other forms keep it."""
     entries = [entry_or_entries] if isinstance(entry_or_entries, LedgerEntry) else entry_or_entries
-    if form == LEGACY:
-        update = it.summary_fold(entries, shard_count)
-    else:
-        update = it.summary_fold(entries, shard_count, ttl if form == FRESH else None, kept)
+    expiry = ttl if form == FRESH else None
+    update = it.summary_fold(entries, shard_count, expiry, kept, legacy=form == LEGACY)
     if update is None:
         raise ValueError("no entry of these changes the summary")
     return update
@@ -282,7 +276,7 @@ def _summary_condition(
     TTL, the summary's expiry never moves back. The FRESH form (:func:`summary_form`) sets
     the expiry where the stored one is not later; the HELD form applies only where it is
     later, and leaves it; the LEGACY form only where an earlier version's summary holds a
-    later TTL (its expiry: such a summary has no ``eex``), and leaves it too. The stored
+    later TTL (its expiry: such a summary has no ``eex``), and makes it its expiry. The stored
     item comes back on a failed condition (ALL_OLD), which tells the failures apart
     (:func:`form_for`).
 

@@ -119,12 +119,9 @@ class Group:
     form: str = _ops.FRESH
     """The form of its summary update that fits the stored summary's expiry
     (:func:`._ops.summary_form`)."""
-    raises: bool = True
-    """False once a raise of the summary's TTL failed: no summary keeps its entries' expiry
-    apart (:func:`._items.summary_raise`)."""
     kept: int | None = None
-    """The summary TTL its last request set, or :data:`._sequence.NO_SUMMARY` (None: it set
-    none): what the sequencer learns of it once the request lands."""
+    """The summary TTL its last request set (None: it set none, its mark's ``kept`` stands):
+    what the sequencer learns of it once the request lands."""
     first: bool = False
     """The session's first group in the batch: its summary is put whole, on the condition
     that none is stored (the common case of a move: a session the target does not hold),
@@ -264,9 +261,8 @@ def request(
         entries = [u.entry for u in group.units]
         group.kept = None
         if not any(it.changes_summary(e) for e in entries):
-            if kept is not None and not group.raises:
-                group.kept = _seq.NO_SUMMARY
-            elif kept is not None and group.mark.needs_raise(heads):
+            due = now_ms // 1000 + it.SUMMARY_RENEW_S
+            if kept is not None and group.mark.needs_raise(heads, due):
                 # Its marks pass what is known of the summary's TTL: raise it, so that TTL
                 # keeps the summary while these entries live (see _items.SUMMARY_SLACK_S).
                 raised = it.summary_raise(group.pk, kept)
@@ -275,10 +271,7 @@ def request(
                 group.kept = kept
             continue
         update = _ops.summary_form(entries, shard_count, ttl, kept, group.form)
-        if group.form != _ops.LEGACY:
-            group.kept = kept
-        elif ttl is not None:
-            group.kept = _seq.NO_SUMMARY
+        group.kept = kept
         last = max(i for i, u in enumerate(group.units) if it.changes_summary(u.entry))
         update = it.summary_sequenced(update, group.mark.number + last)
         if group.puts_summary:

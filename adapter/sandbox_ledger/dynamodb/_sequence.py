@@ -130,11 +130,12 @@ class Mark:
         session's entries' TTLs once they are stored (None without a retention)."""
         return self.after(heads).floor
 
-    def needs_raise(self, heads: list[Item]) -> bool:
-        """Whether writing ``heads`` must raise the summary's TTL (what the writer knows of
-        it is short of their last mark's, or nothing)."""
+    def needs_raise(self, heads: list[Item], due: int) -> bool:
+        """Whether writing ``heads`` must raise the summary's TTL: what the writer knows of
+        it is short of their last mark's or of ``due`` (a write of an old ``ts`` late in
+        the summary's last day: see :data:`._items.SUMMARY_RENEW_S`), or nothing."""
         ttl = self.ttl_after(heads)
-        return ttl is not None and (self.kept is None or self.kept < ttl)
+        return ttl is not None and (self.kept is None or self.kept < max(ttl, due))
 
     def __repr__(self) -> str:
         return (
@@ -144,8 +145,8 @@ class Mark:
 
 
 NO_SUMMARY = 2**62
-""":attr:`Mark.kept` where no summary keeps its entries' expiry apart: none is stored yet
-(the write that makes one sets its TTL), or one of an earlier version."""
+""":attr:`Mark.kept` where no summary with a TTL is stored (the write that makes one sets
+its TTL)."""
 
 
 def _ttl(head: Item, floor: int | None) -> int | None:
