@@ -275,6 +275,40 @@ def test_an_item_of_400_kb_passes_and_one_byte_more_is_refused(strict: str) -> N
     assert "maximum allowed size" in str(refused.value)
 
 
+@pytest.mark.parametrize("how", ["update_item", "transaction"])
+def test_an_update_to_400_kb_passes_and_one_byte_more_is_refused(strict: str, how: str) -> None:
+    """DynamoDB's limit holds for the item an update leaves, by DynamoDB's formula: an update
+    that grows an item to exactly 400 KB (which moto's own check, 405,000 bytes by its own
+    count, refuses) lands; one byte more is refused, the item left as it was."""
+    ddb = client(strict)
+    table = make_table(ddb)
+    base = {**key("p"), "n": {"N": "1"}}
+    ddb.put_item(TableName=table, Item={**base, "d": {"S": "x" * 1000}})
+    room = 400 * 1024 - item_size({**base, "d": {"S": ""}, "e": {"S": ""}}) - 1000
+
+    def update(size: int) -> None:
+        fields = {
+            "TableName": table,
+            "Key": key("p"),
+            "UpdateExpression": "SET e = :e ADD n :one",
+            "ExpressionAttributeValues": {":e": {"S": "y" * size}, ":one": {"N": "1"}},
+        }
+        if how == "update_item":
+            ddb.update_item(**fields)
+        else:
+            ddb.transact_write_items(TransactItems=[{"Update": fields}])
+
+    with pytest.raises(ClientError) as refused:
+        update(room + 1)
+    assert code(refused) == "ValidationException"
+    assert "maximum allowed size" in str(refused.value)
+    stored = ddb.get_item(TableName=table, Key=key("p"), ConsistentRead=True)["Item"]
+    assert stored == {**base, "d": {"S": "x" * 1000}}  # nothing of it applied
+    update(room)
+    stored = ddb.get_item(TableName=table, Key=key("p"), ConsistentRead=True)["Item"]
+    assert item_size(stored) == 400 * 1024 and stored["n"] == {"N": "2"}
+
+
 def test_a_transaction_of_101_actions_or_over_4_mb_is_refused(strict: str) -> None:
     ddb = client(strict)
     table = make_table(ddb)

@@ -92,7 +92,7 @@ class Settings:
     strict: bool = False
     """The strict profile checks item sizes itself, exactly as DynamoDB counts them
     (:mod:`sandbox_ledger.local.strict`): moto's own limit (405,000 bytes by its own
-    formula) is not applied to an item built whole."""
+    formula) is not applied to an item built whole, nor to the item an update leaves."""
 
 
 @dataclass

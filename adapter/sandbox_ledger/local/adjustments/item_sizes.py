@@ -8,7 +8,9 @@ attributes, and an import writes two or three items per entry: about a sixth of 
 server's time on a transaction of 100 puts. Here an item's attributes are built with a
 running total, checked against the same limit after each attribute, as moto's own sum
 would be: the same item or the same ``ItemSizeTooLarge``. Assignments to an item that
-exists (an update's) still go through moto's own check.
+exists (an update's) still go through moto's own check, but on a strict server, whose front
+checks the item an update leaves by DynamoDB's own formula before moto applies it
+(:mod:`sandbox_ledger.local.strict.limits`): moto's would refuse an item DynamoDB takes.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ LIMIT = 405_000
 
 
 def _sources() -> dict[str, Any]:
-    # The assignment's check is relied on (its limit, what it sums), not replaced.
+    # The assignment's check is relied on (its limit, what it sums), left out on a strict
+    # server only.
     from moto.dynamodb.models.dynamo_type import Item, LimitedSizeDict
 
     return {
@@ -65,6 +68,17 @@ def _install(stock: dict[str, Any]) -> None:
         self.attrs = built
 
     Item.__init__ = __init__  # type: ignore[method-assign]
+
+    stock_set = stock["LimitedSizeDict.__setitem__"]
+
+    def __setitem__(self: Any, key: str, value: Any) -> None:
+        settings = active(NAME)
+        if settings is not None and settings.strict:
+            assign(self, key, value)  # the strict front checked the update's item exactly
+            return
+        stock_set(self, key, value)
+
+    LimitedSizeDict.__setitem__ = __setitem__  # type: ignore[method-assign]
 
 
 ADJUSTMENT = Adjustment(

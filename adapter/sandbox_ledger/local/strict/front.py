@@ -146,6 +146,58 @@ class _Tables:
             return 0
         return 0 if found is None else item_size(found.to_json()["Attributes"])
 
+    def updated_size(self, name: str, update: dict[str, Any]) -> int | None:
+        """The size of the item the update ``update`` (an UpdateItem's fields, or a
+        transaction's Update) would leave: its expression applied to a copy of the stored
+        item (or of its key alone), as moto applies it. None where it cannot be more than
+        400 KB (bounded without applying it: the stored item and the update's values, each
+        taken once per word of its expression), or where moto answers the update itself (no
+        such table, a key or an expression it refuses)."""
+        import copy
+
+        from moto.dynamodb.models.dynamo_type import DynamoType, Item
+        from moto.dynamodb.parsing import expressions
+        from moto.dynamodb.parsing.executors import UpdateExpressionExecutor
+        from moto.dynamodb.parsing.validators import UpdateExpressionValidator
+
+        parsing: Any = expressions  # its parser is not in its stubs' names
+        expression = update.get("UpdateExpression")
+        key = update.get("Key") or {}
+        table = self.table(name)
+        if not isinstance(expression, str) or table is None or table.hash_key_attr not in key:
+            return None
+        names = update.get("ExpressionAttributeNames") or {}
+        values = update.get("ExpressionAttributeValues") or {}
+        stored = self.stored_size(name, key)
+        actions = expression.count(",") + expression.count(" ") + 1
+        given = item_size({**key, **values}) + len(expression) + sum(map(len, names.values()))
+        if (stored + given) * (actions + 1) <= limits.ITEM_BYTES:
+            return None  # the common update: far from the limit, not applied twice
+        try:
+            hash_key = DynamoType(key[table.hash_key_attr])
+            ranged = table.range_key_attr and table.range_key_attr in key
+            range_key = DynamoType(key[table.range_key_attr]) if ranged else None
+            found = table.get_item(hash_key, range_key)
+            if found is None:
+                attrs = {table.hash_key_attr: key[table.hash_key_attr]}
+                if ranged:
+                    attrs[table.range_key_attr] = key[table.range_key_attr]
+                item = Item(hash_key, range_key, attrs)
+            else:
+                item = copy.deepcopy(found)
+            tree = UpdateExpressionValidator(
+                parsing.UpdateExpressionParser.make(expression),
+                expression_attribute_names=names,
+                expression_attribute_values=values,
+                item=item,
+                table=table,
+            ).validate()
+            tree.normalize()
+            UpdateExpressionExecutor(tree, item, names).execute()
+        except Exception:  # moto answers the update itself, as it does without the profile
+            return None
+        return item_size(item.to_json()["Attributes"])
+
 
 def _written(operation: str, request: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """(table, key or item) of each item a write names."""
@@ -278,7 +330,7 @@ class StrictFront:
         if str(environ.get("HTTP_X_AMZ_TARGET", "")).startswith(streams.TARGET_PREFIX):
             return self._stream_call(operation, request, app, environ, start_response)
         try:
-            limits.check(operation, request, self.tables.stored_size)
+            limits.check(operation, request, self.tables.stored_size, self.tables.updated_size)
         except limits.Refused as refused:
             raise _refuse(refused.code, refused.message) from None
         region = _region(environ)

@@ -4,7 +4,8 @@ batches, 405,000-byte items and numbers of any length).
 The rules, quoted from DynamoDB's documentation:
 
 - Item size (Developer Guide, "Quotas"): "The maximum item size in DynamoDB is 400 KB, which
-  includes both attribute name binary length (UTF-8 length) and attribute value lengths".
+  includes both attribute name binary length (UTF-8 length) and attribute value lengths":
+  a put's item, and the item an update leaves (its expression applied to a copy first).
 - BatchWriteItem (API Reference): "A single call to BatchWriteItem can transmit up to 16MB of
   data over the network, consisting of up to 25 item put or delete operations".
 - BatchGetItem (API Reference): "A single operation can retrieve up to 16 MB of data, which
@@ -80,13 +81,20 @@ def _item(item: dict[str, Any]) -> int:
     return size
 
 
+def _updated(size: int | None) -> None:
+    if size is not None and size > ITEM_BYTES:
+        raise _validation("Item size to update has exceeded the maximum allowed size")
+
+
 def check(
     operation: str,
     request: dict[str, Any],
     stored: Callable[[str, dict[str, Any]], int] = lambda table, key: 0,
+    updated: Callable[[str, dict[str, Any]], int | None] = lambda table, update: None,
 ) -> None:
     """Refuse ``request`` as DynamoDB would (``stored(table, key)``: the size of the item a
-    transaction's update, delete or check names, as stored).
+    transaction's update, delete or check names, as stored; ``updated(table, update)``: the
+    size of the item an update leaves, None where it cannot pass the limit).
 
     Raises:
         Refused: the request breaks one of the limits above.
@@ -97,6 +105,8 @@ def check(
         raise _validation(str(exc)) from None
     if operation == "PutItem" and isinstance(request.get("Item"), dict):
         _item(request["Item"])
+    elif operation == "UpdateItem":
+        _updated(updated(request.get("TableName", ""), request))
     elif operation == "BatchWriteItem":
         tables = request.get("RequestItems") or {}
         count = sum(len(requests) for requests in tables.values())
@@ -135,5 +145,7 @@ def check(
                 named = action.get(kind)
                 if named is not None:
                     total += stored(named.get("TableName", ""), named.get("Key", {}))
+                    if kind == "Update":
+                        _updated(updated(named.get("TableName", ""), named))
         if total > TRANSACTION_BYTES:
             raise _validation("Transaction request cannot be larger than 4 MB")
