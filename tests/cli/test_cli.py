@@ -222,7 +222,11 @@ def test_resources_ls_and_sweep(
 
 
 def test_resources_sweep_uses_the_deployments_bus_and_windows(
-    runner: CliRunner, args: list[str], moto_endpoint: str, sync_table: str
+    runner: CliRunner,
+    args: list[str],
+    moto_endpoint: str,
+    sync_table: str,
+    wait_for_indexes: Callable[[], None],
 ) -> None:
     """A deployed table's descriptor names its bus and windows: the CLI's sweep publishes
     there (never to the account's default bus) and refuses flags that disagree."""
@@ -261,6 +265,7 @@ def test_resources_sweep_uses_the_deployments_bus_and_windows(
     observed_earlier(store, inside, timedelta(minutes=20))  # unchanged for less than 1800 s
     # Past the default 7-day retention, but this deployment keeps failed records forever.
     kept = store.put(record(age=timedelta(days=10), phase="cleanup-failed")).record
+    wait_for_indexes()  # about what a sweep of settled indexes does
 
     mismatch = runner.invoke(app, [*args, "resources", "sweep", "--event-bus", "default"])
     assert mismatch.exit_code == 2 and "'default'" in mismatch.output and bus in mismatch.output

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -61,7 +62,9 @@ def replayed(endpoint: str, table: str, entries: list[LedgerEntry]) -> Any:
     return replay
 
 
-def check(adapter: Any, replay: Any, entries: list[LedgerEntry]) -> None:
+def check(
+    adapter: Any, replay: Any, entries: list[LedgerEntry], settled: Callable[[], None]
+) -> None:
     for sid in sorted({e.sandbox_id for e in entries}):
         mine = [e for e in entries if e.sandbox_id == sid]
         stored = adapter.read_all("n", sid)
@@ -83,12 +86,13 @@ def check(adapter: Any, replay: Any, entries: list[LedgerEntry]) -> None:
                 summary.pop(A.SUMMARY_SEQUENCE, None)
                 summary.pop(A.LIFECYCLE, None)
         assert got == want, sid
+    settled()  # the listings of settled indexes
     assert adapter.list_sandbox_details("n") == replay.list_sandbox_details("n")
 
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_a_rerun_after_a_partial_import_with_racing_importers(
-    moto_endpoint: str, sync_table: str, seed: int
+    moto_endpoint: str, sync_table: str, seed: int, wait_for_indexes: Callable[[], None]
 ) -> None:
     rng = random.Random(seed)
     entries = sessions(rng, 9, 130)  # sessions of 130: over 100 actions, split
@@ -114,12 +118,14 @@ def test_a_rerun_after_a_partial_import_with_racing_importers(
         t.join()
     replay = replayed(moto_endpoint, sync_table, entries)
     try:
-        check(adapter, replay, entries)
+        check(adapter, replay, entries, wait_for_indexes)
     finally:
         replay.client().delete_table(TableName=replay.table_name)
 
 
-def test_an_import_racing_appends_with_retention(moto_endpoint: str, table_name: str) -> None:
+def test_an_import_racing_appends_with_retention(
+    moto_endpoint: str, table_name: str, wait_for_indexes: Callable[[], None]
+) -> None:
     import time
     from datetime import timedelta
 
@@ -182,6 +188,6 @@ def test_an_import_racing_appends_with_retention(moto_endpoint: str, table_name:
     try:
         for e in entries + extra:
             replay.append(e)
-        check(adapter, replay, entries + extra)
+        check(adapter, replay, entries + extra, wait_for_indexes)
     finally:
         replay.client().delete_table(TableName=replay.table_name)

@@ -171,13 +171,14 @@ def test_sweeper_expires_stale_records_and_reports_each(
 
 
 def test_dry_run_reports_and_changes_nothing(
-    wiring: Wiring, monkeypatch: pytest.MonkeyPatch
+    wiring: Wiring, monkeypatch: pytest.MonkeyPatch, moto_server: Any
 ) -> None:
     monkeypatch.setenv("DRY_RUN", "true")
     new = wiring.store.put(record(age=timedelta(hours=1)))
     stale = wiring.store.put(record(age=timedelta(hours=1)))
     observed_earlier(wiring.store, stale, timedelta(minutes=16))
     observed = wiring.store.get_versioned(stale.record.id)
+    caught_up(moto_server, wiring.table)  # about what the handler reports: settled index
     sweeper = load_handler("expire_stale_resources")
     summary = sweeper.handler(SCHEDULED_EVENT, FakeContext())
     assert summary["dryRun"] is True and summary["expired"] == [stale.record.id]
@@ -193,12 +194,14 @@ def test_dry_run_reports_and_changes_nothing(
 
 
 def test_owner_touch_between_read_and_delete_wins(
-    wiring: Wiring, monkeypatch: pytest.MonkeyPatch
+    wiring: Wiring, monkeypatch: pytest.MonkeyPatch, moto_server: Any
 ) -> None:
     victim = wiring.store.put(record(age=timedelta(hours=1))).record
     other = wiring.store.put(record(age=timedelta(hours=1))).record
+    caught_up(moto_server, wiring.table)  # about what the handler reports: settled index
     sweeper = load_handler("expire_stale_resources")
     assert len(sweeper.handler(SCHEDULED_EVENT, FakeContext())["observed"]) == 2
+    caught_up(moto_server, wiring.table)  # the observations too
     later = datetime.now(UTC) + timedelta(minutes=16)
     monkeypatch.setattr(sweeper, "clock", lambda: later)
     owner = SyncResourceRecordStore(wiring.table, endpoint_url=wiring.endpoint)
