@@ -24,7 +24,7 @@ CDK := PATH="$(abspath $(DEPLOY_VENV))/bin:$$PATH" CDK_DISABLE_CLI_TELEMETRY=tru
 	SANDBOX_LEDGER_WHEELHOUSE="$(abspath $(WHEELHOUSE))" npx cdk
 CDK_ARGS ?=
 
-.PHONY: demo test test-all lint typecheck check clean verify mutation test-newest-moto deploy-tools synth deploy
+.PHONY: demo test test-all lint typecheck check clean verify mutation test-newest-moto deploy-tools synth deploy soak soak-short
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -105,6 +105,21 @@ test-newest-moto:
 VERIFY_PROFILE ?= long
 verify: $(STAMP)
 	SANDBOX_LEDGER_VERIFY=$(VERIFY_PROFILE) $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/verification
+
+# The fleet under faults (docs/reliability.md): worker processes killed at any instant, lost
+# responses, the strict embedded DynamoDB's throttling, then the history checked. SOAK_SECONDS
+# (default 1800, per store) and SOAK_SEED; soak-short is CI's (a minute per store).
+SOAK_SECONDS ?= 1800
+SOAK_SEED ?= 1
+soak: $(STAMP)
+	for store in dynamodb sqlite; do \
+		$(BIN)/python -m sandbox_ledger.soak --store $$store --seconds $(SOAK_SECONDS) --seed $(SOAK_SEED) --workers 6 || exit 1; \
+	done
+
+soak-short: $(STAMP)
+	for store in dynamodb sqlite; do \
+		$(BIN)/python -m sandbox_ledger.soak --store $$store --seconds 60 --seed $(SOAK_SEED) --workers 4 || exit 1; \
+	done
 
 # Mutation score of the core (docs/verification.md), with mutmut 3, one module at a time, e.g.
 # make mutation MUTATION_MODULES="summary.py cursor.py" (default: every module listed in

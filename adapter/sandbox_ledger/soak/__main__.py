@@ -1,0 +1,202 @@
+"""A run of the fleet under faults, then its check (``make soak``, ``make soak-short``).
+
+``python -m sandbox_ledger.soak --store dynamodb|sqlite [--seconds S] [--seed N]
+[--workers W] [--kill-every K] [--out DIR]``: starts the store (the embedded DynamoDB in a
+child process, on the strict profile with its rates scaled down so that throttling comes,
+behind a :class:`~.proxy.FaultProxy`; or a SQLite file), ``W`` worker processes, and kills
+one with SIGKILL about every ``K`` seconds (drawn from the seed), starting another in its
+place. At the end it checks the history and the store (:mod:`.checker`), prints the figures
+as one JSON line, and exits 1 on any violation, each printed with its excerpt of the history,
+the seed and the command that runs the same faults again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from sandbox_ledger.soak.checker import check
+from sandbox_ledger.soak.history import operations, read_history
+from sandbox_ledger.soak.proxy import FaultProxy
+from sandbox_ledger.soak.worker import DEFECTS, LEDGER_NAME
+from sandbox_ledger.stores import open_store
+
+TABLE = "soak-ledger"
+GRACE_SECONDS = 60.0
+"""How long workers get after the run's time to finish their operation in flight."""
+
+
+class Fleet:
+    """The worker processes of a run, and the kills made."""
+
+    def __init__(
+        self, store: str, history: Path, seed: int, deadline: float, defect: str | None = None
+    ) -> None:
+        self.store, self.history, self.deadline, self.defect = store, history, deadline, defect
+        self._rng = random.Random(seed)
+        self.workers: dict[str, subprocess.Popen[bytes]] = {}
+        self.started = self.killed = 0
+
+    def spawn(self, slot: int) -> None:
+        name = f"w{slot}.{self.started}"
+        self.started += 1
+        seconds = max(0.0, self.deadline - time.monotonic())
+        self.workers[name] = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "sandbox_ledger.soak.worker",
+                "--store",
+                self.store,
+                "--history",
+                str(self.history),
+                "--name",
+                name,
+                "--seed",
+                str(self._rng.randrange(2**32)),
+                "--seconds",
+                f"{seconds:.3f}",
+                *(["--defect", self.defect] if self.defect else []),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def kill_one(self) -> None:
+        alive = sorted(n for n, p in self.workers.items() if p.poll() is None)
+        if not alive:
+            return
+        name = self._rng.choice(alive)
+        self.workers[name].send_signal(signal.SIGKILL)
+        self.workers[name].wait()
+        self.killed += 1
+        self.spawn(int(name[1:].split(".")[0]))
+
+    def wait(self, grace: float) -> None:
+        end = time.monotonic() + grace
+        for process in self.workers.values():
+            try:
+                process.wait(max(0.1, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+                self.killed += 1
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m sandbox_ledger.soak")
+    parser.add_argument("--store", choices=["dynamodb", "sqlite"], default="dynamodb")
+    parser.add_argument("--seconds", type=float, default=float(os.environ.get("SOAK_SECONDS", 60)))
+    parser.add_argument("--seed", type=int, default=int(os.environ.get("SOAK_SEED", 1)))
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--kill-every", type=float, default=3.0)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--defect",
+        choices=sorted(DEFECTS),
+        default=None,
+        help="run the workers with a known defect, to see the checker fail the run",
+    )
+    args = parser.parse_args(argv)
+    if args.seconds <= 0 or args.workers < 1 or args.kill_every <= 0:
+        parser.error("--seconds and --kill-every must be above 0, --workers at least 1")
+    return args
+
+
+def run(args: argparse.Namespace) -> int:
+    out = args.out or Path(tempfile.mkdtemp(prefix="soak-"))
+    out.mkdir(parents=True, exist_ok=True)
+    history = out / "history.jsonl"
+    history.unlink(missing_ok=True)
+    rng = random.Random(args.seed)
+    server: Any = None
+    proxy: FaultProxy | None = None
+    figures: dict[str, Any] = {"store": args.store, "seed": args.seed, "seconds": args.seconds}
+    if args.store == "dynamodb":
+        from sandbox_ledger.local import LocalDynamoDBProcess, StrictProfile
+
+        server = LocalDynamoDBProcess(strict=StrictProfile(rate_scale=0.05))
+        endpoint = server.start()
+        host, port = endpoint.removeprefix("http://").split(":")
+        proxy = FaultProxy((host, int(port)), rng.randrange(2**32))
+        proxy.start()
+        query = "region=us-east-1&endpoint_url="
+        direct = f"dynamodb://{TABLE}?{query}{endpoint}"
+        through = f"dynamodb://{TABLE}?{query}http://127.0.0.1:{proxy.port}"
+    else:
+        direct = through = f"sqlite:///{(out / 'ledger.db').resolve()}"
+    try:
+        if args.store == "dynamodb":
+            asyncio.run(_create_table(endpoint))
+        deadline = time.monotonic() + args.seconds
+        fleet = Fleet(through, history, rng.randrange(2**32), deadline, args.defect)
+        for slot in range(args.workers):
+            fleet.spawn(slot)
+        while (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, rng.expovariate(1 / args.kill_every)))
+            if deadline - time.monotonic() > 0:
+                fleet.kill_one()
+        fleet.wait(GRACE_SECONDS)
+        if proxy is not None:
+            proxy.stop()
+            figures["proxy"] = dict(proxy.counts)
+        figures |= {"workers": fleet.started, "killed": fleet.killed}
+        ops = operations(read_history(history))
+        report = asyncio.run(_checked(direct, ops))
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        if server is not None:
+            server.stop()
+    figures |= report.figures()
+    figures["opsPerSecond"] = round(report.appends / args.seconds, 1)
+    print(json.dumps(figures))
+    for violation in report.violations:
+        print(violation.text(), file=sys.stderr)
+    if report.violations:
+        print(
+            f"{len(report.violations)} violations (seed {args.seed}; the same faults: "
+            f"python -m sandbox_ledger.soak --store {args.store} --seconds {args.seconds} "
+            f"--seed {args.seed} --workers {args.workers} --kill-every {args.kill_every}"
+            + (f" --defect {args.defect}" if args.defect else "")
+            + "); "
+            f"history: {history}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+async def _create_table(endpoint: str) -> None:
+    from sandbox_ledger.dynamodb import DynamoDBAdapter
+
+    async with DynamoDBAdapter(TABLE, endpoint_url=endpoint) as ledger:
+        await ledger.create_table()
+
+
+async def _checked(url: str, ops: list[Any]) -> Any:
+    store = open_store(url)
+    try:
+        return await check(ops, store, LEDGER_NAME)
+    finally:
+        close = getattr(store, "close", None)
+        if close is not None:
+            await close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(_parse(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

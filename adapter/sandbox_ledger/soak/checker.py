@@ -1,0 +1,122 @@
+"""The promises a run's history and final store are held to.
+
+- Every acknowledged append is stored exactly once, whole; one whose outcome is unknown
+  (its process killed, or it raised) at most once; nothing is stored that nobody sent.
+- Every session's summary is the one the reference (the memory store) makes of its stored
+  entries, in the store's append order.
+- Every session stored is one the history names.
+
+A violation carries the operations involved, as history lines: the excerpt a run prints.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sandbox_ledger.memory import MemoryAdapter
+from sandbox_ledger.transfer import content_digest
+
+if TYPE_CHECKING:
+    from sandbox_ledger.soak.history import Operation
+
+__all__ = ["Report", "Violation", "check"]
+
+EXCERPT = 12
+"""The most history lines a violation shows."""
+
+
+@dataclass(frozen=True)
+class Violation:
+    what: str
+    excerpt: list[str]
+
+    def text(self) -> str:
+        return "\n".join([self.what, *(f"    {line}" for line in self.excerpt[:EXCERPT])])
+
+
+@dataclass
+class Report:
+    """What the checker checked, and what it found wrong."""
+
+    appends: int = 0
+    acknowledged: int = 0
+    failed: int = 0
+    crashed: int = 0
+    sessions: int = 0
+    entries: int = 0
+    violations: list[Violation] = field(default_factory=list)
+
+    def figures(self) -> dict[str, int]:
+        return {
+            "appends": self.appends,
+            "acknowledged": self.acknowledged,
+            "failed": self.failed,
+            "crashed": self.crashed,
+            "sessions": self.sessions,
+            "entriesChecked": self.entries,
+            "violations": len(self.violations),
+        }
+
+
+async def check(operations: list[Operation], store: Any, name: str) -> Report:
+    """Hold the store ``store`` (the fleet's sessions are under ``name``) to the history's
+    ``operations``."""
+    report = Report()
+    sessions: dict[str, list[Operation]] = defaultdict(list)
+    for op in operations:
+        if op.op != "append":
+            continue
+        report.appends += 1
+        report.acknowledged += op.acknowledged
+        report.failed += op.status == "fail"
+        report.crashed += op.status == "crashed"
+        sessions[str(op.invoked["s"])].append(op)
+    stored_sessions = {sid for n, sid in await store.scan_sessions(name) if n == name}
+    for sid in sorted(stored_sessions - set(sessions)):
+        report.violations.append(Violation(f"session {sid} is stored, named by no operation", []))
+    for sid in sorted(sessions):
+        await _check_session(store, name, sid, sessions[sid], report)
+    return report
+
+
+async def _check_session(
+    store: Any, name: str, sid: str, mine: list[Operation], report: Report
+) -> None:
+    report.sessions += 1
+    stored = await store.read_in_append_order(name, sid)
+    report.entries += len(stored)
+    counts = Counter(content_digest(e) for e in stored)
+    sent = {str(op.invoked["d"]): op for op in mine}
+    for op in mine:
+        times = counts.get(str(op.invoked["d"]), 0)
+        if op.acknowledged and times != 1:
+            report.violations.append(
+                Violation(f"{sid}: an acknowledged append is stored {times} times", [op.line()])
+            )
+        elif not op.acknowledged and times > 1:
+            report.violations.append(
+                Violation(
+                    f"{sid}: an append whose outcome is unknown ({op.status}) is stored "
+                    f"{times} times",
+                    [op.line()],
+                )
+            )
+    for entry in stored:
+        if content_digest(entry) not in sent:
+            report.violations.append(
+                Violation(f"{sid}: an entry is stored that nobody sent: {entry.wire()}", [])
+            )
+    reference = MemoryAdapter()
+    for entry in stored:
+        await reference.append(entry)
+    want = await reference.get_sandbox_details(name, sid)
+    got = await store.get_sandbox_details(name, sid)
+    if got != want:
+        report.violations.append(
+            Violation(
+                f"{sid}: its summary is {got}, its stored entries make {want}",
+                [op.line() for op in mine],
+            )
+        )

@@ -1,0 +1,135 @@
+"""One worker of the fleet: plays sandboxes against a store until its time is up or it is
+killed, recording every operation in the history (:mod:`.history`).
+
+``python -m sandbox_ledger.soak.worker --store URL --history FILE --name NAME --seed N
+--seconds S``. Each session is ``sandbox.created``, execs on parallel branches (each an
+``exec.started`` and an ``exec.complete``, some a checkpoint between), and most often
+``sandbox.closed``; every entry carries its operation's name in its payload, so the checker
+tells every stored entry's sender. A worker killed mid-session leaves it open, as a crashed
+sandbox client does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from sandbox_ledger.models import LedgerEntry, LedgerEvent
+from sandbox_ledger.soak.history import History
+from sandbox_ledger.stores import open_store
+from sandbox_ledger.transfer import content_digest
+
+LEDGER_NAME = "soak"
+"""The name every session of the fleet is under."""
+
+
+async def _append(store: Any, history: History, entry: LedgerEntry) -> bool:
+    number = history.invoke(
+        "append",
+        s=entry.sandbox_id,
+        e=str(entry.event),
+        d=content_digest(entry),
+        w=entry.wire(),
+    )
+    try:
+        await store.append(entry)
+    except Exception as exc:  # recorded: its outcome is unknown
+        history.fail(number, exc)
+        return False
+    history.ok(number)
+    return True
+
+
+class _Session:
+    """One sandbox the worker plays: its entries, numbered."""
+
+    def __init__(self, process: str, sandbox_id: str) -> None:
+        self.process, self.sandbox_id, self.step = process, sandbox_id, 0
+
+    def entry(self, event: LedgerEvent, branch: int | None = None, **payload: Any) -> LedgerEntry:
+        self.step += 1
+        return LedgerEntry(
+            ts=time.time_ns() // 1_000_000,
+            name=LEDGER_NAME,
+            sandbox_id=self.sandbox_id,
+            step_index=self.step,
+            branch=branch,
+            event=event,
+            payload={"by": f"{self.process}/{self.step}", **payload},
+        )
+
+
+async def _branch(store: Any, history: History, session: _Session, branch: int, snap: bool) -> None:
+    await _append(store, history, session.entry(LedgerEvent.ExecStarted, branch))
+    if snap:
+        snapshot = f"snap-{session.sandbox_id}-{branch}-{session.step}"
+        checkpoint = session.entry(LedgerEvent.CheckpointCreated, branch, snapshotId=snapshot)
+        await _append(store, history, checkpoint)
+    await _append(store, history, session.entry(LedgerEvent.ExecComplete, branch))
+
+
+async def play(store: Any, history: History, rng: random.Random, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    sessions = 0
+    while time.monotonic() < deadline:
+        session = _Session(history.process, f"{history.process}-{sessions}")
+        sessions += 1
+        await _append(store, history, session.entry(LedgerEvent.SandboxCreated))
+        for _ in range(rng.randint(1, 5)):
+            branches = rng.sample([0, 1, 2], rng.randint(1, 2))
+            await asyncio.gather(
+                *(_branch(store, history, session, b, rng.random() < 0.3) for b in branches)
+            )
+        if rng.random() < 0.85:
+            await _append(store, history, session.entry(LedgerEvent.SandboxClosed))
+
+
+class _ResendsTwice:
+    """A known defect, put in by hand to show the checker bites (``--defect resend``): a
+    client that, about once in 20 appends, sends an append again as a new one, as a retry
+    without the store's idempotency would (the entry is stored twice)."""
+
+    def __init__(self, store: Any, seed: int) -> None:
+        self._store, self._rng = store, random.Random(seed)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def append(self, entry: LedgerEntry) -> None:
+        await self._store.append(entry)
+        if self._rng.random() < 0.05:
+            await self._store.append(entry)
+
+
+DEFECTS = {"resend": _ResendsTwice}
+"""The defects a worker can be run with (``--defect``): for proving the checker only."""
+
+
+async def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m sandbox_ledger.soak.worker")
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--history", required=True, type=Path)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--seed", required=True, type=int)
+    parser.add_argument("--seconds", required=True, type=float)
+    parser.add_argument("--defect", choices=sorted(DEFECTS), default=None)
+    args = parser.parse_args(argv)
+    history = History(args.history, args.name)
+    store = open_store(args.store)
+    if args.defect is not None:
+        store = DEFECTS[args.defect](store, args.seed)
+    try:
+        await play(store, history, random.Random(args.seed), args.seconds)
+    finally:
+        close = getattr(store, "close", None)
+        if close is not None:
+            await close()
+        history.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
