@@ -1,5 +1,6 @@
-"""The fleet under faults (sandbox_ledger/soak, docs/reliability.md): its history, its proxy's faults, its checker,
-and short runs that must pass and, with a known defect put back in, fail."""
+"""The fleet under faults (sandbox_ledger/soak, docs/reliability.md): its history, its
+proxy's faults, its checker, and short runs that must pass and, with a known defect put back
+in, fail."""
 
 from __future__ import annotations
 
