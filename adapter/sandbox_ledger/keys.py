@@ -157,6 +157,9 @@ class LedgerAttr:
     # summary: the sandbox.created and sandbox.closed entries the last write that changed it
     # folded in, in order ([{ev, ts}]): what changes() reads a session's lifecycle off
     LIFECYCLE: Final = "lc"
+    # summary: the ``sq`` of the write that set ``lc`` (a writer of an earlier version moves
+    # ``sq`` and leaves ``lc`` as it was: that ``lc`` is no change of its write)
+    LIFECYCLE_SEQUENCE: Final = "lq"
     # entry head of sandbox.created / sandbox.closed: its change is read off the summary's
     # stream record (absent: a head of an earlier version, whose change is its own record)
     ON_SUMMARY: Final = "cs"

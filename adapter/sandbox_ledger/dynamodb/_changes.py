@@ -8,7 +8,7 @@ stream record          item                                         changes
 INSERT, MODIFY         a session's summary, by a write that folded  ``session.created``,
                        in ``sandbox.created``/``sandbox.closed``    ``session.closed``: one
                        entries (its ``sq`` moved; ``lc`` lists      per entry, in order
-                       them)
+                       them, ``lq`` is that ``sq``)
 REMOVE by a caller     a session's summary (``delete_sandbox``)     ``session.deleted``
 REMOVE by TTL          a session's summary (ledger retention)       ``session.expired``
 INSERT                 an entry's head of an earlier version        ``session.created`` or
@@ -122,8 +122,10 @@ def _lifecycle(pk: str, rid: str, body: dict[str, Any]) -> list[Change]:
     if moved is None or moved == old.get(A.SUMMARY_SEQUENCE):
         return []
     folded = (new.get(A.LIFECYCLE) or {}).get("L")
-    if not isinstance(folded, list):
-        return []  # a summary write of an earlier version: its heads made the changes
+    if not isinstance(folded, list) or new.get(A.LIFECYCLE_SEQUENCE) != moved:
+        # A summary write of an earlier version (its heads made the changes): it never
+        # wrote ``lc``, and one a later write left there is that write's, not this one's.
+        return []
     name, sandbox_id = k.parse_session_pk(pk)
     out: list[Change] = []
     for element in folded:

@@ -257,13 +257,16 @@ def summary_sequenced(update: dict[str, Any], number: int) -> dict[str, Any]:
     grows: what tells a ``delete_sandbox`` whether an entry stored after its seal (the next
     session's) changed the summary it is about to delete (see :mod:`._delete`)."""
     sets, sep, adds = update["UpdateExpression"].partition(" ADD ")
+    names = {**update["ExpressionAttributeNames"], "#sq": A.SUMMARY_SEQUENCE}
+    if ":lc" in update["ExpressionAttributeValues"]:
+        # The ``lc`` this write sets is its own: tied to its ``sq`` (``lq``), so that a write
+        # of an earlier version, which moves ``sq`` and leaves ``lc``, repeats none of it.
+        sets += ", #lq = :sq"
+        names["#lq"] = A.LIFECYCLE_SEQUENCE
     return {
         **update,
         "UpdateExpression": f"{sets}, #sq = :sq{sep}{adds}",
-        "ExpressionAttributeNames": {
-            **update["ExpressionAttributeNames"],
-            "#sq": A.SUMMARY_SEQUENCE,
-        },
+        "ExpressionAttributeNames": names,
         "ExpressionAttributeValues": {**update["ExpressionAttributeValues"], ":sq": N(number)},
     }
 
