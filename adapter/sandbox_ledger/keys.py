@@ -160,6 +160,10 @@ class LedgerAttr:
     # summary: the ``sq`` of the write that set ``lc`` (a writer of an earlier version moves
     # ``sq`` and leaves ``lc`` as it was: that ``lc`` is no change of its write)
     LIFECYCLE_SEQUENCE: Final = "lq"
+    # summary: built again by a delete that stalled past its lease (the seal's number), from
+    # the next session's entries, where the deleted session had one: changes() reads its
+    # record as that session's deletion, then the next one's created and closed (``lc``)
+    REBUILT: Final = "rb"
     # entry head of sandbox.created / sandbox.closed: its change is read off the summary's
     # stream record (absent: a head of an earlier version, whose change is its own record)
     ON_SUMMARY: Final = "cs"

@@ -4,7 +4,11 @@ makes for the same operations, none more."""
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import boto3
+import pytest
 
 from sandbox_ledger import LedgerEntry, LedgerEvent
 from sandbox_ledger import keys as k
@@ -93,3 +97,79 @@ def test_a_summary_write_of_an_earlier_version_repeats_no_change_a_later_one_lis
         ("session.created", "m", 1),
         ("session.closed", "m", 3),
     ]
+
+
+def test_a_delete_that_stalled_past_its_lease_still_says_the_session_was_deleted(
+    moto_endpoint: str, sync_table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delete stalls past its lease; the next session's sandbox.created lands on the
+    deleted session's summary, which the delete then builds again from it (_delete.
+    _drop_summary) instead of removing it. The reference's feed: created, closed, deleted,
+    created again. The next session's created came before the delete finished (the delete
+    could have died instead, the session then never deleted): the deletion comes when the
+    summary is built again, followed by that created again, so the feed's last word is what
+    is stored (was: no session.deleted at all, a reader left with the deleted session)."""
+    from sandbox_ledger.dynamodb import _ops
+
+    monkeypatch.setattr(_ops, "DELETE_LEASE_MS", 1_000)
+    writer = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    writer.append(e("v", LedgerEvent.SandboxCreated, 100))
+    writer.append(e("v", LedgerEvent.SandboxClosed, 101))
+    deleter = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    ran: list[bool] = []
+
+    def stall_then_append(**_: Any) -> None:
+        if not ran:
+            ran.append(True)
+            time.sleep(1.2)  # the lease (1 s) is over
+            writer.append(e("v", LedgerEvent.SandboxCreated, 500))
+
+    deleter.client().meta.events.register("before-call.dynamodb.BatchWriteItem", stall_then_append)
+    deleter.delete_sandbox("red", "v")
+    assert ran
+    assert feed(moto_endpoint, sync_table) == [
+        ("session.created", "v", 100),
+        ("session.closed", "v", 101),
+        ("session.created", "v", 500),
+        ("session.deleted", "v", None),
+        ("session.created", "v", 500),
+    ]
+
+
+@pytest.mark.parametrize("began", [False, True], ids=["never-begun", "begun"])
+def test_a_stalled_delete_whose_next_session_was_imported_says_what_the_reference_does(
+    moto_endpoint: str, sync_table: str, monkeypatch: pytest.MonkeyPatch, began: bool
+) -> None:
+    """As above, the next session's whole life imported during the stall (one transaction:
+    created, exec.complete, closed). A delete of a session that had not begun (no summary:
+    its lease made one) deletes no session: no session.deleted, however the stall ends."""
+    from sandbox_ledger.dynamodb import _ops
+    from sandbox_ledger.transfer import entry_line, import_entries, parse_lines
+
+    monkeypatch.setattr(_ops, "DELETE_LEASE_MS", 1_000)
+    writer = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    writer.append(e("v", LedgerEvent.ExecStarted, 99, step=0))  # no summary
+    if began:
+        writer.append(e("v", LedgerEvent.SandboxCreated, 100))
+    deleter = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    again = [
+        e("v", LedgerEvent.SandboxCreated, 500),
+        e("v", LedgerEvent.ExecComplete, 501, step=0),
+        e("v", LedgerEvent.SandboxClosed, 502),
+    ]
+    ran: list[bool] = []
+
+    def stall_then_import(**_: Any) -> None:
+        if not ran:
+            ran.append(True)
+            time.sleep(1.2)  # the lease (1 s) is over
+            lines = [entry_line(one).encode() for one in again]
+            assert import_entries(writer, parse_lines(lines)).new == 3
+
+    deleter.client().meta.events.register("before-call.dynamodb.BatchWriteItem", stall_then_import)
+    deleter.delete_sandbox("red", "v")
+    assert ran and writer.read_all("red", "v") == again
+    next_session = [("session.created", "v", 500), ("session.closed", "v", 502)]
+    before = [("session.created", "v", 100)] if began else []
+    deleted = [("session.deleted", "v", None), *next_session] if began else []
+    assert feed(moto_endpoint, sync_table) == before + next_session + deleted

@@ -10,6 +10,8 @@ INSERT, MODIFY         a session's summary, by a write that folded  ``session.cr
                        entries (its ``sq`` moved; ``lc`` lists      per entry, in order
                        them, ``lq`` is that ``sq``)
 REMOVE by a caller     a session's summary (``delete_sandbox``)     ``session.deleted``
+INSERT, MODIFY         a session's summary built again by a delete  ``session.deleted``,
+                       that stalled past its lease (``rb``)         then its ``lc`` again
 REMOVE by TTL          a session's summary (ledger retention)       ``session.expired``
 INSERT                 an entry's head of an earlier version        ``session.created`` or
                        (no ``cs``), event created or closed         ``session.closed``
@@ -119,15 +121,22 @@ def _lifecycle(pk: str, rid: str, body: dict[str, Any]) -> list[Change]:
     moved its ``sq`` (a write of entries; not a lease, a TTL raise or a rebuild)."""
     new, old = body.get("NewImage") or {}, body.get("OldImage") or {}
     moved = new.get(A.SUMMARY_SEQUENCE)
-    if moved is None or moved == old.get(A.SUMMARY_SEQUENCE):
+    name, sandbox_id = k.parse_session_pk(pk)
+    out: list[Change] = []
+    rebuilt = new.get(A.REBUILT)
+    if rebuilt is not None and rebuilt != old.get(A.REBUILT):
+        # Built again by a delete that stalled past its lease, from the next session's
+        # entries (whose writes folded them into the deleted session's summary, and made
+        # their changes then): the deletion, and the next session's created and closed again.
+        at = _ms(body.get("ApproximateCreationDateTime"))
+        out.append(Change(ChangeKind.SESSION_DELETED, rid, at, name=name, sandbox_id=sandbox_id))
+    elif moved is None or moved == old.get(A.SUMMARY_SEQUENCE):
         return []
     folded = (new.get(A.LIFECYCLE) or {}).get("L")
     if not isinstance(folded, list) or new.get(A.LIFECYCLE_SEQUENCE) != moved:
         # A summary write of an earlier version (its heads made the changes): it never
         # wrote ``lc``, and one a later write left there is that write's, not this one's.
-        return []
-    name, sandbox_id = k.parse_session_pk(pk)
-    out: list[Change] = []
+        return out
     for element in folded:
         fields = element.get("M") if isinstance(element, dict) else None
         kind = _OF_EVENT.get(((fields or {}).get(A.EVENT) or {}).get("S", ""))

@@ -92,9 +92,12 @@ class _DeleteLease:
         self.token = secrets.token_hex(8)
         self.until = 0
         self.held = True
+        self.began = False
+        """Whether the session had begun when the lease was taken (its summary stored)."""
 
     def take(self) -> Op[None]:
-        yield from self._set("SET #dl = :until, #dt = :token")
+        old = yield from self._set("SET #dl = :until, #dt = :token", ReturnValues="ALL_OLD")
+        self.began = A.ITEM_TYPE in old
 
     def renew_if_due(self) -> Op[None]:
         if not self.held or _ops._now_ms() < self.until - _ops.DELETE_LEASE_MS // 2:
@@ -151,9 +154,10 @@ class _DeleteLease:
         self.until, self.held = now + _ops.DELETE_LEASE_MS, True
         return True
 
-    def _set(self, update: str, **condition: str) -> Op[None]:
+    def _set(self, update: str, **condition: str) -> Op[dict[str, Any]]:
+        """Set the lease; the attributes the call returned (``ReturnValues``)."""
         until = _ops._now_ms() + _ops.DELETE_LEASE_MS
-        yield Call(
+        answer = yield Call(
             "update_item",
             {
                 "TableName": self.table,
@@ -165,6 +169,8 @@ class _DeleteLease:
             },
         )
         self.until = until
+        returned: dict[str, Any] = answer.get("Attributes") or {}
+        return returned
 
 
 SEAL_TTL_MARGIN_S = 86_400
@@ -552,11 +558,17 @@ def delete_session(
         yield from _spend_origin(table, pk, plan.origin, seal_ttl)
     yield from _delete_keys(table, lease, plan.marks)
     yield from _spend_seal(table, pk, seal, lease.token)
-    yield from _drop_summary(table, pk, lease.token, seal, shards)
+    yield from _drop_summary(table, pk, lease.token, seal, shards, began=lease.began)
 
 
 def _drop_summary(
-    table: str, pk: str, token: str, seal: int, shards: Callable[[], Op[int]] | None
+    table: str,
+    pk: str,
+    token: str,
+    seal: int,
+    shards: Callable[[], Op[int]] | None,
+    *,
+    began: bool,
 ) -> Op[None]:
     """Delete the session's summary, the last step: only while it carries this delete's
     token (another delete took over: it removes it) and no entry marked after the seal
@@ -568,7 +580,11 @@ def _drop_summary(
     next session was left without one; kept, it would count the deleted session. So the
     summary is built again from the entries marked after the seal, as their appends would
     have built it on no summary, and put in its place (on the same two conditions, and
-    ``sq`` unchanged: an append meanwhile is read in on the next try)."""
+    ``sq`` unchanged: an append meanwhile is read in on the next try). Where the deleted
+    session had begun (``began``: its summary was stored when the lease was taken), the
+    summary put carries the seal's number (``rb``): its stream record is the deleted
+    session's ``session.deleted``, then the next session's created and closed again
+    (:mod:`._changes`), the feed's last word on the session being what is stored."""
     summary_key = it.summary_key(pk)
     for _ in range(MAX_ATTEMPTS):
         try:
@@ -604,6 +620,8 @@ def _drop_summary(
         shard_count = yield from shards()
         seen = stored[A.SUMMARY_SEQUENCE]
         item = yield from _summary_after(table, pk, stored, seal, int(seen["N"]), shard_count)
+        if began:
+            item[A.REBUILT] = N(seal)
         was = {":was": stored[k.TTL_ATTRIBUTE]} if k.TTL_ATTRIBUTE in stored else {}
         kept_same = "#ttl = :was" if was else "attribute_not_exists(#ttl)"
         log.info("delete %s: the next session changed the summary; built again", pk)
