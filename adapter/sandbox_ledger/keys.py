@@ -157,8 +157,8 @@ class LedgerAttr:
     # summary: the sandbox.created and sandbox.closed entries the last write that changed it
     # folded in, in order ([{ev, ts}]): what changes() reads a session's lifecycle off
     LIFECYCLE: Final = "lc"
-    # summary: the ``sq`` of the write that set ``lc`` (a writer of an earlier version moves
-    # ``sq`` and leaves ``lc`` as it was: that ``lc`` is no change of its write)
+    # summary: the mark (``<incarnation>#<number>``) of the write that set ``lc``: a write
+    # that leaves it (a lease, a TTL raise, a writer of an earlier version) is no change
     LIFECYCLE_SEQUENCE: Final = "lq"
     # summary: built again by a delete that stalled past its lease (the seal's number), from
     # the next session's entries, where the deleted session had one: changes() reads its

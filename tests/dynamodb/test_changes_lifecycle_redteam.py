@@ -173,3 +173,92 @@ def test_a_stalled_delete_whose_next_session_was_imported_says_what_the_referenc
     before = [("session.created", "v", 100)] if began else []
     deleted = [("session.deleted", "v", None), *next_session] if began else []
     assert feed(moto_endpoint, sync_table) == before + next_session + deleted
+
+
+def test_a_sessions_changes_across_expiry_come_in_order_on_split_shards() -> None:
+    """Created, closed, expired (TTL removed the summary: its TTL moved to the past here, a
+    retention's end come early), created again: in that order for each session, on a strict
+    server whose shards close every 3 records and split and whose TTL deletes at once."""
+    import uuid
+    from datetime import timedelta
+
+    from tests.local.test_strict_streams import Clock, strict_server, take
+
+    server = strict_server(Clock(), shard_records=3, shard_split=2, ttl_delay=0, ttl_every=0.001)
+    sessions = [f"s{i}" for i in range(6)]
+    try:
+        with SyncDynamoDBAdapter(
+            f"expiry-{uuid.uuid4().hex[:8]}",
+            endpoint_url=server.endpoint_url,
+            retention=timedelta(days=1),
+        ) as ledger:
+            ledger.create_table()
+            now = int(time.time() * 1000)
+            client = ledger.client()
+            for sid in sessions:
+                ledger.append(e(sid, LedgerEvent.SandboxCreated, now))
+                ledger.append(e(sid, LedgerEvent.SandboxClosed, now + 1))
+                key = {"PK": {"S": k.session_pk("red", sid)}, "SK": {"S": k.SUMMARY_SK}}
+                client.update_item(
+                    TableName=ledger.table_name,
+                    Key=key,
+                    UpdateExpression="SET #ttl = :past",
+                    ExpressionAttributeNames={"#ttl": k.TTL_ATTRIBUTE},
+                    ExpressionAttributeValues={":past": {"N": str(now // 1000 - 10)}},
+                )
+                deadline = time.monotonic() + 30
+                while client.get_item(TableName=ledger.table_name, Key=key).get("Item"):
+                    assert time.monotonic() < deadline, "TTL never removed the summary"
+                    time.sleep(0.01)
+                ledger.append(e(sid, LedgerEvent.SandboxCreated, now + 2))
+            stream = ledger.changes()
+            seen = take(stream, 4 * len(sessions))
+            stream.close()
+    finally:
+        server.stop()
+    assert len({c.id for c in seen}) == len(seen)
+    for sid in sessions:
+        assert [c.kind.value for c in seen if c.sandbox_id == sid] == [
+            "session.created",
+            "session.closed",
+            "session.expired",
+            "session.created",
+        ], sid
+
+
+def test_a_write_after_the_sessions_marks_expired_is_a_change_though_its_sq_is_the_same() -> None:
+    """A session longer than the retention: its created's mark (0) expired and TTL removed
+    it, its summary kept (a day past its last write). The closed after the quiet spell starts
+    the marks again at 0, so the summary's ``sq`` is 0 again: the write still folded in a
+    closed, and the feed says so (the reference: created, closed)."""
+    import uuid
+    from datetime import timedelta
+
+    from tests.local.test_strict_streams import Clock, strict_server, take
+
+    server = strict_server(Clock(), ttl_delay=0, ttl_every=0.001)
+    try:
+        with SyncDynamoDBAdapter(
+            f"quiet-{uuid.uuid4().hex[:8]}",
+            endpoint_url=server.endpoint_url,
+            retention=timedelta(days=1),
+        ) as ledger:
+            ledger.create_table()
+            now = int(time.time() * 1000)
+            ledger.append(e("q", LedgerEvent.SandboxCreated, now - 2 * 86_400_000))
+            client = ledger.client()
+            mark = {"PK": {"S": k.session_pk("red", "q")}, "SK": {"S": k.sequence_sk(0)}}
+            deadline = time.monotonic() + 30
+            while client.get_item(TableName=ledger.table_name, Key=mark).get("Item"):
+                assert time.monotonic() < deadline, "TTL never removed mark 0"
+                time.sleep(0.01)
+            ledger.append(e("q", LedgerEvent.SandboxClosed, now))
+            stream = ledger.changes()
+            seen = take(stream, 2, within=20)
+            stream.close()
+    finally:
+        server.stop()
+    assert [(c.kind.value, c.at) for c in seen] == [
+        ("session.created", now - 2 * 86_400_000),
+        ("session.closed", now),
+    ]

@@ -705,5 +705,8 @@ def _summary_after(
     )
     if update is None:  # cannot be: one of them changed the summary; a summary of none
         raise StorageError(f"delete {pk}: no entry after the seal changes the summary")
-    item: dict[str, Any] = it.summary_item(it.summary_sequenced(update, upto))
+    # The write of entries it holds is the last one's (lq kept: the put is no such write).
+    item: dict[str, Any] = it.summary_item(it.summary_sequenced(update, upto, None))
+    if A.LIFECYCLE_SEQUENCE in stored:
+        item[A.LIFECYCLE_SEQUENCE] = stored[A.LIFECYCLE_SEQUENCE]
     return item
