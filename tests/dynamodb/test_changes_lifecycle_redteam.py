@@ -262,3 +262,55 @@ def test_a_write_after_the_sessions_marks_expired_is_a_change_though_its_sq_is_t
         ("session.created", now - 2 * 86_400_000),
         ("session.closed", now),
     ]
+
+
+def test_a_delete_of_a_session_whose_marks_ttl_removed_deletes_it_and_says_so() -> None:
+    """A session past its retention: TTL removed every mark (each append, its mark expired
+    on arrival, began the marks again at 0), its summary kept a day longer. delete_sandbox
+    sealed at 0, read the summary's sq (0) as a next session's write after the seal, found
+    no such entry and raised IndexError, leaving the session. It deletes it, and the feed
+    says session.deleted."""
+    import uuid
+    from datetime import timedelta
+
+    from tests.local.test_strict_streams import Clock, strict_server, take
+
+    server = strict_server(Clock(), ttl_delay=0, ttl_every=0.001)
+    try:
+        with SyncDynamoDBAdapter(
+            f"gone-{uuid.uuid4().hex[:8]}",
+            endpoint_url=server.endpoint_url,
+            retention=timedelta(days=1),
+        ) as ledger:
+            ledger.create_table()
+            client, pk = ledger.client(), k.session_pk("red", "q")
+            old = int(time.time() * 1000) - 3 * 86_400_000
+            ledger.append(e("q", LedgerEvent.SandboxCreated, old))
+            ledger.append(e("q", LedgerEvent.ExecComplete, old + 1, step=0))
+            ledger.append(e("q", LedgerEvent.SandboxClosed, old + 2))
+
+            def items() -> list[dict[str, Any]]:
+                return list(
+                    client.query(
+                        TableName=ledger.table_name,
+                        KeyConditionExpression="PK = :pk",
+                        ExpressionAttributeValues={":pk": {"S": pk}},
+                    )["Items"]
+                )
+
+            deadline = time.monotonic() + 30
+            while [i["SK"]["S"] for i in items()] != [k.SUMMARY_SK]:
+                assert time.monotonic() < deadline, "TTL never removed the entries"
+                time.sleep(0.01)
+            ledger.delete_sandbox("red", "q")
+            assert k.SUMMARY_SK not in [i["SK"]["S"] for i in items()]
+            stream = ledger.changes()
+            seen = take(stream, 3, within=20)
+            stream.close()
+    finally:
+        server.stop()
+    assert [(c.kind.value, c.at) for c in seen][:2] == [
+        ("session.created", old),
+        ("session.closed", old + 2),
+    ]
+    assert seen[2].kind.value == "session.deleted"
