@@ -160,7 +160,7 @@ class LedgerAttr:
     # summary: the mark (``<incarnation>#<number>``) of the write that set ``lc``: a write
     # that leaves it (a lease, a TTL raise, a writer of an earlier version) is no change
     LIFECYCLE_SEQUENCE: Final = "lq"
-    # summary: built again by a delete that stalled past its lease (the seal's number), from
+    # summary: built again by a delete that stalled past its lease (the delete's token), from
     # the next session's entries, where the deleted session had one: changes() reads its
     # record as that session's deletion, then the next one's created and closed (``lc``)
     REBUILT: Final = "rb"

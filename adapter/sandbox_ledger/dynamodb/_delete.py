@@ -585,7 +585,7 @@ def _drop_summary(
     sequence begun again at 0 while the summary stayed): the summary is the deleted
     session's, and removed on the same conditions. Where the deleted
     session had begun (``began``: its summary was stored when the lease was taken), the
-    summary put carries the seal's number (``rb``): its stream record is the deleted
+    summary put carries the delete's token (``rb``): its stream record is the deleted
     session's ``session.deleted``, then the next session's created and closed again
     (:mod:`._changes`), the feed's last word on the session being what is stored."""
     summary_key = it.summary_key(pk)
@@ -646,7 +646,7 @@ def _drop_summary(
                 )
                 return
             if began:
-                item[A.REBUILT] = N(seal)
+                item[A.REBUILT] = S(token)  # one per delete
             if k.TTL_ATTRIBUTE in stored:
                 values[":was"] = stored[k.TTL_ATTRIBUTE]
             names["#ttl"] = k.TTL_ATTRIBUTE
