@@ -256,8 +256,9 @@ def summary_sequenced(
     mark number of the last entry of the write that changes the summary, in the same
     transaction.
     Summary writes are serialized on the item and marks are in commit order, so ``sq`` only
-    grows: what tells a ``delete_sandbox`` whether an entry stored after its seal (the next
-    session's) changed the summary it is about to delete (see :mod:`._delete`).
+    grows within an incarnation (marks TTL removed begin again at 0, in a new one): what
+    tells a ``delete_sandbox`` whether an entry stored after its seal (the next session's)
+    changed the summary it is about to delete (see :mod:`._delete`).
 
     With the mark's ``incarnation``, ``lq`` becomes that mark (``<incarnation>#<number>``):
     it names this write, the one whose ``lc`` the summary holds. No two writes have one mark
