@@ -157,6 +157,13 @@ class LedgerAttr:
     # summary: the sandbox.created and sandbox.closed entries the last write that changed it
     # folded in, in order ([{ev, ts}]): what changes() reads a session's lifecycle off
     LIFECYCLE: Final = "lc"
+    # summary: the mark (``<incarnation>#<number>``) of the write that set ``lc``: a write
+    # that leaves it (a lease, a TTL raise, a writer of an earlier version) is no change
+    LIFECYCLE_SEQUENCE: Final = "lq"
+    # summary: built again by a delete that stalled past its lease (the delete's token), from
+    # the next session's entries, where the deleted session had one: changes() reads its
+    # record as that session's deletion, then the next one's created and closed (``lc``)
+    REBUILT: Final = "rb"
     # entry head of sandbox.created / sandbox.closed: its change is read off the summary's
     # stream record (absent: a head of an earlier version, whose change is its own record)
     ON_SUMMARY: Final = "cs"

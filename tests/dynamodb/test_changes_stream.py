@@ -335,6 +335,13 @@ def test_an_idle_poll_is_one_get_records_per_open_shard(split: FakeStreams) -> N
     [
         {"arn": "nope", "at": {}, "done": []},
         {"arn": ARN, "at": {"a": "x1"}, "done": []},
+        # Inside a record of many changes: handed out at least one, both numbers in ASCII
+        # digits (str.isdigit takes "²", which int() refuses, and "١٢", which it reads).
+        *(
+            {"arn": ARN, "at": {"a": at}, "done": []}
+            for at in ("12/0", "12/x", "12/", "/1", "12//1", "12/1/2", "12/²", "12/-1", "12/ 1")
+        ),
+        *({"arn": ARN, "at": {"a": at}, "done": []} for at in ("²", "١٢", "١٢/1", "12/\u0661")),
         {"arn": ARN, "at": {}, "done": "a"},
         {"arn": ARN, "at": {}},
     ],

@@ -80,9 +80,11 @@ def check(
             got = None
         # sq, the mark number of the last entry that changed the summary, is the commit
         # order's (as each head's q): racing importers commit in an order of their own; lc,
-        # the lifecycle entries the last write folded in, is that write's.
+        # the lifecycle entries the last write folded in, is that write's (lq: its mark).
         for summary in (want, got):
             if summary is not None:
+                mark = summary.pop(A.LIFECYCLE_SEQUENCE)["S"]
+                assert mark.endswith(f"#{summary[A.SUMMARY_SEQUENCE]['N']}"), mark
                 summary.pop(A.SUMMARY_SEQUENCE, None)
                 summary.pop(A.LIFECYCLE, None)
         assert got == want, sid

@@ -7,9 +7,11 @@ stream record          item                                         changes
 =====================  ===========================================  ==========================
 INSERT, MODIFY         a session's summary, by a write that folded  ``session.created``,
                        in ``sandbox.created``/``sandbox.closed``    ``session.closed``: one
-                       entries (its ``sq`` moved; ``lc`` lists      per entry, in order
-                       them)
+                       entries (``lc`` lists them; ``lq``, the      per entry, in order
+                       write's mark, changed)
 REMOVE by a caller     a session's summary (``delete_sandbox``)     ``session.deleted``
+INSERT, MODIFY         a session's summary built again by a delete  ``session.deleted``,
+                       that stalled past its lease (``rb``)         then its ``lc`` again
 REMOVE by TTL          a session's summary (ledger retention)       ``session.expired``
 INSERT                 an entry's head of an earlier version        ``session.created`` or
                        (no ``cs``), event created or closed         ``session.closed``
@@ -22,8 +24,8 @@ two items of a session (two entries' heads, a head and the summary) can be read 
 order once a shard splits. So every change of a session is read off its summary's records:
 each write that stores a ``sandbox.created`` or ``sandbox.closed`` updates the summary in
 the same transaction, listing those entries (``lc``), and the summary's removal is its
-deletion or expiry. A write that does not move the summary's ``sq`` (a delete's lease, a raise
-of its TTL, a summary built again by a delete) is no change. A head written by an earlier
+deletion or expiry. A write that leaves the summary's ``lq`` (a delete's lease, a raise of
+its TTL, a writer of an earlier version) is no change. A head written by an earlier
 version (no ``cs``) still makes its own change, so a fleet upgraded writer by writer loses
 none.
 
@@ -118,14 +120,23 @@ def _lifecycle(pk: str, rid: str, body: dict[str, Any]) -> list[Change]:
     """The created and closed entries a summary write folded in (``lc``), when the write
     moved its ``sq`` (a write of entries; not a lease, a TTL raise or a rebuild)."""
     new, old = body.get("NewImage") or {}, body.get("OldImage") or {}
-    moved = new.get(A.SUMMARY_SEQUENCE)
-    if moved is None or moved == old.get(A.SUMMARY_SEQUENCE):
+    name, sandbox_id = k.parse_session_pk(pk)
+    out: list[Change] = []
+    rebuilt = new.get(A.REBUILT)
+    if rebuilt is not None and rebuilt != old.get(A.REBUILT):
+        # Built again by a delete that stalled past its lease, from the next session's
+        # entries (whose writes folded them into the deleted session's summary, and made
+        # their changes then): the deletion, and the next session's created and closed again.
+        at = _ms(body.get("ApproximateCreationDateTime"))
+        out.append(Change(ChangeKind.SESSION_DELETED, rid, at, name=name, sandbox_id=sandbox_id))
+    elif new.get(A.LIFECYCLE_SEQUENCE) in (None, old.get(A.LIFECYCLE_SEQUENCE)):
+        # No write of entries (``lq`` names the one whose ``lc`` is held): a lease, a raise
+        # of the TTL, a summary built again, a write of an earlier version (which never
+        # wrote ``lc``: its heads made the changes; an ``lc`` it left is a later write's).
         return []
     folded = (new.get(A.LIFECYCLE) or {}).get("L")
     if not isinstance(folded, list):
-        return []  # a summary write of an earlier version: its heads made the changes
-    name, sandbox_id = k.parse_session_pk(pk)
-    out: list[Change] = []
+        return out
     for element in folded:
         fields = element.get("M") if isinstance(element, dict) else None
         kind = _OF_EVENT.get(((fields or {}).get(A.EVENT) or {}).get("S", ""))

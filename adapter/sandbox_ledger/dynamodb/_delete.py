@@ -92,9 +92,12 @@ class _DeleteLease:
         self.token = secrets.token_hex(8)
         self.until = 0
         self.held = True
+        self.began = False
+        """Whether the session had begun when the lease was taken (its summary stored)."""
 
     def take(self) -> Op[None]:
-        yield from self._set("SET #dl = :until, #dt = :token")
+        old = yield from self._set("SET #dl = :until, #dt = :token", ReturnValues="ALL_OLD")
+        self.began = A.ITEM_TYPE in old
 
     def renew_if_due(self) -> Op[None]:
         if not self.held or _ops._now_ms() < self.until - _ops.DELETE_LEASE_MS // 2:
@@ -151,9 +154,10 @@ class _DeleteLease:
         self.until, self.held = now + _ops.DELETE_LEASE_MS, True
         return True
 
-    def _set(self, update: str, **condition: str) -> Op[None]:
+    def _set(self, update: str, **condition: str) -> Op[dict[str, Any]]:
+        """Set the lease; the attributes the call returned (``ReturnValues``)."""
         until = _ops._now_ms() + _ops.DELETE_LEASE_MS
-        yield Call(
+        answer = yield Call(
             "update_item",
             {
                 "TableName": self.table,
@@ -165,6 +169,8 @@ class _DeleteLease:
             },
         )
         self.until = until
+        returned: dict[str, Any] = answer.get("Attributes") or {}
+        return returned
 
 
 SEAL_TTL_MARGIN_S = 86_400
@@ -552,11 +558,17 @@ def delete_session(
         yield from _spend_origin(table, pk, plan.origin, seal_ttl)
     yield from _delete_keys(table, lease, plan.marks)
     yield from _spend_seal(table, pk, seal, lease.token)
-    yield from _drop_summary(table, pk, lease.token, seal, shards)
+    yield from _drop_summary(table, pk, lease.token, seal, shards, began=lease.began)
 
 
 def _drop_summary(
-    table: str, pk: str, token: str, seal: int, shards: Callable[[], Op[int]] | None
+    table: str,
+    pk: str,
+    token: str,
+    seal: int,
+    shards: Callable[[], Op[int]] | None,
+    *,
+    began: bool,
 ) -> Op[None]:
     """Delete the session's summary, the last step: only while it carries this delete's
     token (another delete took over: it removes it) and no entry marked after the seal
@@ -568,7 +580,14 @@ def _drop_summary(
     next session was left without one; kept, it would count the deleted session. So the
     summary is built again from the entries marked after the seal, as their appends would
     have built it on no summary, and put in its place (on the same two conditions, and
-    ``sq`` unchanged: an append meanwhile is read in on the next try)."""
+    ``sq`` and ``lq`` unchanged: an append meanwhile is read in on the next try). A ``sq``
+    at or past the seal that no entry after it accounts for is of marks TTL removed (the
+    sequence begun again at 0 while the summary stayed): the summary is the deleted
+    session's, and removed on the same conditions. Where the deleted
+    session had begun (``began``: its summary was stored when the lease was taken), the
+    summary put carries the delete's token (``rb``): its stream record is the deleted
+    session's ``session.deleted``, then the next session's created and closed again
+    (:mod:`._changes`), the feed's last word on the session being what is stored."""
     summary_key = it.summary_key(pk)
     for _ in range(MAX_ATTEMPTS):
         try:
@@ -604,23 +623,44 @@ def _drop_summary(
         shard_count = yield from shards()
         seen = stored[A.SUMMARY_SEQUENCE]
         item = yield from _summary_after(table, pk, stored, seal, int(seen["N"]), shard_count)
-        was = {":was": stored[k.TTL_ATTRIBUTE]} if k.TTL_ATTRIBUTE in stored else {}
-        kept_same = "#ttl = :was" if was else "attribute_not_exists(#ttl)"
-        log.info("delete %s: the next session changed the summary; built again", pk)
+        # Unchanged since the read: its sq, and lq (sq alone repeats across incarnations).
+        names = {"#dt": A.DELETING_TOKEN, "#sq": A.SUMMARY_SEQUENCE, "#lq": A.LIFECYCLE_SEQUENCE}
+        values = {":token": S(token), ":seen": seen}
+        same = "#dt = :token AND #sq = :seen AND attribute_not_exists(#lq)"
+        if A.LIFECYCLE_SEQUENCE in stored:
+            values[":lq"] = stored[A.LIFECYCLE_SEQUENCE]
+            same = "#dt = :token AND #sq = :seen AND #lq = :lq"
         try:
+            if item is None:
+                # Its sq is of marks TTL removed (the session's marks began again at 0 and
+                # none after the seal changed it): the deleted session's summary.
+                yield Call(
+                    "delete_item",
+                    {
+                        "TableName": table,
+                        "Key": summary_key,
+                        "ConditionExpression": same,
+                        "ExpressionAttributeNames": names,
+                        "ExpressionAttributeValues": values,
+                    },
+                )
+                return
+            if began:
+                item[A.REBUILT] = S(token)  # one per delete
+            if k.TTL_ATTRIBUTE in stored:
+                values[":was"] = stored[k.TTL_ATTRIBUTE]
+            names["#ttl"] = k.TTL_ATTRIBUTE
+            kept_same = "#ttl = :was" if ":was" in values else "attribute_not_exists(#ttl)"
+            log.info("delete %s: the next session changed the summary; built again", pk)
             yield Call(
                 "put_item",
                 {
                     "TableName": table,
                     "Item": item,
                     # A write that raised the summary's TTL since the read is read in too.
-                    "ConditionExpression": "#dt = :token AND #sq = :seen AND " + kept_same,
-                    "ExpressionAttributeNames": {
-                        "#dt": A.DELETING_TOKEN,
-                        "#sq": A.SUMMARY_SEQUENCE,
-                        "#ttl": k.TTL_ATTRIBUTE,
-                    },
-                    "ExpressionAttributeValues": {":token": S(token), ":seen": seen, **was},
+                    "ConditionExpression": f"{same} AND {kept_same}",
+                    "ExpressionAttributeNames": names,
+                    "ExpressionAttributeValues": values,
                 },
             )
             return
@@ -636,10 +676,14 @@ def _drop_summary(
 
 def _summary_after(
     table: str, pk: str, stored: dict[str, Any], seal: int, upto: int, shard_count: int
-) -> Op[dict[str, Any]]:
+) -> Op[dict[str, Any] | None]:
     """The summary the entries marked after ``seal`` (up to mark ``upto``) make on their
     own: read through their marks (one consistent Query, one BatchGetItem), folded in mark
-    order, with the latest TTL of those that change it."""
+    order, with the latest TTL of those that change it. None where none of them changes it:
+    ``upto`` (the summary's ``sq``) is then a mark number of an earlier incarnation, whose
+    marks TTL removed while the summary stayed (a day longer), the sequence begun again at 0."""
+    if upto <= seal:
+        return None
     name, sandbox_id = stored[A.NAME]["S"], stored[A.SANDBOX_ID]["S"]
     marks = yield from query_all(
         {
@@ -679,13 +723,18 @@ def _summary_after(
     stored_kept = stored.get(k.TTL_ATTRIBUTE) if A.ENTRY_EXPIRES in stored else None
     if stored_kept is not None:
         kept.append(int(stored_kept["N"]) - it.SUMMARY_SLACK_S)
+    if not entries:
+        return None
     update = it.summary_fold(
         entries,
         shard_count,
         max(ttls) if ttls else None,
         it.summary_expiry(max(kept), it.now_s()) if kept and ttls else None,
     )
-    if update is None:  # cannot be: one of them changed the summary; a summary of none
-        raise StorageError(f"delete {pk}: no entry after the seal changes the summary")
-    item: dict[str, Any] = it.summary_item(it.summary_sequenced(update, upto))
+    if update is None:
+        return None
+    # The write of entries it holds is the last one's (lq kept: the put is no such write).
+    item: dict[str, Any] = it.summary_item(it.summary_sequenced(update, upto, None))
+    if A.LIFECYCLE_SEQUENCE in stored:
+        item[A.LIFECYCLE_SEQUENCE] = stored[A.LIFECYCLE_SEQUENCE]
     return item

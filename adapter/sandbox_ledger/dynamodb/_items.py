@@ -249,22 +249,34 @@ def summary_item(update: dict[str, Any]) -> dict[str, Any]:
     return item
 
 
-def summary_sequenced(update: dict[str, Any], number: int) -> dict[str, Any]:
+def summary_sequenced(
+    update: dict[str, Any], number: int, incarnation: str | None
+) -> dict[str, Any]:
     """The summary update ``update`` also setting the summary's ``sq`` to ``number``: the
     mark number of the last entry of the write that changes the summary, in the same
     transaction.
     Summary writes are serialized on the item and marks are in commit order, so ``sq`` only
-    grows: what tells a ``delete_sandbox`` whether an entry stored after its seal (the next
-    session's) changed the summary it is about to delete (see :mod:`._delete`)."""
+    grows within an incarnation (marks TTL removed begin again at 0, in a new one): what
+    tells a ``delete_sandbox`` whether an entry stored after its seal (the next session's)
+    changed the summary it is about to delete (see :mod:`._delete`).
+
+    With the mark's ``incarnation``, ``lq`` becomes that mark (``<incarnation>#<number>``):
+    it names this write, the one whose ``lc`` the summary holds. No two writes have one mark
+    (``sq`` alone repeats: marks removed by TTL begin again at 0 in a new incarnation), and a
+    write that leaves ``lc`` (a lease, a raise of its TTL, a writer of an earlier version)
+    leaves ``lq`` too: what tells the changes feed which records are a write of entries."""
     sets, sep, adds = update["UpdateExpression"].partition(" ADD ")
+    names = {**update["ExpressionAttributeNames"], "#sq": A.SUMMARY_SEQUENCE}
+    values = {**update["ExpressionAttributeValues"], ":sq": N(number)}
+    if incarnation is not None and ":lc" in values:
+        sets += ", #lq = :lq"
+        names["#lq"] = A.LIFECYCLE_SEQUENCE
+        values[":lq"] = S(f"{incarnation}#{number}")
     return {
         **update,
         "UpdateExpression": f"{sets}, #sq = :sq{sep}{adds}",
-        "ExpressionAttributeNames": {
-            **update["ExpressionAttributeNames"],
-            "#sq": A.SUMMARY_SEQUENCE,
-        },
-        "ExpressionAttributeValues": {**update["ExpressionAttributeValues"], ":sq": N(number)},
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
     }
 
 

@@ -132,7 +132,7 @@ def append(
         if changes:
             summary_at = len(actions)
             update = summary_form(entry, shard_count, ttl, kept, form)
-            update = it.summary_sequenced(update, mark.number)
+            update = it.summary_sequenced(update, mark.number, mark.incarnation)
             condition = _summary_condition(update, now, ttl, form=form)
             actions.append({"Update": {"TableName": table, **update, **condition}})
         elif kept is not None and mark.needs_raise(heads, now // 1000 + it.SUMMARY_RENEW_S):

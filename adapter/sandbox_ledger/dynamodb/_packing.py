@@ -273,7 +273,7 @@ def request(
         update = _ops.summary_form(entries, shard_count, ttl, kept, group.form)
         group.kept = kept
         last = max(i for i, u in enumerate(group.units) if it.changes_summary(u.entry))
-        update = it.summary_sequenced(update, group.mark.number + last)
+        update = it.summary_sequenced(update, group.mark.number + last, group.mark.incarnation)
         if group.puts_summary:
             # On an absent summary, the update's result (no lease or expiry to respect yet).
             # A failed condition returns the stored summary, as the update's does.

@@ -29,6 +29,7 @@ poll, after a shard closes and every :data:`DESCRIBE_EVERY` polls.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
@@ -86,11 +87,15 @@ def check_state(state: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
+_POSITION = re.compile(r"[0-9]+(?:/[1-9][0-9]*)?")
+"""A shard's position, in ASCII digits (``str.isdigit`` takes "²", which ``int`` refuses, and
+"١٢", which no sequence number is)."""
+
+
 def _is_position(text: str) -> bool:
     """A shard's position: the last sequence number read (``<number>``), or a record of many
-    changes read part way (``<number>/<changes handed out>``)."""
-    number, inside, handed = text.partition("/")
-    return number.isdigit() and (not inside or (handed.isdigit() and int(handed) > 0))
+    changes read part way (``<number>/<changes handed out>``, at least one)."""
+    return _POSITION.fullmatch(text) is not None
 
 
 class StreamReader:

@@ -68,7 +68,7 @@ def session_items(
         update = it.summary_fold([u.entry for u in units], shard_count, None)
         if update is not None:
             changed = max(i for i, u in enumerate(units) if it.changes_summary(u.entry))
-            items.append(it.summary_item(it.summary_sequenced(update, changed)))
+            items.append(it.summary_item(it.summary_sequenced(update, changed, incarnation)))
     last = max((unit.claim[A.CLAIM_ORDER]["S"] for unit in units), default="")
     return items, last
 
