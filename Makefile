@@ -112,12 +112,12 @@ verify: $(STAMP)
 SOAK_SECONDS ?= 1800
 SOAK_SEED ?= 1
 soak: $(STAMP)
-	for store in dynamodb sqlite; do \
+	for store in dynamodb postgresql sqlite; do \
 		$(BIN)/python -m sandbox_ledger.soak --store $$store --seconds $(SOAK_SECONDS) --seed $(SOAK_SEED) --workers 6 || exit 1; \
 	done
 
 soak-short: $(STAMP)
-	for store in dynamodb sqlite; do \
+	for store in dynamodb postgresql sqlite; do \
 		$(BIN)/python -m sandbox_ledger.soak --store $$store --seconds 60 --seed $(SOAK_SEED) --workers 4 || exit 1; \
 	done
 

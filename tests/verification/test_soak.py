@@ -104,6 +104,32 @@ def test_the_checker_fails_a_summary_its_entries_do_not_make(tmp_path: Path) -> 
     assert found.startswith("s: its summary is") and "exec_count=7" in found
 
 
+def test_a_deleted_session_holds_nothing_and_an_unfinished_delete_is_finished(
+    tmp_path: Path,
+) -> None:
+    class Forgetful(MemoryAdapter):
+        async def delete_sandbox(self, name: str, sandbox_id: str) -> None:
+            if sandbox_id != "kept":  # a delete that leaves the session behind
+                await super().delete_sandbox(name, sandbox_id)
+
+    store, history = Forgetful(), History(tmp_path / "h.jsonl", "w0")
+    for sid in ("gone", "unfinished", "kept"):
+        created = _entry(sid, LedgerEvent.SandboxCreated, 1, sid)
+        history.ok(_invoke(history, created))
+        asyncio.run(store.append(created))
+    history.ok(history.invoke("delete", s="gone"))
+    asyncio.run(store.delete_sandbox(NAME, "gone"))
+    history.invoke("delete", s="unfinished")  # killed before it ran: the checker finishes it
+    history.ok(history.invoke("delete", s="kept"))  # acknowledged, yet the session stays
+    ops = operations(read_history(tmp_path / "h.jsonl"))
+    report = asyncio.run(check(ops, store, NAME))
+    assert [v.what for v in report.violations] == [
+        "kept: deleted, still holds 1 entries and summary "
+        + str(asyncio.run(store.get_sandbox_details(NAME, "kept")))
+    ]
+    assert (report.deletes, report.deletes_finished) == (3, 1)
+
+
 def _server(answered: list[bytes]) -> tuple[socket.socket, int]:
     """A server that answers each line it reads with ``ok``, noting the line first."""
     listener = socket.create_server(("127.0.0.1", 0))
@@ -170,7 +196,7 @@ def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("store", ["sqlite", "dynamodb"])
+@pytest.mark.parametrize("store", ["sqlite", "dynamodb", "postgresql"])
 def test_a_short_run_under_kills_and_lost_responses_passes(tmp_path: Path, store: str) -> None:
     done = _run(tmp_path, "--store", store, "--seconds", "8", "--workers", "2", "--kill-every", "2")
     assert done.returncode == 0, done.stderr

@@ -1,9 +1,10 @@
 """A run of the fleet under faults, then its check (``make soak``, ``make soak-short``).
 
-``python -m sandbox_ledger.soak --store dynamodb|sqlite [--seconds S] [--seed N]
+``python -m sandbox_ledger.soak --store dynamodb|sqlite|postgresql [--seconds S] [--seed N]
 [--workers W] [--kill-every K] [--out DIR]``: starts the store (the embedded DynamoDB in a
 child process, on the strict profile with its rates scaled down so that throttling comes,
-behind a :class:`~.proxy.FaultProxy`; or a SQLite file), ``W`` worker processes, and kills
+behind a :class:`~.proxy.FaultProxy`; a throwaway PostgreSQL server behind one too; or a
+SQLite file), ``W`` worker processes, and kills
 one with SIGKILL about every ``K`` seconds (drawn from the seed), starting another in its
 place. At the end it checks the history and the store (:mod:`.checker`), prints the figures
 as one JSON line, and exits 1 on any violation, each printed with its excerpt of the history,
@@ -95,7 +96,7 @@ class Fleet:
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m sandbox_ledger.soak")
-    parser.add_argument("--store", choices=["dynamodb", "sqlite"], default="dynamodb")
+    parser.add_argument("--store", choices=["dynamodb", "sqlite", "postgresql"], default="dynamodb")
     parser.add_argument("--seconds", type=float, default=float(os.environ.get("SOAK_SECONDS", 60)))
     parser.add_argument("--seed", type=int, default=int(os.environ.get("SOAK_SEED", 1)))
     parser.add_argument("--workers", type=int, default=4)
@@ -133,6 +134,17 @@ def run(args: argparse.Namespace) -> int:
         query = "region=us-east-1&endpoint_url="
         direct = f"dynamodb://{TABLE}?{query}{endpoint}"
         through = f"dynamodb://{TABLE}?{query}http://127.0.0.1:{proxy.port}"
+    elif args.store == "postgresql":
+        from sandbox_ledger.local.postgres import LocalPostgres
+
+        server = LocalPostgres()
+        direct = server.start()
+        address = direct.removeprefix("postgresql://postgres@").split("/")[0]
+        host, port = address.split(":")
+        proxy = FaultProxy((host, int(port)), rng.randrange(2**32))
+        proxy.start()
+        through = direct.replace(f":{port}/", f":{proxy.port}/")
+        asyncio.run(_create_schema(direct))
     else:
         direct = through = f"sqlite:///{(out / 'ledger.db').resolve()}"
     try:
@@ -182,6 +194,13 @@ async def _create_table(endpoint: str) -> None:
 
     async with DynamoDBAdapter(TABLE, endpoint_url=endpoint) as ledger:
         await ledger.create_table()
+
+
+async def _create_schema(url: str) -> None:
+    """The schema, made once before the workers start (each would migrate it otherwise)."""
+    store: Any = open_store(url)
+    await store.connect()
+    await store.close()
 
 
 async def _checked(url: str, ops: list[Any]) -> Any:

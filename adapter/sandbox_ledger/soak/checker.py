@@ -5,6 +5,8 @@
 - Every session's summary is the one the reference (the memory store) makes of its stored
   entries, in the store's append order.
 - Every session stored is one the history names.
+- A deleted session holds nothing: no entry, no summary. A delete whose outcome is unknown
+  (its worker killed mid-way) is finished as the docs say, by calling it again, first.
 
 A violation carries the operations involved, as history lines: the excerpt a run prints.
 """
@@ -44,6 +46,8 @@ class Report:
     acknowledged: int = 0
     failed: int = 0
     crashed: int = 0
+    deletes: int = 0
+    deletes_finished: int = 0
     sessions: int = 0
     entries: int = 0
     violations: list[Violation] = field(default_factory=list)
@@ -54,6 +58,8 @@ class Report:
             "acknowledged": self.acknowledged,
             "failed": self.failed,
             "crashed": self.crashed,
+            "deletes": self.deletes,
+            "deletesFinishedAgain": self.deletes_finished,
             "sessions": self.sessions,
             "entriesChecked": self.entries,
             "violations": len(self.violations),
@@ -65,7 +71,12 @@ async def check(operations: list[Operation], store: Any, name: str) -> Report:
     ``operations``."""
     report = Report()
     sessions: dict[str, list[Operation]] = defaultdict(list)
+    deletes: dict[str, Operation] = {}
     for op in operations:
+        if op.op == "delete":
+            report.deletes += 1
+            deletes[str(op.invoked["s"])] = op
+            continue
         if op.op != "append":
             continue
         report.appends += 1
@@ -76,9 +87,34 @@ async def check(operations: list[Operation], store: Any, name: str) -> Report:
     stored_sessions = {sid for n, sid in await store.scan_sessions(name) if n == name}
     for sid in sorted(stored_sessions - set(sessions)):
         report.violations.append(Violation(f"session {sid} is stored, named by no operation", []))
+    for sid, unfinished in sorted(deletes.items()):
+        if not unfinished.acknowledged:  # killed mid-way: finished by calling it again
+            await store.delete_sandbox(name, sid)
+            report.deletes_finished += 1
     for sid in sorted(sessions):
-        await _check_session(store, name, sid, sessions[sid], report)
+        delete = deletes.get(sid)
+        if delete is None:
+            await _check_session(store, name, sid, sessions[sid], report)
+        else:
+            await _check_deleted(store, name, sid, [*sessions[sid], delete], report)
     return report
+
+
+async def _check_deleted(
+    store: Any, name: str, sid: str, mine: list[Operation], report: Report
+) -> None:
+    """A session deleted after its last append (a worker's appends of a session all return
+    before it deletes it): nothing of it is left."""
+    report.sessions += 1
+    stored = await store.read_in_append_order(name, sid)
+    details = await store.get_sandbox_details(name, sid)
+    if stored or details is not None:
+        report.violations.append(
+            Violation(
+                f"{sid}: deleted, still holds {len(stored)} entries and summary {details}",
+                [op.line() for op in mine],
+            )
+        )
 
 
 async def _check_session(

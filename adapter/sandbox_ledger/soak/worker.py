@@ -4,9 +4,9 @@ killed, recording every operation in the history (:mod:`.history`).
 ``python -m sandbox_ledger.soak.worker --store URL --history FILE --name NAME --seed N
 --seconds S``. Each session is ``sandbox.created``, execs on parallel branches (each an
 ``exec.started`` and an ``exec.complete``, some a checkpoint between), and most often
-``sandbox.closed``; every entry carries its operation's name in its payload, so the checker
-tells every stored entry's sender. A worker killed mid-session leaves it open, as a crashed
-sandbox client does.
+``sandbox.closed``, and now and then its deletion; every entry carries its operation's name
+in its payload, so the checker tells every stored entry's sender. A worker killed mid-session
+leaves it open, as a crashed sandbox client does.
 """
 
 from __future__ import annotations
@@ -86,6 +86,18 @@ async def play(store: Any, history: History, rng: random.Random, seconds: float)
             )
         if rng.random() < 0.85:
             await _append(store, history, session.entry(LedgerEvent.SandboxClosed))
+        if rng.random() < 0.15:
+            await _delete(store, history, session.sandbox_id)
+
+
+async def _delete(store: Any, history: History, sandbox_id: str) -> None:
+    number = history.invoke("delete", s=sandbox_id)
+    try:
+        await store.delete_sandbox(LEDGER_NAME, sandbox_id)
+    except Exception as exc:  # recorded: its outcome is unknown
+        history.fail(number, exc)
+        return
+    history.ok(number)
 
 
 class _ResendsTwice:
