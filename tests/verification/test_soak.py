@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from sandbox_ledger import LedgerEntry, LedgerEvent, MemoryAdapter
+from sandbox_ledger import EnvironmentRecord, LedgerEntry, LedgerEvent, MemoryAdapter
 from sandbox_ledger.soak.checker import check
 from sandbox_ledger.soak.history import History, operations, read_history
 from sandbox_ledger.soak.proxy import FaultProxy, Faults
@@ -128,6 +128,35 @@ def test_a_deleted_session_holds_nothing_and_an_unfinished_delete_is_finished(
         + str(asyncio.run(store.get_sandbox_details(NAME, "kept")))
     ]
     assert (report.deletes, report.deletes_finished) == (3, 1)
+
+
+def _save(history: History, name: str, tag: str, *, ok: bool = True) -> None:
+    number = history.invoke("save_environment", n=name, by=tag)
+    if ok:
+        history.ok(number)
+
+
+def _env(name: str, tag: str) -> EnvironmentRecord:
+    return EnvironmentRecord.model_validate({"name": name, "builtAt": 1, "by": tag})
+
+
+@pytest.mark.parametrize(
+    ("stored", "violation"), [("second", False), ("first", True), ("killed", False)]
+)
+def test_an_environment_holds_a_save_that_may_have_been_the_last(
+    tmp_path: Path, stored: str, violation: bool
+) -> None:
+    store, history = MemoryAdapter(), History(tmp_path / "h.jsonl", "w0")
+    _save(history, "env", "first")
+    _save(history, "env", "second")  # begun after the first returned: it wins
+    _save(history, "env", "killed", ok=False)  # unknown: it may have landed after
+    asyncio.run(store.save_environment(_env("env", stored)))
+    found = _checked(tmp_path, store)
+    assert found == (
+        ["environment env holds the save of first, not one that may have been the last"]
+        if violation
+        else []
+    )
 
 
 def _server(answered: list[bytes]) -> tuple[socket.socket, int]:

@@ -5,6 +5,9 @@
 - Every session's summary is the one the reference (the memory store) makes of its stored
   entries, in the store's append order.
 - Every session stored is one the history names.
+- An environment holds one of the saves that may have been the last: a save no
+  acknowledged save began after (one of unknown outcome may have landed any time after it
+  began), and none if no save was acknowledged and none may have landed.
 - A deleted session holds nothing: no entry, no summary. A delete whose outcome is unknown
   (its worker killed mid-way) is finished as the docs say, by calling it again, first.
 
@@ -48,6 +51,7 @@ class Report:
     crashed: int = 0
     deletes: int = 0
     deletes_finished: int = 0
+    saves: int = 0
     sessions: int = 0
     entries: int = 0
     violations: list[Violation] = field(default_factory=list)
@@ -60,6 +64,7 @@ class Report:
             "crashed": self.crashed,
             "deletes": self.deletes,
             "deletesFinishedAgain": self.deletes_finished,
+            "environmentSaves": self.saves,
             "sessions": self.sessions,
             "entriesChecked": self.entries,
             "violations": len(self.violations),
@@ -72,7 +77,12 @@ async def check(operations: list[Operation], store: Any, name: str) -> Report:
     report = Report()
     sessions: dict[str, list[Operation]] = defaultdict(list)
     deletes: dict[str, Operation] = {}
+    saves: dict[str, list[Operation]] = defaultdict(list)
     for op in operations:
+        if op.op == "save_environment":
+            report.saves += 1
+            saves[str(op.invoked["n"])].append(op)
+            continue
         if op.op == "delete":
             report.deletes += 1
             deletes[str(op.invoked["s"])] = op
@@ -87,6 +97,8 @@ async def check(operations: list[Operation], store: Any, name: str) -> Report:
     stored_sessions = {sid for n, sid in await store.scan_sessions(name) if n == name}
     for sid in sorted(stored_sessions - set(sessions)):
         report.violations.append(Violation(f"session {sid} is stored, named by no operation", []))
+    for environment, tried in sorted(saves.items()):
+        await _check_environment(store, environment, tried, report)
     for sid, unfinished in sorted(deletes.items()):
         if not unfinished.acknowledged:  # killed mid-way: finished by calling it again
             await store.delete_sandbox(name, sid)
@@ -98,6 +110,35 @@ async def check(operations: list[Operation], store: Any, name: str) -> Report:
         else:
             await _check_deleted(store, name, sid, [*sessions[sid], delete], report)
     return report
+
+
+async def _check_environment(
+    store: Any, environment: str, tried: list[Operation], report: Report
+) -> None:
+    """Last acknowledged save wins, saves racing: the stored record is a save that no
+    acknowledged save began after the end of (an unknown outcome's end: never)."""
+    ends = {
+        id(op): float(op.completed["at"]) if op.acknowledged and op.completed else float("inf")
+        for op in tried
+    }
+    acknowledged = [op for op in tried if op.acknowledged]
+    could_be_last = [
+        op
+        for op in tried
+        if not any(float(later.invoked["at"]) > ends[id(op)] for later in acknowledged)
+    ]
+    stored = await store.get_environment(environment)
+    tag = None if stored is None else (stored.model_extra or {}).get("by")
+    if stored is None and not acknowledged:
+        return  # none landed, which may be
+    if tag not in {op.invoked["by"] for op in could_be_last}:
+        report.violations.append(
+            Violation(
+                f"environment {environment} holds the save of {tag}, not one that may have "
+                "been the last",
+                [op.line() for op in tried[-EXCERPT:]],
+            )
+        )
 
 
 async def _check_deleted(

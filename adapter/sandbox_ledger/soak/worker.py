@@ -2,11 +2,12 @@
 killed, recording every operation in the history (:mod:`.history`).
 
 ``python -m sandbox_ledger.soak.worker --store URL --history FILE --name NAME --seed N
---seconds S``. Each session is ``sandbox.created``, execs on parallel branches (each an
-``exec.started`` and an ``exec.complete``, some a checkpoint between), and most often
-``sandbox.closed``, and now and then its deletion; every entry carries its operation's name
-in its payload, so the checker tells every stored entry's sender. A worker killed mid-session
-leaves it open, as a crashed sandbox client does.
+--seconds S``. Each session starts from one of the fleet's shared environments, which it
+builds again now and then (a save racing other workers'). It is ``sandbox.created``, execs
+on parallel branches (each an ``exec.started`` and an ``exec.complete``, some a checkpoint
+between), most often ``sandbox.closed``, and now and then its deletion. Every entry carries
+its operation's name in its payload, so the checker tells every stored entry's sender. A
+worker killed mid-session leaves it open, as a crashed sandbox client does.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sandbox_ledger.models import LedgerEntry, LedgerEvent
+from sandbox_ledger.models import EnvironmentRecord, LedgerEntry, LedgerEvent
 from sandbox_ledger.soak.history import History
 from sandbox_ledger.stores import open_store
 from sandbox_ledger.transfer import content_digest
@@ -72,12 +73,32 @@ async def _branch(store: Any, history: History, session: _Session, branch: int, 
     await _append(store, history, session.entry(LedgerEvent.ExecComplete, branch))
 
 
+ENVIRONMENTS = 3
+"""How many environments the fleet shares (``env-0``...): each session starts from one, and
+one session in four builds it again (saves it, racing the other workers' saves)."""
+
+
+async def _save_environment(store: Any, history: History, name: str, tag: str) -> None:
+    built = time.time_ns() // 1_000_000
+    record = EnvironmentRecord.model_validate({"name": name, "builtAt": built, "by": tag})
+    number = history.invoke("save_environment", n=name, by=tag)
+    try:
+        await store.save_environment(record)
+    except Exception as exc:  # recorded: its outcome is unknown
+        history.fail(number, exc)
+        return
+    history.ok(number)
+
+
 async def play(store: Any, history: History, rng: random.Random, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     sessions = 0
     while time.monotonic() < deadline:
         session = _Session(history.process, f"{history.process}-{sessions}")
         sessions += 1
+        environment = f"env-{rng.randrange(ENVIRONMENTS)}"
+        if rng.random() < 0.25:
+            await _save_environment(store, history, environment, session.sandbox_id)
         await _append(store, history, session.entry(LedgerEvent.SandboxCreated))
         for _ in range(rng.randint(1, 5)):
             branches = rng.sample([0, 1, 2], rng.randint(1, 2))
