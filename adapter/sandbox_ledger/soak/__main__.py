@@ -33,6 +33,8 @@ from sandbox_ledger.soak.worker import DEFECTS, LEDGER_NAME
 from sandbox_ledger.stores import open_store
 
 TABLE = "soak-ledger"
+READ_IDLE_SECONDS = 5.0
+"""The last reader stops once the feed gave nothing for this long."""
 GRACE_SECONDS = 60.0
 """How long workers get after the run's time to finish their operation in flight."""
 
@@ -46,6 +48,7 @@ class Fleet:
         self.store, self.history, self.deadline, self.defect = store, history, deadline, defect
         self._rng = random.Random(seed)
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
+        self.readers: dict[str, subprocess.Popen[bytes]] = {}
         self.started = self.killed = 0
 
     def spawn(self, slot: int) -> None:
@@ -67,25 +70,58 @@ class Fleet:
                 str(self._rng.randrange(2**32)),
                 "--seconds",
                 f"{seconds:.3f}",
-                *(["--defect", self.defect] if self.defect else []),
+                *(["--defect", self.defect] if self.defect in DEFECTS else []),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
 
+    def spawn_reader(self, *, idle: float | None = None) -> subprocess.Popen[bytes]:
+        """The change-feed reader (:mod:`.reader`); with ``idle``, the last one, which reads
+        the feed to its end."""
+        name = f"r.{self.started}"
+        self.started += 1
+        seconds = max(0.0, self.deadline - time.monotonic()) if idle is None else 600.0
+        self.readers[name] = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "sandbox_ledger.soak.reader",
+                "--store",
+                self.store,
+                "--history",
+                str(self.history),
+                "--name",
+                name,
+                "--seconds",
+                f"{seconds:.3f}",
+                *(["--idle", str(idle)] if idle is not None else []),
+                *(["--defect", "skip"] if self.defect == "skip" else []),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        return self.readers[name]
+
     def kill_one(self) -> None:
-        alive = sorted(n for n, p in self.workers.items() if p.poll() is None)
+        """SIGKILL a worker or the reader, drawn from the seed, and start another in its
+        place."""
+        processes = {**self.workers, **self.readers}
+        alive = sorted(n for n, p in processes.items() if p.poll() is None)
         if not alive:
             return
         name = self._rng.choice(alive)
-        self.workers[name].send_signal(signal.SIGKILL)
-        self.workers[name].wait()
+        processes[name].send_signal(signal.SIGKILL)
+        processes[name].wait()
         self.killed += 1
-        self.spawn(int(name[1:].split(".")[0]))
+        if name.startswith("r."):
+            self.spawn_reader()
+        else:
+            self.spawn(int(name[1:].split(".")[0]))
 
     def wait(self, grace: float) -> None:
         end = time.monotonic() + grace
-        for process in self.workers.values():
+        for process in [*self.workers.values(), *self.readers.values()]:
             try:
                 process.wait(max(0.1, end - time.monotonic()))
             except subprocess.TimeoutExpired:
@@ -104,9 +140,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
         "--defect",
-        choices=sorted(DEFECTS),
+        choices=sorted([*DEFECTS, "skip"]),
         default=None,
-        help="run the workers with a known defect, to see the checker fail the run",
+        help="run the workers (resend) or the change reader (skip) with a known defect, to "
+        "see the checker fail the run",
     )
     args = parser.parse_args(argv)
     if args.seconds <= 0 or args.workers < 1 or args.kill_every <= 0:
@@ -154,11 +191,15 @@ def run(args: argparse.Namespace) -> int:
         fleet = Fleet(through, history, rng.randrange(2**32), deadline, args.defect)
         for slot in range(args.workers):
             fleet.spawn(slot)
+        fleet.spawn_reader()
         while (left := deadline - time.monotonic()) > 0:
             time.sleep(min(left, rng.expovariate(1 / args.kill_every)))
             if deadline - time.monotonic() > 0:
                 fleet.kill_one()
         fleet.wait(GRACE_SECONDS)
+        # The feed to its end: a last reader, resumed where the killed ones left off.
+        last = fleet.spawn_reader(idle=READ_IDLE_SECONDS)
+        last.wait(GRACE_SECONDS + 600)
         if proxy is not None:
             proxy.stop()
             figures["proxy"] = dict(proxy.counts)
@@ -206,7 +247,7 @@ async def _create_schema(url: str) -> None:
 async def _checked(url: str, ops: list[Any]) -> Any:
     store = open_store(url)
     try:
-        return await check(ops, store, LEDGER_NAME)
+        return await check(ops, store, LEDGER_NAME, changes=True)
     finally:
         close = getattr(store, "close", None)
         if close is not None:

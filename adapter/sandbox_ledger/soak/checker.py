@@ -8,6 +8,11 @@
 - An environment holds one of the saves that may have been the last: a save no
   acknowledged save began after (one of unknown outcome may have landed any time after it
   began), and none if no save was acknowledged and none may have landed.
+- The change feed, read by a reader killed and resumed from its last saved position,
+  delivered every change at least once: a ``session.created`` and ``session.closed`` for
+  each such entry stored (acknowledged, for a session deleted since), a
+  ``session.deleted`` for each acknowledged delete; a repeat carries its first delivery's
+  id and content; a session's changes came in the order they were made.
 - A deleted session holds nothing: no entry, no summary. A delete whose outcome is unknown
   (its worker killed mid-way) is finished as the docs say, by calling it again, first.
 
@@ -52,6 +57,8 @@ class Report:
     deletes: int = 0
     deletes_finished: int = 0
     saves: int = 0
+    changes: int = 0
+    repeats: int = 0
     sessions: int = 0
     entries: int = 0
     violations: list[Violation] = field(default_factory=list)
@@ -65,16 +72,22 @@ class Report:
             "deletes": self.deletes,
             "deletesFinishedAgain": self.deletes_finished,
             "environmentSaves": self.saves,
+            "changesDelivered": self.changes,
+            "changesRepeated": self.repeats,
             "sessions": self.sessions,
             "entriesChecked": self.entries,
             "violations": len(self.violations),
         }
 
 
-async def check(operations: list[Operation], store: Any, name: str) -> Report:
+async def check(
+    operations: list[Operation], store: Any, name: str, *, changes: bool = False
+) -> Report:
     """Hold the store ``store`` (the fleet's sessions are under ``name``) to the history's
-    ``operations``."""
+    ``operations``; with ``changes``, the change feed's deliveries too (a reader ran)."""
     report = Report()
+    if changes:
+        await _check_changes(operations, store, name, report)
     sessions: dict[str, list[Operation]] = defaultdict(list)
     deletes: dict[str, Operation] = {}
     saves: dict[str, list[Operation]] = defaultdict(list)
@@ -110,6 +123,69 @@ async def check(operations: list[Operation], store: Any, name: str) -> Report:
         else:
             await _check_deleted(store, name, sid, [*sessions[sid], delete], report)
     return report
+
+
+_LIFECYCLE = {"sandbox.created": "session.created", "sandbox.closed": "session.closed"}
+_ORDER = {"session.created": 0, "session.closed": 1, "session.deleted": 2}
+_SUMMARY_EVENTS = {"sandbox.created", "sandbox.closed", "exec.complete"}
+
+
+async def _check_changes(
+    operations: list[Operation], store: Any, name: str, report: Report
+) -> None:
+    delivered: dict[str, dict[str, Any]] = {}  # id -> its first delivery
+    first: list[dict[str, Any]] = []
+    for op in operations:
+        if op.op != "change":
+            continue
+        report.changes += 1
+        line = op.invoked
+        seen = delivered.get(str(line["id"]))
+        if seen is None:
+            delivered[str(line["id"])] = line
+            first.append(line)
+            continue
+        report.repeats += 1
+        if (seen["k"], seen["s"], seen["at"]) != (line["k"], line["s"], line["at"]):
+            report.violations.append(
+                Violation(
+                    f"change {line['id']} came again as another change", [str(seen), str(line)]
+                )
+            )
+    got = {(str(d["k"]), str(d["s"]), int(d["at"])) for d in first}
+    deleted = {str(op.invoked["s"]) for op in operations if op.op == "delete" and op.acknowledged}
+    for op in operations:
+        if op.op != "append" or op.invoked["e"] not in _LIFECYCLE:
+            continue
+        sid = str(op.invoked["s"])
+        if sid in deleted and not op.acknowledged:
+            continue  # its outcome unknown, and the session gone: it may not have happened
+        if sid not in deleted:
+            stored = await store.read_in_append_order(name, sid)
+            if content_digest_of(op) not in {content_digest(e) for e in stored}:
+                continue  # not stored (the checker says so where it should have been)
+        want = (_LIFECYCLE[str(op.invoked["e"])], sid, int(op.invoked["w"]["ts"]))
+        if want not in got:
+            report.violations.append(Violation(f"{sid}: no {want[0]} was delivered", [op.line()]))
+    summarized = {
+        str(op.invoked["s"])
+        for op in operations
+        if op.op == "append" and op.acknowledged and op.invoked["e"] in _SUMMARY_EVENTS
+    }
+    for sid in deleted & summarized:  # deleting a session without a summary is no change
+        if ("session.deleted", sid) not in {(k, s) for k, s, _ in got}:
+            report.violations.append(Violation(f"{sid}: no session.deleted was delivered", []))
+    order: dict[str, list[str]] = defaultdict(list)
+    for line in first:
+        order[str(line["s"])].append(str(line["k"]))
+    for sid, kinds in order.items():
+        ranks = [_ORDER.get(kind, -1) for kind in kinds]
+        if ranks != sorted(ranks):
+            report.violations.append(Violation(f"{sid}: its changes were delivered as {kinds}", []))
+
+
+def content_digest_of(op: Operation) -> str:
+    return str(op.invoked["d"])
 
 
 async def _check_environment(

@@ -2,7 +2,8 @@
 
 An invocation line is written before the operation is sent, a completion line after it
 returns or raises: ``{"p": process, "i": n, "t": "invoke", "op": ..., "at": s, ...}`` and
-``{"p": process, "i": n, "t": "ok" | "fail", "at": s, ...}``. Each line is one ``write`` of
+``{"p": process, "i": n, "t": "ok" | "fail", "at": s, ...}``; something that happened in one
+step (a change handed out) is one line, ``"t": "event"``. Each line is one ``write`` of
 a file opened ``O_APPEND`` (the kernel appends each whole: lines of processes sharing the
 file never interleave), so a process killed at any instant leaves at most one line torn,
 its last, which :func:`read_history` leaves out. An invocation without a completion is an
@@ -31,7 +32,7 @@ class History:
     """The history lines of one process, appended to ``path``."""
 
     def __init__(self, path: Path, process: str) -> None:
-        self.process = process
+        self.process, self.path = process, path
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         self._ids = itertools.count()
 
@@ -55,6 +56,13 @@ class History:
         """Record that operation ``number`` raised (its outcome stays unknown)."""
         line = {"p": self.process, "i": number, "t": "fail", "at": time.time()}
         self._write({**line, "error": f"{type(error).__name__}: {error}"[:500]})
+
+    def event(self, op: str, **fields: Any) -> None:
+        """Record something that happened (a change handed out): an operation complete in
+        one line."""
+        number = next(self._ids)
+        line = {"p": self.process, "i": number, "t": "event", "op": op, "at": time.time()}
+        self._write({**line, **fields})
 
     def close(self) -> None:
         os.close(self._fd)
@@ -112,6 +120,8 @@ def operations(lines: Iterator[dict[str, Any]]) -> list[Operation]:
         key = (str(line["p"]), int(line["i"]))
         if line["t"] == "invoke":
             found[key] = Operation(key[0], key[1], str(line.get("op")), line)
+        elif line["t"] == "event":  # complete in itself
+            found[key] = Operation(key[0], key[1], str(line.get("op")), line, line)
         elif key in found:
             found[key].completed = line
     return list(found.values())

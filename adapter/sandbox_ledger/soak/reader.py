@@ -1,0 +1,90 @@
+"""The fleet's ``changes()`` reader: reads the store's change feed and records each change
+handed out in the history (one line each, with its position), until its time is up or it
+is killed; started again, it resumes after the last position the history holds, as a
+consumer that saves its position with its own writes does.
+
+``python -m sandbox_ledger.soak.reader --store URL --history FILE --name NAME --seconds S
+[--idle S]``: with ``--idle``, it stops once no change came for that long (the supervisor's
+last reader, which reads the feed to its end).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from sandbox_ledger.soak.history import History, read_history
+from sandbox_ledger.stores import open_store
+
+__all__ = ["last_position"]
+
+
+def last_position(path: Path) -> str | None:
+    """The position of the last change the history holds, or None."""
+    last = None
+    for line in read_history(path):
+        if line.get("op") == "change":
+            last = line.get("pos")
+    return last if isinstance(last, str) else None
+
+
+async def read(
+    store: Any, history: History, seconds: float, idle: float | None, skip: float = 0.0
+) -> None:
+    """Read and record changes; ``skip``: the share of changes a reader with the known
+    defect ``--defect skip`` passes over without handing them out (for proving the checker
+    only)."""
+    rng = random.Random(history.process)
+    after = last_position(history.path)
+    stream = store.changes(after=after)
+    deadline = time.monotonic() + seconds
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            wait = left if idle is None else min(left, idle)
+            try:
+                change = await asyncio.wait_for(anext(stream), wait)
+            except TimeoutError:
+                if idle is not None:
+                    return
+                continue
+            if skip and rng.random() < skip:
+                continue
+            history.event(
+                "change",
+                k=change.kind.value,
+                s=change.sandbox_id,
+                at=change.at,
+                id=change.id,
+                pos=change.position,
+            )
+    finally:
+        await stream.aclose()
+
+
+async def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m sandbox_ledger.soak.reader")
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--history", required=True, type=Path)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--seconds", required=True, type=float)
+    parser.add_argument("--idle", type=float, default=None)
+    parser.add_argument("--defect", choices=["skip"], default=None)
+    args = parser.parse_args(argv)
+    history = History(args.history, args.name)
+    store = open_store(args.store)
+    try:
+        skip = 0.05 if args.defect == "skip" else 0.0
+        await read(store, history, args.seconds, args.idle, skip)
+    finally:
+        close = getattr(store, "close", None)
+        if close is not None:
+            await close()
+        history.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
