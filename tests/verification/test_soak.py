@@ -187,6 +187,37 @@ def test_the_feed_must_deliver_every_change_once_in_order(tmp_path: Path) -> Non
     assert (report.changes, report.repeats) == (7, 2)
 
 
+def test_a_follow_hands_out_the_start_of_what_is_stored_in_order(tmp_path: Path) -> None:
+    store, history = MemoryAdapter(), History(tmp_path / "h.jsonl", "w0")
+    entries = [
+        _entry("s", LedgerEvent.SandboxCreated, 1, "a"),
+        _entry("s", LedgerEvent.ExecComplete, 2, "b"),
+        _entry("s", LedgerEvent.SandboxClosed, 3, "c"),
+    ]
+    for entry in entries:
+        history.ok(_invoke(history, entry))
+        asyncio.run(store.append(entry))
+    digests = [content_digest(e) for e in entries]
+
+    def follow(number: int, handed: list[str], *, ended: bool) -> None:
+        for place, digest in enumerate(handed):
+            history.event("followed", f=number, s="s", d=digest, n=place)
+        if ended:
+            history.event("follow_end", f=number, s="s", n=len(handed))
+
+    follow(0, digests[:2], ended=False)  # cut short: the start, fine
+    follow(1, digests, ended=True)  # whole: fine
+    follow(2, digests[:2], ended=True)  # ended, one short
+    follow(3, [digests[0], digests[2]], ended=False)  # skipped one
+    follow(4, [digests[0], digests[0]], ended=False)  # handed out twice
+    found = _checked(tmp_path, store)
+    assert [f.split(" handed")[0] for f in found] == [
+        "s: a follow (w0#2, ended)",
+        "s: a follow (w0#3)",
+        "s: a follow (w0#4)",
+    ]
+
+
 def _server(answered: list[bytes]) -> tuple[socket.socket, int]:
     """A server that answers each line it reads with ``ok``, noting the line first."""
     listener = socket.create_server(("127.0.0.1", 0))

@@ -103,6 +103,31 @@ class Fleet:
         )
         return self.readers[name]
 
+    def spawn_follower(self) -> None:
+        """A follower of live sessions (:mod:`.follower`)."""
+        name = f"f.{self.started}"
+        self.started += 1
+        seconds = max(0.0, self.deadline - time.monotonic())
+        self.readers[name] = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "sandbox_ledger.soak.follower",
+                "--store",
+                self.store,
+                "--history",
+                str(self.history),
+                "--name",
+                name,
+                "--seed",
+                str(self._rng.randrange(2**32)),
+                "--seconds",
+                f"{seconds:.3f}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
     def kill_one(self) -> None:
         """SIGKILL a worker or the reader, drawn from the seed, and start another in its
         place."""
@@ -116,6 +141,8 @@ class Fleet:
         self.killed += 1
         if name.startswith("r."):
             self.spawn_reader()
+        elif name.startswith("f."):
+            self.spawn_follower()
         else:
             self.spawn(int(name[1:].split(".")[0]))
 
@@ -192,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
         for slot in range(args.workers):
             fleet.spawn(slot)
         fleet.spawn_reader()
+        fleet.spawn_follower()
         while (left := deadline - time.monotonic()) > 0:
             time.sleep(min(left, rng.expovariate(1 / args.kill_every)))
             if deadline - time.monotonic() > 0:

@@ -13,6 +13,10 @@
   each such entry stored (acknowledged, for a session deleted since), a
   ``session.deleted`` for each acknowledged delete; a repeat carries its first delivery's
   id and content; a session's changes came in the order they were made.
+- Every follow handed out its session's stored entries once each, in the store's append
+  order, from the first on: what it handed out is the start of what the session stores,
+  all of it when the follow ended on its own (after ``sandbox.closed``, the session's last
+  entry). Sessions deleted since are left out: their entries are gone.
 - A deleted session holds nothing: no entry, no summary. A delete whose outcome is unknown
   (its worker killed mid-way) is finished as the docs say, by calling it again, first.
 
@@ -59,6 +63,8 @@ class Report:
     saves: int = 0
     changes: int = 0
     repeats: int = 0
+    follows: int = 0
+    followed: int = 0
     sessions: int = 0
     entries: int = 0
     violations: list[Violation] = field(default_factory=list)
@@ -74,6 +80,8 @@ class Report:
             "environmentSaves": self.saves,
             "changesDelivered": self.changes,
             "changesRepeated": self.repeats,
+            "follows": self.follows,
+            "entriesFollowed": self.followed,
             "sessions": self.sessions,
             "entriesChecked": self.entries,
             "violations": len(self.violations),
@@ -88,6 +96,7 @@ async def check(
     report = Report()
     if changes:
         await _check_changes(operations, store, name, report)
+    await _check_follows(operations, store, name, report)
     sessions: dict[str, list[Operation]] = defaultdict(list)
     deletes: dict[str, Operation] = {}
     saves: dict[str, list[Operation]] = defaultdict(list)
@@ -182,6 +191,43 @@ async def _check_changes(
         ranks = [_ORDER.get(kind, -1) for kind in kinds]
         if ranks != sorted(ranks):
             report.violations.append(Violation(f"{sid}: its changes were delivered as {kinds}", []))
+
+
+async def _check_follows(
+    operations: list[Operation], store: Any, name: str, report: Report
+) -> None:
+    follows: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    ended: set[tuple[str, int]] = set()
+    for op in operations:
+        if op.op == "followed":
+            follows[(op.process, int(op.invoked["f"]))].append(op.invoked)
+        elif op.op == "follow_end":
+            ended.add((op.process, int(op.invoked["f"])))
+            follows.setdefault((op.process, int(op.invoked["f"])), [])
+    deleted = {str(op.invoked["s"]) for op in operations if op.op == "delete"}
+    stored_of: dict[str, list[str]] = {}
+    for key, lines in sorted(follows.items()):
+        report.follows += 1
+        report.followed += len(lines)
+        sid = next((str(line["s"]) for line in lines), None)
+        if sid is None or sid in deleted:
+            continue
+        if sid not in stored_of:
+            stored_of[sid] = [
+                content_digest(e) for e in await store.read_in_append_order(name, sid)
+            ]
+        stored = stored_of[sid]
+        got = [str(line["d"]) for line in lines]
+        whole = key in ended
+        if got != stored[: len(got)] or (whole and got != stored):
+            report.violations.append(
+                Violation(
+                    f"{sid}: a follow ({key[0]}#{key[1]}{', ended' if whole else ''}) handed "
+                    f"out {len(got)} entries, not the start of the {len(stored)} stored in "
+                    "order",
+                    [f"handed out {got[:6]}...", f"stored     {stored[:6]}..."],
+                )
+            )
 
 
 def content_digest_of(op: Operation) -> str:
