@@ -33,7 +33,7 @@ from sandbox_ledger.soak.worker import DEFECTS, LEDGER_NAME
 from sandbox_ledger.stores import open_store
 
 TABLE = "soak-ledger"
-READ_IDLE_SECONDS = 5.0
+READ_IDLE_SECONDS = 10.0
 """The last reader stops once the feed gave nothing for this long."""
 GRACE_SECONDS = 60.0
 """How long workers get after the run's time to finish their operation in flight."""
