@@ -35,7 +35,7 @@ from sandbox_ledger.stores import open_store
 TABLE = "soak-ledger"
 READ_IDLE_SECONDS = 10.0
 """The last reader stops once the feed gave nothing for this long."""
-GRACE_SECONDS = 60.0
+GRACE_SECONDS = 30.0
 """How long workers get after the run's time to finish their operation in flight."""
 
 
@@ -50,6 +50,7 @@ class Fleet:
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
         self.readers: dict[str, subprocess.Popen[bytes]] = {}
         self.started = self.killed = 0
+        self.overran: list[str] = []
 
     def spawn(self, slot: int) -> None:
         name = f"w{slot}.{self.started}"
@@ -147,14 +148,16 @@ class Fleet:
             self.spawn(int(name[1:].split(".")[0]))
 
     def wait(self, grace: float) -> None:
+        """Wait for every process to end; one still running ``grace`` seconds after its time
+        was up is killed and named in :attr:`overran`."""
         end = time.monotonic() + grace
-        for process in [*self.workers.values(), *self.readers.values()]:
+        for name, process in [*self.workers.items(), *self.readers.items()]:
             try:
                 process.wait(max(0.1, end - time.monotonic()))
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-                self.killed += 1
+                self.overran.append(name)
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -231,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
         if proxy is not None:
             proxy.stop()
             figures["proxy"] = dict(proxy.counts)
-        figures |= {"workers": fleet.started, "killed": fleet.killed}
+        figures |= {"workers": fleet.started, "killed": fleet.killed, "overran": fleet.overran}
         ops = operations(read_history(history))
         report = asyncio.run(_checked(direct, ops))
     finally:

@@ -35,34 +35,53 @@ def last_position(path: Path) -> str | None:
 async def read(
     store: Any, history: History, seconds: float, idle: float | None, skip: float = 0.0
 ) -> None:
-    """Read and record changes; ``skip``: the share of changes a reader with the known
-    defect ``--defect skip`` passes over without handing them out (for proving the checker
-    only)."""
+    """Read and record changes until ``seconds`` are up (or, with ``idle``, until none came
+    for that long). A read that fails (a connection reset, a store that refused) is begun
+    again after the last position recorded, as a consumer does; the failure is recorded.
+    ``skip``: the share of changes a reader with the known defect ``--defect skip`` passes
+    over without handing them out (for proving the checker only)."""
     rng = random.Random(history.process)
-    after = last_position(history.path)
-    stream = store.changes(after=after)
     deadline = time.monotonic() + seconds
-    try:
-        while (left := deadline - time.monotonic()) > 0:
-            wait = left if idle is None else min(left, idle)
-            try:
-                change = await asyncio.wait_for(anext(stream), wait)
-            except TimeoutError:
-                if idle is not None:
-                    return
-                continue
-            if skip and rng.random() < skip:
-                continue
-            history.event(
-                "change",
-                k=change.kind.value,
-                s=change.sandbox_id,
-                at=change.at,
-                id=change.id,
-                pos=change.position,
-            )
-    finally:
-        await stream.aclose()
+    while deadline - time.monotonic() > 0:
+        stream = store.changes(after=last_position(history.path))
+        try:
+            if await _drain(stream, history, deadline, idle, rng, skip):
+                return
+        except Exception as exc:  # begun again after the last position recorded
+            history.event("reader_error", error=f"{type(exc).__name__}: {exc}"[:300])
+            await asyncio.sleep(0.5)
+        finally:
+            await stream.aclose()
+
+
+async def _drain(
+    stream: Any,
+    history: History,
+    deadline: float,
+    idle: float | None,
+    rng: random.Random,
+    skip: float,
+) -> bool:
+    """Record what ``stream`` hands out until the deadline; True once idle (the end)."""
+    while (left := deadline - time.monotonic()) > 0:
+        wait = left if idle is None else min(left, idle)
+        try:
+            change = await asyncio.wait_for(anext(stream), wait)
+        except TimeoutError:
+            if idle is not None:
+                return True
+            continue
+        if skip and rng.random() < skip:
+            continue
+        history.event(
+            "change",
+            k=change.kind.value,
+            s=change.sandbox_id,
+            at=change.at,
+            id=change.id,
+            pos=change.position,
+        )
+    return True
 
 
 async def main(argv: list[str] | None = None) -> None:
