@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sandbox_ledger.soak._stores import close_store
 from sandbox_ledger.soak.checker import check
 from sandbox_ledger.soak.history import operations, read_history
 from sandbox_ledger.soak.proxy import FaultProxy
@@ -52,82 +53,54 @@ class Fleet:
         self.started = self.killed = 0
         self.overran: list[str] = []
 
-    def spawn(self, slot: int) -> None:
-        name = f"w{slot}.{self.started}"
+    def _start(
+        self, module: str, name: str, seconds: float, *extra: str
+    ) -> subprocess.Popen[bytes]:
+        """Start ``python -m sandbox_ledger.soak.<module>`` as process ``name`` of the run."""
         self.started += 1
-        seconds = max(0.0, self.deadline - time.monotonic())
-        self.workers[name] = subprocess.Popen(
+        return subprocess.Popen(
             [
                 sys.executable,
                 "-m",
-                "sandbox_ledger.soak.worker",
+                f"sandbox_ledger.soak.{module}",
                 "--store",
                 self.store,
                 "--history",
                 str(self.history),
                 "--name",
                 name,
-                "--seed",
-                str(self._rng.randrange(2**32)),
                 "--seconds",
                 f"{seconds:.3f}",
-                *(["--defect", self.defect] if self.defect in DEFECTS else []),
+                *extra,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
+
+    def _left(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def spawn(self, slot: int) -> None:
+        name = f"w{slot}.{self.started}"
+        defect = ["--defect", self.defect] if self.defect in DEFECTS else []
+        seed = str(self._rng.randrange(2**32))
+        self.workers[name] = self._start("worker", name, self._left(), "--seed", seed, *defect)
 
     def spawn_reader(self, *, idle: float | None = None) -> subprocess.Popen[bytes]:
         """The change-feed reader (:mod:`.reader`); with ``idle``, the last one, which reads
         the feed to its end."""
         name = f"r.{self.started}"
-        self.started += 1
-        seconds = max(0.0, self.deadline - time.monotonic()) if idle is None else 600.0
-        self.readers[name] = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "sandbox_ledger.soak.reader",
-                "--store",
-                self.store,
-                "--history",
-                str(self.history),
-                "--name",
-                name,
-                "--seconds",
-                f"{seconds:.3f}",
-                *(["--idle", str(idle)] if idle is not None else []),
-                *(["--defect", "skip"] if self.defect == "skip" else []),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        extra = [*(["--idle", str(idle)] if idle is not None else [])]
+        extra += ["--defect", "skip"] if self.defect == "skip" else []
+        seconds = self._left() if idle is None else 600.0
+        self.readers[name] = self._start("reader", name, seconds, *extra)
         return self.readers[name]
 
     def spawn_follower(self) -> None:
         """A follower of live sessions (:mod:`.follower`)."""
         name = f"f.{self.started}"
-        self.started += 1
-        seconds = max(0.0, self.deadline - time.monotonic())
-        self.readers[name] = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "sandbox_ledger.soak.follower",
-                "--store",
-                self.store,
-                "--history",
-                str(self.history),
-                "--name",
-                name,
-                "--seed",
-                str(self._rng.randrange(2**32)),
-                "--seconds",
-                f"{seconds:.3f}",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        seed = str(self._rng.randrange(2**32))
+        self.readers[name] = self._start("follower", name, self._left(), "--seed", seed)
 
     def kill_one(self) -> None:
         """SIGKILL a worker or the reader, drawn from the seed, and start another in its
@@ -280,9 +253,7 @@ async def _checked(url: str, ops: list[Any]) -> Any:
     try:
         return await check(ops, store, LEDGER_NAME, changes=True)
     finally:
-        close = getattr(store, "close", None)
-        if close is not None:
-            await close()
+        await close_store(store)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox_ledger.models import ListSandboxOptions, SandboxStatus
+from sandbox_ledger.soak._stores import close_store
 from sandbox_ledger.soak.history import History
 from sandbox_ledger.soak.worker import LEDGER_NAME
 from sandbox_ledger.stores import open_store
@@ -74,9 +75,7 @@ async def main(argv: list[str] | None = None) -> None:
     try:
         await run(store, history, random.Random(args.seed), args.seconds)
     finally:
-        close = getattr(store, "close", None)
-        if close is not None:
-            await close()
+        await close_store(store)
         history.close()
 
 

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sandbox_ledger.soak._stores import close_store
 from sandbox_ledger.soak.history import History, read_history
 from sandbox_ledger.stores import open_store
 
@@ -99,9 +100,7 @@ async def main(argv: list[str] | None = None) -> None:
         skip = 0.05 if args.defect == "skip" else 0.0
         await read(store, history, args.seconds, args.idle, skip)
     finally:
-        close = getattr(store, "close", None)
-        if close is not None:
-            await close()
+        await close_store(store)
         history.close()
 
 

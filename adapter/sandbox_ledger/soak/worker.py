@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox_ledger.models import EnvironmentRecord, LedgerEntry, LedgerEvent
+from sandbox_ledger.soak._stores import close_store
 from sandbox_ledger.soak.history import History
 from sandbox_ledger.stores import open_store
 from sandbox_ledger.transfer import content_digest
@@ -158,9 +159,7 @@ async def main(argv: list[str] | None = None) -> None:
     try:
         await play(store, history, random.Random(args.seed), args.seconds)
     finally:
-        close = getattr(store, "close", None)
-        if close is not None:
-            await close()
+        await close_store(store)
         history.close()
 
 
