@@ -9,11 +9,13 @@ import queue
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -578,6 +580,8 @@ def test_local_strict_refuses_what_dynamodb_refuses(tmp_path: Path) -> None:
     [serving] = [line for line in stderr.splitlines() if line.startswith("serving DynamoDB")]
     assert serving.startswith("serving DynamoDB (strict: ") and "docs/fidelity.md" in serving
     assert "; with" not in serving  # the defaults: no field named
+    # On exit it counts what the profile refused, by code.
+    assert "strict profile refused: 1 ValidationException" in stderr.splitlines()
 
 
 def test_local_strict_option_sets_fields_and_says_which(tmp_path: Path) -> None:
@@ -685,3 +689,155 @@ def test_a_restart_takes_the_image_and_one_damaged_is_ignored_with_a_word(
     assert image.read(kept).ignored is None  # written again
     assert data.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == [".dev.jsonl.image", "dev.jsonl"]
+
+
+def test_a_restart_on_its_data_is_the_same_store_and_says_the_feed_moved_on(
+    tmp_path: Path,
+) -> None:
+    """A listing's cursor from before a restart of ``local --data`` pages on after it (the
+    table is FILE's, one identity); a ``changes()`` position from before it is said to be
+    trimmed (the stream is a new one: start again and reconcile), not another store's."""
+    from sandbox_ledger import ChangesTrimmedError, ListSandboxOptions
+    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+
+    def adapter(env: dict[str, str]) -> SyncDynamoDBAdapter:
+        return SyncDynamoDBAdapter(
+            env["SANDBOX_LEDGER_TABLE"],
+            endpoint_url=env["AWS_ENDPOINT_URL"],
+            region_name="us-east-1",
+        )
+
+    server = Local("--data", "dev.jsonl", cwd=tmp_path)
+    env = server.env()
+    assert run(["import", str(ROOT / "examples" / "ledger.jsonl")], env).returncode == 0
+    with adapter(env) as ledger:
+        first = ledger.list_all_sandbox_page(ListSandboxOptions(limit=1))
+        feed = ledger.changes()
+        position = next(feed).position
+        feed.close()
+    assert first.cursor is not None
+    code, stderr = server.stop(signal.SIGTERM)
+    assert code == 0, stderr
+
+    again = Local("--data", "dev.jsonl", cwd=tmp_path)
+    try:
+        with adapter(again.env()) as ledger:  # a new client: it reads the table's identity
+            rest = ledger.list_all_sandbox_page(ListSandboxOptions(cursor=first.cursor))
+            assert sorted(s.sandbox_id for s in [*first.sessions, *rest.sessions]) == [
+                "sb-1",
+                "sb-2",
+            ]
+            feed = ledger.changes(after=position)
+            with pytest.raises(ChangesTrimmedError, match="stream is not the one"):
+                next(feed)
+            feed.close()
+    finally:
+        code, stderr = again.stop(signal.SIGTERM)
+    assert code == 0, stderr
+
+
+def test_clients_that_come_while_it_loads_wait_for_the_table_and_all_of_it(
+    tmp_path: Path,
+) -> None:
+    """A client that knows the port (a fixed --port, a server restarted under its clients)
+    sends requests while ``local --data`` builds its table from FILE: each waits until the
+    table is made and loaded, then is served on all of it. Before, the server answered
+    while it loaded (a table missing, sessions half loaded), and a client's write could
+    make the load fail: the server did not start."""
+    from sandbox_ledger import LedgerEntry
+    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+
+    (tmp_path / "dev.jsonl").write_text(_ledger_lines(6_000))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    got: dict[str, Any] = {}
+
+    def client() -> None:
+        ledger = SyncDynamoDBAdapter(
+            "sandbox-ledger", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1"
+        )
+        with ledger:
+            while True:  # the first moment the port takes a connection
+                try:
+                    socket.create_connection(("127.0.0.1", port), 0.1).close()
+                    break
+                except OSError:
+                    time.sleep(0.005)
+            try:
+                got["last"] = ledger.read_in_append_order("job-49", "sb-00000999")
+                ledger.append(
+                    LedgerEntry(
+                        ts=1,
+                        name="new",
+                        sandbox_id="during",
+                        step_index=-1,
+                        event="sandbox.created",
+                    )
+                )
+                got["during"] = ledger.read_in_append_order("new", "during")
+            except Exception as exc:
+                got["error"] = exc
+
+    reader = threading.Thread(target=client)
+    reader.start()
+    server = Local("--data", "dev.jsonl", "--port", str(port), cwd=tmp_path)
+    reader.join(timeout=120)
+    code, stderr = server.stop(signal.SIGTERM)
+    assert code == 0, stderr
+    assert "error" not in got, got
+    lines = [json.loads(line) for line in _ledger_lines(6_000).splitlines()]
+    want = [line["event"] for line in lines if line["sandboxId"] == "sb-00000999"]
+    assert [e.event for e in got["last"]] == want and len(want) == 6
+    assert len(got["during"]) == 1
+
+
+def test_every_write_acknowledged_before_it_stops_is_in_its_data(tmp_path: Path) -> None:
+    """Writers keep writing while ``local --data`` is sent SIGTERM: every append the server
+    acknowledged is in FILE when it has stopped (none only a later save would have taken:
+    --save-every is far off). Before, it served writes after its last save read what
+    changed, and answered them: acknowledged, then lost at the restart."""
+    from botocore.config import Config
+
+    from sandbox_ledger import LedgerEntry
+    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+    from sandbox_ledger.local.persist import read_data
+
+    server = Local("--data", "dev.jsonl", "--save-every", "600", cwd=tmp_path)
+    endpoint = server.env()["AWS_ENDPOINT_URL"]
+    acknowledged: dict[str, list[int]] = {}
+    stop = threading.Event()
+
+    def writer(sid: str) -> None:
+        done = acknowledged.setdefault(sid, [])
+        # Two tries: a 503 is sent once again, then the server is gone and the writer ends.
+        once = Config(retries={"total_max_attempts": 2, "mode": "standard"}, connect_timeout=1)
+        with SyncDynamoDBAdapter(
+            "sandbox-ledger", endpoint_url=endpoint, region_name="us-east-1", config=once
+        ) as ledger:
+            for step in range(100_000):
+                if stop.is_set():
+                    return
+                entry = LedgerEntry(
+                    ts=step, name="n", sandbox_id=sid, step_index=step, event="exec.started"
+                )
+                try:
+                    ledger.append(entry)
+                except Exception:  # the server is going: not acknowledged
+                    return
+                done.append(step)
+
+    writers = [threading.Thread(target=writer, args=(f"w{n}",)) for n in range(3)]
+    for thread in writers:
+        thread.start()
+    time.sleep(1.5)
+    code, stderr = server.stop(signal.SIGTERM)
+    stop.set()
+    for thread in writers:
+        thread.join(timeout=120)
+    assert code == 0, stderr
+    assert all(acknowledged.values()), acknowledged
+    saved = read_data(tmp_path / "dev.jsonl")
+    for sid, steps in acknowledged.items():
+        stored = {json.loads(line)["stepIndex"] for _, line in saved.sessions[("n", sid)]}
+        assert set(steps) <= stored, (sid, sorted(set(steps) - stored))

@@ -452,3 +452,32 @@ def test_an_update_growing_its_item_takes_the_after_image_from_the_bucket() -> N
         )
     finally:
         local.stop()
+
+
+def test_what_the_profile_refused_is_counted_by_code() -> None:
+    """rate_scale 0.001: 1 write unit a second per partition key; a transaction's throttle
+    counts as its cancellation and its reason."""
+    local = LocalDynamoDB(strict=StrictProfile(rate_scale=0.001, conflict_hold=0))
+    once = Config(retries={"total_max_attempts": 1, "mode": "standard"})  # each refusal: one
+    ddb = boto3.client("dynamodb", endpoint_url=local.start(), config=once)
+    try:
+        table = make_table(ddb)
+        assert local.refusals() == {}
+        ddb.put_item(TableName=table, Item=key("p", "a"))
+        with pytest.raises(ClientError, match="ProvisionedThroughputExceeded"):
+            ddb.put_item(TableName=table, Item=key("p", "b"))
+        with pytest.raises(ClientError, match="TransactionCanceled"):
+            ddb.transact_write_items(
+                TransactItems=[{"Put": {"TableName": table, "Item": key("p", "c")}}]
+            )
+        with pytest.raises(ClientError, match="ValidationException"):
+            ddb.put_item(TableName=table, Item=item("q", "a", 410_000))
+        assert local.refusals() == {
+            "ProvisionedThroughputExceededException": 1,
+            "TransactionCanceledException": 1,
+            "ThrottlingError": 1,
+            "ValidationException": 1,
+        }
+    finally:
+        local.stop()
+    assert LocalDynamoDB().refusals() == {}

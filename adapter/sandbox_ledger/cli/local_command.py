@@ -106,11 +106,16 @@ def _serve(
     server = LocalDynamoDB(host, port, strict=strict if strict is not None else False)
     log = inprocess.WriteLog()
     server.observe(log.note)  # before it serves: every write a client sends is seen
+    # A client that knows the port (a fixed --port, a restart) waits until the table is made
+    # and FILE loaded: never a missing table, a session half loaded, a write the load undoes.
+    server.hold()
     server.start()
     # The server's own reads and writes (create, load, saves) run in process: no HTTP, and
     # none of them is a client's write to save.
     ledger = inprocess.ledger(server, table, REGION)
-    ledger.create_table(sweep=SweepSettings())
+    # With --data, the table is FILE's: the same identity at every start, so the cursors
+    # and change positions handed out before a restart are still this store's.
+    ledger.create_table(sweep=SweepSettings(), store_id=None if data is None else _store_id(data))
     store = inprocess.resource_store(server, table, REGION)
     saver = Saver(data, ledger, store, log)
     saver.bulk = functools.partial(bulk.load_entries, server, ledger, image=saver.image)
@@ -119,6 +124,7 @@ def _serve(
         if not saver.load(stop):
             return saver
         pg = _start_postgres() if postgres else None
+        server.release()
         _announce(server.endpoint_url, table, pg, data, strict)
         # Saves start every save_every seconds, however long each takes (one waiting for the
         # end of the last one would stretch the time a write waits to be saved).
@@ -127,12 +133,26 @@ def _serve(
         while not stop.wait(max(0.0, due - time.monotonic())):
             saver.save()
             due = max(due + save_every, time.monotonic())
+        # No write is served after the last save reads what changed: every write the server
+        # acknowledged is in FILE (the ones after are answered 503, which clients send again).
+        server.refuse_clients()
         saver.save(final=True)
+        refused = server.refusals()
+        if refused:
+            counts = ", ".join(f"{n} {code}" for code, n in sorted(refused.items()))
+            say(f"strict profile refused: {counts}")
     finally:
         if pg is not None:
             pg.stop()
         server.stop()
     return saver
+
+
+def _store_id(data: Path) -> str:
+    """The identity of the table ``local --data FILE`` serves: FILE's, across restarts."""
+    import hashlib
+
+    return hashlib.blake2b(f"local --data {data.resolve()}".encode(), digest_size=16).hexdigest()
 
 
 def _strict_profile(strict: bool, options: list[str] | None) -> StrictProfile | None:

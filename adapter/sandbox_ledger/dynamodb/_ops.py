@@ -902,12 +902,14 @@ def create_table(
     shard_count: int,
     retention: int | None = None,
     sweep: SweepSettings | None = None,
+    store_id: str | None = None,
 ) -> Op[tuple[bool, TableDescriptor]]:
     """Create the table and its TTL setting if absent, wait for ACTIVE, and write its
     deployment descriptor with ``shard_count``, the ledger ``retention`` (seconds, None:
-    keep forever) and ``sweep``'s bus and windows unless it has one (then only the sweep
-    settings it lacks are added). Returns whether this call created the table, and the
-    table's descriptor (the existing one wins: the caller checks that it agrees)."""
+    keep forever), ``sweep``'s bus and windows and ``store_id`` (None: a fresh one) unless it
+    has one (then only the sweep settings it lacks are added). Returns whether this call
+    created the table, and the table's descriptor (the existing one wins: the caller checks
+    that it agrees)."""
     created = False
     try:
         yield Call("create_table", k.table_definition(table))
@@ -942,7 +944,7 @@ def create_table(
         TableDescriptor(
             shard_count=shard_count,
             ledger_retention_seconds=retention,
-            store_id=new_store_id(),
+            store_id=store_id if store_id is not None else new_store_id(),
             **settings,
         ),
     )

@@ -94,10 +94,10 @@ class _Base:
     def _resolve_shards(self) -> Op[int]:
         return self._shards.resolve(writing=False)
 
-    def _create_table(self, sweep: SweepSettings | None) -> Op[bool]:
+    def _create_table(self, sweep: SweepSettings | None, store_id: str | None) -> Op[bool]:
         shards = self._shards.explicit or k.DEFAULT_SHARD_COUNT
         created, described = yield from _ops.create_table(
-            self.table_name, shards, self._retention, sweep
+            self.table_name, shards, self._retention, sweep, store_id
         )
         self._shards.agree(described)
         return created
@@ -270,14 +270,19 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
             endpoint_url=endpoint_url, region_name=region_name, session=session, config=config
         )
 
-    async def create_table(self, *, sweep: SweepSettings | None = None) -> bool:
+    async def create_table(
+        self, *, sweep: SweepSettings | None = None, store_id: str | None = None
+    ) -> bool:
         """Create the table as the CDK stack provisions it, if absent; wait until ACTIVE.
         With ``sweep``, its descriptor also records the resource sweep's bus and windows (the
         settings it already records are kept), so ``resources sweep`` needs no flags.
+        ``store_id`` is the identity paging cursors and ``changes()`` positions are bound to
+        (default: a fresh one); a table made again from saved data (``sandbox-ledger local
+        --data``) passes the one it had, so the cursors it handed out stay good.
 
         Returns True if this call created it.
         """
-        return await self.run(self._create_table(sweep))
+        return await self.run(self._create_table(sweep, store_id))
 
     async def table_shard_count(self) -> int:
         """The table's shard count: its descriptor's, read once per client (see
@@ -458,10 +463,12 @@ class SyncDynamoDBAdapter(_Base, SyncClientOwner):
             endpoint_url=endpoint_url, region_name=region_name, session=session, config=config
         )
 
-    def create_table(self, *, sweep: SweepSettings | None = None) -> bool:
+    def create_table(
+        self, *, sweep: SweepSettings | None = None, store_id: str | None = None
+    ) -> bool:
         """Create the table as the CDK stack provisions it, if absent; wait until ACTIVE
-        (``sweep``: see DynamoDBAdapter)."""
-        return self.run(self._create_table(sweep))
+        (``sweep``, ``store_id``: see DynamoDBAdapter)."""
+        return self.run(self._create_table(sweep, store_id))
 
     def table_shard_count(self) -> int:
         """The table's shard count, read once per client (see DynamoDBAdapter)."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import logging
 import os
 import subprocess
@@ -96,6 +97,9 @@ class LocalDynamoDB:
         self._observers: list[Callable[[str, bytes], None]] = []
         self._front: StrictFront | None = None
         self._meter = Meter()
+        self._open = threading.Event()
+        self._open.set()
+        self._refusing = threading.Event()
 
     def meter(self) -> dict[MeterKey, Usage]:
         """The read and write units the strict profile's requests consumed so far, as DynamoDB
@@ -110,6 +114,36 @@ class LocalDynamoDB:
         if self.strict is None:
             raise InvalidInputError("strict", "the meter needs the strict profile")
         return self._meter.snapshot()
+
+    def hold(self) -> None:
+        """Hold the requests clients send (each waits, its connection open) until
+        :meth:`release`: the server's own in-process work comes first (``local --data``
+        loads its file before a client sees the table)."""
+        self._open.clear()
+
+    def release(self) -> None:
+        """Serve the requests :meth:`hold` held, and every one after."""
+        self._open.set()
+
+    def refuse_clients(self) -> None:
+        """From now on, answer every client's request ``503 Service Unavailable`` (which SDKs
+        send again) without serving it, its connection closed: the server is stopping.
+        Returns once the request being served, if any, is done, so what the server holds
+        after this is everything it will have acknowledged (``local --data`` saves it)."""
+        self._refusing.set()
+        self._open.set()
+        with self._lock:
+            pass
+
+    def refusals(self) -> dict[str, int]:
+        """What the strict profile refused so far, by error code: throttles
+        (``ProvisionedThroughputExceededException``; a transaction's ``ThrottlingError``),
+        ``TransactionConflict``, the limits it holds (``ValidationException``...). Empty
+        without the profile."""
+        front = self._front
+        if front is None:
+            return {}
+        return front.refused()
 
     def reset_meter(self) -> None:
         """Forget the units :meth:`meter` counted so far."""
@@ -156,7 +190,14 @@ class LocalDynamoDB:
         self._server = make_server(
             self._host,
             self._port,
-            _serialized(app, settings, self._lock, self._observers, self._front),
+            _serialized(
+                app,
+                settings,
+                self._lock,
+                self._observers,
+                self._front,
+                (self._open, self._refusing),
+            ),
             threaded=True,
             # moto before 5.2 has no handler of its own (it keeps underscored header names).
             request_handler=_keep_alive(
@@ -218,6 +259,7 @@ class LocalDynamoDB:
 
     def stop(self) -> None:
         """Stop serving; the data is gone."""
+        self._open.set()  # a request held is served (or its connection ended) as it stops
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -375,12 +417,17 @@ def _serialized(
     lock: threading.Lock,
     observers: list[Callable[[str, bytes], None]],
     front: StrictFront | None = None,
+    gates: tuple[threading.Event, threading.Event] | None = None,
 ) -> Callable[..., Iterable[bytes]]:
     """``app`` serving one request at a time, with this server's adjustments applied; each
     observer told of it before the next one runs; with ``front``, through the strict
-    profile's front (:mod:`.strict.front`)."""
+    profile's front (:mod:`.strict.front`). ``gates``: (open, refusing): a request waits
+    until open is set, and one that finds refusing set is answered 503, not served."""
+    open_, refusing = gates if gates is not None else (None, None)
 
     def handle(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if open_ is not None:
+            open_.wait()
         if front is not None:
             return front.serve(environ, start_response, run, app)
         return run(app, environ, start_response)
@@ -389,6 +436,8 @@ def _serialized(
         served: Callable[..., Any], environ: dict[str, Any], start_response: Callable[..., Any]
     ) -> Iterable[bytes]:
         with lock, adjustments.serving(settings):
+            if refusing is not None and refusing.is_set():
+                return _unavailable(start_response)
             # Drain the response inside the lock: werkzeug may produce it lazily.
             response = list(served(environ, start_response))
             if observers:
@@ -400,3 +449,22 @@ def _serialized(
             return response
 
     return handle
+
+
+def _unavailable(start_response: Callable[..., Any]) -> list[bytes]:
+    """The answer of a stopping server: 503, as DynamoDB's own ``ServiceUnavailable``."""
+    body = json.dumps(
+        {
+            "__type": "com.amazonaws.dynamodb.v20120810#ServiceUnavailable",
+            "message": "the local server is stopping",
+        }
+    ).encode()
+    start_response(
+        "503 Service Unavailable",
+        [
+            ("Content-Type", "application/x-amz-json-1.0"),
+            ("Content-Length", str(len(body))),
+            ("Connection", "close"),
+        ],
+    )
+    return [body]

@@ -36,6 +36,7 @@ class LocalPostgres:
         self._host, self._port, self._durable = host, port, durable
         self._process: subprocess.Popen[bytes] | None = None
         self._folder: Path | None = None
+        self._launch: tuple[list[str], dict[str, Any], Path, Path, int] | None = None
         self.dsn = ""
 
     def start(self, timeout: float = 60.0) -> str:
@@ -74,33 +75,63 @@ class LocalPostgres:
             options = ["-c", "max_connections=300", "-c", "shared_buffers=64MB"]
             if not self._durable:
                 options += ["-c", "fsync=off", "-c", "full_page_writes=off"]
-            with log.open("wb") as log_file:
-                self._process = subprocess.Popen(
-                    [
-                        str(bin_dir / "postgres"),
-                        "-D",
-                        str(data),
-                        "-h",
-                        self._host,
-                        "-p",
-                        str(port),
-                        "-k",
-                        str(folder),
-                        *options,
-                    ],
-                    stdout=log_file,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                    **user,
-                )
+            command = [
+                str(bin_dir / "postgres"),
+                "-D",
+                str(data),
+                "-h",
+                self._host,
+                "-p",
+                str(port),
+                "-k",
+                str(folder),
+                *options,
+            ]
+            self._launch = (command, user, bin_dir, log, port)
             atexit.register(self.stop)
-            self._wait_ready(bin_dir, port, log, timeout)
+            self._run_server(timeout)
         except BaseException:
             self.stop()
             raise
         self.dsn = f"postgresql://postgres@{self._host}:{port}/postgres"
         return self.dsn
+
+    def _run_server(self, timeout: float) -> None:
+        """Start the server on the cluster :meth:`start` made and wait until it is ready."""
+        assert self._launch is not None
+        command, user, bin_dir, log, port = self._launch
+        with log.open("ab") as log_file:
+            self._process = subprocess.Popen(
+                command,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                **user,
+            )
+        self._wait_ready(bin_dir, port, log, timeout)
+
+    def restart(self, *, crash: bool = False, timeout: float = 60.0) -> None:
+        """Stop the server and start it again on the same data and port: committed
+        transactions are kept. ``crash``: an immediate shutdown (SIGQUIT: no checkpoint, its
+        connections cut at once; the restart recovers from the write-ahead log, as after a
+        crash of the server) instead of a fast one (SIGINT: its connections ended, then a
+        checkpoint).
+
+        Raises:
+            RuntimeError: the server is not started, or did not start again (the end of its
+                log in the message).
+        """
+        process = self._process
+        if process is None or self._launch is None:
+            raise RuntimeError("the PostgreSQL server is not started")
+        process.send_signal(signal.SIGQUIT if crash else signal.SIGINT)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        self._run_server(timeout)
 
     def _wait_ready(self, bin_dir: Path, port: int, log: Path, timeout: float) -> None:
         assert self._process is not None
@@ -123,7 +154,7 @@ class LocalPostgres:
 
     def stop(self) -> None:
         """Stop the server (fast shutdown) and delete its data; idempotent."""
-        process, self._process = self._process, None
+        process, self._process, self._launch = self._process, None, None
         if process is not None and process.poll() is None:
             process.send_signal(signal.SIGINT)
             try:

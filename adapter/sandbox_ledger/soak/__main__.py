@@ -22,14 +22,16 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from sandbox_ledger.soak._stores import close_store
 from sandbox_ledger.soak.checker import check
-from sandbox_ledger.soak.history import operations, read_history
+from sandbox_ledger.soak.history import History, operations, read_history
 from sandbox_ledger.soak.proxy import FaultProxy
+from sandbox_ledger.soak.servers import LocalServer, PostgresServer, SqliteDisk, fault_loop
 from sandbox_ledger.soak.worker import DEFECTS, LEDGER_NAME
 from sandbox_ledger.stores import open_store
 
@@ -140,6 +142,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=int(os.environ.get("SOAK_SEED", 1)))
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--kill-every", type=float, default=3.0)
+    parser.add_argument(
+        "--fault-every",
+        type=float,
+        default=20.0,
+        help="seconds between the store's faults, on average: a restart of the local "
+        "DynamoDB or of PostgreSQL, a full disk under the SQLite file",
+    )
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
         "--defect",
@@ -149,8 +158,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "see the checker fail the run",
     )
     args = parser.parse_args(argv)
-    if args.seconds <= 0 or args.workers < 1 or args.kill_every <= 0:
-        parser.error("--seconds and --kill-every must be above 0, --workers at least 1")
+    if args.seconds <= 0 or args.workers < 1 or args.kill_every <= 0 or args.fault_every <= 0:
+        parser.error(
+            "--seconds, --kill-every and --fault-every must be above 0, --workers at least 1"
+        )
     return args
 
 
@@ -160,61 +171,39 @@ def run(args: argparse.Namespace) -> int:
     history = out / "history.jsonl"
     history.unlink(missing_ok=True)
     rng = random.Random(args.seed)
-    server: Any = None
-    proxy: FaultProxy | None = None
     figures: dict[str, Any] = {"store": args.store, "seed": args.seed, "seconds": args.seconds}
-    if args.store == "dynamodb":
-        from sandbox_ledger.local import LocalDynamoDBProcess, StrictProfile
-
-        server = LocalDynamoDBProcess(strict=StrictProfile(rate_scale=0.05))
-        endpoint = server.start()
-        host, port = endpoint.removeprefix("http://").split(":")
-        proxy = FaultProxy((host, int(port)), rng.randrange(2**32))
-        proxy.start()
-        query = "region=us-east-1&endpoint_url="
-        direct = f"dynamodb://{TABLE}?{query}{endpoint}"
-        through = f"dynamodb://{TABLE}?{query}http://127.0.0.1:{proxy.port}"
-    elif args.store == "postgresql":
-        from sandbox_ledger.local.postgres import LocalPostgres
-
-        server = LocalPostgres()
-        direct = server.start()
-        address = direct.removeprefix("postgresql://postgres@").split("/")[0]
-        host, port = address.split(":")
-        proxy = FaultProxy((host, int(port)), rng.randrange(2**32))
-        proxy.start()
-        through = direct.replace(f":{port}/", f":{proxy.port}/")
-        asyncio.run(_create_schema(direct))
-    else:
-        direct = through = f"sqlite:///{(out / 'ledger.db').resolve()}"
-    try:
-        if args.store == "dynamodb":
-            asyncio.run(_create_table(endpoint))
+    with Faults(args.store, out, rng) as faults:
         deadline = time.monotonic() + args.seconds
-        fleet = Fleet(through, history, rng.randrange(2**32), deadline, args.defect)
+        fleet = Fleet(faults.through, history, rng.randrange(2**32), deadline, args.defect)
+        supervisor = History(history, "s")
+        stop = threading.Event()
+        dealer = threading.Thread(
+            target=fault_loop,
+            args=(supervisor, random.Random(rng.randrange(2**32)), args.fault_every, deadline),
+            kwargs={"fault": faults.deal, "stop": stop},
+        )
         for slot in range(args.workers):
             fleet.spawn(slot)
         fleet.spawn_reader()
         fleet.spawn_follower()
-        while (left := deadline - time.monotonic()) > 0:
-            time.sleep(min(left, rng.expovariate(1 / args.kill_every)))
-            if deadline - time.monotonic() > 0:
-                fleet.kill_one()
+        dealer.start()
+        try:
+            while (left := deadline - time.monotonic()) > 0:
+                time.sleep(min(left, rng.expovariate(1 / args.kill_every)))
+                if deadline - time.monotonic() > 0:
+                    fleet.kill_one()
+        finally:
+            stop.set()
+            dealer.join()
         fleet.wait(GRACE_SECONDS)
         # The feed to its end: a last reader, resumed where the killed ones left off.
         last = fleet.spawn_reader(idle=READ_IDLE_SECONDS)
         last.wait(GRACE_SECONDS + 600)
-        if proxy is not None:
-            proxy.stop()
-            figures["proxy"] = dict(proxy.counts)
+        supervisor.close()
         figures |= {"workers": fleet.started, "killed": fleet.killed, "overran": fleet.overran}
         ops = operations(read_history(history))
-        report = asyncio.run(_checked(direct, ops))
-    finally:
-        if proxy is not None:
-            proxy.stop()
-        if server is not None:
-            server.stop()
+        report = asyncio.run(_checked(faults.direct, ops))
+    figures |= faults.figures()
     figures |= report.figures()
     figures["opsPerSecond"] = round(report.appends / args.seconds, 1)
     print(json.dumps(figures))
@@ -224,7 +213,8 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"{len(report.violations)} violations (seed {args.seed}; the same faults: "
             f"python -m sandbox_ledger.soak --store {args.store} --seconds {args.seconds} "
-            f"--seed {args.seed} --workers {args.workers} --kill-every {args.kill_every}"
+            f"--seed {args.seed} --workers {args.workers} --kill-every {args.kill_every} "
+            f"--fault-every {args.fault_every}"
             + (f" --defect {args.defect}" if args.defect else "")
             + "); "
             f"history: {history}",
@@ -234,11 +224,97 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _create_table(endpoint: str) -> None:
-    from sandbox_ledger.dynamodb import DynamoDBAdapter
+class Faults:
+    """The run's store, behind the fault proxy where it is a server, and the faults dealt to
+    it (:mod:`.servers`): the local DynamoDB and PostgreSQL restarted, the SQLite file's disk
+    filled. :attr:`through` is the URL the fleet uses, :attr:`direct` the checker's."""
 
-    async with DynamoDBAdapter(TABLE, endpoint_url=endpoint) as ledger:
-        await ledger.create_table()
+    def __init__(self, store: str, out: Path, rng: random.Random) -> None:
+        self.store, self.out, self._rng = store, out, rng
+        self.proxy: FaultProxy | None = None
+        self.server: Any = None
+        self.disk: SqliteDisk | None = None
+        self.unavailable: str | None = None
+        self.through = self.direct = ""
+
+    def __enter__(self) -> Faults:
+        try:
+            self._start()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _start(self) -> None:
+        rng = self._rng
+        if self.store == "dynamodb":
+            _local_credentials()
+            self.server = LocalServer(self.out / "local.jsonl", TABLE)
+            self.server.start()
+            self.proxy = FaultProxy(("127.0.0.1", self.server.port), rng.randrange(2**32))
+            self.proxy.start()
+            query = "region=us-east-1&endpoint_url="
+            self.direct = f"dynamodb://{TABLE}?{query}{self.server.endpoint}"
+            self.through = f"dynamodb://{TABLE}?{query}http://127.0.0.1:{self.proxy.port}"
+        elif self.store == "postgresql":
+            self.server = PostgresServer()
+            self.server.start()
+            self.direct = self.server.dsn
+            address = self.direct.removeprefix("postgresql://postgres@").split("/")[0]
+            host, port = address.split(":")
+            self.proxy = FaultProxy((host, int(port)), rng.randrange(2**32))
+            self.proxy.start()
+            self.through = self.direct.replace(f":{port}/", f":{self.proxy.port}/")
+            asyncio.run(_create_schema(self.direct))
+        else:
+            self.disk = SqliteDisk(self.out)
+            self.unavailable = self.disk.start()
+            folder = self.disk.mount if self.disk.mounted else self.out
+            self.direct = self.through = f"sqlite:///{(folder / 'ledger.db').resolve()}"
+            asyncio.run(_create_schema(self.direct))
+
+    def deal(self) -> str:
+        """Deal this store's fault once; what it was."""
+        if isinstance(self.server, LocalServer):
+            self.server.restart()
+            return "local-restart"
+        if isinstance(self.server, PostgresServer):
+            crash = self._rng.random() < 0.5
+            self.server.restart(crash)
+            return "crash-restart" if crash else "restart"
+        if self.disk is not None and self.disk.mounted:
+            self.disk.fill()
+            time.sleep(self._rng.uniform(0.5, 3.0))
+            self.disk.free()
+            return "disk-full"
+        return "none"
+
+    def figures(self) -> dict[str, Any]:
+        figures: dict[str, Any] = {}
+        if self.proxy is not None:
+            figures["proxy"] = dict(self.proxy.counts)
+        if isinstance(self.server, LocalServer):
+            figures |= {"restarts": self.server.restarts, "refused": self.server.refused}
+        if isinstance(self.server, PostgresServer):
+            figures |= {"restarts": self.server.restarts, "crashes": self.server.crashes}
+        if self.disk is not None:
+            figures["diskFull"] = self.unavailable or self.disk.fills
+        return figures
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proxy is not None:
+            self.proxy.stop()
+        if self.server is not None:
+            self.server.stop()
+        if self.disk is not None:
+            self.disk.stop()
+
+
+def _local_credentials() -> None:
+    """The local server's credentials, for every process of the run."""
+    for key, value in (("AWS_ACCESS_KEY_ID", "local"), ("AWS_SECRET_ACCESS_KEY", "local")):
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 
 
 async def _create_schema(url: str) -> None:

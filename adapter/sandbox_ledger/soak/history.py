@@ -107,6 +107,13 @@ class Operation:
         """The operation in a history excerpt."""
         shown = {k: v for k, v in self.invoked.items() if k not in ("p", "i", "t", "at", "op")}
         done = "" if self.completed is None else f" -> {self.completed['t']}"
+        result = {
+            k: v
+            for k, v in (self.completed or {}).items()
+            if k not in ("p", "i", "t", "at", "op", "error")
+        }
+        if result and self.completed is not self.invoked:
+            done += f" {json.dumps(result)}"
         error = (self.completed or {}).get("error")
         return f"{self.process}#{self.number} {self.op} {json.dumps(shown)}{done}" + (
             f" ({error})" if error else ""

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sandbox_ledger.changes import ChangesTrimmedError
 from sandbox_ledger.soak._stores import close_store
 from sandbox_ledger.soak.history import History, read_history
 from sandbox_ledger.stores import open_store
@@ -25,11 +26,14 @@ __all__ = ["last_position"]
 
 
 def last_position(path: Path) -> str | None:
-    """The position of the last change the history holds, or None."""
+    """The position of the last change the history holds, or None (none, or the feed said
+    the changes after it were trimmed: it begins again from the oldest one kept)."""
     last = None
     for line in read_history(path):
         if line.get("op") == "change":
             last = line.get("pos")
+        elif line.get("op") == "trimmed":
+            last = None
     return last if isinstance(last, str) else None
 
 
@@ -44,10 +48,16 @@ async def read(
     rng = random.Random(history.process)
     deadline = time.monotonic() + seconds
     while deadline - time.monotonic() > 0:
-        stream = store.changes(after=last_position(history.path))
+        after = last_position(history.path)
+        stream = store.changes(after=after)
         try:
             if await _drain(stream, history, deadline, idle, rng, skip):
                 return
+        except ChangesTrimmedError as exc:
+            # The changes after the position are lost (a restarted local server's stream is
+            # a new one): a consumer starts again from the oldest change kept and reconciles
+            # from a listing. The next read begins there.
+            history.event("trimmed", after=after, error=str(exc)[:300])
         except Exception as exc:  # begun again after the last position recorded
             history.event("reader_error", error=f"{type(exc).__name__}: {exc}"[:300])
             await asyncio.sleep(0.5)

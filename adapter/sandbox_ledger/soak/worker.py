@@ -19,7 +19,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sandbox_ledger.models import EnvironmentRecord, LedgerEntry, LedgerEvent
+from sandbox_ledger.models import (
+    EnvironmentRecord,
+    LedgerEntry,
+    LedgerEvent,
+    ListSandboxOptions,
+)
 from sandbox_ledger.soak._stores import close_store
 from sandbox_ledger.soak.history import History
 from sandbox_ledger.stores import open_store
@@ -106,10 +111,38 @@ async def play(store: Any, history: History, rng: random.Random, seconds: float)
             await asyncio.gather(
                 *(_branch(store, history, session, b, rng.random() < 0.3) for b in branches)
             )
+            await _read(store, history, [session.sandbox_id])
         if rng.random() < 0.85:
             await _append(store, history, session.entry(LedgerEvent.SandboxClosed))
+            await _read(store, history, [session.sandbox_id])
+        if rng.random() < 0.5:  # others' sessions too, as a client watching the fleet does
+            await _read_listed(store, history)
         if rng.random() < 0.15:
             await _delete(store, history, session.sandbox_id)
+
+
+async def _read(store: Any, history: History, sandbox_ids: list[str]) -> None:
+    """Read sessions' summaries, each recorded with what it found (``st`` status, ``n``
+    execCount; none: ``st`` null): the checker holds each process's reads of a session to
+    never going back in time, and to its own acknowledged writes."""
+    for sandbox_id in sandbox_ids:
+        number = history.invoke("read", s=sandbox_id)
+        try:
+            found = await store.get_sandbox_details(LEDGER_NAME, sandbox_id)
+        except Exception as exc:  # recorded: it saw nothing
+            history.fail(number, exc)
+            continue
+        seen = {"st": None} if found is None else {"st": found.status, "n": found.exec_count}
+        history.ok(number, **seen)
+
+
+async def _read_listed(store: Any, history: History) -> None:
+    """Read again the summaries of the newest sessions a listing names (any worker's)."""
+    try:
+        page = await store.list_sandbox_page(LEDGER_NAME, ListSandboxOptions(limit=5))
+    except Exception:  # a listing's failure is no read of a session
+        return
+    await _read(store, history, [d.sandbox_id for d in page.sessions])
 
 
 async def _delete(store: Any, history: History, sandbox_id: str) -> None:

@@ -3,6 +3,7 @@ each request before moto serves it (see :mod:`sandbox_ledger.local.strict`)."""
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import io
 import json
@@ -244,6 +245,7 @@ class StrictFront:
         self.streams = streams.StreamViews(profile, stream_records, self.tables.table)
         self.meter = meter if meter is not None else consumed.Meter()
         self._flight_lock = threading.Lock()
+        self._refusals: collections.Counter[str] = collections.Counter()
         self._in_flight: dict[tuple[str, str], int] = {}
         self._tokens: dict[str, tuple[float, str, int, list[tuple[str, str]], bytes]] = {}
 
@@ -275,7 +277,7 @@ class StrictFront:
             try:
                 held = self._enter_flight(request)
             except _Reply as reply:
-                return self._answer(start_response, reply.status, reply.body)
+                return self._refused(start_response, reply)
             time.sleep(self.profile.conflict_hold)
         try:
             return run(self._inner(operation, request, app), environ, start_response)
@@ -312,7 +314,7 @@ class StrictFront:
             try:
                 return self._checked(operation, request, app, environ, start_response)
             except _Reply as reply:
-                return self._answer(start_response, reply.status, reply.body)
+                return self._refused(start_response, reply)
 
         return inner
 
@@ -682,6 +684,21 @@ class StrictFront:
                 self.buckets.take("read", c.table, {c.partition: c.read})
             else:
                 self.buckets.take("read", c.table, {}, extra=c.read)
+
+    def refused(self) -> dict[str, int]:
+        """What the profile refused so far, by error code (a transaction cancelled: under
+        each of its reasons' codes too, once, ``ThrottlingError``, ``TransactionConflict``)."""
+        with self._flight_lock:
+            return dict(self._refusals)
+
+    def _refused(self, start_response: Callable[..., Any], reply: _Reply) -> list[bytes]:
+        """Answer a refusal, counted in :attr:`refusals`."""
+        error = json.loads(reply.body)
+        codes = [str(error.get("__type", "")).rpartition("#")[2]]
+        codes += sorted({r["Code"] for r in error.get("CancellationReasons", [])} - {"None"})
+        with self._flight_lock:
+            self._refusals.update(codes)
+        return self._answer(start_response, reply.status, reply.body)
 
     @staticmethod
     def _answer(start_response: Callable[..., Any], status: int, body: bytes) -> list[bytes]:
