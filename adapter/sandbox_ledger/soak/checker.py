@@ -19,6 +19,9 @@
   entry). Sessions deleted since are left out: their entries are gone.
 - A deleted session holds nothing: no entry, no summary. A delete whose outcome is unknown
   (its worker killed mid-way) is finished as the docs say, by calling it again, first.
+- Imports and exports (:mod:`.transfers`): each entry of an import is held as an append, and
+  each environment record as a save, acknowledged if the import was; each acknowledged
+  export held of each session the start of what it stores.
 
 A violation carries the operations involved, as history lines: the excerpt a run prints.
 """
@@ -30,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger.memory import MemoryAdapter
+from sandbox_ledger.soak.transfers import check_exports, count_transfers, imports_as_appends
 from sandbox_ledger.transfer import content_digest
 
 if TYPE_CHECKING:
@@ -67,6 +71,11 @@ class Report:
     followed: int = 0
     sessions: int = 0
     entries: int = 0
+    imports: int = 0
+    reimports: int = 0
+    imported: int = 0
+    exports: int = 0
+    exported: int = 0
     violations: list[Violation] = field(default_factory=list)
 
     def figures(self) -> dict[str, int]:
@@ -84,6 +93,11 @@ class Report:
             "entriesFollowed": self.followed,
             "sessions": self.sessions,
             "entriesChecked": self.entries,
+            "imports": self.imports,
+            "importsRerun": self.reimports,
+            "entriesImported": self.imported,
+            "exports": self.exports,
+            "entriesExported": self.exported,
             "violations": len(self.violations),
         }
 
@@ -94,6 +108,8 @@ async def check(
     """Hold the store ``store`` (the fleet's sessions are under ``name``) to the history's
     ``operations``; with ``changes``, the change feed's deliveries too (a reader ran)."""
     report = Report()
+    count_transfers(operations, report)
+    operations = imports_as_appends(operations)
     if changes:
         await _check_changes(operations, store, name, report)
     await _check_follows(operations, store, name, report)
@@ -131,6 +147,7 @@ async def check(
             await _check_session(store, name, sid, sessions[sid], report)
         else:
             await _check_deleted(store, name, sid, [*sessions[sid], delete], report)
+    await check_exports(operations, store, name, report)
     return report
 
 
