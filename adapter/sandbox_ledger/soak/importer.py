@@ -83,11 +83,12 @@ def make_file(path: Path, tag: str, rng: random.Random) -> dict[str, Any]:
 def pending_files(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The files of the history's imports: those no import of which was acknowledged (to
     import again first), and those imported (acknowledged), each as its invocation named
-    it (``file``, ``x``, ``v``)."""
+    it (``file``, ``x``, ``v``). Only importers' lines are parsed (``"p":"i.``): a long
+    run's history is large, and an importer reads it at each start."""
     named: dict[str, dict[str, Any]] = {}
     done: set[str] = set()
     invoked: dict[tuple[str, int], str] = {}
-    for line in read_history(path):
+    for line in read_history(path, only=_IMPORTERS):
         key = (str(line["p"]), int(line["i"]))
         if line["t"] == "invoke" and line.get("op") == "import":
             named[str(line["file"])] = {k: line[k] for k in ("file", "x", "v")}
@@ -95,6 +96,10 @@ def pending_files(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]
         elif line["t"] == "ok" and key in invoked:
             done.add(invoked[key])
     return [f for n, f in named.items() if n not in done], [named[n] for n in sorted(done)]
+
+
+_IMPORTERS = b'{"p":"i.'
+"""How every history line of an importer (process ``i.N``) begins."""
 
 
 def _import(ledger: Any, history: History, named: dict[str, Any], rerun: bool) -> bool:
