@@ -10,6 +10,7 @@ import os
 import random
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,10 @@ from sandbox_ledger.blocking import BlockingAdapter, open_blocking_store
 from sandbox_ledger.soak.checker import Report, check
 from sandbox_ledger.soak.exporter import export_sessions
 from sandbox_ledger.soak.history import History, operations, read_history
-from sandbox_ledger.soak.importer import make_file, pending_files
+from sandbox_ledger.soak.importer import grow_file, make_file, pending_files
 from sandbox_ledger.soak.transfers import DROPS_A_FIELD, round_trip
 from sandbox_ledger.stores import open_store
-from sandbox_ledger.transfer import content_digest, import_lines
+from sandbox_ledger.transfer import ImportReport, content_digest, import_lines
 
 NAME = "soak"
 
@@ -53,7 +54,7 @@ def _import(url: str, file: str, times: int = 1) -> None:
 def made(tmp_path: Path) -> tuple[History, dict[str, Any], str]:
     """An importer's history and a file of its making, and a SQLite store's URL."""
     history = History(tmp_path / "h.jsonl", "i.0")
-    named = make_file(tmp_path / "i.0-0.jsonl", "i.0-0", random.Random(3))
+    named = make_file(tmp_path / "i.0-0.jsonl", "i.0-0", random.Random(7))
     return history, named, f"sqlite:///{tmp_path / 'ledger.db'}"
 
 
@@ -72,6 +73,35 @@ def test_an_import_run_again_stores_each_entry_once(
     assert (report.imports, report.reimports) == (3, 2)
     assert report.imported == len(named["x"]) == report.entries
     assert report.sessions == len({x[0] for x in named["x"]})
+
+
+def test_a_newer_export_and_imports_at_once_store_each_entry_once(
+    tmp_path: Path, made: tuple[History, dict[str, Any], str]
+) -> None:
+    """A newer export of the same sessions (each open one grown), imported after the older
+    one, and two imports of it at once (two operators): each entry stored once."""
+    history, named, url = made
+    grown = grow_file(tmp_path / "i.0-1.jsonl", "i.0-1", named, random.Random(5))
+    assert grown["from"] == named["file"] and grown["x"][: len(named["x"])] == named["x"]
+    assert len(grown["x"]) > len(named["x"])  # seed 7: one session of two open
+    history.ok(history.invoke("import", rerun=False, **named))
+    _import(url, named["file"])
+    ledger = open_blocking_store(url)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            reports = list(pool.map(lambda _: _import_one(ledger, grown["file"]), range(2)))
+    finally:
+        ledger.close()
+    for _ in reports:
+        history.ok(history.invoke("import", rerun=True, **grown))
+    assert sum(r.new for r in reports) == len(grown["x"]) - len(named["x"])
+    report = _checked(tmp_path / "h.jsonl", url)
+    assert report.violations == [] and report.entries == len(grown["x"])
+
+
+def _import_one(ledger: Any, file: str) -> ImportReport:
+    with Path(file).open("rb") as lines:
+        return import_lines(ledger, lines)
 
 
 def test_an_import_that_replays_fails_the_check_naming_the_file(

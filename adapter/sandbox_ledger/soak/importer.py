@@ -20,6 +20,7 @@ import argparse
 import os
 import random
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +28,22 @@ from sandbox_ledger.blocking import open_blocking_store
 from sandbox_ledger.models import EnvironmentRecord, LedgerEntry, LedgerEvent
 from sandbox_ledger.soak.history import History, read_history
 from sandbox_ledger.soak.worker import LEDGER_NAME
-from sandbox_ledger.transfer import content_digest, entry_line, environment_line, import_lines
+from sandbox_ledger.transfer import (
+    content_digest,
+    entry_line,
+    environment_line,
+    import_lines,
+    parse_line,
+)
 
-__all__ = ["make_file", "pending_files"]
+__all__ = ["grow_file", "make_file", "pending_files"]
 
-RERUN = 0.25
-"""The share of imports that re-run a file already imported (acknowledged)."""
+RERUN = 0.2
+"""The share of imports that re-run a file already imported (acknowledged); of those, a share
+:data:`AT_ONCE` runs two imports of it at once (two operators)."""
+AT_ONCE = 0.4
+GROW = 0.15
+"""The share of imports of a newer export of sessions imported before (:func:`grow_file`)."""
 
 
 def _session(sid: str, now: int, rng: random.Random) -> list[LedgerEntry]:
@@ -68,6 +79,44 @@ def make_file(path: Path, tag: str, rng: random.Random) -> dict[str, Any]:
     it and renamed) and return what its ``import`` operation names (``file``, ``x``, ``v``)."""
     now = time.time_ns() // 1_000_000
     entries = [e for j in range(rng.randint(1, 3)) for e in _session(f"{tag}-{j}", now, rng)]
+    return _write(path, tag, entries, now)
+
+
+def grow_file(path: Path, tag: str, older: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    """Write to ``path`` a newer export of the sessions of the file ``older`` names, as an
+    operator takes a newer backup of sessions still running: each of its lines, and after
+    each open session's, an exec more on branch 0 (then, most often, its close); an
+    environment record of its own."""
+    now = time.time_ns() // 1_000_000
+    sessions: dict[str, list[LedgerEntry]] = {}
+    for raw in Path(older["file"]).read_bytes().splitlines():
+        item = parse_line(raw)
+        if isinstance(item, LedgerEntry):
+            sessions.setdefault(item.sandbox_id, []).append(item)
+    entries: list[LedgerEntry] = []
+    for sid, held in sessions.items():
+        entries += held
+        if held[-1].event == LedgerEvent.SandboxClosed:
+            continue
+        events = [LedgerEvent.ExecStarted, LedgerEvent.ExecComplete]
+        events += [LedgerEvent.SandboxClosed] if rng.random() < 0.7 else []
+        last = held[-1]
+        entries += [
+            LedgerEntry(
+                ts=last.ts + n,
+                name=last.name,
+                sandbox_id=sid,
+                step_index=last.step_index + n,
+                branch=None if event == LedgerEvent.SandboxClosed else 0,
+                event=event,
+                payload={"by": f"{tag}/{sid}/{n}"},
+            )
+            for n, event in enumerate(events, start=1)
+        ]
+    return {**_write(path, tag, entries, now), "from": older["file"]}
+
+
+def _write(path: Path, tag: str, entries: list[LedgerEntry], now: int) -> dict[str, Any]:
     record = EnvironmentRecord.model_validate({"name": f"imp-{tag}", "builtAt": now, "by": tag})
     lines = [entry_line(e) + "\n" for e in entries] + [environment_line(record) + "\n"]
     partial = path.with_name(path.name + ".partial")
@@ -82,16 +131,17 @@ def make_file(path: Path, tag: str, rng: random.Random) -> dict[str, Any]:
 
 def pending_files(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The files of the history's imports: those no import of which was acknowledged (to
-    import again first), and those imported (acknowledged), each as its invocation named
-    it (``file``, ``x``, ``v``). Only importers' lines are parsed (``"p":"i.``): a long
-    run's history is large, and an importer reads it at each start."""
+    import again first), and those imported (acknowledged), each as its invocation named it
+    (``file``, ``x``, ``v``, and ``from``: the file it is a newer export of). Only
+    importers' lines are parsed (``"p":"i.``): a long run's history is large, and an
+    importer reads it at each start."""
     named: dict[str, dict[str, Any]] = {}
     done: set[str] = set()
     invoked: dict[tuple[str, int], str] = {}
     for line in read_history(path, only=_IMPORTERS):
         key = (str(line["p"]), int(line["i"]))
         if line["t"] == "invoke" and line.get("op") == "import":
-            named[str(line["file"])] = {k: line[k] for k in ("file", "x", "v")}
+            named[str(line["file"])] = {k: line[k] for k in ("file", "x", "v", "from") if k in line}
             invoked[key] = str(line["file"])
         elif line["t"] == "ok" and key in invoked:
             done.add(invoked[key])
@@ -148,16 +198,29 @@ def run(ledger: Any, history: History, rng: random.Random, seconds: float) -> No
     pending, imported = pending_files(history.path)
     made = 0
     while time.monotonic() < deadline:
+        draw = rng.random()
         if pending:  # an interrupted or failed import: run again, as an operator does
             named, rerun = pending.pop(0), True
-        elif imported and rng.random() < RERUN:
+        elif imported and draw < RERUN:
             named, rerun = rng.choice(imported), True
         else:
             tag = f"{history.process}-{made}"
             made += 1
-            named = make_file(folder / f"{tag}.jsonl", tag, rng)
+            grown = {n.get("from") for n in [*imported, *pending]}
+            growable = [n for n in imported if n["file"] not in grown]  # each once
+            older = rng.choice(growable) if growable and draw < RERUN + GROW else None
+            if older is None:
+                named = make_file(folder / f"{tag}.jsonl", tag, rng)
+            else:
+                named = grow_file(folder / f"{tag}.jsonl", tag, older, rng)
             rerun = False
-        if _import(ledger, history, named, rerun):
+        if rerun and not pending and rng.random() < AT_ONCE:
+            with ThreadPoolExecutor(2) as pool:
+                both = [pool.submit(_import, ledger, history, named, True) for _ in range(2)]
+                done = [future.result() for future in both]
+        else:
+            done = [_import(ledger, history, named, rerun)]
+        if all(done):
             if named not in imported:
                 imported.append(named)
         else:
