@@ -54,7 +54,7 @@ def _import(url: str, file: str, times: int = 1) -> None:
 def made(tmp_path: Path) -> tuple[History, dict[str, Any], str]:
     """An importer's history and a file of its making, and a SQLite store's URL."""
     history = History(tmp_path / "h.jsonl", "i.0")
-    named = make_file(tmp_path / "i.0-0.jsonl", "i.0-0", random.Random(7))
+    named = make_file(tmp_path / "i.0-0.jsonl", "i.0-0", random.Random(11))
     return history, named, f"sqlite:///{tmp_path / 'ledger.db'}"
 
 
@@ -64,6 +64,8 @@ def test_an_import_run_again_stores_each_entry_once(
     """A killed import, run again twice (once after it was acknowledged), as the importer
     does: every entry stored once, the summaries the reference's, the environment saved."""
     history, named, url = made
+    text = Path(named["file"]).read_text(encoding="utf-8")
+    assert all(part in text for part in ('"traceId"', '"error"', "\\u0000"))
     history.invoke("import", rerun=False, **named)  # killed: no completion
     history.ok(history.invoke("import", rerun=True, **named))
     history.ok(history.invoke("import", rerun=True, **named))
@@ -83,7 +85,7 @@ def test_a_newer_export_and_imports_at_once_store_each_entry_once(
     history, named, url = made
     grown = grow_file(tmp_path / "i.0-1.jsonl", "i.0-1", named, random.Random(5))
     assert grown["from"] == named["file"] and grown["x"][: len(named["x"])] == named["x"]
-    assert len(grown["x"]) > len(named["x"])  # seed 7: one session of two open
+    assert len(grown["x"]) > len(named["x"])  # seed 11: one session of two open
     history.ok(history.invoke("import", rerun=False, **named))
     _import(url, named["file"])
     ledger = open_blocking_store(url)

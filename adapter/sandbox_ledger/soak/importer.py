@@ -46,32 +46,50 @@ GROW = 0.15
 """The share of imports of a newer export of sessions imported before (:func:`grow_file`)."""
 
 
+DETAILS: list[Any] = [
+    None,
+    {"z": 1, "a": {"y": [1, 2.5, None, True], "b": ""}},
+    'h\u00e9llo \u2713 \U0001f600 e\u0301 \u2028 \u200f \\ "',
+    [0.1, 1e100, -0.0, 1.5e-10, 5e-324, 2**63, -(2**53) - 1],
+    {"nul": "a\u0000b", "": {}},
+]
+"""What an exec's payload carries besides its name, drawn for each: nested objects with keys
+out of order, text beyond ASCII, floats and integers JSON round trips may change."""
+
+
 def _session(sid: str, now: int, rng: random.Random) -> list[LedgerEntry]:
     """One session's entries: created, one to four rounds of execs on one or two branches
-    (some a checkpoint between), most often closed; each entry's payload names it."""
+    (some a checkpoint between), most often closed; each entry's payload names it, an
+    exec's carries one of :data:`DETAILS`, one in ten completes with an error, and one in
+    ten entries carries a field this version does not know (``traceId``)."""
     events: list[tuple[LedgerEvent, int | None, dict[str, Any]]] = [
         (LedgerEvent.SandboxCreated, None, {})
     ]
     for _ in range(rng.randint(1, 4)):
         for branch in rng.sample([0, 1, 2], rng.randint(1, 2)):
-            events.append((LedgerEvent.ExecStarted, branch, {}))
+            events.append((LedgerEvent.ExecStarted, branch, {"detail": rng.choice(DETAILS)}))
             if rng.random() < 0.3:
                 events.append((LedgerEvent.CheckpointCreated, branch, {"snapshotId": "snap"}))
             events.append((LedgerEvent.ExecComplete, branch, {}))
     if rng.random() < 0.8:
         events.append((LedgerEvent.SandboxClosed, None, {}))
-    return [
-        LedgerEntry(
+    entries: list[LedgerEntry] = []
+    for step, (event, on, payload) in enumerate(events, start=1):
+        failed = event == LedgerEvent.ExecComplete and rng.random() < 0.1
+        extra = {"traceId": f"t-{rng.randrange(10**6)}"} if rng.random() < 0.1 else {}
+        entry = LedgerEntry(
             ts=now + step,
             name=LEDGER_NAME,
             sandbox_id=sid,
             step_index=step,
-            branch=branch,
+            branch=on,
             event=event,
             payload={"by": f"{sid}/{step}", **payload},
+            error="exit 1: \u2717" if failed else None,
+            **extra,
         )
-        for step, (event, branch, payload) in enumerate(events, start=1)
-    ]
+        entries.append(entry)
+    return entries
 
 
 def make_file(path: Path, tag: str, rng: random.Random) -> dict[str, Any]:
