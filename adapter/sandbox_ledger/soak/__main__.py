@@ -229,7 +229,9 @@ def run(args: argparse.Namespace) -> int:
         ops = operations(read_history(history))
         report = asyncio.run(_checked(direct, ops))
         if not report.violations:  # the final round trip (.transfers)
+            started = time.monotonic()
             figures["roundTripStores"] = _round_trip(args.store, direct, out, args.defect, report)
+            figures["roundTripSeconds"] = round(time.monotonic() - started, 1)
     finally:
         if proxy is not None:
             proxy.stop()
