@@ -74,7 +74,7 @@ def read_history(path: Path, *, only: bytes = b"") -> Iterator[dict[str, Any]]:
     with path.open("rb") as lines:
         for raw in lines:
             if not raw.startswith(only) or not raw.endswith(b"\n"):
-                continue  # torn: its writer was killed mid-line
+                continue  # not asked for, or torn: its writer was killed mid-line
             try:
                 line = loads_unique(raw)
             except (ValueError, RecursionError):
