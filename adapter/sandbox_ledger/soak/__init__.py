@@ -8,6 +8,8 @@ the ledger's promises (docs/reliability.md).
 - :mod:`.proxy`: a loopback TCP proxy that delays, resets, and drops a response after the
   server has processed the request (a lost acknowledgement).
 - :mod:`.worker`: one worker process (``python -m sandbox_ledger.soak.worker``).
-- :mod:`.checker`: the promises, checked on a history and a store.
+- :mod:`.importer`, :mod:`.exporter`: the fleet's importer and exporter processes.
+- :mod:`.checker`: the promises, checked on a history and a store; :mod:`.transfers`, those
+  of imports and exports, and the final round trip of the store's export.
 - ``python -m sandbox_ledger.soak``: a run (``make soak``, ``make soak-short``).
 """

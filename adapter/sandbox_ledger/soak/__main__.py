@@ -6,9 +6,11 @@ child process, on the strict profile with its rates scaled down so that throttli
 behind a :class:`~.proxy.FaultProxy`; a throwaway PostgreSQL server behind one too; or a
 SQLite file), ``W`` worker processes, and kills
 one with SIGKILL about every ``K`` seconds (drawn from the seed), starting another in its
-place. At the end it checks the history and the store (:mod:`.checker`), prints the figures
-as one JSON line, and exits 1 on any violation, each printed with its excerpt of the history,
-the seed and the command that runs the same faults again.
+place (the change reader, the follower, the importer and the exporter are killed by the
+same draws). At the end it checks the history and the store (:mod:`.checker`), then round
+trips the store's export through a fresh store of each kind (:mod:`.transfers`), prints the
+figures as one JSON line, and exits 1 on any violation, each printed with its excerpt of the
+history, the seed and the command that runs the same faults again.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 from sandbox_ledger.soak._stores import close_store
 from sandbox_ledger.soak.checker import check
 from sandbox_ledger.soak.history import History, operations, read_history
+from sandbox_ledger.soak.importer import DEFECTS as IMPORT_DEFECTS
 from sandbox_ledger.soak.proxy import FaultProxy
 from sandbox_ledger.soak.servers import LocalServer, PostgresServer, SqliteDisk, fault_loop
 from sandbox_ledger.soak.worker import DEFECTS, LEDGER_NAME
@@ -104,6 +107,16 @@ class Fleet:
         seed = str(self._rng.randrange(2**32))
         self.readers[name] = self._start("follower", name, self._left(), "--seed", seed)
 
+    def spawn_porter(self, module: str) -> None:
+        """The importer (``i.``, :mod:`.importer`) or the exporter (``x.``, :mod:`.exporter`)."""
+        importer = module == "importer"
+        name = f"{'i' if importer else 'x'}.{self.started}"
+        seed = str(self._rng.randrange(2**32))
+        defect = (
+            ["--defect", str(self.defect)] if importer and self.defect in IMPORT_DEFECTS else []
+        )
+        self.readers[name] = self._start(module, name, self._left(), "--seed", seed, *defect)
+
     def kill_one(self) -> None:
         """SIGKILL a worker or the reader, drawn from the seed, and start another in its
         place."""
@@ -119,6 +132,8 @@ class Fleet:
             self.spawn_reader()
         elif name.startswith("f."):
             self.spawn_follower()
+        elif name[:2] in ("i.", "x."):
+            self.spawn_porter("importer" if name.startswith("i.") else "exporter")
         else:
             self.spawn(int(name[1:].split(".")[0]))
 
@@ -152,10 +167,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
         "--defect",
-        choices=sorted([*DEFECTS, "skip"]),
+        choices=sorted([*DEFECTS, "skip", *IMPORT_DEFECTS, "drop-field"]),
         default=None,
-        help="run the workers (resend) or the change reader (skip) with a known defect, to "
-        "see the checker fail the run",
+        help="run the workers (resend), the change reader (skip), the importer (replay) or "
+        "the final round trip (drop-field) with a known defect, to see the checker fail the "
+        "run",
     )
     args = parser.parse_args(argv)
     if args.seconds <= 0 or args.workers < 1 or args.kill_every <= 0 or args.fault_every <= 0:
@@ -186,6 +202,8 @@ def run(args: argparse.Namespace) -> int:
             fleet.spawn(slot)
         fleet.spawn_reader()
         fleet.spawn_follower()
+        fleet.spawn_porter("importer")
+        fleet.spawn_porter("exporter")
         dealer.start()
         try:
             while (left := deadline - time.monotonic()) > 0:
@@ -203,6 +221,12 @@ def run(args: argparse.Namespace) -> int:
         figures |= {"workers": fleet.started, "killed": fleet.killed, "overran": fleet.overran}
         ops = operations(read_history(history))
         report = asyncio.run(_checked(faults.direct, ops))
+        if not report.violations:  # the final round trip (.transfers)
+            started = time.monotonic()
+            figures["roundTripStores"] = _round_trip(
+                args.store, faults.direct, out, args.defect, report
+            )
+            figures["roundTripSeconds"] = round(time.monotonic() - started, 1)
     figures |= faults.figures()
     figures |= report.figures()
     figures["opsPerSecond"] = round(report.appends / args.seconds, 1)
@@ -222,6 +246,22 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def _round_trip(store: str, direct: str, out: Path, defect: str | None, report: Any) -> int:
+    """The whole store exported, imported into a fresh store of each kind and exported again
+    (:func:`~.transfers.round_trip`); its violations go into ``report``. How many stores."""
+    from sandbox_ledger.blocking import open_blocking_store
+    from sandbox_ledger.soak.transfers import DROPS_A_FIELD, fresh_stores, round_trip
+
+    source = open_blocking_store(direct)
+    try:
+        with fresh_stores(store, direct, out) as targets:
+            wrap = DROPS_A_FIELD if defect == "drop-field" else None
+            report.violations += round_trip(source, targets, wrap)
+            return len(targets)
+    finally:
+        source.close()
 
 
 class Faults:

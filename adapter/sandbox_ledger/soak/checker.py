@@ -19,6 +19,9 @@
   entry). Sessions deleted since are left out: their entries are gone.
 - A deleted session holds nothing: no entry, no summary. A delete whose outcome is unknown
   (its worker killed mid-way) is finished as the docs say, by calling it again, first.
+- Imports and exports (:mod:`.transfers`): each entry of an import is held as an append, and
+  each environment record as a save, acknowledged if the import was; each acknowledged
+  export held of each session the start of what it stores.
 
 A violation carries the operations involved, as history lines: the excerpt a run prints.
 """
@@ -30,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger.memory import MemoryAdapter
+from sandbox_ledger.soak.transfers import check_exports, count_transfers, imports_as_appends
 from sandbox_ledger.transfer import content_digest
 
 if TYPE_CHECKING:
@@ -70,6 +74,11 @@ class Report:
     reads: int = 0
     sessions: int = 0
     entries: int = 0
+    imports: int = 0
+    reimports: int = 0
+    imported: int = 0
+    exports: int = 0
+    exported: int = 0
     violations: list[Violation] = field(default_factory=list)
 
     def figures(self) -> dict[str, int]:
@@ -90,6 +99,11 @@ class Report:
             "readsChecked": self.reads,
             "sessions": self.sessions,
             "entriesChecked": self.entries,
+            "imports": self.imports,
+            "importsRerun": self.reimports,
+            "entriesImported": self.imported,
+            "exports": self.exports,
+            "entriesExported": self.exported,
             "violations": len(self.violations),
         }
 
@@ -107,6 +121,8 @@ async def check(
             report.violations.append(
                 Violation("the change feed refused a position it handed out", [op.line()])
             )
+    count_transfers(operations, report)
+    operations = imports_as_appends(operations)
     if changes:
         await _check_changes(operations, store, name, report)
     await _check_follows(operations, store, name, report)
@@ -145,6 +161,7 @@ async def check(
             await _check_session(store, name, sid, sessions[sid], report)
         else:
             await _check_deleted(store, name, sid, [*sessions[sid], delete], report)
+    await check_exports(operations, store, name, report)
     return report
 
 

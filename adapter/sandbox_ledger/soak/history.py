@@ -68,12 +68,13 @@ class History:
         os.close(self._fd)
 
 
-def read_history(path: Path) -> Iterator[dict[str, Any]]:
-    """The lines of a history, a torn line (a process killed while writing it) left out."""
+def read_history(path: Path, *, only: bytes = b"") -> Iterator[dict[str, Any]]:
+    """The lines of a history, a torn line (a process killed while writing it) left out;
+    with ``only``, just the lines that begin with it (the others are not parsed)."""
     with path.open("rb") as lines:
         for raw in lines:
-            if not raw.endswith(b"\n"):
-                continue  # torn: its writer was killed mid-line
+            if not raw.startswith(only) or not raw.endswith(b"\n"):
+                continue  # not asked for, or torn: its writer was killed mid-line
             try:
                 line = loads_unique(raw)
             except (ValueError, RecursionError):
