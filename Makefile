@@ -113,7 +113,7 @@ SOAK_SECONDS ?= 1800
 SOAK_SEED ?= 1
 soak: $(STAMP)
 	for store in dynamodb postgresql sqlite; do \
-		$(BIN)/python -m sandbox_ledger.soak --store $$store --seconds $(SOAK_SECONDS) --seed $(SOAK_SEED) --workers 6 || exit 1; \
+		$(BIN)/python -m sandbox_ledger.soak --store $$store --seconds $(SOAK_SECONDS) --seed $(SOAK_SEED) --workers 6 --think 0.2 || exit 1; \
 	done
 
 soak-short: $(STAMP)

@@ -57,6 +57,8 @@ class Fleet:
         self.readers: dict[str, subprocess.Popen[bytes]] = {}
         self.started = self.killed = 0
         self.overran: list[str] = []
+        self.think = 0.0
+        """The workers' mean pause between rounds (``--think``)."""
 
     def _start(
         self, module: str, name: str, seconds: float, *extra: str
@@ -89,7 +91,10 @@ class Fleet:
         name = f"w{slot}.{self.started}"
         defect = ["--defect", self.defect] if self.defect in DEFECTS else []
         seed = str(self._rng.randrange(2**32))
-        self.workers[name] = self._start("worker", name, self._left(), "--seed", seed, *defect)
+        think = ["--think", str(self.think)] if self.think else []
+        self.workers[name] = self._start(
+            "worker", name, self._left(), "--seed", seed, *think, *defect
+        )
 
     def spawn_reader(self, *, idle: float | None = None) -> subprocess.Popen[bytes]:
         """The change-feed reader (:mod:`.reader`); with ``idle``, the last one, which reads
@@ -158,6 +163,14 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--kill-every", type=float, default=3.0)
     parser.add_argument(
+        "--think",
+        type=float,
+        default=0.0,
+        help="mean seconds a worker pauses between rounds of a session's execs (0: none, "
+        "the most pressure; a long run paces its workers so the store it checks stays the "
+        "size of a day's work, not of a benchmark's)",
+    )
+    parser.add_argument(
         "--fault-every",
         type=float,
         default=20.0,
@@ -174,6 +187,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "run",
     )
     args = parser.parse_args(argv)
+    if args.think < 0:
+        parser.error("--think must be 0 or more")
     if args.seconds <= 0 or args.workers < 1 or args.kill_every <= 0 or args.fault_every <= 0:
         parser.error(
             "--seconds, --kill-every and --fault-every must be above 0, --workers at least 1"
@@ -191,6 +206,7 @@ def run(args: argparse.Namespace) -> int:
     with Faults(args.store, out, rng) as faults:
         deadline = time.monotonic() + args.seconds
         fleet = Fleet(faults.through, history, rng.randrange(2**32), deadline, args.defect)
+        fleet.think = args.think
         supervisor = History(history, "s")
         stop = threading.Event()
         dealer = threading.Thread(
@@ -238,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
             f"{len(report.violations)} violations (seed {args.seed}; the same faults: "
             f"python -m sandbox_ledger.soak --store {args.store} --seconds {args.seconds} "
             f"--seed {args.seed} --workers {args.workers} --kill-every {args.kill_every} "
-            f"--fault-every {args.fault_every}"
+            f"--fault-every {args.fault_every} --think {args.think}"
             + (f" --defect {args.defect}" if args.defect else "")
             + "); "
             f"history: {history}",

@@ -96,7 +96,12 @@ async def _save_environment(store: Any, history: History, name: str, tag: str) -
     history.ok(number)
 
 
-async def play(store: Any, history: History, rng: random.Random, seconds: float) -> None:
+async def play(
+    store: Any, history: History, rng: random.Random, seconds: float, think: float = 0.0
+) -> None:
+    """Play sessions until ``seconds`` are up; ``think``: the mean pause (drawn) between one
+    round of a session's execs and the next, as a sandbox's commands take time (0: none, the
+    most pressure)."""
     deadline = time.monotonic() + seconds
     sessions = 0
     while time.monotonic() < deadline:
@@ -112,6 +117,8 @@ async def play(store: Any, history: History, rng: random.Random, seconds: float)
                 *(_branch(store, history, session, b, rng.random() < 0.3) for b in branches)
             )
             await _read(store, history, [session.sandbox_id])
+            if think:
+                await asyncio.sleep(rng.expovariate(1 / think))
         if rng.random() < 0.85:
             await _append(store, history, session.entry(LedgerEvent.SandboxClosed))
             await _read(store, history, [session.sandbox_id])
@@ -184,13 +191,14 @@ async def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", required=True, type=int)
     parser.add_argument("--seconds", required=True, type=float)
     parser.add_argument("--defect", choices=sorted(DEFECTS), default=None)
+    parser.add_argument("--think", type=float, default=0.0)
     args = parser.parse_args(argv)
     history = History(args.history, args.name)
     store = open_store(args.store)
     if args.defect is not None:
         store = DEFECTS[args.defect](store, args.seed)
     try:
-        await play(store, history, random.Random(args.seed), args.seconds)
+        await play(store, history, random.Random(args.seed), args.seconds, args.think)
     finally:
         await close_store(store)
         history.close()

@@ -69,26 +69,29 @@ def _error(code: str, message: str, status: int = 400, **fields: Any) -> tuple[i
 
 
 class _Reply(Exception):
-    """A response the front gives instead of moto's."""
+    """A response the front gives instead of moto's; ``codes``: the error codes it is
+    counted under (:meth:`StrictFront.refused`)."""
 
-    def __init__(self, status: int, body: bytes) -> None:
+    def __init__(self, status: int, body: bytes, codes: tuple[str, ...] = ()) -> None:
         super().__init__(status)
-        self.status, self.body = status, body
+        self.status, self.body, self.codes = status, body, codes
 
 
 def _refuse(code: str, message: str, **fields: Any) -> _Reply:
-    return _Reply(*_error(code, message, **fields))
+    return _Reply(*_error(code, message, **fields), (code,))
 
 
 def _cancelled(reasons: list[dict[str, str]]) -> _Reply:
     codes = ", ".join(r["Code"] for r in reasons)
+    counted = ("TransactionCanceledException", *sorted({r["Code"] for r in reasons} - {"None"}))
     return _Reply(
         *_error(
             "TransactionCanceledException",
             "Transaction cancelled, please refer cancellation reasons for specific reasons "
             f"[{codes}]",
             CancellationReasons=reasons,
-        )
+        ),
+        counted,
     )
 
 
@@ -693,11 +696,8 @@ class StrictFront:
 
     def _refused(self, start_response: Callable[..., Any], reply: _Reply) -> list[bytes]:
         """Answer a refusal, counted in :attr:`refusals`."""
-        error = json.loads(reply.body)
-        codes = [str(error.get("__type", "")).rpartition("#")[2]]
-        codes += sorted({r["Code"] for r in error.get("CancellationReasons", [])} - {"None"})
         with self._flight_lock:
-            self._refusals.update(codes)
+            self._refusals.update(reply.codes)
         return self._answer(start_response, reply.status, reply.body)
 
     @staticmethod
