@@ -190,3 +190,25 @@ def test_a_follow_cut_short_by_a_local_restart_is_counted_not_passed_over(
     ops = operations(read_history(tmp_path / "h.jsonl"))
     report = asyncio.run(check(ops, store, NAME))
     assert report.violations == [] and report.follows_cut == 1
+
+
+def test_an_append_stored_twice_is_excused_only_if_a_local_restart_came_in_flight(
+    tmp_path: Path,
+) -> None:
+    """Open defect: a resend of an append stored before ``local --data`` stopped is stored
+    again after its restart. Counted apart (``duplicatesAcrossLocalRestarts``) when a restart
+    overlaps the append's invocation and answer; a violation otherwise."""
+    store, history = MemoryAdapter(), History(tmp_path / "h.jsonl", "w0")
+    _append(history, store, _entry("s", LedgerEvent.SandboxCreated, 1))
+    twice = _entry("s", LedgerEvent.ExecStarted, 2)
+    _append(history, store, twice)
+    asyncio.run(store.append(twice))  # its resend, stored again
+    got = _violations(tmp_path, store)
+    assert "s: an acknowledged append is stored 2 times" in got
+    History(tmp_path / "h.jsonl", "s").event("fault", what="local-restart", began=1.0, ended=2.0)
+    assert "s: an acknowledged append is stored 2 times" in _violations(tmp_path, store)
+    History(tmp_path / "h.jsonl", "s").event("fault", what="local-restart", began=0.0, ended=4e9)
+    ops = operations(read_history(tmp_path / "h.jsonl"))
+    report = asyncio.run(check(ops, store, NAME))
+    assert report.duplicates_across_restarts == 1
+    assert not [v for v in report.violations if "stored 2 times" in v.what]

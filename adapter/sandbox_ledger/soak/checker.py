@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger.memory import MemoryAdapter
+from sandbox_ledger.soak.history import local_restarts, spans_local_restart
 from sandbox_ledger.soak.transfers import check_exports, count_transfers, imports_as_appends
 from sandbox_ledger.transfer import content_digest
 
@@ -71,6 +72,7 @@ class Report:
     follows: int = 0
     followed: int = 0
     follows_cut: int = 0
+    duplicates_across_restarts: int = 0
     reads: int = 0
     sessions: int = 0
     entries: int = 0
@@ -96,6 +98,7 @@ class Report:
             "follows": self.follows,
             "entriesFollowed": self.followed,
             "followsCutByLocalRestarts": self.follows_cut,
+            "duplicatesAcrossLocalRestarts": self.duplicates_across_restarts,
             "readsChecked": self.reads,
             "sessions": self.sessions,
             "entriesChecked": self.entries,
@@ -146,6 +149,7 @@ async def check(
         report.failed += op.status == "fail"
         report.crashed += op.status == "crashed"
         sessions[str(op.invoked["s"])].append(op)
+    restarts = local_restarts(operations)
     stored_sessions = {sid for n, sid in await store.scan_sessions(name) if n == name}
     for sid in sorted(stored_sessions - set(sessions)):
         report.violations.append(Violation(f"session {sid} is stored, named by no operation", []))
@@ -158,7 +162,7 @@ async def check(
     for sid in sorted(sessions):
         delete = deletes.get(sid)
         if delete is None:
-            await _check_session(store, name, sid, sessions[sid], report)
+            await _check_session(store, name, sid, sessions[sid], report, restarts)
         else:
             await _check_deleted(store, name, sid, [*sessions[sid], delete], report)
     await check_exports(operations, store, name, report)
@@ -256,11 +260,7 @@ async def _check_follows(
             ended.add((op.process, int(op.invoked["f"])))
             follows.setdefault((op.process, int(op.invoked["f"])), [])
     deleted = {str(op.invoked["s"]) for op in operations if op.op == "delete"}
-    restarts = [
-        (float(op.invoked["began"]), float(op.invoked["ended"]))
-        for op in operations
-        if op.op == "fault" and op.invoked.get("what") == "local-restart"
-    ]
+    restarts = local_restarts(operations)
     span: dict[tuple[str, int], tuple[float, float]] = {}
     for op in operations:
         if op.op in ("followed", "follow_end"):
@@ -419,7 +419,12 @@ async def _check_deleted(
 
 
 async def _check_session(
-    store: Any, name: str, sid: str, mine: list[Operation], report: Report
+    store: Any,
+    name: str,
+    sid: str,
+    mine: list[Operation],
+    report: Report,
+    restarts: list[tuple[float, float]] = [],  # noqa: B006 - read only
 ) -> None:
     report.sessions += 1
     stored = await store.read_in_append_order(name, sid)
@@ -428,6 +433,9 @@ async def _check_session(
     sent = {str(op.invoked["d"]): op for op in mine}
     for op in mine:
         times = counts.get(str(op.invoked["d"]), 0)
+        if times == 2 and spans_local_restart(op, restarts):
+            report.duplicates_across_restarts += 1
+            continue
         if op.acknowledged and times != 1:
             report.violations.append(
                 Violation(f"{sid}: an acknowledged append is stored {times} times", [op.line()])
