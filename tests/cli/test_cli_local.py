@@ -841,3 +841,75 @@ def test_every_write_acknowledged_before_it_stops_is_in_its_data(tmp_path: Path)
     for sid, steps in acknowledged.items():
         stored = {json.loads(line)["stepIndex"] for _, line in saved.sessions[("n", sid)]}
         assert set(steps) <= stored, (sid, sorted(set(steps) - stored))
+
+
+@pytest.mark.slow
+def test_a_client_held_while_it_loads_is_refused_if_it_stops_before_serving(
+    tmp_path: Path,
+) -> None:
+    """Ctrl-C while ``local --data`` loads: a client's request held meanwhile is answered
+    503 (and the SDK's resends find no server), never served on a table half loaded."""
+    import urllib.request
+
+    (tmp_path / "dev.jsonl").write_text(_ledger_lines(60_000))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    loading = popen(
+        ["local", "--port", str(port), "--data", "dev.jsonl"],
+        bare_env(),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    answer: dict[str, Any] = {}
+
+    def client() -> None:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/",
+            data=json.dumps({"TableName": "sandbox-ledger"}).encode(),
+            headers={
+                "X-Amz-Target": "DynamoDB_20120810.DescribeTable",
+                "Content-Type": "application/x-amz-json-1.0",
+                "Authorization": "AWS4-HMAC-SHA256 Credential=local/20260101/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=0",
+            },
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                answer["status"] = response.status
+        except urllib.error.HTTPError as exc:
+            answer["status"] = exc.code
+        except OSError as exc:
+            answer["error"] = exc
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # the port takes connections: the load has begun
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.1).close()
+            break
+        except OSError:
+            time.sleep(0.01)
+    thread = threading.Thread(target=client)
+    thread.start()
+    time.sleep(0.5)
+    loading.send_signal(signal.SIGINT)
+    loading.communicate(timeout=60)
+    thread.join(timeout=60)
+    assert answer.get("status") == 503 or "error" in answer, answer
+
+
+def test_local_takes_the_sweep_windows_of_its_table(tmp_path: Path) -> None:
+    """``--stale-after`` and ``--retain-failed`` go into the table's descriptor, as ``table
+    create`` puts them: the sweeper and the owners read them from there."""
+    server = Local(
+        *("--stale-after", "4", "--retain-failed", "8", "--stream-records", "5000"), cwd=tmp_path
+    )
+    try:
+        described = run(["table", "create", "--json"], server.env())  # the table's own kept
+        assert described.returncode == 0, described.stderr
+        sweep = json.loads(described.stdout)["sweep"]
+        assert (sweep["staleAfterSeconds"], sweep["retainFailedSeconds"]) == (4, 8), sweep
+    finally:
+        code, stderr = server.stop(signal.SIGTERM)
+    assert code == 0, stderr

@@ -10,6 +10,7 @@ import shlex
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path  # noqa: TC003 - typer reads the annotation at run time
 from typing import TYPE_CHECKING
 
@@ -53,6 +54,26 @@ def local(
     save_every: float = typer.Option(
         5.0, "--save-every", min=0.5, help="Seconds between saves of --data."
     ),
+    stale_after: int = typer.Option(
+        900,
+        "--stale-after",
+        min=1,
+        help="Seconds without heartbeat before a live resource record expires (the table's "
+        "descriptor; as `table create --stale-after`).",
+    ),
+    retain_failed: int = typer.Option(
+        604_800,
+        "--retain-failed",
+        min=0,
+        help="Seconds failed resource records are kept; 0: forever (as `table create`).",
+    ),
+    stream_records: int = typer.Option(
+        1000,
+        "--stream-records",
+        min=0,
+        help="Records the table's stream keeps before the oldest are trimmed (DynamoDB keeps "
+        "24 hours of them; a consumer of a busy local server may want more).",
+    ),
     postgres: bool = typer.Option(
         False, "--postgres", help="Also serve a local PostgreSQL (the postgres-server extra)."
     ),
@@ -79,7 +100,8 @@ def local(
         _check_data_file(data)
     _require_free(host, port)  # before the data file's lock: a refused start leaves nothing
     with _held(data), StopSignals() as stop:
-        saver = _serve(stop, table, host, port, data, save_every, postgres, profile)
+        sweep = _Sweep(stale_after, retain_failed, stream_records)
+        saver = _serve(stop, table, host, port, data, save_every, postgres, profile, sweep)
     name = signal.Signals(stop.received).name if stop.received else "stop"
     say(f"{name}: stopped{saver.summary()}")
     # Everything is saved and said: skip the interpreter's teardown of moto's state (seconds
@@ -99,11 +121,18 @@ def _serve(
     save_every: float,
     postgres: bool,
     strict: StrictProfile | None = None,
+    sweep: _Sweep | None = None,
 ) -> Saver:
     from sandbox_ledger.deployment import SweepSettings
     from sandbox_ledger.local import LocalDynamoDB, bulk, inprocess
 
-    server = LocalDynamoDB(host, port, strict=strict if strict is not None else False)
+    sweep = sweep or _Sweep()
+    server = LocalDynamoDB(
+        host,
+        port,
+        strict=strict if strict is not None else False,
+        stream_records=sweep.stream_records,
+    )
     log = inprocess.WriteLog()
     server.observe(log.note)  # before it serves: every write a client sends is seen
     # A client that knows the port (a fixed --port, a restart) waits until the table is made
@@ -115,7 +144,10 @@ def _serve(
     ledger = inprocess.ledger(server, table, REGION)
     # With --data, the table is FILE's: the same identity at every start, so the cursors
     # and change positions handed out before a restart are still this store's.
-    ledger.create_table(sweep=SweepSettings(), store_id=None if data is None else _store_id(data))
+    settings = SweepSettings(
+        stale_after_seconds=sweep.stale_after, retain_failed_seconds=sweep.retain_failed
+    )
+    ledger.create_table(sweep=settings, store_id=None if data is None else _store_id(data))
     store = inprocess.resource_store(server, table, REGION)
     saver = Saver(data, ledger, store, log)
     saver.bulk = functools.partial(bulk.load_entries, server, ledger, image=saver.image)
@@ -146,6 +178,15 @@ def _serve(
             pg.stop()
         server.stop()
     return saver
+
+
+@dataclass(frozen=True)
+class _Sweep:
+    """The table's resource sweep windows (its descriptor's) and its stream's bound."""
+
+    stale_after: int = 900
+    retain_failed: int = 604_800
+    stream_records: int = 1000
 
 
 def _store_id(data: Path) -> str:

@@ -160,6 +160,7 @@ class LocalDynamoDB:
         """
         if self._server is not None:
             return self.endpoint_url
+        self._refusing.clear()
         try:
             from moto.moto_server import werkzeug_app
             from moto.moto_server.werkzeug_app import (
@@ -259,7 +260,10 @@ class LocalDynamoDB:
 
     def stop(self) -> None:
         """Stop serving; the data is gone."""
-        self._open.set()  # a request held is served (or its connection ended) as it stops
+        # A request held (while a load ran) or arriving now is answered 503, never served:
+        # what the server holds may be half loaded, or already saved for the last time.
+        self._refusing.set()
+        self._open.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
