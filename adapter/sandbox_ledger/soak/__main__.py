@@ -27,15 +27,25 @@ from pathlib import Path
 from typing import Any
 
 from sandbox_ledger.soak._stores import close_store
+from sandbox_ledger.soak.check_resources import check_stored
 from sandbox_ledger.soak.checker import check
 from sandbox_ledger.soak.history import operations, read_history
 from sandbox_ledger.soak.proxy import FaultProxy
+from sandbox_ledger.soak.sweeper import DEFECTS as SWEEPER_DEFECTS
+from sandbox_ledger.soak.sweeper import WINDOW
 from sandbox_ledger.soak.worker import DEFECTS, LEDGER_NAME
 from sandbox_ledger.stores import open_store
 
 TABLE = "soak-ledger"
 READ_IDLE_SECONDS = 10.0
 """The last reader stops once the feed gave nothing for this long."""
+OWNERS = 2
+"""Owners of resource records in a run on DynamoDB."""
+SWEEP_IDLE_SECONDS = 3.0
+"""The last sweeper stops once the table held no resource record and nothing expired for
+this long."""
+LAST_SWEEP_SECONDS = 120.0
+"""The longest the last sweeper runs (a dead record expires within about 30 s)."""
 GRACE_SECONDS = 30.0
 """How long workers get after the run's time to finish their operation in flight."""
 
@@ -50,7 +60,10 @@ class Fleet:
         self._rng = random.Random(seed)
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
         self.readers: dict[str, subprocess.Popen[bytes]] = {}
-        self.started = self.killed = 0
+        self.resources: dict[str, subprocess.Popen[bytes]] = {}
+        """Owners of resource records and the sweeper (DynamoDB only: :mod:`.owner`,
+        :mod:`.sweeper`)."""
+        self.started = self.killed = self.sweeper_kills = 0
         self.overran: list[str] = []
 
     def _start(
@@ -102,10 +115,27 @@ class Fleet:
         seed = str(self._rng.randrange(2**32))
         self.readers[name] = self._start("follower", name, self._left(), "--seed", seed)
 
+    def spawn_owner(self, slot: int) -> None:
+        """An owner of resource records (:mod:`.owner`)."""
+        name = f"o{slot}.{self.started}"
+        seed = str(self._rng.randrange(2**32))
+        self.resources[name] = self._start("owner", name, self._left(), "--seed", seed)
+
+    def spawn_sweeper(self, *, pause: float = 0.0, idle: float | None = None) -> Any:
+        """The sweeper (:mod:`.sweeper`), after ``pause`` seconds out; with ``idle``, the
+        last one, which runs until the table holds no resource record."""
+        name = f"z.{self.started}"
+        extra = ["--pause", f"{pause:.3f}"]
+        extra += [] if idle is None else ["--idle", str(idle)]
+        extra += ["--defect", self.defect] if self.defect in SWEEPER_DEFECTS else []
+        seconds = self._left() if idle is None else LAST_SWEEP_SECONDS
+        self.resources[name] = self._start("sweeper", name, seconds, *extra)
+        return self.resources[name]
+
     def kill_one(self) -> None:
-        """SIGKILL a worker or the reader, drawn from the seed, and start another in its
-        place."""
-        processes = {**self.workers, **self.readers}
+        """SIGKILL a worker, the reader, the follower, an owner or the sweeper, drawn from the
+        seed, and start another in its place (a sweeper, now and then, after an outage)."""
+        processes = {**self.workers, **self.readers, **self.resources}
         alive = sorted(n for n, p in processes.items() if p.poll() is None)
         if not alive:
             return
@@ -117,6 +147,12 @@ class Fleet:
             self.spawn_reader()
         elif name.startswith("f."):
             self.spawn_follower()
+        elif name.startswith("o"):
+            self.spawn_owner(int(name[1:].split(".")[0]))
+        elif name.startswith("z."):
+            self.sweeper_kills += 1
+            out = self._rng.random() < 0.5  # out long enough for the TTL backstop to act
+            self.spawn_sweeper(pause=self._rng.uniform(2, 3) * WINDOW.total_seconds() if out else 0)
         else:
             self.spawn(int(name[1:].split(".")[0]))
 
@@ -124,7 +160,11 @@ class Fleet:
         """Wait for every process to end; one still running ``grace`` seconds after its time
         was up is killed and named in :attr:`overran`."""
         end = time.monotonic() + grace
-        for name, process in [*self.workers.items(), *self.readers.items()]:
+        for name, process in [
+            *self.workers.items(),
+            *self.readers.items(),
+            *self.resources.items(),
+        ]:
             try:
                 process.wait(max(0.1, end - time.monotonic()))
             except subprocess.TimeoutExpired:
@@ -143,10 +183,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
         "--defect",
-        choices=sorted([*DEFECTS, "skip"]),
+        choices=sorted([*DEFECTS, "skip", *SWEEPER_DEFECTS]),
         default=None,
-        help="run the workers (resend) or the change reader (skip) with a known defect, to "
-        "see the checker fail the run",
+        help="run the workers (resend), the change reader (skip) or the sweeper (early, "
+        "republish; dynamodb) with a known defect, to see the checker fail the run",
     )
     args = parser.parse_args(argv)
     if args.seconds <= 0 or args.workers < 1 or args.kill_every <= 0:
@@ -166,7 +206,10 @@ def run(args: argparse.Namespace) -> int:
     if args.store == "dynamodb":
         from sandbox_ledger.local import LocalDynamoDBProcess, StrictProfile
 
-        server = LocalDynamoDBProcess(strict=StrictProfile(rate_scale=0.05))
+        # The TTL service deletes an expired item half a second to a second late (a day or
+        # two in AWS), so the backstop acts within a run.
+        profile = StrictProfile(rate_scale=0.05, ttl_delay=0.5, ttl_every=0.5)
+        server = LocalDynamoDBProcess(strict=profile)
         endpoint = server.start()
         host, port = endpoint.removeprefix("http://").split(":")
         proxy = FaultProxy((host, int(port)), rng.randrange(2**32))
@@ -196,20 +239,32 @@ def run(args: argparse.Namespace) -> int:
             fleet.spawn(slot)
         fleet.spawn_reader()
         fleet.spawn_follower()
+        if args.store == "dynamodb":
+            for slot in range(OWNERS):
+                fleet.spawn_owner(slot)
+            fleet.spawn_sweeper()
         while (left := deadline - time.monotonic()) > 0:
             time.sleep(min(left, rng.expovariate(1 / args.kill_every)))
             if deadline - time.monotonic() > 0:
                 fleet.kill_one()
         fleet.wait(GRACE_SECONDS)
-        # The feed to its end: a last reader, resumed where the killed ones left off.
-        last = fleet.spawn_reader(idle=READ_IDLE_SECONDS)
-        last.wait(GRACE_SECONDS + 600)
+        # The sweeper and TTL reporter until the records are gone (DynamoDB), and the feed
+        # to its end: a last reader, resumed where the killed ones left off.
+        enders = [fleet.spawn_sweeper(idle=SWEEP_IDLE_SECONDS)] if args.store == "dynamodb" else []
+        enders.append(fleet.spawn_reader(idle=READ_IDLE_SECONDS))
+        for last in enders:
+            last.wait(GRACE_SECONDS + 600)
+        end = time.time()
         if proxy is not None:
             proxy.stop()
             figures["proxy"] = dict(proxy.counts)
         figures |= {"workers": fleet.started, "killed": fleet.killed, "overran": fleet.overran}
         ops = operations(read_history(history))
         report = asyncio.run(_checked(direct, ops))
+        if args.store == "dynamodb":
+            resources = check_stored(direct, ops, end=end)
+            report.violations += resources.violations
+            figures |= resources.figures() | {"sweeperKills": fleet.sweeper_kills}
     finally:
         if proxy is not None:
             proxy.stop()
@@ -235,10 +290,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _create_table(endpoint: str) -> None:
+    """The table, its descriptor naming the run's expiry windows as a deployment's does."""
+    from sandbox_ledger.deployment import SweepSettings
     from sandbox_ledger.dynamodb import DynamoDBAdapter
 
+    window = int(WINDOW.total_seconds())
+    sweep = SweepSettings("soak", stale_after_seconds=window, retain_failed_seconds=2 * window)
     async with DynamoDBAdapter(TABLE, endpoint_url=endpoint) as ledger:
-        await ledger.create_table()
+        await ledger.create_table(sweep=sweep)
 
 
 async def _create_schema(url: str) -> None:
