@@ -8,6 +8,10 @@ the ledger's promises (docs/reliability.md).
 - :mod:`.proxy`: a loopback TCP proxy that delays, resets, and drops a response after the
   server has processed the request (a lost acknowledgement).
 - :mod:`.worker`: one worker process (``python -m sandbox_ledger.soak.worker``).
-- :mod:`.checker`: the promises, checked on a history and a store.
+- :mod:`.owner` and :mod:`.sweeper` (DynamoDB only): owners of resource records that
+  heartbeat and let records die, and the sweeper on its schedule with the TTL stream
+  reporter.
+- :mod:`.checker`: the promises, checked on a history and a store; :mod:`.check_resources`
+  those of the resource records.
 - ``python -m sandbox_ledger.soak``: a run (``make soak``, ``make soak-short``).
 """

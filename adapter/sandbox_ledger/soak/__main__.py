@@ -6,9 +6,11 @@ child process, on the strict profile with its rates scaled down so that throttli
 behind a :class:`~.proxy.FaultProxy`; a throwaway PostgreSQL server behind one too; or a
 SQLite file), ``W`` worker processes, and kills
 one with SIGKILL about every ``K`` seconds (drawn from the seed), starting another in its
-place. At the end it checks the history and the store (:mod:`.checker`), prints the figures
-as one JSON line, and exits 1 on any violation, each printed with its excerpt of the history,
-the seed and the command that runs the same faults again.
+place. On DynamoDB, owners of resource records and the sweeper run too (:mod:`.owner`,
+:mod:`.sweeper`), and after the fleet a last sweeper until the records are gone. At the end
+it checks the history and the store (:mod:`.checker`, :mod:`.check_resources`), prints the
+figures as one JSON line, and exits 1 on any violation, each printed with its excerpt of the
+history, the seed and the command that runs the same faults again.
 """
 
 from __future__ import annotations

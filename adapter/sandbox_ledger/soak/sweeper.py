@@ -97,7 +97,7 @@ class _Republishes(HistoryPublisher):
 
 DEFECTS = ("early", "republish")
 """The defects a sweeper can be run with (``--defect``): for proving the checker only.
-``early`` judges staleness by an eighth of the table's window, so it expires the records of
+``early`` judges staleness by a fortieth of the table's window, so it expires the records of
 owners that heartbeat on time; ``republish`` publishes each expiry twice under two keys."""
 
 
@@ -211,7 +211,7 @@ def run(args: argparse.Namespace) -> None:
         if args.defect == "early":
             from sandbox_ledger.resources.policy import ExpiryPolicy
 
-            policy = ExpiryPolicy(policy.stale_after / 8, policy.retain_failed)
+            policy = ExpiryPolicy(policy.stale_after / 40, policy.retain_failed)
         publisher = (
             _Republishes(history) if args.defect == "republish" else HistoryPublisher(history)
         )
