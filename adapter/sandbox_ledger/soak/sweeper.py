@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import json
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -172,19 +171,23 @@ class TtlStream:
         return not iterator
 
     def _as_lambda(self, record: dict[str, Any]) -> dict[str, Any]:
-        shaped: dict[str, Any] = json.loads(json.dumps(record, default=_seconds))
+        shaped: dict[str, Any] = _as_event(record)
         shaped["eventSourceARN"] = self.arn
         return shaped
 
 
-def _seconds(value: object) -> object:
+def _as_event(value: Any) -> Any:
     """A Lambda event's spelling of what boto3 decodes: a time in Unix seconds, a binary
     value in base64."""
+    if isinstance(value, dict):
+        return {key: _as_event(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_as_event(item) for item in value]
     if isinstance(value, datetime):
         return value.timestamp()
     if isinstance(value, bytes):
         return base64.b64encode(value).decode("ascii")
-    raise TypeError(f"{type(value).__name__} is not JSON")
+    return value
 
 
 def run(args: argparse.Namespace) -> None:
@@ -215,7 +218,8 @@ def run(args: argparse.Namespace) -> None:
         publisher = (
             _Republishes(history) if args.defect == "republish" else HistoryPublisher(history)
         )
-        arn = store.run(_stream_arn(table))
+        described = boto3.client("dynamodb", **client).describe_table(TableName=table)
+        arn = described["Table"]["LatestStreamArn"]
         stream = TtlStream(streams, arn, last_ttl_position(args.history))
         quiet_since = time.monotonic()
         while time.monotonic() < deadline:
@@ -231,12 +235,6 @@ def run(args: argparse.Namespace) -> None:
     finally:
         store.close()
         history.close()
-
-
-def _stream_arn(table: str) -> Any:
-    from sandbox_ledger.dynamodb._stream import latest_stream
-
-    return latest_stream(table)
 
 
 def _sweep(store: Any, publisher: HistoryPublisher, history: History, policy: Any) -> bool:
