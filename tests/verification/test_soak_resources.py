@@ -395,3 +395,12 @@ def test_the_checker_bites_a_sweeper_with_a_known_defect(
     # The excerpt: the owner's writes of the record and the reports.
     assert " expired " in done.stderr and " -> ok" in done.stderr
     assert "--seed 1" in done.stderr and f"--defect {defect}" in done.stderr
+
+
+def test_an_owner_refuses_a_store_that_keeps_no_resource_records() -> None:
+    from sandbox_ledger.soak.owner import record_store
+
+    with pytest.raises(ValueError, match="store: resource records are kept on DynamoDB only"):
+        record_store("sqlite:///x.db")
+    store = record_store("dynamodb://tab?region=us-east-1&endpoint_url=http://127.0.0.1:1")
+    assert store.table_name == "tab"
