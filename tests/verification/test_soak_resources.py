@@ -211,7 +211,9 @@ def test_the_bound_grows_with_the_longest_interval_between_sweeps() -> None:
     lines.write("r_put", 0, rev=1)
     lines.sweeps(1, 2, 14)  # the sweeper out for 12 s
     lines.expired(25, 1)
+    lines.lines.append({"p": "z2", "i": 0, "t": "invoke", "op": "sweep", "at": T0 + 14.5})
     report = check_resources(lines.ops(), set(), TIMING, end=T0 + 30)
+    assert (report.sweeps, report.sweeps_killed) == (3, 1)  # one killed mid-sweep
     assert report.longest_interval == pytest.approx(12.0)
     assert report.bound == pytest.approx(2 * 4 + 3 * 12 + 2 * 4)
     assert _found(report) == []

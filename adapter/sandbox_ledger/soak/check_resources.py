@@ -77,6 +77,8 @@ class ResourceReport:
     duplicates: int = 0
     sweeps: int = 0
     sweeps_failed: int = 0
+    sweeps_killed: int = 0
+    """Sweeps whose process was killed mid-way (no completion)."""
     longest_interval: float = 0.0
     bound: float = 0.0
     violations: list[Violation] = field(default_factory=list)
@@ -93,6 +95,7 @@ class ResourceReport:
             "duplicatesRecognised": self.duplicates,
             "sweeps": self.sweeps,
             "sweepsFailed": self.sweeps_failed,
+            "sweepsKilled": self.sweeps_killed,
             "longestSweepInterval": round(self.longest_interval, 1),
             "expiryBound": round(self.bound, 1),
         }
@@ -133,6 +136,7 @@ def check_resources(
             sweeps.append(_at(op))
             report.sweeps += op.acknowledged
             report.sweeps_failed += op.status == "fail"
+            report.sweeps_killed += op.status == "crashed"
         report.abandoned += op.op == "r_abandon"
         report.reclaimed += op.op == "r_reclaimed"
     # From the first write on: a record written before the first sweep waits for it.
