@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from sandbox_ledger.resources.models import to_iso
 from sandbox_ledger.resources.unreported import report_ttl_removals
@@ -269,6 +270,7 @@ class _Streams:
     def __init__(self) -> None:
         self.shards = {"a": ["1", "2"], "b": ["3"]}
         self.calls: list[tuple[str, str | None]] = []
+        self.trimmed_to: dict[str, int] = {}
 
     def describe_stream(self, **params: Any) -> dict[str, Any]:
         shards = [{"ShardId": "b", "ParentShardId": "a"}, {"ShardId": "a"}]
@@ -278,7 +280,12 @@ class _Streams:
         self.calls.append((params["ShardId"], params.get("SequenceNumber")))
         after = params.get("SequenceNumber")
         records = self.shards[params["ShardId"]]
+        trimmed = self.trimmed_to.get(params["ShardId"], 0)
+        if after and int(after) < trimmed:
+            error = {"Error": {"Code": "TrimmedDataAccessException", "Message": "trimmed"}}
+            raise ClientError(error, "GetShardIterator")
         start = records.index(after) + 1 if after else 0
+        start = max(start, sum(int(r) <= trimmed for r in records))
         return {"ShardIterator": json.dumps([params["ShardId"], start])}
 
     def get_records(self, **params: Any) -> dict[str, Any]:
@@ -312,6 +319,15 @@ def test_the_ttl_stream_reads_parents_first_and_resumes_after_its_position() -> 
     assert streams.calls[-1] == ("b", "3")
     # A position of another stream (the table made again) is not this one's: from the start.
     assert len(TtlStream(streams, ARN + "x", stream.position()).read()) == 4
+
+
+def test_the_ttl_stream_says_what_was_trimmed_and_reads_on_from_what_is_held() -> None:
+    streams = _Streams()
+    streams.trimmed_to = {"b": 4}  # records 3 and 4 of the child are trimmed
+    streams.shards["b"] += ["4", "5"]
+    stream = TtlStream(streams, ARN, {"arn": ARN, "at": {"b": "3"}, "done": ["a"]})
+    assert [r["dynamodb"]["SequenceNumber"] for r in stream.read()] == ["5"]
+    assert stream.lost == ["b after 3"]
 
 
 def test_ttl_removals_read_off_the_stream_are_reported_with_their_keys(tmp_path: Path) -> None:

@@ -41,6 +41,8 @@ from sandbox_ledger.stores import open_store
 TABLE = "soak-ledger"
 READ_IDLE_SECONDS = 10.0
 """The last reader stops once the feed gave nothing for this long."""
+STREAM_RECORDS = 50_000
+"""Stream records the embedded DynamoDB keeps (the oldest beyond are trimmed)."""
 OWNERS = 2
 """Owners of resource records in a run on DynamoDB."""
 SWEEP_IDLE_SECONDS = 3.0
@@ -209,9 +211,11 @@ def run(args: argparse.Namespace) -> int:
         from sandbox_ledger.local import LocalDynamoDBProcess, StrictProfile
 
         # The TTL service deletes an expired item half a second to a second late (a day or
-        # two in AWS), so the backstop acts within a run.
+        # two in AWS), so the backstop acts within a run. The stream keeps minutes of the
+        # fleet's writes (the server's default, 1,000 records, is seconds of them): a TTL
+        # reporter out for a while finds its position still held, as in AWS's 24 hours.
         profile = StrictProfile(rate_scale=0.05, ttl_delay=0.5, ttl_every=0.5)
-        server = LocalDynamoDBProcess(strict=profile)
+        server = LocalDynamoDBProcess(strict=profile, stream_records=STREAM_RECORDS)
         endpoint = server.start()
         host, port = endpoint.removeprefix("http://").split(":")
         proxy = FaultProxy((host, int(port)), rng.randrange(2**32))

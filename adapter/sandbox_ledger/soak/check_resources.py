@@ -79,6 +79,8 @@ class ResourceReport:
     sweeps_failed: int = 0
     sweeps_killed: int = 0
     """Sweeps whose process was killed mid-way (no completion)."""
+    stream_trimmed: int = 0
+    """Positions of the TTL reporter the stream had trimmed (removals after them lost)."""
     longest_interval: float = 0.0
     bound: float = 0.0
     violations: list[Violation] = field(default_factory=list)
@@ -96,6 +98,7 @@ class ResourceReport:
             "sweeps": self.sweeps,
             "sweepsFailed": self.sweeps_failed,
             "sweepsKilled": self.sweeps_killed,
+            "streamTrimmed": self.stream_trimmed,
             "longestSweepInterval": round(self.longest_interval, 1),
             "expiryBound": round(self.bound, 1),
         }
@@ -139,6 +142,7 @@ def check_resources(
             report.sweeps_killed += op.status == "crashed"
         report.abandoned += op.op == "r_abandon"
         report.reclaimed += op.op == "r_reclaimed"
+        report.stream_trimmed += op.op == "ttl_trimmed"
     # From the first write on: a record written before the first sweep waits for it.
     first = min((_at(op) for ops in writes.values() for op in ops), default=None)
     sweeps = sorted([*sweeps, *([] if first is None else [first])])

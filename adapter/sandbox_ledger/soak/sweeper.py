@@ -28,6 +28,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from botocore.exceptions import ClientError
+
 from sandbox_ledger.resources.settings import resolve_sweep
 from sandbox_ledger.resources.sweeper import sweep
 from sandbox_ledger.resources.unreported import report_ttl_removals
@@ -54,6 +56,7 @@ WINDOW = timedelta(seconds=4)
 the table's descriptor, as the stack does, and every owner and sweeper reads there."""
 INTERVAL = 1.0
 """Seconds between two sweeps (``sweep_rate_minutes`` of a deployment, compressed)."""
+_GONE = frozenset({"TrimmedDataAccessException"})
 LEASE = timedelta(seconds=4)
 """A claim's lease (two minutes deployed, compressed as the windows are)."""
 
@@ -119,6 +122,8 @@ class TtlStream:
         position = position if position and position.get("arn") == arn else None
         self.at: dict[str, str] = dict((position or {}).get("at", {}))
         self.done: set[str] = set((position or {}).get("done", []))
+        self.lost: list[str] = []
+        """Positions the stream trimmed before they were read on from (records lost)."""
 
     def position(self) -> dict[str, Any]:
         return {"arn": self.arn, "at": dict(self.at), "done": sorted(self.done)}
@@ -159,7 +164,16 @@ class TtlStream:
             params["ShardIteratorType"] = "TRIM_HORIZON"
         else:
             params |= {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": after}
-        iterator = self.streams.get_shard_iterator(**params)["ShardIterator"]
+        try:
+            iterator = self.streams.get_shard_iterator(**params)["ShardIterator"]
+        except ClientError as exc:
+            if after is None or exc.response.get("Error", {}).get("Code") not in _GONE:
+                raise
+            # Trimmed past the position: what followed it is lost. Said, then read on from
+            # what the shard still holds (the checker names each removal never reported).
+            self.lost.append(f"{shard} after {after}")
+            params = {"StreamArn": self.arn, "ShardId": shard, "ShardIteratorType": "TRIM_HORIZON"}
+            iterator = self.streams.get_shard_iterator(**params)["ShardIterator"]
         while iterator:
             page = self.streams.get_records(ShardIterator=iterator, Limit=1000)
             for record in page.get("Records", []):
@@ -268,6 +282,9 @@ def _report_ttl(stream: TtlStream, publisher: Any, history: History, table: str)
     if report.failures:
         stream.at, stream.done = _saved(history)
         return True
+    for lost in stream.lost:
+        history.event("ttl_trimmed", at_position=lost)
+    stream.lost.clear()
     history.event("ttl_position", pos=stream.position())
     return bool(report.published)
 
