@@ -26,6 +26,7 @@ T0 = 1_800_000_000.0
 TIMING = Timing(window=4.0, lease=4.0, interval=1.0)
 """A bound of 2 * 4 + 3 * 1 + 2 * 4 = 19 s when sweeps come every second."""
 R = "0b8f5a8e-3c1e-4b8e-9f53-7b1c2d3e4f50"
+OTHER = "0b8f5a8e-3c1e-4b8e-9f53-7b1c2d3e4f51"
 
 
 class _Lines:
@@ -213,11 +214,25 @@ def test_the_bound_grows_with_the_longest_interval_between_sweeps() -> None:
     lines.sweeps(1, 2, 14)  # the sweeper out for 12 s
     lines.expired(25, 1)
     lines.lines.append({"p": "z2", "i": 0, "t": "invoke", "op": "sweep", "at": T0 + 14.5})
-    report = check_resources(lines.ops(), set(), TIMING, end=T0 + 30)
+    report = check_resources(lines.ops(), set(), TIMING, end=T0 + 25)
     assert (report.sweeps, report.sweeps_killed) == (3, 1)  # one killed mid-sweep
     assert report.longest_interval == pytest.approx(12.0)
     assert report.bound == pytest.approx(2 * 4 + 3 * 12 + 2 * 4)
     assert _found(report) == []
+
+
+def test_the_bound_of_a_record_counts_the_sweeps_of_its_own_time_only() -> None:
+    lines = _Lines()
+    lines.sweeps(1, 2, *range(14, 60))  # out for 12 s early on, then every second
+    lines.write("r_put", 30, rev=1)
+    lines.expired(55, 1)  # 25 s after: the outage long before is no excuse
+    lines.write("r_put", 0, rev=1, record=OTHER)  # a record of the outage's time
+    lines.expired(20, 1, record=OTHER)
+    report = check_resources(lines.ops(), set(), TIMING, end=T0 + 60)
+    assert report.bound == pytest.approx(2 * 4 + 3 * 12 + 2 * 4)  # the run's, a figure
+    assert _found(report) == [
+        f"record {R} was expired 25.0 s after its last write, beyond the bound of 19.0 s"
+    ]
 
 
 def test_an_expiry_reported_under_two_keys_fails_with_both() -> None:

@@ -1,8 +1,9 @@
 """The promises the fleet's resource records are held to (DynamoDB only), on the history of
 the owners (:mod:`.owner`) and the sweeper (:mod:`.sweeper`) and the records stored at the
-end. ``W`` is the table's window (``stale_after``), ``I`` the longest interval between two
-sweeps the history shows (the schedule's, or longer: a sweeper killed, or out), ``L`` the
-claims' lease.
+end. ``W`` is the table's window (``stale_after``), ``L`` the claims' lease, and ``I``, for
+each record, the longest interval between two sweeps that completed (a sweep killed
+mid-way or that raised counts for none) from its last write to its expiry (or the end), as
+the history shows: the schedule's second, or longer (a sweeper killed or out, throttling).
 
 - **No live owner's record expired.** A record reported expired at revision ``R`` was not
   written again by its owner: no acknowledged owner write made a later revision, and no
@@ -27,6 +28,7 @@ claims' lease.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -136,24 +138,24 @@ def check_resources(
         elif op.op == "expired":
             reports[str(op.invoked["r"])].append(op)
         elif op.op == "sweep":
-            sweeps.append(_at(op))
+            if op.acknowledged:
+                sweeps.append(_at(op))
             report.sweeps += op.acknowledged
             report.sweeps_failed += op.status == "fail"
             report.sweeps_killed += op.status == "crashed"
         report.abandoned += op.op == "r_abandon"
         report.reclaimed += op.op == "r_reclaimed"
         report.stream_trimmed += op.op == "ttl_trimmed"
-    # From the first write on: a record written before the first sweep waits for it.
-    first = min((_at(op) for ops in writes.values() for op in ops), default=None)
-    sweeps = sorted([*sweeps, *([] if first is None else [first])])
-    report.longest_interval = max((b - a for a, b in itertools.pairwise(sweeps)), default=0.0)
-    bound = report.bound = timing.bound(report.longest_interval)
+    completed = _Sweeps(sorted(sweeps))
+    first = min((_at(op) for ops in writes.values() for op in ops), default=end)
+    report.longest_interval = completed.longest(first, end)
+    report.bound = timing.bound(report.longest_interval)
     report.records = len(writes)
     for record_id, mine in sorted(writes.items()):
         mine.sort(key=_at)
         reported = sorted(reports.get(record_id, []), key=_expired_at)
         if reported:
-            _check_reports(record_id, mine, reported, timing, bound, report)
+            _check_reports(record_id, mine, reported, timing, completed, report)
         elif record_id not in stored and _existed(mine) and not _may_have_deleted(mine):
             report.violations.append(
                 Violation(
@@ -164,6 +166,7 @@ def check_resources(
             )
         if record_id in stored:
             last = max(_at(op) for op in mine)
+            bound = timing.bound(completed.longest(last, end))
             if end - last > bound:
                 report.violations.append(
                     Violation(
@@ -181,6 +184,21 @@ def check_resources(
             )
         )
     return report
+
+
+@dataclass(frozen=True)
+class _Sweeps:
+    """When the sweeps that completed began, in order."""
+
+    starts: list[float]
+
+    def longest(self, since: float, until: float) -> float:
+        """The longest interval without a sweep beginning, from ``since`` to ``until``."""
+        inside = self.starts[
+            bisect.bisect_left(self.starts, since) : bisect.bisect_right(self.starts, until)
+        ]
+        points = [since, *inside, max(since, until)]
+        return max(b - a for a, b in itertools.pairwise(points))
 
 
 def _existed(mine: list[Operation]) -> bool:
@@ -202,7 +220,7 @@ def _check_reports(
     mine: list[Operation],
     reported: list[Operation],
     timing: Timing,
-    bound: float,
+    sweeps: _Sweeps,
     report: ResourceReport,
 ) -> None:
     report.expired += 1
@@ -246,6 +264,7 @@ def _check_reports(
             )
         )
     before = [_at(op) for op in mine if _at(op) <= at]
+    bound = timing.bound(sweeps.longest(max(before), at)) if before else 0.0
     if before and at - max(before) > bound:
         report.violations.append(
             Violation(
