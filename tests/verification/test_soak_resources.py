@@ -437,3 +437,13 @@ def test_an_owner_refuses_a_store_that_keeps_no_resource_records() -> None:
         record_store("sqlite:///x.db")
     store = record_store("dynamodb://tab?region=us-east-1&endpoint_url=http://127.0.0.1:1")
     assert store.table_name == "tab"
+
+
+def test_the_last_sweeper_takes_a_listing_that_failed_for_records_still_held() -> None:
+    from sandbox_ledger.soak.sweeper import _holds_records
+
+    class Failing:
+        def list(self, **options: Any) -> Any:
+            raise ConnectionResetError("reset by the proxy")
+
+    assert _holds_records(Failing()) is True  # never quiet on what it could not see

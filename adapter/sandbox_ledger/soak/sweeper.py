@@ -222,9 +222,17 @@ def run(args: argparse.Namespace) -> None:
     store = SyncResourceRecordStore(table, **client)
     streams = boto3.client("dynamodbstreams", **client)
     try:
-        # The bus and windows are the table's (its descriptor), as the deployed sweeper's.
-        plan = resolve_sweep(store.descriptor(), table)
-        policy = plan.policy
+        while True:  # a start the proxy's faults outlast is begun again, not given up
+            try:
+                # The bus and windows are the table's (its descriptor), as deployed.
+                policy = resolve_sweep(store.descriptor(), table).policy
+                described = boto3.client("dynamodb", **client).describe_table(TableName=table)
+                break
+            except Exception as exc:
+                history.event("sweeper_error", error=f"{type(exc).__name__}: {exc}"[:300])
+                if time.monotonic() >= deadline:
+                    return
+                time.sleep(INTERVAL)
         if args.defect == "early":
             from sandbox_ledger.resources.policy import ExpiryPolicy
 
@@ -232,7 +240,6 @@ def run(args: argparse.Namespace) -> None:
         publisher = (
             _Republishes(history) if args.defect == "republish" else HistoryPublisher(history)
         )
-        described = boto3.client("dynamodb", **client).describe_table(TableName=table)
         arn = described["Table"]["LatestStreamArn"]
         stream = TtlStream(streams, arn, last_ttl_position(args.history))
         quiet_since = time.monotonic()
@@ -252,7 +259,8 @@ def run(args: argparse.Namespace) -> None:
 
 
 def _sweep(store: Any, publisher: HistoryPublisher, history: History, policy: Any) -> bool:
-    """One sweep as an operation of the history; True if it expired, claimed or watched any."""
+    """One sweep as an operation of the history; True unless it completed having expired,
+    lost and left nothing (a quiet sweep)."""
     number = history.invoke("sweep")
     try:
         result = sweep(store, publisher, now=datetime.now(UTC), policy=policy, lease=LEASE)
@@ -297,7 +305,10 @@ def _saved(history: History) -> tuple[dict[str, str], set[str]]:
 def _holds_records(store: Any) -> bool:
     """Whether the table holds a resource record (one past its TTL, hidden here, is removed
     within a second and shows on the stream)."""
-    page = store.list(limit=1)
+    try:
+        page = store.list(limit=1)
+    except Exception:  # not known: asked again at the next run
+        return True
     return bool(page.records or page.unreadable)
 
 
