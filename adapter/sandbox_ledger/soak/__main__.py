@@ -7,8 +7,11 @@ behind a :class:`~.proxy.FaultProxy`; a throwaway PostgreSQL server behind one t
 SQLite file), ``W`` worker processes, and kills
 one with SIGKILL about every ``K`` seconds (drawn from the seed), starting another in its
 place (the change reader, the follower, the importer and the exporter are killed by the
-same draws). At the end it checks the history and the store (:mod:`.checker`), then round
-trips the store's export through a fresh store of each kind (:mod:`.transfers`), prints the
+same draws; on DynamoDB, owners of resource records and the sweeper too, :mod:`.owner`,
+:mod:`.sweeper`, and after the fleet a last sweeper until the records are gone), while the
+store itself is restarted or its disk filled (:mod:`.servers`). At the end it checks the
+history and the store (:mod:`.checker`, :mod:`.check_resources`), then round trips the
+store's export through a fresh store of each kind (:mod:`.transfers`), prints the
 figures as one JSON line, and exits 1 on any violation, each printed with its excerpt of the
 history, the seed and the command that runs the same faults again.
 """
@@ -30,17 +33,35 @@ from pathlib import Path
 from typing import Any
 
 from sandbox_ledger.soak._stores import close_store
+from sandbox_ledger.soak.check_resources import check_stored
 from sandbox_ledger.soak.checker import check
 from sandbox_ledger.soak.history import History, operations, read_history
 from sandbox_ledger.soak.importer import DEFECTS as IMPORT_DEFECTS
 from sandbox_ledger.soak.proxy import FaultProxy
-from sandbox_ledger.soak.servers import LocalServer, PostgresServer, SqliteDisk, fault_loop
+from sandbox_ledger.soak.servers import (
+    STRICT,
+    LocalServer,
+    PostgresServer,
+    SqliteDisk,
+    fault_loop,
+)
+from sandbox_ledger.soak.sweeper import DEFECTS as SWEEPER_DEFECTS
+from sandbox_ledger.soak.sweeper import WINDOW
 from sandbox_ledger.soak.worker import DEFECTS, LEDGER_NAME
 from sandbox_ledger.stores import open_store
 
 TABLE = "soak-ledger"
 READ_IDLE_SECONDS = 10.0
 """The last reader stops once the feed gave nothing for this long."""
+STREAM_RECORDS = 50_000
+"""Stream records the embedded DynamoDB keeps (the oldest beyond are trimmed)."""
+OWNERS = 2
+"""Owners of resource records in a run on DynamoDB."""
+SWEEP_IDLE_SECONDS = 3.0
+"""The last sweeper stops once the table held no resource record and nothing expired for
+this long."""
+LAST_SWEEP_SECONDS = 120.0
+"""The longest the last sweeper runs (a dead record expires within about 30 s)."""
 GRACE_SECONDS = 30.0
 """How long workers get after the run's time to finish their operation in flight."""
 
@@ -55,7 +76,10 @@ class Fleet:
         self._rng = random.Random(seed)
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
         self.readers: dict[str, subprocess.Popen[bytes]] = {}
-        self.started = self.killed = 0
+        self.resources: dict[str, subprocess.Popen[bytes]] = {}
+        """Owners of resource records and the sweeper (DynamoDB only: :mod:`.owner`,
+        :mod:`.sweeper`)."""
+        self.started = self.killed = self.sweeper_kills = 0
         self.overran: list[str] = []
         self.think = 0.0
         """The workers' mean pause between rounds (``--think``)."""
@@ -122,10 +146,27 @@ class Fleet:
         )
         self.readers[name] = self._start(module, name, self._left(), "--seed", seed, *defect)
 
+    def spawn_owner(self, slot: int) -> None:
+        """An owner of resource records (:mod:`.owner`)."""
+        name = f"o{slot}.{self.started}"
+        seed = str(self._rng.randrange(2**32))
+        self.resources[name] = self._start("owner", name, self._left(), "--seed", seed)
+
+    def spawn_sweeper(self, *, pause: float = 0.0, idle: float | None = None) -> Any:
+        """The sweeper (:mod:`.sweeper`), after ``pause`` seconds out; with ``idle``, the
+        last one, which runs until the table holds no resource record."""
+        name = f"z.{self.started}"
+        extra = ["--pause", f"{pause:.3f}"]
+        extra += [] if idle is None else ["--idle", str(idle)]
+        extra += ["--defect", self.defect] if self.defect in SWEEPER_DEFECTS else []
+        seconds = self._left() if idle is None else LAST_SWEEP_SECONDS
+        self.resources[name] = self._start("sweeper", name, seconds, *extra)
+        return self.resources[name]
+
     def kill_one(self) -> None:
-        """SIGKILL a worker or the reader, drawn from the seed, and start another in its
-        place."""
-        processes = {**self.workers, **self.readers}
+        """SIGKILL a worker, the reader, the follower, an owner or the sweeper, drawn from the
+        seed, and start another in its place (a sweeper, now and then, after an outage)."""
+        processes = {**self.workers, **self.readers, **self.resources}
         alive = sorted(n for n, p in processes.items() if p.poll() is None)
         if not alive:
             return
@@ -139,6 +180,12 @@ class Fleet:
             self.spawn_follower()
         elif name[:2] in ("i.", "x."):
             self.spawn_porter("importer" if name.startswith("i.") else "exporter")
+        elif name.startswith("o"):
+            self.spawn_owner(int(name[1:].split(".")[0]))
+        elif name.startswith("z."):
+            self.sweeper_kills += 1
+            out = self._rng.random() < 0.5  # out long enough for the TTL backstop to act
+            self.spawn_sweeper(pause=self._rng.uniform(2, 3) * WINDOW.total_seconds() if out else 0)
         else:
             self.spawn(int(name[1:].split(".")[0]))
 
@@ -146,7 +193,11 @@ class Fleet:
         """Wait for every process to end; one still running ``grace`` seconds after its time
         was up is killed and named in :attr:`overran`."""
         end = time.monotonic() + grace
-        for name, process in [*self.workers.items(), *self.readers.items()]:
+        for name, process in [
+            *self.workers.items(),
+            *self.readers.items(),
+            *self.resources.items(),
+        ]:
             try:
                 process.wait(max(0.1, end - time.monotonic()))
             except subprocess.TimeoutExpired:
@@ -180,11 +231,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
         "--defect",
-        choices=sorted([*DEFECTS, "skip", *IMPORT_DEFECTS, "drop-field"]),
+        choices=sorted([*DEFECTS, "skip", *IMPORT_DEFECTS, "drop-field", *SWEEPER_DEFECTS]),
         default=None,
-        help="run the workers (resend), the change reader (skip), the importer (replay) or "
-        "the final round trip (drop-field) with a known defect, to see the checker fail the "
-        "run",
+        help="run the workers (resend), the change reader (skip), the importer (replay), "
+        "the final round trip (drop-field) or the sweeper (early, republish; dynamodb) with a "
+        "known defect, to see the checker fail the run",
     )
     args = parser.parse_args(argv)
     if args.think < 0:
@@ -218,6 +269,10 @@ def run(args: argparse.Namespace) -> int:
             fleet.spawn(slot)
         fleet.spawn_reader()
         fleet.spawn_follower()
+        if args.store == "dynamodb":
+            for slot in range(OWNERS):
+                fleet.spawn_owner(slot)
+            fleet.spawn_sweeper()
         fleet.spawn_porter("importer")
         fleet.spawn_porter("exporter")
         dealer.start()
@@ -230,13 +285,21 @@ def run(args: argparse.Namespace) -> int:
             stop.set()
             dealer.join()
         fleet.wait(GRACE_SECONDS)
-        # The feed to its end: a last reader, resumed where the killed ones left off.
-        last = fleet.spawn_reader(idle=READ_IDLE_SECONDS)
-        last.wait(GRACE_SECONDS + 600)
+        # The sweeper and TTL reporter until the records are gone (DynamoDB), and the feed
+        # to its end: a last reader, resumed where the killed ones left off.
+        enders = [fleet.spawn_sweeper(idle=SWEEP_IDLE_SECONDS)] if args.store == "dynamodb" else []
+        enders.append(fleet.spawn_reader(idle=READ_IDLE_SECONDS))
+        for last in enders:
+            last.wait(GRACE_SECONDS + 600)
+        end = time.time()
         supervisor.close()
         figures |= {"workers": fleet.started, "killed": fleet.killed, "overran": fleet.overran}
         ops = operations(read_history(history))
         report = asyncio.run(_checked(faults.direct, ops))
+        if args.store == "dynamodb":
+            resources = check_stored(faults.direct, ops, end=end)
+            report.violations += resources.violations
+            figures |= resources.figures() | {"sweeperKills": fleet.sweeper_kills}
         if not report.violations:  # the final round trip (.transfers)
             started = time.monotonic()
             figures["roundTripStores"] = _round_trip(
@@ -305,7 +368,21 @@ class Faults:
         rng = self._rng
         if self.store == "dynamodb":
             _local_credentials()
-            self.server = LocalServer(self.out / "local.jsonl", TABLE)
+            # The TTL service deletes an expired item half a second to a second late (a day
+            # or two in AWS), so the backstop acts within a run; the stream keeps minutes of
+            # the fleet's writes (the default, 1,000 records, is seconds of them): a TTL
+            # reporter out for a while finds its position still held, as in AWS's 24 hours;
+            # the descriptor names the run's expiry windows, as a deployment's does.
+            window = int(WINDOW.total_seconds())
+            self.server = LocalServer(
+                self.out / "local.jsonl",
+                TABLE,
+                strict=f"{STRICT},ttl_delay=0.5,ttl_every=0.5",
+                options=[
+                    *("--stream-records", str(STREAM_RECORDS)),
+                    *("--stale-after", str(window), "--retain-failed", str(2 * window)),
+                ],
+            )
             self.server.start()
             self.proxy = FaultProxy(("127.0.0.1", self.server.port), rng.randrange(2**32))
             self.proxy.start()

@@ -49,8 +49,11 @@ class LocalServer:
     across restarts. :attr:`refused` adds up what the strict profile refused (throttles,
     conflicts), as each server says on exit."""
 
-    def __init__(self, data: Path, table: str) -> None:
+    def __init__(
+        self, data: Path, table: str, *, strict: str = STRICT, options: list[str] | None = None
+    ) -> None:
         self.data, self.table, self.port = data, table, free_port()
+        self._strict, self._options = strict, options or []
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.refused: dict[str, int] = {}
         self.restarts = 0
@@ -59,7 +62,8 @@ class LocalServer:
 
     def start(self, timeout: float = 120.0) -> None:
         command = [sys.executable, "-m", "sandbox_ledger.cli", "local", "--data", str(self.data)]
-        command += ["--port", str(self.port), "--table", self.table, "--strict-option", STRICT]
+        command += ["--port", str(self.port), "--table", self.table]
+        command += ["--strict-option", self._strict, *self._options]
         child = subprocess.Popen(
             command,
             stdout=subprocess.PIPE,
