@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,8 @@ from sandbox_ledger.soak.checker import check
 from sandbox_ledger.soak.history import History, operations, read_history
 from sandbox_ledger.soak.proxy import FaultProxy, Faults
 from sandbox_ledger.transfer import content_digest
+
+from .soak_runs import run_soak
 
 NAME = "soak"
 
@@ -274,13 +274,7 @@ def test_the_proxy_passes_what_it_does_not_fault() -> None:
 
 
 def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sandbox_ledger.soak", *args, "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
+    return run_soak(tmp_path, *args)
 
 
 @pytest.mark.slow

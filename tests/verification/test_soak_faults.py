@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,8 @@ from sandbox_ledger.soak.checker import check
 from sandbox_ledger.soak.history import History, operations, read_history
 from sandbox_ledger.soak.reader import last_position
 from sandbox_ledger.transfer import content_digest
+
+from .soak_runs import run_soak
 
 NAME = "soak"
 
@@ -139,13 +140,7 @@ def test_after_trimmed_the_reader_begins_from_the_oldest_change_kept(tmp_path: P
 
 
 def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sandbox_ledger.soak", *args, "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
+    return run_soak(tmp_path, *args)
 
 
 @pytest.mark.slow

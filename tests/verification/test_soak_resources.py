@@ -6,9 +6,7 @@ known defect put in the sweeper, fail."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,8 @@ from sandbox_ledger.resources.unreported import report_ttl_removals
 from sandbox_ledger.soak.check_resources import ResourceReport, Timing, check_resources
 from sandbox_ledger.soak.history import History, Operation, operations
 from sandbox_ledger.soak.sweeper import HistoryPublisher, TtlStream, last_ttl_position
+
+from .soak_runs import run_soak
 
 T0 = 1_800_000_000.0
 TIMING = Timing(window=4.0, lease=4.0, interval=1.0)
@@ -388,19 +388,12 @@ def test_ttl_removals_read_off_the_stream_are_reported_with_their_keys(tmp_path:
 
 
 def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sandbox_ledger.soak", "--store", "dynamodb", *args],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-        cwd=tmp_path,
-    )
+    return run_soak(tmp_path, "--store", "dynamodb", *args)
 
 
 @pytest.mark.slow
 def test_a_short_run_with_owners_and_the_sweeper_passes(tmp_path: Path) -> None:
-    done = _run(tmp_path, "--seconds", "15", "--workers", "2", "--kill-every", "2", "--out", ".")
+    done = _run(tmp_path, "--seconds", "15", "--workers", "2", "--kill-every", "2")
     assert done.returncode == 0, done.stdout + done.stderr
     figures = json.loads(done.stdout.splitlines()[-1])
     assert figures["violations"] == 0, figures
@@ -422,7 +415,7 @@ def test_the_checker_bites_a_sweeper_with_a_known_defect(
     """A sweeper that judges by a fortieth of the window (it expires records whose owners
     heartbeat on time), or one that publishes each expiry again under a new key, fails the
     run with the records' history lines, the seed and the command that runs it again."""
-    done = _run(tmp_path, "--seconds", "20", "--workers", "1", "--defect", defect, "--out", ".")
+    done = _run(tmp_path, "--seconds", "20", "--workers", "1", "--defect", defect)
     assert done.returncode == 1, done.stdout + done.stderr
     assert found in done.stderr, done.stderr
     # The excerpt: the owner's writes of the record and the reports.

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,8 @@ from sandbox_ledger.soak.importer import grow_file, make_file, pending_files
 from sandbox_ledger.soak.transfers import DROPS_A_FIELD, round_trip
 from sandbox_ledger.stores import open_store
 from sandbox_ledger.transfer import ImportReport, content_digest, import_lines
+
+from .soak_runs import run_soak
 
 NAME = "soak"
 
@@ -318,13 +318,7 @@ def test_the_round_trip_names_a_line_lost_at_the_end() -> None:
 
 
 def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sandbox_ledger.soak", *args, "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
+    return run_soak(tmp_path, *args)
 
 
 @pytest.mark.slow
