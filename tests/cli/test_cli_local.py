@@ -872,7 +872,8 @@ def test_a_client_held_while_it_loads_is_refused_if_it_stops_before_serving(
             headers={
                 "X-Amz-Target": "DynamoDB_20120810.DescribeTable",
                 "Content-Type": "application/x-amz-json-1.0",
-                "Authorization": "AWS4-HMAC-SHA256 Credential=local/20260101/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=0",
+                "Authorization": "AWS4-HMAC-SHA256 Credential=local/20260101/us-east-1/"
+                "dynamodb/aws4_request, SignedHeaders=host, Signature=0",
             },
         )
         try:
@@ -912,4 +913,45 @@ def test_local_takes_the_sweep_windows_of_its_table(tmp_path: Path) -> None:
         assert (sweep["staleAfterSeconds"], sweep["retainFailedSeconds"]) == (4, 8), sweep
     finally:
         code, stderr = server.stop(signal.SIGTERM)
+    assert code == 0, stderr
+
+
+def test_a_restart_restores_each_resource_record_as_it_was(tmp_path: Path) -> None:
+    """A resource record's revision, incarnation and TTL come back from ``local --data``'s
+    FILE as they were: its owner's next heartbeat goes on from them. Before, a restart put
+    each record anew (revision 1, a new incarnation), so an owner's and a sweeper's view of a
+    live record no longer matched the table's: the soak saw live owners' records expired."""
+    from resources.resource_fixtures import record
+    from sandbox_ledger.resources import SyncResourceRecordStore
+
+    def store(env: dict[str, str]) -> SyncResourceRecordStore:
+        return SyncResourceRecordStore(
+            env["SANDBOX_LEDGER_TABLE"],
+            endpoint_url=env["AWS_ENDPOINT_URL"],
+            region_name="us-east-1",
+        )
+
+    server = Local("--data", "dev.jsonl", cwd=tmp_path)
+    kept = record()
+    with store(server.env()) as records:
+        records.put(kept)
+        records.touch(kept.id)
+        before = records.touch(kept.id)
+    assert before.revision == 3 and before.incarnation is not None
+    code, stderr = server.stop(signal.SIGTERM)
+    assert code == 0, stderr
+
+    again = Local("--data", "dev.jsonl", cwd=tmp_path)
+    try:
+        with store(again.env()) as records:
+            after = records.get_versioned(kept.id)
+            assert after is not None
+            assert (after.revision, after.incarnation, after.expires_at) == (
+                before.revision,
+                before.incarnation,
+                before.expires_at,
+            )
+            assert records.touch(kept.id).revision == 4
+    finally:
+        code, stderr = again.stop(signal.SIGTERM)
     assert code == 0, stderr

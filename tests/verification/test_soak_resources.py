@@ -332,8 +332,29 @@ def test_the_ttl_stream_reads_parents_first_and_resumes_after_its_position() -> 
     again = TtlStream(streams, ARN, stream.position())  # started again from the saved one
     assert [r["dynamodb"]["SequenceNumber"] for r in again.read()] == ["4"]
     assert streams.calls[-1] == ("b", "3")
-    # A position of another stream (the table made again) is not this one's: from the start.
-    assert len(TtlStream(streams, ARN + "x", stream.position()).read()) == 4
+    # A position of another stream (a restarted local server's, the table made again) is not
+    # this one's: read from the start, and what the old stream held after it is said lost.
+    replaced = TtlStream(streams, ARN + "x", stream.position())
+    assert len(replaced.read()) == 4
+    assert replaced.lost == [f"stream {ARN} replaced by {ARN}x"]
+
+
+class _GoneStreams(_Streams):
+    """A stream replaced under a running reader: its ARN is gone, the table's is another."""
+
+    def describe_stream(self, **params: Any) -> dict[str, Any]:
+        if params["StreamArn"] == ARN:
+            error = {"Error": {"Code": "ResourceNotFoundException", "Message": "gone"}}
+            raise ClientError(error, "DescribeStream")
+        return super().describe_stream(**params)
+
+
+def test_a_reader_whose_stream_is_gone_goes_on_in_the_tables_new_one() -> None:
+    stream = TtlStream(_GoneStreams(), ARN, None, latest=lambda: ARN + "-new")
+    assert len(stream.read()) == 3  # all the new one holds
+    assert stream.arn == ARN + "-new" and stream.lost == [f"stream {ARN} replaced by {ARN}-new"]
+    with pytest.raises(ClientError, match="gone"):  # none to go on in: said, not passed over
+        TtlStream(_GoneStreams(), ARN, None, latest=lambda: ARN).read()
 
 
 def test_the_ttl_stream_says_what_was_trimmed_and_reads_on_from_what_is_held() -> None:

@@ -94,15 +94,19 @@ def snapshot(ledger: SyncTransferAdapter, store: SyncResourceRecordStore) -> Sna
 
 
 def record_line(found: VersionedRecord | Unreadable) -> str:
-    """A resource record's line (with its newline): its file shape, or, for one this version
-    cannot read, its whole stored item."""
+    """A resource record's line (with its newline): its file shape and its whole stored item
+    (its revision, incarnation, TTL, a sweeper's claim and observation: loaded back as they
+    were, so its owner's and a sweeper's next conditional writes find what they wrote), or,
+    for one this version cannot read, its whole stored item only."""
     from sandbox_ledger.resources import Unreadable
 
-    value = (
+    value: dict[str, Any] = (
         {"kind": RESOURCE_KIND, "unreadable": found.reason, "item": _json_item(found.item)}
         if isinstance(found, Unreadable)
         else {"kind": RESOURCE_KIND, "record": found.record.wire()}
     )
+    if not isinstance(found, Unreadable) and found.item is not None:
+        value["item"] = _json_item(found.item)
     return json.dumps(value, ensure_ascii=False) + "\n"
 
 
@@ -386,7 +390,7 @@ def _resource_line(raw: bytes, where: str) -> ResourceActivityRecord | Item | No
         return None
     if not isinstance(value, dict) or value.get("kind") != RESOURCE_KIND or "event" in value:
         return None
-    if "unreadable" in value:
+    if "unreadable" in value or "item" in value:  # the item as stored: loaded as it was
         return _stored_item(value.get("item"), where)
     try:
         # Read as the store reads what it holds: a heartbeat from an owner whose clock runs

@@ -40,6 +40,10 @@ class VersionedRecord:
     """The token set when the record was created (see :data:`sandbox_ledger.keys.INCARNATION`):
     a record deleted and allocated again under its id has another one. None for a record
     written before incarnations existed."""
+    item: Item | None = field(default=None, compare=False, repr=False)
+    """The stored item it was read from, every attribute (the local server's data file keeps
+    it, so a restart restores the record as it was: its revision, incarnation, claim and
+    observation); None for one not read from a table."""
 
     @property
     def expired_revision(self) -> int:
@@ -189,6 +193,7 @@ def decode(item: Item) -> VersionedRecord:
         observed_rev=int(item[k.OBSERVED_REV]["N"]) if k.OBSERVED_REV in item else None,
         observed_at_ms=int(item[k.OBSERVED_AT]["N"]) if k.OBSERVED_AT in item else None,
         incarnation=item[k.INCARNATION]["S"] if k.INCARNATION in item else None,
+        item=item,
     )
 
 

@@ -37,7 +37,7 @@ from sandbox_ledger.soak.history import History, read_history
 from sandbox_ledger.stores import parse_store_url
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from sandbox_ledger.resources.events import Expiry
 
@@ -117,13 +117,23 @@ class TtlStream:
     once its parent is read to its end), and hands out the records as a Lambda event
     source mapping does (with ``eventSourceARN``, the creation time in Unix seconds)."""
 
-    def __init__(self, streams: Any, arn: str, position: dict[str, Any] | None) -> None:
-        self.streams, self.arn = streams, arn
-        position = position if position and position.get("arn") == arn else None
-        self.at: dict[str, str] = dict((position or {}).get("at", {}))
-        self.done: set[str] = set((position or {}).get("done", []))
+    def __init__(
+        self,
+        streams: Any,
+        arn: str,
+        position: dict[str, Any] | None,
+        latest: Callable[[], str] | None = None,
+    ) -> None:
+        self.streams, self.arn, self._latest = streams, arn, latest
         self.lost: list[str] = []
         """Positions the stream trimmed before they were read on from (records lost)."""
+        if position and position.get("arn") != arn:
+            # The table's stream is another one (a restarted local server serves a new one):
+            # what the old one held after the position is lost.
+            self.lost.append(f"stream {position.get('arn')} replaced by {arn}")
+            position = None
+        self.at: dict[str, str] = dict((position or {}).get("at", {}))
+        self.done: set[str] = set((position or {}).get("done", []))
 
     def position(self) -> dict[str, Any]:
         return {"arn": self.arn, "at": dict(self.at), "done": sorted(self.done)}
@@ -147,7 +157,18 @@ class TtlStream:
         progress = True
         while progress:
             progress = False
-            shards = self._shards()
+            try:
+                shards = self._shards()
+            except ClientError as exc:
+                code = exc.response.get("Error", {}).get("Code")
+                if code != "ResourceNotFoundException" or self._latest is None:
+                    raise
+                arn = self._latest()  # the stream is gone: the table's is another one now
+                if arn == self.arn:
+                    raise
+                self.lost.append(f"stream {self.arn} replaced by {arn}")
+                self.arn, self.at, self.done = arn, {}, set()
+                shards = self._shards()
             for shard, parent in sorted(shards.items()):
                 if shard in self.done or (parent in shards and parent not in self.done):
                     continue
@@ -241,7 +262,12 @@ def run(args: argparse.Namespace) -> None:
             _Republishes(history) if args.defect == "republish" else HistoryPublisher(history)
         )
         arn = described["Table"]["LatestStreamArn"]
-        stream = TtlStream(streams, arn, last_ttl_position(args.history))
+        ddb = boto3.client("dynamodb", **client)
+
+        def latest() -> str:
+            return str(ddb.describe_table(TableName=table)["Table"]["LatestStreamArn"])
+
+        stream = TtlStream(streams, arn, last_ttl_position(args.history), latest)
         quiet_since = time.monotonic()
         while time.monotonic() < deadline:
             started = time.monotonic()
