@@ -150,7 +150,13 @@ class SqliteDisk:
         self._filler = self.mount / "filler"
 
     def start(self) -> str | None:
-        """Mount the filesystem; None if done, else why it could not be."""
+        """Mount the filesystem; None if done, else why it could not be.
+
+        Raises:
+            RuntimeError: something is mounted there already (another run on this ``--out``).
+        """
+        if os.path.ismount(self.mount):
+            raise RuntimeError(f"{self.mount} is mounted already: another run uses this --out")
         if os.geteuid() != 0:
             return "not root: a tmpfs cannot be mounted"
         mounted = subprocess.run(
