@@ -607,12 +607,16 @@ def test_local_strict_option_sets_fields_and_says_which(tmp_path: Path) -> None:
             region_name="us-east-1",
             aws_access_key_id="local",
             aws_secret_access_key="local",
-            config=Config(retries={"max_attempts": 1, "mode": "standard"}),
+            config=Config(retries={"total_max_attempts": 1, "mode": "standard"}),  # no resend
         )
         item = {"PK": {"S": "hot"}, "SK": {"S": "1"}}
         ddb.put_item(TableName=env["SANDBOX_LEDGER_TABLE"], Item=item)
+        # One unit a second: of ten writes at once, one is throttled however slow the
+        # machine (each would have to take a second for the bucket to fill again).
         with pytest.raises(ClientError, match="ProvisionedThroughputExceededException"):
-            ddb.put_item(TableName=env["SANDBOX_LEDGER_TABLE"], Item={**item, "SK": {"S": "2"}})
+            for n in range(2, 12):
+                key = {**item, "SK": {"S": str(n)}}
+                ddb.put_item(TableName=env["SANDBOX_LEDGER_TABLE"], Item=key)
     finally:
         code, stderr = server.stop(signal.SIGTERM)
     assert code == 0, stderr
