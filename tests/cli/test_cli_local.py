@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -1051,3 +1052,36 @@ def test_the_same_file_by_another_name_is_the_same_store(tmp_path: Path) -> None
         finally:
             code, stderr = again.stop(signal.SIGTERM)
         assert code == 0, stderr
+
+
+def test_what_the_strict_profiles_ttl_deleted_is_gone_from_its_data(tmp_path: Path) -> None:
+    """``local --strict --data``: a resource record the profile's TTL service deleted is gone
+    from FILE once saved. Before, a TTL deletion (made while serving another request) was
+    not among the writes a save reads, so FILE kept the record: the next start brought it
+    back (read, listed, swept) until the TTL service deleted it a second time."""
+    from resources.resource_fixtures import record
+    from sandbox_ledger.local.persist import read_data
+    from sandbox_ledger.resources import SyncResourceRecordStore
+
+    server = Local(
+        *("--data", "dev.jsonl", "--save-every", "0.5", "--stale-after", "1", "--strict"),
+        *("--strict-option", "ttl_delay=0,ttl_every=0.1"),
+        cwd=tmp_path,
+    )
+    env = server.env()
+    kept = record()
+    with SyncResourceRecordStore(
+        env["SANDBOX_LEDGER_TABLE"],
+        endpoint_url=env["AWS_ENDPOINT_URL"],
+        region_name="us-east-1",
+        ttl_horizon=timedelta(seconds=1),
+    ) as records:
+        records.put(kept)
+        deadline = time.monotonic() + 30
+        while records.get_versioned(kept.id) is not None:  # each request lets the TTL look
+            assert time.monotonic() < deadline, "the TTL service never deleted the record"
+            time.sleep(0.2)
+    time.sleep(1.5)  # saves run meanwhile
+    code, stderr = server.stop(signal.SIGTERM)
+    assert code == 0, stderr
+    assert kept.id not in read_data(tmp_path / "dev.jsonl").records
