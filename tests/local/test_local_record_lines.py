@@ -17,7 +17,7 @@ from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.local import LocalDynamoDB, inprocess
 from sandbox_ledger.local.persist import load_state, read_lines, record_line, snapshot
-from sandbox_ledger.resources import SyncResourceRecordStore
+from sandbox_ledger.resources import SyncResourceRecordStore, Unreadable
 
 REGION = "us-east-1"
 
@@ -100,3 +100,15 @@ def test_an_item_the_table_refuses_is_refused_naming_its_line(
     ledger, store = _table(server)
     with pytest.raises(InvalidInputError, match=r"^FILE:1: "):
         load_state(read_lines([json.dumps(line) + "\n"], "FILE"), ledger, store)
+
+
+def test_an_older_files_line_without_its_item_is_stored_anew(server: LocalDynamoDB) -> None:
+    """Held: a line an older version wrote (its record only) loads as ``resources import``
+    stores a record: revision 1, a new incarnation."""
+    line = _saved_line(server)
+    del line["item"]
+    ledger, store = _table(server)
+    load_state(read_lines([json.dumps(line) + "\n"], "FILE"), ledger, store)
+    [found] = [found for page in store.scan() for found in page]
+    assert not isinstance(found, Unreadable)
+    assert found.record.wire() == line["record"] and found.revision == 1
