@@ -1137,3 +1137,22 @@ def test_a_transaction_held_in_flight_as_it_stops_is_saved_or_refused(tmp_path: 
     for sid, steps in acknowledged.items():
         stored = {json.loads(line)["stepIndex"] for _, line in saved.sessions[("n", sid)]}
         assert set(steps) <= stored, (sid, sorted(set(steps) - stored))
+
+
+def test_a_copy_of_its_data_is_another_store(tmp_path: Path) -> None:
+    """Held: two servers on copies of one FILE are two stores (the copies diverge from their
+    first write): a cursor of one is refused by the other. A fix that keeps the identity in
+    FILE (test_a_moved_data_file_is_the_same_store) must keep this."""
+    from sandbox_ledger.errors import InvalidInputError
+
+    (tmp_path / "dev.jsonl").write_text(_ledger_lines(18))
+    shutil.copy(tmp_path / "dev.jsonl", tmp_path / "copy.jsonl")
+    first = Local("--data", "dev.jsonl", cwd=tmp_path)
+    second = Local("--data", "copy.jsonl", cwd=tmp_path)
+    try:
+        with pytest.raises(InvalidInputError, match="cursor"):
+            _page_on(second, _first_cursor(first))
+    finally:
+        for server in (first, second):
+            code, stderr = server.stop(signal.SIGTERM)
+            assert code == 0, stderr
