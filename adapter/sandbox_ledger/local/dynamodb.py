@@ -213,8 +213,9 @@ class LocalDynamoDB:
 
     def observe(self, observer: Callable[[str, bytes], None]) -> None:
         """Call ``observer(target, body)`` after each request this server serves (the
-        ``X-Amz-Target`` header and the request's body), while no other request runs: how
-        the local server's saves learn what changed (:mod:`.inprocess`)."""
+        ``X-Amz-Target`` header and the request's body), while no other request runs, and
+        after each item the strict profile's TTL service deletes (as a ``DeleteItem`` of its
+        key): how the local server's saves learn what changed (:mod:`.inprocess`)."""
         self._observers.append(observer)
 
     @contextlib.contextmanager
