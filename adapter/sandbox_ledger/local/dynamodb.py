@@ -184,7 +184,7 @@ class LocalDynamoDB:
         if adjustments.dispatch.NAME in on:
             app = adjustments.dispatch._DynamoDBFirst(app)
         self._front = (
-            StrictFront(self.strict, self._stream_records, self._meter)
+            StrictFront(self.strict, self._stream_records, self._meter, self._ttl_removed)
             if self.strict is not None
             else None
         )
@@ -213,8 +213,9 @@ class LocalDynamoDB:
 
     def observe(self, observer: Callable[[str, bytes], None]) -> None:
         """Call ``observer(target, body)`` after each request this server serves (the
-        ``X-Amz-Target`` header and the request's body), while no other request runs: how
-        the local server's saves learn what changed (:mod:`.inprocess`)."""
+        ``X-Amz-Target`` header and the request's body), while no other request runs, and
+        after each item the strict profile's TTL service deletes (as a ``DeleteItem`` of its
+        key): how the local server's saves learn what changed (:mod:`.inprocess`)."""
         self._observers.append(observer)
 
     @contextlib.contextmanager
@@ -257,6 +258,14 @@ class LocalDynamoDB:
                     f"{behind} index entries still behind their table after {timeout} s"
                 )
             time.sleep(0.005)
+
+    def _ttl_removed(self, table: str, key: dict[str, Any]) -> None:
+        """An item the strict profile's TTL service deleted (under the lock, while serving a
+        request), told to the observers as the DeleteItem it is: a write no client sent,
+        which ``local --data`` must save as it saves theirs."""
+        body = json.dumps({"TableName": table, "Key": key}).encode()
+        for observer in self._observers:
+            observer("DynamoDB_20120810.DeleteItem", body)
 
     def stop(self) -> None:
         """Stop serving; the data is gone."""

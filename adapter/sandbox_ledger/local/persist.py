@@ -231,6 +231,7 @@ def load_state(
     Raises:
         InvalidInputError: a line the store refuses (field: the file and line number).
     """
+    from sandbox_ledger.errors import StorageError
     from sandbox_ledger.resources import ResourceActivityRecord
     from sandbox_ledger.transfer import import_lines
 
@@ -256,11 +257,17 @@ def load_state(
         first = report.failed[0]
         raise InvalidInputError(f"{state.path}:{numbers[first.number - 1]}", first.reason)
     for number, line in state.records.values():
-        record = _resource_line(line.encode("utf-8"), f"{state.path}:{number}")
-        if isinstance(record, ResourceActivityRecord):
-            store.put(record)
-        elif record is not None:
-            store.put_stored(record)
+        where = f"{state.path}:{number}"
+        record = _resource_line(line.encode("utf-8"), where)
+        try:
+            if isinstance(record, ResourceActivityRecord):
+                store.put(record)
+            elif record is not None:
+                store.put_stored(record)
+        except StorageError as exc:  # an item the table will not take: the line's error
+            raise InvalidInputError(
+                where, f"the table refuses this resource record ({exc})"
+            ) from exc
         if progress is not None:
             progress(1)
     entries = report.new + report.present + (bulk_done or 0)
@@ -391,13 +398,32 @@ def _resource_line(raw: bytes, where: str) -> ResourceActivityRecord | Item | No
     if not isinstance(value, dict) or value.get("kind") != RESOURCE_KIND or "event" in value:
         return None
     if "unreadable" in value or "item" in value:  # the item as stored: loaded as it was
-        return _stored_item(value.get("item"), where)
+        item = _stored_item(value.get("item"), where)
+        if "unreadable" not in value:
+            _check_agrees(item, value.get("record"), where)
+        return item
     try:
         # Read as the store reads what it holds: a heartbeat from an owner whose clock runs
         # behind the creator's is stored on purpose, so the file that saved it loads it.
         return ResourceActivityRecord.model_validate(value.get("record"), context={"stored": True})
     except ValidationError as exc:
         raise InvalidInputError(where, f"not a resource record ({exc.errors()[0]['msg']})") from exc
+
+
+def _check_agrees(item: Item, record: object, where: str) -> None:
+    """A line's record (its readable half) is the one its item holds: a hand edit of one
+    half only would otherwise load the item and drop the edit in silence. An item this
+    version cannot read (a newer writer's) is loaded as stored, as an unreadable line is."""
+    from sandbox_ledger.resources import Unreadable
+    from sandbox_ledger.resources._items import decode_or_unreadable
+
+    found = decode_or_unreadable(item)
+    if not isinstance(found, Unreadable) and found.record.wire() != record:
+        raise InvalidInputError(
+            where,
+            "its record and its item disagree (edit both, or drop the item to load the "
+            "record anew)",
+        )
 
 
 def _json_item(item: Item | None) -> dict[str, Any]:

@@ -4,6 +4,7 @@ each request before moto serves it (see :mod:`sandbox_ledger.local.strict`)."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import io
 import json
@@ -19,8 +20,7 @@ from .sizes import item_size
 from .ttl import TtlDeleter
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
-    from contextlib import AbstractContextManager
+    from collections.abc import Callable, Iterable, Iterator
 
     from . import StrictProfile
 
@@ -235,8 +235,10 @@ class StrictFront:
         profile: StrictProfile,
         stream_records: int | None = None,
         meter: consumed.Meter | None = None,
+        removed: Callable[[str, dict[str, Any]], None] | None = None,
     ) -> None:
         self.profile = profile
+        self._removed = removed
         self.buckets = capacity.Buckets(profile.rate_scale)
         self.tables = _Tables()
         self.indexes = indexes.IndexLag(profile.index_delay)
@@ -502,9 +504,15 @@ class StrictFront:
             return _get_charges(operation, request, table_of)
         return []
 
-    def _ttl_deleting(self, table: Any, key: dict[str, Any]) -> AbstractContextManager[Any]:
-        """A TTL deletion, as the lagging indexes see a DeleteItem of ``key``."""
-        return self.indexes.around("DeleteItem", {}, [(table.name, key)], lambda _: table)
+    @contextlib.contextmanager
+    def _ttl_deleting(self, table: Any, key: dict[str, Any]) -> Iterator[None]:
+        """A TTL deletion, as the lagging indexes see a DeleteItem of ``key``; once done,
+        told to ``removed`` (table name, key) as a served write is told to the server's
+        observers (``local --data`` saves what they are told of)."""
+        with self.indexes.around("DeleteItem", {}, [(table.name, key)], lambda _: table):
+            yield
+        if self._removed is not None:
+            self._removed(table.name, key)
 
     def _stream_records(
         self, operation: str, request: dict[str, Any], table_of: Callable[[str], Any]
