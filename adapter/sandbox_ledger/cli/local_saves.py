@@ -249,7 +249,9 @@ class Saver:
             image.shard_count = self.ledger.run(self.ledger._resolve_shards())
         built = {}
         for key, lines in changed:
-            stored = bulk.session_items(key, [line for _, line in lines], image.shard_count)
+            stored = bulk.session_items(
+                key, [line for _, line in lines], image.shard_count, after.sequences.get(key)
+            )
             if stored is not None:
                 built[key] = stored
         try:
