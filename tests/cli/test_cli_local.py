@@ -882,6 +882,7 @@ def test_a_follow_across_a_restart_goes_on_and_a_writer_goes_on_numbering(
         before = [next(follow) for _ in range(3)]
         code, stderr = server.stop(signal.SIGTERM)
         assert code == 0, stderr
+        saved = (tmp_path / "dev.jsonl").read_text().splitlines()
 
         server = Local("--data", "dev.jsonl", "--port", str(port), cwd=tmp_path)
         try:
@@ -900,3 +901,11 @@ def test_a_follow_across_a_restart_goes_on_and_a_writer_goes_on_numbering(
     assert after == [3, 4, 5]
     assert resumed_steps == [3, 4, 5]
     assert stored == [0, 1, 2, 3, 4, 5]
+    # One run of marks from 0, in the incarnation FILE named before the restart: the
+    # writer's appends after it took the next numbers.
+    named = json.loads(saved[-1])
+    assert named["kind"] == "localSequences"
+    [[_, _, [[incarnation, number, index]]]] = named["sessions"]
+    assert (number, index) == (0, 0)
+    final = json.loads((tmp_path / "dev.jsonl").read_text().splitlines()[-1])
+    assert final["sessions"] == [["job", "sb", [[incarnation, 0, 0]]]]
