@@ -909,3 +909,43 @@ def test_a_follow_across_a_restart_goes_on_and_a_writer_goes_on_numbering(
     assert (number, index) == (0, 0)
     final = json.loads((tmp_path / "dev.jsonl").read_text().splitlines()[-1])
     assert final["sessions"] == [["job", "sb", [[incarnation, 0, 0]]]]
+
+
+def test_an_owners_conditional_write_from_before_a_restart_goes_on_after_it(
+    tmp_path: Path,
+) -> None:
+    """A resource record keeps its revision and incarnation across a restart of ``local
+    --data`` (FILE's record line names them): an owner's write conditional on what it read
+    before the restart lands after it. Before, the load stored each record anew (revision 1,
+    a new incarnation) and the write failed as a conflict."""
+    from resources.resource_fixtures import record
+    from sandbox_ledger.resources import SyncResourceRecordStore
+
+    mine = record()
+    server = Local("--data", "dev.jsonl", cwd=tmp_path)
+    env = server.env()
+    with SyncResourceRecordStore(
+        env["SANDBOX_LEDGER_TABLE"], endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1"
+    ) as store:
+        store.put(mine)
+        read = store.touch(mine.id)
+    code, stderr = server.stop(signal.SIGTERM)
+    assert code == 0, stderr
+
+    again = Local("--data", "dev.jsonl", cwd=tmp_path)
+    try:
+        env = again.env()
+        with SyncResourceRecordStore(
+            env["SANDBOX_LEDGER_TABLE"],
+            endpoint_url=env["AWS_ENDPOINT_URL"],
+            region_name="us-east-1",
+        ) as store:
+            written = store.put(
+                read.record,
+                expected_revision=read.revision,
+                expected_incarnation=read.incarnation,
+            )
+    finally:
+        code, stderr = again.stop(signal.SIGTERM)
+    assert code == 0, stderr
+    assert (written.revision, written.incarnation) == (read.revision + 1, read.incarnation)

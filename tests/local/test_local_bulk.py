@@ -289,3 +289,78 @@ def test_import_skips_a_data_files_sequences_line() -> None:
     first = entry_line(entry("a", "b", LedgerEvent.SandboxCreated, 1)) + "\n"
     parsed = parse_lines([first.encode(), line.encode()])
     assert not parsed.errors and len(parsed.entries) == 1
+
+
+def test_a_load_keeps_each_records_revision_incarnation_claim_and_observation(
+    server: LocalDynamoDB,
+) -> None:
+    """A record's line names what the store kept beside it (``stored``: its revision,
+    incarnation, TTL, a sweeper's observation and claim) and a load stores the very item: an
+    owner's write conditional on the revision and incarnation it read before a restart, and
+    a sweeper's on its observation or claim, go on after it. A line of an earlier version
+    (the record alone) loads as before: revision 1, a new incarnation."""
+    import time
+
+    from sandbox_ledger.local import journal
+    from sandbox_ledger.local.inprocess import Written
+    from sandbox_ledger.local.persist import DataState
+
+    ledger = inprocess.ledger(server, "rec-source", REGION)
+    ledger.create_table(sweep=SweepSettings())
+    store = inprocess.resource_store(server, "rec-source", REGION)
+    owned, swept = resource_record(), resource_record()
+    store.put(owned)
+    store.touch(owned.id)
+    store.put(swept)
+    now_ms = int(time.time() * 1000)
+    seen = store.get_versioned(swept.id)
+    assert seen is not None and store.observe(seen, now_ms)
+    claimed = store.claim(
+        store.get_versioned(swept.id),  # type: ignore[arg-type]
+        "idle",
+        owner="sweeper-1",
+        now_ms=now_ms,
+        until_ms=now_ms + 60_000,
+    )
+    before = {
+        i[k.PARTITION_KEY]["S"]: i
+        for i in _items(server, "rec-source")
+        if i[k.PARTITION_KEY]["S"].startswith(k.RESOURCE_PREFIX)
+    }
+    saved = journal.changes(DataState(), Written(everything=True), "rec-source", ledger, store)
+    lines = list(saved.after.lines())
+
+    _loaded(server, "rec-loaded", lines, use_bulk=True)
+    after = {
+        i[k.PARTITION_KEY]["S"]: i
+        for i in _items(server, "rec-loaded")
+        if i[k.PARTITION_KEY]["S"].startswith(k.RESOURCE_PREFIX)
+    }
+    assert after == before and len(after) == 2
+    loaded = inprocess.resource_store(server, "rec-loaded", REGION)
+    held = store.get_versioned(owned.id)
+    assert held is not None and held.revision == 2
+    loaded.put(owned, expected_revision=2, expected_incarnation=held.incarnation)
+    assert loaded.delete_claimed([claimed]) == [swept.id]
+
+    old = [re.sub(r', "stored": \{[^}]*\}', "", line) for line in lines]
+    assert old != lines
+    _loaded(server, "rec-old", old, use_bulk=True)
+    again = inprocess.resource_store(server, "rec-old", REGION).get_versioned(owned.id)
+    assert again is not None and again.revision == 1 and again.incarnation != held.incarnation
+
+
+@pytest.mark.parametrize(
+    "stored",
+    ['{"incarnation": "x"}', '{"revision": "2"}', '{"revision": 2, "extra": 1}', '"x"'],
+)
+def test_a_records_stored_fields_not_a_save_writes_are_refused_naming_the_line(
+    stored: str,
+) -> None:
+    from sandbox_ledger.errors import InvalidInputError
+
+    record = json.dumps(resource_record().wire())
+    line = f'{{"kind": "{RESOURCE_KIND}", "record": {record}, "stored": {stored}}}\n'
+    with pytest.raises(InvalidInputError, match="stored") as raised:
+        read_lines([line], "dev.jsonl")
+    assert raised.value.field == "dev.jsonl:1"
