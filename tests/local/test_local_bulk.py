@@ -262,7 +262,8 @@ def test_a_load_keeps_each_sessions_incarnation_and_numbers(server: LocalDynamoD
     ("line", "reason"),
     [
         ('{"kind":"localSequences"}', "no list of sessions"),
-        ('{"kind":"localSequences","sessions":[["a","b",[]]]}', "not [name, sandboxId, runs]"),
+        ('{"kind":"localSequences","sessions":[["a","b",[]]]}', "no runs"),
+        ('{"kind":"localSequences","sessions":[["a",[]]]}', "not [name, sandboxId, runs]"),
         ('{"kind":"localSequences","sessions":[["a","b",[["x",-1,0]]]]}', "a run is not"),
         ('{"kind":"localSequences","sessions":[["a","b",[["x",0,1]]]]}', "runs out of order"),
         (

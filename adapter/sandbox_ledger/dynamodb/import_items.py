@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from sandbox_ledger.sdk.attributes import Item
 
-__all__ = ["checked", "mark_runs", "order_ids_after", "session_items"]
+__all__ = ["check_runs", "checked", "mark_runs", "order_ids_after", "session_items"]
 
 
 def checked(entry: object) -> LedgerEntry:
@@ -99,6 +99,37 @@ def mark_runs(marks: Sequence[tuple[int, str] | None]) -> list[tuple[str, int, i
             runs.append((mark[1], mark[0], index))
         last = mark
     return runs
+
+
+def check_runs(value: object) -> tuple[tuple[str, int, int], ...]:
+    """``value`` (JSON) as a session's sequence :func:`mark_runs` makes: a non-empty list of
+    ``[incarnation, number, index]``, the first at index 0, each run's marks after the ones
+    before.
+
+    Raises:
+        ValueError: anything else (the reason says what).
+    """
+    if not isinstance(value, list) or not value:
+        raise ValueError("no runs")
+    runs: list[tuple[str, int, int]] = []
+    for run in value:
+        if (
+            not isinstance(run, list)
+            or len(run) != 3
+            or not isinstance(run[0], str)
+            or not 0 < len(run[0]) <= 64
+            or not all(type(n) is int and 0 <= n < seq.MAX_MARKS for n in run[1:])
+        ):
+            raise ValueError("a run is not [incarnation, number, index]")
+        if runs:
+            _, number, index = runs[-1]
+            ordered = run[2] > index and run[1] - number >= run[2] - index
+        else:
+            ordered = run[2] == 0
+        if not ordered:
+            raise ValueError("runs out of order")
+        runs.append((run[0], run[1], run[2]))
+    return tuple(runs)
 
 
 def _numbered(count: int, runs: Sequence[tuple[str, int, int]] | None) -> list[tuple[int, str]]:

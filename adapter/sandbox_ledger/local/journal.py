@@ -126,11 +126,9 @@ def _read_marked(
 ) -> Iterator[tuple[tuple[str, str], list[tuple[LedgerEntry, tuple[int, str] | None]]]]:
     """Each of ``sessions`` read whole, each entry with its sequence mark, in runs of
     :data:`_READ_SESSIONS` (each run a request's time of the server)."""
-    from sandbox_ledger.dynamodb import _ops
-
     for start in range(0, len(sessions), _READ_SESSIONS):
         run = sessions[start : start + _READ_SESSIONS]
-        yield from zip(run, ledger.run(_ops.read_each_marked(ledger.table_name, run)), strict=True)
+        yield from zip(run, ledger.read_sessions_marked(run), strict=True)
 
 
 def _runs(marked: list[tuple[LedgerEntry, tuple[int, str] | None]]) -> Runs | None:

@@ -449,7 +449,7 @@ def _apply_sequences(state: DataState, value: dict[str, Any], where: str) -> Non
     Raises:
         InvalidInputError: not one such line writes (field: ``where``).
     """
-    from sandbox_ledger.dynamodb._sequence import MAX_MARKS
+    from sandbox_ledger.dynamodb.import_items import check_runs
 
     sessions = value.get("sessions")
     if set(value) != {"kind", "sessions"} or not isinstance(sessions, list):
@@ -460,33 +460,15 @@ def _apply_sequences(state: DataState, value: dict[str, Any], where: str) -> Non
             not isinstance(session, list)
             or len(session) != 3
             or not all(isinstance(part, str) for part in session[:2])
-            or not isinstance(session[2], list)
-            or not session[2]
         ):
             raise InvalidInputError(where, f"{SEQUENCES_KIND}: not [name, sandboxId, runs]")
-        runs: list[tuple[str, int, int]] = []
-        for run in session[2]:
-            if (
-                not isinstance(run, list)
-                or len(run) != 3
-                or not isinstance(run[0], str)
-                or not 0 < len(run[0]) <= 64
-                or not all(type(n) is int and 0 <= n < MAX_MARKS for n in run[1:])
-            ):
-                raise InvalidInputError(
-                    where, f"{SEQUENCES_KIND}: a run is not [incarnation, number, index]"
-                )
-            if runs:
-                _, number, index = runs[-1]
-                ordered = run[2] > index and run[1] - number >= run[2] - index
-            else:
-                ordered = run[2] == 0
-            if not ordered:
-                raise InvalidInputError(
-                    where, f"{SEQUENCES_KIND}: runs out of order for {session[:2]!r}"
-                )
-            runs.append((run[0], run[1], run[2]))
-        found[(session[0], session[1])] = tuple(runs)
+        try:
+            runs = check_runs(session[2])
+        except ValueError as exc:
+            raise InvalidInputError(
+                where, f"{SEQUENCES_KIND}: {exc} for {tuple(session[:2])!r}"
+            ) from exc
+        found[(session[0], session[1])] = runs
     if any(key in state.sequences for key in found):
         state.appended = True
     state.sequences.update(found)
