@@ -949,3 +949,38 @@ def test_an_owners_conditional_write_from_before_a_restart_goes_on_after_it(
         code, stderr = again.stop(signal.SIGTERM)
     assert code == 0, stderr
     assert (written.revision, written.incarnation) == (read.revision + 1, read.incarnation)
+
+
+def test_a_data_file_of_an_earlier_version_names_its_sequences_from_the_first_save(
+    tmp_path: Path,
+) -> None:
+    """FILE without ``localSequences`` lines (an earlier version's, or an export) loads each
+    session in a new incarnation, and the first save (here the one on exit, nothing else
+    changed) writes FILE whole naming them: a follow across the next restart goes on. Before,
+    a session nothing changed had no sequence in FILE, and each restart drew another."""
+    from sandbox_ledger import LedgerEntry
+    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+
+    created = LedgerEntry(
+        ts=1, name="job", sandbox_id="old", step_index=-1, event="sandbox.created"
+    )
+    (tmp_path / "dev.jsonl").write_text(json.dumps(created.wire()) + "\n")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    endpoint = f"http://127.0.0.1:{port}"
+    server = Local("--data", "dev.jsonl", "--port", str(port), cwd=tmp_path)
+    with SyncDynamoDBAdapter("sandbox-ledger", endpoint_url=endpoint, region_name="us-east-1") as a:
+        follow = a.follow("job", "old")
+        assert next(follow).entry.event == "sandbox.created"
+        code, stderr = server.stop(signal.SIGTERM)
+        assert code == 0, stderr
+        server = Local("--data", "dev.jsonl", "--port", str(port), cwd=tmp_path)
+        try:
+            a.append(created.model_copy(update={"ts": 2, "event": "sandbox.closed"}))
+            events = [followed.entry.event for followed in follow]
+        finally:
+            code, stderr = server.stop(signal.SIGTERM)
+        assert code == 0, stderr
+    assert events == ["sandbox.closed"]
+    assert _file_lines(tmp_path / "dev.jsonl") == 2

@@ -91,6 +91,7 @@ class Saver:
         # tables: the collector is held off meanwhile, then they are kept out of its walks.
         with no_collection():
             state = read_data(self.data)
+            named = len(state.sequences)
             if self.image is not None and self.bulk is not None:
                 self.image.read()
             total = state.entries + len(state.environments) + len(state.records)
@@ -111,7 +112,9 @@ class Saver:
                     return False
             gc.freeze()
         self.mirror, self.file, self.whole = state, before, before.st_size
-        self.stale = state.appended
+        # Sessions FILE named no sequence for (an earlier version's) now have the one the
+        # load stored them in: the next save writes FILE whole, naming every one.
+        self.stale = state.appended or named != len(state.sequences)
         image = self.image
         if image is not None and image.found.ignored is not None:
             say(f"{image.path}: {image.found.ignored}; ignored (the load built every session)")

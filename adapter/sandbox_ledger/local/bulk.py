@@ -34,7 +34,7 @@ from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.local.image import Flat, Stored, fingerprint, lines_digest, no_collection
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable
 
     from sandbox_ledger.dynamodb.adapter import SyncDynamoDBAdapter
     from sandbox_ledger.local.dynamodb import LocalDynamoDB
@@ -103,11 +103,13 @@ def load_entries(
     ledger: SyncDynamoDBAdapter,
     sessions: list[tuple[tuple[str, str], list[str]]],
     progress: Callable[[int], None] | None = None,
-    sequences: Mapping[tuple[str, str], Runs] | None = None,
+    sequences: dict[tuple[str, str], Runs] | None = None,
     image: Image | None = None,
 ) -> int | None:
     """Put ``sessions`` (each one's entry lines) into ``ledger``'s table on ``server`` (see
-    the module), each with its marks as ``sequences`` says (where it names the session),
+    the module), each with its marks as ``sequences`` says (where it names the session; a
+    session it does not name is added to it with the marks it was stored with, for the
+    file to name them from then on),
     :data:`CHUNK` sessions at a time, each chunk built (or taken from ``image``, read
     already, for a session whose lines and sequence it holds) and then put in under the
     server's lock (``progress`` is called with its number of entries: it may raise to stop
@@ -156,6 +158,11 @@ def load_entries(
                             return None
                     elif image is not None:
                         image.used += 1
+                    if runs is None and sequences is not None:
+                        drawn = _runs_of(stored)
+                        if drawn is not None:  # kept under the lines and marks from now on
+                            sequences[key] = drawn
+                            stored = stored._replace(digest=lines_digest(lines, drawn))
                     built.append(stored)
                     last_order = max(last_order, stored.last_order)
                 with server.exclusive():
@@ -182,9 +189,28 @@ CHUNK = 256
 """Sessions built and put in at once (the server's lock is held for one chunk's items)."""
 
 
+def _runs_of(stored: Stored) -> Runs | None:
+    """The sequence ``stored``'s marks make (see :func:`import_items.mark_runs`)."""
+    from sandbox_ledger.dynamodb import import_items
+    from sandbox_ledger.keys import LedgerAttr as A
+
+    marks: list[tuple[int, str]] = []
+    for values in stored.items:
+        number = k.sequence_number(values[1])
+        if number is not None:
+            item = unflat(values)
+            if A.REF in item and A.INCARNATION in item:
+                marks.append((number, item[A.INCARNATION]["S"]))
+    runs = import_items.mark_runs([mark for mark in sorted(marks)])
+    return None if not runs else tuple(runs)
+
+
 def _holds(stored: Stored, session: tuple[str, str], lines: list[str], runs: Runs | None) -> bool:
     """Whether ``stored`` is the items of ``session`` built from ``lines`` and ``runs``:
-    their digest, and every item in the session's partition."""
+    their digest, and every item in the session's partition. Without ``runs`` (a file that
+    names no sequence for the session), items built in any sequence will do."""
+    if runs is None and stored.digest != lines_digest(lines):
+        runs = _runs_of(stored)  # kept under the marks it was stored in (see load_entries)
     if stored.digest != lines_digest(lines, runs):
         return False
     pk = k.session_pk(*session)
