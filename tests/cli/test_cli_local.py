@@ -683,6 +683,11 @@ def test_a_restart_takes_the_image_and_one_damaged_is_ignored_with_a_word(
 
     _, said = start()
     assert kept.exists() and "ignored" not in said
+    # FILE's lines (written whole, in export's order) and the line the first save added
+    # naming the sessions' sequences (FILE named none): the same from then on.
+    named = data.read_bytes()
+    assert _file_lines(data) == 6_000
+    assert sorted(named.splitlines()[:-1]) == sorted(before.splitlines())
     found = image.read(kept)
     assert found.ignored is None and len(found.sessions) == 1_000
     written = kept.read_bytes()
@@ -694,7 +699,7 @@ def test_a_restart_takes_the_image_and_one_damaged_is_ignored_with_a_word(
     _, said = start(replacing=bytes(damaged))
     assert f"{kept.resolve()}: damaged (a record's digest does not match); ignored" in said
     assert image.read(kept).ignored is None  # written again
-    assert data.read_bytes() == before
+    assert data.read_bytes() == named
     assert sorted(p.name for p in tmp_path.iterdir()) == [".dev.jsonl.image", "dev.jsonl"]
 
 
