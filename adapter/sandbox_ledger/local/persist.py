@@ -2,9 +2,7 @@
 
 The file is JSON lines: the ledger exactly as ``sandbox-ledger export`` writes it (entries,
 then environment records), then one line per resource record,
-``{"kind": "resourceRecord", "record": {...}, "stored": {...}}`` with the record in its file
-shape and what the store kept beside it (its revision, incarnation, TTL, a sweeper's
-observation and claim: see :data:`_KEPT_FIELDS`), which a load stores as it was; a record
+``{"kind": "resourceRecord", "record": {...}}`` with the record in its file shape; a record
 this version cannot read (a newer writer's field, another phase) is kept as stored:
 ``{"kind": "resourceRecord", "unreadable": "why", "item": {...}}``, its whole item in
 DynamoDB's JSON (binary values in base64), which a load writes back as it is; then, last,
@@ -114,33 +112,9 @@ def record_line(found: VersionedRecord | Unreadable) -> str:
     value = (
         {"kind": RESOURCE_KIND, "unreadable": found.reason, "item": _json_item(found.item)}
         if isinstance(found, Unreadable)
-        else {"kind": RESOURCE_KIND, "record": found.record.wire(), "stored": _kept(found)}
+        else {"kind": RESOURCE_KIND, "record": found.record.wire()}
     )
     return json.dumps(value, ensure_ascii=False) + "\n"
-
-
-_KEPT_FIELDS = {
-    "revision": "revision",
-    "incarnation": "incarnation",
-    "expiresAt": "expires_at",
-    "expiring": "expiring",
-    "claimedBy": "claimed_by",
-    "claimUntilMs": "claim_until_ms",
-    "claimRev": "claim_rev",
-    "observedRev": "observed_rev",
-    "observedAtMs": "observed_at_ms",
-}
-"""A record line's ``stored``: what the store keeps beside the record (its revision,
-incarnation, TTL, a sweeper's claim and observation), which owners' and sweepers'
-conditional writes are bound to."""
-
-
-def _kept(found: VersionedRecord) -> dict[str, Any]:
-    return {
-        name: getattr(found, field)
-        for name, field in _KEPT_FIELDS.items()
-        if getattr(found, field) is not None
-    }
 
 
 def deleted_record_line(record_id: str) -> str:
@@ -285,7 +259,7 @@ def load_state(
     Raises:
         InvalidInputError: a line the store refuses (field: the file and line number).
     """
-    from sandbox_ledger.resources import ResourceActivityRecord, VersionedRecord
+    from sandbox_ledger.resources import ResourceActivityRecord
     from sandbox_ledger.transfer import import_lines
 
     numbers: list[int] = []
@@ -312,9 +286,7 @@ def load_state(
     for number, line in state.records.values():
         record = _resource_line(line.encode("utf-8"), f"{state.path}:{number}")
         if isinstance(record, ResourceActivityRecord):
-            store.put(record)  # a line of an earlier version: a new incarnation
-        elif isinstance(record, VersionedRecord):
-            store.put_versioned(record)
+            store.put(record)
         elif record is not None:
             store.put_stored(record)
         if progress is not None:
@@ -369,7 +341,6 @@ def _apply_record(
     state: DataState, value: dict[str, Any], number: int, raw: bytes, where: str
 ) -> None:
     from sandbox_ledger import keys as k
-    from sandbox_ledger.resources import VersionedRecord
 
     deleted = value.get("deleted")
     if isinstance(deleted, str):
@@ -381,8 +352,6 @@ def _apply_record(
         _refuse(raw, where)
     if isinstance(record, dict):
         record_id = k.resource_id(record[k.PARTITION_KEY]["S"])
-    elif isinstance(record, VersionedRecord):
-        record_id = record.record.id
     else:
         record_id = record.id
     if record_id in state.records:
@@ -474,12 +443,9 @@ def _apply_sequences(state: DataState, value: dict[str, Any], where: str) -> Non
     state.sequences.update(found)
 
 
-def _resource_line(
-    raw: bytes, where: str
-) -> VersionedRecord | ResourceActivityRecord | Item | None:
-    """The resource record of a ``resourceRecord`` line, with what the store kept beside it
-    (the stored item of an unreadable one; the record alone in a line of an earlier version),
-    None for any other line."""
+def _resource_line(raw: bytes, where: str) -> ResourceActivityRecord | Item | None:
+    """The resource record of a ``resourceRecord`` line (the stored item of an unreadable
+    one), None for any other line."""
     from pydantic import ValidationError
 
     from sandbox_ledger.resources import ResourceActivityRecord
@@ -499,36 +465,9 @@ def _resource_line(
     try:
         # Read as the store reads what it holds: a heartbeat from an owner whose clock runs
         # behind the creator's is stored on purpose, so the file that saved it loads it.
-        record = ResourceActivityRecord.model_validate(
-            value.get("record"), context={"stored": True}
-        )
+        return ResourceActivityRecord.model_validate(value.get("record"), context={"stored": True})
     except ValidationError as exc:
         raise InvalidInputError(where, f"not a resource record ({exc.errors()[0]['msg']})") from exc
-    if "stored" not in value:
-        return record
-    return _versioned(record, value["stored"], where)
-
-
-def _versioned(record: ResourceActivityRecord, kept: object, where: str) -> VersionedRecord:
-    """``record`` with what a line's ``stored`` says the store kept beside it.
-
-    Raises:
-        InvalidInputError: ``stored`` is not what :func:`record_line` writes (field: ``where``).
-    """
-    from sandbox_ledger.resources import VersionedRecord
-
-    if not isinstance(kept, dict) or "revision" not in kept or set(kept) - set(_KEPT_FIELDS):
-        raise InvalidInputError(where, "resource record: `stored` is not the one a save writes")
-    fields: dict[str, Any] = {}
-    for name, value in kept.items():
-        text = name in ("incarnation", "expiring", "claimedBy")
-        if not (
-            (text and isinstance(value, str) and value)
-            or (not text and type(value) is int and 0 <= value < 2**63)
-        ):
-            raise InvalidInputError(where, f"resource record: `stored.{name}` is not valid")
-        fields[_KEPT_FIELDS[name]] = value
-    return VersionedRecord(record=record, **fields)
 
 
 def _json_item(item: Item | None) -> dict[str, Any]:

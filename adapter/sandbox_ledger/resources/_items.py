@@ -192,34 +192,6 @@ def decode(item: Item) -> VersionedRecord:
     )
 
 
-_KEPT: tuple[tuple[str, str, Any], ...] = (
-    ("expiring", k.CLAIM, S),
-    ("claimed_by", k.CLAIM_OWNER, S),
-    ("claim_until_ms", k.CLAIM_UNTIL, N),
-    ("claim_rev", k.CLAIM_REV, N),
-    ("observed_rev", k.OBSERVED_REV, N),
-    ("observed_at_ms", k.OBSERVED_AT, N),
-    ("incarnation", k.INCARNATION, S),
-)
-"""What owners and sweepers keep on a record's item beside the record: the field of
-:class:`VersionedRecord`, its attribute, its type."""
-
-
-def stored_item(stored: VersionedRecord, shard_count: int) -> Item:
-    """The item :func:`decode` reads ``stored`` from: the record as a full write stores it
-    (its TTL ``expires_at``), with its revision, incarnation, claim and observation."""
-    item: Item = {
-        **record_key(stored.record.id),
-        **write_values(stored.record, expires_at=stored.expires_at, shard_count=shard_count),
-        k.REVISION: N(stored.revision),
-    }
-    for name, attribute, kind in _KEPT:
-        value = getattr(stored, name)
-        if value is not None:
-            item[attribute] = kind(value)
-    return item
-
-
 def hidden(stored: VersionedRecord, now_s: int) -> bool:
     """True past its TTL (DynamoDB may take days to delete it); never without a TTL."""
     return stored.expires_at is not None and stored.expires_at <= now_s

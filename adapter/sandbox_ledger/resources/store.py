@@ -11,7 +11,7 @@ from sandbox_ledger import keys as k
 from sandbox_ledger.deployment import get_descriptor, resolve_shard_count, store_identity
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.resources import _ops
-from sandbox_ledger.resources._items import Unreadable, VersionedRecord, stored_item
+from sandbox_ledger.resources._items import Unreadable, VersionedRecord
 from sandbox_ledger.resources._ops import Page
 from sandbox_ledger.resources.models import FAILED_PHASES, LIVE_PHASES, ResourceActivityRecord
 from sandbox_ledger.resources.settings import resolve_policy
@@ -441,20 +441,6 @@ class SyncResourceRecordStore(_Base, SyncClientOwner):
             ConflictError: a record is stored under that key.
         """
         self.run(_ops.put_stored(self.table_name, item))
-
-    def put_versioned(self, stored: VersionedRecord) -> None:
-        """Write ``stored`` as another table held it (its revision, incarnation, claim,
-        observation and TTL: a local server's data file keeps them so), where no record is
-        stored: an owner's or a sweeper's write conditional on what it read goes on.
-
-        Raises:
-            ConflictError: a record is stored under its id.
-        """
-        self.run(self._put_versioned(stored))
-
-    def _put_versioned(self, stored: VersionedRecord) -> Op[None]:
-        shard_count = yield from self._shard_count()
-        yield from _ops.put_stored(self.table_name, stored_item(stored, shard_count))
 
     def get(self, record_id: str) -> ResourceActivityRecord | None:
         """The record, or None (absent, or past its TTL)."""
