@@ -84,6 +84,11 @@ that line's failure, read past in pieces of 1 MiB without being held (a file of 
 without a newline does not fill the memory), and the import goes on."""
 
 ENVIRONMENT_KIND = "environment"
+LOCAL_SEQUENCES_KIND = "localSequences"
+"""The line of a local server's data file that names its sessions' sequences
+(:data:`sandbox_ledger.local.persist.SEQUENCES_KIND`): an import skips it, as a blank line."""
+_LOCAL_SEQUENCES_START = '{"kind":"localSequences",'
+
 """The ``kind`` of an environment record's line in an export."""
 EXPORT_SESSIONS = 100
 """The most sessions an export reads at a time (one query on SQL)."""
@@ -218,6 +223,8 @@ def _parse_line(
         typed = _typed_line(text)
         if typed is not None:
             return typed
+        if text.startswith(_LOCAL_SEQUENCES_START):
+            return None  # a local server's data file: its sessions' sequences, not the ledger
         raise ValueError(_reason(exc)) from exc
     # A JSON object may name a key twice, which the parse above takes as its last value: such
     # a line is refused. Only a line with more colons than the entry holds keys may name one
@@ -252,6 +259,8 @@ def _typed_line(text: str) -> EnvironmentRecord | None:
     if not isinstance(value, dict) or "kind" not in value or "event" in value:
         return None
     kind = value["kind"]
+    if kind == LOCAL_SEQUENCES_KIND:
+        return None
     if kind != ENVIRONMENT_KIND:
         raise ValueError(
             f"line kind {kind!r} is unknown to this version of sandbox-ledger (written by a "

@@ -61,6 +61,14 @@ class Local:
         return self.process.returncode, stderr
 
 
+def _file_lines(data: Path) -> int:
+    """The ledger and record lines of a data file written whole: all but its last, the line
+    naming its sessions' sequences."""
+    lines = data.read_text().splitlines()
+    assert lines and json.loads(lines[-1])["kind"] == "localSequences", lines[-1:]
+    return len(lines) - 1
+
+
 def test_local_serves_until_a_signal_and_keeps_its_data(tmp_path: Path) -> None:
     from resources.resource_fixtures import record
     from sandbox_ledger.resources.files import record_file_text
@@ -99,11 +107,11 @@ def test_local_killed_loses_at_most_the_last_seconds_never_the_file(tmp_path: Pa
     assert run(["import", str(ROOT / "examples" / "ledger.jsonl")], env).returncode == 0
     data = tmp_path / "dev.jsonl"
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not (data.exists() and data.read_text().count("\n") == 6):
+    while time.monotonic() < deadline and not (data.exists() and _file_lines(data) == 6):
         time.sleep(0.1)  # saved within the interval
     server.process.kill()
     server.process.wait()
-    assert len((tmp_path / "dev.jsonl").read_text().splitlines()) == 6
+    assert _file_lines(tmp_path / "dev.jsonl") == 6
     # No temporary file left; a killed server's lock file stays, its lock free at once: the
     # next server takes it, and removes it when it stops.
     assert sorted(p.name for p in tmp_path.iterdir()) == [".dev.jsonl.lock", "dev.jsonl"]
@@ -276,7 +284,7 @@ def test_a_second_local_on_the_same_data_file_is_refused(tmp_path: Path) -> None
     finally:
         code, stderr = first.stop()
     assert code == 0 and "saved 6 entries" in stderr, stderr
-    assert len((tmp_path / "dev.jsonl").read_text().splitlines()) == 6
+    assert _file_lines(tmp_path / "dev.jsonl") == 6
     # Once the first has stopped, the file is free again.
     again = Local("--data", "dev.jsonl", cwd=tmp_path)
     assert again.stop()[0] == 0
@@ -299,7 +307,7 @@ def test_a_failed_save_keeps_serving_and_the_last_one_keeps_the_tables(tmp_path:
     )
     (tmp_path / "d").mkdir()
     assert server.process.stderr.readline() == "saved d/dev.jsonl again\n"
-    assert len((tmp_path / "d" / "dev.jsonl").read_text().splitlines()) == 6
+    assert _file_lines(tmp_path / "d" / "dev.jsonl") == 6
     shutil.rmtree(tmp_path / "d")
     assert run(["rm", "build", "sb-2", "--yes"], env).returncode == 0  # still serving
     code, stderr = server.stop()
@@ -308,7 +316,8 @@ def test_a_failed_save_keeps_serving_and_the_last_one_keeps_the_tables(tmp_path:
     assert kept is not None, stderr
     saved = Path(kept.group(1))
     try:
-        lines = saved.read_text().splitlines()
+        assert _file_lines(saved) == 5
+        lines = saved.read_text().splitlines()[:-1]
     finally:
         saved.unlink()
     example = (ROOT / "examples" / "ledger.jsonl").read_text().splitlines()
@@ -350,7 +359,7 @@ def test_closing_the_terminal_saves_and_stops(tmp_path: Path) -> None:
     code, stderr = server.stop(signal.SIGHUP)
     assert code == 0, stderr
     assert stderr.splitlines()[-1].startswith("SIGHUP: stopped; saved 6 entries")
-    assert len((tmp_path / "dev.jsonl").read_text().splitlines()) == 6
+    assert _file_lines(tmp_path / "dev.jsonl") == 6
 
 
 def test_a_data_file_replaced_by_a_fifo_between_the_look_and_the_write_says_so(
@@ -394,9 +403,7 @@ def test_a_data_file_turned_into_a_fifo_is_a_failed_save_not_a_hang(tmp_path: Pa
     deadline = time.monotonic() + 10
     # Wait for the save of all 6 entries: a save still in flight would rename its file over
     # the FIFO, and then no save fails (CI hung here once, waiting for the line below).
-    while time.monotonic() < deadline and not (
-        data.exists() and len(data.read_text().splitlines()) == 6
-    ):
+    while time.monotonic() < deadline and not (data.exists() and _file_lines(data) == 6):
         time.sleep(0.1)
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
@@ -424,7 +431,7 @@ def test_a_data_file_turned_into_a_fifo_is_a_failed_save_not_a_hang(tmp_path: Pa
     stderr = "".join(iter(lambda: lines.get(timeout=30), ""))
     assert code == 1 and "the tables are saved in" in stderr, stderr
     saved = Path(re.search(r"the tables are saved in (\S+) instead", stderr).group(1))  # type: ignore[union-attr]
-    assert len(saved.read_text().splitlines()) == 5
+    assert _file_lines(saved) == 5
     saved.unlink()
 
 
@@ -681,6 +688,11 @@ def test_a_restart_takes_the_image_and_one_damaged_is_ignored_with_a_word(
 
     _, said = start()
     assert kept.exists() and "ignored" not in said
+    # FILE's lines (written whole, in export's order) and the line the first save added
+    # naming the sessions' sequences (FILE named none): the same from then on.
+    named = data.read_bytes()
+    assert _file_lines(data) == 6_000
+    assert sorted(named.splitlines()[:-1]) == sorted(before.splitlines())
     found = image.read(kept)
     assert found.ignored is None and len(found.sessions) == 1_000
     written = kept.read_bytes()
@@ -692,7 +704,7 @@ def test_a_restart_takes_the_image_and_one_damaged_is_ignored_with_a_word(
     _, said = start(replacing=bytes(damaged))
     assert f"{kept.resolve()}: damaged (a record's digest does not match); ignored" in said
     assert image.read(kept).ignored is None  # written again
-    assert data.read_bytes() == before
+    assert data.read_bytes() == named
     assert sorted(p.name for p in tmp_path.iterdir()) == [".dev.jsonl.image", "dev.jsonl"]
 
 
@@ -1160,3 +1172,139 @@ def test_a_copy_of_its_data_is_another_store(tmp_path: Path) -> None:
         for server in (first, second):
             code, stderr = server.stop(signal.SIGTERM)
             assert code == 0, stderr
+
+
+def test_a_follow_across_a_restart_goes_on_and_a_writer_goes_on_numbering(
+    tmp_path: Path,
+) -> None:
+    """A restart of ``local --data`` keeps each session's incarnation and its marks'
+    numbers (FILE names them: a ``localSequences`` line): a follow polling across it, and one
+    resumed with a position from before it, hand out every entry appended after the restart
+    once, in order, and end after ``sandbox.closed``; a writer that kept running appends on
+    after it, each entry once. Before, the load began each session in a new incarnation,
+    which a follower takes for a delete of its session: both follows ended at once."""
+    from sandbox_ledger import LedgerEntry
+    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    def entry(step: int, event: str = "exec.started") -> LedgerEntry:
+        return LedgerEntry(ts=step, name="job", sandbox_id="sb", step_index=step, event=event)
+
+    def adapter() -> SyncDynamoDBAdapter:
+        return SyncDynamoDBAdapter(
+            "sandbox-ledger", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1"
+        )
+
+    server = Local("--data", "dev.jsonl", "--port", str(port), cwd=tmp_path)
+    with adapter() as writer, adapter() as reader:
+        for step, event in enumerate(["sandbox.created", "exec.started", "exec.started"]):
+            writer.append(entry(step, event))
+        follow = reader.follow("job", "sb")
+        before = [next(follow) for _ in range(3)]
+        code, stderr = server.stop(signal.SIGTERM)
+        assert code == 0, stderr
+        saved = (tmp_path / "dev.jsonl").read_text().splitlines()
+
+        server = Local("--data", "dev.jsonl", "--port", str(port), cwd=tmp_path)
+        try:
+            for step in (3, 4):
+                writer.append(entry(step))  # its guess of the next mark from before holds
+            writer.append(entry(5, "sandbox.closed"))
+            after = [followed.entry.step_index for followed in follow]
+            with adapter() as resumed:
+                again = resumed.follow("job", "sb", after=before[-1].position)
+                resumed_steps = [followed.entry.step_index for followed in again]
+                stored = [e.step_index for e in resumed.read_in_append_order("job", "sb")]
+        finally:
+            code, stderr = server.stop(signal.SIGTERM)
+        assert code == 0, stderr
+    assert [f.entry.step_index for f in before] == [0, 1, 2]
+    assert after == [3, 4, 5]
+    assert resumed_steps == [3, 4, 5]
+    assert stored == [0, 1, 2, 3, 4, 5]
+    # One run of marks from 0, in the incarnation FILE named before the restart: the
+    # writer's appends after it took the next numbers.
+    named = json.loads(saved[-1])
+    assert named["kind"] == "localSequences"
+    [[_, _, [[incarnation, number, index]]]] = named["sessions"]
+    assert (number, index) == (0, 0)
+    final = json.loads((tmp_path / "dev.jsonl").read_text().splitlines()[-1])
+    assert final["sessions"] == [["job", "sb", [[incarnation, 0, 0]]]]
+
+
+def test_an_owners_conditional_write_from_before_a_restart_goes_on_after_it(
+    tmp_path: Path,
+) -> None:
+    """A resource record keeps its revision and incarnation across a restart of ``local
+    --data`` (FILE's record line names them): an owner's write conditional on what it read
+    before the restart lands after it. Before, the load stored each record anew (revision 1,
+    a new incarnation) and the write failed as a conflict."""
+    from resources.resource_fixtures import record
+    from sandbox_ledger.resources import SyncResourceRecordStore
+
+    mine = record()
+    server = Local("--data", "dev.jsonl", cwd=tmp_path)
+    env = server.env()
+    with SyncResourceRecordStore(
+        env["SANDBOX_LEDGER_TABLE"], endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1"
+    ) as store:
+        store.put(mine)
+        read = store.touch(mine.id)
+    code, stderr = server.stop(signal.SIGTERM)
+    assert code == 0, stderr
+
+    again = Local("--data", "dev.jsonl", cwd=tmp_path)
+    try:
+        env = again.env()
+        with SyncResourceRecordStore(
+            env["SANDBOX_LEDGER_TABLE"],
+            endpoint_url=env["AWS_ENDPOINT_URL"],
+            region_name="us-east-1",
+        ) as store:
+            written = store.put(
+                read.record,
+                expected_revision=read.revision,
+                expected_incarnation=read.incarnation,
+            )
+    finally:
+        code, stderr = again.stop(signal.SIGTERM)
+    assert code == 0, stderr
+    assert (written.revision, written.incarnation) == (read.revision + 1, read.incarnation)
+
+
+def test_a_data_file_of_an_earlier_version_names_its_sequences_from_the_first_save(
+    tmp_path: Path,
+) -> None:
+    """FILE without ``localSequences`` lines (an earlier version's, or an export) loads each
+    session in a new incarnation, and the first save (here the one on exit, nothing else
+    changed) writes FILE whole naming them: a follow across the next restart goes on. Before,
+    a session nothing changed had no sequence in FILE, and each restart drew another."""
+    from sandbox_ledger import LedgerEntry
+    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+
+    created = LedgerEntry(
+        ts=1, name="job", sandbox_id="old", step_index=-1, event="sandbox.created"
+    )
+    (tmp_path / "dev.jsonl").write_text(json.dumps(created.wire()) + "\n")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    endpoint = f"http://127.0.0.1:{port}"
+    server = Local("--data", "dev.jsonl", "--port", str(port), cwd=tmp_path)
+    with SyncDynamoDBAdapter("sandbox-ledger", endpoint_url=endpoint, region_name="us-east-1") as a:
+        follow = a.follow("job", "old")
+        assert next(follow).entry.event == "sandbox.created"
+        code, stderr = server.stop(signal.SIGTERM)
+        assert code == 0, stderr
+        server = Local("--data", "dev.jsonl", "--port", str(port), cwd=tmp_path)
+        try:
+            a.append(created.model_copy(update={"ts": 2, "event": "sandbox.closed"}))
+            events = [followed.entry.event for followed in follow]
+        finally:
+            code, stderr = server.stop(signal.SIGTERM)
+        assert code == 0, stderr
+    assert events == ["sandbox.closed"]
+    assert _file_lines(tmp_path / "dev.jsonl") == 2

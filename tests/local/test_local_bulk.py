@@ -88,8 +88,8 @@ def _loaded(
     store = inprocess.resource_store(server, table, REGION)
     used: list[int | None] = []
 
-    def bulk_load(sessions: Any, progress: Any) -> int | None:
-        used.append(bulk.load_entries(server, ledger, sessions, progress=progress))
+    def bulk_load(sessions: Any, progress: Any, sequences: Any = None) -> int | None:
+        used.append(bulk.load_entries(server, ledger, sessions, progress, sequences))
         return used[-1]
 
     loaded = load_state(read_lines(lines), ledger, store, bulk=bulk_load if use_bulk else None)
@@ -206,3 +206,87 @@ def test_moto_out_of_reach_warns_and_imports(
     with pytest.warns(bulk.BulkLoadWarning):
         assert bulk.load_entries(server, ledger, [(("a", "b"), [good])]) is None
     assert ledger.scan_sessions(None) == []
+
+
+def _marks(server: LocalDynamoDB, table: str) -> dict[tuple[str, str], tuple[str, bool, bool]]:
+    """Every sequence mark: (partition, sort key) -> (incarnation, has an entry, spent)."""
+    return {
+        (i[k.PARTITION_KEY]["S"], i[k.SORT_KEY]["S"]): (
+            i[A.INCARNATION]["S"],
+            A.REF in i,
+            A.SPENT in i,
+        )
+        for i in _items(server, table)
+        if k.sequence_number(i[k.SORT_KEY]["S"]) is not None
+    }
+
+
+def test_a_load_keeps_each_sessions_incarnation_and_numbers(server: LocalDynamoDB) -> None:
+    """A save names each session's sequence (``localSequences``) and a load stores the
+    entries with those marks: the same incarnation and numbers, a session begun again after a
+    delete numbered on after its seal, its mark 0 left spent (no number is taken twice). A
+    file without the line loads as before: from 0, in a new incarnation."""
+    from sandbox_ledger.local import journal
+    from sandbox_ledger.local.inprocess import Written
+    from sandbox_ledger.local.persist import SEQUENCES_KIND, DataState
+
+    ledger = inprocess.ledger(server, "seq-source", REGION)
+    ledger.create_table(sweep=SweepSettings())
+    store = inprocess.resource_store(server, "seq-source", REGION)
+    for step in range(3):
+        ledger.append(entry("job", "again", LedgerEvent.ExecStarted, 100 + step, step=step))
+        ledger.append(entry("job", "kept", LedgerEvent.ExecStarted, 100 + step, step=step))
+    ledger.delete_sandbox("job", "again")
+    for step in range(2):
+        ledger.append(entry("job", "again", LedgerEvent.ExecStarted, 200 + step, step=step))
+    saved = journal.changes(DataState(), Written(everything=True), "seq-source", ledger, store)
+    lines = list(saved.after.lines())
+    assert json.loads(lines[-1])["kind"] == SEQUENCES_KIND
+    before = _marks(server, "seq-source")
+
+    _loaded(server, "seq-loaded", lines, use_bulk=True)
+    after = _marks(server, "seq-loaded")
+    with_entries = {key: value for key, value in before.items() if value[1]}
+    assert with_entries and {key: v for key, v in after.items() if v[1]} == with_entries
+    again = k.session_pk("job", "again")
+    assert after[(again, k.sequence_sk(0))][1:] == (False, True)  # spent, as the delete left it
+    assert min(n for (pk, sk) in with_entries if pk == again and (n := k.sequence_number(sk))) > 3
+
+    _loaded(server, "seq-old", lines[:-1], use_bulk=True)  # a file of an earlier version
+    old = {key: v for key, v in _marks(server, "seq-old").items() if v[1]}
+    assert sorted(k.sequence_number(sk) for pk, sk in old if pk == again) == [0, 1]
+    assert not {v[0] for v in old.values()} & {v[0] for v in with_entries.values()}
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ('{"kind":"localSequences"}', "no list of sessions"),
+        ('{"kind":"localSequences","sessions":[["a","b",[]]]}', "no runs"),
+        ('{"kind":"localSequences","sessions":[["a",[]]]}', "not [name, sandboxId, runs]"),
+        ('{"kind":"localSequences","sessions":[["a","b",[["x",-1,0]]]]}', "a run is not"),
+        ('{"kind":"localSequences","sessions":[["a","b",[["x",0,1]]]]}', "runs out of order"),
+        (
+            '{"kind":"localSequences","sessions":[["a","b",[["x",0,0],["y",1,2]]]]}',
+            "runs out of order",
+        ),
+    ],
+)
+def test_a_sequences_line_not_one_a_save_writes_is_refused_naming_its_line(
+    line: str, reason: str
+) -> None:
+    from sandbox_ledger.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match=re.escape(reason)) as raised:
+        read_lines([line + "\n"], "dev.jsonl")
+    assert raised.value.field == "dev.jsonl:1"
+
+
+def test_import_skips_a_data_files_sequences_line() -> None:
+    """``import`` reads FILE as an export: the sequences line is skipped, as a blank one."""
+    from sandbox_ledger.transfer import parse_lines
+
+    line = '{"kind":"localSequences","sessions":[["a","b",[["x",0,0]]]]}\n'
+    first = entry_line(entry("a", "b", LedgerEvent.SandboxCreated, 1)) + "\n"
+    parsed = parse_lines([first.encode(), line.encode()])
+    assert not parsed.errors and len(parsed.entries) == 1

@@ -22,6 +22,7 @@ from sandbox_ledger.cli.local_saves import Saver
 from sandbox_ledger.deployment import SweepSettings
 from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 from sandbox_ledger.dynamodb import _items as it
+from sandbox_ledger.keys import LedgerAttr as A
 from sandbox_ledger.local import LocalDynamoDB, bulk, image, inprocess
 from sandbox_ledger.local.persist import load_state, read_lines
 from sandbox_ledger.testing._build import entry
@@ -48,8 +49,10 @@ def _load(
     ledger.create_table(sweep=SweepSettings())
     store = inprocess.resource_store(server, table, REGION)
 
-    def bulk_load(sessions: Any, progress: Any) -> int | None:
-        done = bulk.load_entries(server, ledger, sessions, progress=progress, image=with_image)
+    def bulk_load(sessions: Any, progress: Any, sequences: Any = None) -> int | None:
+        done = bulk.load_entries(
+            server, ledger, sessions, progress=progress, sequences=sequences, image=with_image
+        )
         assert done is not None
         return done
 
@@ -463,3 +466,35 @@ def test_nothing_is_appended_after_a_torn_record(
     assert kept.read_bytes() == torn
     client.close()
     local.stop()
+
+
+def test_a_session_whose_sequence_changed_is_built_not_taken_from_the_image(
+    server: LocalDynamoDB, written: tuple[image.Image, list[str], str]
+) -> None:
+    """The image keys a session's items by its lines and its sequence (FILE's
+    ``localSequences`` line: the marks' incarnation and numbers), so a session whose lines
+    are the same but whose sequence is not is built with FILE's marks, not the image's."""
+    from sandbox_ledger.local.persist import sequences_line
+
+    first, lines, _ = written
+    named = [*lines, sequences_line({("svc-0", "sb-0"): (("feedbeef0001", 7, 0),)})]
+    again = _reread(first.path)
+    table, _ = _load(server, named, again)
+    assert again.used == 3  # sb-0 built: the image's record has other marks
+    pk = k.session_pk("svc-0", "sb-0")
+    marks = [
+        (k.sequence_number(i["SK"]["S"]), i[A.INCARNATION]["S"])
+        for i in _items(server, table)
+        if i["PK"]["S"] == pk and A.REF in i and k.sequence_number(i["SK"]["S"]) is not None
+    ]
+    assert marks and {inc for _, inc in marks} == {"feedbeef0001"}
+    assert sorted(n for n, _ in marks) == list(range(7, 7 + len(marks)))
+    assert again.write()
+    third = _reread(first.path)
+    table, _ = _load(server, named, third)
+    assert third.used == 4  # now the image holds sb-0 as FILE names it
+    assert {
+        i[A.INCARNATION]["S"]
+        for i in _items(server, table)
+        if i["PK"]["S"] == pk and A.REF in i and k.sequence_number(i["SK"]["S"]) is not None
+    } == {"feedbeef0001"}

@@ -165,28 +165,6 @@ def test_a_run_whose_store_restarts_or_fills_its_disk_passes(tmp_path: Path, sto
         assert isinstance(figures["refused"], dict), figures
 
 
-def test_a_follow_cut_short_by_a_local_restart_is_counted_not_passed_over(
-    tmp_path: Path,
-) -> None:
-    """Open defect: a restart of ``local --data`` loads each session under a new incarnation,
-    which a follower takes for a delete. A follow whose span a restart overlaps is counted
-    apart (``followsCutByLocalRestarts``); the same follow without a restart fails."""
-    store, history = MemoryAdapter(), History(tmp_path / "h.jsonl", "w0")
-    first = _entry("s", LedgerEvent.SandboxCreated, 1)
-    _append(history, store, first)
-    _append(history, store, _entry("s", LedgerEvent.SandboxClosed, 2))
-    follower = History(tmp_path / "h.jsonl", "f.1")
-    follower.event("followed", f=0, s="s", d=content_digest(first), n=0)
-    follower.event("follow_end", f=0, s="s", n=1)
-    assert _violations(tmp_path, store) == [
-        "s: a follow (f.1#0, ended) handed out 1 entries, not the start of the 2 stored in order"
-    ]
-    History(tmp_path / "h.jsonl", "s").event("fault", what="local-restart", began=0.0, ended=4e9)
-    ops = operations(read_history(tmp_path / "h.jsonl"))
-    report = asyncio.run(check(ops, store, NAME))
-    assert report.violations == [] and report.follows_cut == 1
-
-
 def test_an_append_stored_twice_is_excused_only_if_a_local_restart_came_in_flight(
     tmp_path: Path,
 ) -> None:

@@ -91,6 +91,7 @@ class Saver:
         # tables: the collector is held off meanwhile, then they are kept out of its walks.
         with no_collection():
             state = read_data(self.data)
+            named = len(state.sequences)
             if self.image is not None and self.bulk is not None:
                 self.image.read()
             total = state.entries + len(state.environments) + len(state.records)
@@ -111,7 +112,9 @@ class Saver:
                     return False
             gc.freeze()
         self.mirror, self.file, self.whole = state, before, before.st_size
-        self.stale = state.appended
+        # Sessions FILE named no sequence for (an earlier version's) now have the one the
+        # load stored them in: the next save writes FILE whole, naming every one.
+        self.stale = state.appended or named != len(state.sequences)
         image = self.image
         if image is not None and image.found.ignored is not None:
             say(f"{image.path}: {image.found.ignored}; ignored (the load built every session)")
@@ -249,7 +252,9 @@ class Saver:
             image.shard_count = self.ledger.run(self.ledger._resolve_shards())
         built = {}
         for key, lines in changed:
-            stored = bulk.session_items(key, [line for _, line in lines], image.shard_count)
+            stored = bulk.session_items(
+                key, [line for _, line in lines], image.shard_count, after.sequences.get(key)
+            )
             if stored is not None:
                 built[key] = stored
         try:

@@ -435,9 +435,23 @@ def read_in_append_order(table: str, name: str, sandbox_id: str) -> Op[list[Ledg
     :mod:`._sequence`; the order ``follow`` hands entries out in), an entry without one (a
     table written before marks) first, by the order id in its key; whole as of one moment,
     or none if a delete holds the session (see :func:`_read_whole`)."""
-    keyed, rank = yield from _read_whole(table, name, sandbox_id)
-    keyed.sort(key=lambda pair: (pair[0] in rank, rank.get(pair[0], 0), it.append_order(pair[0])))
-    return [entry for _, entry in keyed]
+    return [entry for entry, _ in (yield from read_marked(table, name, sandbox_id))]
+
+
+def read_marked(
+    table: str, name: str, sandbox_id: str
+) -> Op[list[tuple[LedgerEntry, tuple[int, str] | None]]]:
+    """:func:`read_in_append_order`, each entry with its sequence mark's number and
+    incarnation (None: stored without a mark), as of the same read."""
+    keyed, marks = yield from _read_whole(table, name, sandbox_id)
+    keyed.sort(
+        key=lambda pair: (
+            pair[0] in marks,
+            marks[pair[0]][0] if pair[0] in marks else 0,
+            it.append_order(pair[0]),
+        )
+    )
+    return [(entry, marks.get(sk)) for sk, entry in keyed]
 
 
 def read_each_in_append_order(
@@ -450,6 +464,16 @@ def read_each_in_append_order(
     return found
 
 
+def read_each_marked(
+    table: str, sessions: Sequence[tuple[str, str]]
+) -> Op[list[list[tuple[LedgerEntry, tuple[int, str] | None]]]]:
+    """:func:`read_marked` of each session, in order (what a local server's save reads)."""
+    found: list[list[tuple[LedgerEntry, tuple[int, str] | None]]] = []
+    for name, sandbox_id in sessions:
+        found.append((yield from read_marked(table, name, sandbox_id)))
+    return found
+
+
 WHOLE_READ_ATTEMPTS = 4
 """How often :func:`_read_whole` reads a session that changed behind its read before it
 gives up."""
@@ -457,10 +481,10 @@ gives up."""
 
 def _read_whole(
     table: str, name: str, sandbox_id: str
-) -> Op[tuple[list[tuple[str, LedgerEntry]], dict[str, int]]]:
+) -> Op[tuple[list[tuple[str, LedgerEntry]], dict[str, tuple[int, str]]]]:
     """The session's live whole entries with their heads' sort keys, as the session held them
     at one moment (an export's read), or none while a delete holds the session; and each
-    head's sequence mark number (see :mod:`._sequence`).
+    head's sequence mark number and incarnation (see :mod:`._sequence`).
 
     One Query reads the summary with the entries and the marks (``#SUMMARY`` sorts before
     ``E#``, the marks ``Q#`` last, the claims and markers between), so a
@@ -537,7 +561,9 @@ def _head_of(sk: str) -> str:
     return k.part_head(sk) or sk
 
 
-def _as_of_marks(table: str, pk: str, entries: list[Any]) -> Op[tuple[list[Any], dict[str, int]]]:
+def _as_of_marks(
+    table: str, pk: str, entries: list[Any]
+) -> Op[tuple[list[Any], dict[str, tuple[int, str]]]]:
     """The entries' items (heads and parts) of a session read in one or more pages, as of the
     last sequence mark read: the marks are dense and in commit order, and sort after every
     entry's items, so they say what was stored up to the moment they were read. A head that
@@ -547,7 +573,7 @@ def _as_of_marks(table: str, pk: str, entries: list[Any]) -> Op[tuple[list[Any],
     now (a Query is no snapshot: it can read mark n + 1 committed while it ran without mark
     n; a mark missing for good, the entry's TTL or a delete, is passed). Marks whose own
     TTL has passed are left aside (they expire in order, TTL deletes them in any). Returns
-    the items and each kept head's mark number."""
+    the items and each kept head's mark number and incarnation."""
     now = it.now_s()
     sequence = sorted(
         (number, item)
@@ -571,7 +597,11 @@ def _as_of_marks(table: str, pk: str, entries: list[Any]) -> Op[tuple[list[Any],
             if "Item" in found:
                 break  # stored while the read ran, after the moment the read holds
         kept.append((number, item))
-    rank = {item[A.REF]["S"]: number for number, item in kept if A.REF in item}
+    rank = {
+        item[A.REF]["S"]: (number, item.get(A.INCARNATION, {}).get("S", ""))
+        for number, item in kept
+        if A.REF in item
+    }
     last = kept[-1][0] if kept else None
     items = [i for i in entries if i[k.SORT_KEY]["S"].startswith(k.EVENT_PREFIX)]
     heads = {i[k.SORT_KEY]["S"]: i for i in items if k.part_head(i[k.SORT_KEY]["S"]) is None}

@@ -330,6 +330,14 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
         """``read_in_append_order`` of each session, in order (one query each)."""
         return await self.run(_ops.read_each_in_append_order(self.table_name, sessions))
 
+    async def read_sessions_marked(
+        self, sessions: Sequence[tuple[str, str]]
+    ) -> list[list[tuple[LedgerEntry, tuple[int, str] | None]]]:
+        """:meth:`read_sessions_in_append_order`, each entry with its sequence mark's number
+        and incarnation (None: stored without one), as of the same read: what a local
+        server's save names a session's sequence by (see :mod:`._sequence`)."""
+        return await self.run(_ops.read_each_marked(self.table_name, sessions))
+
     async def follow(
         self, name: str, sandbox_id: str, *, after: str | None = None, until_closed: bool = True
     ) -> AsyncGenerator[FollowedEntry, None]:
@@ -507,6 +515,12 @@ class SyncDynamoDBAdapter(_Base, SyncClientOwner):
     ) -> list[list[LedgerEntry]]:
         """``read_in_append_order`` of each session (one query each)."""
         return self.run(_ops.read_each_in_append_order(self.table_name, sessions))
+
+    def read_sessions_marked(
+        self, sessions: Sequence[tuple[str, str]]
+    ) -> list[list[tuple[LedgerEntry, tuple[int, str] | None]]]:
+        """:meth:`DynamoDBAdapter.read_sessions_marked`."""
+        return self.run(_ops.read_each_marked(self.table_name, sessions))
 
     def follow(
         self, name: str, sandbox_id: str, *, after: str | None = None, until_closed: bool = True

@@ -7,7 +7,9 @@ stream record built. A restart loads a file that a save wrote (each line read al
 nothing there to check a condition against. :func:`load_entries` builds the very items the
 import would store, with the DynamoDB adapter's own builders (an entry's head and parts, its
 claim under its content digest and occurrence, a checkpoint's marker, the session's sequence
-marks from 0 in a new incarnation, the summary folded from every entry), and puts them into
+marks as the data file names them (their incarnations and numbers as the store held them
+before the restart; from 0 in a new incarnation where it names none), the summary folded
+from every entry), and puts them into
 moto's table under the server's lock: no request, no condition, no stream record. A session
 whose lines the data file's image holds (:mod:`sandbox_ledger.local.image`: what an earlier
 load built from the same lines) is not built again: its items are taken from the image.
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
     from sandbox_ledger.dynamodb.adapter import SyncDynamoDBAdapter
     from sandbox_ledger.local.dynamodb import LocalDynamoDB
     from sandbox_ledger.local.image import Image
+    from sandbox_ledger.local.persist import Runs
     from sandbox_ledger.sdk.attributes import Item
 
 __all__ = ["BulkLoadWarning", "load_entries", "session_items"]
@@ -46,10 +49,13 @@ class BulkLoadWarning(UserWarning):
     """The bulk load could not reach moto's table: the data file is imported instead."""
 
 
-def session_items(session: tuple[str, str], lines: list[str], shard_count: int) -> Stored | None:
+def session_items(
+    session: tuple[str, str], lines: list[str], shard_count: int, runs: Runs | None = None
+) -> Stored | None:
     """Every item the import stores for ``session`` (its entry lines, in file order) into
-    an empty table without retention, in low-level form; None if a line is one the import
-    would refuse or report (the import then says which)."""
+    an empty table without retention, in low-level form, its marks as ``runs`` says (the
+    session's sequence, from the data file: else from 0 in a new incarnation); None if a
+    line is one the import would refuse or report (the import then says which)."""
     from sandbox_ledger.dynamodb import import_items
     from sandbox_ledger.models import LedgerEntry
     from sandbox_ledger.transfer import parse_line, plan_session
@@ -66,11 +72,12 @@ def session_items(session: tuple[str, str], lines: list[str], shard_count: int) 
         items, last = import_items.session_items(
             [(entry, occurrence, digest) for _, entry, occurrence, digest in planned],
             shard_count,
+            runs,
         )
     except (ValueError, InvalidInputError):  # InvalidInputError is a ValueError too
         return None
     try:
-        return Stored(lines_digest(lines), last, [flat(item) for item in items])
+        return Stored(lines_digest(lines, runs), last, [flat(item) for item in items])
     except (KeyError, ValueError):  # pragma: no cover - the builders' keys are strings
         return None
 
@@ -96,11 +103,15 @@ def load_entries(
     ledger: SyncDynamoDBAdapter,
     sessions: list[tuple[tuple[str, str], list[str]]],
     progress: Callable[[int], None] | None = None,
+    sequences: dict[tuple[str, str], Runs] | None = None,
     image: Image | None = None,
 ) -> int | None:
     """Put ``sessions`` (each one's entry lines) into ``ledger``'s table on ``server`` (see
-    the module), :data:`CHUNK` sessions at a time, each chunk built (or taken from
-    ``image``, read already, for a session whose lines it holds) and then put in under the
+    the module), each with its marks as ``sequences`` says (where it names the session; a
+    session it does not name is added to it with the marks it was stored with, for the
+    file to name them from then on),
+    :data:`CHUNK` sessions at a time, each chunk built (or taken from ``image``, read
+    already, for a session whose lines and sequence it holds) and then put in under the
     server's lock (``progress`` is called with its number of entries: it may raise to stop
     the load, the table then partly loaded). Each session's items are kept in
     ``image.kept``, for the image to be written. Returns the number of entries stored, or
@@ -139,13 +150,19 @@ def load_entries(
                 chunk = sessions[start : start + CHUNK]
                 built: list[Stored] = []
                 for key, lines in chunk:
+                    runs = None if sequences is None else sequences.get(key)
                     stored = known.get(key)
-                    if stored is None or not _holds(stored, key, lines):
-                        stored = session_items(key, lines, shard_count)
+                    if stored is None or not _holds(stored, key, lines, runs):
+                        stored = session_items(key, lines, shard_count, runs)
                         if stored is None:
                             return None
                     elif image is not None:
                         image.used += 1
+                    if runs is None and sequences is not None:
+                        drawn = _runs_of(stored)
+                        if drawn is not None:  # kept under the lines and marks from now on
+                            sequences[key] = drawn
+                            stored = stored._replace(digest=lines_digest(lines, drawn))
                     built.append(stored)
                     last_order = max(last_order, stored.last_order)
                 with server.exclusive():
@@ -172,10 +189,29 @@ CHUNK = 256
 """Sessions built and put in at once (the server's lock is held for one chunk's items)."""
 
 
-def _holds(stored: Stored, session: tuple[str, str], lines: list[str]) -> bool:
-    """Whether ``stored`` is the items of ``session`` built from ``lines``: their digest,
-    and every item in the session's partition."""
-    if stored.digest != lines_digest(lines):
+def _runs_of(stored: Stored) -> Runs | None:
+    """The sequence ``stored``'s marks make (see :func:`import_items.mark_runs`)."""
+    from sandbox_ledger.dynamodb import import_items
+    from sandbox_ledger.keys import LedgerAttr as A
+
+    marks: list[tuple[int, str]] = []
+    for values in stored.items:
+        number = k.sequence_number(values[1])
+        if number is not None:
+            item = unflat(values)
+            if A.REF in item and A.INCARNATION in item:
+                marks.append((number, item[A.INCARNATION]["S"]))
+    runs = import_items.mark_runs([mark for mark in sorted(marks)])
+    return None if not runs else tuple(runs)
+
+
+def _holds(stored: Stored, session: tuple[str, str], lines: list[str], runs: Runs | None) -> bool:
+    """Whether ``stored`` is the items of ``session`` built from ``lines`` and ``runs``:
+    their digest, and every item in the session's partition. Without ``runs`` (a file that
+    names no sequence for the session), items built in any sequence will do."""
+    if runs is None and stored.digest != lines_digest(lines):
+        runs = _runs_of(stored)  # kept under the marks it was stored in (see load_entries)
+    if stored.digest != lines_digest(lines, runs):
         return False
     pk = k.session_pk(*session)
     return all(values[0] == pk for values in stored.items)

@@ -13,7 +13,9 @@ request's time), and turns what differs from the mirror into lines to append:
   with all its entries (none: gone);
 - the environments changed: a ``localEnvironments`` block with every one;
 - a resource record changed: its line again; gone: ``{"kind": "resourceRecord", "deleted":
-  id}``.
+  id}``;
+- the sequence of the sessions whose sequence changed (saved for the first time, begun again
+  in another incarnation): one ``localSequences`` line naming them, after their entries.
 
 A save's cost is what changed since the last one, whatever the tables hold; an idle server
 reads and writes nothing. Every so often (when the appended lines outgrow what the file held
@@ -33,15 +35,18 @@ from sandbox_ledger.local.persist import (
     DataState,
     deleted_record_line,
     record_line,
+    sequences_line,
     snapshot,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Iterator
     from pathlib import Path
 
     from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
     from sandbox_ledger.local.inprocess import Written
+    from sandbox_ledger.local.persist import Runs
+    from sandbox_ledger.models import LedgerEntry
     from sandbox_ledger.resources import SyncResourceRecordStore
 
 __all__ = ["Changes", "FileChangedError", "append", "changes"]
@@ -69,30 +74,39 @@ def changes(
     from sandbox_ledger.transfer import entry_line, environment_line
 
     after = DataState(
-        mirror.path, dict(mirror.sessions), dict(mirror.environments), dict(mirror.records)
+        mirror.path,
+        dict(mirror.sessions),
+        dict(mirror.environments),
+        dict(mirror.records),
+        dict(mirror.sequences),
     )
     if written.everything:
         return _everything(after, ledger, store)
     pks = written.partitions.get(table, set())
     lines: list[str] = []
     sessions = sorted({k.parse_session_pk(pk) for pk in pks if pk.startswith(k.SESSION_PREFIX)})
-    for start in range(0, len(sessions), _READ_SESSIONS):
-        run = sessions[start : start + _READ_SESSIONS]
-        for key, entries in zip(run, ledger.read_sessions_in_append_order(run), strict=True):
-            now = [entry_line(entry) + "\n" for entry in entries]
-            saved = [line for _, line in after.sessions.get(key, [])]
-            if now == saved:
-                continue
-            if now[: len(saved)] == saved:
-                lines += now[len(saved) :]
-            else:
-                head = {"kind": SESSION_KIND, "name": key[0], "sandboxId": key[1]}
-                lines.append(json.dumps({**head, "entries": len(now)}, ensure_ascii=False) + "\n")
-                lines += now
-            if now:
-                after.sessions[key] = [(0, line) for line in now]
-            else:
-                after.sessions.pop(key, None)
+    named: dict[tuple[str, str], Runs] = {}
+    for key, marked in _read_marked(ledger, sessions):
+        now = [entry_line(entry) + "\n" for entry, _ in marked]
+        saved = [line for _, line in after.sessions.get(key, [])]
+        runs = _runs(marked)
+        if now == saved and after.sequences.get(key) == runs:
+            continue
+        if now[: len(saved)] == saved:
+            lines += now[len(saved) :]
+        else:
+            head = {"kind": SESSION_KIND, "name": key[0], "sandboxId": key[1]}
+            lines.append(json.dumps({**head, "entries": len(now)}, ensure_ascii=False) + "\n")
+            lines += now
+            after.sequences.pop(key, None)  # as the block's load does
+        if now:
+            after.sessions[key] = [(0, line) for line in now]
+            if runs is not None and after.sequences.get(key) != runs:
+                named[key] = after.sequences[key] = runs
+        else:
+            after.sessions.pop(key, None)
+    if named:  # after the entries: a block names its session's sequence anew
+        lines.append(sequences_line(named))
     if k.ENVIRONMENT_PK in pks:
         now_env = {r.name: (0, environment_line(r) + "\n") for r in ledger.list_environments()}
         if [line for _, line in now_env.values()] != [
@@ -105,6 +119,25 @@ def changes(
     if record_ids:
         lines += _records(after, record_ids, store)
     return Changes(lines, after)
+
+
+def _read_marked(
+    ledger: SyncDynamoDBAdapter, sessions: list[tuple[str, str]]
+) -> Iterator[tuple[tuple[str, str], list[tuple[LedgerEntry, tuple[int, str] | None]]]]:
+    """Each of ``sessions`` read whole, each entry with its sequence mark, in runs of
+    :data:`_READ_SESSIONS` (each run a request's time of the server)."""
+    for start in range(0, len(sessions), _READ_SESSIONS):
+        run = sessions[start : start + _READ_SESSIONS]
+        yield from zip(run, ledger.read_sessions_marked(run), strict=True)
+
+
+def _runs(marked: list[tuple[LedgerEntry, tuple[int, str] | None]]) -> Runs | None:
+    """The session's sequence (see :data:`~.persist.SEQUENCES_KIND`) of its entries' marks;
+    None if one has none (the load then begins a new incarnation)."""
+    from sandbox_ledger.dynamodb.import_items import mark_runs
+
+    runs = mark_runs([mark for _, mark in marked])
+    return None if runs is None else tuple(runs)
 
 
 def _records(after: DataState, record_ids: list[str], store: SyncResourceRecordStore) -> list[str]:
@@ -144,6 +177,13 @@ def _everything(
 
     state = read_lines(snapshot(ledger, store).lines, after.path)
     state.appended = True  # written whole at this save
+    from sandbox_ledger.transfer import entry_line
+
+    for key, marked in _read_marked(ledger, sorted(state.sessions)):
+        runs = _runs(marked)
+        read = [entry_line(entry) + "\n" for entry, _ in marked]
+        if runs is not None and read == [line for _, line in state.sessions[key]]:
+            state.sequences[key] = runs  # (else changed since the snapshot: the next save)
     return Changes([], state)
 
 

@@ -5,7 +5,9 @@ then environment records), then one line per resource record,
 ``{"kind": "resourceRecord", "record": {...}}`` with the record in its file shape; a record
 this version cannot read (a newer writer's field, another phase) is kept as stored:
 ``{"kind": "resourceRecord", "unreadable": "why", "item": {...}}``, its whole item in
-DynamoDB's JSON (binary values in base64), which a load writes back as it is. The
+DynamoDB's JSON (binary values in base64), which a load writes back as it is; then, last,
+one line naming each session's sequence (its marks' incarnations and numbering), which a
+load stores the session's entries in (see :data:`SEQUENCES_KIND`). The
 caller writes the lines atomically (a temporary file renamed over the last one), so a crash
 loses at most what changed since the last save and never the file.
 """
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from sandbox_ledger._json import DuplicateKeyError, loads_unique
 from sandbox_ledger.errors import InvalidInputError
-from sandbox_ledger.transfer import ENVIRONMENT_KIND
+from sandbox_ledger.transfer import ENVIRONMENT_KIND, LOCAL_SEQUENCES_KIND
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
@@ -36,14 +38,22 @@ if TYPE_CHECKING:
     )
     from sandbox_ledger.sdk.attributes import Item
 
+    Runs = tuple[tuple[str, int, int], ...]
+    """A session's sequence (see ``SEQUENCES_KIND``)."""
     Bulk = Callable[
-        [list[tuple[tuple[str, str], list[str]]], Callable[[int], None] | None], int | None
+        [
+            list[tuple[tuple[str, str], list[str]]],
+            Callable[[int], None] | None,
+            dict[tuple[str, str], Runs],
+        ],
+        int | None,
     ]
     """Puts each session's entry lines into the table (see ``load_state``)."""
 
 __all__ = [
     "ENVIRONMENTS_KIND",
     "RESOURCE_KIND",
+    "SEQUENCES_KIND",
     "SESSION_KIND",
     "DataState",
     "Loaded",
@@ -53,6 +63,7 @@ __all__ = [
     "read_data",
     "read_lines",
     "record_line",
+    "sequences_line",
     "snapshot",
 ]
 
@@ -136,6 +147,8 @@ class DataState:
     sessions: dict[tuple[str, str], list[tuple[int, str]]] = field(default_factory=dict)
     environments: dict[str, tuple[int, str]] = field(default_factory=dict)
     records: dict[str, tuple[int, str]] = field(default_factory=dict)
+    sequences: dict[tuple[str, str], Runs] = field(default_factory=dict)
+    """Each session's sequence, where the file names it (see :data:`SEQUENCES_KIND`)."""
     appended: bool = False
     """The file holds more than one save's lines (a journal to fold), or a torn last line."""
 
@@ -145,7 +158,8 @@ class DataState:
 
     def lines(self) -> Iterator[str]:
         """The file a save writes whole: the entries of each session in (name, sandboxId)
-        order, as ``export`` writes them, then the environment lines, then the records."""
+        order, as ``export`` writes them, then the environment lines, then the records, then
+        the sessions' sequences."""
         for key in sorted(self.sessions):
             for _, line in self.sessions[key]:
                 yield line
@@ -153,11 +167,27 @@ class DataState:
             yield line
         for record_id in sorted(self.records):
             yield self.records[record_id][1]
+        named = [key for key in sorted(self.sessions) if key in self.sequences]
+        for start in range(0, len(named), _SEQUENCES_PER_LINE):
+            yield sequences_line(
+                {key: self.sequences[key] for key in named[start : start + _SEQUENCES_PER_LINE]}
+            )
 
 
 SESSION_KIND = "localSession"
 """A saved session's entries replaced: ``{"kind": "localSession", "name": ..., "sandboxId":
 ..., "entries": N}``, then its N entry lines (0: the session is gone)."""
+SEQUENCES_KIND = LOCAL_SEQUENCES_KIND
+"""Sessions' sequences: ``{"kind": "localSequences", "sessions": [[name, sandboxId, [[
+incarnation, number, index], ...]], ...]}``, each run of a session's marks: the ``index``-th
+entry (of the session's entries in order) has mark ``number`` in ``incarnation``, and each
+entry after it the next number, up to the next run's. A load stores each session's entries
+with these marks, so that a follower's position and a writer's guess of the next mark from
+before a restart hold after it; a session that no line names gets a new incarnation, its
+marks numbered from 0. A later line replaces what an earlier one said of a session.
+``import`` skips these lines (as blank ones): FILE stays an export of the ledger."""
+_SEQUENCES_PER_LINE = 1_000
+"""Sessions a :data:`SEQUENCES_KIND` line of a file written whole names at most."""
 ENVIRONMENTS_KIND = "localEnvironments"
 """Every environment record replaced: ``{"kind": "localEnvironments", "records": N}``, then N
 environment lines."""
@@ -205,6 +235,8 @@ def _read(state: DataState, lines: Iterator[tuple[int, bytes]]) -> DataState:
             )
         elif kind == RESOURCE_KIND:
             _apply_record(state, value, number, raw, where)
+        elif kind == SEQUENCES_KIND:
+            _apply_sequences(state, value, where)
         elif kind in (SESSION_KIND, ENVIRONMENTS_KIND):
             state.appended = True
             if not _apply_block(state, value, lines, where):
@@ -241,7 +273,7 @@ def load_state(
         sessions = [
             (key, [line for _, line in state.sessions[key]]) for key in sorted(state.sessions)
         ]
-        bulk_done = bulk(sessions, progress)
+        bulk_done = bulk(sessions, progress, state.sequences)
 
     def ordered() -> Iterator[bytes]:
         for key in sorted(state.sessions) if bulk_done is None else ():
@@ -365,6 +397,7 @@ def _apply_block(
                 raise InvalidInputError(
                     f"{state.path}:{number}", f"not an entry of the session {key!r}"
                 )
+        state.sequences.pop(key, None)  # a sequences line after the block names the new one
         if block:
             state.sessions[key] = [(number, line) for number, line, _ in block]
         else:
@@ -378,6 +411,47 @@ def _apply_block(
             environments[name] = (number, line)
         state.environments = environments
     return True
+
+
+def sequences_line(sequences: dict[tuple[str, str], Runs]) -> str:
+    """The line of :data:`SEQUENCES_KIND` naming ``sequences`` (with its newline)."""
+    sessions = [
+        [name, sandbox_id, [list(run) for run in runs]]
+        for (name, sandbox_id), runs in sequences.items()
+    ]
+    value = {"kind": SEQUENCES_KIND, "sessions": sessions}
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def _apply_sequences(state: DataState, value: dict[str, Any], where: str) -> None:
+    """Take the sessions' sequences of a :data:`SEQUENCES_KIND` line.
+
+    Raises:
+        InvalidInputError: not one such line writes (field: ``where``).
+    """
+    from sandbox_ledger.dynamodb.import_items import check_runs
+
+    sessions = value.get("sessions")
+    if set(value) != {"kind", "sessions"} or not isinstance(sessions, list):
+        raise InvalidInputError(where, f"{SEQUENCES_KIND}: no list of sessions")
+    found: dict[tuple[str, str], Runs] = {}
+    for session in sessions:
+        if (
+            not isinstance(session, list)
+            or len(session) != 3
+            or not all(isinstance(part, str) for part in session[:2])
+        ):
+            raise InvalidInputError(where, f"{SEQUENCES_KIND}: not [name, sandboxId, runs]")
+        try:
+            runs = check_runs(session[2])
+        except ValueError as exc:
+            raise InvalidInputError(
+                where, f"{SEQUENCES_KIND}: {exc} for {tuple(session[:2])!r}"
+            ) from exc
+        found[(session[0], session[1])] = runs
+    if any(key in state.sequences for key in found):
+        state.appended = True
+    state.sequences.update(found)
 
 
 def _resource_line(raw: bytes, where: str) -> ResourceActivityRecord | Item | None:

@@ -71,7 +71,6 @@ class Report:
     changes_trimmed: int = 0
     follows: int = 0
     followed: int = 0
-    follows_cut: int = 0
     duplicates_across_restarts: int = 0
     reads: int = 0
     sessions: int = 0
@@ -97,7 +96,6 @@ class Report:
             "changesTrimmedByRestarts": self.changes_trimmed,
             "follows": self.follows,
             "entriesFollowed": self.followed,
-            "followsCutByLocalRestarts": self.follows_cut,
             "duplicatesAcrossLocalRestarts": self.duplicates_across_restarts,
             "readsChecked": self.reads,
             "sessions": self.sessions,
@@ -260,26 +258,12 @@ async def _check_follows(
             ended.add((op.process, int(op.invoked["f"])))
             follows.setdefault((op.process, int(op.invoked["f"])), [])
     deleted = {str(op.invoked["s"]) for op in operations if op.op == "delete"}
-    restarts = local_restarts(operations)
-    span: dict[tuple[str, int], tuple[float, float]] = {}
-    for op in operations:
-        if op.op in ("followed", "follow_end"):
-            key = (op.process, int(op.invoked["f"]))
-            at = float(op.invoked["at"])
-            low, high = span.get(key, (at, at))
-            span[key] = (min(low, at), max(high, at))
     stored_of: dict[str, list[str]] = {}
     for key, lines in sorted(follows.items()):
         report.follows += 1
         report.followed += len(lines)
         sid = next((str(line["s"]) for line in lines), None)
         if sid is None or sid in deleted:
-            continue
-        low, high = span.get(key, (0.0, 0.0))
-        if any(began <= high + FOLLOW_POLL and ended >= low for began, ended in restarts):
-            # Open defect (docs/reliability.md): a restart of `local --data` loads each
-            # session under a new incarnation, which a follower takes for a delete: it ends.
-            report.follows_cut += 1
             continue
         if sid not in stored_of:
             stored_of[sid] = [
@@ -310,10 +294,6 @@ def _trimmed_since(op: Operation, restarts: list[dict[str, Any]], trims: list[fl
 
 
 _RANK = {"running": 0, "completed": 1}
-
-
-FOLLOW_POLL = 2.0
-"""Seconds a follow may still be at after its last line (an idle follower's polls)."""
 
 
 def _check_reads(operations: list[Operation], report: Report) -> None:
