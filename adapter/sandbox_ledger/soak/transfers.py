@@ -239,11 +239,14 @@ ROUND_TRIP_TABLE = "soak-roundtrip"
 def _fresh_table(stack: contextlib.ExitStack) -> str:
     from sandbox_ledger.dynamodb import DynamoDBAdapter
 
-    # A server of its own, on the strict profile at DynamoDB's rates (the run's is throttled
-    # to a twentieth: the round trip would take longer than the run), in a child process.
-    from sandbox_ledger.local import LocalDynamoDBProcess
+    # A server of its own, in a child process, on the strict profile (DynamoDB's limits) at
+    # DynamoDB's rates (the run's is throttled to a twentieth), without the profile's 20 ms
+    # hold of each transaction or its index lag: an import's transactions one after another
+    # would wait that long each, minutes for a store of tens of thousands of entries.
+    from sandbox_ledger.local import LocalDynamoDBProcess, StrictProfile
 
-    server = LocalDynamoDBProcess(strict=True)
+    profile = StrictProfile(conflict_hold=0.0, index_delay=(0.0, 0.0))
+    server = LocalDynamoDBProcess(strict=profile)
     endpoint = server.start()
     stack.callback(server.stop)
 
