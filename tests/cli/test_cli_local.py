@@ -69,6 +69,19 @@ def _file_lines(data: Path) -> int:
     return len(lines) - 1
 
 
+def _saved_lines(data: Path) -> int | None:
+    """:func:`_file_lines` of a data file a save may be writing now; None until one is
+    written whole."""
+    if not data.exists():
+        return None
+    lines = data.read_text().splitlines()
+    try:
+        whole = bool(lines) and json.loads(lines[-1]).get("kind") == "localSequences"
+    except ValueError:  # its last line is being written
+        return None
+    return len(lines) - 1 if whole else None
+
+
 def test_local_serves_until_a_signal_and_keeps_its_data(tmp_path: Path) -> None:
     from resources.resource_fixtures import record
     from sandbox_ledger.resources.files import record_file_text
@@ -107,7 +120,7 @@ def test_local_killed_loses_at_most_the_last_seconds_never_the_file(tmp_path: Pa
     assert run(["import", str(ROOT / "examples" / "ledger.jsonl")], env).returncode == 0
     data = tmp_path / "dev.jsonl"
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not (data.exists() and _file_lines(data) == 6):
+    while time.monotonic() < deadline and _saved_lines(data) != 6:
         time.sleep(0.1)  # saved within the interval
     server.process.kill()
     server.process.wait()
@@ -403,7 +416,7 @@ def test_a_data_file_turned_into_a_fifo_is_a_failed_save_not_a_hang(tmp_path: Pa
     deadline = time.monotonic() + 10
     # Wait for the save of all 6 entries: a save still in flight would rename its file over
     # the FIFO, and then no save fails (CI hung here once, waiting for the line below).
-    while time.monotonic() < deadline and not (data.exists() and _file_lines(data) == 6):
+    while time.monotonic() < deadline and _saved_lines(data) != 6:
         time.sleep(0.1)
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)

@@ -97,7 +97,9 @@ def test_expired_items_are_served_until_deleted_late_by_the_ttl_service(endpoint
     # "Items that have expired and not been deleted will still show up in reads".
     assert len(_keys(ddb, table)) == 6
     deleter = TtlDeleter(delay=10, every=60, clock=lambda: now)
-    assert deleter.tick() == 1  # only the item expired more than the delay ago
+    # The deleter looks at every table of the process (other tests' too): its counts are
+    # at least this table's, and this table's keys say exactly what it deleted here.
+    assert deleter.tick() >= 1  # here only the item expired more than the delay ago
     assert deleter.tick() == 0  # the next look is a minute away
     assert _keys(ddb, table) == [
         "b-just-expired",
@@ -106,7 +108,7 @@ def test_expired_items_are_served_until_deleted_late_by_the_ttl_service(endpoint
         "e-six-years-ago",
         "f-none",
     ]
-    assert deleter.sweep(now + 10) == 1
+    assert deleter.sweep(now + 10) >= 1
     assert _keys(ddb, table) == ["c-later", "d-not-a-number", "e-six-years-ago", "f-none"]
     removals = [r for r in _records(ddb, endpoint, table) if r["eventName"] == "REMOVE"]
     assert [r["dynamodb"]["Keys"]["SK"]["S"] for r in removals] == ["a-expired", "b-just-expired"]

@@ -489,9 +489,9 @@ def _check_agrees(item: Item, record: object, where: str) -> None:
     half only would otherwise load the item and drop the edit in silence. An item this
     version cannot read (a newer writer's) is loaded as stored, as an unreadable line is."""
     from sandbox_ledger.resources import Unreadable
-    from sandbox_ledger.resources._items import decode_or_unreadable
+    from sandbox_ledger.resources.files import stored_record
 
-    found = decode_or_unreadable(item)
+    found = stored_record(item)
     if not isinstance(found, Unreadable) and found.record.wire() != record:
         raise InvalidInputError(
             where,

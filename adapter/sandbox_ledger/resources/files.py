@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from sandbox_ledger._json import DuplicateKeyError, loads_unique
 from sandbox_ledger._signals import deferred, removed_on_termination
 from sandbox_ledger.errors import ConflictError, InvalidInputError
-from sandbox_ledger.resources._items import Unreadable
+from sandbox_ledger.resources._items import Unreadable, VersionedRecord, decode_or_unreadable
 from sandbox_ledger.resources.models import ResourceActivityRecord
 
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from sandbox_ledger.resources.store import SyncResourceRecordStore
+    from sandbox_ledger.sdk.attributes import Item
 
 __all__ = [
     "DirectoryExport",
@@ -38,7 +39,14 @@ __all__ = [
     "import_directory",
     "read_record_file",
     "record_file_text",
+    "stored_record",
 ]
+
+
+def stored_record(item: Item) -> VersionedRecord | Unreadable:
+    """The record a stored item holds, with its revision, incarnation, TTL and a sweeper's
+    claim; :class:`Unreadable` for one this version cannot read (a newer writer's)."""
+    return decode_or_unreadable(item)
 
 
 @dataclass
