@@ -144,7 +144,10 @@ class Fleet:
         defect = (
             ["--defect", str(self.defect)] if importer and self.defect in IMPORT_DEFECTS else []
         )
-        self.readers[name] = self._start(module, name, self._left(), "--seed", seed, *defect)
+        think = ["--think", str(self.think)] if importer and self.think else []
+        self.readers[name] = self._start(
+            module, name, self._left(), "--seed", seed, *defect, *think
+        )
 
     def spawn_owner(self, slot: int) -> None:
         """An owner of resource records (:mod:`.owner`)."""

@@ -209,7 +209,11 @@ DEFECTS = {"replay": _Replays}
 """The defects the importer can be run with (``--defect``): for proving the checker only."""
 
 
-def run(ledger: Any, history: History, rng: random.Random, seconds: float) -> None:
+def run(
+    ledger: Any, history: History, rng: random.Random, seconds: float, think: float = 0.0
+) -> None:
+    """Import until ``seconds`` are up; ``think``: the mean pause (drawn) between imports
+    (``--think``, as the workers', so a paced run's store is not mostly imported)."""
     deadline = time.monotonic() + seconds
     folder = history.path.parent / "imports"
     folder.mkdir(exist_ok=True)
@@ -244,6 +248,8 @@ def run(ledger: Any, history: History, rng: random.Random, seconds: float) -> No
         else:
             pending.append(named)
             time.sleep(0.2)
+        if think:
+            time.sleep(rng.expovariate(1 / think))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -254,13 +260,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", required=True, type=int)
     parser.add_argument("--seconds", required=True, type=float)
     parser.add_argument("--defect", choices=sorted(DEFECTS), default=None)
+    parser.add_argument("--think", type=float, default=0.0)
     args = parser.parse_args(argv)
     history = History(args.history, args.name)
     ledger: Any = open_blocking_store(args.store)
     if args.defect is not None:
         ledger = DEFECTS[args.defect](ledger)
     try:
-        run(ledger, history, random.Random(args.seed), args.seconds)
+        run(ledger, history, random.Random(args.seed), args.seconds, args.think)
     finally:
         ledger.close()
         history.close()
