@@ -11,14 +11,13 @@ export_lines` and completes with the content digests of each session's lines in 
 
 from __future__ import annotations
 
-import argparse
 import random
 import time
-from pathlib import Path
 from typing import Any
 
 from sandbox_ledger.blocking import open_blocking_store
 from sandbox_ledger.models import LedgerEntry, ListSandboxOptions, SandboxStatus
+from sandbox_ledger.soak._stores import process_arguments
 from sandbox_ledger.soak.history import History
 from sandbox_ledger.soak.worker import LEDGER_NAME
 from sandbox_ledger.transfer import content_digest, export_lines, parse_line
@@ -71,12 +70,7 @@ def run(ledger: Any, history: History, rng: random.Random, seconds: float) -> No
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m sandbox_ledger.soak.exporter")
-    parser.add_argument("--store", required=True)
-    parser.add_argument("--history", required=True, type=Path)
-    parser.add_argument("--name", required=True)
-    parser.add_argument("--seed", required=True, type=int)
-    parser.add_argument("--seconds", required=True, type=float)
+    parser = process_arguments("exporter")
     args = parser.parse_args(argv)
     history = History(args.history, args.name)
     ledger = open_blocking_store(args.store)

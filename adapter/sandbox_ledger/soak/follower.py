@@ -11,15 +11,13 @@ its own a ``follow_end`` line.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import random
 import time
-from pathlib import Path
 from typing import Any
 
 from sandbox_ledger.models import ListSandboxOptions, SandboxStatus
-from sandbox_ledger.soak._stores import close_store
+from sandbox_ledger.soak._stores import close_store, process_arguments
 from sandbox_ledger.soak.history import History
 from sandbox_ledger.soak.worker import LEDGER_NAME
 from sandbox_ledger.stores import open_store
@@ -63,12 +61,7 @@ async def run(store: Any, history: History, rng: random.Random, seconds: float) 
 
 
 async def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m sandbox_ledger.soak.follower")
-    parser.add_argument("--store", required=True)
-    parser.add_argument("--history", required=True, type=Path)
-    parser.add_argument("--name", required=True)
-    parser.add_argument("--seed", required=True, type=int)
-    parser.add_argument("--seconds", required=True, type=float)
+    parser = process_arguments("follower")
     args = parser.parse_args(argv)
     history = History(args.history, args.name)
     store = open_store(args.store)

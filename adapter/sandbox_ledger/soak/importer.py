@@ -16,7 +16,6 @@ acknowledged append, and of any other as one of unknown outcome (:mod:`.transfer
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import time
@@ -26,6 +25,7 @@ from typing import Any
 
 from sandbox_ledger.blocking import open_blocking_store
 from sandbox_ledger.models import EnvironmentRecord, LedgerEntry, LedgerEvent
+from sandbox_ledger.soak._stores import process_arguments
 from sandbox_ledger.soak.history import History, read_history
 from sandbox_ledger.soak.worker import LEDGER_NAME
 from sandbox_ledger.transfer import (
@@ -253,12 +253,7 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m sandbox_ledger.soak.importer")
-    parser.add_argument("--store", required=True)
-    parser.add_argument("--history", required=True, type=Path)
-    parser.add_argument("--name", required=True)
-    parser.add_argument("--seed", required=True, type=int)
-    parser.add_argument("--seconds", required=True, type=float)
+    parser = process_arguments("importer")
     parser.add_argument("--defect", choices=sorted(DEFECTS), default=None)
     parser.add_argument("--think", type=float, default=0.0)
     args = parser.parse_args(argv)

@@ -19,17 +19,16 @@ table's, from its deployment descriptor, as every writer of a deployed table rea
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import random
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger.errors import ConflictError
 from sandbox_ledger.resources.models import ResourceActivityRecord, to_iso
+from sandbox_ledger.soak._stores import process_arguments
 from sandbox_ledger.soak.history import History
 from sandbox_ledger.stores import parse_store_url
 
@@ -167,12 +166,7 @@ async def _release(store: Any, history: History, versioned: Any) -> None:
 
 
 async def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m sandbox_ledger.soak.owner")
-    parser.add_argument("--store", required=True)
-    parser.add_argument("--history", required=True, type=Path)
-    parser.add_argument("--name", required=True)
-    parser.add_argument("--seed", required=True, type=int)
-    parser.add_argument("--seconds", required=True, type=float)
+    parser = process_arguments("owner")
     args = parser.parse_args(argv)
     history = History(args.history, args.name)
     store = record_store(args.store, ttl_horizon=TTL_HORIZON)

@@ -10,17 +10,18 @@ last reader, which reads the feed to its end).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import random
 import time
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger.changes import ChangesTrimmedError
-from sandbox_ledger.soak._stores import close_store
+from sandbox_ledger.soak._stores import close_store, process_arguments
 from sandbox_ledger.soak.history import History, read_history
 from sandbox_ledger.stores import open_store
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = ["last_position"]
 
@@ -96,11 +97,7 @@ async def _drain(
 
 
 async def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m sandbox_ledger.soak.reader")
-    parser.add_argument("--store", required=True)
-    parser.add_argument("--history", required=True, type=Path)
-    parser.add_argument("--name", required=True)
-    parser.add_argument("--seconds", required=True, type=float)
+    parser = process_arguments("reader", seeded=False)
     parser.add_argument("--idle", type=float, default=None)
     parser.add_argument("--defect", choices=["skip"], default=None)
     args = parser.parse_args(argv)

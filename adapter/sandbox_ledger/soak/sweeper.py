@@ -21,11 +21,9 @@ and the stream gave nothing for that long (or its time is up).
 
 from __future__ import annotations
 
-import argparse
 import base64
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
@@ -33,11 +31,14 @@ from botocore.exceptions import ClientError
 from sandbox_ledger.resources.settings import resolve_sweep
 from sandbox_ledger.resources.sweeper import sweep
 from sandbox_ledger.resources.unreported import report_ttl_removals
+from sandbox_ledger.soak._stores import process_arguments
 from sandbox_ledger.soak.history import History, read_history
 from sandbox_ledger.stores import parse_store_url
 
 if TYPE_CHECKING:
+    import argparse
     from collections.abc import Callable, Sequence
+    from pathlib import Path
 
     from sandbox_ledger.resources.events import Expiry
 
@@ -339,11 +340,7 @@ def _holds_records(store: Any) -> bool:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m sandbox_ledger.soak.sweeper")
-    parser.add_argument("--store", required=True)
-    parser.add_argument("--history", required=True, type=Path)
-    parser.add_argument("--name", required=True)
-    parser.add_argument("--seconds", required=True, type=float)
+    parser = process_arguments("sweeper", seeded=False)
     parser.add_argument("--pause", type=float, default=0.0)
     parser.add_argument("--idle", type=float, default=None)
     parser.add_argument("--defect", choices=DEFECTS, default=None)

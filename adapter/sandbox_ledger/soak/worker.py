@@ -12,11 +12,9 @@ worker killed mid-session leaves it open, as a crashed sandbox client does.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import random
 import time
-from pathlib import Path
 from typing import Any
 
 from sandbox_ledger.models import (
@@ -25,7 +23,7 @@ from sandbox_ledger.models import (
     LedgerEvent,
     ListSandboxOptions,
 )
-from sandbox_ledger.soak._stores import close_store
+from sandbox_ledger.soak._stores import close_store, process_arguments
 from sandbox_ledger.soak.history import History
 from sandbox_ledger.stores import open_store
 from sandbox_ledger.transfer import content_digest
@@ -184,12 +182,7 @@ DEFECTS = {"resend": _ResendsTwice}
 
 
 async def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m sandbox_ledger.soak.worker")
-    parser.add_argument("--store", required=True)
-    parser.add_argument("--history", required=True, type=Path)
-    parser.add_argument("--name", required=True)
-    parser.add_argument("--seed", required=True, type=int)
-    parser.add_argument("--seconds", required=True, type=float)
+    parser = process_arguments("worker")
     parser.add_argument("--defect", choices=sorted(DEFECTS), default=None)
     parser.add_argument("--think", type=float, default=0.0)
     args = parser.parse_args(argv)
