@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -186,3 +187,26 @@ def test_an_append_stored_twice_is_excused_only_if_a_local_restart_came_in_fligh
     report = asyncio.run(check(ops, store, NAME))
     assert report.duplicates_across_restarts == 1
     assert not [v for v in report.violations if "stored 2 times" in v.what]
+
+
+def test_a_change_lost_to_a_restart_is_excused_for_every_operation_that_could_make_it(
+    tmp_path: Path,
+) -> None:
+    """An entry imported before a restart, then imported again by a re-run after it: the
+    re-run stores nothing new and makes no change, so the change the first import made, lost
+    with the old stream, is excused for both (it was one change), not failed for the re-run."""
+    store, history = MemoryAdapter(), History(tmp_path / "h.jsonl", "w0")
+    created = _entry("s", LedgerEvent.SandboxCreated, 1)
+    _append(history, store, created)  # the first import: before the restart
+    supervisor = History(tmp_path / "h.jsonl", "s")
+    supervisor.event("fault", what="local-restart", began=0.0, ended=time.time())
+    History(tmp_path / "h.jsonl", "r.1").event("trimmed", after="p", error="trimmed")
+    time.sleep(0.01)  # the re-run begins after the restart ended: alone, it is no excuse
+    again = history.invoke(
+        "append", s="s", e=str(created.event), d=content_digest(created), w=created.wire()
+    )
+    history.ok(again)  # the re-run, long after the restart: stored once, no new change
+    ops = operations(read_history(tmp_path / "h.jsonl"))
+    report = asyncio.run(check(ops, store, NAME, changes=True))
+    assert [v.what for v in report.violations] == []
+    assert report.changes_trimmed == 1
