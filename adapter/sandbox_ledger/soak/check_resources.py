@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger.resources.models import parse_iso
 from sandbox_ledger.soak.checker import Violation
-from sandbox_ledger.soak.history import local_restarts
+from sandbox_ledger.soak.history import local_restarts, lost_to_a_restart
 
 if TYPE_CHECKING:
     from collections.abc import Collection
@@ -164,7 +164,7 @@ def check_resources(
         if reported:
             _check_reports(record_id, mine, reported, timing, completed, report)
         elif record_id not in stored and _existed(mine) and not _may_have_deleted(mine):
-            if _lost_to_a_restart(max(_at(op) for op in mine), restarts, trims):
+            if lost_to_a_restart(max(_at(op) for op in mine), restarts, trims):
                 report.removals_lost_to_restarts += 1
                 continue
             report.violations.append(
@@ -209,15 +209,6 @@ class _Sweeps:
         ]
         points = [since, *inside, max(since, until)]
         return max(b - a for a, b in itertools.pairwise(points))
-
-
-def _lost_to_a_restart(
-    last: float, restarts: list[tuple[float, float]], trims: list[float]
-) -> bool:
-    """Whether the removal of a record last written at ``last`` may have been on a stream a
-    restart of ``local --data`` ended (it serves a new one): a restart that ended after the
-    last write, and the TTL reporter found its position trimmed after that restart began."""
-    return any(ended >= last and any(t >= began for t in trims) for began, ended in restarts)
 
 
 def _existed(mine: list[Operation]) -> bool:

@@ -33,7 +33,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger.memory import MemoryAdapter
-from sandbox_ledger.soak.history import local_restarts, spans_local_restart
+from sandbox_ledger.soak.history import (
+    local_restarts,
+    lost_to_a_restart,
+    spans_local_restart,
+)
 from sandbox_ledger.soak.transfers import check_exports, count_transfers, imports_as_appends
 from sandbox_ledger.transfer import content_digest
 
@@ -197,11 +201,7 @@ async def _check_changes(
     got = {(str(d["k"]), str(d["s"]), int(d["at"])) for d in first}
     # A restarted local DynamoDB serves a new stream: changes() reports the changes after a
     # position read before the restart as trimmed (lost), and the reader begins again.
-    restarts = [
-        op.invoked
-        for op in operations
-        if op.op == "fault" and op.process == "s" and op.invoked.get("what") == "local-restart"
-    ]
+    restarts = local_restarts(operations)
     trims = [float(op.invoked["at"]) for op in operations if op.op == "trimmed"]
     deleted = {str(op.invoked["s"]) for op in operations if op.op == "delete" and op.acknowledged}
     # A change, with every operation that may have made it (an entry imported again, by a
@@ -221,7 +221,7 @@ async def _check_changes(
         if want not in got:
             makers[want].append(op)
     for want, ops in makers.items():
-        if any(_trimmed_since(op, restarts, trims) for op in ops):
+        if any(lost_to_a_restart(float(op.invoked["at"]), restarts, trims) for op in ops):
             report.changes_trimmed += 1
             continue
         report.violations.append(
@@ -239,7 +239,7 @@ async def _check_changes(
             continue
         if sid in delivered_deletes:
             continue
-        if _trimmed_since(op, restarts, trims):
+        if lost_to_a_restart(float(op.invoked["at"]), restarts, trims):
             report.changes_trimmed += 1
             continue
         report.violations.append(Violation(f"{sid}: no session.deleted was delivered", [op.line()]))
@@ -287,16 +287,6 @@ async def _check_follows(
                     [f"handed out {got[:6]}...", f"stored     {stored[:6]}..."],
                 )
             )
-
-
-def _trimmed_since(op: Operation, restarts: list[dict[str, Any]], trims: list[float]) -> bool:
-    """Whether the change of append ``op`` may have been lost to a restart of the local
-    DynamoDB the reader was told of: the append began before a restart ended, and the feed
-    said "trimmed" after that restart began."""
-    began = float(op.invoked["at"])
-    return any(
-        began <= float(r["ended"]) and any(t >= float(r["began"]) for t in trims) for r in restarts
-    )
 
 
 _RANK = {"running": 0, "completed": 1}

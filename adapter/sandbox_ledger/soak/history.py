@@ -29,6 +29,7 @@ __all__ = [
     "History",
     "Operation",
     "local_restarts",
+    "lost_to_a_restart",
     "operations",
     "read_history",
     "spans_local_restart",
@@ -159,3 +160,14 @@ def spans_local_restart(op: Operation, restarts: list[tuple[float, float]]) -> b
     began = float(op.invoked["at"])
     ended = float(op.completed["at"]) if op.completed is not None else float("inf")
     return any(r_began <= ended and r_ended >= began for r_began, r_ended in restarts)
+
+
+def lost_to_a_restart(
+    since: float, restarts: list[tuple[float, float]], trims: list[float]
+) -> bool:
+    """Whether something a stream carried from ``since`` on (a change of an append begun
+    then, a TTL removal after a record's last write) may have been lost with a stream a
+    restart of ``local --data`` ended (it serves a new one): a restart that ended after
+    ``since``, and a reader of the stream told its position was trimmed (``trims``) after
+    that restart began."""
+    return any(ended >= since and any(t >= began for t in trims) for began, ended in restarts)
