@@ -31,6 +31,13 @@ ROOT = Path(__file__).resolve().parents[2]
 FORKSERVER = Path(__file__).with_name("forkserver.py")
 
 
+def free_port() -> int:
+    """A loopback port free now (for a server a test starts on a port it knows first)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def bare_env(**extra: str) -> dict[str, str]:
     """A shell with AWS credentials and a region but no table or store configured."""
     env = {

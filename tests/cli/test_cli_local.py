@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from .processes import ROOT, bare_env, popen, run
+from .processes import ROOT, bare_env, free_port, popen, run
 
 # -- 4. sandbox-ledger local ----------------------------------------------------------------
 
@@ -661,11 +661,8 @@ def test_local_strict_option_refuses_a_bad_field_before_starting(
 ) -> None:
     """A bad ``--strict-option``: one line naming the option and the field, exit code 2 (a
     usage error), nothing started: no data file, no lock."""
-    import socket
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = str(probe.getsockname()[1])
+    port = str(free_port())
     done = run(["local", "--port", port, "--data", "dev.jsonl", *options], bare_env(), cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     [line] = done.stderr.splitlines()
@@ -778,9 +775,7 @@ def test_clients_that_come_while_it_loads_wait_for_the_table_and_all_of_it(
     from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 
     (tmp_path / "dev.jsonl").write_text(_ledger_lines(6_000))
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     got: dict[str, Any] = {}
 
     def client() -> None:
@@ -882,9 +877,7 @@ def test_a_client_held_while_it_loads_is_refused_if_it_stops_before_serving(
     import urllib.request
 
     (tmp_path / "dev.jsonl").write_text(_ledger_lines(60_000))
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     loading = popen(
         ["local", "--port", str(port), "--data", "dev.jsonl"],
         bare_env(),
@@ -1199,9 +1192,7 @@ def test_a_follow_across_a_restart_goes_on_and_a_writer_goes_on_numbering(
     from sandbox_ledger import LedgerEntry
     from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
 
     def entry(step: int, event: str = "exec.started") -> LedgerEntry:
         return LedgerEntry(ts=step, name="job", sandbox_id="sb", step_index=step, event=event)
@@ -1302,9 +1293,7 @@ def test_a_data_file_of_an_earlier_version_names_its_sequences_from_the_first_sa
         ts=1, name="job", sandbox_id="old", step_index=-1, event="sandbox.created"
     )
     (tmp_path / "dev.jsonl").write_text(json.dumps(created.wire()) + "\n")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     server = Local("--data", "dev.jsonl", "--port", str(port), cwd=tmp_path)
     with SyncDynamoDBAdapter("sandbox-ledger", endpoint_url=endpoint, region_name="us-east-1") as a:
