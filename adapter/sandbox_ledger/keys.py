@@ -334,6 +334,11 @@ def event_sk(ts: int, order: str) -> str:
     return f"{EVENT_PREFIX}{_ts(ts)}#{order}"
 
 
+def event_order(sk: str) -> str:
+    """The order id in an entry head's sort key (:func:`event_sk`)."""
+    return sk[len(EVENT_PREFIX) + 17 :]
+
+
 def sequence_sk(number: int) -> str:
     """The sort key of a session's ``number``-th sequence mark (0-based; see
     :mod:`sandbox_ledger.dynamodb._sequence`): sorts in number order."""

@@ -62,11 +62,11 @@ class Local:
 
 
 def _file_lines(data: Path) -> int:
-    """The ledger and record lines of a data file written whole: all but its last, the line
-    naming its sessions' sequences."""
+    """The ledger and record lines of a data file written whole: all but its last ones,
+    the lines naming its sessions' sequences and order ids."""
     lines = data.read_text().splitlines()
     assert lines and json.loads(lines[-1])["kind"] == "localSequences", lines[-1:]
-    return len(lines) - 1
+    return sum('"kind":"localSequences"' not in line for line in lines)
 
 
 def _saved_lines(data: Path) -> int | None:
@@ -79,7 +79,7 @@ def _saved_lines(data: Path) -> int | None:
         whole = bool(lines) and json.loads(lines[-1]).get("kind") == "localSequences"
     except ValueError:  # its last line is being written
         return None
-    return len(lines) - 1 if whole else None
+    return sum('"kind":"localSequences"' not in line for line in lines) if whole else None
 
 
 def test_local_serves_until_a_signal_and_keeps_its_data(tmp_path: Path) -> None:
@@ -1237,6 +1237,69 @@ def test_a_follow_across_a_restart_goes_on_and_a_writer_goes_on_numbering(
     assert (number, index) == (0, 0)
     final = json.loads((tmp_path / "dev.jsonl").read_text().splitlines()[-1])
     assert final["sessions"] == [["job", "sb", [[incarnation, 0, 0]]]]
+
+
+def test_an_append_resent_after_a_restart_finds_its_entry(tmp_path: Path) -> None:
+    """An append whose answer a restart of ``local --data`` cut is sent again by the SDK, the
+    very request: the server had stored and saved it, and the load keeps each entry's head
+    under the order id its writer chose (FILE names them), so the resend's condition finds
+    it there, the transaction is cancelled on the head and the entry is stored once. Before,
+    the load stored each head under a new id: the resend's head went in, its mark's
+    condition failed, and the adapter sent it again with the next mark, a second copy."""
+    import copy
+
+    import boto3
+    from botocore.exceptions import ClientError
+
+    from sandbox_ledger import LedgerEntry
+    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    sent: list[dict[str, Any]] = []
+    session = boto3.Session(
+        aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1"
+    )
+    session.events.register(
+        "provide-client-params.dynamodb.TransactWriteItems",
+        lambda params, **_: sent.append(copy.deepcopy(params)),
+    )
+    client = session.client("dynamodb", endpoint_url=url)
+
+    def heads() -> list[str]:
+        found = client.query(
+            TableName="sandbox-ledger",
+            KeyConditionExpression="PK = :pk AND begins_with(SK, :e)",
+            ExpressionAttributeValues={":pk": {"S": "S#3#job#sb"}, ":e": {"S": "E#"}},
+        )
+        return [item["SK"]["S"] for item in found["Items"]]
+
+    def entry(step: int, event: str = "exec.complete") -> LedgerEntry:
+        return LedgerEntry(ts=step, name="job", sandbox_id="sb", step_index=step, event=event)
+
+    server = Local("--data", "dev.jsonl", "--port", str(port), cwd=tmp_path)
+    with SyncDynamoDBAdapter("sandbox-ledger", endpoint_url=url, session=session) as writer:
+        for step, event in enumerate(["sandbox.created", "exec.complete"]):
+            writer.append(entry(step, event))
+        before = heads()
+        code, stderr = server.stop(signal.SIGTERM)
+        assert code == 0, stderr
+        server = Local("--data", "dev.jsonl", "--port", str(port), cwd=tmp_path)
+        try:
+            after = heads()
+            with pytest.raises(ClientError) as resent:
+                client.transact_write_items(**sent[-1])  # the last append's request, again
+            writer.append(entry(2))
+            stored = [e.step_index for e in writer.read_in_append_order("job", "sb")]
+            summary = writer.get_sandbox_details("job", "sb")
+        finally:
+            code, stderr = server.stop(signal.SIGTERM)
+        assert code == 0, stderr
+    assert len(before) == 2 and after == before
+    reasons = resent.value.response["CancellationReasons"]
+    assert reasons[0]["Code"] == "ConditionalCheckFailed"  # the head: there already
+    assert stored == [0, 1, 2]
+    assert summary is not None and summary.exec_count == 2  # each exec.complete once
 
 
 def test_an_owners_conditional_write_from_before_a_restart_goes_on_after_it(

@@ -88,8 +88,10 @@ def _loaded(
     store = inprocess.resource_store(server, table, REGION)
     used: list[int | None] = []
 
-    def bulk_load(sessions: Any, progress: Any, sequences: Any = None) -> int | None:
-        used.append(bulk.load_entries(server, ledger, sessions, progress, sequences))
+    def bulk_load(
+        sessions: Any, progress: Any, sequences: Any = None, orders: Any = None
+    ) -> int | None:
+        used.append(bulk.load_entries(server, ledger, sessions, progress, sequences, orders))
         return used[-1]
 
     loaded = load_state(read_lines(lines), ledger, store, bulk=bulk_load if use_bulk else None)
@@ -252,16 +254,89 @@ def test_a_load_keeps_each_sessions_incarnation_and_numbers(server: LocalDynamoD
     assert after[(again, k.sequence_sk(0))][1:] == (False, True)  # spent, as the delete left it
     assert min(n for (pk, sk) in with_entries if pk == again and (n := k.sequence_number(sk))) > 3
 
-    _loaded(server, "seq-old", lines[:-1], use_bulk=True)  # a file of an earlier version
+    earlier = [line for line in lines if json.loads(line).get("kind") != SEQUENCES_KIND]
+    _loaded(server, "seq-old", earlier, use_bulk=True)  # a file of an earlier version
     old = {key: v for key, v in _marks(server, "seq-old").items() if v[1]}
     assert sorted(k.sequence_number(sk) for pk, sk in old if pk == again) == [0, 1]
     assert not {v[0] for v in old.values()} & {v[0] for v in with_entries.values()}
+
+
+def _heads(server: LocalDynamoDB, table: str) -> dict[str, list[str]]:
+    """Each session partition's entry heads' sort keys, in key order."""
+    heads: dict[str, list[str]] = {}
+    for i in _items(server, table):
+        sk = i[k.SORT_KEY]["S"]
+        if sk.startswith(k.EVENT_PREFIX) and k.part_head(sk) is None:
+            heads.setdefault(i[k.PARTITION_KEY]["S"], []).append(sk)
+    return {pk: sorted(sks) for pk, sks in heads.items()}
+
+
+def test_a_load_keeps_each_entrys_order_id(
+    server: LocalDynamoDB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A save names each entry's order id (the one its writer chose, in its head's key) and a
+    load stores each head under it: a resend of an append, whose condition is on that key,
+    finds its entry after a restart. Saves appended to the file name the new entries' ids
+    from where the last named ended; a file written whole names them in lines of at most a
+    set number of ids, a session's split across lines; entries after the last id named get
+    new ones (a file of an earlier version names none)."""
+    from sandbox_ledger.local import journal, persist
+    from sandbox_ledger.local.inprocess import Written
+    from sandbox_ledger.local.persist import DataState
+
+    monkeypatch.setattr(persist, "_ORDERS_PER_LINE", 4)
+    ledger = inprocess.ledger(server, "ord-source", REGION)
+    ledger.create_table(sweep=SweepSettings())
+    store = inprocess.resource_store(server, "ord-source", REGION)
+    for step in range(3):
+        for sid in ("a", "b"):
+            ledger.append(entry("job", sid, LedgerEvent.ExecStarted, 100, step=step))
+    first = journal.changes(DataState(), Written(everything=True), "ord-source", ledger, store)
+    for step in range(3, 5):
+        ledger.append(entry("job", "a", LedgerEvent.ExecStarted, 100, step=step))
+    pks = {"ord-source": {k.session_pk("job", "a")}}
+    later = journal.changes(first.after, Written(partitions=pks), "ord-source", ledger, store)
+    assert '"orders":[["job","a",3,[' in later.lines[-1]  # only the two new ids
+    source = _heads(server, "ord-source")
+    assert sorted(len(v) for v in source.values()) == [3, 5]
+
+    appended = [*first.after.lines(), *later.lines]
+    whole = list(later.after.lines())
+    assert sum('"orders"' in line for line in whole) == 2  # 8 ids, 4 a line
+    for table, lines in (("ord-appended", appended), ("ord-whole", whole)):
+        _loaded(server, table, lines, use_bulk=True)
+        assert _heads(server, table) == source
+    _loaded(server, "ord-old", [line for line in whole if '"orders"' not in line], use_bulk=True)
+    old = _heads(server, "ord-old")
+    assert {pk: len(v) for pk, v in old.items()} == {pk: len(v) for pk, v in source.items()}
+    assert not {sk for v in old.values() for sk in v} & {sk for v in source.values() for sk in v}
 
 
 @pytest.mark.parametrize(
     ("line", "reason"),
     [
         ('{"kind":"localSequences"}', "no list of sessions"),
+        ('{"kind":"localSequences","sessions":[],"orders":{}}', "orders is not a list"),
+        (
+            '{"kind":"localSequences","sessions":[],"orders":[["a","b",[]]]}',
+            "orders: not [name, sandboxId, start, ids]",
+        ),
+        (
+            '{"kind":"localSequences","sessions":[],"orders":[["a","b",1,["x"]]]}',
+            "order ids of ('a', 'b') from entry 1, but 0 named before",
+        ),
+        (
+            '{"kind":"localSequences","sessions":[],"orders":[["a","b",0,["x#1"]]]}',
+            "not an order id: 'x#1'",
+        ),
+        (
+            '{"kind":"localSequences","sessions":[],"orders":[["a","b",0,["x","x"]]]}',
+            "an order id named twice",
+        ),
+        (
+            '{"kind":"localSequences","sessions":[],"orders":[["a","b",-1,["x"]]]}',
+            "orders: not [name, sandboxId, start, ids]",
+        ),
         ('{"kind":"localSequences","sessions":[["a","b",[]]]}', "no runs"),
         ('{"kind":"localSequences","sessions":[["a",[]]]}', "not [name, sandboxId, runs]"),
         ('{"kind":"localSequences","sessions":[["a","b",[["x",-1,0]]]]}', "a run is not"),

@@ -49,9 +49,17 @@ def _load(
     ledger.create_table(sweep=SweepSettings())
     store = inprocess.resource_store(server, table, REGION)
 
-    def bulk_load(sessions: Any, progress: Any, sequences: Any = None) -> int | None:
+    def bulk_load(
+        sessions: Any, progress: Any, sequences: Any = None, orders: Any = None
+    ) -> int | None:
         done = bulk.load_entries(
-            server, ledger, sessions, progress=progress, sequences=sequences, image=with_image
+            server,
+            ledger,
+            sessions,
+            progress=progress,
+            sequences=sequences,
+            orders=orders,
+            image=with_image,
         )
         assert done is not None
         return done

@@ -91,7 +91,7 @@ class Saver:
         # tables: the collector is held off meanwhile, then they are kept out of its walks.
         with no_collection():
             state = read_data(self.data)
-            named = len(state.sequences)
+            named = len(state.sequences), len(state.orders)
             if self.image is not None and self.bulk is not None:
                 self.image.read()
             total = state.entries + len(state.environments) + len(state.records)
@@ -112,9 +112,9 @@ class Saver:
                     return False
             gc.freeze()
         self.mirror, self.file, self.whole = state, before, before.st_size
-        # Sessions FILE named no sequence for (an earlier version's) now have the one the
-        # load stored them in: the next save writes FILE whole, naming every one.
-        self.stale = state.appended or named != len(state.sequences)
+        # Sessions FILE named no sequence or order ids for (an earlier version's) now have
+        # the ones the load stored them in: the next save writes FILE whole, naming each.
+        self.stale = state.appended or named != (len(state.sequences), len(state.orders))
         image = self.image
         if image is not None and image.found.ignored is not None:
             say(f"{image.path}: {image.found.ignored}; ignored (the load built every session)")
@@ -253,7 +253,11 @@ class Saver:
         built = {}
         for key, lines in changed:
             stored = bulk.session_items(
-                key, [line for _, line in lines], image.shard_count, after.sequences.get(key)
+                key,
+                [line for _, line in lines],
+                image.shard_count,
+                after.sequences.get(key),
+                after.orders.get(key),
             )
             if stored is not None:
                 built[key] = stored

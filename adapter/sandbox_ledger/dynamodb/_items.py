@@ -153,7 +153,7 @@ def in_commit_order(
 def append_order(head_sk: str) -> str:
     """The order id inside an entry's sort key (``E#<ts:16>#<order>``): sorting by it gives
     the order the entries were appended in."""
-    return head_sk[len(k.EVENT_PREFIX) + 17 :]
+    return k.event_order(head_sk)
 
 
 @dataclass(frozen=True)

@@ -435,14 +435,15 @@ def read_in_append_order(table: str, name: str, sandbox_id: str) -> Op[list[Ledg
     :mod:`._sequence`; the order ``follow`` hands entries out in), an entry without one (a
     table written before marks) first, by the order id in its key; whole as of one moment,
     or none if a delete holds the session (see :func:`_read_whole`)."""
-    return [entry for entry, _ in (yield from read_marked(table, name, sandbox_id))]
+    return [entry for entry, _, _ in (yield from read_marked(table, name, sandbox_id))]
 
 
 def read_marked(
     table: str, name: str, sandbox_id: str
-) -> Op[list[tuple[LedgerEntry, tuple[int, str] | None]]]:
+) -> Op[list[tuple[LedgerEntry, tuple[int, str] | None, str]]]:
     """:func:`read_in_append_order`, each entry with its sequence mark's number and
-    incarnation (None: stored without a mark), as of the same read."""
+    incarnation (None: stored without a mark) and the order id its writer chose (in its
+    head's key: a resend of its append finds it there), as of the same read."""
     keyed, marks = yield from _read_whole(table, name, sandbox_id)
     keyed.sort(
         key=lambda pair: (
@@ -451,7 +452,7 @@ def read_marked(
             it.append_order(pair[0]),
         )
     )
-    return [(entry, marks.get(sk)) for sk, entry in keyed]
+    return [(entry, marks.get(sk), it.append_order(sk)) for sk, entry in keyed]
 
 
 def read_each_in_append_order(
@@ -466,9 +467,9 @@ def read_each_in_append_order(
 
 def read_each_marked(
     table: str, sessions: Sequence[tuple[str, str]]
-) -> Op[list[list[tuple[LedgerEntry, tuple[int, str] | None]]]]:
+) -> Op[list[list[tuple[LedgerEntry, tuple[int, str] | None, str]]]]:
     """:func:`read_marked` of each session, in order (what a local server's save reads)."""
-    found: list[list[tuple[LedgerEntry, tuple[int, str] | None]]] = []
+    found: list[list[tuple[LedgerEntry, tuple[int, str] | None, str]]] = []
     for name, sandbox_id in sessions:
         found.append((yield from read_marked(table, name, sandbox_id)))
     return found

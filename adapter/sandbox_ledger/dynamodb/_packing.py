@@ -173,8 +173,12 @@ _ABSENT = {
 _ABSENT_SUMMARY = {**_ABSENT, "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
 
 
-def new_unit(index: int, entry: LedgerEntry, claim: str, retention: int | None) -> Unit:
-    order = it.order_ids.next()
+def new_unit(
+    index: int, entry: LedgerEntry, claim: str, retention: int | None, order: str | None = None
+) -> Unit:
+    """The items that store ``entry``, its head under ``order`` (the order id its writer
+    chose, kept by a local server across a restart) or a new one."""
+    order = it.order_ids.next() if order is None else order
     ttl = k.ledger_expires_at(entry.ts, retention)
     encoded = it.encode_entry(entry, order, ttl)
     claim_item = {**it.summary_key(encoded.head[k.PARTITION_KEY]["S"]), A.CLAIM_ORDER: S(order)}

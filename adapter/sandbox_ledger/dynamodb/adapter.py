@@ -332,10 +332,11 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
 
     async def read_sessions_marked(
         self, sessions: Sequence[tuple[str, str]]
-    ) -> list[list[tuple[LedgerEntry, tuple[int, str] | None]]]:
+    ) -> list[list[tuple[LedgerEntry, tuple[int, str] | None, str]]]:
         """:meth:`read_sessions_in_append_order`, each entry with its sequence mark's number
-        and incarnation (None: stored without one), as of the same read: what a local
-        server's save names a session's sequence by (see :mod:`._sequence`)."""
+        and incarnation (None: stored without one) and its order id (the one its writer
+        chose, in its head's key), as of the same read: what a local server's save names a
+        session's sequence and its entries' keys by (see :mod:`._sequence`)."""
         return await self.run(_ops.read_each_marked(self.table_name, sessions))
 
     async def follow(
@@ -518,7 +519,7 @@ class SyncDynamoDBAdapter(_Base, SyncClientOwner):
 
     def read_sessions_marked(
         self, sessions: Sequence[tuple[str, str]]
-    ) -> list[list[tuple[LedgerEntry, tuple[int, str] | None]]]:
+    ) -> list[list[tuple[LedgerEntry, tuple[int, str] | None, str]]]:
         """:meth:`DynamoDBAdapter.read_sessions_marked`."""
         return self.run(_ops.read_each_marked(self.table_name, sessions))
 

@@ -29,7 +29,15 @@ if TYPE_CHECKING:
 
     from sandbox_ledger.sdk.attributes import Item
 
-__all__ = ["check_runs", "checked", "mark_runs", "order_ids_after", "session_items"]
+__all__ = [
+    "MAX_ORDER_CHARS",
+    "check_orders",
+    "check_runs",
+    "checked",
+    "mark_runs",
+    "order_ids_after",
+    "session_items",
+]
 
 
 def checked(entry: object) -> LedgerEntry:
@@ -48,6 +56,7 @@ def session_items(
     planned: Sequence[tuple[LedgerEntry, int, str]],
     shard_count: int,
     runs: Sequence[tuple[str, int, int]] | None = None,
+    orders: Sequence[str] | None = None,
 ) -> tuple[list[Item], str]:
     """Every item the import stores for one session's entries (each with its occurrence and
     content digest, in the session's order) into an empty table without retention, in the
@@ -56,13 +65,23 @@ def session_items(
     The marks are numbered from 0 in a new incarnation, or as ``runs`` says (the session's
     sequence as a store held it: see :func:`mark_runs`), with the items a delete and a dead
     one's seal left there: mark 0 spent, when the first mark is not 0; a seal before each
-    run of another incarnation than the run before it.
+    run of another incarnation than the run before it. The first entries' heads take the
+    order ids ``orders`` names, in order (the ones their writers chose, as a store held
+    them: an append resent after a restart then finds its entry), the rest new ones.
 
     Raises:
         InvalidInputError: an entry DynamoDB cannot hold (a ValueError too).
+        ValueError: ``orders`` names one order id twice.
     """
+    named = check_orders(orders or [])
     units = [
-        new_unit(index, entry, k.claim_sk(digest, k.check_occurrence(occurrence)), None)
+        new_unit(
+            index,
+            entry,
+            k.claim_sk(digest, k.check_occurrence(occurrence)),
+            None,
+            named[index] if index < len(named) else None,
+        )
         for index, (entry, occurrence, digest) in enumerate(planned)
     ]
     items: list[Item] = []
@@ -130,6 +149,34 @@ def check_runs(value: object) -> tuple[tuple[str, int, int], ...]:
             raise ValueError("runs out of order")
         runs.append((run[0], run[1], run[2]))
     return tuple(runs)
+
+
+MAX_ORDER_CHARS = 64
+"""The longest order id a data file may name (the adapter's are 28 characters)."""
+
+
+def check_orders(value: object) -> tuple[str, ...]:
+    """``value`` (JSON) as a session's order ids: a list of distinct non-empty strings
+    without ``#`` (an entry head's key is ``E#<ts>#<order>``), each at most
+    :data:`MAX_ORDER_CHARS` long.
+
+    Raises:
+        ValueError: anything else (the reason says what).
+    """
+    if not isinstance(value, list | tuple):
+        raise ValueError("order ids are not a list")
+    for order in value:
+        if (
+            not isinstance(order, str)
+            or not 0 < len(order) <= MAX_ORDER_CHARS
+            or "#" in order
+            or not order.isascii()
+            or not order.isprintable()
+        ):
+            raise ValueError(f"not an order id: {order!r}")
+    if len(set(value)) != len(value):
+        raise ValueError("an order id named twice")
+    return tuple(value)
 
 
 def _numbered(count: int, runs: Sequence[tuple[str, int, int]] | None) -> list[tuple[int, str]]:

@@ -50,11 +50,16 @@ class BulkLoadWarning(UserWarning):
 
 
 def session_items(
-    session: tuple[str, str], lines: list[str], shard_count: int, runs: Runs | None = None
+    session: tuple[str, str],
+    lines: list[str],
+    shard_count: int,
+    runs: Runs | None = None,
+    orders: list[str] | None = None,
 ) -> Stored | None:
     """Every item the import stores for ``session`` (its entry lines, in file order) into
     an empty table without retention, in low-level form, its marks as ``runs`` says (the
-    session's sequence, from the data file: else from 0 in a new incarnation); None if a
+    session's sequence, from the data file: else from 0 in a new incarnation), its first
+    entries' heads under the order ids ``orders`` names (the rest under new ones); None if a
     line is one the import would refuse or report (the import then says which)."""
     from sandbox_ledger.dynamodb import import_items
     from sandbox_ledger.models import LedgerEntry
@@ -73,11 +78,13 @@ def session_items(
             [(entry, occurrence, digest) for _, entry, occurrence, digest in planned],
             shard_count,
             runs,
+            orders,
         )
     except (ValueError, InvalidInputError):  # InvalidInputError is a ValueError too
         return None
     try:
-        return Stored(lines_digest(lines, runs), last, [flat(item) for item in items])
+        flats = [flat(item) for item in items]
+        return Stored(_digest(lines, flats), last, flats)
     except (KeyError, ValueError):  # pragma: no cover - the builders' keys are strings
         return None
 
@@ -104,12 +111,14 @@ def load_entries(
     sessions: list[tuple[tuple[str, str], list[str]]],
     progress: Callable[[int], None] | None = None,
     sequences: dict[tuple[str, str], Runs] | None = None,
+    orders: dict[tuple[str, str], list[str]] | None = None,
     image: Image | None = None,
 ) -> int | None:
     """Put ``sessions`` (each one's entry lines) into ``ledger``'s table on ``server`` (see
-    the module), each with its marks as ``sequences`` says (where it names the session; a
-    session it does not name is added to it with the marks it was stored with, for the
-    file to name them from then on),
+    the module), each with its marks as ``sequences`` says and its entries' order ids as
+    ``orders`` does (where they name the session; a session they do not name is added to
+    them with the marks and order ids it was stored with, for the file to name them from
+    then on),
     :data:`CHUNK` sessions at a time, each chunk built (or taken from ``image``, read
     already, for a session whose lines and sequence it holds) and then put in under the
     server's lock (``progress`` is called with its number of entries: it may raise to stop
@@ -151,18 +160,20 @@ def load_entries(
                 built: list[Stored] = []
                 for key, lines in chunk:
                     runs = None if sequences is None else sequences.get(key)
+                    ids = None if orders is None else orders.get(key)
                     stored = known.get(key)
-                    if stored is None or not _holds(stored, key, lines, runs):
-                        stored = session_items(key, lines, shard_count, runs)
+                    if stored is None or not _holds(stored, key, lines, runs, ids):
+                        stored = session_items(key, lines, shard_count, runs, ids)
                         if stored is None:
                             return None
                     elif image is not None:
                         image.used += 1
                     if runs is None and sequences is not None:
-                        drawn = _runs_of(stored)
+                        drawn = _runs_of(stored.items)
                         if drawn is not None:  # kept under the lines and marks from now on
                             sequences[key] = drawn
-                            stored = stored._replace(digest=lines_digest(lines, drawn))
+                    if orders is not None and len(ids or ()) < len(lines):
+                        orders[key] = _orders_of(stored.items)  # and its order ids
                     built.append(stored)
                     last_order = max(last_order, stored.last_order)
                 with server.exclusive():
@@ -189,13 +200,19 @@ CHUNK = 256
 """Sessions built and put in at once (the server's lock is held for one chunk's items)."""
 
 
-def _runs_of(stored: Stored) -> Runs | None:
-    """The sequence ``stored``'s marks make (see :func:`import_items.mark_runs`)."""
+def _digest(lines: list[str], items: list[Flat]) -> bytes:
+    """What :attr:`Stored.digest` holds for ``items`` built from ``lines``: the digest of the
+    lines, the sequence the items' marks make and their entries' order ids."""
+    return lines_digest(lines, _runs_of(items), _orders_of(items))
+
+
+def _runs_of(items: list[Flat]) -> Runs | None:
+    """The sequence ``items``' marks make (see :func:`import_items.mark_runs`)."""
     from sandbox_ledger.dynamodb import import_items
     from sandbox_ledger.keys import LedgerAttr as A
 
     marks: list[tuple[int, str]] = []
-    for values in stored.items:
+    for values in items:
         number = k.sequence_number(values[1])
         if number is not None:
             item = unflat(values)
@@ -205,13 +222,32 @@ def _runs_of(stored: Stored) -> Runs | None:
     return None if not runs else tuple(runs)
 
 
-def _holds(stored: Stored, session: tuple[str, str], lines: list[str], runs: Runs | None) -> bool:
-    """Whether ``stored`` is the items of ``session`` built from ``lines`` and ``runs``:
-    their digest, and every item in the session's partition. Without ``runs`` (a file that
-    names no sequence for the session), items built in any sequence will do."""
-    if runs is None and stored.digest != lines_digest(lines):
-        runs = _runs_of(stored)  # kept under the marks it was stored in (see load_entries)
-    if stored.digest != lines_digest(lines, runs):
+def _orders_of(items: list[Flat]) -> list[str]:
+    """The order ids of ``items``' entries (their heads' keys), in the session's order."""
+    return [
+        k.event_order(values[1])
+        for values in items
+        if values[1].startswith(k.EVENT_PREFIX) and k.part_head(values[1]) is None
+    ]
+
+
+def _holds(
+    stored: Stored,
+    session: tuple[str, str],
+    lines: list[str],
+    runs: Runs | None,
+    orders: list[str] | None = None,
+) -> bool:
+    """Whether ``stored`` is the items of ``session`` built from ``lines``, ``runs`` and
+    ``orders``: the digest of the lines with the items' own sequence and order ids, that
+    sequence ``runs`` (any, without it: a file that names no sequence for the session),
+    the order ids beginning with ``orders``, and every item in the session's partition."""
+    held_runs, held_orders = _runs_of(stored.items), _orders_of(stored.items)
+    if runs is not None and held_runs != runs:
+        return False
+    if held_orders[: len(orders or ())] != (orders or []):
+        return False
+    if stored.digest != lines_digest(lines, held_runs, held_orders):
         return False
     pk = k.session_pk(*session)
     return all(values[0] == pk for values in stored.items)

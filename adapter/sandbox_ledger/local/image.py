@@ -71,19 +71,26 @@ class Stored(NamedTuple):
     """A session's items as a load builds them from its lines."""
 
     digest: bytes
-    """The SHA-256 of the session's lines and sequence (:func:`lines_digest`)."""
+    """The SHA-256 of the session's lines, sequence and order ids (:func:`lines_digest`)."""
     last_order: str
     """The greatest order id among its entries (a restart's order ids go on after it)."""
     items: list[Flat]
     """Every item the import would store for the session, each as :data:`Flat`."""
 
 
-def lines_digest(lines: Iterable[str], runs: Iterable[tuple[str, int, int]] | None = None) -> bytes:
+def lines_digest(
+    lines: Iterable[str],
+    runs: Iterable[tuple[str, int, int]] | None = None,
+    orders: Iterable[str] | None = None,
+) -> bytes:
     """The SHA-256 of a session's lines (each with its newline), as UTF-8, after its
-    sequence's runs (the marks the items are built with), where the data file names them."""
+    sequence's runs (the marks the items are built with) and its entries' order ids (their
+    heads' keys), where the data file names them."""
     digest = hashlib.sha256()
     if runs is not None:
         digest.update(json.dumps([list(run) for run in runs]).encode("utf-8") + b"\n")
+    if orders:
+        digest.update(json.dumps({"orders": list(orders)}).encode("utf-8") + b"\n")
     for line in lines:
         digest.update(line.encode("utf-8"))
     return digest.digest()

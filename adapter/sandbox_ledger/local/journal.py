@@ -15,7 +15,8 @@ request's time), and turns what differs from the mirror into lines to append:
 - a resource record changed: its line again; gone: ``{"kind": "resourceRecord", "deleted":
   id}``;
 - the sequence of the sessions whose sequence changed (saved for the first time, begun again
-  in another incarnation): one ``localSequences`` line naming them, after their entries.
+  in another incarnation), and the order ids of their new entries: one ``localSequences``
+  line naming them, after their entries.
 
 A save's cost is what changed since the last one, whatever the tables hold; an idle server
 reads and writes nothing. Every so often (when the appended lines outgrow what the file held
@@ -79,6 +80,7 @@ def changes(
         dict(mirror.environments),
         dict(mirror.records),
         dict(mirror.sequences),
+        dict(mirror.orders),
     )
     if written.everything:
         return _everything(after, ledger, store)
@@ -86,27 +88,37 @@ def changes(
     lines: list[str] = []
     sessions = sorted({k.parse_session_pk(pk) for pk in pks if pk.startswith(k.SESSION_PREFIX)})
     named: dict[tuple[str, str], Runs] = {}
+    ordered: dict[tuple[str, str], tuple[int, list[str]]] = {}
     for key, marked in _read_marked(ledger, sessions):
-        now = [entry_line(entry) + "\n" for entry, _ in marked]
+        now = [entry_line(entry) + "\n" for entry, _, _ in marked]
+        ids = [order for _, _, order in marked]
         saved = [line for _, line in after.sessions.get(key, [])]
+        known = after.orders.get(key, [])
         runs = _runs(marked)
-        if now == saved and after.sequences.get(key) == runs:
+        if now == saved and after.sequences.get(key) == runs and ids == known:
             continue
-        if now[: len(saved)] == saved:
+        if now[: len(saved)] == saved and ids[: len(known)] == known:
             lines += now[len(saved) :]
+            if len(ids) > len(known):
+                ordered[key] = (len(known), ids[len(known) :])
         else:
             head = {"kind": SESSION_KIND, "name": key[0], "sandboxId": key[1]}
             lines.append(json.dumps({**head, "entries": len(now)}, ensure_ascii=False) + "\n")
             lines += now
             after.sequences.pop(key, None)  # as the block's load does
+            after.orders.pop(key, None)
+            if ids:
+                ordered[key] = (0, ids)
         if now:
             after.sessions[key] = [(0, line) for line in now]
+            after.orders[key] = ids
             if runs is not None and after.sequences.get(key) != runs:
                 named[key] = after.sequences[key] = runs
         else:
             after.sessions.pop(key, None)
-    if named:  # after the entries: a block names its session's sequence anew
-        lines.append(sequences_line(named))
+            after.orders.pop(key, None)
+    if named or ordered:  # after the entries: a block names its session's sequence anew
+        lines.append(sequences_line(named, ordered))
     if k.ENVIRONMENT_PK in pks:
         now_env = {r.name: (0, environment_line(r) + "\n") for r in ledger.list_environments()}
         if [line for _, line in now_env.values()] != [
@@ -123,7 +135,7 @@ def changes(
 
 def _read_marked(
     ledger: SyncDynamoDBAdapter, sessions: list[tuple[str, str]]
-) -> Iterator[tuple[tuple[str, str], list[tuple[LedgerEntry, tuple[int, str] | None]]]]:
+) -> Iterator[tuple[tuple[str, str], list[tuple[LedgerEntry, tuple[int, str] | None, str]]]]:
     """Each of ``sessions`` read whole, each entry with its sequence mark, in runs of
     :data:`_READ_SESSIONS` (each run a request's time of the server)."""
     for start in range(0, len(sessions), _READ_SESSIONS):
@@ -131,12 +143,12 @@ def _read_marked(
         yield from zip(run, ledger.read_sessions_marked(run), strict=True)
 
 
-def _runs(marked: list[tuple[LedgerEntry, tuple[int, str] | None]]) -> Runs | None:
+def _runs(marked: list[tuple[LedgerEntry, tuple[int, str] | None, str]]) -> Runs | None:
     """The session's sequence (see :data:`~.persist.SEQUENCES_KIND`) of its entries' marks;
     None if one has none (the load then begins a new incarnation)."""
     from sandbox_ledger.dynamodb.import_items import mark_runs
 
-    runs = mark_runs([mark for _, mark in marked])
+    runs = mark_runs([mark for _, mark, _ in marked])
     return None if runs is None else tuple(runs)
 
 
@@ -181,9 +193,11 @@ def _everything(
 
     for key, marked in _read_marked(ledger, sorted(state.sessions)):
         runs = _runs(marked)
-        read = [entry_line(entry) + "\n" for entry, _ in marked]
-        if runs is not None and read == [line for _, line in state.sessions[key]]:
-            state.sequences[key] = runs  # (else changed since the snapshot: the next save)
+        read = [entry_line(entry) + "\n" for entry, _, _ in marked]
+        if read == [line for _, line in state.sessions[key]]:
+            state.orders[key] = [order for _, _, order in marked]
+            if runs is not None:
+                state.sequences[key] = runs  # (else changed since the snapshot: the next save)
     return Changes([], state)
 
 

@@ -26,7 +26,7 @@ from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.transfer import ENVIRONMENT_KIND, LOCAL_SEQUENCES_KIND
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
     from pathlib import Path
 
     from sandbox_ledger.protocol import SyncTransferAdapter
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
             list[tuple[tuple[str, str], list[str]]],
             Callable[[int], None] | None,
             dict[tuple[str, str], Runs],
+            dict[tuple[str, str], list[str]],
         ],
         int | None,
     ]
@@ -149,6 +150,9 @@ class DataState:
     records: dict[str, tuple[int, str]] = field(default_factory=dict)
     sequences: dict[tuple[str, str], Runs] = field(default_factory=dict)
     """Each session's sequence, where the file names it (see :data:`SEQUENCES_KIND`)."""
+    orders: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    """The order ids of each session's first entries, where the file names them (see
+    :data:`SEQUENCES_KIND`)."""
     appended: bool = False
     """The file holds more than one save's lines (a journal to fold), or a torn last line."""
 
@@ -159,7 +163,7 @@ class DataState:
     def lines(self) -> Iterator[str]:
         """The file a save writes whole: the entries of each session in (name, sandboxId)
         order, as ``export`` writes them, then the environment lines, then the records, then
-        the sessions' sequences."""
+        the lines naming the sessions' sequences and their entries' order ids."""
         for key in sorted(self.sessions):
             for _, line in self.sessions[key]:
                 yield line
@@ -167,11 +171,26 @@ class DataState:
             yield line
         for record_id in sorted(self.records):
             yield self.records[record_id][1]
-        named = [key for key in sorted(self.sessions) if key in self.sequences]
-        for start in range(0, len(named), _SEQUENCES_PER_LINE):
-            yield sequences_line(
-                {key: self.sequences[key] for key in named[start : start + _SEQUENCES_PER_LINE]}
-            )
+        named: dict[tuple[str, str], Runs] = {}
+        ordered: dict[tuple[str, str], tuple[int, Sequence[str]]] = {}
+        size = 0
+        for key in sorted(self.sessions):
+            if key in self.sequences:
+                named[key] = self.sequences[key]
+            orders, start = self.orders.get(key, []), 0
+            while True:
+                ids = orders[start : start + _ORDERS_PER_LINE - size]
+                if ids:
+                    ordered[key] = (start, ids)
+                size, start = size + len(ids), start + len(ids)
+                if size < _ORDERS_PER_LINE and len(named) < _SEQUENCES_PER_LINE:
+                    break
+                yield sequences_line(named, ordered)  # a session's further ids on the next
+                named, ordered, size = {}, {}, 0
+                if start >= len(orders):
+                    break
+        if named or ordered:
+            yield sequences_line(named, ordered)
 
 
 SESSION_KIND = "localSession"
@@ -185,9 +204,17 @@ entry after it the next number, up to the next run's. A load stores each session
 with these marks, so that a follower's position and a writer's guess of the next mark from
 before a restart hold after it; a session that no line names gets a new incarnation, its
 marks numbered from 0. A later line replaces what an earlier one said of a session.
-``import`` skips these lines (as blank ones): FILE stays an export of the ledger."""
+
+The line may also name entries' order ids, ``"orders": [[name, sandboxId, start, [id,
+...]], ...]``: the ids of the session's entries from the ``start``-th on (replacing what an
+earlier line named from there), each the one its writer chose, which its head's key holds. A
+load stores each entry under its id (new ids for the entries after the last one named), so
+that an append whose answer a restart cut, sent again, finds its entry and is not stored
+twice. ``import`` skips these lines (as blank ones): FILE stays an export of the ledger."""
 _SEQUENCES_PER_LINE = 1_000
 """Sessions a :data:`SEQUENCES_KIND` line of a file written whole names at most."""
+_ORDERS_PER_LINE = 10_000
+"""Order ids a :data:`SEQUENCES_KIND` line of a file written whole names at most."""
 ENVIRONMENTS_KIND = "localEnvironments"
 """Every environment record replaced: ``{"kind": "localEnvironments", "records": N}``, then N
 environment lines."""
@@ -273,7 +300,7 @@ def load_state(
         sessions = [
             (key, [line for _, line in state.sessions[key]]) for key in sorted(state.sessions)
         ]
-        bulk_done = bulk(sessions, progress, state.sequences)
+        bulk_done = bulk(sessions, progress, state.sequences, state.orders)
 
     def ordered() -> Iterator[bytes]:
         for key in sorted(state.sessions) if bulk_done is None else ():
@@ -398,6 +425,7 @@ def _apply_block(
                     f"{state.path}:{number}", f"not an entry of the session {key!r}"
                 )
         state.sequences.pop(key, None)  # a sequences line after the block names the new one
+        state.orders.pop(key, None)  # (and its order ids)
         if block:
             state.sessions[key] = [(number, line) for number, line, _ in block]
         else:
@@ -413,13 +441,22 @@ def _apply_block(
     return True
 
 
-def sequences_line(sequences: dict[tuple[str, str], Runs]) -> str:
-    """The line of :data:`SEQUENCES_KIND` naming ``sequences`` (with its newline)."""
+def sequences_line(
+    sequences: dict[tuple[str, str], Runs],
+    orders: Mapping[tuple[str, str], tuple[int, Sequence[str]]] | None = None,
+) -> str:
+    """The line of :data:`SEQUENCES_KIND` naming ``sequences`` and, if given, ``orders`` (for
+    each session, the order ids of its entries from an index on), with its newline."""
     sessions = [
         [name, sandbox_id, [list(run) for run in runs]]
         for (name, sandbox_id), runs in sequences.items()
     ]
-    value = {"kind": SEQUENCES_KIND, "sessions": sessions}
+    value: dict[str, Any] = {"kind": SEQUENCES_KIND, "sessions": sessions}
+    if orders:
+        value["orders"] = [
+            [name, sandbox_id, start, list(ids)]
+            for (name, sandbox_id), (start, ids) in orders.items()
+        ]
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
@@ -432,7 +469,9 @@ def _apply_sequences(state: DataState, value: dict[str, Any], where: str) -> Non
     from sandbox_ledger.dynamodb.import_items import check_runs
 
     sessions = value.get("sessions")
-    if set(value) != {"kind", "sessions"} or not isinstance(sessions, list):
+    if not {"kind", "sessions"} <= set(value) <= {"kind", "sessions", "orders"} or not (
+        isinstance(sessions, list)
+    ):
         raise InvalidInputError(where, f"{SEQUENCES_KIND}: no list of sessions")
     found: dict[tuple[str, str], Runs] = {}
     for session in sessions:
@@ -452,6 +491,46 @@ def _apply_sequences(state: DataState, value: dict[str, Any], where: str) -> Non
     if any(key in state.sequences for key in found):
         state.appended = True
     state.sequences.update(found)
+    if "orders" in value:
+        _apply_orders(state, value["orders"], where)
+
+
+def _apply_orders(state: DataState, named: object, where: str) -> None:
+    """Take the sessions' order ids of a :data:`SEQUENCES_KIND` line's ``orders``.
+
+    Raises:
+        InvalidInputError: not what a save writes (field: ``where``).
+    """
+    from sandbox_ledger.dynamodb.import_items import check_orders
+
+    if not isinstance(named, list):
+        raise InvalidInputError(where, f"{SEQUENCES_KIND}: orders is not a list")
+    for session in named:
+        if (
+            not isinstance(session, list)
+            or len(session) != 4
+            or not all(isinstance(part, str) for part in session[:2])
+            or type(session[2]) is not int
+            or session[2] < 0
+        ):
+            raise InvalidInputError(
+                where, f"{SEQUENCES_KIND}: orders: not [name, sandboxId, start, ids]"
+            )
+        key, start = (session[0], session[1]), session[2]
+        known = state.orders.get(key, [])
+        if start > len(known):
+            raise InvalidInputError(
+                where,
+                f"{SEQUENCES_KIND}: order ids of {key!r} from entry {start}, "
+                f"but {len(known)} named before",
+            )
+        try:
+            ids = list(check_orders([*known[:start], *check_orders(session[3])]))
+        except ValueError as exc:
+            raise InvalidInputError(where, f"{SEQUENCES_KIND}: {exc} for {key!r}") from exc
+        if start < len(known):
+            state.appended = True
+        state.orders[key] = ids
 
 
 def _resource_line(raw: bytes, where: str) -> ResourceActivityRecord | Item | None:

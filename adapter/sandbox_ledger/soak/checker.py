@@ -36,7 +36,6 @@ from sandbox_ledger.memory import MemoryAdapter
 from sandbox_ledger.soak.history import (
     local_restarts,
     lost_to_a_restart,
-    spans_local_restart,
 )
 from sandbox_ledger.soak.transfers import check_exports, count_transfers, imports_as_appends
 from sandbox_ledger.transfer import content_digest
@@ -75,7 +74,6 @@ class Report:
     changes_trimmed: int = 0
     follows: int = 0
     followed: int = 0
-    duplicates_across_restarts: int = 0
     reads: int = 0
     sessions: int = 0
     entries: int = 0
@@ -100,7 +98,6 @@ class Report:
             "changesTrimmedByRestarts": self.changes_trimmed,
             "follows": self.follows,
             "entriesFollowed": self.followed,
-            "duplicatesAcrossLocalRestarts": self.duplicates_across_restarts,
             "readsChecked": self.reads,
             "sessions": self.sessions,
             "entriesChecked": self.entries,
@@ -151,7 +148,6 @@ async def check(
         report.failed += op.status == "fail"
         report.crashed += op.status == "crashed"
         sessions[str(op.invoked["s"])].append(op)
-    restarts = local_restarts(operations)
     stored_sessions = {sid for n, sid in await store.scan_sessions(name) if n == name}
     for sid in sorted(stored_sessions - set(sessions)):
         report.violations.append(Violation(f"session {sid} is stored, named by no operation", []))
@@ -164,7 +160,7 @@ async def check(
     for sid in sorted(sessions):
         delete = deletes.get(sid)
         if delete is None:
-            await _check_session(store, name, sid, sessions[sid], report, restarts)
+            await _check_session(store, name, sid, sessions[sid], report)
         else:
             await _check_deleted(store, name, sid, [*sessions[sid], delete], report)
     await check_exports(operations, store, name, report)
@@ -400,7 +396,6 @@ async def _check_session(
     sid: str,
     mine: list[Operation],
     report: Report,
-    restarts: list[tuple[float, float]] = [],  # noqa: B006 - read only
 ) -> None:
     report.sessions += 1
     stored = await store.read_in_append_order(name, sid)
@@ -409,9 +404,6 @@ async def _check_session(
     sent = {str(op.invoked["d"]): op for op in mine}
     for op in mine:
         times = counts.get(str(op.invoked["d"]), 0)
-        if times == 2 and spans_local_restart(op, restarts):
-            report.duplicates_across_restarts += 1
-            continue
         if op.acknowledged and times != 1:
             report.violations.append(
                 Violation(f"{sid}: an acknowledged append is stored {times} times", [op.line()])

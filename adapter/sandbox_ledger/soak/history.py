@@ -32,7 +32,6 @@ __all__ = [
     "lost_to_a_restart",
     "operations",
     "read_history",
-    "spans_local_restart",
 ]
 
 
@@ -150,16 +149,6 @@ def local_restarts(operations: list[Operation]) -> list[tuple[float, float]]:
         for op in operations
         if op.op == "fault" and op.process == "s" and op.invoked.get("what") == "local-restart"
     ]
-
-
-def spans_local_restart(op: Operation, restarts: list[tuple[float, float]]) -> bool:
-    """Whether an append was in flight (invoked, not yet answered) while ``local --data``
-    restarted. Open defect (docs/reliability.md): its load builds each entry's head under a
-    key of its own, so a resend of an append the server stored before it stopped is not
-    recognised, and is stored again."""
-    began = float(op.invoked["at"])
-    ended = float(op.completed["at"]) if op.completed is not None else float("inf")
-    return any(r_began <= ended and r_ended >= began for r_began, r_ended in restarts)
 
 
 def lost_to_a_restart(

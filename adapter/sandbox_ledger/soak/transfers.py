@@ -24,7 +24,7 @@ import contextlib
 from collections import Counter, defaultdict
 from typing import TYPE_CHECKING, Any
 
-from sandbox_ledger.soak.history import Operation, local_restarts, spans_local_restart
+from sandbox_ledger.soak.history import Operation
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -80,7 +80,6 @@ async def check_exports(operations: list[Operation], store: Any, name: str, repo
         if op.op == "append":
             appends[str(op.invoked["s"])].append(op)
     stored_of: dict[str, list[str]] = {}
-    restarts = local_restarts(operations)
     for op in operations:
         if op.op != "export" or not op.acknowledged or op.completed is None:
             continue
@@ -89,7 +88,7 @@ async def check_exports(operations: list[Operation], store: Any, name: str, repo
             held = [str(d) for d in got.get(sid, [])]
             report.exported += len(held)
             if sid in deleted:
-                found = _not_a_prefix_of_appends(held, appends[sid], restarts)
+                found = _not_a_prefix_of_appends(held, appends[sid])
                 if found:
                     report.violations.append(Violation(f"{sid}: {found}", [op.line()]))
                 continue
@@ -112,18 +111,12 @@ async def check_exports(operations: list[Operation], store: Any, name: str, repo
 def _not_a_prefix_of_appends(
     held: list[str],
     appends: list[Operation],
-    restarts: list[tuple[float, float]] = [],  # noqa: B006 - read only
 ) -> str | None:
     """What is wrong with an export of a session deleted since, None if nothing: each entry
-    one that was sent, once (twice only for an append in flight across a restart of
-    ``local --data``: an open defect, counted where the store is checked), and none missing
+    one that was sent, once, and none missing
     whose append was acknowledged before the append of one held was invoked."""
     sent = {str(op.invoked["d"]): op for op in appends}
-    repeated = [
-        d
-        for d, n in Counter(held).items()
-        if n > 1 and not (n == 2 and d in sent and spans_local_restart(sent[d], restarts))
-    ]
+    repeated = [d for d, n in Counter(held).items() if n > 1]
     if repeated:
         return f"an export held entries twice: {repeated[:3]}"
     strangers = [d for d in held if d not in sent]
