@@ -1006,13 +1006,6 @@ def _page_on(server: Local, cursor: str) -> list[str]:
     return [s.sandbox_id for s in page.sessions]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="local --data's store identity is a hash of FILE's resolved path, not kept in "
-    "FILE: another store's data at the same path (FILE removed and started afresh, or "
-    "replaced by another file) takes the first one's identity, and its cursors page on "
-    "in it silently",
-)
 def test_another_store_at_the_same_path_refuses_the_first_ones_cursor(tmp_path: Path) -> None:
     """A cursor is bound to its store: ``rm dev.jsonl`` then ``local --data dev.jsonl`` on
     other data is another store, and a cursor of the first is refused (InvalidInputError),
@@ -1034,12 +1027,6 @@ def test_another_store_at_the_same_path_refuses_the_first_ones_cursor(tmp_path: 
     assert code == 0, stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="local --data's store identity is a hash of FILE's resolved path: FILE moved "
-    "(its directory renamed, mounted elsewhere) is another store at its next start, and "
-    "every cursor handed out before is refused",
-)
 def test_a_moved_data_file_is_the_same_store(tmp_path: Path) -> None:
     """``mv dev.jsonl kept.jsonl``: the same data, the same store; a cursor from before pages
     on after the restart as it does at the same path."""
@@ -1055,6 +1042,40 @@ def test_a_moved_data_file_is_the_same_store(tmp_path: Path) -> None:
     finally:
         code, stderr = again.stop(signal.SIGTERM)
     assert code == 0, stderr
+
+
+def test_a_data_file_names_its_store_from_its_first_save_on(tmp_path: Path) -> None:
+    """FILE names the identity of the store it holds (``"store"`` in a ``localSequences``
+    line), also with nothing else in it, and keeps it: each later start serves a table with
+    that identity and saves it again."""
+    data = tmp_path / "dev.jsonl"
+
+    def named() -> str:
+        stores = [
+            value["store"]
+            for line in data.read_text().splitlines()
+            if (value := json.loads(line)).get("kind") == "localSequences" and "store" in value
+        ]
+        assert len(stores) == 1, stores
+        return str(stores[0])
+
+    server = Local("--data", "dev.jsonl", cwd=tmp_path)
+    code, stderr = server.stop(signal.SIGTERM)
+    assert code == 0, stderr
+    first = named()
+    assert re.fullmatch("[0-9a-f]{32}", first)
+    data.write_text(data.read_text() + _ledger_lines(4))  # an export appended to it
+    server = Local("--data", "dev.jsonl", cwd=tmp_path)
+    code, stderr = server.stop(signal.SIGTERM)
+    assert code == 0, stderr
+    assert named() == first
+    other = tmp_path / "other.jsonl"
+    other.write_text(_ledger_lines(4))  # an export: no store named, a new one given
+    server = Local("--data", "other.jsonl", cwd=tmp_path)
+    code, stderr = server.stop(signal.SIGTERM)
+    assert code == 0, stderr
+    data = other
+    assert named() != first
 
 
 def test_the_same_file_by_another_name_is_the_same_store(tmp_path: Path) -> None:

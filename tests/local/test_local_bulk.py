@@ -317,6 +317,9 @@ def test_a_load_keeps_each_entrys_order_id(
     [
         ('{"kind":"localSequences"}', "no list of sessions"),
         ('{"kind":"localSequences","sessions":[],"orders":{}}', "orders is not a list"),
+        ('{"kind":"localSequences","sessions":[],"store":5}', "store is not a store id"),
+        ('{"kind":"localSequences","sessions":[],"store":""}', "store is not a store id"),
+        ('{"kind":"localSequences","sessions":[],"other":1}', "no list of sessions"),
         (
             '{"kind":"localSequences","sessions":[],"orders":[["a","b",[]]]}',
             "orders: not [name, sandboxId, start, ids]",

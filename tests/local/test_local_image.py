@@ -318,10 +318,10 @@ def _started(data: Path) -> tuple[LocalDynamoDB, Saver, SyncDynamoDBAdapter]:
     local.start()
     table = f"saves-{next(_tables)}"  # moto's tables outlive a server in this process
     ledger = inprocess.ledger(local, table, REGION)
-    ledger.create_table(sweep=SweepSettings())
     store = inprocess.resource_store(local, table, REGION)
     saver = Saver(data, ledger, store, log)
     saver.bulk = functools.partial(bulk.load_entries, local, ledger, image=saver.image)
+    ledger.create_table(sweep=SweepSettings(), store_id=saver.read())
     with StopSignals() as stop:
         assert saver.load(stop)
         saver.keep_image(stop)

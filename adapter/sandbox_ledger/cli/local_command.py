@@ -142,17 +142,18 @@ def _serve(
     # The server's own reads and writes (create, load, saves) run in process: no HTTP, and
     # none of them is a client's write to save.
     ledger = inprocess.ledger(server, table, REGION)
-    # With --data, the table is FILE's: the same identity at every start, so the cursors
-    # and change positions handed out before a restart are still this store's.
     settings = SweepSettings(
         stale_after_seconds=sweep.stale_after, retain_failed_seconds=sweep.retain_failed
     )
-    ledger.create_table(sweep=settings, store_id=None if data is None else _store_id(data))
     store = inprocess.resource_store(server, table, REGION)
     saver = Saver(data, ledger, store, log)
     saver.bulk = functools.partial(bulk.load_entries, server, ledger, image=saver.image)
     pg = None
     try:
+        # With --data, the table is FILE's: the identity FILE names (given to it when it
+        # named none), so the cursors and change positions handed out before a restart are
+        # still this store's, FILE moved is the same store and other data in its place not.
+        ledger.create_table(sweep=settings, store_id=saver.read())
         if not saver.load(stop):
             return saver
         pg = _start_postgres() if postgres else None
@@ -187,13 +188,6 @@ class _Sweep:
     stale_after: int = 900
     retain_failed: int = 604_800
     stream_records: int = 1000
-
-
-def _store_id(data: Path) -> str:
-    """The identity of the table ``local --data FILE`` serves: FILE's, across restarts."""
-    import hashlib
-
-    return hashlib.blake2b(f"local --data {data.resolve()}".encode(), digest_size=16).hexdigest()
 
 
 def _strict_profile(strict: bool, options: list[str] | None) -> StrictProfile | None:

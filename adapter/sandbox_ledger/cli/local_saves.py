@@ -73,24 +73,48 @@ class Saver:
         self.image_dead = 0
         """Entries of the image's records that later ones replaced (appends stop once they
         outnumber FILE's entries: the image is then at most about twice what it holds)."""
+        self._found: DataState | None = None
+        """What :meth:`read` found in ``data`` (None: no file there)."""
+        self._before: os.stat_result | None = None
+        """``data`` as :meth:`read` found it."""
         self.image_off = False
         """Saves no longer keep the image up (it outgrew that, or could not be written)."""
 
+    def read(self) -> str | None:
+        """Read ``data`` (before the table is made: see :meth:`load`) and return the
+        identity of the store it holds: the one it names, else a new one, which the next
+        save names in it (written whole). None without ``data``: a fresh table's own."""
+        from sandbox_ledger.deployment import new_store_id
+        from sandbox_ledger.local.image import no_collection
+        from sandbox_ledger.local.persist import read_data
+
+        if self.data is None:
+            return None
+        if self.data.exists():
+            self._before = os.stat(self.data)
+            # The load makes millions of objects, none in a cycle, that live as long as the
+            # tables: the collector is held off meanwhile, then they are kept out of its walks.
+            with no_collection():
+                self._found = read_data(self.data)
+            self.mirror.store_id = self._found.store_id
+        if self.mirror.store_id is None:
+            self.mirror.store_id = new_store_id()
+        return self.mirror.store_id
+
     def load(self, stop: StopSignals) -> bool:
-        """Load ``data`` into the tables, with progress on a terminal; False if a stopping
-        signal came first (the tables are then partly loaded: never saved)."""
+        """Load what :meth:`read` read into the tables, with progress on a terminal; False if
+        a stopping signal came first (the tables are then partly loaded: never saved)."""
         from sandbox_ledger.cli.output import err
         from sandbox_ledger.cli.progress import reading
         from sandbox_ledger.local.image import no_collection
-        from sandbox_ledger.local.persist import load_state, read_data
+        from sandbox_ledger.local.persist import load_state
 
-        if self.data is None or not self.data.exists():
+        state, before = self._found, self._before
+        if state is None or before is None:
             return True
-        before = os.stat(self.data)
-        # The load makes millions of objects, none in a cycle, that live as long as the
-        # tables: the collector is held off meanwhile, then they are kept out of its walks.
+        unnamed = state.store_id is None
+        state.store_id = self.mirror.store_id
         with no_collection():
-            state = read_data(self.data)
             named = len(state.sequences), len(state.orders)
             if self.image is not None and self.bulk is not None:
                 self.image.read()
@@ -113,8 +137,9 @@ class Saver:
             gc.freeze()
         self.mirror, self.file, self.whole = state, before, before.st_size
         # Sessions FILE named no sequence or order ids for (an earlier version's) now have
-        # the ones the load stored them in: the next save writes FILE whole, naming each.
-        self.stale = state.appended or named != (len(state.sequences), len(state.orders))
+        # the ones the load stored them in, and a FILE naming no store the one the table
+        # was made with: the next save writes FILE whole, naming each.
+        self.stale = state.appended or unnamed or named != (len(state.sequences), len(state.orders))
         image = self.image
         if image is not None and image.found.ignored is not None:
             say(f"{image.path}: {image.found.ignored}; ignored (the load built every session)")

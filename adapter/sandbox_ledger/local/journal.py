@@ -81,6 +81,7 @@ def changes(
         dict(mirror.records),
         dict(mirror.sequences),
         dict(mirror.orders),
+        mirror.store_id,
     )
     if written.everything:
         return _everything(after, ledger, store)
@@ -189,6 +190,7 @@ def _everything(
 
     state = read_lines(snapshot(ledger, store).lines, after.path)
     state.appended = True  # written whole at this save
+    state.store_id = after.store_id
     from sandbox_ledger.transfer import entry_line
 
     for key, marked in _read_marked(ledger, sorted(state.sessions)):

@@ -153,6 +153,9 @@ class DataState:
     orders: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     """The order ids of each session's first entries, where the file names them (see
     :data:`SEQUENCES_KIND`)."""
+    store_id: str | None = None
+    """The identity of the store the file holds, where it names one (see
+    :data:`SEQUENCES_KIND`)."""
     appended: bool = False
     """The file holds more than one save's lines (a journal to fold), or a torn last line."""
 
@@ -174,6 +177,7 @@ class DataState:
         named: dict[tuple[str, str], Runs] = {}
         ordered: dict[tuple[str, str], tuple[int, Sequence[str]]] = {}
         size = 0
+        store = self.store_id  # named by the first line
         for key in sorted(self.sessions):
             if key in self.sequences:
                 named[key] = self.sequences[key]
@@ -185,12 +189,12 @@ class DataState:
                 size, start = size + len(ids), start + len(ids)
                 if size < _ORDERS_PER_LINE and len(named) < _SEQUENCES_PER_LINE:
                     break
-                yield sequences_line(named, ordered)  # a session's further ids on the next
-                named, ordered, size = {}, {}, 0
+                yield sequences_line(named, ordered, store)  # further ids on the next
+                named, ordered, size, store = {}, {}, 0, None
                 if start >= len(orders):
                     break
-        if named or ordered:
-            yield sequences_line(named, ordered)
+        if named or ordered or store is not None:
+            yield sequences_line(named, ordered, store)
 
 
 SESSION_KIND = "localSession"
@@ -210,7 +214,13 @@ The line may also name entries' order ids, ``"orders": [[name, sandboxId, start,
 earlier line named from there), each the one its writer chose, which its head's key holds. A
 load stores each entry under its id (new ids for the entries after the last one named), so
 that an append whose answer a restart cut, sent again, finds its entry and is not stored
-twice. ``import`` skips these lines (as blank ones): FILE stays an export of the ledger."""
+twice. A line may also name the store, ``"store": id``: the identity of the table that the
+file holds (:attr:`~sandbox_ledger.deployment.TableDescriptor.store_id`, which paging cursors
+and change positions are bound to), kept in the file so that it moves with the data and other
+data put in its place is another store. ``import`` skips these lines (as blank ones): FILE
+stays an export of the ledger."""
+MAX_STORE_ID_CHARS = 64
+"""The longest store identity a data file may name (the library's are 32 characters)."""
 _SEQUENCES_PER_LINE = 1_000
 """Sessions a :data:`SEQUENCES_KIND` line of a file written whole names at most."""
 _ORDERS_PER_LINE = 10_000
@@ -444,9 +454,11 @@ def _apply_block(
 def sequences_line(
     sequences: dict[tuple[str, str], Runs],
     orders: Mapping[tuple[str, str], tuple[int, Sequence[str]]] | None = None,
+    store: str | None = None,
 ) -> str:
     """The line of :data:`SEQUENCES_KIND` naming ``sequences`` and, if given, ``orders`` (for
-    each session, the order ids of its entries from an index on), with its newline."""
+    each session, the order ids of its entries from an index on) and the ``store``'s
+    identity, with its newline."""
     sessions = [
         [name, sandbox_id, [list(run) for run in runs]]
         for (name, sandbox_id), runs in sequences.items()
@@ -457,6 +469,8 @@ def sequences_line(
             [name, sandbox_id, start, list(ids)]
             for (name, sandbox_id), (start, ids) in orders.items()
         ]
+    if store is not None:
+        value["store"] = store
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
@@ -469,10 +483,15 @@ def _apply_sequences(state: DataState, value: dict[str, Any], where: str) -> Non
     from sandbox_ledger.dynamodb.import_items import check_runs
 
     sessions = value.get("sessions")
-    if not {"kind", "sessions"} <= set(value) <= {"kind", "sessions", "orders"} or not (
+    if not {"kind", "sessions"} <= set(value) <= {"kind", "sessions", "orders", "store"} or not (
         isinstance(sessions, list)
     ):
         raise InvalidInputError(where, f"{SEQUENCES_KIND}: no list of sessions")
+    if "store" in value:
+        store = value["store"]
+        if not isinstance(store, str) or not 0 < len(store) <= MAX_STORE_ID_CHARS:
+            raise InvalidInputError(where, f"{SEQUENCES_KIND}: store is not a store id")
+        state.store_id = store
     found: dict[tuple[str, str], Runs] = {}
     for session in sessions:
         if (
