@@ -117,6 +117,44 @@ def test_expired_items_are_served_until_deleted_late_by_the_ttl_service(endpoint
     assert all("OldImage" in r["dynamodb"] for r in removals)
 
 
+def test_a_long_look_puts_the_next_one_off_so_ttl_takes_a_twentieth_of_the_time() -> None:
+    """A look reads every item of the tables with TTL, under the server's lock: after one
+    that took ``t`` seconds the next is due no sooner than ``t / BUSY_SHARE`` (and never
+    sooner than ``every``). Before, a look every second on a table of a hundred thousand
+    items took most of the server's time: an import into it went at tens of entries a
+    second."""
+    from sandbox_ledger.local.strict.ttl import BUSY_SHARE
+
+    now, spent = 1000.0, [0.0]
+    looks: list[float] = []
+
+    class Counted(TtlDeleter):
+        def sweep(self, at: float) -> int:
+            looks.append(at)
+            spent[0] += took  # the time this look takes, as the timer sees it
+            return 0
+
+    def timer() -> float:
+        return spent[0]
+
+    deleter = Counted(delay=0, every=1, clock=lambda: now, timer=timer)
+    took = 0.01  # a twentieth of 0.2 s: the next look a second on, as asked
+    deleter.tick()
+    now += 0.999
+    deleter.tick()
+    now += 0.001
+    deleter.tick()
+    assert looks == [1000.0, 1001.0]
+    took = 0.5  # a look of half a second: the next ten seconds on
+    now += 1
+    deleter.tick()
+    now += 0.5 / BUSY_SHARE - 0.001
+    deleter.tick()
+    now += 0.001
+    deleter.tick()
+    assert looks == [1000.0, 1001.0, 1002.0, 1002.0 + 0.5 / BUSY_SHARE]
+
+
 def test_a_caller_delete_is_no_ttl_removal_and_a_table_without_ttl_is_left(
     endpoint: str,
 ) -> None:

@@ -86,7 +86,8 @@ class StrictProfile:
             moto. The default, a minute, keeps an expired item readable for a while, as
             DynamoDB does, and lets a developer see the deletions come.
         ttl_every: seconds between two looks for expired items (each reads every item of
-            the tables whose TTL is enabled), above 0.
+            the tables whose TTL is enabled), above 0; longer after a look that took more
+            than a twentieth of it (:data:`.ttl.BUSY_SHARE`).
         shard_records: records after which a stream's open shard closes and a successor
             opens (:mod:`.streams`), at least 1. DynamoDB says neither when nor after how
             many; the default, 1,000, makes every test that writes a thousand records read

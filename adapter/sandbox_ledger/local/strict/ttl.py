@@ -17,6 +17,14 @@ enabled, every item expired at least :attr:`StrictProfile.ttl_delay` seconds ago
 most every :attr:`StrictProfile.ttl_every` seconds (when a request arrives: nothing can see
 the table between requests), each deletion a ``REMOVE`` stream record with the TTL service's
 ``userIdentity``. Until then the expired item is served as any other.
+
+A look reads every item of those tables, under the server's lock: on a table of a hundred
+thousand items it takes most of a second, which looked for every second made the server
+spend most of its time on TTL (an import into such a table went at tens of entries a
+second). So the next look comes no sooner than :data:`BUSY_SHARE` of the time between looks
+would be spent on them: after a look that took ``t`` seconds, not before ``t /
+BUSY_SHARE`` seconds (or ``ttl_every``, if later). A large table's expired items are deleted
+that much later, still within what DynamoDB allows (days).
 """
 
 from __future__ import annotations
@@ -31,7 +39,10 @@ from .indexes import _tables
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-__all__ = ["TTL_IDENTITY", "TtlDeleter"]
+__all__ = ["BUSY_SHARE", "TTL_IDENTITY", "TtlDeleter"]
+
+BUSY_SHARE = 0.05
+"""The share of the server's time TTL's looks take at most (see the module)."""
 
 TTL_IDENTITY = {"Type": "Service", "PrincipalId": "dynamodb.amazonaws.com"}
 """The ``userIdentity`` of a stream record of an item the TTL service deleted, as the Streams
@@ -66,6 +77,7 @@ class TtlDeleter:
             deleted, they are removed from any local secondary index and global secondary
             index immediately in the same eventually consistent way as a standard delete
             operation").
+        timer: what a look's time is measured with (seconds; tests move it).
     """
 
     def __init__(
@@ -75,18 +87,22 @@ class TtlDeleter:
         clock: Callable[[], float] = time.time,
         removed: Callable[[str, dict[str, Any]], None] | None = None,
         around: Callable[[Any, dict[str, Any]], AbstractContextManager[Any]] | None = None,
+        timer: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.delay, self.every, self.clock, self.removed = delay, every, clock, removed
-        self.around = around
+        self.around, self.timer = around, timer
         self._next = 0.0
 
     def tick(self) -> int:
-        """Delete what is due if a look is due; how many items were deleted."""
+        """Delete what is due if a look is due; how many items were deleted. The next look
+        is due ``every`` seconds on, or later after a long look (see the module)."""
         now = self.clock()
         if now < self._next:
             return 0
-        self._next = now + self.every
-        return self.sweep(now)
+        began = self.timer()
+        deleted = self.sweep(now)
+        self._next = now + max(self.every, (self.timer() - began) / BUSY_SHARE)
+        return deleted
 
     def sweep(self, now: float) -> int:
         deleted = 0
