@@ -1394,3 +1394,53 @@ def test_a_data_file_of_an_earlier_version_names_its_sequences_from_the_first_sa
         assert code == 0, stderr
     assert events == ["sandbox.closed"]
     assert _file_lines(tmp_path / "dev.jsonl") == 2
+
+
+def test_entries_file_names_no_order_id_for_are_named_before_a_save_appends_ids(
+    tmp_path: Path,
+) -> None:
+    """FILE naming order ids for a session's first entries only (an export of it appended
+    to FILE, a hand edit, a save cut between its entry lines and its ``localSequences``
+    line): the load gives the others new ones, and the first save writes FILE whole, naming
+    them all. Before, the load counted the sessions FILE names ids for, not the ids: the
+    next save of that session appended its new entries' ids as from after the load's, and
+    after a ``kill -9`` the next start refused FILE ("order ids of ('job', 'sb') from entry
+    3, but 2 named before")."""
+    from sandbox_ledger import LedgerEntry
+    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+    from sandbox_ledger.local.persist import read_data
+
+    def append(server: Local, step: int) -> None:
+        env = server.env()
+        with SyncDynamoDBAdapter(
+            env["SANDBOX_LEDGER_TABLE"],
+            endpoint_url=env["AWS_ENDPOINT_URL"],
+            region_name="us-east-1",
+        ) as ledger:
+            ledger.append(
+                LedgerEntry(ts=step, name="job", sandbox_id="sb", step_index=step, event="x.y")
+            )
+
+    data = tmp_path / "dev.jsonl"
+    server = Local("--data", "dev.jsonl", cwd=tmp_path)
+    for step in range(2):
+        append(server, step)
+    code, stderr = server.stop(signal.SIGTERM)
+    assert code == 0, stderr
+    exported = {"ts": 5, "name": "job", "sandboxId": "sb", "stepIndex": 5, "event": "x.y"}
+    data.write_text(data.read_text() + json.dumps(exported) + "\n")  # no order id named
+    server = Local("--data", "dev.jsonl", "--save-every", "0.5", cwd=tmp_path)
+    append(server, 6)
+    deadline = time.monotonic() + 30
+    while '"stepIndex": 6' not in data.read_text():  # a save (not the last one) holds it
+        assert time.monotonic() < deadline, data.read_text()
+        time.sleep(0.1)
+    server.process.kill()
+    server.process.communicate(timeout=30)
+    server = Local("--data", "dev.jsonl", cwd=tmp_path)
+    code, stderr = server.stop(signal.SIGTERM)
+    assert code == 0, stderr
+    saved = read_data(data)
+    steps = [json.loads(line)["stepIndex"] for _, line in saved.sessions[("job", "sb")]]
+    assert steps == [0, 1, 5, 6]
+    assert len(saved.orders[("job", "sb")]) == 4

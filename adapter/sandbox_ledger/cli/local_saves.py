@@ -115,7 +115,7 @@ class Saver:
         unnamed = state.store_id is None
         state.store_id = self.mirror.store_id
         with no_collection():
-            named = len(state.sequences), len(state.orders)
+            named = _named(state)
             if self.image is not None and self.bulk is not None:
                 self.image.read()
             total = state.entries + len(state.environments) + len(state.records)
@@ -136,10 +136,12 @@ class Saver:
                     return False
             gc.freeze()
         self.mirror, self.file, self.whole = state, before, before.st_size
-        # Sessions FILE named no sequence or order ids for (an earlier version's) now have
-        # the ones the load stored them in, and a FILE naming no store the one the table
-        # was made with: the next save writes FILE whole, naming each.
-        self.stale = state.appended or unnamed or named != (len(state.sequences), len(state.orders))
+        # Sessions FILE named no sequence for (an earlier version's) and entries it named no
+        # order id for (an earlier version's, an export appended to FILE) now have the ones
+        # the load stored them in, and a FILE naming no store the one the table was made
+        # with: the next save writes FILE whole, naming each (a save appending the ids of a
+        # session's new entries names them after those FILE names).
+        self.stale = state.appended or unnamed or named != _named(state)
         image = self.image
         if image is not None and image.found.ignored is not None:
             say(f"{image.path}: {image.found.ignored}; ignored (the load built every session)")
@@ -382,3 +384,9 @@ def _kept_elsewhere(lines: tuple[str, ...], data: Path, failure: str) -> str:
         f"--data: could not save {data} ({failure}); the tables are saved in {name} "
         f"instead: move it to {data} (or load it with --data {name})"
     )
+
+
+def _named(state: DataState) -> tuple[int, int]:
+    """How many sessions ``state`` names a sequence for, and how many order ids it names
+    (a load adds the ones it stored where FILE names none: never fewer)."""
+    return len(state.sequences), sum(len(ids) for ids in state.orders.values())
