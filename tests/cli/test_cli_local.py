@@ -1472,3 +1472,23 @@ def test_a_copy_of_a_saved_data_file_is_another_store(tmp_path: Path) -> None:
         for running in (first, second):
             code, stderr = running.stop(signal.SIGTERM)
             assert code == 0, stderr
+
+
+def test_a_cursor_pages_on_after_a_kill_before_the_first_save(tmp_path: Path) -> None:
+    """FILE naming no store (an export, an earlier version's FILE), served and killed
+    (``kill -9``, a crash) before its first save: the next start serves the same data, and
+    a cursor handed out meanwhile pages on. Before, each start gave such a FILE a new
+    random identity, so the cursor was refused as another store's until a save named one."""
+    data = tmp_path / "dev.jsonl"
+    data.write_text(_ledger_lines(18))
+    server = Local("--data", "dev.jsonl", "--save-every", "600", cwd=tmp_path)
+    cursor = _first_cursor(server)
+    server.process.kill()
+    server.process.communicate(timeout=30)
+    assert data.read_text() == _ledger_lines(18)  # never saved
+    again = Local("--data", "dev.jsonl", cwd=tmp_path)
+    try:
+        assert len(_page_on(again, cursor)) == 2
+    finally:
+        code, stderr = again.stop(signal.SIGTERM)
+    assert code == 0, stderr

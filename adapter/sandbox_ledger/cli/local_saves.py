@@ -82,8 +82,10 @@ class Saver:
 
     def read(self) -> str | None:
         """Read ``data`` (before the table is made: see :meth:`load`) and return the
-        identity of the store it holds: the one it names, else a new one, which the next
-        save names in it (written whole). None without ``data``: a fresh table's own."""
+        identity of the store it holds: the one it names, else one drawn from the file as
+        it is (:func:`_unnamed_store_id`: the same at each start until a save names it in
+        the file, written whole), or a new one where there is no file. None without
+        ``data``: a fresh table's own."""
         from sandbox_ledger.deployment import new_store_id
         from sandbox_ledger.local.image import no_collection
         from sandbox_ledger.local.persist import read_data
@@ -91,12 +93,14 @@ class Saver:
         if self.data is None:
             return None
         if self.data.exists():
-            self._before = os.stat(self.data)
+            self._before = before = os.stat(self.data)
             # The load makes millions of objects, none in a cycle, that live as long as the
             # tables: the collector is held off meanwhile, then they are kept out of its walks.
             with no_collection():
                 self._found = read_data(self.data)
             self.mirror.store_id = self._found.store_id
+            if self.mirror.store_id is None:
+                self.mirror.store_id = _unnamed_store_id(before)
         if self.mirror.store_id is None:
             self.mirror.store_id = new_store_id()
         return self.mirror.store_id
@@ -390,3 +394,15 @@ def _named(state: DataState) -> tuple[int, int]:
     """How many sessions ``state`` names a sequence for, and how many order ids it names
     (a load adds the ones it stored where FILE names none: never fewer)."""
     return len(state.sequences), sum(len(ids) for ids in state.orders.values())
+
+
+def _unnamed_store_id(found: os.stat_result) -> str:
+    """The identity of the store a data file naming none holds (an export, an earlier
+    version's file), until a save names it there: drawn from the file as ``found`` (its
+    device, inode, size and modification time), so that a start after one stopped before
+    its first save (``kill -9``) is the same store (the cursors it handed out page on), the
+    file renamed too, and a copy of it, or other data written in its place, another one."""
+    import hashlib
+
+    seen = f"{found.st_dev} {found.st_ino} {found.st_size} {found.st_mtime_ns}"
+    return hashlib.blake2b(f"local --data {seen}".encode(), digest_size=16).hexdigest()
