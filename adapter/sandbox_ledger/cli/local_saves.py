@@ -391,8 +391,9 @@ def _kept_elsewhere(lines: tuple[str, ...], data: Path, failure: str) -> str:
 
 
 def _named(state: DataState) -> tuple[int, int]:
-    """How many sessions ``state`` names a sequence for, and how many order ids it names
-    (a load adds the ones it stored where FILE names none: never fewer)."""
+    """How many sessions ``state`` names a sequence for, and how many order ids it names (a
+    load makes a session's ids the ones it stored: more where FILE names ids for fewer of
+    its entries, fewer where it names more ids than entries)."""
     return len(state.sequences), sum(len(ids) for ids in state.orders.values())
 
 
