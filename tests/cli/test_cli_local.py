@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import random
 import re
 import shutil
 import signal
@@ -1492,3 +1493,90 @@ def test_a_cursor_pages_on_after_a_kill_before_the_first_save(tmp_path: Path) ->
     finally:
         code, stderr = again.stop(signal.SIGTERM)
     assert code == 0, stderr
+
+
+@pytest.mark.parametrize("kind", ["checkpoint", "large"])
+def test_a_checkpoint_or_a_large_entry_resent_after_a_restart_is_stored_once(
+    tmp_path: Path, kind: str
+) -> None:
+    """Held: test_an_append_resent_after_a_restart_finds_its_entry for a checkpoint (its
+    marker carries the order id too) and for an entry kept in parts: the last request of
+    its append, sent again after a restart, is cancelled and the entry is stored once."""
+    import copy
+
+    import boto3
+    from botocore.exceptions import ClientError
+
+    from sandbox_ledger import LedgerEntry
+    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    sent: list[dict[str, Any]] = []
+    session = boto3.Session(
+        aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1"
+    )
+    session.events.register(
+        "provide-client-params.dynamodb.TransactWriteItems",
+        lambda params, **_: sent.append(copy.deepcopy(params)),
+    )
+    client = session.client("dynamodb", endpoint_url=url)
+    now = int(time.time() * 1000)  # a checkpoint's marker expires: not one of 1970
+
+    def keys() -> list[str]:  # the heads, parts and markers: each under its order id
+        found = client.query(
+            TableName="sandbox-ledger",
+            KeyConditionExpression="PK = :pk",
+            ExpressionAttributeValues={":pk": {"S": "S#3#job#sb"}},
+        )
+        return sorted(
+            sk for item in found["Items"] if (sk := item["SK"]["S"]).startswith(("E#", "K#"))
+        )
+
+    if kind == "checkpoint":
+        last = LedgerEntry(
+            ts=now + 2,
+            name="job",
+            sandbox_id="sb",
+            step_index=1,
+            event="sandbox.checkpoint_created",
+            payload={"snapshotId": "snap-1"},
+        )
+    else:
+        last = LedgerEntry(
+            ts=now + 2,
+            name="job",
+            sandbox_id="sb",
+            step_index=1,
+            event="exec.complete",
+            payload={"stdout": random.Random(7).randbytes(500_000).hex()},  # beyond an item
+        )
+    server = Local("--data", "dev.jsonl", "--port", str(port), cwd=tmp_path)
+    with SyncDynamoDBAdapter("sandbox-ledger", endpoint_url=url, session=session) as writer:
+        writer.append(
+            LedgerEntry(
+                ts=now + 1, name="job", sandbox_id="sb", step_index=0, event="sandbox.created"
+            )
+        )
+        writer.append(last)
+        before = keys()
+        code, stderr = server.stop(signal.SIGTERM)
+        assert code == 0, stderr
+        server = Local("--data", "dev.jsonl", "--port", str(port), cwd=tmp_path)
+        try:
+            after = keys()
+            with pytest.raises(ClientError) as resent:
+                client.transact_write_items(**sent[-1])  # the last append's request, again
+            stored = writer.read_in_append_order("job", "sb")
+            checkpoints = writer.list_checkpoints("job", "sb") if kind == "checkpoint" else []
+        finally:
+            code, stderr = server.stop(signal.SIGTERM)
+        assert code == 0, stderr
+    assert after == before
+    kept = "K#" if kind == "checkpoint" else "E#"  # a marker, or parts ("E#ts#order#00001")
+    assert any(sk.startswith(kept) and sk.count("#") == 2 + (kind == "large") for sk in before)
+    reasons = resent.value.response["CancellationReasons"]
+    assert reasons[0]["Code"] == "ConditionalCheckFailed"  # the head: there already
+    assert [e.event for e in stored] == ["sandbox.created", last.event]
+    assert stored[-1].payload == last.payload
+    assert len(checkpoints) == (kind == "checkpoint")
