@@ -82,8 +82,10 @@ class Saver:
 
     def read(self) -> str | None:
         """Read ``data`` (before the table is made: see :meth:`load`) and return the
-        identity of the store it holds: the one it names, else a new one, which the next
-        save names in it (written whole). None without ``data``: a fresh table's own."""
+        identity of the store it holds: the one it names, else one drawn from the file as
+        it is (:func:`_unnamed_store_id`: the same at each start until a save names it in
+        the file, written whole), or a new one where there is no file. None without
+        ``data``: a fresh table's own."""
         from sandbox_ledger.deployment import new_store_id
         from sandbox_ledger.local.image import no_collection
         from sandbox_ledger.local.persist import read_data
@@ -91,12 +93,14 @@ class Saver:
         if self.data is None:
             return None
         if self.data.exists():
-            self._before = os.stat(self.data)
+            self._before = before = os.stat(self.data)
             # The load makes millions of objects, none in a cycle, that live as long as the
             # tables: the collector is held off meanwhile, then they are kept out of its walks.
             with no_collection():
                 self._found = read_data(self.data)
             self.mirror.store_id = self._found.store_id
+            if self.mirror.store_id is None:
+                self.mirror.store_id = _unnamed_store_id(before)
         if self.mirror.store_id is None:
             self.mirror.store_id = new_store_id()
         return self.mirror.store_id
@@ -115,7 +119,7 @@ class Saver:
         unnamed = state.store_id is None
         state.store_id = self.mirror.store_id
         with no_collection():
-            named = len(state.sequences), len(state.orders)
+            named = _named(state)
             if self.image is not None and self.bulk is not None:
                 self.image.read()
             total = state.entries + len(state.environments) + len(state.records)
@@ -136,10 +140,12 @@ class Saver:
                     return False
             gc.freeze()
         self.mirror, self.file, self.whole = state, before, before.st_size
-        # Sessions FILE named no sequence or order ids for (an earlier version's) now have
-        # the ones the load stored them in, and a FILE naming no store the one the table
-        # was made with: the next save writes FILE whole, naming each.
-        self.stale = state.appended or unnamed or named != (len(state.sequences), len(state.orders))
+        # Sessions FILE named no sequence for (an earlier version's) and entries it named no
+        # order id for (an earlier version's, an export appended to FILE) now have the ones
+        # the load stored them in, and a FILE naming no store the one the table was made
+        # with: the next save writes FILE whole, naming each (a save appending the ids of a
+        # session's new entries names them after those FILE names).
+        self.stale = state.appended or unnamed or named != _named(state)
         image = self.image
         if image is not None and image.found.ignored is not None:
             say(f"{image.path}: {image.found.ignored}; ignored (the load built every session)")
@@ -382,3 +388,22 @@ def _kept_elsewhere(lines: tuple[str, ...], data: Path, failure: str) -> str:
         f"--data: could not save {data} ({failure}); the tables are saved in {name} "
         f"instead: move it to {data} (or load it with --data {name})"
     )
+
+
+def _named(state: DataState) -> tuple[int, int]:
+    """How many sessions ``state`` names a sequence for, and how many order ids it names (a
+    load makes a session's ids the ones it stored: more where FILE names ids for fewer of
+    its entries, fewer where it names more ids than entries)."""
+    return len(state.sequences), sum(len(ids) for ids in state.orders.values())
+
+
+def _unnamed_store_id(found: os.stat_result) -> str:
+    """The identity of the store a data file naming none holds (an export, an earlier
+    version's file), until a save names it there: drawn from the file as ``found`` (its
+    device, inode, size and modification time), so that a start after one stopped before
+    its first save (``kill -9``) is the same store (the cursors it handed out page on), the
+    file renamed too, and a copy of it, or other data written in its place, another one."""
+    import hashlib
+
+    seen = f"{found.st_dev} {found.st_ino} {found.st_size} {found.st_mtime_ns}"
+    return hashlib.blake2b(f"local --data {seen}".encode(), digest_size=16).hexdigest()

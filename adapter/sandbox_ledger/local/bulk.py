@@ -172,8 +172,10 @@ def load_entries(
                         drawn = _runs_of(stored.items)
                         if drawn is not None:  # kept under the lines and marks from now on
                             sequences[key] = drawn
-                    if orders is not None and len(ids or ()) < len(lines):
-                        orders[key] = _orders_of(stored.items)  # and its order ids
+                    if orders is not None and len(ids or ()) != len(lines):
+                        # and its order ids: FILE named fewer (new ones for the rest) or
+                        # more (a hand edit: the ids of no entry left out)
+                        orders[key] = _orders_of(stored.items)
                     built.append(stored)
                     last_order = max(last_order, stored.last_order)
                 with server.exclusive():
