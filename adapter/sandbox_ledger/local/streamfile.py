@@ -25,8 +25,9 @@ the first line that is not (a kill mid-save), and the records after the last sta
 dropped (that save's, at most); the file is cut back there before the next append. The state
 says what was trimmed since (a shard's ``trimmed_to``, moto's first number), so the records
 it trimmed are dropped at the read. Once the file holds more than twice the records the
-stream keeps (and :data:`REWRITE_LINES` more), it is written whole again (a temporary file
-renamed over it).
+stream keeps (and :data:`REWRITE_LINES` more), or its appends (their state lines, one a
+save) outgrow what it held when last written whole (and :data:`GROWTH`), it is written whole
+again (a temporary file renamed over it).
 
 **Restore.** After the load (which puts FILE's items straight into moto's table, or through
 requests on the fallback path), before any client is served: the table's stream is replaced
@@ -64,6 +65,9 @@ FORMAT = 1
 REWRITE_LINES = 1000
 """Records the sidecar may hold beyond twice what the stream keeps before it is rewritten."""
 
+GROWTH = 1 << 20
+"""Bytes appended beyond the size of the sidecar last written whole before it is rewritten."""
+
 _EPOCH = datetime(1970, 1, 1)  # moto's times: naive UTC
 
 _Row = tuple[int, str | None, float | None, dict[str, Any]]
@@ -88,7 +92,7 @@ class StreamFile:
         ledger: SyncDynamoDBAdapter,
         say: Callable[[str], None],
     ) -> None:
-        self.path = stream_path(data)
+        self.data, self.path = data, stream_path(data)
         self.server, self.ledger, self.say = server, ledger, say
         self.header: dict[str, Any] | None = None
         """The first line of the file as this server last wrote it (None: to be written
@@ -97,25 +101,39 @@ class StreamFile:
         """The highest sequence number the file holds a record of."""
         self.lines = 0
         """Record lines in the file (trimmed ones included)."""
+        self.size = self.appended = 0
+        """The file's size as last written whole (or read), and the bytes appended since."""
         self.failing: str | None = None
 
     # -- reading ------------------------------------------------------------------------
 
     def restore(self) -> None:
         """Serve the stream the sidecar holds, or a new empty one (see the module)."""
-        store = self._store()
-        found, why = self._read(store)
+        from botocore.exceptions import ClientError
+
+        from sandbox_ledger.errors import LedgerError
+
+        found: tuple[dict[str, Any], dict[str, Any], list[list[Any]]] | None = None
+        why: str | None = None
+        if not self.data.exists():  # a new store: its stream too
+            why = f"{self.data} does not exist" if self.path.exists() else None
+        else:
+            try:
+                found, why = self._read(self._store())
+            except (LedgerError, ClientError) as exc:
+                why = f"cannot read the table's identity ({exc})"
         with self.server.exclusive():
             table = self._table()
             if table is None or not table.latest_stream_label:
                 return
+            label = table.latest_stream_label
             if found is not None:
                 try:
                     self._restore(table, *found)
-                except ValueError as exc:
-                    found, why = None, f"damaged ({exc})"
+                except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                    found, why = None, f"damaged ({exc!r})"[:200]
             if found is None:
-                self._restart(table, None, None)
+                self._restart(table, label, None)
         if why is not None:
             self.say(f"{self.path}: {why}; ignored (the table's stream starts new)")
         if found is None:
@@ -174,7 +192,7 @@ class StreamFile:
         if valid < end or pending:
             with contextlib.suppress(OSError):
                 os.truncate(self.path, valid)
-        self.lines = len(records)
+        self.lines, self.size, self.appended = len(records), valid, 0
         return (header, state, records), None
 
     def _restore(
@@ -230,7 +248,7 @@ class StreamFile:
             table.latest_stream_label = label
         table.stream_shard = shard
         if self.server._front is not None:
-            self.server._front.streams.forget(set())  # every view made again
+            self.server._front.streams.drop(table)  # made again, of this shard
         return shard
 
     # -- writing ------------------------------------------------------------------------
@@ -254,7 +272,11 @@ class StreamFile:
             if snapshot is None:
                 return
             header, _, records, kept = snapshot
-            whole = self.header != header or self.lines + len(records) > 2 * kept + REWRITE_LINES
+            whole = (
+                self.header != header
+                or self.lines + len(records) > 2 * kept + REWRITE_LINES
+                or self.appended > max(self.size, GROWTH)
+            )
             if whole:
                 snapshot = self._snapshot(table, store, 0)
                 assert snapshot is not None  # the same stream, under the same lock
@@ -262,10 +284,10 @@ class StreamFile:
         # Bodies are written outside the lock: a record's body is whole once its request is.
         try:
             if whole:
-                self._write_whole(header, state, records)
+                self.size, self.appended = self._write_whole(header, state, records), 0
                 self.lines = len(records)
             else:
-                self._append(state, records)
+                self.appended += self._append(state, records)
                 self.lines += len(records)
         except OSError as exc:
             self.header = None
@@ -303,29 +325,34 @@ class StreamFile:
                 return None
             state, found, count = kept
             state["created"] = created
-            rows = [(k.seq, k.shard, k.taken, k.record.record) for k in found]
+            rows = [(k.seq, k.shard, k.taken, _measured(k.record)) for k in found]
         else:
             state = {"start": shard.starting_sequence_number, "created": created}
             base = max(after + 1 - shard.starting_sequence_number, 0)
             rows = [
-                (int(r.record["dynamodb"]["SequenceNumber"]), None, None, r.record)
+                (int(r.record["dynamodb"]["SequenceNumber"]), None, None, _measured(r))
                 for r in shard.items[base:]
             ]
             count = len(shard.items)
         return header, state, rows, count
 
-    def _append(self, state: dict[str, Any], records: list[_Row]) -> None:
-        text = "".join(_record(r) for r in records) + _line({"state": state})
+    def _append(self, state: dict[str, Any], records: list[_Row]) -> int:
+        """Append one save (in one write, then fsync); the bytes written."""
+        text = ("".join(_record(r) for r in records) + _line({"state": state})).encode()
         descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
         try:
-            os.write(descriptor, text.encode())
+            view = memoryview(text)
+            while view:
+                view = view[os.write(descriptor, view) :]
             os.fsync(descriptor)
         finally:
             os.close(descriptor)
+        return len(text)
 
     def _write_whole(
         self, header: dict[str, Any], state: dict[str, Any], records: list[_Row]
-    ) -> None:
+    ) -> int:
+        """Write the file whole (a temporary file renamed over it); its size."""
         temporary = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
         try:
             with open(temporary, "w", encoding="utf-8", newline="\n") as stream:
@@ -334,6 +361,7 @@ class StreamFile:
                 stream.write(_line({"state": state}))
                 stream.flush()
                 os.fsync(stream.fileno())
+                size = os.fstat(stream.fileno()).st_size
             os.replace(temporary, self.path)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -345,6 +373,7 @@ class StreamFile:
                 os.fsync(directory)
             finally:
                 os.close(directory)
+        return size
 
     def _failed(self, why: str) -> None:
         if why != self.failing:
@@ -378,6 +407,13 @@ def _record(row: _Row) -> str:
     seq, shard, taken, body = row
     head = json.dumps([seq, shard, taken], separators=(",", ":"))[:-1]
     return f'{{"r":{head},{dynamo_json_dump(body)}]}}\n'
+
+
+def _measured(record: Any) -> dict[str, Any]:
+    """A record's body, its ``SizeBytes`` measured (under the server's lock: the stream
+    sizes adjustment measures a record at its first ``to_json()``)."""
+    body: dict[str, Any] = record.to_json()
+    return body
 
 
 def _body(body: dict[str, Any]) -> dict[str, Any]:

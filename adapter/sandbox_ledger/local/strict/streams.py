@@ -419,6 +419,10 @@ class StreamViews:
         stream._trim_count()  # this server's bound
         self._streams[id(table)] = stream
 
+    def drop(self, table: Any) -> None:
+        """Forget the view of ``table``'s stream (made again at its next use)."""
+        self._streams.pop(id(table), None)
+
     # -- the Streams API ----------------------------------------------------------------
 
     def _of_arn(self, arn: Any) -> _Stream:
