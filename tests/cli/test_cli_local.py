@@ -1576,7 +1576,7 @@ def test_stream_records_bounds_what_a_restart_keeps_and_a_bad_sidecar_is_ignored
     arn = _stream_arn(port)
     kept = _what(_read_on(port, arn, {}, set()))
     assert len(kept) == 6
-    code, stderr = server.stop(signal.SIGTERM)
+    code, stderr = server.stop(signal.SIGINT)  # Ctrl-C saves it as SIGTERM does
     assert code == 0, stderr
 
     server = Local(*argv, "--stream-records", "4", cwd=tmp_path)

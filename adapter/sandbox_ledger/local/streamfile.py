@@ -154,7 +154,7 @@ class StreamFile:
             first = stream.readline()
             try:
                 header = json.loads(first)
-            except ValueError:
+            except (ValueError, RecursionError):
                 return None, "not a stream of this version"
             if (
                 not first.endswith(b"\n")
@@ -185,7 +185,7 @@ class StreamFile:
                         records.extend(pending)
                         pending = []
                         valid = end
-                except (ValueError, TypeError, KeyError):
+                except (ValueError, TypeError, KeyError, RecursionError):
                     break  # a torn save: what came before its state line holds
             if state is None:
                 return None, "damaged (no save in it)"
