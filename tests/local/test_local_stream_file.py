@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
+import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +29,26 @@ class Started:
     """A server as ``local --data`` runs one (the table made in process with one store
     identity, then its stream restored), and its sidecar."""
 
-    def __init__(self, data: Path, table: str, strict: bool, stream_records: int | None) -> None:
-        profile = StrictProfile(conflict_hold=0, shard_records=3, shard_split=2) if strict else None
+    def __init__(
+        self,
+        data: Path,
+        table: str,
+        strict: bool,
+        stream_records: int | None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        profile = (
+            StrictProfile(conflict_hold=0, shard_records=3, shard_split=2, stream_retention=1000)
+            if strict
+            else None
+        )
         self.server = LocalDynamoDB(
             stream_records=stream_records, strict=profile if profile is not None else False
         )
         self.server.start()
+        if clock is not None:
+            assert self.server._front is not None
+            self.server._front.streams.clock = clock
         self.table = table
         self.ledger: SyncDynamoDBAdapter = inprocess.ledger(self.server, table, REGION)
         self.ledger.create_table(sweep=SweepSettings(), store_id="one-store")
@@ -204,5 +221,33 @@ def test_a_sidecar_that_does_not_describe_a_stream_is_ignored_with_a_word(data: 
         assert again.said[0].endswith("; ignored (the table's stream starts new)")
         assert again.arn() != arn
         assert again.everything() == {s["ShardId"]: [] for s in again.shards()}
+    finally:
+        again.stop()
+
+
+def test_the_strict_retention_runs_on_across_a_restart(
+    data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record's age runs on while the server is down: one taken 600 s before the save and
+    restored 500 s later is past the 1,000 s retention, trimmed; the newer ones are kept."""
+    from sandbox_ledger.local.strict import streams
+
+    now = [1000.0]
+    table = f"stream-file-{next(_tables)}"
+    first = Started(data, table, True, 1000, clock=lambda: now[0])
+    first.put("old", 0)
+    now[0] += 600
+    first.put("new", 1)
+    first.put("new", 2)
+    first.stream.save()
+    first.stop()
+    later = time.time() + 500
+    monkeypatch.setattr(
+        streams, "time", types.SimpleNamespace(time=lambda: later, monotonic=time.monotonic)
+    )
+    again = Started(data, table, True, 1000, clock=lambda: 50.0)
+    try:
+        kept = [r for found in again.everything().values() for r in found]
+        assert [r["dynamodb"]["NewImage"]["v"]["N"] for r in kept] == ["1", "2"]
     finally:
         again.stop()
