@@ -251,3 +251,35 @@ def test_the_strict_retention_runs_on_across_a_restart(
         assert [r["dynamodb"]["NewImage"]["v"]["N"] for r in kept] == ["1", "2"]
     finally:
         again.stop()
+
+
+def test_a_sidecar_of_the_other_mode_or_of_a_file_gone_is_ignored_with_a_word(
+    data: Path,
+) -> None:
+    """A stream kept with --strict is not served by a server without it (its shards are the
+    profile's), nor the reverse; a sidecar whose FILE is gone is a new store's: ignored."""
+    table = f"stream-file-{next(_tables)}"
+    sidecar = data.with_name(".dev.jsonl.stream")
+    first = Started(data, table, True, 1000)
+    first.put("a", 1)
+    first.stream.save()
+    arn = first.arn()
+    first.stop()
+    other = Started(data, table, False, 1000)
+    try:
+        assert other.said == [
+            f"{sidecar}: kept by a server with --strict; ignored (the table's stream starts new)"
+        ]
+        assert other.arn() != arn
+    finally:
+        other.stop()
+    data.unlink()
+    gone = Started(data, table, True, 1000)
+    try:
+        assert gone.said == [
+            f"{sidecar}: {data} does not exist; ignored (the table's stream starts new)"
+        ]
+        assert gone.arn() != arn
+        assert gone.everything() == {s["ShardId"]: [] for s in gone.shards()}
+    finally:
+        gone.stop()
