@@ -9,10 +9,10 @@ after it. A restart that served a new stream lost what such a consumer had not r
 (:func:`sandbox_ledger.local.image.image_path`) and the lock: FILE itself stays an export
 plus the local kinds it has (any reader of an export reads it; a stream is no part of the
 store's data, and its records, kept in FILE, would be rewritten whole with it at every
-whole save). A sidecar is written by the same saves as FILE, just after it (so a kill
-between the two loses that save's records, never makes a record of a change FILE lacks),
-and by the final save on stop (after the server refuses clients: every acknowledged write's
-record is in it).
+whole save). A sidecar is written by the same saves as FILE, just after FILE is saved (so
+a kill between the two loses that save's records, never makes a record of a change FILE
+lacks; while FILE's saves fail, none), and by the final save on stop (after the server
+refuses clients: every acknowledged write's record is in it).
 
 **Format.** JSON lines. The first names what it holds: ``{"kind": "sandboxLedgerStream",
 "format": 1, "store": ..., "table": ..., "arn": ..., "label": ..., "strict": ...}`` (the
@@ -22,7 +22,7 @@ last one (``{"r": [sequence number, shard id or null, wall time taken or null, b
 then the stream's state (``{"state": {...}}``: the strict view's shards and counters, or
 moto's first sequence number). A save counts once its state line is whole: a read stops at
 the first line that is not (a kill mid-save), and the records after the last state line are
-dropped (that save's, at most); the file is cut back there before the next append. The state
+dropped (that save's, at most); the next start cuts the file back there. The state
 says what was trimmed since (a shard's ``trimmed_to``, moto's first number), so the records
 it trimmed are dropped at the read. Once the file holds more than twice the records the
 stream keeps (and :data:`REWRITE_LINES` more), or its appends (their state lines, one a
@@ -32,9 +32,10 @@ again (a temporary file renamed over it).
 **Restore.** After the load (which puts FILE's items straight into moto's table, or through
 requests on the fallback path), before any client is served: the table's stream is replaced
 by the one the sidecar holds, or by a new empty one (no sidecar, or one ignored: another
-store's, another format or mode, damaged; said in one line): a restart is not a change, and
-the load's own records are never in it. The strict view's records are then trimmed by this
-server's ``--stream-records`` and retention (their ages run on across the restart).
+store's, another format or mode, damaged, or FILE gone; said in one line): a restart is not
+a change, and the load's own records are never in it. The records are then trimmed to this
+server's ``--stream-records`` (and, under ``--strict``, its retention: their ages run on
+across the restart).
 Shard iterators handed out before are not kept (moto's are refused; the strict view's may be
 read on, or refused once expired); sequence-number positions hold.
 
