@@ -173,8 +173,9 @@ def test_a_lower_stream_records_bound_keeps_the_newest_across_a_restart(
 def test_saves_append_and_the_file_is_rewritten_once_trimmed_records_dominate(
     data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each save appends only the records since the last one and a state line; once the
-    file holds more than twice what the stream keeps it is written whole again."""
+    """Each save appends only the records since the last one and a state line (nothing when
+    nothing changed); once the file holds more than twice what the stream keeps it is
+    written whole again."""
     monkeypatch.setattr(streamfile, "REWRITE_LINES", 0)
     started = Started(data, f"stream-file-{next(_tables)}", True, 3)
     sidecar = data.with_name(".dev.jsonl.stream")
@@ -195,6 +196,9 @@ def test_saves_append_and_the_file_is_rewritten_once_trimmed_records_dominate(
             "r",
             "state",
         ]
+        before = sidecar.read_bytes()
+        started.stream.save()
+        assert sidecar.read_bytes() == before  # nothing new: nothing written
         for i in range(2, 30):
             started.put("a", i)
             started.stream.save()

@@ -104,6 +104,8 @@ class StreamFile:
         """Record lines in the file (trimmed ones included)."""
         self.size = self.appended = 0
         """The file's size as last written whole (or read), and the bytes appended since."""
+        self.state: dict[str, Any] | None = None
+        """The stream's state as the file's last line says it (None: not written yet)."""
         self.failing: str | None = None
 
     # -- reading ------------------------------------------------------------------------
@@ -282,6 +284,8 @@ class StreamFile:
                 snapshot = self._snapshot(table, store, 0)
                 assert snapshot is not None  # the same stream, under the same lock
         header, state, records, _ = snapshot
+        if not whole and not records and state == self.state:
+            return  # nothing new: no line, no fsync
         # Bodies are written outside the lock: a record's body is whole once its request is.
         try:
             if whole:
@@ -294,7 +298,7 @@ class StreamFile:
             self.header = None
             self._failed(exc.strerror or str(exc))
             return
-        self.header = header
+        self.header, self.state = header, state
         self.saved_to = max([self.saved_to, *(r[0] for r in records)])
         if self.failing is not None:
             self.say(f"saved {self.path} again")

@@ -314,7 +314,9 @@ class StreamViews:
         now = self.clock()
         stream.take(now)
         stream.tick(now)
-        wall = time.time() - now  # a clock reading plus this: wall-clock seconds
+        # A clock reading plus this: wall-clock seconds (to the millisecond: the same at
+        # every call, so an unchanged stream has the same state).
+        wall = round(time.time() - now, 3)
         found = sorted(
             (seq, shard.id, record)
             for shard in stream.shards.values()
