@@ -1593,17 +1593,17 @@ def test_stream_records_bounds_what_a_restart_keeps_and_a_bad_sidecar_is_ignored
     sidecar = tmp_path / ".dev.jsonl.stream"
     assert len(sidecar.read_text().splitlines()) < 20  # trimmed records are not kept
 
-    # Another store's: the sidecar of a copy of FILE (another store) is not this one's.
-    shutil.copy(tmp_path / "dev.jsonl", tmp_path / "copy.jsonl")
-    shutil.copy(sidecar, tmp_path / ".copy.jsonl.stream")
-    other = Local("--data", "copy.jsonl", "--port", str(port), cwd=tmp_path)
+    # Another store's: FILE's sidecar beside other data (another store) is not its stream.
+    (tmp_path / "other.jsonl").write_text(_ledger_lines(18, prefix="other"))
+    shutil.copy(sidecar, tmp_path / ".other.jsonl.stream")
+    other = Local("--data", "other.jsonl", "--port", str(port), cwd=tmp_path)
     try:
         assert _stream_arn(port) != arn
         assert _read_on(port, _stream_arn(port), {}, set()) == []
     finally:
         code, stderr = other.stop(signal.SIGTERM)
     assert code == 0, stderr
-    assert stderr.count(".copy.jsonl.stream: the stream of another store; ignored") == 1
+    assert stderr.count(".other.jsonl.stream: the stream of another store; ignored") == 1
 
     sidecar.write_bytes(b"\x00\x17 damaged")
     damaged = Local(*argv, cwd=tmp_path)
