@@ -325,6 +325,10 @@ def test_a_failed_save_keeps_serving_and_the_last_one_keeps_the_tables(tmp_path:
     (tmp_path / "d").mkdir()
     assert server.process.stderr.readline() == "saved d/dev.jsonl again\n"
     assert _file_lines(tmp_path / "d" / "dev.jsonl") == 6
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "d" / ".dev.jsonl.stream").exists():  # saved just after FILE
+        assert time.monotonic() < deadline, "the save wrote no stream"
+        time.sleep(0.05)
     shutil.rmtree(tmp_path / "d")
     assert run(["rm", "build", "sb-2", "--yes"], env).returncode == 0  # still serving
     code, stderr = server.stop()
