@@ -128,10 +128,14 @@ def test_local_killed_loses_at_most_the_last_seconds_never_the_file(tmp_path: Pa
     assert _file_lines(tmp_path / "dev.jsonl") == 6
     # No temporary file left; a killed server's lock file stays, its lock free at once: the
     # next server takes it, and removes it when it stops.
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".dev.jsonl.lock", "dev.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".dev.jsonl.lock",
+        ".dev.jsonl.stream",  # its table's stream (local/streamfile.py)
+        "dev.jsonl",
+    ]
     again = Local("--data", "dev.jsonl", cwd=tmp_path)
     assert again.stop(signal.SIGINT)[0] == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["dev.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".dev.jsonl.stream", "dev.jsonl"]
 
 
 def test_a_start_refused_for_a_busy_port_leaves_nothing(tmp_path: Path) -> None:
@@ -148,7 +152,7 @@ def test_a_start_refused_for_a_busy_port_leaves_nothing(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
     server = Local("--data", "dev.jsonl", cwd=tmp_path)
     assert server.stop(signal.SIGTERM)[0] == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["dev.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".dev.jsonl.stream", "dev.jsonl"]
 
 
 def test_a_lock_file_removed_while_it_was_being_taken_is_taken_again(
@@ -322,6 +326,10 @@ def test_a_failed_save_keeps_serving_and_the_last_one_keeps_the_tables(tmp_path:
     (tmp_path / "d").mkdir()
     assert server.process.stderr.readline() == "saved d/dev.jsonl again\n"
     assert _file_lines(tmp_path / "d" / "dev.jsonl") == 6
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "d" / ".dev.jsonl.stream").exists():  # saved just after FILE
+        assert time.monotonic() < deadline, "the save wrote no stream"
+        time.sleep(0.05)
     shutil.rmtree(tmp_path / "d")
     assert run(["rm", "build", "sb-2", "--yes"], env).returncode == 0  # still serving
     code, stderr = server.stop()
@@ -716,16 +724,22 @@ def test_a_restart_takes_the_image_and_one_damaged_is_ignored_with_a_word(
     assert f"{kept.resolve()}: damaged (a record's digest does not match); ignored" in said
     assert image.read(kept).ignored is None  # written again
     assert data.read_bytes() == named
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".dev.jsonl.image", "dev.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".dev.jsonl.image",
+        ".dev.jsonl.stream",
+        "dev.jsonl",
+    ]
 
 
-def test_a_restart_on_its_data_is_the_same_store_and_says_the_feed_moved_on(
+def test_a_restart_on_its_data_is_the_same_store_and_its_feed_reads_on(
     tmp_path: Path,
 ) -> None:
     """A listing's cursor from before a restart of ``local --data`` pages on after it (the
-    table is FILE's, one identity); a ``changes()`` position from before it is said to be
-    trimmed (the stream is a new one: start again and reconcile), not another store's."""
-    from sandbox_ledger import ChangesTrimmedError, ListSandboxOptions
+    table is FILE's, one identity); a ``changes()`` position from before it delivers the
+    changes after it, once, then those of writes after the restart (the stream is the one
+    before, kept beside FILE). Before, the restarted server served a new stream and the
+    position was said to be trimmed."""
+    from sandbox_ledger import LedgerEntry, ListSandboxOptions
     from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 
     def adapter(env: dict[str, str]) -> SyncDynamoDBAdapter:
@@ -742,6 +756,7 @@ def test_a_restart_on_its_data_is_the_same_store_and_says_the_feed_moved_on(
         first = ledger.list_all_sandbox_page(ListSandboxOptions(limit=1))
         feed = ledger.changes()
         position = next(feed).position
+        following = next(feed)  # the change after the position
         feed.close()
     assert first.cursor is not None
     code, stderr = server.stop(signal.SIGTERM)
@@ -756,8 +771,16 @@ def test_a_restart_on_its_data_is_the_same_store_and_says_the_feed_moved_on(
                 "sb-2",
             ]
             feed = ledger.changes(after=position)
-            with pytest.raises(ChangesTrimmedError, match="stream is not the one"):
-                next(feed)
+            assert next(feed) == following
+            seen = []
+            ledger.append(
+                LedgerEntry(
+                    ts=1, name="new", sandbox_id="after", step_index=-1, event="sandbox.created"
+                )
+            )
+            while not seen or seen[-1].sandbox_id != "after":
+                seen.append(next(feed))
+            assert len({c.id for c in [following, *seen]}) == len(seen) + 1  # once each
             feed.close()
     finally:
         code, stderr = again.stop(signal.SIGTERM)
@@ -1580,3 +1603,262 @@ def test_a_checkpoint_or_a_large_entry_resent_after_a_restart_is_stored_once(
     assert [e.event for e in stored] == ["sandbox.created", last.event]
     assert stored[-1].payload == last.payload
     assert len(checkpoints) == (kind == "checkpoint")
+
+
+# -- the table's stream across a restart (local/streamfile.py) ---------------------------
+
+
+def _streams(port: int) -> Any:
+    import boto3
+
+    return boto3.client(
+        "dynamodbstreams",
+        endpoint_url=f"http://127.0.0.1:{port}",
+        region_name="us-east-1",
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+    )
+
+
+def _stream_arn(port: int) -> str:
+    import boto3
+
+    client = boto3.client(
+        "dynamodb",
+        endpoint_url=f"http://127.0.0.1:{port}",
+        region_name="us-east-1",
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+    )
+    return str(client.describe_table(TableName="sandbox-ledger")["Table"]["LatestStreamArn"])
+
+
+def _shards(port: int, arn: str) -> dict[str, dict[str, Any]]:
+    client, shards, params = _streams(port), {}, {"StreamArn": arn}
+    while True:
+        page = client.describe_stream(**params)["StreamDescription"]
+        shards.update({s["ShardId"]: s for s in page["Shards"]})
+        if not page.get("LastEvaluatedShardId"):
+            return shards
+        params["ExclusiveStartShardId"] = page["LastEvaluatedShardId"]
+
+
+def _read_on(port: int, arn: str, at: dict[str, str], done: set[str]) -> list[dict[str, Any]]:
+    """Every record after the position (``at``: shard -> last sequence number read; ``done``:
+    shards read to their end), a parent shard before its children, as a consumer reads
+    them; the position moved on."""
+    client, shards, found = _streams(port), _shards(port, arn), []
+    progress = True
+    while progress:
+        progress = False
+        for shard in sorted(shards):
+            parent = shards[shard].get("ParentShardId")
+            if shard in done or (parent in shards and parent not in done):
+                continue
+            if shard in at:
+                kind = {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": at[shard]}
+            else:
+                kind = {"ShardIteratorType": "TRIM_HORIZON"}
+            iterator = client.get_shard_iterator(StreamArn=arn, ShardId=shard, **kind).get(
+                "ShardIterator"
+            )
+            while iterator:
+                page = client.get_records(ShardIterator=iterator)
+                for record in page["Records"]:
+                    found.append(record)
+                    at[shard] = record["dynamodb"]["SequenceNumber"]
+                iterator = page.get("NextShardIterator")
+                if not page["Records"]:
+                    break
+            if not iterator:
+                done.add(shard)
+                shards = _shards(port, arn)  # its children
+                progress = True
+    return found
+
+
+def _what(records: list[dict[str, Any]]) -> list[tuple[str, str, str, str | None]]:
+    """Each record's sequence number, event, keys and userIdentity type."""
+    return [
+        (
+            r["dynamodb"]["SequenceNumber"],
+            r["eventName"],
+            json.dumps(r["dynamodb"]["Keys"], sort_keys=True),
+            (r.get("userIdentity") or {}).get("Type"),
+        )
+        for r in records
+    ]
+
+
+@pytest.mark.parametrize("strict", [True, False], ids=["strict", "moto"])
+def test_a_restart_serves_the_same_stream_from_a_position_saved_before_it(
+    tmp_path: Path, strict: bool
+) -> None:
+    """A record made just before SIGTERM (a put; under --strict, a TTL deletion too) is read
+    after the restart from a sequence-number position saved before it, once, on the same
+    stream ARN and shards; the load added no record; the writes after the restart come after
+    it. Before, the restarted server served a new stream (new ARN, no records)."""
+    from resources.resource_fixtures import record
+    from sandbox_ledger import LedgerEntry
+    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+    from sandbox_ledger.resources import SyncResourceRecordStore
+
+    port = free_port()
+    argv = ["--data", "dev.jsonl", "--port", str(port)]
+    if strict:
+        argv += ["--stale-after", "1", "--strict-option", "ttl_delay=0,ttl_every=0.1"]
+    server = Local(*argv, cwd=tmp_path)
+    url = f"http://127.0.0.1:{port}"
+    first, last = record(), record()
+    with SyncResourceRecordStore(
+        "sandbox-ledger",
+        endpoint_url=url,
+        region_name="us-east-1",
+        ttl_horizon=timedelta(seconds=1),
+    ) as records:
+        records.put(first)
+        arn = _stream_arn(port)
+        at: dict[str, str] = {}
+        done: set[str] = set()
+        before = _read_on(port, arn, at, done)
+        shards = _shards(port, arn)
+        records.put(last)  # just before the stop, read by no one yet
+        if strict:  # and the TTL service's deletion of it
+            deadline = time.monotonic() + 30
+            while records.get_versioned(last.id) is not None:
+                assert time.monotonic() < deadline, "the TTL service never deleted it"
+                time.sleep(0.1)
+    code, stderr = server.stop(signal.SIGTERM)
+    assert code == 0, stderr
+
+    again = Local(*argv, cwd=tmp_path)
+    try:
+        assert _stream_arn(port) == arn
+        now = _shards(port, arn)
+        assert {s: now[s] for s in shards if s in now} == {
+            s: v for s, v in shards.items() if s in now
+        }
+        assert set(shards) <= set(now) | done  # a shard read to its end may go, none other
+        after = _read_on(port, arn, at, done)
+        whole = _read_on(port, arn, {}, set())  # all it holds, from the trim horizon
+        events = [(event, who) for _, event, _, who in _what(after)]
+        assert ("INSERT", None) in events
+        if strict:
+            assert ("REMOVE", "Service") in events
+        assert _what(whole) == _what(before) + _what(after)  # once; none of the load's
+        with SyncDynamoDBAdapter("sandbox-ledger", endpoint_url=url, region_name="us-east-1") as (
+            ledger
+        ):
+            ledger.append(
+                LedgerEntry(ts=1, name="n", sandbox_id="sb", step_index=-1, event="sandbox.created")
+            )
+        newer = _read_on(port, arn, at, done)
+        assert newer
+        assert min(int(r["dynamodb"]["SequenceNumber"]) for r in newer) > max(
+            int(r["dynamodb"]["SequenceNumber"]) for r in whole
+        )
+    finally:
+        code, stderr = again.stop(signal.SIGTERM)
+    assert code == 0, stderr
+
+
+def _put_items(port: int, count: int) -> None:
+    """``count`` resource records put (a stream record each, at least)."""
+    from resources.resource_fixtures import record
+    from sandbox_ledger.resources import SyncResourceRecordStore
+
+    with SyncResourceRecordStore(
+        "sandbox-ledger", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1"
+    ) as records:
+        for _ in range(count):
+            records.put(record())
+
+
+def test_stream_records_bounds_what_a_restart_keeps_and_a_bad_sidecar_is_ignored(
+    tmp_path: Path,
+) -> None:
+    """``--stream-records N`` bounds the records kept across restarts too (a restart with a
+    lower bound keeps the newest N); a sidecar that is not FILE's (damaged, another store's)
+    is ignored with one line on stderr, and the server starts on a new stream."""
+    port = free_port()
+    argv = ("--data", "dev.jsonl", "--port", str(port))
+    server = Local(*argv, "--stream-records", "6", cwd=tmp_path)
+    _put_items(port, 8)
+    arn = _stream_arn(port)
+    kept = _what(_read_on(port, arn, {}, set()))
+    assert len(kept) == 6
+    code, stderr = server.stop(signal.SIGINT)  # Ctrl-C saves it as SIGTERM does
+    assert code == 0, stderr
+
+    server = Local(*argv, "--stream-records", "4", cwd=tmp_path)
+    try:
+        assert _stream_arn(port) == arn
+        assert _what(_read_on(port, arn, {}, set())) == kept[-4:]
+        _put_items(port, 1)
+        newer = _what(_read_on(port, arn, {}, set()))
+        assert len(newer) == 4
+        assert newer[0] in kept
+    finally:
+        code, stderr = server.stop(signal.SIGTERM)
+    assert code == 0, stderr
+    sidecar = tmp_path / ".dev.jsonl.stream"
+    assert len(sidecar.read_text().splitlines()) < 20  # trimmed records are not kept
+
+    # Another store's: FILE's sidecar beside other data (another store) is not its stream.
+    (tmp_path / "other.jsonl").write_text(_ledger_lines(18, prefix="other"))
+    shutil.copy(sidecar, tmp_path / ".other.jsonl.stream")
+    other = Local("--data", "other.jsonl", "--port", str(port), cwd=tmp_path)
+    try:
+        assert _stream_arn(port) != arn
+        assert _read_on(port, _stream_arn(port), {}, set()) == []
+    finally:
+        code, stderr = other.stop(signal.SIGTERM)
+    assert code == 0, stderr
+    assert stderr.count(".other.jsonl.stream: the stream of another store; ignored") == 1
+
+    sidecar.write_bytes(b"\x00\x17 damaged")
+    damaged = Local(*argv, cwd=tmp_path)
+    try:
+        assert _stream_arn(port) != arn
+        assert _read_on(port, _stream_arn(port), {}, set()) == []
+    finally:
+        code, stderr = damaged.stop(signal.SIGTERM)
+    assert code == 0, stderr
+    said = [line for line in stderr.splitlines() if ".dev.jsonl.stream" in line]
+    assert said == [
+        f"{sidecar}: not a stream of this version; ignored (the table's stream starts new)"
+    ]
+
+
+def test_local_killed_loses_at_most_the_stream_records_since_the_last_save(
+    tmp_path: Path,
+) -> None:
+    """kill -9: the next start serves the stream as the last save left it (its records, the
+    same ARN), whatever a save cut mid-write left at the sidecar's end; never a lost
+    sidecar."""
+    port = free_port()
+    argv = ("--data", "dev.jsonl", "--port", str(port), "--save-every", "0.5")
+    server = Local(*argv, cwd=tmp_path)
+    _put_items(port, 3)
+    arn = _stream_arn(port)
+    saved = _what(_read_on(port, arn, {}, set()))
+    sidecar = tmp_path / ".dev.jsonl.stream"
+    deadline = time.monotonic() + 10
+    while sidecar.read_text().count('{"r":') < len(saved) if sidecar.exists() else True:
+        assert time.monotonic() < deadline, "no save wrote the stream"
+        time.sleep(0.1)
+    server.process.kill()
+    server.process.wait()
+    with sidecar.open("a") as torn:  # a save cut mid-write
+        torn.write('{"r":[1100000000017454423999,null,null,{"dynamodb"')
+    again = Local(*argv, cwd=tmp_path)
+    try:
+        assert _stream_arn(port) == arn
+        assert _what(_read_on(port, arn, {}, set())) == saved
+        _put_items(port, 1)
+        assert _what(_read_on(port, arn, {}, set()))[: len(saved)] == saved
+    finally:
+        code, stderr = again.stop(signal.SIGTERM)
+    assert code == 0, stderr
+    assert ".dev.jsonl.stream" not in stderr
+    assert '{"dynamodb"' not in sidecar.read_text()

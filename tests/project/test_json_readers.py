@@ -37,6 +37,9 @@ PLAIN = {
     "local/strict/streams.py": 1,
     # The local data file's image header, written by the server's own save.
     "local/image.py": 1,
+    # The local data file's stream sidecar, written by the server's own saves (one that
+    # does not describe a stream, however it came to be, is ignored with a word).
+    "local/streamfile.py": 2,
 }
 """Modules parsing JSON the product wrote, and how many parses each holds."""
 

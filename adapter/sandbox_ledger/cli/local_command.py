@@ -21,6 +21,7 @@ from sandbox_ledger.cli.interrupt import StopSignals
 from sandbox_ledger.cli.local_saves import Saver
 from sandbox_ledger.cli.output import CommandError, ExitCode, say
 from sandbox_ledger.cli.root import app
+from sandbox_ledger.local.streamfile import StreamFile
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -148,6 +149,7 @@ def _serve(
     store = inprocess.resource_store(server, table, REGION)
     saver = Saver(data, ledger, store, log)
     saver.bulk = functools.partial(bulk.load_entries, server, ledger, image=saver.image)
+    stream = None if data is None else StreamFile(data, server, ledger, say)
     pg = None
     try:
         # With --data, the table is FILE's: the identity FILE names (given to it when it
@@ -156,6 +158,8 @@ def _serve(
         ledger.create_table(sweep=settings, store_id=saver.read())
         if not saver.load(stop):
             return saver
+        if stream is not None:
+            stream.restore()  # the stream before the restart, none of the load's records
         pg = _start_postgres() if postgres else None
         server.release()
         _announce(server.endpoint_url, table, pg, data, strict)
@@ -165,11 +169,15 @@ def _serve(
         saver.keep_image(stop)
         while not stop.wait(max(0.0, due - time.monotonic())):
             saver.save()
+            if stream is not None and saver.saved():
+                stream.save()  # after FILE, saved: never a record of a change FILE lacks
             due = max(due + save_every, time.monotonic())
         # No write is served after the last save reads what changed: every write the server
         # acknowledged is in FILE (the ones after are answered 503, which clients send again).
         server.refuse_clients()
         saver.save(final=True)
+        if stream is not None and saver.saved():
+            stream.save()
         refused = server.refusals()
         if refused:
             counts = ", ".join(f"{n} {code}" for code, n in sorted(refused.items()))

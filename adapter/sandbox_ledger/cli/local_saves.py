@@ -315,6 +315,11 @@ class Saver:
             say(f"saved {self.data} again")
             self.failing = None
 
+    def saved(self) -> bool:
+        """Whether ``data`` holds what the last save read (the table's stream is saved
+        after it: :mod:`sandbox_ledger.local.streamfile`)."""
+        return self.file is not None and self.failing is None
+
     def summary(self) -> str:
         if self.data is None:
             return " (no --data: the tables are gone)"

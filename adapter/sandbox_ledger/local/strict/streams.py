@@ -55,6 +55,7 @@ import base64
 import bisect
 import collections
 import hashlib
+import itertools
 import json
 import time
 from dataclasses import dataclass, field
@@ -65,7 +66,7 @@ if TYPE_CHECKING:
 
     from . import StrictProfile
 
-__all__ = ["MAX_OPEN", "TARGET_PREFIX", "StreamRefused", "StreamViews"]
+__all__ = ["MAX_OPEN", "TARGET_PREFIX", "Kept", "StreamRefused", "StreamViews"]
 
 TARGET_PREFIX = "DynamoDBStreams_20120810."
 """The ``X-Amz-Target`` of a DynamoDB Streams request."""
@@ -87,6 +88,18 @@ class StreamRefused(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code, self.message = code, message
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A stream record as a restart keeps it: its sequence number, its shard, when the
+    stream took it (wall-clock seconds: its retention runs on across the restart) and
+    moto's ``StreamRecord`` (its body: ``record.record``)."""
+
+    seq: int
+    shard: str
+    taken: float
+    record: Any
 
 
 def _key_hash(keys: dict[str, Any]) -> int:
@@ -124,7 +137,14 @@ class _Stream:
     """The shards of one stream (a table's stream under one label), over moto's records."""
 
     def __init__(
-        self, source: Any, label: str, profile: StrictProfile, keep: int | None, now: float
+        self,
+        source: Any,
+        label: str,
+        profile: StrictProfile,
+        keep: int | None,
+        now: float,
+        *,
+        first: bool = True,
     ) -> None:
         self.source, self.label, self.profile, self.keep = source, label, profile, keep
         self.taken_to = source.starting_sequence_number  # moto's next sequence number to take
@@ -136,7 +156,8 @@ class _Stream:
         self._made = 0
         self._last_ms = 0
         self._next_sweep = 0.0
-        self._open(None, 0, _SPACE, now)
+        if first:  # else restored (:meth:`StreamViews.restore`)
+            self._open(None, 0, _SPACE, now)
 
     def _open(self, parent: _Shard | None, low: int, high: int, now: float) -> _Shard:
         self._made += 1
@@ -280,6 +301,129 @@ class StreamViews:
         """Drop the views of tables no longer in ``live`` (ids of moto's tables)."""
         for gone in set(self._streams) - live:
             del self._streams[gone]
+
+    # -- kept across a restart (``local --data``: :mod:`sandbox_ledger.local.streamfile`) -
+
+    def kept(self, table: Any, after: int) -> tuple[dict[str, Any], list[Kept], int] | None:
+        """The view of ``table``'s stream as it stands (None: it has none): its state (shards
+        without their records, counters; times as wall-clock seconds), its kept records
+        numbered after ``after`` in their order, and how many it keeps in all."""
+        stream = self._stream(table)
+        if stream is None:
+            return None
+        now = self.clock()
+        stream.take(now)
+        stream.tick(now)
+        # A clock reading plus this: wall-clock seconds (to the millisecond: the same at
+        # every call, so an unchanged stream has the same state).
+        wall = round(time.time() - now, 3)
+        found = sorted(
+            (seq, shard.id, record)
+            for shard in stream.shards.values()
+            for seq, record in zip(
+                shard.seqs[bisect.bisect_right(shard.seqs, after) :],
+                shard.records[bisect.bisect_right(shard.seqs, after) :],
+                strict=True,
+            )
+        )
+        times = list(itertools.islice(stream.kept, len(stream.kept) - len(found), None))
+        records = [
+            Kept(seq, shard_id, taken + wall, record)
+            for (seq, shard_id, record), (taken, _) in zip(found, times, strict=True)
+        ]
+        state = {
+            "seq": stream.seq,
+            "closings": stream.closings,
+            "made": stream._made,
+            "last_ms": stream._last_ms,
+            "shards": [
+                [
+                    s.id,
+                    s.parent,
+                    s.start,
+                    s.low,
+                    s.high,
+                    s.opened + wall,
+                    s.end,
+                    s.closed_at + wall if s.end is not None else None,
+                    s.taken,
+                    s.last,
+                    s.trimmed_to,
+                ]
+                for s in stream.shards.values()
+            ],
+        }
+        return state, records, len(stream.kept)
+
+    def restore(self, table: Any, state: dict[str, Any], records: list[Kept]) -> None:
+        """Make ``table``'s stream (its moto ``stream_shard``, empty, and its label) the one
+        :meth:`kept` described: the same shards and numbers, ``records`` (in their order)
+        kept; then trimmed by this server's bound and retention.
+
+        Raises:
+            ValueError: ``state`` and ``records`` do not describe a stream (nothing changed).
+        """
+        now = self.clock()
+        clock = now - time.time()  # a wall-clock time plus this: a clock reading
+        stream = _Stream(
+            table.stream_shard,
+            table.latest_stream_label,
+            self.profile,
+            self.keep,
+            now,
+            first=False,
+        )
+        try:
+            stream.seq, stream.closings = int(state["seq"]), int(state["closings"])
+            stream._made, stream._last_ms = int(state["made"]), int(state["last_ms"])
+            for row in state["shards"]:
+                sid, parent, start, low, high, opened, end, closed, taken, last, trimmed = row
+                shard = _Shard(
+                    id=str(sid),
+                    parent=None if parent is None else str(parent),
+                    start=int(start),
+                    low=int(low),
+                    high=int(high),
+                    opened=float(opened) + clock,
+                    end=None if end is None else int(end),
+                    closed_at=0.0 if closed is None else float(closed) + clock,
+                    taken=int(taken),
+                    last=int(last),
+                    trimmed_to=int(trimmed),
+                )
+                stream.shards[shard.id] = shard
+                if shard.end is None:
+                    stream.open.append(shard)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not a stream's state ({exc!r})") from None
+        if list(stream.shards) != sorted(stream.shards):
+            raise ValueError("its shards are not in the order they opened")
+        spans = sorted((s.low, s.high) for s in stream.open)
+        if [low for low, _ in spans] != [0, *(high for _, high in spans[:-1])] or (
+            not spans or spans[-1][1] != _SPACE
+        ):
+            raise ValueError("its open shards do not cover the key hash space")
+        last = 0
+        for record in records:
+            owner = stream.shards.get(record.shard)
+            if (
+                owner is None
+                or record.seq <= last
+                or not owner.trimmed_to < record.seq <= owner.last
+                or record.seq > stream.seq
+            ):
+                raise ValueError(f"record {record.seq} is not one of its shards'")
+            last = record.seq
+            owner.seqs.append(record.seq)
+            owner.records.append(record.record)
+            stream.kept.append((record.taken + clock, owner))
+        stream.tick(now)  # its retention, from the time each was taken
+        stream._trim_count()  # this server's bound
+        self._streams[id(table)] = stream
+
+    def drop(self, table: Any) -> None:
+        """Forget the view of ``table``'s stream (made again at its next use)."""
+        self._streams.pop(id(table), None)
 
     # -- the Streams API ----------------------------------------------------------------
 
