@@ -59,6 +59,7 @@ SMOKE = {
         "--calibrate",
         "2",
     ],
+    "strict_ttl_import.py": ["--entries", "200", "--step", "100"],
     "worker_cold_start.py": ["--runs", "1"],
 }
 NOT_RUN = {"worker_bundle.py": "builds the Lambda bundle with pip for another platform"}

@@ -263,10 +263,11 @@ def run(args: argparse.Namespace) -> int:
         fleet.think = args.think
         supervisor = History(history, "s")
         stop = threading.Event()
+        failed: list[str] = []
         dealer = threading.Thread(
             target=fault_loop,
             args=(supervisor, random.Random(rng.randrange(2**32)), args.fault_every, deadline),
-            kwargs={"fault": faults.deal, "stop": stop},
+            kwargs={"fault": faults.deal, "stop": stop, "failed": failed},
         )
         for slot in range(args.workers):
             fleet.spawn(slot)
@@ -280,13 +281,19 @@ def run(args: argparse.Namespace) -> int:
         fleet.spawn_porter("exporter")
         dealer.start()
         try:
-            while (left := deadline - time.monotonic()) > 0:
-                time.sleep(min(left, rng.expovariate(1 / args.kill_every)))
-                if deadline - time.monotonic() > 0:
+            while (left := deadline - time.monotonic()) > 0 and not failed:
+                stop.wait(min(left, rng.expovariate(1 / args.kill_every)))
+                if deadline - time.monotonic() > 0 and not failed:
                     fleet.kill_one()
         finally:
             stop.set()
             dealer.join()
+        if failed:
+            fleet.wait(0)
+            raise SystemExit(
+                f"the run could not deal the store's faults ({failed[0]}); nothing was "
+                f"checked (seed {args.seed})"
+            )
         fleet.wait(GRACE_SECONDS)
         # The sweeper and TTL reporter until the records are gone (DynamoDB), and the feed
         # to its end: a last reader, resumed where the killed ones left off.

@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger.resources.models import parse_iso
 from sandbox_ledger.soak.checker import Violation
-from sandbox_ledger.soak.history import local_restarts, lost_to_a_restart
 
 if TYPE_CHECKING:
     from collections.abc import Collection
@@ -82,7 +81,6 @@ class ResourceReport:
     sweeps_failed: int = 0
     sweeps_killed: int = 0
     """Sweeps whose process was killed mid-way (no completion)."""
-    removals_lost_to_restarts: int = 0
     """Records gone unreported whose removal a restart of ``local --data`` may have taken off
     the stream before the reporter read it (the reporter found its position trimmed)."""
     stream_trimmed: int = 0
@@ -105,7 +103,6 @@ class ResourceReport:
             "sweepsFailed": self.sweeps_failed,
             "sweepsKilled": self.sweeps_killed,
             "streamTrimmed": self.stream_trimmed,
-            "removalsLostToLocalRestarts": self.removals_lost_to_restarts,
             "longestSweepInterval": round(self.longest_interval, 1),
             "expiryBound": round(self.bound, 1),
         }
@@ -151,8 +148,6 @@ def check_resources(
         report.abandoned += op.op == "r_abandon"
         report.reclaimed += op.op == "r_reclaimed"
         report.stream_trimmed += op.op == "ttl_trimmed"
-    restarts = local_restarts(operations)
-    trims = [_at(op) for op in operations if op.op == "ttl_trimmed"]
     completed = _Sweeps(sorted(sweeps))
     first = min((_at(op) for ops in writes.values() for op in ops), default=end)
     report.longest_interval = completed.longest(first, end)
@@ -164,9 +159,6 @@ def check_resources(
         if reported:
             _check_reports(record_id, mine, reported, timing, completed, report)
         elif record_id not in stored and _existed(mine) and not _may_have_deleted(mine):
-            if lost_to_a_restart(max(_at(op) for op in mine), restarts, trims):
-                report.removals_lost_to_restarts += 1
-                continue
             report.violations.append(
                 Violation(
                     f"record {record_id} is gone, yet nobody reported it expired and its "

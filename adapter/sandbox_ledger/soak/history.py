@@ -28,8 +28,6 @@ if TYPE_CHECKING:
 __all__ = [
     "History",
     "Operation",
-    "local_restarts",
-    "lost_to_a_restart",
     "operations",
     "read_history",
 ]
@@ -140,23 +138,3 @@ def operations(lines: Iterator[dict[str, Any]]) -> list[Operation]:
         elif key in found:
             found[key].completed = line
     return list(found.values())
-
-
-def local_restarts(operations: list[Operation]) -> list[tuple[float, float]]:
-    """When each restart of ``local --data`` began and ended (wall clock)."""
-    return [
-        (float(op.invoked["began"]), float(op.invoked["ended"]))
-        for op in operations
-        if op.op == "fault" and op.process == "s" and op.invoked.get("what") == "local-restart"
-    ]
-
-
-def lost_to_a_restart(
-    since: float, restarts: list[tuple[float, float]], trims: list[float]
-) -> bool:
-    """Whether something a stream carried from ``since`` on (a change of an append begun
-    then, a TTL removal after a record's last write) may have been lost with a stream a
-    restart of ``local --data`` ended (it serves a new one): a restart that ended after
-    ``since``, and a reader of the stream told its position was trimmed (``trims``) after
-    that restart began."""
-    return any(ended >= since and any(t >= began for t in trims) for began, ended in restarts)

@@ -195,11 +195,20 @@ def fault_loop(
     deadline: float,
     fault: Any,
     stop: threading.Event,
+    failed: list[str] | None = None,
 ) -> None:
     """Deal ``fault()`` about every ``every`` seconds (drawn from ``rng``) until ``deadline``
     (monotonic) or ``stop``; each recorded as a ``fault`` event with when it began and ended
-    (wall clock, as every history line)."""
+    (wall clock, as every history line). A fault that fails (a server that would not stop or
+    start again) ends the loop: why goes into ``failed`` and ``stop`` is set, for the run to
+    end there rather than go on against a store that is not there."""
     while not stop.wait(rng.expovariate(1 / every)) and time.monotonic() < deadline:
         began = time.time()
-        what = fault()
+        try:
+            what = fault()
+        except Exception as exc:  # any failure ends the run, said
+            if failed is not None:
+                failed.append(f"{type(exc).__name__}: {exc}")
+            stop.set()
+            return
         history.event("fault", what=what, began=began, ended=time.time())
