@@ -222,3 +222,26 @@ def test_a_fault_that_fails_ends_the_loop_and_says_why(tmp_path: Path) -> None:
     assert stop.is_set() and len(dealt) == 2
     faults = [op for op in operations(read_history(tmp_path / "h.jsonl")) if op.op == "fault"]
     assert [op.invoked["what"] for op in faults] == ["local-restart"]
+
+
+def test_a_run_on_an_earlier_runs_out_begins_on_an_empty_store(tmp_path: Path) -> None:
+    """The local DynamoDB's FILE in ``--out`` is an earlier run's: it is removed with its
+    image and stream, so the run begins on an empty store (the earlier run's sessions, named
+    by no operation of this history, failed the check); a FILE a server holds (another run
+    on this ``--out``) is refused."""
+    import fcntl
+
+    from sandbox_ledger.soak.servers import LocalServer
+
+    data = tmp_path / "local.jsonl"
+    left = [data, tmp_path / ".local.jsonl.image", tmp_path / ".local.jsonl.stream"]
+    for path in left:
+        path.write_text("{}\n")
+    server = LocalServer(data, "t")
+    with (tmp_path / ".local.jsonl.lock").open("wb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a server holds it
+        with pytest.raises(RuntimeError, match="another run uses this --out"):
+            server.clear()
+        assert all(path.exists() for path in left)
+    server.clear()  # a killed server's lock file is left, free
+    assert not any(path.exists() for path in left)

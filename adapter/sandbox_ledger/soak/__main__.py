@@ -393,6 +393,7 @@ class Faults:
                     *("--stale-after", str(window), "--retain-failed", str(2 * window)),
                 ],
             )
+            self.server.clear()
             self.server.start()
             self.proxy = FaultProxy(("127.0.0.1", self.server.port), rng.randrange(2**32))
             self.proxy.start()

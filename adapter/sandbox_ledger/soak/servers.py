@@ -60,6 +60,33 @@ class LocalServer:
         self._child: subprocess.Popen[str] | None = None
         self._said: list[str] = []
 
+    def clear(self) -> None:
+        """Remove what an earlier run left in FILE and beside it (its ledger, load image and
+        stream), so that this run begins on an empty store: the checker holds every session
+        stored to this run's history.
+
+        Raises:
+            RuntimeError: a server holds FILE's lock (another run on this ``--out``).
+        """
+        import fcntl
+
+        lock = self.data.with_name(f".{self.data.name}.lock")
+        if lock.exists():
+            with lock.open("rb") as held:
+                try:
+                    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    raise RuntimeError(
+                        f"{self.data} is in use: another run uses this --out"
+                    ) from None
+                fcntl.flock(held, fcntl.LOCK_UN)
+        for path in (
+            self.data,
+            self.data.with_name(f".{self.data.name}.image"),
+            self.data.with_name(f".{self.data.name}.stream"),
+        ):
+            path.unlink(missing_ok=True)
+
     def start(self, timeout: float = 120.0) -> None:
         command = [sys.executable, "-m", "sandbox_ledger.cli", "local", "--data", str(self.data)]
         command += ["--port", str(self.port), "--table", self.table]
