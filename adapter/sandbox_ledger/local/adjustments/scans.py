@@ -5,11 +5,12 @@ N log N comparisons of moto's typed values) for every page, then walks from the 
 to the page's ``ExclusiveStartKey`` comparing each one: reading a table of N items in pages
 costs N log N per page, N²/page in all (an export of 200,000 entries took requests past a
 client's read timeout). Here a base-table Scan of a table whose keys are strings reads the
-table's keys sorted once per scan (its first page; again when the number of items changed),
-finds where the page starts by bisection, and hands moto the items from there, as stored
-now: the same order and pages as moto's own. An item written during a scan may be missed
-by the pages after it, which DynamoDB allows (a Scan is not a snapshot); one deleted is not
-returned.
+table's keys sorted at a scan's first page (when the number of items changed since the
+last sort), finds where each page starts by bisection, and hands moto the items from there,
+as stored now: the same order and pages as moto's own. The later pages of a scan go on in
+the order its first page found, however the table is written to meanwhile: an item written
+during a scan may be missed by the pages after it, which DynamoDB allows (a Scan is not a
+snapshot); one deleted is not returned.
 """
 
 from __future__ import annotations
@@ -66,7 +67,12 @@ def _install(stock: dict[str, Any]) -> None:
         count = sum(map(len, self.items.values()))
         with _orders_lock:
             order = getattr(self, _ORDER, None)
-            if start is None or order is None or order.count != count:
+            # A scan's first page sorts the table's keys as they are; its later pages go on
+            # in that order, written to or not (DynamoDB: a Scan is not a snapshot, an item
+            # written meanwhile may be missed). Sorting again whenever the count changed
+            # made every page of a scan of a table being written to cost the whole table:
+            # under the soak's fleet, scans held the server for seconds as it grew.
+            if order is None or (start is None and order.count != count):
                 order = _Order(self)
                 setattr(self, _ORDER, order)
         first = 0
