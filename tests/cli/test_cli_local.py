@@ -392,7 +392,7 @@ def test_a_data_file_replaced_by_a_fifo_between_the_look_and_the_write_says_so(
     look finds it."""
     import errno
 
-    from sandbox_ledger.cli import local_saves, transfer
+    from sandbox_ledger.cli import local_writes, transfer
 
     data = tmp_path / "dev.jsonl"
     data.write_text("")
@@ -403,7 +403,7 @@ def test_a_data_file_replaced_by_a_fifo_between_the_look_and_the_write_says_so(
         raise OSError(errno.ENXIO, os.strerror(errno.ENXIO), str(path))
 
     monkeypatch.setattr(transfer, "_export", replaced_then_opened)
-    assert local_saves._write_data(("{}\n",), data) == "not a regular file any more"
+    assert local_writes.write_data(("{}\n",), data) == "not a regular file any more"
     # Any other failure of the write keeps its own reason.
     data.unlink()
     data.write_text("")
@@ -412,7 +412,7 @@ def test_a_data_file_replaced_by_a_fifo_between_the_look_and_the_write_says_so(
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
     monkeypatch.setattr(transfer, "_export", full)
-    assert local_saves._write_data(("{}\n",), data) == os.strerror(errno.ENOSPC)
+    assert local_writes.write_data(("{}\n",), data) == os.strerror(errno.ENOSPC)
 
 
 def test_a_data_file_turned_into_a_fifo_is_a_failed_save_not_a_hang(tmp_path: Path) -> None:

@@ -3,11 +3,11 @@ what the served requests changed (see :mod:`sandbox_ledger.local.journal`), and 
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
 from typing import TYPE_CHECKING
 
+from sandbox_ledger.cli.local_writes import kept_elsewhere, write_data
 from sandbox_ledger.cli.output import CommandError, ExitCode, say
 
 if TYPE_CHECKING:
@@ -193,7 +193,7 @@ class Saver:
             self.log.put_back(written)  # read again at the next save
             why = f"cannot read what changed: {exc}"
             if final:
-                kept = _write_data(tuple(self.mirror.lines()), self.data)
+                kept = write_data(tuple(self.mirror.lines()), self.data)
                 raise CommandError(
                     f"--data: {why}; {self.data} holds the tables as the last save found them"
                     + ("" if kept is None else f" (and could not be written: {kept})"),
@@ -234,7 +234,7 @@ class Saver:
             ):
                 return  # the file holds the tables already, written whole
             lines = tuple(self.mirror.lines())
-            failure = _write_data(lines, self.data)
+            failure = write_data(lines, self.data)
             if failure is None:
                 self.file = os.stat(self.data)
                 self.whole, self.stale = self.file.st_size, False
@@ -244,7 +244,7 @@ class Saver:
                 return
         if final:
             raise CommandError(
-                _kept_elsewhere(tuple(self.mirror.lines()), self.data, failure), ExitCode.FAILED
+                kept_elsewhere(tuple(self.mirror.lines()), self.data, failure), ExitCode.FAILED
             )
         if failure != self.failing:
             say(f"could not save {self.data} ({failure}); still serving, trying again")
@@ -336,63 +336,6 @@ class Saver:
 
 def _entries(count: int) -> str:
     return f"{count} entry" if count == 1 else f"{count} entries"
-
-
-def _write_data(lines: tuple[str, ...], data: Path) -> str | None:
-    """Write ``lines`` over ``data`` atomically; None, or why it could not. Only ever a
-    regular file: export writes into a FIFO as it is, whose open waits for a reader that
-    never comes (and Ctrl-C could not end that wait)."""
-    import stat
-
-    from sandbox_ledger.cli.transfer import _export
-    from sandbox_ledger.errors import InvalidInputError
-
-    def replaced() -> bool:
-        try:
-            return not stat.S_ISREG(data.stat().st_mode)
-        except FileNotFoundError:
-            return False
-
-    try:
-        if replaced():
-            return "not a regular file any more"
-    except OSError as exc:
-        return exc.strerror or str(exc)
-    try:
-        _export(iter(lines), data)
-    except InvalidInputError as exc:
-        return str(exc).removeprefix(f"{exc.field}: ").removeprefix(f"{data}: ")
-    except OSError as exc:
-        # Replaced between the look and the write (a FIFO's open: "No such device or
-        # address"): the reason is the replacement, said as above.
-        with contextlib.suppress(OSError):
-            if replaced():
-                return "not a regular file any more"
-        return exc.strerror or str(exc)
-    return None
-
-
-def _kept_elsewhere(lines: tuple[str, ...], data: Path, failure: str) -> str:
-    """The tables written to a new file in the temporary directory, when ``data`` cannot
-    take them on exit; the line that says where (or that they are lost)."""
-    import os
-    import tempfile
-
-    try:
-        descriptor, name = tempfile.mkstemp(prefix="sandbox-ledger-local-", suffix=".jsonl")
-        with open(descriptor, "w", encoding="utf-8", newline="\n") as stream:
-            stream.writelines(lines)
-            stream.flush()
-            os.fsync(stream.fileno())
-    except OSError as exc:
-        return (
-            f"--data: could not save {data} ({failure}), nor a copy in the temporary "
-            f"directory ({exc.strerror or exc}): what changed since the last save is lost"
-        )
-    return (
-        f"--data: could not save {data} ({failure}); the tables are saved in {name} "
-        f"instead: move it to {data} (or load it with --data {name})"
-    )
 
 
 def _named(state: DataState) -> tuple[int, int]:
