@@ -90,22 +90,25 @@ def _change(history: History, kind: str, sid: str, at: int, change_id: str) -> N
     history.event("change", k=kind, s=sid, at=at, id=change_id, pos=change_id)
 
 
-def test_a_change_not_delivered_fails_the_run_whatever_restart_or_trim_came(
+def test_a_change_not_delivered_is_counted_apart_only_around_a_restart(
     tmp_path: Path,
 ) -> None:
-    """A restarted ``local --data`` serves the stream it served before (kept beside FILE:
-    ``tests/cli/test_cli_local.py::test_a_restart_on_its_data_is_the_same_store_and_its_feed_reads_on``),
-    so no change is lost to a restart: one not delivered is a violation, whether a restart
-    spanned its append and the reader met a "trimmed" or not. (They were excused while each
-    restart served a new stream.)"""
+    """A restarted ``local --data`` serves the stream it served before (kept beside FILE),
+    yet the 30-minute run lost 11 stream records in 61 restarts, each made within seconds
+    before a restart or during it (open defect, docs/reliability.md "Open"). A change not
+    delivered is counted apart (``changesLostAroundRestarts``) only when its operation began
+    within ten seconds before a restart or during it; otherwise it fails the run."""
     store, history = MemoryAdapter(), History(tmp_path / "h.jsonl", "w0")
     _append(history, store, _entry("before", LedgerEvent.SandboxCreated, 1))
     lost = ["before: no session.created was delivered"]
     assert _violations(tmp_path, store, changes=True) == lost
     supervisor = History(tmp_path / "h.jsonl", "s")
-    supervisor.event("fault", what="local-restart", began=0.0, ended=4e9)  # spans the whole test
-    History(tmp_path / "h.jsonl", "r.1").event("trimmed", after="p", error="ChangesTrimmedError")
+    supervisor.event("fault", what="local-restart", began=0.0, ended=1.0)  # long before
     assert _violations(tmp_path, store, changes=True) == lost
+    supervisor.event("fault", what="local-restart", began=0.0, ended=4e9)  # spans it
+    ops = operations(read_history(tmp_path / "h.jsonl"))
+    report = asyncio.run(check(ops, store, NAME, changes=True))
+    assert report.violations == [] and report.changes_around_restarts == 1
 
 
 def test_a_position_the_feed_refused_fails_the_run(tmp_path: Path) -> None:
