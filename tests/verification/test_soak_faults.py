@@ -97,7 +97,7 @@ def test_a_change_not_delivered_is_counted_apart_only_around_a_restart(
     yet the 30-minute run lost 11 stream records in 61 restarts, each made within seconds
     before a restart or during it (open defect, docs/reliability.md "Open"). A change not
     delivered is counted apart (``changesLostAroundRestarts``) only when its operation began
-    within ten seconds before a restart or during it; otherwise it fails the run."""
+    within fifteen seconds before a restart or during it; otherwise it fails the run."""
     store, history = MemoryAdapter(), History(tmp_path / "h.jsonl", "w0")
     _append(history, store, _entry("before", LedgerEvent.SandboxCreated, 1))
     lost = ["before: no session.created was delivered"]

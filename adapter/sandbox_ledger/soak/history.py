@@ -152,7 +152,7 @@ def local_restarts(operations: list[Operation]) -> list[tuple[float, float]]:
     ]
 
 
-AROUND_A_RESTART_S = 10.0
+AROUND_A_RESTART_S = 15.0
 """How long before a restart of ``local --data`` a stream record may still be lost with it
 (open defect, docs/reliability.md "Open")."""
 
