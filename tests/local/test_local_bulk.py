@@ -20,7 +20,13 @@ from sandbox_ledger.dynamodb import _items as it
 from sandbox_ledger.dynamodb._sequence import numbered
 from sandbox_ledger.keys import LedgerAttr as A
 from sandbox_ledger.local import LocalDynamoDB, bulk, inprocess
-from sandbox_ledger.local.persist import RESOURCE_KIND, _json_item, load_state, read_lines
+from sandbox_ledger.local.persist import (
+    RESOURCE_KIND,
+    DataState,
+    _json_item,
+    load_state,
+    read_lines,
+)
 from sandbox_ledger.resources import _items as ri
 from sandbox_ledger.resources.models import FAILED_PHASES, LIVE_PHASES
 from sandbox_ledger.testing._build import entry
@@ -81,8 +87,10 @@ def _lines() -> list[str]:
 
 
 def _loaded(
-    server: LocalDynamoDB, table: str, lines: list[str], *, use_bulk: bool
+    server: LocalDynamoDB, table: str, lines: list[str] | DataState, *, use_bulk: bool
 ) -> tuple[SyncDynamoDBAdapter, int | None]:
+    """``lines`` (or the state read from them) loaded into a new table as a restart loads
+    them; its ledger, and what the bulk load returned (None: the lines were imported)."""
     ledger = inprocess.ledger(server, table, REGION)
     ledger.create_table(sweep=SweepSettings())
     store = inprocess.resource_store(server, table, REGION)
@@ -94,8 +102,12 @@ def _loaded(
         used.append(bulk.load_entries(server, ledger, sessions, progress, sequences, orders))
         return used[-1]
 
-    loaded = load_state(read_lines(lines), ledger, store, bulk=bulk_load if use_bulk else None)
-    assert loaded.entries == sum(1 for line in lines if '"event"' in line)
+    state = read_lines(lines) if isinstance(lines, list) else lines
+    expected = (
+        sum(1 for line in lines if '"event"' in line) if isinstance(lines, list) else state.entries
+    )
+    loaded = load_state(state, ledger, store, bulk=bulk_load if use_bulk else None)
+    assert loaded.entries == expected
     return ledger, used[0] if used else None
 
 
@@ -368,3 +380,61 @@ def test_import_skips_a_data_files_sequences_line() -> None:
     first = entry_line(entry("a", "b", LedgerEvent.SandboxCreated, 1)) + "\n"
     parsed = parse_lines([first.encode(), line.encode()])
     assert not parsed.errors and len(parsed.entries) == 1
+
+
+# -- red team of the order ids a restart keeps: where the load cannot put items in directly ---
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open defect: where the bulk load does not apply (moto's internals moved: a "
+    "BulkLoadWarning), FILE is imported and the import gives each entry a new order id, "
+    "so an append resent across that restart is stored twice; the import takes no ids",
+)
+def test_a_load_that_imports_keeps_each_entrys_order_id(
+    server: LocalDynamoDB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/cli.md promises every restart keeps each entry under its writer's order id; the
+    fallback import (bulk returning None) must too."""
+    from sandbox_ledger.local import journal
+    from sandbox_ledger.local.inprocess import Written
+
+    ledger = inprocess.ledger(server, "fallback-source", REGION)
+    ledger.create_table(sweep=SweepSettings())
+    store = inprocess.resource_store(server, "fallback-source", REGION)
+    for step in range(3):
+        ledger.append(entry("job", "a", LedgerEvent.ExecStarted, 100, step=step))
+    saved = journal.changes(DataState(), Written(everything=True), "fallback-source", ledger, store)
+    lines = list(saved.after.lines())
+    assert '"orders"' in lines[-1]
+
+    monkeypatch.setattr(bulk, "_moto_table", lambda *_: None)  # moto's internals moved
+    _loaded(server, "fallback-loaded", lines, use_bulk=True)
+    assert _heads(server, "fallback-loaded") == _heads(server, "fallback-source")
+
+
+def test_a_load_names_the_order_ids_of_its_entries_only(server: LocalDynamoDB) -> None:
+    """FILE naming more order ids than a session has entries (a hand edit): the load stores
+    the entries under the first ones and names only those, so the first save writes FILE
+    whole without the others (and the image, built from those ids, matches at the next
+    start). Before, the extra ids were kept: FILE went on naming them and no image of the
+    session ever matched."""
+    from sandbox_ledger.local import journal
+    from sandbox_ledger.local.inprocess import Written
+
+    ledger = inprocess.ledger(server, "extra-source", REGION)
+    ledger.create_table(sweep=SweepSettings())
+    store = inprocess.resource_store(server, "extra-source", REGION)
+    for step in range(2):
+        ledger.append(entry("job", "a", LedgerEvent.ExecStarted, 100, step=step))
+    saved = journal.changes(DataState(), Written(everything=True), "extra-source", ledger, store)
+    ids = saved.after.orders[("job", "a")]
+    lines = [
+        line.replace(json.dumps(ids, separators=(",", ":")), json.dumps([*ids, "extra"]))
+        for line in saved.after.lines()
+    ]
+    state = read_lines(lines)
+    assert state.orders[("job", "a")] == [*ids, "extra"]
+    _loaded(server, "extra-loaded", state, use_bulk=True)
+    assert _heads(server, "extra-loaded") == _heads(server, "extra-source")
+    assert state.orders[("job", "a")] == ids
