@@ -1284,23 +1284,14 @@ def test_a_follow_across_a_restart_goes_on_and_a_writer_goes_on_numbering(
     assert final["sessions"] == [["job", "sb", [[incarnation, 0, 0]]]]
 
 
-def test_an_append_resent_after_a_restart_finds_its_entry(tmp_path: Path) -> None:
-    """An append whose answer a restart of ``local --data`` cut is sent again by the SDK, the
-    very request: the server had stored and saved it, and the load keeps each entry's head
-    under the order id its writer chose (FILE names them), so the resend's condition finds
-    it there, the transaction is cancelled on the head and the entry is stored once. Before,
-    the load stored each head under a new id: the resend's head went in, its mark's
-    condition failed, and the adapter sent it again with the next mark, a second copy."""
+def _keeping_transactions(url: str) -> tuple[Any, Any, list[dict[str, Any]]]:
+    """A boto3 session on ``url`` whose clients keep a copy of each TransactWriteItems
+    request they send (what the SDK sends again when an answer is lost), a low-level client
+    of it, and the copies."""
     import copy
 
     import boto3
-    from botocore.exceptions import ClientError
 
-    from sandbox_ledger import LedgerEntry
-    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
-
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     sent: list[dict[str, Any]] = []
     session = boto3.Session(
         aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1"
@@ -1309,15 +1300,36 @@ def test_an_append_resent_after_a_restart_finds_its_entry(tmp_path: Path) -> Non
         "provide-client-params.dynamodb.TransactWriteItems",
         lambda params, **_: sent.append(copy.deepcopy(params)),
     )
-    client = session.client("dynamodb", endpoint_url=url)
+    return session, session.client("dynamodb", endpoint_url=url), sent
 
-    def heads() -> list[str]:
-        found = client.query(
-            TableName="sandbox-ledger",
-            KeyConditionExpression="PK = :pk AND begins_with(SK, :e)",
-            ExpressionAttributeValues={":pk": {"S": "S#3#job#sb"}, ":e": {"S": "E#"}},
-        )
-        return [item["SK"]["S"] for item in found["Items"]]
+
+def _job_sb_keys(client: Any, *prefixes: str) -> list[str]:
+    """The sort keys of the session ("job", "sb") that begin with one of ``prefixes``, in
+    key order: each entry's head and parts, a checkpoint's marker, under its order id."""
+    found = client.query(
+        TableName="sandbox-ledger",
+        KeyConditionExpression="PK = :pk",
+        ExpressionAttributeValues={":pk": {"S": "S#3#job#sb"}},
+    )
+    return sorted(sk for item in found["Items"] if (sk := item["SK"]["S"]).startswith(prefixes))
+
+
+def test_an_append_resent_after_a_restart_finds_its_entry(tmp_path: Path) -> None:
+    """An append whose answer a restart of ``local --data`` cut is sent again by the SDK, the
+    very request: the server had stored and saved it, and the load keeps each entry's head
+    under the order id its writer chose (FILE names them), so the resend's condition finds
+    it there, the transaction is cancelled on the head and the entry is stored once. Before,
+    the load stored each head under a new id: the resend's head went in, its mark's
+    condition failed, and the adapter sent it again with the next mark, a second copy."""
+
+    from botocore.exceptions import ClientError
+
+    from sandbox_ledger import LedgerEntry
+    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    session, client, sent = _keeping_transactions(url)
 
     def entry(step: int, event: str = "exec.complete") -> LedgerEntry:
         return LedgerEntry(ts=step, name="job", sandbox_id="sb", step_index=step, event=event)
@@ -1326,12 +1338,12 @@ def test_an_append_resent_after_a_restart_finds_its_entry(tmp_path: Path) -> Non
     with SyncDynamoDBAdapter("sandbox-ledger", endpoint_url=url, session=session) as writer:
         for step, event in enumerate(["sandbox.created", "exec.complete"]):
             writer.append(entry(step, event))
-        before = heads()
+        before = _job_sb_keys(client, "E#")
         code, stderr = server.stop(signal.SIGTERM)
         assert code == 0, stderr
         server = Local("--data", "dev.jsonl", "--port", str(port), cwd=tmp_path)
         try:
-            after = heads()
+            after = _job_sb_keys(client, "E#")
             with pytest.raises(ClientError) as resent:
                 client.transact_write_items(**sent[-1])  # the last append's request, again
             writer.append(entry(2))
@@ -1518,9 +1530,7 @@ def test_a_checkpoint_or_a_large_entry_resent_after_a_restart_is_stored_once(
     """Held: test_an_append_resent_after_a_restart_finds_its_entry for a checkpoint (its
     marker carries the order id too) and for an entry kept in parts: the last request of
     its append, sent again after a restart, is cancelled and the entry is stored once."""
-    import copy
 
-    import boto3
     from botocore.exceptions import ClientError
 
     from sandbox_ledger import LedgerEntry
@@ -1528,26 +1538,8 @@ def test_a_checkpoint_or_a_large_entry_resent_after_a_restart_is_stored_once(
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    sent: list[dict[str, Any]] = []
-    session = boto3.Session(
-        aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1"
-    )
-    session.events.register(
-        "provide-client-params.dynamodb.TransactWriteItems",
-        lambda params, **_: sent.append(copy.deepcopy(params)),
-    )
-    client = session.client("dynamodb", endpoint_url=url)
+    session, client, sent = _keeping_transactions(url)
     now = int(time.time() * 1000)  # a checkpoint's marker expires: not one of 1970
-
-    def keys() -> list[str]:  # the heads, parts and markers: each under its order id
-        found = client.query(
-            TableName="sandbox-ledger",
-            KeyConditionExpression="PK = :pk",
-            ExpressionAttributeValues={":pk": {"S": "S#3#job#sb"}},
-        )
-        return sorted(
-            sk for item in found["Items"] if (sk := item["SK"]["S"]).startswith(("E#", "K#"))
-        )
 
     if kind == "checkpoint":
         last = LedgerEntry(
@@ -1575,12 +1567,12 @@ def test_a_checkpoint_or_a_large_entry_resent_after_a_restart_is_stored_once(
             )
         )
         writer.append(last)
-        before = keys()
+        before = _job_sb_keys(client, "E#", "K#")  # heads, parts, markers
         code, stderr = server.stop(signal.SIGTERM)
         assert code == 0, stderr
         server = Local("--data", "dev.jsonl", "--port", str(port), cwd=tmp_path)
         try:
-            after = keys()
+            after = _job_sb_keys(client, "E#", "K#")
             with pytest.raises(ClientError) as resent:
                 client.transact_write_items(**sent[-1])  # the last append's request, again
             stored = writer.read_in_append_order("job", "sb")
