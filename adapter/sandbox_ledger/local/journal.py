@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from sandbox_ledger.models import LedgerEntry
     from sandbox_ledger.resources import SyncResourceRecordStore
 
-__all__ = ["Changes", "FileChangedError", "append", "changes"]
+__all__ = ["Changes", "FileChangedError", "append", "changes", "write_synced"]
 
 _READ_SESSIONS = 50
 """Sessions read per call of ``read_sessions_in_append_order``."""
@@ -226,13 +226,19 @@ def append(path: Path, lines: Iterable[str], expected: os.stat_result) -> int:
         if (now.st_dev, now.st_ino, now.st_size) != key:
             raise FileChangedError(str(path))
         os.set_blocking(descriptor, True)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(descriptor, view) :]
-        os.fsync(descriptor)
+        write_synced(descriptor, data)
     finally:
         os.close(descriptor)
     return len(data)
+
+
+def write_synced(descriptor: int, data: bytes) -> None:
+    """Write all of ``data`` to ``descriptor`` (a write may take part of it), then flush it
+    to disk."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(descriptor, view) :]
+    os.fsync(descriptor)
 
 
 class FileChangedError(Exception):

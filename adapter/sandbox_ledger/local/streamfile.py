@@ -344,12 +344,11 @@ class StreamFile:
     def _append(self, state: dict[str, Any], records: list[_Row]) -> int:
         """Append one save (in one write, then fsync); the bytes written."""
         text = ("".join(_record(r) for r in records) + _line({"state": state})).encode()
+        from sandbox_ledger.local.journal import write_synced  # not at import: --help is light
+
         descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
         try:
-            view = memoryview(text)
-            while view:
-                view = view[os.write(descriptor, view) :]
-            os.fsync(descriptor)
+            write_synced(descriptor, text)
         finally:
             os.close(descriptor)
         return len(text)
