@@ -5,9 +5,11 @@ N log N comparisons of moto's typed values) for every page, then walks from the 
 to the page's ``ExclusiveStartKey`` comparing each one: reading a table of N items in pages
 costs N log N per page, N²/page in all (an export of 200,000 entries took requests past a
 client's read timeout). Here a base-table Scan of a table whose keys are strings reads the
-table's keys sorted at a scan's first page (when the number of items changed since the
-last sort), finds where each page starts by bisection, and hands moto the items from there,
-as stored now: the same order and pages as moto's own. The later pages of a scan go on in
+table's keys sorted at a scan's first page (when its key set changed since the last sort:
+a sum of the keys' hashes, one pass without a sort, tells; a count does not, since a table
+emptied and written again can hold as many items under other keys), finds where each page
+starts by bisection, and hands moto the items from there, as stored now: the same order and
+pages as moto's own. The later pages of a scan go on in
 the order its first page found, however the table is written to meanwhile: an item written
 during a scan may be missed by the pages after it, which DynamoDB allows (a Scan is not a
 snapshot); one deleted is not returned.
@@ -32,15 +34,29 @@ def _sources() -> dict[str, Any]:
 
 
 class _Order:
-    """A table's keys, sorted, and how many items there were when they were read."""
+    """A table's keys, sorted, and the signature of the key set they were read from."""
 
-    def __init__(self, table: Any) -> None:
-        self.keys = sorted(
-            (item.hash_key.value, item.range_key.value)
-            for partition in table.items.values()
-            for item in partition.values()
-        )
-        self.count = len(self.keys)
+    def __init__(self, table: Any, signature: tuple[int, int]) -> None:
+        self.keys = sorted(_keys(table))
+        self.signature = signature
+
+
+def _keys(table: Any) -> Any:
+    return (
+        (item.hash_key.value, item.range_key.value)
+        for partition in table.items.values()
+        for item in partition.values()
+    )
+
+
+def _signature(table: Any) -> tuple[int, int]:
+    """The table's key set in two numbers (its size, the sum of its keys' hashes modulo
+    2**64): one pass, no sort; two different key sets share one with odds of about 2**-64."""
+    count = total = 0
+    for one in _keys(table):
+        count += 1
+        total += hash(one)
+    return count, total & 0xFFFF_FFFF_FFFF_FFFF
 
 
 _ORDER = "_sandbox_ledger_scan_order"
@@ -64,17 +80,18 @@ def _install(stock: dict[str, Any]) -> None:
         ):
             return stock_scan(self, *args, **kwargs)
         start = kwargs["exclusive_start_key"] if "exclusive_start_key" in kwargs else _arg(args, 2)
-        count = sum(map(len, self.items.values()))
         with _orders_lock:
             order = getattr(self, _ORDER, None)
-            # A scan's first page sorts the table's keys as they are; its later pages go on
-            # in that order, written to or not (DynamoDB: a Scan is not a snapshot, an item
-            # written meanwhile may be missed). Sorting again whenever the count changed
-            # made every page of a scan of a table being written to cost the whole table:
-            # under the soak's fleet, scans held the server for seconds as it grew.
-            if order is None or (start is None and order.count != count):
-                order = _Order(self)
-                setattr(self, _ORDER, order)
+            # A scan's first page sorts the table's keys as they are (when they changed); its
+            # later pages go on in that order, written to or not (DynamoDB: a Scan is not a
+            # snapshot, an item written meanwhile may be missed). Sorting again whenever the
+            # table changed made every page of a scan of a table being written to cost the
+            # whole table: under the soak's fleet, scans held the server for seconds.
+            if order is None or start is None:
+                signature = _signature(self)
+                if order is None or order.signature != signature:
+                    order = _Order(self, signature)
+                    setattr(self, _ORDER, order)
         first = 0
         if start is not None:
             after = (start[self.hash_key_attr]["S"], start[self.range_key_attr]["S"])
