@@ -196,6 +196,7 @@ def _empty(client: Any, table: str) -> None:
     keys = [k.PARTITION_KEY, k.SORT_KEY]
     pages = client.get_paginator("scan").paginate(
         TableName=table,
+        ConsistentRead=True,
         ProjectionExpression="#p, #s",
         ExpressionAttributeNames={"#p": keys[0], "#s": keys[1]},
     )
@@ -208,8 +209,9 @@ def _empty(client: Any, table: str) -> None:
         if item[k.PARTITION_KEY]["S"] not in descriptor
     ]
     for i in range(0, len(items), 25):
-        requests = [{"DeleteRequest": {"Key": item}} for item in items[i : i + 25]]
-        client.batch_write_item(RequestItems={table: requests})
+        pending = {table: [{"DeleteRequest": {"Key": item}} for item in items[i : i + 25]]}
+        while pending:  # a batch may leave some of its requests unprocessed
+            pending = client.batch_write_item(RequestItems=pending).get("UnprocessedItems")
 
 
 def _recreate(maker: Any) -> None:
