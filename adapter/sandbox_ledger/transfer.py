@@ -41,7 +41,7 @@ import itertools
 import json
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from sandbox_ledger import _json
 from sandbox_ledger._json import (
@@ -55,7 +55,7 @@ from sandbox_ledger.keys import check_session_key
 from sandbox_ledger.models import EnvironmentRecord, LedgerEntry
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator, Sequence
     from contextlib import AbstractContextManager
 
     from sandbox_ledger.protocol import SyncTransferAdapter
@@ -88,6 +88,10 @@ LOCAL_SEQUENCES_KIND = "localSequences"
 """The line of a local server's data file that names its sessions' sequences
 (:data:`sandbox_ledger.local.persist.SEQUENCES_KIND`): an import skips it, as a blank line."""
 _LOCAL_SEQUENCES_START = '{"kind":"localSequences",'
+LOCAL_ITEMS_KIND = "localItems"
+"""The line of a local server's data file that keeps a session's items its entries do not
+rebuild (:mod:`sandbox_ledger.local.loose`): an import skips it, as a blank line."""
+_LOCAL_STARTS = (_LOCAL_SEQUENCES_START, '{"kind":"localItems",')
 
 """The ``kind`` of an environment record's line in an export."""
 EXPORT_SESSIONS = 100
@@ -223,8 +227,8 @@ def _parse_line(
         typed = _typed_line(text)
         if typed is not None:
             return typed
-        if text.startswith(_LOCAL_SEQUENCES_START):
-            return None  # a local server's data file: its sessions' sequences, not the ledger
+        if text.startswith(_LOCAL_STARTS):
+            return None  # a local server's data file: its own lines, not the ledger
         raise ValueError(_reason(exc)) from exc
     # A JSON object may name a key twice, which the parse above takes as its last value: such
     # a line is refused. Only a line with more colons than the entry holds keys may name one
@@ -259,7 +263,7 @@ def _typed_line(text: str) -> EnvironmentRecord | None:
     if not isinstance(value, dict) or "kind" not in value or "event" in value:
         return None
     kind = value["kind"]
-    if kind == LOCAL_SEQUENCES_KIND:
+    if kind in (LOCAL_SEQUENCES_KIND, LOCAL_ITEMS_KIND):
         return None
     if kind != ENVIRONMENT_KIND:
         raise ValueError(
@@ -517,8 +521,16 @@ def reconcile_environment(
         report.failed.append(LineError(number, str(exc)))
 
 
+class SessionsReader(Protocol):
+    """What :func:`export_lines` reads a store through (every sync store has it)."""
+
+    def read_sessions_in_append_order(
+        self, sessions: Sequence[tuple[str, str]]
+    ) -> list[list[LedgerEntry]]: ...
+
+
 def export_lines(
-    source: SyncTransferAdapter,
+    source: SessionsReader,
     sessions: Iterable[tuple[str, str]],
     environments: Iterable[EnvironmentRecord] = (),
     *,

@@ -266,8 +266,10 @@ def test_a_load_keeps_each_sessions_incarnation_and_numbers(server: LocalDynamoD
     assert after[(again, k.sequence_sk(0))][1:] == (False, True)  # spent, as the delete left it
     assert min(n for (pk, sk) in with_entries if pk == again and (n := k.sequence_number(sk))) > 3
 
+    # A file naming no sequences (an earlier version's, here with the loose items of the
+    # deleted session kept: a mark the load numbered for an entry wins over a loose one).
     earlier = [line for line in lines if json.loads(line).get("kind") != SEQUENCES_KIND]
-    _loaded(server, "seq-old", earlier, use_bulk=True)  # a file of an earlier version
+    _loaded(server, "seq-old", earlier, use_bulk=True)
     old = {key: v for key, v in _marks(server, "seq-old").items() if v[1]}
     assert sorted(k.sequence_number(sk) for pk, sk in old if pk == again) == [0, 1]
     assert not {v[0] for v in old.values()} & {v[0] for v in with_entries.values()}

@@ -439,12 +439,14 @@ def read_in_append_order(table: str, name: str, sandbox_id: str) -> Op[list[Ledg
 
 
 def read_marked(
-    table: str, name: str, sandbox_id: str
+    table: str, name: str, sandbox_id: str, *, held: bool = False
 ) -> Op[list[tuple[LedgerEntry, tuple[int, str] | None, str]]]:
     """:func:`read_in_append_order`, each entry with its sequence mark's number and
     incarnation (None: stored without a mark) and the order id its writer chose (in its
-    head's key: a resend of its append finds it there), as of the same read."""
-    keyed, marks = yield from _read_whole(table, name, sandbox_id)
+    head's key: a resend of its append finds it there), as of the same read. ``held``: a
+    session a running delete holds is read as it stands (its whole entries), not left out
+    (see :func:`_read_whole`)."""
+    keyed, marks = yield from _read_whole(table, name, sandbox_id, held=held)
     keyed.sort(
         key=lambda pair: (
             pair[0] in marks,
@@ -468,10 +470,13 @@ def read_each_in_append_order(
 def read_each_marked(
     table: str, sessions: Sequence[tuple[str, str]]
 ) -> Op[list[list[tuple[LedgerEntry, tuple[int, str] | None, str]]]]:
-    """:func:`read_marked` of each session, in order (what a local server's save reads)."""
+    """:func:`read_marked` of each session, in order, sessions a delete holds read as they
+    stand: what a local server's save reads (it keeps the table's items; a session whose
+    delete was cut by a restart is still there, as in DynamoDB, and the delete run again
+    takes it, its ``session.deleted`` in the stream)."""
     found: list[list[tuple[LedgerEntry, tuple[int, str] | None, str]]] = []
     for name, sandbox_id in sessions:
-        found.append((yield from read_marked(table, name, sandbox_id)))
+        found.append((yield from read_marked(table, name, sandbox_id, held=True)))
     return found
 
 
@@ -481,11 +486,12 @@ gives up."""
 
 
 def _read_whole(
-    table: str, name: str, sandbox_id: str
+    table: str, name: str, sandbox_id: str, *, held: bool = False
 ) -> Op[tuple[list[tuple[str, LedgerEntry]], dict[str, tuple[int, str]]]]:
     """The session's live whole entries with their heads' sort keys, as the session held them
-    at one moment (an export's read), or none while a delete holds the session; and each
-    head's sequence mark number and incarnation (see :mod:`._sequence`).
+    at one moment (an export's read), or none while a delete holds the session (``held``:
+    what it holds then, for the local server's save); and each head's sequence mark number
+    and incarnation (see :mod:`._sequence`).
 
     One Query reads the summary with the entries and the marks (``#SUMMARY`` sorts before
     ``E#``, the marks ``Q#`` last, the claims and markers between), so a
@@ -522,7 +528,7 @@ def _read_whole(
             page = yield Call("query", {**query, "ExclusiveStartKey": start} if start else query)
             items = page.get("Items", [])
             if not pages and items and items[0][k.SORT_KEY]["S"] == k.SUMMARY_SK:
-                if _held_by_delete(items[0]):
+                if not held and _held_by_delete(items[0]):
                     return [], {}
                 items = items[1:]
             pages.append(items)
@@ -533,7 +539,7 @@ def _read_whole(
         entries = [item for page in pages for item in page]
         if len(pages) == 1:
             break
-        if _held_by_delete((yield from _delete_mark(table, pk))):
+        if not held and _held_by_delete((yield from _delete_mark(table, pk))):
             return [], {}
         keys = yield from query_all(
             {
@@ -544,8 +550,8 @@ def _read_whole(
             }
         )
         read = {item[k.SORT_KEY]["S"] for page in pages[:-1] for item in page if A.TS in item}
-        held = {item[k.SORT_KEY]["S"] for item in keys if A.TS in item}
-        if read <= held:
+        still = {item[k.SORT_KEY]["S"] for item in keys if A.TS in item}
+        if read <= still:
             break  # nothing read is gone; what was added behind the read: see _as_of_marks
         log.info("read %s/%s: changed behind the read (attempt %d)", name, sandbox_id, attempt)
     else:

@@ -41,11 +41,12 @@ from sandbox_ledger.local.persist import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterable, Iterator, Mapping
     from pathlib import Path
 
     from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
     from sandbox_ledger.local.inprocess import Written
+    from sandbox_ledger.local.loose import Marked
     from sandbox_ledger.local.persist import Runs
     from sandbox_ledger.models import LedgerEntry
     from sandbox_ledger.resources import SyncResourceRecordStore
@@ -82,6 +83,7 @@ def changes(
         dict(mirror.sequences),
         dict(mirror.orders),
         mirror.store_id,
+        dict(mirror.loose),
     )
     if written.everything:
         return _everything(after, ledger, store)
@@ -90,7 +92,9 @@ def changes(
     sessions = sorted({k.parse_session_pk(pk) for pk in pks if pk.startswith(k.SESSION_PREFIX)})
     named: dict[tuple[str, str], Runs] = {}
     ordered: dict[tuple[str, str], tuple[int, list[str]]] = {}
+    read: dict[tuple[str, str], Marked] = {}
     for key, marked in _read_marked(ledger, sessions):
+        read[key] = marked
         now = [entry_line(entry) + "\n" for entry, _, _ in marked]
         ids = [order for _, _, order in marked]
         saved = [line for _, line in after.sessions.get(key, [])]
@@ -120,6 +124,7 @@ def changes(
             after.orders.pop(key, None)
     if named or ordered:  # after the entries: a block names its session's sequence anew
         lines.append(sequences_line(named, ordered))
+    lines += _loose(after, ledger, read)
     if k.ENVIRONMENT_PK in pks:
         now_env = {r.name: (0, environment_line(r) + "\n") for r in ledger.list_environments()}
         if [line for _, line in now_env.values()] != [
@@ -144,6 +149,26 @@ def _read_marked(
         yield from zip(run, ledger.read_sessions_marked(run), strict=True)
 
 
+def _loose(
+    after: DataState, ledger: SyncDynamoDBAdapter, read: Mapping[tuple[str, str], Marked]
+) -> list[str]:
+    """The ``localItems`` lines of the sessions read whose loose items changed (see
+    :mod:`~.loose`), ``after`` updated."""
+    from sandbox_ledger.local.loose import loose_items, loose_line
+
+    lines: list[str] = []
+    for key, items in loose_items(ledger, read).items():
+        saved = after.loose.get(key)
+        line = loose_line(key, items)
+        if items and (saved is None or saved[1] != line):
+            lines.append(line)
+            after.loose[key] = (0, line)
+        elif not items and saved is not None:
+            lines.append(line)
+            del after.loose[key]
+    return lines
+
+
 def _runs(marked: list[tuple[LedgerEntry, tuple[int, str] | None, str]]) -> Runs | None:
     """The session's sequence (see :data:`~.persist.SEQUENCES_KIND`) of its entries' marks;
     None if one has none (the load then begins a new incarnation)."""
@@ -154,20 +179,12 @@ def _runs(marked: list[tuple[LedgerEntry, tuple[int, str] | None, str]]) -> Runs
 
 
 def _records(after: DataState, record_ids: list[str], store: SyncResourceRecordStore) -> list[str]:
-    from sandbox_ledger.resources import Unreadable
 
     lines: list[str] = []
-    now_s = int(store.clock().timestamp())
+    # As stored, past its TTL or not: TTL deletes it, and its removal is in the stream.
     found = store.get_many(record_ids)
     for record_id in record_ids:
         stored = found.get(record_id)
-        if (
-            stored is not None
-            and not isinstance(stored, Unreadable)
-            and stored.expires_at is not None
-            and stored.expires_at <= now_s
-        ):
-            stored = None  # past its TTL: as a scan leaves it out
         saved = after.records.get(record_id)
         if stored is None:
             if saved is not None:
@@ -191,15 +208,20 @@ def _everything(
     state = read_lines(snapshot(ledger, store).lines, after.path)
     state.appended = True  # written whole at this save
     state.store_id = after.store_id
+    from sandbox_ledger.local.loose import sessions_with_marks
     from sandbox_ledger.transfer import entry_line
 
+    # Sessions with no entry may keep loose items: the Scan finds their summaries and marks.
+    every: dict[tuple[str, str], Marked] = {key: [] for key in sessions_with_marks(ledger)}
     for key, marked in _read_marked(ledger, sorted(state.sessions)):
+        every[key] = marked
         runs = _runs(marked)
         read = [entry_line(entry) + "\n" for entry, _, _ in marked]
         if read == [line for _, line in state.sessions[key]]:
             state.orders[key] = [order for _, _, order in marked]
             if runs is not None:
                 state.sequences[key] = runs  # (else changed since the snapshot: the next save)
+    _loose(state, ledger, every)
     return Changes([], state)
 
 

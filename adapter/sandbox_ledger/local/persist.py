@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from sandbox_ledger._json import DuplicateKeyError, loads_unique
 from sandbox_ledger.errors import InvalidInputError
-from sandbox_ledger.transfer import ENVIRONMENT_KIND, LOCAL_SEQUENCES_KIND
+from sandbox_ledger.transfer import ENVIRONMENT_KIND, LOCAL_ITEMS_KIND, LOCAL_SEQUENCES_KIND
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
     from pathlib import Path
 
+    from sandbox_ledger.models import LedgerEntry
     from sandbox_ledger.protocol import SyncTransferAdapter
     from sandbox_ledger.resources import (
         ResourceActivityRecord,
@@ -92,17 +93,38 @@ class Loaded:
 
 
 def snapshot(ledger: SyncTransferAdapter, store: SyncResourceRecordStore) -> Snapshot:
-    """Every ledger entry, environment record and resource record, as the file's lines."""
+    """Every ledger entry, environment record and resource record, as the file's lines; a
+    session a running delete holds as it stands (an export leaves it out: the table holds
+    it until the delete ends, and a restart must not end the delete without its stream
+    records)."""
     from sandbox_ledger.transfer import export_lines
 
     environments = ledger.list_environments()
-    ledger_lines = list(export_lines(ledger, ledger.scan_sessions(None), environments))
-    records = [record_line(found) for page in store.scan() for found in page]
+    ledger_lines = list(export_lines(_AsItStands(ledger), ledger.scan_sessions(None), environments))
+    # As stored: a record past its TTL is in the table until TTL deletes it (its removal, in
+    # the stream, is what the TTL reporter reports); a restart must not drop it in silence.
+    records = [record_line(found) for page in store.scan(as_stored=True) for found in page]
     lines = (*ledger_lines, *records)
     digest = hashlib.sha256("".join(lines).encode("utf-8")).hexdigest()
     return Snapshot(
         lines, digest, len(ledger_lines) - len(environments), len(environments), len(records)
     )
+
+
+class _AsItStands:
+    """A ledger whose reads in append order read sessions a delete holds as they stand
+    (``read_sessions_marked``, when the ledger has it: DynamoDB's)."""
+
+    def __init__(self, ledger: SyncTransferAdapter) -> None:
+        self._ledger = ledger
+
+    def read_sessions_in_append_order(
+        self, sessions: Sequence[tuple[str, str]]
+    ) -> list[list[LedgerEntry]]:
+        marked = getattr(self._ledger, "read_sessions_marked", None)
+        if marked is None:
+            return self._ledger.read_sessions_in_append_order(sessions)
+        return [[entry for entry, _, _ in one] for one in marked(sessions)]
 
 
 def record_line(found: VersionedRecord | Unreadable) -> str:
@@ -156,6 +178,9 @@ class DataState:
     store_id: str | None = None
     """The identity of the store the file holds, where it names one (see
     :data:`SEQUENCES_KIND`)."""
+    loose: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
+    """Each session's ``localItems`` line, where it has loose items (see
+    :mod:`sandbox_ledger.local.loose`)."""
     appended: bool = False
     """The file holds more than one save's lines (a journal to fold), or a torn last line."""
 
@@ -174,6 +199,8 @@ class DataState:
             yield line
         for record_id in sorted(self.records):
             yield self.records[record_id][1]
+        for key in sorted(self.loose):
+            yield self.loose[key][1]
         named: dict[tuple[str, str], Runs] = {}
         ordered: dict[tuple[str, str], tuple[int, Sequence[str]]] = {}
         size = 0
@@ -274,6 +301,8 @@ def _read(state: DataState, lines: Iterator[tuple[int, bytes]]) -> DataState:
             _apply_record(state, value, number, raw, where)
         elif kind == SEQUENCES_KIND:
             _apply_sequences(state, value, where)
+        elif kind == LOCAL_ITEMS_KIND:
+            _apply_loose(state, value, number, raw, where)
         elif kind in (SESSION_KIND, ENVIRONMENTS_KIND):
             state.appended = True
             if not _apply_block(state, value, lines, where):
@@ -339,6 +368,20 @@ def load_state(
             ) from exc
         if progress is not None:
             progress(1)
+    if state.loose:  # after the entries: over the summaries their load rebuilt
+        from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+        from sandbox_ledger.local.loose import read_loose_line, restore
+
+        assert isinstance(ledger, SyncDynamoDBAdapter)  # a local server's table
+
+        restore(
+            ledger,
+            dict(
+                read_loose_line(loads_unique(line), f"{state.path}:{number}")
+                for number, line in state.loose.values()
+            ),
+            loaded=state.sessions.keys(),
+        )
     entries = report.new + report.present + (bulk_done or 0)
     return Loaded(entries, len(state.environments), len(state.records))
 
@@ -375,6 +418,21 @@ def _session_of(value: dict[str, Any], raw: bytes, where: str) -> tuple[str, str
     if not isinstance(name, str) or not isinstance(sandbox_id, str):
         _refuse(raw, where)
     return name, sandbox_id
+
+
+def _apply_loose(
+    state: DataState, value: dict[str, Any], number: int, raw: bytes, where: str
+) -> None:
+    from sandbox_ledger.local.loose import read_loose_line
+
+    key, items = read_loose_line(value, where)
+    if key in state.loose:
+        state.appended = True
+    if items:
+        state.loose[key] = (number, raw.decode("utf-8"))
+    else:
+        state.loose.pop(key, None)
+        state.appended = True
 
 
 def _environment_name(value: dict[str, Any], raw: bytes, where: str) -> str:

@@ -172,14 +172,14 @@ class _Base:
         )
 
     def _scan(
-        self, starts: ScanStarts, segments: int, page_size: int
+        self, starts: ScanStarts, segments: int, page_size: int, as_stored: bool = False
     ) -> Op[tuple[Found, ScanStarts]]:
         return _ops.scan_records(
             self.table_name,
             starts,
             total_segments=segments,
             page_size=page_size,
-            now_s=self._now_s(),
+            now_s=0 if as_stored else self._now_s(),  # 0: none is past its TTL
         )
 
     def _list(
@@ -283,13 +283,17 @@ class ResourceRecordStore(_Base, AsyncClientOwner):
         """Records newest updatedAt first, by phase and/or provider; ``cursor`` pages on."""
         return await self.run(self._list(phase, provider, limit, cursor))
 
-    async def scan(self, *, segments: int = 1, page_size: int = 1000) -> AsyncIterator[Found]:
+    async def scan(
+        self, *, segments: int = 1, page_size: int = 1000, as_stored: bool = False
+    ) -> AsyncIterator[Found]:
         """Every record of the table, a page at a time, whatever its phase: decoded, or
         :class:`Unreadable` saying why not. A Scan of the whole table (cost grows with the
-        table, not the result): for exports, not listings."""
+        table, not the result): for exports, not listings. Records past their TTL that
+        DynamoDB has not deleted yet are left out, unless ``as_stored`` (what the table
+        holds: the embedded server's save, whose restart must leave them to TTL)."""
         starts = _scan_starts(segments, page_size)
         while starts:
-            found, starts = await self.run(self._scan(starts, segments, page_size))
+            found, starts = await self.run(self._scan(starts, segments, page_size, as_stored))
             yield found
 
     async def touch(self, record_id: str) -> VersionedRecord:
@@ -466,13 +470,14 @@ class SyncResourceRecordStore(_Base, SyncClientOwner):
         """Records newest updatedAt first, by phase and/or provider; ``cursor`` pages on."""
         return self.run(self._list(phase, provider, limit, cursor))
 
-    def scan(self, *, segments: int = 1, page_size: int = 1000) -> Iterator[Found]:
-        """Every record of the table, a page at a time, whatever its phase: decoded, or
-        :class:`Unreadable` saying why not. A Scan of the whole table (cost grows with the
-        table, not the result): for exports, not listings."""
+    def scan(
+        self, *, segments: int = 1, page_size: int = 1000, as_stored: bool = False
+    ) -> Iterator[Found]:
+        """Every record of the table, a page at a time (see :meth:`ResourceRecordStore.scan`;
+        ``as_stored``: those past their TTL too)."""
         starts = _scan_starts(segments, page_size)
         while starts:
-            found, starts = self.run(self._scan(starts, segments, page_size))
+            found, starts = self.run(self._scan(starts, segments, page_size, as_stored))
             yield found
 
     def touch(self, record_id: str) -> VersionedRecord:

@@ -1,0 +1,124 @@
+"""A session's loose items, as operations: the items of its partition that its entries do
+not rebuild (its summary while a delete marks it or once its entries are gone, and its marks
+without an entry: a delete's seal, the spent seal and mark 0 a delete leaves). What the
+embedded server's saves keep as stored so that a restart changes nothing a client relies on
+(:mod:`sandbox_ledger.local.loose`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sandbox_ledger import keys as k
+from sandbox_ledger.dynamodb import _items as it
+from sandbox_ledger.keys import LedgerAttr as A
+from sandbox_ledger.sdk.attributes import S
+from sandbox_ledger.sdk.batching import batch_get, batch_write
+from sandbox_ledger.sdk.paging import query_all, scan_round
+from sandbox_ledger.sdk.steps import Call
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Mapping, Sequence
+
+    from sandbox_ledger.sdk.attributes import Item
+    from sandbox_ledger.sdk.paging import ScanStarts
+    from sandbox_ledger.sdk.steps import Op
+
+__all__ = ["read_loose", "restore_loose", "sessions_with_marks"]
+
+Key = tuple[str, str]
+
+
+def read_loose(table: str, sessions: Mapping[Key, Sequence[int]]) -> Op[dict[Key, list[Item]]]:
+    """Each session's loose items (an empty list: none), given the mark numbers of the
+    entries a save read of it (none: it has no entry). One BatchGetItem of the summaries per
+    100 sessions with entries; for a session with loose items (no entry, a summary a delete
+    marked, or a first mark other than 0), a Query of its marks and a read of its summary."""
+    with_entries = [key for key, numbers in sessions.items() if numbers]
+    summaries = yield from batch_get(
+        table, [it.summary_key(k.session_pk(*key)) for key in with_entries]
+    )
+    marked = {
+        k.parse_session_pk(item[k.PARTITION_KEY]["S"]) for item in summaries if A.DELETING in item
+    }
+    found: dict[Key, list[Item]] = {}
+    for key, numbers in sessions.items():
+        if numbers and key not in marked and min(numbers) == 0:
+            found[key] = []
+            continue
+        pk = k.session_pk(*key)
+        marks = yield from query_all(_marks_query(table, pk))
+        entry_marks = set(numbers)
+        # As stored, past their TTL or not (TTL deletes them, in the stream).
+        loose = [
+            item for item in marks if k.sequence_number(item[k.SORT_KEY]["S"]) not in entry_marks
+        ]
+        if not numbers or key in marked:
+            response = yield Call(
+                "get_item", {"TableName": table, "Key": it.summary_key(pk), "ConsistentRead": True}
+            )
+            summary = response.get("Item")
+            if summary is not None:
+                loose.insert(0, summary)
+        found[key] = loose
+    return found
+
+
+def sessions_with_marks(table: str) -> Op[list[Key]]:
+    """Every session whose partition holds a summary or a mark: a Scan of the whole table, for
+    the embedded server's save that reads everything again (never a hot path); those without
+    an entry among them may hold loose items."""
+    base = {
+        "TableName": table,
+        "ConsistentRead": True,
+        "ProjectionExpression": "#pk",
+        "FilterExpression": "begins_with(#pk, :s) AND (#sk = :summary OR begins_with(#sk, :q))",
+        "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY, "#sk": k.SORT_KEY},
+        "ExpressionAttributeValues": {
+            ":s": S(k.SESSION_PREFIX),
+            ":summary": S(k.SUMMARY_SK),
+            ":q": S(k.SEQUENCE_PREFIX),
+        },
+        "TotalSegments": 1,
+    }
+    starts: ScanStarts = {0: None}
+    keys: set[Key] = set()
+    while starts:
+        items, starts = yield from scan_round(base, starts)
+        keys.update(k.parse_session_pk(item[k.PARTITION_KEY]["S"]) for item in items)
+    return sorted(keys)
+
+
+def restore_loose(
+    table: str, loose: Mapping[Key, Sequence[Item]], loaded: Collection[Key] = ()
+) -> Op[None]:
+    """Put each session's loose items as they were stored (over a summary a load rebuilt;
+    past their TTL or not: TTL deletes them), except, in the sessions ``loaded`` (their
+    entries just loaded), over a mark the load put itself: a mark numbered for an entry wins
+    (a file that names no sequence for a session loads its marks from 0)."""
+    puts = []
+    for key in sorted(loose):
+        taken: set[str] = set()
+        if key in loaded:
+            marks = yield from query_all(_marks_query(table, k.session_pk(*key), keys_only=True))
+            taken = {item[k.SORT_KEY]["S"] for item in marks}
+        puts += [
+            {"PutRequest": {"Item": dict(item)}}
+            for item in loose[key]
+            if item[k.SORT_KEY]["S"] not in taken
+        ]
+    if puts:
+        yield from batch_write(table, puts)
+
+
+def _marks_query(table: str, pk: str, *, keys_only: bool = False) -> dict[str, Any]:
+    """The Query of a session's marks (strongly consistent)."""
+    query: dict[str, Any] = {
+        "TableName": table,
+        "KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :q)",
+        "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY, "#sk": k.SORT_KEY},
+        "ExpressionAttributeValues": {":pk": S(pk), ":q": S(k.SEQUENCE_PREFIX)},
+        "ConsistentRead": True,
+    }
+    if keys_only:
+        query["ProjectionExpression"] = "#sk"
+    return query
