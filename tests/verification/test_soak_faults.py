@@ -90,25 +90,19 @@ def _change(history: History, kind: str, sid: str, at: int, change_id: str) -> N
     history.event("change", k=kind, s=sid, at=at, id=change_id, pos=change_id)
 
 
-def test_a_change_not_delivered_is_counted_apart_only_around_a_restart(
-    tmp_path: Path,
-) -> None:
-    """A restarted ``local --data`` serves the stream it served before (kept beside FILE),
-    yet the 30-minute run lost 11 stream records in 61 restarts, each made within seconds
-    before a restart or during it (open defect, docs/reliability.md "Open"). A change not
-    delivered is counted apart (``changesLostAroundRestarts``) only when its operation began
-    within fifteen seconds before a restart or during it; otherwise it fails the run."""
+def test_a_change_not_delivered_fails_the_run_around_a_restart_too(tmp_path: Path) -> None:
+    """A change not delivered fails the run, whether or not a restart of ``local --data``
+    came about then: a restart keeps the table (FILE), its loose items (a delete cut by the
+    restart) and its stream (beside FILE), so it loses no stream record. The checker counted
+    such a loss apart while a restart lost about one record (a save left out a session a
+    delete held, and records past their TTL)."""
     store, history = MemoryAdapter(), History(tmp_path / "h.jsonl", "w0")
     _append(history, store, _entry("before", LedgerEvent.SandboxCreated, 1))
     lost = ["before: no session.created was delivered"]
     assert _violations(tmp_path, store, changes=True) == lost
     supervisor = History(tmp_path / "h.jsonl", "s")
-    supervisor.event("fault", what="local-restart", began=0.0, ended=1.0)  # long before
-    assert _violations(tmp_path, store, changes=True) == lost
     supervisor.event("fault", what="local-restart", began=0.0, ended=4e9)  # spans it
-    ops = operations(read_history(tmp_path / "h.jsonl"))
-    report = asyncio.run(check(ops, store, NAME, changes=True))
-    assert report.violations == [] and report.changes_around_restarts == 1
+    assert _violations(tmp_path, store, changes=True) == lost
 
 
 def test_a_position_the_feed_refused_fails_the_run(tmp_path: Path) -> None:

@@ -40,7 +40,7 @@ from sandbox_ledger.soak.checker import Violation
 if TYPE_CHECKING:
     from collections.abc import Collection
 
-from sandbox_ledger.soak.history import Operation, around_a_restart, local_restarts
+    from sandbox_ledger.soak.history import Operation
 
 __all__ = ["WRITES", "ResourceReport", "Timing", "check_resources"]
 
@@ -81,10 +81,7 @@ class ResourceReport:
     sweeps_failed: int = 0
     sweeps_killed: int = 0
     """Sweeps whose process was killed mid-way (no completion)."""
-    """Records gone unreported whose removal a restart of ``local --data`` may have taken off
-    the stream before the reporter read it (the reporter found its position trimmed)."""
     stream_trimmed: int = 0
-    removals_around_restarts: int = 0
     """Positions of the TTL reporter the stream had trimmed (removals after them lost)."""
     longest_interval: float = 0.0
     bound: float = 0.0
@@ -104,7 +101,6 @@ class ResourceReport:
             "sweepsFailed": self.sweeps_failed,
             "sweepsKilled": self.sweeps_killed,
             "streamTrimmed": self.stream_trimmed,
-            "removalsLostAroundRestarts": self.removals_around_restarts,
             "longestSweepInterval": round(self.longest_interval, 1),
             "expiryBound": round(self.bound, 1),
         }
@@ -150,7 +146,6 @@ def check_resources(
         report.abandoned += op.op == "r_abandon"
         report.reclaimed += op.op == "r_reclaimed"
         report.stream_trimmed += op.op == "ttl_trimmed"
-    restarts = local_restarts(operations)
     completed = _Sweeps(sorted(sweeps))
     first = min((_at(op) for ops in writes.values() for op in ops), default=end)
     report.longest_interval = completed.longest(first, end)
@@ -163,10 +158,6 @@ def check_resources(
             _check_reports(record_id, mine, reported, timing, completed, report)
         elif record_id not in stored and _existed(mine) and not _may_have_deleted(mine):
             # Its TTL removal falls about two windows and a second after its last write.
-            due = max(_at(op) for op in mine) + 2 * timing.window + 2
-            if around_a_restart(due, restarts):
-                report.removals_around_restarts += 1  # open defect: counted apart
-                continue
             report.violations.append(
                 Violation(
                     f"record {record_id} is gone, yet nobody reported it expired and its "

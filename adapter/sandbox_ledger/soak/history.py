@@ -26,11 +26,8 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 __all__ = [
-    "AROUND_A_RESTART_S",
     "History",
     "Operation",
-    "around_a_restart",
-    "local_restarts",
     "operations",
     "read_history",
 ]
@@ -141,25 +138,3 @@ def operations(lines: Iterator[dict[str, Any]]) -> list[Operation]:
         elif key in found:
             found[key].completed = line
     return list(found.values())
-
-
-def local_restarts(operations: list[Operation]) -> list[tuple[float, float]]:
-    """When each restart of ``local --data`` began and ended (wall clock)."""
-    return [
-        (float(op.invoked["began"]), float(op.invoked["ended"]))
-        for op in operations
-        if op.op == "fault" and op.process == "s" and op.invoked.get("what") == "local-restart"
-    ]
-
-
-AROUND_A_RESTART_S = 15.0
-"""How long before a restart of ``local --data`` a stream record may still be lost with it
-(open defect, docs/reliability.md "Open")."""
-
-
-def around_a_restart(at: float, restarts: list[tuple[float, float]]) -> bool:
-    """Whether a stream record made at ``at`` (a change of an operation begun then, a TTL
-    removal due then) falls within :data:`AROUND_A_RESTART_S` before a restart of ``local
-    --data`` or during it. Open defect: the 30-minute run lost 11 such records in 61
-    restarts though the server keeps its stream across a restart; each is counted apart."""
-    return any(began - AROUND_A_RESTART_S <= at <= ended for began, ended in restarts)
