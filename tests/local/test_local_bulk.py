@@ -207,19 +207,25 @@ def test_a_line_the_import_refuses_leaves_it_to_the_import(server: LocalDynamoDB
     assert ledger.scan_sessions(None) == []
 
 
-def test_moto_out_of_reach_warns_and_imports(
+def test_moto_out_of_reach_warns_and_loads_through_requests(
     server: LocalDynamoDB, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """moto's backend no longer where this version looks for it (another moto release)."""
+    """moto's backend no longer where this version looks for it (another moto release): a
+    warning, and the same items put through requests (each entry under its order id)."""
     from moto.dynamodb import models
 
     ledger = inprocess.ledger(server, "bulk-moved", REGION)
     ledger.create_table(sweep=SweepSettings())
     monkeypatch.delattr(models, "dynamodb_backends")  # moto's own requests still reach it
     good = entry_line(entry("a", "b", LedgerEvent.SandboxCreated, 1)) + "\n"
+    orders: dict[tuple[str, str], list[str]] = {("a", "b"): ["0179000000000000000000000001"]}
     with pytest.warns(bulk.BulkLoadWarning):
-        assert bulk.load_entries(server, ledger, [(("a", "b"), [good])]) is None
-    assert ledger.scan_sessions(None) == []
+        assert bulk.load_entries(server, ledger, [(("a", "b"), [good])], orders=orders) == 1
+    monkeypatch.undo()
+    assert ledger.scan_sessions(None) == [("a", "b")]
+    assert _heads(server, "bulk-moved")[k.session_pk("a", "b")] == [
+        k.event_sk(1, "0179000000000000000000000001")
+    ]
 
 
 def _marks(server: LocalDynamoDB, table: str) -> dict[tuple[str, str], tuple[str, bool, bool]]:
@@ -387,17 +393,13 @@ def test_import_skips_a_data_files_sequences_line() -> None:
 # -- red team of the order ids a restart keeps: where the load cannot put items in directly ---
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open defect: where the bulk load does not apply (moto's internals moved: a "
-    "BulkLoadWarning), FILE is imported and the import gives each entry a new order id, "
-    "so an append resent across that restart is stored twice; the import takes no ids",
-)
-def test_a_load_that_imports_keeps_each_entrys_order_id(
+def test_a_load_that_cannot_reach_motos_table_keeps_each_entrys_order_id(
     server: LocalDynamoDB, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """docs/cli.md promises every restart keeps each entry under its writer's order id; the
-    fallback import (bulk returning None) must too."""
+    """docs/cli.md promises every restart keeps each entry under its writer's order id and
+    mark; where moto's table cannot be reached (its internals moved), the load puts the same
+    items through requests. Before, FILE was then imported, and the import gave each entry a
+    new order id: an append resent across that restart was stored twice."""
     from sandbox_ledger.local import journal
     from sandbox_ledger.local.inprocess import Written
 
@@ -411,8 +413,10 @@ def test_a_load_that_imports_keeps_each_entrys_order_id(
     assert '"orders"' in lines[-1]
 
     monkeypatch.setattr(bulk, "_moto_table", lambda *_: None)  # moto's internals moved
-    _loaded(server, "fallback-loaded", lines, use_bulk=True)
+    _, used = _loaded(server, "fallback-loaded", lines, use_bulk=True)
+    assert used == 3  # put through requests, not imported
     assert _heads(server, "fallback-loaded") == _heads(server, "fallback-source")
+    assert _marks(server, "fallback-loaded") == _marks(server, "fallback-source")
 
 
 def test_a_load_names_the_order_ids_of_its_entries_only(server: LocalDynamoDB) -> None:

@@ -18,9 +18,11 @@ constructors make.
 
 It applies only where the import would store every line as it is: a table without ledger
 retention (an entry past it would be skipped), every line an entry of its session that the
-store accepts, no session of the file already in the table. Otherwise (or when moto's
-internals are not the ones this module is written against: a warning says so) it returns
-None before writing anything, and the caller imports the lines as before.
+store accepts, no session of the file already in the table. Otherwise it returns None before
+writing anything, and the caller imports the lines as before. Where moto's internals are
+not the ones this module is written against (a warning says so), the same items are put
+through requests (BatchWriteItem): slower, and each entry still under its writer's order id
+and mark, which an import would not keep.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
     from sandbox_ledger.local.image import Image
     from sandbox_ledger.local.persist import Runs
     from sandbox_ledger.sdk.attributes import Item
+    from sandbox_ledger.sdk.steps import Op
 
 __all__ = ["BulkLoadWarning", "load_entries", "session_items"]
 
@@ -131,7 +134,7 @@ def load_entries(
     shard_count = ledger.run(ledger._resolve_shards())
     table = _moto_table(server, ledger)
     if table is None:
-        return None
+        return _by_requests(ledger, sessions, shard_count, progress, sequences, orders)
     known: dict[tuple[str, str], Stored] = {}
     if image is not None:
         image.fingerprint, image.shard_count = fingerprint(shard_count), shard_count
@@ -168,14 +171,7 @@ def load_entries(
                             return None
                     elif image is not None:
                         image.used += 1
-                    if runs is None and sequences is not None:
-                        drawn = _runs_of(stored.items)
-                        if drawn is not None:  # kept under the lines and marks from now on
-                            sequences[key] = drawn
-                    if orders is not None and len(ids or ()) != len(lines):
-                        # and its order ids: FILE named fewer (new ones for the rest) or
-                        # more (a hand edit: the ids of no entry left out)
-                        orders[key] = _orders_of(stored.items)
+                    _name(key, lines, stored, sequences, orders)
                     built.append(stored)
                     last_order = max(last_order, stored.last_order)
                 with server.exclusive():
@@ -189,13 +185,89 @@ def load_entries(
                     progress(count)
     except (ImportError, AttributeError, TypeError) as exc:  # moto's internals moved
         warnings.warn(
-            f"local: moto's table cannot be loaded directly ({exc!r}); importing instead",
+            f"local: moto's table cannot be loaded directly ({exc!r}); loading through "
+            "requests instead",
             BulkLoadWarning,
             stacklevel=2,
         )
-        return None
+        if done:  # the sessions put in already are not put again
+            return None
+        return _by_requests(ledger, sessions, shard_count, progress, sequences, orders)
     _order_after(last_order)
     return done
+
+
+def _name(
+    key: tuple[str, str],
+    lines: list[str],
+    stored: Stored,
+    sequences: dict[tuple[str, str], Runs] | None,
+    orders: dict[tuple[str, str], list[str]] | None,
+) -> None:
+    """Name the session's marks and order ids where FILE did not (or named other ids)."""
+    if sequences is not None and sequences.get(key) is None:
+        drawn = _runs_of(stored.items)
+        if drawn is not None:  # kept under the lines and marks from now on
+            sequences[key] = drawn
+    if orders is not None and len(orders.get(key) or ()) != len(lines):
+        # and its order ids: FILE named fewer (new ones for the rest) or more (a hand edit:
+        # the ids of no entry left out)
+        orders[key] = _orders_of(stored.items)
+
+
+def _by_requests(
+    ledger: SyncDynamoDBAdapter,
+    sessions: list[tuple[tuple[str, str], list[str]]],
+    shard_count: int,
+    progress: Callable[[int], None] | None,
+    sequences: dict[tuple[str, str], Runs] | None,
+    orders: dict[tuple[str, str], list[str]] | None,
+) -> int | None:
+    """The same items put through requests (BatchWriteItem), where moto's table cannot be
+    reached (its internals moved, or a ledger over HTTP): each entry keeps its writer's
+    order id and its mark, as the direct load keeps them (an import would give new ones, and
+    an append resent across the restart would be stored twice). None, having written
+    nothing, where a session of the file is in the table already or a line is refused (the
+    caller imports); a session put in before a line of a later one is refused is found
+    there by that import, as any stored session is."""
+    from sandbox_ledger.sdk.batching import batch_write
+
+    if any(ledger.run(_holds_items(ledger.table_name, key)) for key, _ in sessions):
+        return None
+    done, last_order = 0, ""
+    for key, lines in sessions:
+        runs = None if sequences is None else sequences.get(key)
+        ids = None if orders is None else orders.get(key)
+        stored = session_items(key, lines, shard_count, runs, ids)
+        if stored is None:
+            return None
+        _name(key, lines, stored, sequences, orders)
+        puts = [{"PutRequest": {"Item": unflat(values)}} for values in stored.items]
+        ledger.run(batch_write(ledger.table_name, puts))
+        last_order = max(last_order, stored.last_order)
+        done += len(lines)
+        if progress is not None:
+            progress(len(lines))
+    _order_after(last_order)
+    return done
+
+
+def _holds_items(table: str, key: tuple[str, str]) -> Op[bool]:
+    """Whether the session's partition holds an item (one Query of one key)."""
+    from sandbox_ledger.sdk.steps import Call
+
+    page = yield Call(
+        "query",
+        {
+            "TableName": table,
+            "KeyConditionExpression": "#pk = :pk",
+            "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY},
+            "ExpressionAttributeValues": {":pk": {"S": k.session_pk(*key)}},
+            "ConsistentRead": True,
+            "Limit": 1,
+        },
+    )
+    return bool(page.get("Items"))
 
 
 CHUNK = 256
