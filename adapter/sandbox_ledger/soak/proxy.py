@@ -41,6 +41,10 @@ class FaultProxy:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._server: asyncio.base_events.Server | None = None
+        # Each connection's task, held until it ends: asyncio keeps only a weak reference, and
+        # one waiting on a server that restarted was collected mid-way ("Task was destroyed
+        # but it is pending!" on the run's output, its connections never closed).
+        self._handlers: set[asyncio.Task[None]] = set()
         self.port = 0
 
     def start(self) -> int:
@@ -82,6 +86,10 @@ class FaultProxy:
         return "delay" if roll < self.faults.delay else None
 
     async def _handle(self, client: asyncio.StreamReader, to_client: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
+            task.add_done_callback(self._handlers.discard)
         self.counts["connections"] += 1
         try:
             server, to_server = await asyncio.open_connection(*self.upstream)
