@@ -15,10 +15,11 @@ import pytest
 from botocore.exceptions import ClientError
 
 from sandbox_ledger.resources.models import to_iso
+from sandbox_ledger.resources.ttl_stream import TtlStream
 from sandbox_ledger.resources.unreported import report_ttl_removals
 from sandbox_ledger.soak.check_resources import ResourceReport, Timing, check_resources
 from sandbox_ledger.soak.history import History, Operation, operations
-from sandbox_ledger.soak.sweeper import HistoryPublisher, TtlStream, last_ttl_position
+from sandbox_ledger.soak.sweeper import HistoryPublisher, last_ttl_position
 
 from .soak_runs import run_soak
 

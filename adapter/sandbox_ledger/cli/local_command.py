@@ -26,6 +26,7 @@ from sandbox_ledger.local.streamfile import StreamFile
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from sandbox_ledger.cli.local_deployment import Deployment
     from sandbox_ledger.local import LocalPostgres
     from sandbox_ledger.local.strict import StrictProfile
 
@@ -85,6 +86,19 @@ def local(
         "partition key and table, transaction conflicts, idempotency tokens, and global "
         "secondary indexes that take each write up to 0.1 s after the table.",
     ),
+    deployment: bool = typer.Option(
+        False,
+        "--deployment",
+        help="Also run the deployment's scheduled code (implies --strict): the sweeper every "
+        "--sweep-every seconds and the TTL reporter on the table's stream, their events to "
+        "--events.",
+    ),
+    events: str = typer.Option(
+        "stdout", "--events", help="Where --deployment's events go: stdout, a FILE, or a URL."
+    ),
+    sweep_every: float = typer.Option(
+        300.0, "--sweep-every", min=0.1, help="Seconds between sweeps (the stack: 5 minutes)."
+    ),
     strict_options: list[str] | None = typer.Option(
         None,
         "--strict-option",
@@ -96,13 +110,18 @@ def local(
 ) -> None:
     """Serve a local DynamoDB until Ctrl-C or SIGTERM (exit 0), printing the `export` lines a
     shell needs to use it: eval "$(sandbox-ledger local)" in another shell, or paste them."""
-    profile = _strict_profile(strict, strict_options)  # a bad field: nothing started
+    profile = _strict_profile(strict or deployment, strict_options)  # a bad field: nothing
+    from sandbox_ledger.cli.local_deployment import Deployment
+
+    services = Deployment(events, sweep_every) if deployment else None
     if data is not None:
         _check_data_file(data)
     _require_free(host, port)  # before the data file's lock: a refused start leaves nothing
     with _held(data), StopSignals() as stop:
         sweep = _Sweep(stale_after, retain_failed, stream_records)
-        saver = _serve(stop, table, host, port, data, save_every, postgres, profile, sweep)
+        saver = _serve(
+            stop, table, host, port, data, save_every, postgres, profile, sweep, services
+        )
     name = signal.Signals(stop.received).name if stop.received else "stop"
     say(f"{name}: stopped{saver.summary()}")
     # Everything is saved and said: skip the interpreter's teardown of moto's state (seconds
@@ -123,6 +142,7 @@ def _serve(
     postgres: bool,
     strict: StrictProfile | None = None,
     sweep: _Sweep | None = None,
+    deployment: Deployment | None = None,
 ) -> Saver:
     from sandbox_ledger.deployment import SweepSettings
     from sandbox_ledger.local import LocalDynamoDB, bulk, inprocess
@@ -150,7 +170,7 @@ def _serve(
     saver = Saver(data, ledger, store, log)
     saver.bulk = functools.partial(bulk.load_entries, server, ledger, image=saver.image)
     stream = None if data is None else StreamFile(data, server, ledger, say)
-    pg = None
+    pg = services = None
     try:
         # With --data, the table is FILE's: the identity FILE names (given to it when it
         # named none), so the cursors and change positions handed out before a restart are
@@ -163,6 +183,10 @@ def _serve(
         pg = _start_postgres() if postgres else None
         server.release()
         _announce(server.endpoint_url, table, pg, data, strict)
+        if deployment is not None:
+            from sandbox_ledger.cli.local_deployment import start
+
+            services = start(server.endpoint_url, table, data, deployment)
         # Saves start every save_every seconds, however long each takes (one waiting for the
         # end of the last one would stretch the time a write waits to be saved).
         due = time.monotonic() + save_every
@@ -172,6 +196,9 @@ def _serve(
             if stream is not None and saver.saved():
                 stream.save()  # after FILE, saved: never a record of a change FILE lacks
             due = max(due + save_every, time.monotonic())
+        if services is not None:  # each part between two steps; the bus delivers its events
+            services.stop()
+            services = None
         # No write is served after the last save reads what changed: every write the server
         # acknowledged is in FILE (the ones after are answered 503, which clients send again).
         server.refuse_clients()
@@ -183,6 +210,8 @@ def _serve(
             counts = ", ".join(f"{n} {code}" for code, n in sorted(refused.items()))
             say(f"strict profile refused: {counts}")
     finally:
+        if services is not None:
+            services.stop()
         if pg is not None:
             pg.stop()
         server.stop()

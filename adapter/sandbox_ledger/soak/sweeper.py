@@ -21,15 +21,13 @@ and the stream gave nothing for that long (or its time is up).
 
 from __future__ import annotations
 
-import base64
 import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import ClientError
-
 from sandbox_ledger.resources.settings import resolve_sweep
 from sandbox_ledger.resources.sweeper import sweep
+from sandbox_ledger.resources.ttl_stream import TtlStream
 from sandbox_ledger.resources.unreported import report_ttl_removals
 from sandbox_ledger.soak._stores import process_arguments
 from sandbox_ledger.soak.history import History, read_history
@@ -37,7 +35,7 @@ from sandbox_ledger.stores import parse_store_url
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
     from pathlib import Path
 
     from sandbox_ledger.resources.events import Expiry
@@ -48,7 +46,6 @@ __all__ = [
     "LEASE",
     "WINDOW",
     "HistoryPublisher",
-    "TtlStream",
     "last_ttl_position",
 ]
 
@@ -57,7 +54,6 @@ WINDOW = timedelta(seconds=4)
 the table's descriptor, as the stack does, and every owner and sweeper reads there."""
 INTERVAL = 1.0
 """Seconds between two sweeps (``sweep_rate_minutes`` of a deployment, compressed)."""
-_GONE = frozenset({"TrimmedDataAccessException"})
 LEASE = timedelta(seconds=4)
 """A claim's lease (two minutes deployed, compressed as the windows are)."""
 
@@ -111,119 +107,6 @@ def last_ttl_position(path: Path) -> dict[str, Any] | None:
         if line.get("op") == "ttl_position":
             last = line.get("pos")
     return last if isinstance(last, dict) else None
-
-
-class TtlStream:
-    """Reads a table's stream from a saved position, shard lineage in order (a child only
-    once its parent is read to its end), and hands out the records as a Lambda event
-    source mapping does (with ``eventSourceARN``, the creation time in Unix seconds)."""
-
-    def __init__(
-        self,
-        streams: Any,
-        arn: str,
-        position: dict[str, Any] | None,
-        latest: Callable[[], str] | None = None,
-    ) -> None:
-        self.streams, self.arn, self._latest = streams, arn, latest
-        self.lost: list[str] = []
-        """Positions the stream trimmed before they were read on from (records lost)."""
-        if position and position.get("arn") != arn:
-            # The table's stream is another one (a restarted local server serves a new one):
-            # what the old one held after the position is lost.
-            self.lost.append(f"stream {position.get('arn')} replaced by {arn}")
-            position = None
-        self.at: dict[str, str] = dict((position or {}).get("at", {}))
-        self.done: set[str] = set((position or {}).get("done", []))
-
-    def position(self) -> dict[str, Any]:
-        return {"arn": self.arn, "at": dict(self.at), "done": sorted(self.done)}
-
-    def _shards(self) -> dict[str, str | None]:
-        shards: dict[str, str | None] = {}
-        params: dict[str, Any] = {"StreamArn": self.arn}
-        while True:
-            page = self.streams.describe_stream(**params)["StreamDescription"]
-            for shard in page.get("Shards", []):
-                shards[shard["ShardId"]] = shard.get("ParentShardId")
-            last = page.get("LastEvaluatedShardId")
-            if not last:
-                return shards
-            params = {"StreamArn": self.arn, "ExclusiveStartShardId": last}
-
-    def read(self) -> list[dict[str, Any]]:
-        """The records after the position (which moves past them: save it once they are
-        reported)."""
-        found: list[dict[str, Any]] = []
-        progress = True
-        while progress:
-            progress = False
-            try:
-                shards = self._shards()
-            except ClientError as exc:
-                code = exc.response.get("Error", {}).get("Code")
-                if code != "ResourceNotFoundException" or self._latest is None:
-                    raise
-                arn = self._latest()  # the stream is gone: the table's is another one now
-                if arn == self.arn:
-                    raise
-                self.lost.append(f"stream {self.arn} replaced by {arn}")
-                self.arn, self.at, self.done = arn, {}, set()
-                shards = self._shards()
-            for shard, parent in sorted(shards.items()):
-                if shard in self.done or (parent in shards and parent not in self.done):
-                    continue
-                if self._read(shard, found):
-                    self.done.add(shard)
-                    self.at.pop(shard, None)
-                    progress = True
-        return found
-
-    def _read(self, shard: str, found: list[dict[str, Any]]) -> bool:
-        after = self.at.get(shard)
-        params: dict[str, Any] = {"StreamArn": self.arn, "ShardId": shard}
-        if after is None:
-            params["ShardIteratorType"] = "TRIM_HORIZON"
-        else:
-            params |= {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": after}
-        try:
-            iterator = self.streams.get_shard_iterator(**params)["ShardIterator"]
-        except ClientError as exc:
-            if after is None or exc.response.get("Error", {}).get("Code") not in _GONE:
-                raise
-            # Trimmed past the position: what followed it is lost. Said, then read on from
-            # what the shard still holds (the checker names each removal never reported).
-            self.lost.append(f"{shard} after {after}")
-            params = {"StreamArn": self.arn, "ShardId": shard, "ShardIteratorType": "TRIM_HORIZON"}
-            iterator = self.streams.get_shard_iterator(**params)["ShardIterator"]
-        while iterator:
-            page = self.streams.get_records(ShardIterator=iterator, Limit=1000)
-            for record in page.get("Records", []):
-                found.append(self._as_lambda(record))
-                self.at[shard] = str(record["dynamodb"]["SequenceNumber"])
-            iterator = page.get("NextShardIterator")
-            if not page.get("Records"):
-                break
-        return not iterator
-
-    def _as_lambda(self, record: dict[str, Any]) -> dict[str, Any]:
-        shaped: dict[str, Any] = _as_event(record)
-        shaped["eventSourceARN"] = self.arn
-        return shaped
-
-
-def _as_event(value: Any) -> Any:
-    """A Lambda event's spelling of what boto3 decodes: a time in Unix seconds, a binary
-    value in base64."""
-    if isinstance(value, dict):
-        return {key: _as_event(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_as_event(item) for item in value]
-    if isinstance(value, datetime):
-        return value.timestamp()
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode("ascii")
-    return value
 
 
 def run(args: argparse.Namespace) -> None:
