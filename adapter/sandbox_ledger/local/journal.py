@@ -124,7 +124,12 @@ def changes(
             after.orders.pop(key, None)
     if named or ordered:  # after the entries: a block names its session's sequence anew
         lines.append(sequences_line(named, ordered))
-    lines += _loose(after, ledger, read)
+    # Before the entries: a save cut short (kill -9) after a session's block that removed
+    # its entries and before its loose items would load the session gone without the
+    # summary a delete holds (its removal, the session.deleted, never to come); cut after
+    # its loose items and before the block, it loads as the delete found it (its lease taken,
+    # its seal put), which the delete run again ends.
+    lines[:0] = _loose(after, ledger, read)
     if k.ENVIRONMENT_PK in pks:
         now_env = {r.name: (0, environment_line(r) + "\n") for r in ledger.list_environments()}
         if [line for _, line in now_env.values()] != [

@@ -1,0 +1,101 @@
+"""Red-team attacks on the saves' loose items (``localItems``): a delete that moves on
+between a save's reads, and a save cut short between its lines (``kill -9``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox_ledger import LedgerEntry
+from sandbox_ledger import keys as k
+from sandbox_ledger.cli.local_saves import Saver
+from sandbox_ledger.keys import LedgerAttr as A
+
+from .test_local_journal import Server
+from .test_local_loose import NAME, SID, _Cut, _load, _partition
+
+
+def _entries(n: int = 3) -> list[LedgerEntry]:
+    events = ["sandbox.created"] + ["exec.complete"] * (n - 1)
+    return [
+        LedgerEntry(ts=10 + i, name=NAME, sandbox_id=SID, step_index=i, event=event)
+        for i, event in enumerate(events)
+    ]
+
+
+MANY = 60
+"""Entries enough for a delete to take them in more than one write."""
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    made = Server()
+    yield made
+    made.server.stop()
+
+
+def _cut_delete(ledger: Any, cut: int) -> None:
+    """``delete_sandbox`` stopped before its ``cut``-th call (its client gone)."""
+    client = ledger.client()
+    made = [0]
+
+    def stop_before(model: Any, **_: Any) -> None:
+        if made[0] == cut:
+            raise _Cut(model.name)
+        made[0] += 1
+
+    client.meta.events.register("before-call.dynamodb", stop_before)
+    with pytest.raises(_Cut):
+        ledger.delete_sandbox(NAME, SID)
+    client.meta.events.unregister("before-call.dynamodb", stop_before)
+
+
+def _delete_call_count(server: Server, n: int = 3) -> int:
+    own, _ = server.table()
+    ledger, _ = server.clients(own.table_name)
+    for entry in _entries(n):
+        ledger.append(entry)
+    calls: list[str] = []
+    ledger.client().meta.events.register(
+        "before-call.dynamodb", lambda model, **_: calls.append(model.name)
+    )
+    ledger.delete_sandbox(NAME, SID)
+    ledger.close()
+    return len(calls)
+
+
+def test_a_save_cut_between_its_lines_keeps_a_held_sessions_summary(
+    server: Server, tmp_path: Path
+) -> None:
+    """A delete cut before its last call (the summary's removal) leaves the summary under
+    its lease and no entry; the save after it appends the session's block (no entry) and
+    its ``localItems`` line. FILE cut anywhere in that save (``kill -9`` mid-write) loads
+    to the session as the save before held it or with its summary: never the session gone
+    without the summary whose removal is its ``session.deleted``."""
+    calls = _delete_call_count(server)
+    own, own_store = server.table()
+    ledger, _ = server.clients(own.table_name)
+    server.log.take()
+    path = tmp_path / "dev.jsonl"
+    saver = Saver(path, own, own_store, server.log)
+    for entry in _entries():
+        ledger.append(entry)
+    saver.save()
+    before = path.read_bytes()
+    _cut_delete(ledger, calls - 1)
+    held = _partition(ledger.client(), own.table_name)
+    assert A.DELETING in held[k.SUMMARY_SK]
+    saver.save()
+    after = path.read_bytes()
+    assert after.startswith(before) and len(after) > len(before)
+    cut_path = tmp_path / "cut.jsonl"
+    for size in range(len(before), len(after) + 1):
+        cut_path.write_bytes(after[:size])
+        again = _load(server, cut_path)
+        loaded = _partition(again.client(), again.table_name)
+        assert k.SUMMARY_SK in loaded, (size, after[len(before) : size].decode())
+        again.close()
+    ledger.close()
