@@ -13,6 +13,7 @@ from sandbox_ledger import LedgerEntry
 from sandbox_ledger import keys as k
 from sandbox_ledger.cli.local_saves import Saver
 from sandbox_ledger.keys import LedgerAttr as A
+from sandbox_ledger.local import loose
 
 from .test_local_journal import Server
 from .test_local_loose import NAME, SID, _Cut, _load, _partition
@@ -65,6 +66,40 @@ def _delete_call_count(server: Server, n: int = 3) -> int:
     ledger.delete_sandbox(NAME, SID)
     ledger.close()
     return len(calls)
+
+
+def test_a_delete_that_ends_between_a_saves_reads_never_loads_a_part_of_the_session(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A save reads a session a delete holds (part of its entries gone), then, before it
+    reads the session's loose items, the delete ends (summary gone, its spent marks left).
+    FILE, loaded (``kill -9`` after that save), must not serve a session that never was:
+    a reader sees all of its entries or none (a delete's lease holding it, or gone)."""
+    calls = _delete_call_count(server, MANY)
+    real = loose.loose_items
+    for cut in range(1, calls):
+        own, own_store = server.table()
+        ledger, _ = server.clients(own.table_name)
+        server.log.take()
+        path = tmp_path / f"race-{cut}.jsonl"
+        saver = Saver(path, own, own_store, server.log)
+        for entry in _entries(MANY):
+            ledger.append(entry)
+        saver.save()
+        _cut_delete(ledger, cut)
+
+        def finish_first(*args: Any, ledger: Any = ledger, **kwargs: Any) -> Any:
+            ledger.delete_sandbox(NAME, SID)  # the delete run again ends meanwhile
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(loose, "loose_items", finish_first)
+        saver.save()
+        monkeypatch.setattr(loose, "loose_items", real)
+        again = _load(server, path)
+        seen = again.read_all(NAME, SID)
+        assert seen in ([], _entries(MANY)), (cut, [e.step_index for e in seen])
+        again.close()
+        ledger.close()
 
 
 def test_a_save_cut_between_its_lines_keeps_a_held_sessions_summary(

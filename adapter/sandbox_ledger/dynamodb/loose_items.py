@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger import keys as k
 from sandbox_ledger.dynamodb import _items as it
+from sandbox_ledger.errors import StorageError
 from sandbox_ledger.keys import LedgerAttr as A
 from sandbox_ledger.sdk.attributes import S
 from sandbox_ledger.sdk.batching import batch_get, batch_write
@@ -23,35 +24,56 @@ if TYPE_CHECKING:
     from sandbox_ledger.sdk.paging import ScanStarts
     from sandbox_ledger.sdk.steps import Op
 
-__all__ = ["read_loose", "restore_loose", "sessions_with_marks"]
+__all__ = ["ChangedBehindRead", "read_loose", "restore_loose", "sessions_with_marks"]
 
 Key = tuple[str, str]
 
 
-def read_loose(table: str, sessions: Mapping[Key, Sequence[int]]) -> Op[dict[Key, list[Item]]]:
-    """Each session's loose items (an empty list: none), given the mark numbers of the
-    entries a save read of it (none: it has no entry). One BatchGetItem of the summaries per
-    100 sessions with entries; for a session with loose items (no entry, a summary a delete
-    marked, or a first mark other than 0), a Query of its marks and a read of its summary."""
-    with_entries = [key for key, numbers in sessions.items() if numbers]
+class ChangedBehindRead(StorageError):
+    """A session's entries, as a save read them, are no longer stored when it reads the
+    session's loose items (a delete took them meanwhile): the two reads do not hold the
+    session at one moment, and the save reads it again."""
+
+
+def read_loose(
+    table: str, sessions: Mapping[Key, Sequence[tuple[int, str]]]
+) -> Op[dict[Key, list[Item]]]:
+    """Each session's loose items (an empty list: none), given the marks (number and
+    incarnation) of the entries a save read of it (none: it has no entry). One BatchGetItem
+    of the summaries per 100 sessions with entries; for a session with loose items (no
+    entry, a summary a delete marked or none, or a first mark other than 0), a Query of its
+    marks and a read of its summary.
+
+    Raises:
+        ChangedBehindRead: an entry read has its mark no longer stored (a delete moved on
+            between the save's read of the entries and this one): read both again.
+    """
+    with_entries = [key for key, marks in sessions.items() if marks]
     summaries = yield from batch_get(
         table, [it.summary_key(k.session_pk(*key)) for key in with_entries]
     )
+    summed = {k.parse_session_pk(item[k.PARTITION_KEY]["S"]) for item in summaries}
     marked = {
         k.parse_session_pk(item[k.PARTITION_KEY]["S"]) for item in summaries if A.DELETING in item
     }
     found: dict[Key, list[Item]] = {}
-    for key, numbers in sessions.items():
-        if numbers and key not in marked and min(numbers) == 0:
+    for key, entry_marks in sessions.items():
+        numbers = {number for number, _ in entry_marks}
+        if numbers and key in summed and key not in marked and min(numbers) == 0:
             found[key] = []
             continue
         pk = k.session_pk(*key)
         marks = yield from query_all(_marks_query(table, pk))
-        entry_marks = set(numbers)
+        stored = {
+            (n, item.get(A.INCARNATION, {}).get("S", ""))
+            for item in marks
+            if A.REF in item and (n := k.sequence_number(item[k.SORT_KEY]["S"])) is not None
+        }
+        if not set(entry_marks) <= stored:
+            name, sandbox_id = key
+            raise ChangedBehindRead(f"save's read of {name}/{sandbox_id}: changed behind it")
         # As stored, past their TTL or not (TTL deletes them, in the stream).
-        loose = [
-            item for item in marks if k.sequence_number(item[k.SORT_KEY]["S"]) not in entry_marks
-        ]
+        loose = [item for item in marks if k.sequence_number(item[k.SORT_KEY]["S"]) not in numbers]
         if not numbers or key in marked:
             response = yield Call(
                 "get_item", {"TableName": table, "Key": it.summary_key(pk), "ConsistentRead": True}

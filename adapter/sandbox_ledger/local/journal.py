@@ -64,6 +64,11 @@ class Changes:
         self.lines, self.after = lines, after
 
 
+_READ_ATTEMPTS = 3
+"""Reads of what changed before a save gives up on a session a delete keeps moving between
+the read of its entries and of its loose items (the next save reads it again)."""
+
+
 def changes(
     mirror: DataState,
     written: Written,
@@ -72,7 +77,30 @@ def changes(
     store: SyncResourceRecordStore,
 ) -> Changes:
     """What the writes in ``written`` changed in ``table`` against ``mirror`` (which is left
-    as it is: the save that writes the lines takes :attr:`Changes.after`)."""
+    as it is: the save that writes the lines takes :attr:`Changes.after`).
+
+    Raises:
+        ChangedBehindRead: a delete moved on between the reads of a session's entries and of
+            its loose items at each attempt (a LedgerError: the save is tried again).
+    """
+    from sandbox_ledger.dynamodb.loose_items import ChangedBehindRead
+
+    for attempt in range(1, _READ_ATTEMPTS + 1):
+        try:
+            return _changes(mirror, written, table, ledger, store)
+        except ChangedBehindRead:
+            if attempt == _READ_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _changes(
+    mirror: DataState,
+    written: Written,
+    table: str,
+    ledger: SyncDynamoDBAdapter,
+    store: SyncResourceRecordStore,
+) -> Changes:
     from sandbox_ledger.transfer import entry_line, environment_line
 
     after = DataState(

@@ -56,11 +56,10 @@ def loose_items(
     them (``read_sessions_marked``)."""
     from sandbox_ledger.dynamodb.loose_items import read_loose
 
-    numbers = {
-        key: [mark[0] for _, mark, _ in marked if mark is not None]
-        for key, marked in sessions.items()
+    marks = {
+        key: [mark for _, mark, _ in marked if mark is not None] for key, marked in sessions.items()
     }
-    return ledger.run(read_loose(ledger.table_name, numbers))
+    return ledger.run(read_loose(ledger.table_name, marks))
 
 
 def sessions_with_marks(ledger: SyncDynamoDBAdapter) -> list[Key]:
