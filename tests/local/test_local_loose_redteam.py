@@ -134,3 +134,82 @@ def test_a_save_cut_between_its_lines_keeps_a_held_sessions_summary(
         assert k.SUMMARY_SK in loaded, (size, after[len(before) : size].decode())
         again.close()
     ledger.close()
+
+
+def test_an_entry_appended_between_a_saves_reads_leaves_no_mark_without_its_entry(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session begun again after a delete (its first mark past the delete's seal: the
+    save reads its loose items at every save) takes an append between the save's read of
+    its entries and of its loose items. FILE, loaded (``kill -9`` after that save), holds no
+    sequence mark of an entry it does not hold (the next save would have saved the entry
+    with its mark)."""
+    own, own_store = server.table()
+    ledger, _ = server.clients(own.table_name)
+    server.log.take()
+    path = tmp_path / "dev.jsonl"
+    saver = Saver(path, own, own_store, server.log)
+    for entry in _entries():
+        ledger.append(entry)
+    ledger.delete_sandbox(NAME, SID)
+    ledger.append(_entries()[0])  # begun again: marks after the seal
+    saver.save()
+    real = loose.loose_items
+    late = _entries(5)[4]
+
+    def append_first(*args: Any, **kwargs: Any) -> Any:
+        ledger.append(late)
+        return real(*args, **kwargs)
+
+    ledger.append(_entries()[1])
+    monkeypatch.setattr(loose, "loose_items", append_first)
+    saver.save()
+    monkeypatch.setattr(loose, "loose_items", real)
+    again = _load(server, path)
+    loaded = _partition(again.client(), again.table_name)
+    dangling = [
+        sk
+        for sk, item in loaded.items()
+        if k.sequence_number(sk) is not None and A.REF in item and item[A.REF]["S"] not in loaded
+    ]
+    assert dangling == [], sorted(loaded)
+    again.close()
+    ledger.close()
+
+
+def test_a_session_begun_again_between_a_saves_reads_loads_whole_or_not_at_all(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deleted session (no entry: its spent marks only) begun again between the save's
+    read of its entries (none) and of its loose items: FILE, loaded, must not hold the new
+    session's summary or marks without its entry."""
+    own, own_store = server.table()
+    ledger, _ = server.clients(own.table_name)
+    server.log.take()
+    path = tmp_path / "dev.jsonl"
+    saver = Saver(path, own, own_store, server.log)
+    for entry in _entries():
+        ledger.append(entry)
+    saver.save()
+    ledger.delete_sandbox(NAME, SID)
+    real = loose.loose_items
+
+    def begin_first(*args: Any, **kwargs: Any) -> Any:
+        ledger.append(_entries()[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loose, "loose_items", begin_first)
+    saver.save()
+    monkeypatch.setattr(loose, "loose_items", real)
+    again = _load(server, path)
+    loaded = _partition(again.client(), again.table_name)
+    heads = [sk for sk in loaded if sk.startswith(k.EVENT_PREFIX)]
+    assert heads or k.SUMMARY_SK not in loaded, sorted(loaded)
+    dangling = [
+        sk
+        for sk, item in loaded.items()
+        if k.sequence_number(sk) is not None and A.REF in item and item[A.REF]["S"] not in loaded
+    ]
+    assert dangling == [], sorted(loaded)
+    again.close()
+    ledger.close()

@@ -46,7 +46,8 @@ def read_loose(
 
     Raises:
         ChangedBehindRead: an entry read has its mark no longer stored (a delete moved on
-            between the save's read of the entries and this one): read both again.
+            between the save's read of the entries and this one), or an entry not read has
+            its mark and head stored (an append behind the read): read both again.
     """
     with_entries = [key for key, marks in sessions.items() if marks]
     summaries = yield from batch_get(
@@ -56,6 +57,7 @@ def read_loose(
     marked = {
         k.parse_session_pk(item[k.PARTITION_KEY]["S"]) for item in summaries if A.DELETING in item
     }
+    now = it.now_s()
     found: dict[Key, list[Item]] = {}
     for key, entry_marks in sessions.items():
         numbers = {number for number, _ in entry_marks}
@@ -69,7 +71,20 @@ def read_loose(
             for item in marks
             if A.REF in item and (n := k.sequence_number(item[k.SORT_KEY]["S"])) is not None
         }
-        if not set(entry_marks) <= stored:
+        read = set(entry_marks)
+        # A live mark of an entry not read whose head is stored: an append behind the read
+        # (its mark, and the summary that counts it, are not loose: the entry's, to be saved
+        # with it). A mark whose head is gone is a delete's to take: loose, as stored.
+        unread = [
+            {k.PARTITION_KEY: S(pk), k.SORT_KEY: item[A.REF]}
+            for item in marks
+            if A.REF in item
+            and it.live(item, now)
+            and (k.sequence_number(item[k.SORT_KEY]["S"]), item.get(A.INCARNATION, {}).get("S", ""))
+            not in read
+        ]
+        heads = (yield from batch_get(table, unread)) if unread else []
+        if not read <= stored or any(it.live(head, now) for head in heads):
             name, sandbox_id = key
             raise ChangedBehindRead(f"save's read of {name}/{sandbox_id}: changed behind it")
         # As stored, past their TTL or not (TTL deletes them, in the stream).
