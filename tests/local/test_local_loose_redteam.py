@@ -3,6 +3,7 @@ between a save's reads, and a save cut short between its lines (``kill -9``)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,10 @@ import pytest
 from sandbox_ledger import LedgerEntry
 from sandbox_ledger import keys as k
 from sandbox_ledger.cli.local_saves import Saver
+from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.keys import LedgerAttr as A
 from sandbox_ledger.local import loose
+from sandbox_ledger.local.persist import load_state, read_lines
 
 from .test_local_journal import Server
 from .test_local_loose import NAME, SID, _Cut, _load, _partition
@@ -213,3 +216,35 @@ def test_a_session_begun_again_between_a_saves_reads_loads_whole_or_not_at_all(
     assert dangling == [], sorted(loaded)
     again.close()
     ledger.close()
+
+
+def _loose_line(items: list[dict[str, Any]]) -> str:
+    value = {"kind": "localItems", "name": NAME, "sandboxId": SID, "items": items}
+    return json.dumps(value) + "\n"
+
+
+_PK = k.session_pk(NAME, SID)
+
+
+@pytest.mark.parametrize(
+    ("items", "says"),
+    [
+        ([{"PK": {"S": _PK}, "SK": {"S": k.sequence_sk(5)}, "x": {"N": "abc"}}], "refuses"),
+        ([{"PK": {"S": _PK}, "SK": {"S": k.sequence_sk(5)}, "x": {"S": "a" * 500_000}}], "refuses"),
+        ([{"PK": {"S": _PK}, "SK": {"S": k.sequence_sk(5)}}] * 2, "twice"),
+    ],
+)
+def test_a_loose_items_line_the_table_refuses_is_refused_naming_its_line(
+    server: Server, items: list[dict[str, Any]], says: str
+) -> None:
+    """A hand-edited ``localItems`` line that reads as one but whose items the table will
+    not take (a number that is none, an item past 400 KB, a key named twice) is refused
+    with its file and line number, as a resource record's line is; it crashed the load
+    with the table's error, naming no line."""
+    entry = json.dumps(
+        {"ts": 1, "name": NAME, "sandboxId": SID, "stepIndex": 0, "event": "sandbox.created"}
+    )
+    ledger, store = server.table()
+    with pytest.raises(InvalidInputError) as refused:
+        load_state(read_lines([entry + "\n", "\n", _loose_line(items)], "dev.jsonl"), ledger, store)
+    assert refused.value.field == "dev.jsonl:3" and says in str(refused.value)

@@ -115,6 +115,7 @@ def read_loose_line(value: dict[str, Any], where: str) -> tuple[Key, list[Item]]
     except ValueError as exc:
         raise InvalidInputError(where, f"{KIND}: {exc}") from exc
     read: list[Item] = []
+    keys: set[str] = set()
     for item in items:
         try:
             if not isinstance(item, dict):
@@ -129,5 +130,8 @@ def read_loose_line(value: dict[str, Any], where: str) -> tuple[Key, list[Item]]
             )
         if sk != k.SUMMARY_SK and k.sequence_number(sk) is None:
             raise InvalidInputError(where, f"{KIND}: {sk!r} is no summary or mark")
+        if sk in keys:
+            raise InvalidInputError(where, f"{KIND}: {sk!r} twice")
+        keys.add(sk)
         read.append(typed)
     return (name, sandbox_id), read

@@ -374,16 +374,28 @@ def load_state(
 
         assert isinstance(ledger, SyncDynamoDBAdapter)  # a local server's table
 
-        restore(
-            ledger,
-            dict(
-                read_loose_line(loads_unique(line), f"{state.path}:{number}")
-                for number, line in state.loose.values()
-            ),
-            loaded=state.sessions.keys(),
-        )
+        lines = {
+            f"{state.path}:{number}": read_loose_line(loads_unique(line), f"{state.path}:{number}")
+            for number, line in state.loose.values()
+        }
+        try:
+            restore(ledger, dict(lines.values()), loaded=state.sessions.keys())
+        except StorageError as exc:  # an item the table will not take: name its line
+            for where, (key, items) in sorted(lines.items(), key=lambda pair: _line_no(pair[0])):
+                try:
+                    restore(ledger, {key: items}, loaded=state.sessions.keys())
+                except StorageError as one:
+                    raise InvalidInputError(
+                        where, f"the table refuses these loose items ({one})"
+                    ) from one
+            raise InvalidInputError(state.path, f"the table refuses loose items ({exc})") from exc
     entries = report.new + report.present + (bulk_done or 0)
     return Loaded(entries, len(state.environments), len(state.records))
+
+
+def _line_no(where: str) -> int:
+    """The line number ``where`` (``path:number``) names."""
+    return int(where.rsplit(":", 1)[1])
 
 
 _BOM = b"\xef\xbb\xbf"
