@@ -16,7 +16,7 @@ from sandbox_ledger.cli.local_saves import Saver
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.keys import LedgerAttr as A
 from sandbox_ledger.local import loose
-from sandbox_ledger.local.persist import load_state, read_lines
+from sandbox_ledger.local.persist import load_state, read_data, read_lines
 
 from .test_local_journal import Server
 from .test_local_loose import NAME, SID, _Cut, _load, _partition
@@ -248,3 +248,47 @@ def test_a_loose_items_line_the_table_refuses_is_refused_naming_its_line(
     with pytest.raises(InvalidInputError) as refused:
         load_state(read_lines([entry + "\n", "\n", _loose_line(items)], "dev.jsonl"), ledger, store)
     assert refused.value.field == "dev.jsonl:3" and says in str(refused.value)
+
+
+def _keys(client: Any, table: str) -> dict[str, Any]:
+    """The session's partition as a restart must keep it: every key but the import claims
+    a load adds, each mark with its incarnation and whether it names an entry."""
+    return {
+        sk: (item.get(A.INCARNATION), A.REF in item, A.DELETING in item)
+        for sk, item in _partition(client, table).items()
+        if not sk.startswith(k.CLAIM_PREFIX)
+    }
+
+
+def test_a_session_deleted_begun_again_and_deleted_again_across_saves_loads_as_it_stood(
+    server: Server, tmp_path: Path
+) -> None:
+    """Deleted, begun again, deleted again, begun again, a save after each step (appending,
+    then on exit written whole): FILE loads to the session's partition as it stood at each
+    save (the localItems line replaced each time), and the mirror is what FILE holds."""
+    own, own_store = server.table()
+    ledger, _ = server.clients(own.table_name)
+    client = ledger.client()
+    server.log.take()
+    path = tmp_path / "dev.jsonl"
+    saver = Saver(path, own, own_store, server.log)
+    steps: list[Any] = [
+        lambda: [ledger.append(e) for e in _entries()],
+        lambda: ledger.delete_sandbox(NAME, SID),
+        lambda: [ledger.append(e) for e in _entries()[:2]],
+        lambda: ledger.delete_sandbox(NAME, SID),
+        lambda: ledger.delete_sandbox(NAME, SID),
+        lambda: ledger.append(_entries()[0]),
+    ]
+    for number, step in enumerate(steps):
+        step()
+        for final in (False, True) if number == len(steps) - 1 else (False,):
+            saver.save(final=final)
+            want = _keys(client, own.table_name)
+            again = _load(server, path)
+            assert _keys(again.client(), again.table_name) == want, (number, final)
+            again.close()
+            state = read_data(path)
+            assert sorted(state.loose) == sorted(saver.mirror.loose), (number, final)
+            assert list(state.lines()) == list(saver.mirror.lines()), (number, final)
+    ledger.close()

@@ -130,14 +130,17 @@ def restore_loose(
 ) -> Op[None]:
     """Put each session's loose items as they were stored (over a summary a load rebuilt;
     past their TTL or not: TTL deletes them), except, in the sessions ``loaded`` (their
-    entries just loaded), over a mark the load put itself: a mark numbered for an entry wins
-    (a file that names no sequence for a session loads its marks from 0)."""
+    entries just loaded), over an entry's mark the load put itself: a mark numbered for an
+    entry wins (a file that names no sequence for a session loads its marks from 0)."""
     puts = []
     for key in sorted(loose):
         taken: set[str] = set()
         if key in loaded:
             marks = yield from query_all(_marks_query(table, k.session_pk(*key), keys_only=True))
-            taken = {item[k.SORT_KEY]["S"] for item in marks}
+            # An entry's mark the load put wins; a mark it put for no entry (the spent mark 0
+            # it puts below a sequence that starts past it, in an incarnation drawn anew) is
+            # the one stored before the restart.
+            taken = {item[k.SORT_KEY]["S"] for item in marks if A.REF in item}
         puts += [
             {"PutRequest": {"Item": dict(item)}}
             for item in loose[key]
@@ -157,5 +160,6 @@ def _marks_query(table: str, pk: str, *, keys_only: bool = False) -> dict[str, A
         "ConsistentRead": True,
     }
     if keys_only:
-        query["ProjectionExpression"] = "#sk"
+        query["ProjectionExpression"] = "#sk, #ref"
+        query["ExpressionAttributeNames"]["#ref"] = A.REF
     return query
