@@ -242,8 +242,8 @@ def test_a_loose_items_line_the_table_refuses_is_refused_naming_its_line(
     with its file and line number, as a resource record's line is; it crashed the load
     with the table's error, naming no line."""
     entry = json.dumps(
-        {"ts": 1, "name": NAME, "sandboxId": SID, "stepIndex": 0, "event": "sandbox.created"}
-    )
+        {"ts": 1, "name": NAME, "sandboxId": "sb-other", "stepIndex": 0, "event": "sandbox.created"}
+    )  # another session's: the loose items are the deleted session's, all put
     ledger, store = server.table()
     with pytest.raises(InvalidInputError) as refused:
         load_state(read_lines([entry + "\n", "\n", _loose_line(items)], "dev.jsonl"), ledger, store)
@@ -292,3 +292,36 @@ def test_a_session_deleted_begun_again_and_deleted_again_across_saves_loads_as_i
             assert sorted(state.loose) == sorted(saver.mirror.loose), (number, final)
             assert list(state.lines()) == list(saver.mirror.lines()), (number, final)
     ledger.close()
+
+
+def test_a_session_begun_again_loaded_by_the_import_is_followed_whole(
+    server: Server, tmp_path: Path
+) -> None:
+    """A restart loads the entries by the import where the bulk load declines (a ledger
+    with retention): the import numbers a session's marks from 0 in an incarnation of its
+    own. The loose marks of a session begun again after a delete (the spent seal, numbered
+    in the sequence FILE names) put over that sequence left a spent seal in the middle of
+    it: the next appends numbered past it in the seal's incarnation, and a follower of the
+    session ended before them (2 entries followed of 6 stored)."""
+    own, own_store = server.table()
+    ledger, _ = server.clients(own.table_name)
+    server.log.take()
+    path = tmp_path / "dev.jsonl"
+    saver = Saver(path, own, own_store, server.log)
+    for entry in _entries():
+        ledger.append(entry)
+    ledger.delete_sandbox(NAME, SID)
+    for entry in _entries()[:2]:
+        ledger.append(entry)
+    saver.save(final=True)
+    ledger.close()
+    loaded, store = server.table()
+    load_state(read_data(path), loaded, store)  # no bulk load: the import
+    again, _ = server.clients(loaded.table_name)
+    for step in range(2, 5):
+        again.append(_entries(5)[step])
+    again.append(_entries(5)[0].model_copy(update={"ts": 99, "event": "sandbox.closed"}))
+    stored = again.read_all(NAME, SID)
+    followed = list(again.follow(NAME, SID))
+    assert len(followed) == len(stored) == 6
+    again.close()

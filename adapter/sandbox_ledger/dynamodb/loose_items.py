@@ -126,15 +126,30 @@ def sessions_with_marks(table: str) -> Op[list[Key]]:
 
 
 def restore_loose(
-    table: str, loose: Mapping[Key, Sequence[Item]], loaded: Collection[Key] = ()
+    table: str,
+    loose: Mapping[Key, Sequence[Item]],
+    loaded: Collection[Key] = (),
+    *,
+    renumbered: bool = False,
 ) -> Op[None]:
     """Put each session's loose items as they were stored (over a summary a load rebuilt;
     past their TTL or not: TTL deletes them), except, in the sessions ``loaded`` (their
     entries just loaded), over an entry's mark the load put itself: a mark numbered for an
-    entry wins (a file that names no sequence for a session loads its marks from 0)."""
+    entry wins (a file that names no sequence for a session loads its marks from 0).
+    ``renumbered``: the load numbered the marks of the sessions ``loaded`` itself, from 0 in
+    an incarnation of each one's own (the import, not the sequence FILE names): their loose
+    marks, numbered in that sequence, are not put (a spent seal among the new marks ended
+    a follower there, and the next appends numbered past it in the seal's incarnation)."""
     puts = []
     for key in sorted(loose):
         taken: set[str] = set()
+        if key in loaded and renumbered:
+            puts += [
+                {"PutRequest": {"Item": dict(item)}}
+                for item in loose[key]
+                if item[k.SORT_KEY]["S"] == k.SUMMARY_SK
+            ]
+            continue
         if key in loaded:
             marks = yield from query_all(_marks_query(table, k.session_pk(*key), keys_only=True))
             # An entry's mark the load put wins; a mark it put for no entry (the spent mark 0

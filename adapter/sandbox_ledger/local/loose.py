@@ -70,14 +70,19 @@ def sessions_with_marks(ledger: SyncDynamoDBAdapter) -> list[Key]:
 
 
 def restore(
-    ledger: SyncDynamoDBAdapter, loose: Mapping[Key, Sequence[Item]], loaded: Collection[Key]
+    ledger: SyncDynamoDBAdapter,
+    loose: Mapping[Key, Sequence[Item]],
+    loaded: Collection[Key],
+    *,
+    renumbered: bool = False,
 ) -> None:
     """Put each session's loose items back as they were stored (after the entries' load,
-    ``loaded`` the sessions it stored: over the summary it rebuilt, never over a mark it
-    put), past their TTL or not (TTL deletes them)."""
+    ``loaded`` the sessions it stored: over the summary it rebuilt, never over an entry's
+    mark it put; ``renumbered``, the import stored them, numbering their marks anew: none of
+    their loose marks), past their TTL or not (TTL deletes them)."""
     from sandbox_ledger.dynamodb.loose_items import restore_loose
 
-    ledger.run(restore_loose(ledger.table_name, loose, loaded))
+    ledger.run(restore_loose(ledger.table_name, loose, loaded, renumbered=renumbered))
 
 
 def loose_line(key: Key, items: Sequence[Item]) -> str:

@@ -378,12 +378,18 @@ def load_state(
             f"{state.path}:{number}": read_loose_line(loads_unique(line), f"{state.path}:{number}")
             for number, line in state.loose.values()
         }
+        # The import (no bulk load) numbers each session's marks anew, from 0.
+        renumbered = bulk_done is None
         try:
-            restore(ledger, dict(lines.values()), loaded=state.sessions.keys())
+            restore(
+                ledger, dict(lines.values()), loaded=state.sessions.keys(), renumbered=renumbered
+            )
         except StorageError as exc:  # an item the table will not take: name its line
             for where, (key, items) in sorted(lines.items(), key=lambda pair: _line_no(pair[0])):
                 try:
-                    restore(ledger, {key: items}, loaded=state.sessions.keys())
+                    restore(
+                        ledger, {key: items}, loaded=state.sessions.keys(), renumbered=renumbered
+                    )
                 except StorageError as one:
                     raise InvalidInputError(
                         where, f"the table refuses these loose items ({one})"
