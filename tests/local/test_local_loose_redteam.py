@@ -325,3 +325,37 @@ def test_a_session_begun_again_loaded_by_the_import_is_followed_whole(
     followed = list(again.follow(NAME, SID))
     assert len(followed) == len(stored) == 6
     again.close()
+
+
+def test_a_delete_cut_at_any_step_and_loaded_by_the_import_ends_with_the_session_gone(
+    server: Server, tmp_path: Path
+) -> None:
+    """As ``test_a_delete_cut_at_any_step_is_loaded_as_the_table_held_it``, the load by the
+    import (a ledger with retention): the session held keeps its summary under the lease,
+    and the delete run again leaves no entry, no summary and no mark of an entry."""
+    calls = _delete_call_count(server)
+    for cut in range(1, calls):
+        own, own_store = server.table()
+        ledger, _ = server.clients(own.table_name)
+        server.log.take()
+        path = tmp_path / f"import-{cut}.jsonl"
+        saver = Saver(path, own, own_store, server.log)
+        for entry in _entries():
+            ledger.append(entry)
+        saver.save()
+        _cut_delete(ledger, cut)
+        held = _partition(ledger.client(), own.table_name)
+        saver.save(final=True)
+        loaded, store = server.table()
+        load_state(read_data(path), loaded, store)
+        again, _ = server.clients(loaded.table_name)
+        after = _partition(again.client(), again.table_name)
+        assert (k.SUMMARY_SK in after) == (k.SUMMARY_SK in held), cut
+        if k.SUMMARY_SK in held:
+            assert after[k.SUMMARY_SK] == held[k.SUMMARY_SK], cut
+        again.delete_sandbox(NAME, SID)
+        assert again.read_all(NAME, SID) == [], cut
+        left = _partition(again.client(), again.table_name)
+        assert k.SUMMARY_SK not in left and not any(A.REF in item for item in left.values())
+        again.close()
+        ledger.close()
