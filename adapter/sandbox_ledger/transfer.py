@@ -449,6 +449,7 @@ def _parsed(
     lines: Iterable[bytes],
 ) -> Iterator[tuple[int, LedgerEntry | EnvironmentRecord | LineError]]:
     checked: tuple[str, str] | None = None
+    held: set[tuple[str, str]] = set()
     for number, raw in enumerate(lines, start=1):
         if isinstance(raw, _TooLong):
             yield number, LineError(number, _too_long())
@@ -460,10 +461,41 @@ def _parsed(
         except ValueError as exc:
             yield number, LineError(number, str(exc))
             continue
+        if item is None and b'"localItems"' in raw:
+            _note_held(raw, held)
         if isinstance(item, LedgerEntry):
             checked = (item.name, item.sandbox_id)
+            if checked in held:
+                continue  # a delete holds the session: gone, as an export leaves it out
         if item is not None:
             yield number, item
+
+
+def _note_held(raw: bytes, held: set[tuple[str, str]]) -> None:
+    """Note in ``held`` whether a local server's ``localItems`` line says a delete holds its
+    session (its summary under a delete's lease): the session's entries after it are left
+    out, as an export leaves out such a session."""
+    from sandbox_ledger import keys as k
+    from sandbox_ledger.keys import LedgerAttr as A
+
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return
+    if not isinstance(value, dict) or value.get("kind") != LOCAL_ITEMS_KIND:
+        return
+    name, sandbox_id, items = value.get("name"), value.get("sandboxId"), value.get("items")
+    if not isinstance(name, str) or not isinstance(sandbox_id, str) or not isinstance(items, list):
+        return
+    if any(
+        isinstance(item, dict)
+        and item.get(k.SORT_KEY) == {"S": k.SUMMARY_SK}
+        and A.DELETING in item
+        for item in items
+    ):
+        held.add((name, sandbox_id))
+    else:
+        held.discard((name, sandbox_id))
 
 
 def _too_long() -> str:

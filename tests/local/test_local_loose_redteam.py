@@ -17,6 +17,7 @@ from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.keys import LedgerAttr as A
 from sandbox_ledger.local import loose
 from sandbox_ledger.local.persist import load_state, read_data, read_lines
+from sandbox_ledger.transfer import import_lines
 
 from .test_local_journal import Server
 from .test_local_loose import NAME, SID, _Cut, _load, _partition
@@ -358,4 +359,32 @@ def test_a_delete_cut_at_any_step_and_loaded_by_the_import_ends_with_the_session
         left = _partition(again.client(), again.table_name)
         assert k.SUMMARY_SK not in left and not any(A.REF in item for item in left.values())
         again.close()
+        ledger.close()
+
+
+def test_an_import_of_a_data_file_never_brings_back_a_part_of_a_session_a_delete_held(
+    server: Server, tmp_path: Path
+) -> None:
+    """FILE written whole stays an export (``sandbox-ledger import`` reads it, skipping the
+    ``localItems`` lines). A session a delete held at the last save (part of its entries
+    gone) is now in FILE as its remaining entries, their lease in a ``localItems`` line the
+    import skips: the import stores them as a live session that never was. An export leaves
+    such a session out."""
+    calls = _delete_call_count(server, MANY)
+    for cut in range(2, calls - 1):
+        own, own_store = server.table()
+        ledger, _ = server.clients(own.table_name)
+        server.log.take()
+        path = tmp_path / f"import-{cut}.jsonl"
+        saver = Saver(path, own, own_store, server.log)
+        for entry in _entries(MANY):
+            ledger.append(entry)
+        saver.save()
+        _cut_delete(ledger, cut)
+        saver.save(final=True)
+        target, _ = server.table()
+        report = import_lines(target, path.read_bytes().splitlines(keepends=True))
+        assert not report.failed
+        seen = target.read_all(NAME, SID)
+        assert seen in ([], _entries(MANY)), (cut, len(seen))
         ledger.close()

@@ -189,9 +189,14 @@ class DataState:
         return sum(map(len, self.sessions.values()))
 
     def lines(self) -> Iterator[str]:
-        """The file a save writes whole: the entries of each session in (name, sandboxId)
-        order, as ``export`` writes them, then the environment lines, then the records, then
-        the lines naming the sessions' sequences and their entries' order ids."""
+        """The file a save writes whole: the sessions' loose items, then the entries of each
+        session in (name, sandboxId) order, as ``export`` writes them, then the environment
+        lines, then the records, then the lines naming the sessions' sequences and their
+        entries' order ids."""
+        # The loose items first: an import of FILE leaves out the entries of a session whose
+        # summary a delete's lease holds (as an export does), told by its line before them.
+        for key in sorted(self.loose):
+            yield self.loose[key][1]
         for key in sorted(self.sessions):
             for _, line in self.sessions[key]:
                 yield line
@@ -199,8 +204,6 @@ class DataState:
             yield line
         for record_id in sorted(self.records):
             yield self.records[record_id][1]
-        for key in sorted(self.loose):
-            yield self.loose[key][1]
         named: dict[tuple[str, str], Runs] = {}
         ordered: dict[tuple[str, str], tuple[int, Sequence[str]]] = {}
         size = 0
