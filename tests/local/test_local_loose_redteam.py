@@ -388,3 +388,40 @@ def test_an_import_of_a_data_file_never_brings_back_a_part_of_a_session_a_delete
         seen = target.read_all(NAME, SID)
         assert seen in ([], _entries(MANY)), (cut, len(seen))
         ledger.close()
+
+
+def test_a_save_of_a_session_begun_again_cut_anywhere_loads_a_session_followed_whole(
+    server: Server, tmp_path: Path
+) -> None:
+    """A session deleted and begun again between two saves: the second appends its
+    ``localItems`` line (the spent marks), its block and its sequence. FILE cut at any byte
+    of that save (``kill -9``) loads to a session whose next appends a follower hands out
+    whole (a cut before the sequence loads the entries numbered anew from 0: the spent seal
+    put among those marks ended a follower there)."""
+    own, own_store = server.table()
+    ledger, _ = server.clients(own.table_name)
+    server.log.take()
+    path = tmp_path / "dev.jsonl"
+    saver = Saver(path, own, own_store, server.log)
+    for entry in _entries():
+        ledger.append(entry)
+    saver.save()
+    before = path.read_bytes()
+    ledger.delete_sandbox(NAME, SID)
+    for entry in _entries()[:2]:
+        ledger.append(entry)
+    saver.save()
+    after = path.read_bytes()
+    ledger.close()
+    cut_path = tmp_path / "cut.jsonl"
+    ends = [i + 1 for i in range(len(before), len(after)) if after[i : i + 1] == b"\n"]
+    for size in sorted({len(before), *ends, *(end - 1 for end in ends)}):  # a line whole or torn
+        cut_path.write_bytes(after[:size])
+        again = _load(server, cut_path)
+        for step in range(3, 6):
+            again.append(_entries(6)[step])
+        again.append(_entries(6)[0].model_copy(update={"ts": 99, "event": "sandbox.closed"}))
+        stored = again.read_all(NAME, SID)
+        followed = list(again.follow(NAME, SID))
+        assert len(followed) == len(stored), (size, after[len(before) : size].decode())
+        again.close()

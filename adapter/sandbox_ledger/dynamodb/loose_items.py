@@ -150,16 +150,32 @@ def restore_loose(
                 if item[k.SORT_KEY]["S"] == k.SUMMARY_SK
             ]
             continue
+        below: int | None = None
         if key in loaded:
             marks = yield from query_all(_marks_query(table, k.session_pk(*key), keys_only=True))
             # An entry's mark the load put wins; a mark it put for no entry (the spent mark 0
             # it puts below a sequence that starts past it, in an incarnation drawn anew) is
             # the one stored before the restart.
             taken = {item[k.SORT_KEY]["S"] for item in marks if A.REF in item}
+            held = any(
+                item[k.SORT_KEY]["S"] == k.SUMMARY_SK and A.DELETING in item for item in loose[key]
+            )
+            if not held and taken:
+                # Unless a delete holds the session (it takes every mark), a loose mark is
+                # put below the loaded entries' only: a save cut short (kill -9) between the
+                # loose items of a session begun again and its entries (or their sequence)
+                # loads other entries (or numbers them anew), and a spent seal among their
+                # marks ended a follower there.
+                below = min(n for sk in taken if (n := k.sequence_number(sk)) is not None)
         puts += [
             {"PutRequest": {"Item": dict(item)}}
             for item in loose[key]
             if item[k.SORT_KEY]["S"] not in taken
+            and (
+                below is None
+                or item[k.SORT_KEY]["S"] == k.SUMMARY_SK
+                or (k.sequence_number(item[k.SORT_KEY]["S"]) or 0) < below
+            )
         ]
     if puts:
         yield from batch_write(table, puts)
