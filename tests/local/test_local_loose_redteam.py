@@ -425,3 +425,69 @@ def test_a_save_of_a_session_begun_again_cut_anywhere_loads_a_session_followed_w
         followed = list(again.follow(NAME, SID))
         assert len(followed) == len(stored), (size, after[len(before) : size].decode())
         again.close()
+
+
+def test_a_save_that_reads_everything_keeps_loose_items_of_every_kind(
+    server: Server, tmp_path: Path
+) -> None:
+    """A request that may have changed anything (PartiQL, a table made) makes the save read
+    every table again and write FILE whole (``journal._everything``): a session a delete
+    holds (its lease), one deleted (its spent marks only) and one begun again after a
+    delete load back with every key as the table held it."""
+    from sandbox_ledger.local import inprocess
+
+    own, own_store = server.table()
+    ledger, _ = server.clients(own.table_name)
+    client = ledger.client()
+    server.log.take()
+    path = tmp_path / "dev.jsonl"
+    saver = Saver(path, own, own_store, server.log)
+    sessions = {"held": "sb-1", "gone": "sb-2", "again": "sb-3"}
+    for name, sid in sessions.items():
+        for entry in _entries():
+            ledger.append(entry.model_copy(update={"name": name, "sandbox_id": sid}))
+    saver.save()
+    ledger.delete_sandbox("gone", "sb-2")
+    ledger.delete_sandbox("again", "sb-3")
+    ledger.append(_entries()[0].model_copy(update={"name": "again", "sandbox_id": "sb-3"}))
+    made = [0]
+
+    def stop_before(model: Any, **_: Any) -> None:
+        if made[0] == 3:
+            raise _Cut(model.name)
+        made[0] += 1
+
+    client.meta.events.register("before-call.dynamodb", stop_before)
+    with pytest.raises(_Cut):
+        ledger.delete_sandbox("held", "sb-1")
+    client.meta.events.unregister("before-call.dynamodb", stop_before)
+
+    def keys(client: Any, table: str) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for name, sid in sessions.items():
+            for item in client.query(
+                TableName=table,
+                KeyConditionExpression="PK = :pk",
+                ExpressionAttributeValues={":pk": {"S": k.session_pk(name, sid)}},
+                ConsistentRead=True,
+            )["Items"]:
+                sk = item["SK"]["S"]
+                if not sk.startswith(k.CLAIM_PREFIX):
+                    found[f"{name}/{sk}"] = (item.get(A.INCARNATION), A.DELETING in item)
+        return found
+
+    want = keys(client, own.table_name)
+    server.log.take()
+    everything = inprocess.Written(everything=True)
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(server.log, "take", lambda: everything)
+    try:
+        saver.save()
+    finally:
+        monkey.undo()
+    written = read_data(path)
+    assert not written.appended and sorted(written.loose) == sorted(sessions.items())
+    again = _load(server, path)
+    assert keys(again.client(), again.table_name) == want
+    again.close()
+    ledger.close()
