@@ -491,3 +491,42 @@ def test_a_save_that_reads_everything_keeps_loose_items_of_every_kind(
     assert keys(again.client(), again.table_name) == want
     again.close()
     ledger.close()
+
+
+def test_a_save_under_steady_appends_to_a_session_begun_again_is_not_refused(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An append between the save's reads at every attempt (a session begun again, written
+    steadily) leaves the new marks to the next save: the save succeeds (it read again, then
+    gave up, failing every save of such a session while the appends went on)."""
+    own, own_store = server.table()
+    ledger, _ = server.clients(own.table_name)
+    server.log.take()
+    path = tmp_path / "dev.jsonl"
+    saver = Saver(path, own, own_store, server.log)
+    for entry in _entries():
+        ledger.append(entry)
+    ledger.delete_sandbox(NAME, SID)
+    ledger.append(_entries()[0])
+    saver.save()
+    real = loose.loose_items
+    steps = iter(range(1, 50))
+
+    def append_first(*args: Any, **kwargs: Any) -> Any:
+        ledger.append(_entries(50)[next(steps)])
+        return real(*args, **kwargs)
+
+    ledger.append(_entries(50)[next(steps)])  # the session to read at the next save
+    monkeypatch.setattr(loose, "loose_items", append_first)
+    saver.save()
+    monkeypatch.setattr(loose, "loose_items", real)
+    assert saver.failing is None
+    again = _load(server, path)
+    loaded = _partition(again.client(), again.table_name)
+    assert not [
+        sk
+        for sk, item in loaded.items()
+        if k.sequence_number(sk) is not None and A.REF in item and item[A.REF]["S"] not in loaded
+    ]
+    again.close()
+    ledger.close()
