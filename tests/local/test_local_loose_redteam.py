@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sandbox_ledger import LedgerEntry
 from sandbox_ledger import keys as k
 from sandbox_ledger.cli.local_saves import Saver
-from sandbox_ledger.errors import InvalidInputError
+from sandbox_ledger.errors import ConflictError, InvalidInputError
 from sandbox_ledger.keys import LedgerAttr as A
 from sandbox_ledger.local import loose
 from sandbox_ledger.local.persist import load_state, read_data, read_lines
@@ -529,4 +531,92 @@ def test_a_save_under_steady_appends_to_a_session_begun_again_is_not_refused(
         if k.sequence_number(sk) is not None and A.REF in item and item[A.REF]["S"] not in loaded
     ]
     again.close()
+    ledger.close()
+
+
+_SESSIONS = [(NAME, SID), (NAME, "sb-2")]
+
+
+@settings(
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["append", "append", "delete", "cut", "save"]),
+            st.integers(0, 1),
+            st.integers(1, 8),
+        ),
+        max_size=14,
+    )
+)
+def test_saves_between_appends_deletes_and_cut_deletes_load_every_key(
+    server: Server, tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[str, int, int]]
+) -> None:
+    """Appends, deletes, deletes cut at a step, saves between them: after each save FILE
+    loads to every key of each session as the table held it (claims aside), each mark in
+    its incarnation, a delete's lease on its summary."""
+    path = tmp_path_factory.mktemp("keys") / "dev.jsonl"
+    own, own_store = server.table()
+    ledger, _ = server.clients(own.table_name)
+    client = ledger.client()
+    server.log.take()
+    saver = Saver(path, own, own_store, server.log)
+    counts = [0, 0]
+
+    def keys(client: Any, table: str) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for name, sid in _SESSIONS:
+            for item in client.query(
+                TableName=table,
+                KeyConditionExpression="PK = :pk",
+                ExpressionAttributeValues={":pk": {"S": k.session_pk(name, sid)}},
+                ConsistentRead=True,
+            )["Items"]:
+                sk = item["SK"]["S"]
+                if not sk.startswith(k.CLAIM_PREFIX):
+                    found[f"{sid}/{sk}"] = (item.get(A.INCARNATION), item.get(A.DELETING))
+        return found
+
+    for kind, which, cut in [*steps, ("save", 0, 0)]:
+        name, sid = _SESSIONS[which]
+        if kind == "append":
+            event = "sandbox.created" if counts[which] == 0 else "exec.complete"
+            entry = LedgerEntry(
+                ts=10 + counts[which],
+                name=name,
+                sandbox_id=sid,
+                step_index=counts[which],
+                event=event,
+            )
+            try:
+                ledger.append(entry)
+            except ConflictError:  # a cut delete's lease holds the session off
+                continue
+            counts[which] += 1
+        elif kind == "delete":
+            ledger.delete_sandbox(name, sid)
+        elif kind == "cut":
+            made = [0]
+
+            def stop_before(model: Any, cut: int = cut, made: list[int] = made, **_: Any) -> None:
+                if made[0] == cut:
+                    raise _Cut(model.name)
+                made[0] += 1
+
+            client.meta.events.register("before-call.dynamodb", stop_before)
+            try:
+                ledger.delete_sandbox(name, sid)
+            except _Cut:
+                pass
+            finally:
+                client.meta.events.unregister("before-call.dynamodb", stop_before)
+        else:
+            saver.save()
+            want = keys(client, own.table_name)
+            again = _load(server, path)
+            assert keys(again.client(), again.table_name) == want
+            again.close()
     ledger.close()
