@@ -479,7 +479,7 @@ def _note_held(raw: bytes, held: set[tuple[str, str]]) -> None:
     from sandbox_ledger.keys import LedgerAttr as A
 
     try:
-        value = json.loads(raw)
+        value = loads_unique(raw)
     except ValueError:
         return
     if not isinstance(value, dict) or value.get("kind") != LOCAL_ITEMS_KIND:
