@@ -218,8 +218,17 @@ class StreamFile:
         if front is not None:
             from sandbox_ledger.local.strict.streams import Kept
 
+            # The records a shard trimmed since they were saved (the state names how far):
+            # dropped here, as the module says, and as moto's first number drops them below.
+            trimmed = {
+                str(row[0]): int(row[10])
+                for row in state.get("shards") or []
+                if isinstance(row, list) and len(row) == 11
+            }
             kept = [
-                Kept(seq, str(shard), float(taken), record) for seq, shard, taken, record in records
+                Kept(seq, str(shard), float(taken), record)
+                for seq, shard, taken, record in records
+                if seq > trimmed.get(str(shard), 0)
             ]
             self._restart(table, label, state.get("created"))
             front.streams.restore(table, state, kept)
