@@ -56,12 +56,42 @@ class _Cut(Exception):
     """The client stopped before its next call (the server restarted under it)."""
 
 
-def _entries() -> list[LedgerEntry]:
-    events = ["sandbox.created", "exec.complete", "exec.complete"]
+def _entries(n: int = 3) -> list[LedgerEntry]:
+    events = ["sandbox.created"] + ["exec.complete"] * (n - 1)
     return [
         LedgerEntry(ts=10 + i, name=NAME, sandbox_id=SID, step_index=i, event=event)
         for i, event in enumerate(events)
     ]
+
+
+def _saving(
+    server: Server, path: Path, entries: list[LedgerEntry] | None = None
+) -> tuple[SyncDynamoDBAdapter, SyncDynamoDBAdapter, Saver]:
+    """A new table (its in-process ledger), a client of it over HTTP (its writes logged, as
+    the local command logs them) and a Saver of FILE ``path``; ``entries`` appended."""
+    own, own_store = server.table()
+    ledger, _ = server.clients(own.table_name)
+    server.log.take()
+    saver = Saver(path, own, own_store, server.log)
+    for entry in entries or []:
+        ledger.append(entry)
+    return own, ledger, saver
+
+
+def _cut_delete(ledger: Any, cut: int) -> None:
+    """``delete_sandbox`` stopped before its ``cut``-th call (its client gone)."""
+    client = ledger.client()
+    made = [0]
+
+    def stop_before(model: Any, **_: Any) -> None:
+        if made[0] == cut:
+            raise _Cut(model.name)
+        made[0] += 1
+
+    client.meta.events.register("before-call.dynamodb", stop_before)
+    with pytest.raises(_Cut):
+        ledger.delete_sandbox(NAME, SID)
+    client.meta.events.unregister("before-call.dynamodb", stop_before)
 
 
 def _partition(client: Any, table: str) -> dict[str, dict[str, Any]]:
@@ -74,10 +104,11 @@ def _partition(client: Any, table: str) -> dict[str, dict[str, Any]]:
     return {item["SK"]["S"]: item for item in found}
 
 
-def _delete_calls(server: Server) -> list[str]:
+def _delete_calls(server: Server, n: int = 3) -> list[str]:
+    """The calls a delete of a session of ``n`` entries makes, by name."""
     own, _ = server.table()
     ledger, _ = server.clients(own.table_name)
-    for entry in _entries():
+    for entry in _entries(n):
         ledger.append(entry)
     calls: list[str] = []
     ledger.client().meta.events.register(
@@ -98,27 +129,11 @@ def test_a_delete_cut_at_any_step_is_loaded_as_the_table_held_it(
     calls = _delete_calls(server)
     assert calls[0] == "UpdateItem" and calls[-1] == "DeleteItem" and len(calls) >= 6
     for cut in range(1, len(calls)):  # the first call's cut is a delete never begun
-        own, own_store = server.table()
-        ledger, _ = server.clients(own.table_name)
-        client = ledger.client()
-        server.log.take()
         path = tmp_path / f"cut-{cut}.jsonl"
-        saver = Saver(path, own, own_store, server.log)
-        for entry in _entries():
-            ledger.append(entry)
+        own, ledger, saver = _saving(server, path, _entries())
         saver.save()
-        made = [0]
-
-        def stop_before(model: Any, cut: int = cut, made: list[int] = made, **_: Any) -> None:
-            if made[0] == cut:
-                raise _Cut(model.name)
-            made[0] += 1
-
-        client.meta.events.register("before-call.dynamodb", stop_before)
-        with pytest.raises(_Cut):
-            ledger.delete_sandbox(NAME, SID)
-        client.meta.events.unregister("before-call.dynamodb", stop_before)
-        held = _partition(client, own.table_name)
+        _cut_delete(ledger, cut)
+        held = _partition(ledger.client(), own.table_name)
         for final in (False, True):  # a save appending, then the last one writing FILE whole
             saver.save(final=final)
             again = _load(server, path)
@@ -142,13 +157,8 @@ def test_a_deleted_sessions_marks_outlive_a_restart_and_a_new_session_numbers_af
     """A delete leaves its spent seal and mark 0 so that no key of the deleted session is
     put again; a restart keeps them (they are loose: no entry rebuilds them), and a session
     begun again after it numbers its marks after the seal, as without the restart."""
-    own, own_store = server.table()
-    ledger, _ = server.clients(own.table_name)
-    server.log.take()
     path = tmp_path / "dev.jsonl"
-    saver = Saver(path, own, own_store, server.log)
-    for entry in _entries():
-        ledger.append(entry)
+    own, ledger, saver = _saving(server, path, _entries())
     ledger.delete_sandbox(NAME, SID)
     left = _partition(ledger.client(), own.table_name)
     assert left and all(k.sequence_number(sk) is not None for sk in left)

@@ -23,16 +23,17 @@ from sandbox_ledger.transfer import import_lines
 from verification.profiles import PROFILE
 
 from .test_local_journal import Server
-from .test_local_loose import NAME, SID, _Cut, _load, _partition
-
-
-def _entries(n: int = 3) -> list[LedgerEntry]:
-    events = ["sandbox.created"] + ["exec.complete"] * (n - 1)
-    return [
-        LedgerEntry(ts=10 + i, name=NAME, sandbox_id=SID, step_index=i, event=event)
-        for i, event in enumerate(events)
-    ]
-
+from .test_local_loose import (
+    NAME,
+    SID,
+    _Cut,
+    _cut_delete,
+    _delete_calls,
+    _entries,
+    _load,
+    _partition,
+    _saving,
+)
 
 MANY = 60
 """Entries enough for a delete to take them in more than one write."""
@@ -45,36 +46,6 @@ def server() -> Iterator[Server]:
     made.server.stop()
 
 
-def _cut_delete(ledger: Any, cut: int) -> None:
-    """``delete_sandbox`` stopped before its ``cut``-th call (its client gone)."""
-    client = ledger.client()
-    made = [0]
-
-    def stop_before(model: Any, **_: Any) -> None:
-        if made[0] == cut:
-            raise _Cut(model.name)
-        made[0] += 1
-
-    client.meta.events.register("before-call.dynamodb", stop_before)
-    with pytest.raises(_Cut):
-        ledger.delete_sandbox(NAME, SID)
-    client.meta.events.unregister("before-call.dynamodb", stop_before)
-
-
-def _delete_call_count(server: Server, n: int = 3) -> int:
-    own, _ = server.table()
-    ledger, _ = server.clients(own.table_name)
-    for entry in _entries(n):
-        ledger.append(entry)
-    calls: list[str] = []
-    ledger.client().meta.events.register(
-        "before-call.dynamodb", lambda model, **_: calls.append(model.name)
-    )
-    ledger.delete_sandbox(NAME, SID)
-    ledger.close()
-    return len(calls)
-
-
 def test_a_delete_that_ends_between_a_saves_reads_never_loads_a_part_of_the_session(
     server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -82,16 +53,11 @@ def test_a_delete_that_ends_between_a_saves_reads_never_loads_a_part_of_the_sess
     reads the session's loose items, the delete ends (summary gone, its spent marks left).
     FILE, loaded (``kill -9`` after that save), must not serve a session that never was:
     a reader sees all of its entries or none (a delete's lease holding it, or gone)."""
-    calls = _delete_call_count(server, MANY)
+    calls = len(_delete_calls(server, MANY))
     real = loose.loose_items
     for cut in range(1, calls):
-        own, own_store = server.table()
-        ledger, _ = server.clients(own.table_name)
-        server.log.take()
         path = tmp_path / f"race-{cut}.jsonl"
-        saver = Saver(path, own, own_store, server.log)
-        for entry in _entries(MANY):
-            ledger.append(entry)
+        _own, ledger, saver = _saving(server, path, _entries(MANY))
         saver.save()
         _cut_delete(ledger, cut)
 
@@ -117,14 +83,9 @@ def test_a_save_cut_between_its_lines_keeps_a_held_sessions_summary(
     its ``localItems`` line. FILE cut anywhere in that save (``kill -9`` mid-write) loads
     to the session as the save before held it or with its summary: never the session gone
     without the summary whose removal is its ``session.deleted``."""
-    calls = _delete_call_count(server)
-    own, own_store = server.table()
-    ledger, _ = server.clients(own.table_name)
-    server.log.take()
+    calls = len(_delete_calls(server))
     path = tmp_path / "dev.jsonl"
-    saver = Saver(path, own, own_store, server.log)
-    for entry in _entries():
-        ledger.append(entry)
+    own, ledger, saver = _saving(server, path, _entries())
     saver.save()
     before = path.read_bytes()
     _cut_delete(ledger, calls - 1)
@@ -154,13 +115,8 @@ def test_an_entry_appended_between_a_saves_reads_leaves_no_mark_without_its_entr
     its entries and of its loose items. FILE, loaded (``kill -9`` after that save), holds no
     sequence mark of an entry it does not hold (the next save would have saved the entry
     with its mark)."""
-    own, own_store = server.table()
-    ledger, _ = server.clients(own.table_name)
-    server.log.take()
     path = tmp_path / "dev.jsonl"
-    saver = Saver(path, own, own_store, server.log)
-    for entry in _entries():
-        ledger.append(entry)
+    _own, ledger, saver = _saving(server, path, _entries())
     ledger.delete_sandbox(NAME, SID)
     ledger.append(_entries()[0])  # begun again: marks after the seal
     saver.save()
@@ -193,13 +149,8 @@ def test_a_session_begun_again_between_a_saves_reads_loads_whole_or_not_at_all(
     """A deleted session (no entry: its spent marks only) begun again between the save's
     read of its entries (none) and of its loose items: FILE, loaded, must not hold the new
     session's summary or marks without its entry."""
-    own, own_store = server.table()
-    ledger, _ = server.clients(own.table_name)
-    server.log.take()
     path = tmp_path / "dev.jsonl"
-    saver = Saver(path, own, own_store, server.log)
-    for entry in _entries():
-        ledger.append(entry)
+    _own, ledger, saver = _saving(server, path, _entries())
     saver.save()
     ledger.delete_sandbox(NAME, SID)
     real = loose.loose_items
@@ -273,12 +224,9 @@ def test_a_session_deleted_begun_again_and_deleted_again_across_saves_loads_as_i
     """Deleted, begun again, deleted again, begun again, a save after each step (appending,
     then on exit written whole): FILE loads to the session's partition as it stood at each
     save (the localItems line replaced each time), and the mirror is what FILE holds."""
-    own, own_store = server.table()
-    ledger, _ = server.clients(own.table_name)
-    client = ledger.client()
-    server.log.take()
     path = tmp_path / "dev.jsonl"
-    saver = Saver(path, own, own_store, server.log)
+    own, ledger, saver = _saving(server, path)
+    client = ledger.client()
     steps: list[Any] = [
         lambda: [ledger.append(e) for e in _entries()],
         lambda: ledger.delete_sandbox(NAME, SID),
@@ -310,13 +258,8 @@ def test_a_session_begun_again_loaded_by_the_import_is_followed_whole(
     in the sequence FILE names) put over that sequence left a spent seal in the middle of
     it: the next appends numbered past it in the seal's incarnation, and a follower of the
     session ended before them (2 entries followed of 6 stored)."""
-    own, own_store = server.table()
-    ledger, _ = server.clients(own.table_name)
-    server.log.take()
     path = tmp_path / "dev.jsonl"
-    saver = Saver(path, own, own_store, server.log)
-    for entry in _entries():
-        ledger.append(entry)
+    _own, ledger, saver = _saving(server, path, _entries())
     ledger.delete_sandbox(NAME, SID)
     for entry in _entries()[:2]:
         ledger.append(entry)
@@ -340,15 +283,10 @@ def test_a_delete_cut_at_any_step_and_loaded_by_the_import_ends_with_the_session
     """As ``test_a_delete_cut_at_any_step_is_loaded_as_the_table_held_it``, the load by the
     import (a ledger with retention): the session held keeps its summary under the lease,
     and the delete run again leaves no entry, no summary and no mark of an entry."""
-    calls = _delete_call_count(server)
+    calls = len(_delete_calls(server))
     for cut in range(1, calls):
-        own, own_store = server.table()
-        ledger, _ = server.clients(own.table_name)
-        server.log.take()
         path = tmp_path / f"import-{cut}.jsonl"
-        saver = Saver(path, own, own_store, server.log)
-        for entry in _entries():
-            ledger.append(entry)
+        own, ledger, saver = _saving(server, path, _entries())
         saver.save()
         _cut_delete(ledger, cut)
         held = _partition(ledger.client(), own.table_name)
@@ -376,15 +314,10 @@ def test_an_import_of_a_data_file_never_brings_back_a_part_of_a_session_a_delete
     gone) is now in FILE as its remaining entries, their lease in a ``localItems`` line the
     import skips: the import stores them as a live session that never was. An export leaves
     such a session out."""
-    calls = _delete_call_count(server, MANY)
+    calls = len(_delete_calls(server, MANY))
     for cut in range(2, calls - 1):
-        own, own_store = server.table()
-        ledger, _ = server.clients(own.table_name)
-        server.log.take()
         path = tmp_path / f"import-{cut}.jsonl"
-        saver = Saver(path, own, own_store, server.log)
-        for entry in _entries(MANY):
-            ledger.append(entry)
+        _own, ledger, saver = _saving(server, path, _entries(MANY))
         saver.save()
         _cut_delete(ledger, cut)
         saver.save(final=True)
@@ -404,13 +337,8 @@ def test_a_save_of_a_session_begun_again_cut_anywhere_loads_a_session_followed_w
     of that save (``kill -9``) loads to a session whose next appends a follower hands out
     whole (a cut before the sequence loads the entries numbered anew from 0: the spent seal
     put among those marks ended a follower there)."""
-    own, own_store = server.table()
-    ledger, _ = server.clients(own.table_name)
-    server.log.take()
     path = tmp_path / "dev.jsonl"
-    saver = Saver(path, own, own_store, server.log)
-    for entry in _entries():
-        ledger.append(entry)
+    _own, ledger, saver = _saving(server, path, _entries())
     saver.save()
     before = path.read_bytes()
     ledger.delete_sandbox(NAME, SID)
@@ -442,12 +370,9 @@ def test_a_save_that_reads_everything_keeps_loose_items_of_every_kind(
     delete load back with every key as the table held it."""
     from sandbox_ledger.local import inprocess
 
-    own, own_store = server.table()
-    ledger, _ = server.clients(own.table_name)
-    client = ledger.client()
-    server.log.take()
     path = tmp_path / "dev.jsonl"
-    saver = Saver(path, own, own_store, server.log)
+    own, ledger, saver = _saving(server, path)
+    client = ledger.client()
     sessions = {"held": "sb-1", "gone": "sb-2", "again": "sb-3"}
     for name, sid in sessions.items():
         for entry in _entries():
@@ -505,13 +430,8 @@ def test_a_save_under_steady_appends_to_a_session_begun_again_is_not_refused(
     """An append between the save's reads at every attempt (a session begun again, written
     steadily) leaves the new marks to the next save: the save succeeds (it read again, then
     gave up, failing every save of such a session while the appends went on)."""
-    own, own_store = server.table()
-    ledger, _ = server.clients(own.table_name)
-    server.log.take()
     path = tmp_path / "dev.jsonl"
-    saver = Saver(path, own, own_store, server.log)
-    for entry in _entries():
-        ledger.append(entry)
+    _own, ledger, saver = _saving(server, path, _entries())
     ledger.delete_sandbox(NAME, SID)
     ledger.append(_entries()[0])
     saver.save()
