@@ -6,10 +6,11 @@ embedded server's saves keep as stored so that a restart changes nothing a clien
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sandbox_ledger import keys as k
 from sandbox_ledger.dynamodb import _items as it
+from sandbox_ledger.dynamodb import _ops
 from sandbox_ledger.errors import StorageError
 from sandbox_ledger.keys import LedgerAttr as A
 from sandbox_ledger.sdk.attributes import S
@@ -65,7 +66,7 @@ def read_loose(
             found[key] = []
             continue
         pk = k.session_pk(*key)
-        marks = yield from query_all(_marks_query(table, pk))
+        marks = yield from query_all(_ops._prefix_query(table, pk, k.SEQUENCE_PREFIX))
         stored = {
             (n, item.get(A.INCARNATION, {}).get("S", ""))
             for item in marks
@@ -160,7 +161,16 @@ def restore_loose(
             continue
         below: int | None = None
         if key in loaded:
-            marks = yield from query_all(_marks_query(table, k.session_pk(*key), keys_only=True))
+            keys = {"#pk": k.PARTITION_KEY, "#sk": k.SORT_KEY, "#ref": A.REF}
+            marks = yield from query_all(
+                _ops._prefix_query(
+                    table,
+                    k.session_pk(*key),
+                    k.SEQUENCE_PREFIX,
+                    ProjectionExpression="#sk, #ref",
+                    ExpressionAttributeNames=keys,
+                )
+            )
             # An entry's mark the load put wins; a mark it put for no entry (the spent mark 0
             # it puts below a sequence that starts past it, in an incarnation drawn anew) is
             # the one stored before the restart.
@@ -187,18 +197,3 @@ def restore_loose(
         ]
     if puts:
         yield from batch_write(table, puts)
-
-
-def _marks_query(table: str, pk: str, *, keys_only: bool = False) -> dict[str, Any]:
-    """The Query of a session's marks (strongly consistent)."""
-    query: dict[str, Any] = {
-        "TableName": table,
-        "KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :q)",
-        "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY, "#sk": k.SORT_KEY},
-        "ExpressionAttributeValues": {":pk": S(pk), ":q": S(k.SEQUENCE_PREFIX)},
-        "ConsistentRead": True,
-    }
-    if keys_only:
-        query["ProjectionExpression"] = "#sk, #ref"
-        query["ExpressionAttributeNames"]["#ref"] = A.REF
-    return query

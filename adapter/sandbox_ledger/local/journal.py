@@ -25,6 +25,7 @@ when last written whole) and on exit, the file is written whole again from the m
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from typing import TYPE_CHECKING
@@ -85,13 +86,10 @@ def changes(
     """
     from sandbox_ledger.dynamodb.loose_items import ChangedBehindRead
 
-    for attempt in range(1, _READ_ATTEMPTS + 1):
-        try:
+    for _ in range(_READ_ATTEMPTS - 1):
+        with contextlib.suppress(ChangedBehindRead):  # read again
             return _changes(mirror, written, table, ledger, store)
-        except ChangedBehindRead:
-            if attempt == _READ_ATTEMPTS:
-                raise
-    raise AssertionError("unreachable")  # pragma: no cover
+    return _changes(mirror, written, table, ledger, store)
 
 
 def _changes(
