@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import queue
 import random
 import re
+import select
 import shutil
 import signal
 import socket
@@ -502,6 +504,48 @@ def _ledger_lines(entries: int, prefix: str = "sb") -> str:
     return "".join(lines)
 
 
+def _stopped_while_loading(cwd: Path, data: str) -> tuple[int, str]:
+    """Start ``local --data DATA`` with stderr on a pseudo-terminal, send SIGINT once its
+    loading bar shows (the load has begun, whatever the machine's speed: a fixed wait raced a
+    load of 3-4 s), and return its exit code and what it said after the bar (the bar's own
+    drawing left out). It must end within 10 s of the signal."""
+    leader, follower = pty.openpty()
+    process = popen(
+        ["local", "--port", "0", "--data", data],
+        {**bare_env(), "TERM": "xterm", "COLUMNS": "100"},
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=follower,
+    )
+    os.close(follower)
+    seen, signalled = bytearray(), None
+    try:
+        while True:
+            ready, _, _ = select.select([leader], [], [], 60)
+            assert ready, f"no output for 60 s: {seen!r}"
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal closed: the process ended
+                break
+            if not chunk:
+                break
+            seen += chunk
+            if signalled is None and f"loading {data}".encode() in seen:
+                assert b"loaded " not in seen, seen
+                process.send_signal(signal.SIGINT)
+                signalled = time.monotonic()
+        code = process.wait(timeout=60)
+    finally:
+        os.close(leader)
+        if process.poll() is None:
+            process.kill()
+    assert signalled is not None and time.monotonic() - signalled < 10, seen
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", seen.decode("utf-8", "replace"))
+    lines = [line.strip() for line in re.split(r"[\r\n]+", shown) if line.strip()]
+    return code, "\n".join(line for line in lines if not line.startswith(f"loading {data}"))
+
+
 @pytest.mark.slow
 def test_at_100000_entries_a_written_entry_survives_kill_9_and_the_server_restarts(
     tmp_path: Path,
@@ -514,22 +558,11 @@ def test_at_100000_entries_a_written_entry_survives_kill_9_and_the_server_restar
 
     (tmp_path / "dev.jsonl").write_text(_ledger_lines(100_000))
     before = (tmp_path / "dev.jsonl").read_bytes()
-    loading = popen(
-        ["local", "--port", "0", "--data", "dev.jsonl"],
-        bare_env(),
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    time.sleep(5)  # loading: Ctrl-C ends it at once, FILE untouched
-    started = time.monotonic()
-    loading.send_signal(signal.SIGINT)
-    _, said = loading.communicate(timeout=60)
-    assert loading.returncode == 0 and time.monotonic() - started < 10, said
+    code, said = _stopped_while_loading(tmp_path, "dev.jsonl")
+    assert code == 0, said
     assert said.splitlines()[-1] == (
         "SIGINT: stopped while loading dev.jsonl: nothing saved, the file is as it was"
-    )
+    ), said
     assert (tmp_path / "dev.jsonl").read_bytes() == before
     started = time.monotonic()
     server = Local("--data", "dev.jsonl", "--save-every", "1", cwd=tmp_path)
