@@ -24,7 +24,7 @@ CDK := PATH="$(abspath $(DEPLOY_VENV))/bin:$$PATH" CDK_DISABLE_CLI_TELEMETRY=tru
 	SANDBOX_LEDGER_WHEELHOUSE="$(abspath $(WHEELHOUSE))" npx cdk
 CDK_ARGS ?=
 
-.PHONY: demo test test-all lint typecheck check clean verify mutation test-newest-moto deploy-tools synth deploy soak soak-short
+.PHONY: demo test test-all lint typecheck check clean verify mutation test-newest-moto deploy-tools synth deploy soak soak-short test-aws test-aws-clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -124,6 +124,19 @@ soak-short: $(STAMP)
 	$(BIN)/python -m sandbox_ledger.soak --store dynamodb --seconds 60 --seed $(SOAK_SEED) --workers 4
 	$(BIN)/python -m sandbox_ledger.soak --store postgresql --seconds 60 --seed $(SOAK_SEED) --workers 4 --think 0.05
 	$(BIN)/python -m sandbox_ledger.soak --store sqlite --seconds 60 --seed $(SOAK_SEED) --workers 4 --think 0.3
+
+# The library's suites against a real AWS account (docs/deploy.md, "The suites on a real
+# account"): refuses without SANDBOX_LEDGER_AWS_TESTS=1 and credentials; one on-demand table
+# made for the run, tagged, deleted at its end (also on a failure, Ctrl-C or SIGTERM).
+# AWS_TEST_ARGS, e.g. "--suite conformance" or "-- -x". test-aws-clean deletes what runs
+# left, found by their tag (AWS_CLEAN_ARGS, e.g. "--min-age 0": younger than 2 hours spared).
+AWS_TEST_ARGS ?=
+AWS_CLEAN_ARGS ?=
+test-aws: $(STAMP)
+	$(BIN)/python -m sandbox_ledger.awstest run $(AWS_TEST_ARGS)
+
+test-aws-clean: $(STAMP)
+	$(BIN)/python -m sandbox_ledger.awstest clean $(AWS_CLEAN_ARGS)
 
 # Mutation score of the core (docs/verification.md), with mutmut 3, one module at a time, e.g.
 # make mutation MUTATION_MODULES="summary.py cursor.py" (default: every module listed in

@@ -12,12 +12,19 @@ from typing import Any
 
 import pytest
 
-os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
-os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
-os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-os.environ.setdefault("AWS_REGION", "us-east-1")
-os.environ.pop("AWS_PROFILE", None)
-os.environ.pop("AWS_ENDPOINT_URL", None)
+ONE_TABLE = os.environ.get("SANDBOX_LEDGER_TEST_TABLE")
+"""One-table mode (``make test-aws``, :mod:`sandbox_ledger.awstest`): every DynamoDB test runs
+on this one table, reset before each, at ``SANDBOX_LEDGER_TEST_ENDPOINT`` (unset: AWS itself,
+with the shell's own credentials and region); a test that needs the embedded server's
+controls, a second table or an event bus of its own is skipped, saying which."""
+
+if ONE_TABLE is None:
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    os.environ.setdefault("AWS_REGION", "us-east-1")
+    os.environ.pop("AWS_PROFILE", None)
+    os.environ.pop("AWS_ENDPOINT_URL", None)
 
 
 def _freeze_heap() -> None:
@@ -59,6 +66,9 @@ def moto_server() -> Iterator[Any]:
     """The session's moto server (a ``LocalDynamoDB``), or None when the session uses the one
     ``SANDBOX_LEDGER_TEST_MOTO_ENDPOINT`` names (make mutation starts one, lenient, for all
     mutants: a server per mutant's test session costs seconds)."""
+    if ONE_TABLE is not None:
+        yield _OneTableServer(_run_table())
+        return
     if os.environ.get("SANDBOX_LEDGER_TEST_MOTO_ENDPOINT"):
         yield None
         return
@@ -73,7 +83,10 @@ def moto_server() -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def moto_endpoint(moto_server: Any) -> str:
-    """The endpoint of the session's moto server (see ``moto_server``)."""
+    """The endpoint of the session's moto server (see ``moto_server``); in one-table mode
+    ``SANDBOX_LEDGER_TEST_ENDPOINT``, None for AWS itself (the adapters' default)."""
+    if ONE_TABLE is not None:
+        return os.environ.get("SANDBOX_LEDGER_TEST_ENDPOINT")  # type: ignore[return-value]
     if moto_server is None:
         return os.environ["SANDBOX_LEDGER_TEST_MOTO_ENDPOINT"]
     return str(moto_server.endpoint_url)
@@ -206,8 +219,46 @@ def pg_schema() -> str:
     return f"t_{uuid.uuid4().hex[:12]}"
 
 
+_STREAM_READERS = ("change", "stream", "ttl")
+"""In one-table mode, a test whose id names one of these reads the table's stream and gets a
+new one (its reader starts at the oldest record the stream holds: the last test's are
+there); renewing it costs seconds on AWS, so the other tests keep the one they find."""
+
+
+def _run_table() -> Any:
+    import boto3
+
+    from sandbox_ledger.awstest.runtable import RunTable
+
+    endpoint = os.environ.get("SANDBOX_LEDGER_TEST_ENDPOINT")
+    return RunTable(boto3.client("dynamodb", endpoint_url=endpoint), str(ONE_TABLE))
+
+
+class _OneTableServer:
+    """What the tests ask of the session's server, in one-table mode: the indexes' settled
+    state (:meth:`RunTable.wait_for_indexes`, polled); any other control skips the test."""
+
+    def __init__(self, table: Any) -> None:
+        self.table = table
+
+    def wait_for_indexes(self, table: str | None = None, *, timeout: float = 120.0) -> None:
+        self.table.wait_for_indexes(timeout=timeout)
+
+    def __getattr__(self, name: str) -> Any:
+        pytest.skip(f"one-table mode: needs the embedded server's {name}")
+
+
 @pytest.fixture
 def table_name(request: pytest.FixtureRequest) -> Iterator[str]:
+    if ONE_TABLE is not None:
+        # The run's table, emptied, with no descriptor: the test's create_table() writes its
+        # own (sync_table writes the default one).
+        request.getfixturevalue("moto_server").table.reset(
+            new_stream=any(word in request.node.nodeid.lower() for word in _STREAM_READERS),
+            descriptor="sync_table" in request.fixturenames,
+        )
+        yield ONE_TABLE
+        return
     name = f"ledger-{uuid.uuid4().hex[:12]}"
     client = (
         request.getfixturevalue("fixture_clients")(request.getfixturevalue("moto_endpoint"))
@@ -255,6 +306,8 @@ def sync_table(moto_endpoint: str, table_name: str, fixture_clients: Any) -> str
     from sandbox_ledger.dynamodb import _ops
     from sandbox_ledger.sdk.steps import run_sync
 
+    if ONE_TABLE is not None:
+        return table_name  # reset by table_name: a fresh table but for its name
     op = _ops.create_table(table_name, keys.DEFAULT_SHARD_COUNT)
     created, _ = run_sync(fixture_clients(moto_endpoint), op)
     assert created is True
@@ -268,6 +321,8 @@ def event_bus(moto_endpoint: str, table_name: str) -> str:
     leaves rules on "default" with Lambda targets, which moto fails every PutEvents on."""
     import boto3
 
+    if ONE_TABLE is not None:
+        pytest.skip("one-table mode: needs an event bus of its own")
     name = f"bus-{table_name}"
     boto3.client("events", endpoint_url=moto_endpoint).create_event_bus(Name=name)
     return name

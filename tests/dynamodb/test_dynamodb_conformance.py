@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -114,7 +115,10 @@ def _steps(stream: Any) -> AsyncIterator[Any]:
 async def _namesake(
     table: str, endpoint: str, shard_count: int | None = None
 ) -> AsyncIterator[DynamoDBAdapter]:
-    """A table of the same name in another region (as in another account)."""
+    """A table of the same name in another region (as in another account); none in one-table
+    mode (``make test-aws``: a second table is a second resource to pay for and clean up)."""
+    if os.environ.get("SANDBOX_LEDGER_TEST_TABLE"):
+        pytest.skip("one-table mode: needs a second table of the same name")
     other = DynamoDBAdapter(
         table, endpoint_url=endpoint, region_name="eu-west-1", shard_count=shard_count
     )
@@ -167,6 +171,8 @@ class TestSyncDynamoDBAdapter(_IndexesLag):
 
     @pytest.fixture
     async def namesake(self, moto_endpoint: str, sync_table: str) -> AsyncIterator[AsyncOverSync]:
+        if os.environ.get("SANDBOX_LEDGER_TEST_TABLE"):
+            pytest.skip("one-table mode: needs a second table of the same name")
         other = AsyncOverSync(
             SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint, region_name="eu-west-1")
         )

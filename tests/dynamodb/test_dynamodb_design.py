@@ -76,6 +76,8 @@ def test_no_scan_outside_the_exports() -> None:
     server's save (``sandbox-ledger local --data``, an export of the whole table)."""
     import inspect
 
+    from sandbox_ledger.awstest import meter
+    from sandbox_ledger.awstest.runtable import RunTable
     from sandbox_ledger.dynamodb import _ops, loose_items
     from sandbox_ledger.local import inprocess, persist
     from sandbox_ledger.local.strict import front, indexes
@@ -83,6 +85,7 @@ def test_no_scan_outside_the_exports() -> None:
     from sandbox_ledger.resources import files
     from sandbox_ledger.sdk import paging
 
+    meter_source = inspect.getsource(meter)
     allowed = {
         "scan_round": inspect.getsource(paging.scan_round),
         "scan_sessions": inspect.getsource(_ops.scan_sessions),
@@ -92,6 +95,12 @@ def test_no_scan_outside_the_exports() -> None:
         # The embedded server's save that reads everything again: the sessions that hold
         # nothing but loose items (a deleted session's spent marks) have no entry to scan by.
         "sessions_with_marks": inspect.getsource(loose_items.sessions_with_marks),
+        # make test-aws's one table: emptied between two tests, and its indexes compared
+        # with it until they agree (a test table of a few hundred items, never a store's).
+        "run table emptied": inspect.getsource(RunTable.empty),
+        "run table's keys": inspect.getsource(RunTable._keys),
+        # make test-aws's meter: the names of the reads whose units it sums, never a request.
+        "metered names": re.search(r"READS = frozenset\(\{[^}]*\}\)\n", meter_source).group(0),
         # The embedded server's list of the actions that only read (it notes the partitions
         # the others write): a name it is served, never a request it sends.
         "served reads": re.search(

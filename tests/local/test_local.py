@@ -1165,6 +1165,28 @@ def test_stream_turned_off_stops_records_and_writes_still_work(
     adapter.close()
 
 
+def test_a_stream_turned_off_can_be_turned_on_again_as_a_new_stream(
+    moto_endpoint: str, client: Any, table: str
+) -> None:
+    """DynamoDB gives a table whose stream is off a new one (a new ARN, holding only what is
+    written after it); stock moto refuses ("Cannot enable stream"). A table whose stream is on
+    still refuses a second."""
+    needs("streams")
+    on = {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"}
+    with pytest.raises(ClientError, match="ResourceInUseException"):
+        client.update_table(TableName=table, StreamSpecification=on)
+    client.put_item(TableName=table, Item={**key("p", "before"), "i": {"N": "1"}})
+    first = client.describe_table(TableName=table)["Table"]["LatestStreamArn"]
+    client.update_table(TableName=table, StreamSpecification={"StreamEnabled": False})
+    client.put_item(TableName=table, Item={**key("p", "while off"), "i": {"N": "2"}})
+    client.update_table(TableName=table, StreamSpecification=on)
+    second = client.describe_table(TableName=table)["Table"]["LatestStreamArn"]
+    assert second != first
+    client.put_item(TableName=table, Item={**key("p", "after"), "i": {"N": "3"}})
+    records = stream_records(moto_endpoint, client, table)
+    assert [r["dynamodb"]["NewImage"]["i"]["N"] for r in records] == ["3"]
+
+
 def test_stream_records_must_be_a_count() -> None:
     with pytest.raises(ValueError, match="stream_records"):
         local.LocalDynamoDB(stream_records=-1)

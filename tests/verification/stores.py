@@ -9,6 +9,7 @@ adapter to the model-based runs is one fixture that returns a Subject (see
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import threading
 import uuid
@@ -22,6 +23,7 @@ from botocore.exceptions import ConnectionClosedError
 from dynamodb.faults import FailShare, PartialBatches, ResendAfterSuccess
 from sandbox_ledger import MemoryAdapter
 from sandbox_ledger import keys as k
+from sandbox_ledger.awstest.runtable import RunTable
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -146,9 +148,14 @@ class DynamoDBSubject:
     async def open(self, clients: int) -> Store:
         from sandbox_ledger.dynamodb import DynamoDBAdapter, SyncDynamoDBAdapter
 
-        table = f"verify-{uuid.uuid4().hex[:12]}"
+        one_table = os.environ.get("SANDBOX_LEDGER_TEST_TABLE")  # make test-aws
+        table = one_table or f"verify-{uuid.uuid4().hex[:12]}"
         maker = SyncDynamoDBAdapter(table, endpoint_url=self.endpoint)
-        await asyncio.to_thread(maker.create_table)
+        run = RunTable(maker.client(), table) if one_table else None
+        if run is not None:
+            await asyncio.to_thread(run.reset, new_stream=True)
+        else:
+            await asyncio.to_thread(maker.create_table)
         adapters: list[Any] = []
         raw: list[Any] = []
         for i in range(clients + 1):
@@ -166,7 +173,9 @@ class DynamoDBSubject:
         async def reset() -> None:
             nonlocal resets
             resets += 1
-            if resets % self.recreate_every == 0:
+            if run is not None:  # the run's one table, made as a fresh one
+                await asyncio.to_thread(run.reset, new_stream=resets % self.recreate_every == 0)
+            elif resets % self.recreate_every == 0:
                 await asyncio.to_thread(_recreate, maker)
             else:
                 await asyncio.to_thread(_empty, maker.client(), table)
@@ -174,11 +183,14 @@ class DynamoDBSubject:
         async def dispose() -> None:
             for adapter in adapters:
                 await adapter.close()
-            await asyncio.to_thread(maker.client().delete_table, TableName=table)
+            if run is None:
+                await asyncio.to_thread(maker.client().delete_table, TableName=table)
             maker.close()
 
         async def settle() -> None:
-            if self.server is not None:
+            if run is not None:
+                await asyncio.to_thread(run.wait_for_indexes)
+            elif self.server is not None:
                 await asyncio.to_thread(self.server.wait_for_indexes, table)
 
         return Store(
@@ -193,25 +205,8 @@ class DynamoDBSubject:
 
 
 def _empty(client: Any, table: str) -> None:
-    keys = [k.PARTITION_KEY, k.SORT_KEY]
-    pages = client.get_paginator("scan").paginate(
-        TableName=table,
-        ConsistentRead=True,
-        ProjectionExpression="#p, #s",
-        ExpressionAttributeNames={"#p": keys[0], "#s": keys[1]},
-    )
     # The deployment descriptor describes the table, not its data: it stays.
-    descriptor = {k.DESCRIPTOR_PK}
-    items = [
-        item
-        for page in pages
-        for item in page.get("Items", [])
-        if item[k.PARTITION_KEY]["S"] not in descriptor
-    ]
-    for i in range(0, len(items), 25):
-        pending = {table: [{"DeleteRequest": {"Key": item}} for item in items[i : i + 25]]}
-        while pending:  # a batch may leave some of its requests unprocessed
-            pending = client.batch_write_item(RequestItems=pending).get("UnprocessedItems")
+    RunTable(client, table).empty(keep=frozenset({k.DESCRIPTOR_PK}))
 
 
 def _recreate(maker: Any) -> None:

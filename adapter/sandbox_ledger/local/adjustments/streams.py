@@ -6,7 +6,10 @@ numbers keep increasing, ``TRIM_HORIZON`` starts at the oldest record kept, and 
 it answers ``TrimmedDataAccessException`` as DynamoDB does for records past their 24 hours.
 
 It fixes behaviour: after ``UpdateTable`` turns a table's stream off, stock moto fails every
-write to the table with ``KeyError``; here the stream stops taking records.
+write to the table with ``KeyError``; here the stream stops taking records. And stock moto
+refuses to turn it on again (``Cannot enable stream``: it checks that the table ever had a
+stream); here, as on DynamoDB, a table whose stream is off gets a new one (a new label and
+ARN, no record), and only a table whose stream is on refuses another.
 """
 
 from __future__ import annotations
@@ -19,19 +22,38 @@ NAME = "streams"
 KNOWN_SOURCES = {
     "StreamShard.add": frozenset({"41a37c014ddf5669"}),
     "StreamShard.get": frozenset({"fafe06aef1305961"}),
+    "DynamoDBBackend.update_table_streams": frozenset({"085b3d6d3e28b59a"}),
 }
 
 
 def _sources() -> dict[str, Any]:
+    from moto.dynamodb.models import DynamoDBBackend
     from moto.dynamodb.models.table import StreamShard
 
-    return {"StreamShard.add": StreamShard.add, "StreamShard.get": StreamShard.get}
+    return {
+        "StreamShard.add": StreamShard.add,
+        "StreamShard.get": StreamShard.get,
+        "DynamoDBBackend.update_table_streams": DynamoDBBackend.update_table_streams,
+    }
 
 
 def _install(stock: dict[str, Any]) -> None:
+    from moto.dynamodb.models import DynamoDBBackend
     from moto.dynamodb.models.table import StreamShard
 
     stock_add, stock_get = stock["StreamShard.add"], stock["StreamShard.get"]
+    stock_update = stock["DynamoDBBackend.update_table_streams"]
+
+    def update_table_streams(self: Any, table: Any, specification: dict[str, Any]) -> None:
+        if active(NAME) is None:
+            return stock_update(self, table, specification)  # type: ignore[no-any-return]
+        turning_on = specification.get("StreamEnabled") or specification.get("StreamViewType")
+        if turning_on and (table.stream_specification or {}).get("StreamEnabled"):
+            from moto.dynamodb.exceptions import StreamAlreadyEnabledException
+
+            raise StreamAlreadyEnabledException
+        table.set_stream_specification(specification)
+        return None
 
     def add(self: Any, old: Any, new: Any) -> None:
         settings = active(NAME)
@@ -63,6 +85,7 @@ def _install(stock: dict[str, Any]) -> None:
 
     StreamShard.add = add  # type: ignore[method-assign]
     StreamShard.get = get  # type: ignore[method-assign]
+    DynamoDBBackend.update_table_streams = update_table_streams  # type: ignore[method-assign,assignment]
 
 
 ADJUSTMENT = Adjustment(
@@ -70,7 +93,8 @@ ADJUSTMENT = Adjustment(
     gain="a table's stream keeps its newest records",
     behaviour=(
         "every stream record is kept (memory grows with every write), and once a table's "
-        "stream is turned off every write to it fails with KeyError"
+        "stream is turned off every write to it fails with KeyError and the stream cannot "
+        "be turned on again"
     ),
     sources=_sources,
     known=KNOWN_SOURCES,
