@@ -24,6 +24,7 @@ it starts another and the adapter reconnects, as every adapter does after ``clos
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -80,7 +81,9 @@ class BlockingAdapter:
                 "BlockingAdapter called from its own event loop: await the adapter instead"
             )
         with self._lock:
-            future = asyncio.run_coroutine_threadsafe(coro, self._running_loop())
+            future = asyncio.run_coroutine_threadsafe(
+                _carried(coro, contextvars.copy_context()), self._running_loop()
+            )
         try:
             return future.result()
         except BaseException:
@@ -245,3 +248,10 @@ def open_blocking_store(url: str, *, read_only: bool = False) -> BlockingAdapter
     from sandbox_ledger.stores import open_store
 
     return BlockingAdapter(open_store(url, read_only=read_only))
+
+
+async def _carried(coro: Coroutine[Any, Any, T], context: contextvars.Context) -> T:
+    """``coro`` run in the caller's context (its context variables: the current span of
+    OpenTelemetry, whose children the adapter's spans then are), not the loop thread's; a
+    cancellation of this task cancels it."""
+    return await asyncio.get_running_loop().create_task(coro, context=context)

@@ -44,6 +44,7 @@ from sandbox_ledger.summary import (
     session_listing,
     validate_list_options,
 )
+from sandbox_ledger.telemetry import instrumented
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Sequence
@@ -88,6 +89,7 @@ def _storable(entry: object) -> tuple[str, str]:
     return key
 
 
+@instrumented()
 class MemoryAdapter:
     """Keeps everything in process memory, indexed by session; for tests and examples.
 

@@ -76,6 +76,7 @@ def test_no_scan_outside_the_exports() -> None:
     server's save (``sandbox-ledger local --data``, an export of the whole table)."""
     import inspect
 
+    from sandbox_ledger import telemetry
     from sandbox_ledger.awstest import meter
     from sandbox_ledger.awstest.runtable import RunTable
     from sandbox_ledger.dynamodb import _ops, loose_items
@@ -86,6 +87,7 @@ def test_no_scan_outside_the_exports() -> None:
     from sandbox_ledger.sdk import paging
 
     meter_source = inspect.getsource(meter)
+    telemetry_source = inspect.getsource(telemetry)
     allowed = {
         "scan_round": inspect.getsource(paging.scan_round),
         "scan_sessions": inspect.getsource(_ops.scan_sessions),
@@ -99,6 +101,10 @@ def test_no_scan_outside_the_exports() -> None:
         # with it until they agree (a test table of a few hundred items, never a store's).
         "run table emptied": inspect.getsource(RunTable.empty),
         "run table's keys": inspect.getsource(RunTable._keys),
+        # The telemetry's list of the resource stores' methods it wraps: names, likewise.
+        "traced methods": re.search(
+            r"RESOURCE_OPERATIONS = frozenset\(\n    \{.*?\}\n\)\n", telemetry_source, re.S
+        ).group(0),
         # make test-aws's meter: the names of the reads whose units it sums, never a request.
         "metered names": re.search(r"READS = frozenset\(\{[^}]*\}\)\n", meter_source).group(0),
         # The embedded server's list of the actions that only read (it notes the partitions

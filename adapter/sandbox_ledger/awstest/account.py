@@ -52,13 +52,15 @@ def resolve(environ: Mapping[str, str], endpoint_url: str | None = None) -> Acco
             "no AWS credentials resolve (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
             "AWS_PROFILE, SSO or an instance role): configure some, then run again"
         )
-    region = session.region_name
+    region = session.region_name or environ.get("AWS_REGION")  # boto3 reads only the other
     if not region:
         raise Refused(
-            "no AWS region: set AWS_DEFAULT_REGION (or a profile's region), then run again"
+            "no AWS region: set AWS_DEFAULT_REGION or AWS_REGION (or a profile's region), then "
+            "run again"
         )
     try:
-        who = session.client("sts", endpoint_url=endpoint_url).get_caller_identity()
+        sts = session.client("sts", endpoint_url=endpoint_url, region_name=region)
+        who = sts.get_caller_identity()
     except (BotoCoreError, ClientError) as exc:
         raise Refused(f"STS refuses the credentials: {exc}") from exc
     return Account(str(who["Account"]), str(who["Arn"]), region, endpoint_url, session)

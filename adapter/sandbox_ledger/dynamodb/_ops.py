@@ -48,6 +48,7 @@ from sandbox_ledger.sdk.paging import (
 )
 from sandbox_ledger.sdk.steps import MAX_ATTEMPTS, Call, Op, Sleep, error_code, log
 from sandbox_ledger.summary import apply_list_options, session_listing
+from sandbox_ledger.telemetry import retried
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -203,6 +204,16 @@ def append(
                 attempt += 1
             tries = conflicts if contended else attempt
             log.info("append %s/%s: transaction cancelled %s, retry %d", *session, reasons, tries)
+            retried(
+                "conflict"
+                if "TransactionConflict" in reasons
+                else "throttle"
+                if contended
+                else "error",
+                attempt=tries,
+                operation="TransactWriteItems",
+                code=",".join(str(reason) for reason in reasons),
+            )
             if tries >= (steps.MAX_CONFLICTS if contended else MAX_ATTEMPTS):
                 log.warning("append %s/%s: giving up after %d attempts", *session, tries)
                 if deleting:

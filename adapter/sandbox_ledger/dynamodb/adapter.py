@@ -19,6 +19,7 @@ from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.models import EnvironmentRecord, LedgerEntry, require_storable
 from sandbox_ledger.sdk.client import AsyncClientOwner, SyncClientOwner
 from sandbox_ledger.summary import validate_list_options
+from sandbox_ledger.telemetry import Target, instrumented
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Generator, Sequence
@@ -93,6 +94,11 @@ class _Base:
     # Each method returns the operation to run; the twins run it.
     def _resolve_shards(self) -> Op[int]:
         return self._shards.resolve(writing=False)
+
+    def telemetry_target(self) -> Target:
+        """``db.system.name``, ``db.collection.name`` and ``db.namespace`` of this store's
+        spans (:mod:`sandbox_ledger.telemetry`)."""
+        return ("aws.dynamodb", self.table_name, None)
 
     def _create_table(self, sweep: SweepSettings | None, store_id: str | None) -> Op[bool]:
         shards = self._shards.explicit or k.DEFAULT_SHARD_COUNT
@@ -230,6 +236,7 @@ class _Base:
         )
 
 
+@instrumented()
 class DynamoDBAdapter(_Base, AsyncClientOwner):
     """The ledger contract on one DynamoDB table, with aioboto3.
 
@@ -453,6 +460,7 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
         return await self.run(_ops.list_environments(self.table_name))
 
 
+@instrumented()
 class SyncDynamoDBAdapter(_Base, SyncClientOwner):
     """:class:`DynamoDBAdapter` without await, on boto3; safe to share across threads."""
 

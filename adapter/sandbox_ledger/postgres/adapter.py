@@ -95,6 +95,8 @@ class PostgresAdapter(SQLAdapter):
     """
 
     text_holds_nul = False
+    telemetry_system = "postgresql"
+
     queries: Queries
 
     def __init__(
@@ -123,6 +125,7 @@ class PostgresAdapter(SQLAdapter):
             store=f"postgres:{schema}",
             retention=retention,
             where=f"postgres schema {schema}",
+            namespace=schema,
             read_only=read_only,
         )
         self.dsn = dsn

@@ -16,6 +16,7 @@ from sandbox_ledger.resources._ops import Page
 from sandbox_ledger.resources.models import FAILED_PHASES, LIVE_PHASES, ResourceActivityRecord
 from sandbox_ledger.resources.settings import resolve_policy
 from sandbox_ledger.sdk.client import AsyncClientOwner, SyncClientOwner
+from sandbox_ledger.telemetry import RESOURCE_OPERATIONS, Target, instrumented
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
@@ -76,6 +77,11 @@ class _Base:
         self._policy: ExpiryPolicy | None = None
         self.ttl_horizon = ttl_horizon
         self.clock = clock or _utcnow
+
+    def telemetry_target(self) -> Target:
+        """``db.system.name`` and ``db.collection.name`` of this store's spans
+        (:mod:`sandbox_ledger.telemetry`)."""
+        return ("aws.dynamodb", self.table_name, None)
 
     @property
     def shard_count(self) -> int | None:
@@ -202,6 +208,7 @@ class _Base:
         )
 
 
+@instrumented(RESOURCE_OPERATIONS)
 class ResourceRecordStore(_Base, AsyncClientOwner):
     """Resource activity records in the ledger table, with aioboto3.
 
@@ -330,6 +337,7 @@ class ResourceRecordStore(_Base, AsyncClientOwner):
         )
 
 
+@instrumented(RESOURCE_OPERATIONS)
 class SyncResourceRecordStore(_Base, SyncClientOwner):
     """:class:`ResourceRecordStore` without await, on boto3; safe to share across threads."""
 

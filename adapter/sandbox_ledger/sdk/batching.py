@@ -11,6 +11,7 @@ from botocore.exceptions import ClientError
 from sandbox_ledger.errors import THROTTLE_CODES, ThrottledError
 from sandbox_ledger.sdk import steps
 from sandbox_ledger.sdk.steps import MAX_ATTEMPTS, Call, Op, Sleep, error_code, log
+from sandbox_ledger.telemetry import retried
 
 if TYPE_CHECKING:
     from sandbox_ledger.sdk.attributes import Item
@@ -52,6 +53,7 @@ def batch_write(table: str, requests: list[dict[str, Any]]) -> Op[None]:
                 len(batch),
                 stalled,
             )
+            retried("resend", attempt=stalled or 1, operation="BatchWriteItem", items=len(left))
             if stalled >= MAX_ATTEMPTS:
                 log.warning("BatchWriteItem on %s: giving up after %d retries", table, stalled)
                 raise ThrottledError(
@@ -77,6 +79,7 @@ def batch_get(table: str, keys: list[Item]) -> Op[list[Item]]:
             if pending:
                 attempt += 1
                 log.info("BatchGetItem on %s: keys unprocessed, retry %d", table, attempt)
+                retried("resend", attempt=attempt, operation="BatchGetItem")
                 if attempt >= MAX_ATTEMPTS:
                     log.warning("BatchGetItem on %s: giving up after %d retries", table, attempt)
                     raise ThrottledError(

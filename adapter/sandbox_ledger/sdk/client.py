@@ -15,6 +15,7 @@ from botocore.exceptions import BotoCoreError
 
 from sandbox_ledger.errors import translate_client_error
 from sandbox_ledger.sdk.steps import Op, run_async, run_sync
+from sandbox_ledger.telemetry import watch_retries
 
 if TYPE_CHECKING:
     import asyncio
@@ -200,6 +201,7 @@ class SyncClient:
                     try:
                         session = self._session or sync_session()
                         self._client = session.client(self._service, **self._kwargs)
+                        watch_retries(self._client)
                     except BotoCoreError as exc:
                         raise translate_client_error(exc) from exc
                 client = self._client
@@ -252,6 +254,7 @@ class AsyncClient:
                     self._client = await stack.enter_async_context(
                         session.client(self._service, **{**self._kwargs, "config": config})
                     )
+                    watch_retries(self._client)
                 except BotoCoreError as exc:
                     raise translate_client_error(exc) from exc
                 self._stack = stack

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from botocore.exceptions import BotoCoreError, ClientError
 
 from sandbox_ledger.errors import ConflictError, LedgerError, translate_client_error
+from sandbox_ledger.telemetry import retried
 
 T = TypeVar("T")
 
@@ -182,6 +183,7 @@ def _conflicted(exc: ClientError, call: Call, attempt: int) -> float | None:
     if error_code(exc) != _IN_FLIGHT or attempt >= MAX_CONFLICTS:
         return None
     log.info("%s: an item is held by a transaction in flight, retry %d", call.operation, attempt)
+    retried("conflict", attempt=attempt, operation=call.operation, code=_IN_FLIGHT)
     return backoff(attempt)
 
 

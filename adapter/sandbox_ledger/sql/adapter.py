@@ -27,6 +27,7 @@ from sandbox_ledger.sql import changes as feed
 from sandbox_ledger.sql import follow as live
 from sandbox_ledger.sql import retention as ret
 from sandbox_ledger.sql.schema import migrate
+from sandbox_ledger.telemetry import Target, instrumented
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
@@ -58,6 +59,7 @@ def _now() -> int:
     return int(time.time())
 
 
+@instrumented()
 class SQLAdapter(ABC):
     """The ledger contract over one dialect's statements and connections.
 
@@ -84,7 +86,13 @@ class SQLAdapter(ABC):
     """The SQL text the adapter runs (for DBAs and EXPLAIN)."""
 
     def __init__(
-        self, *, store: str, retention: timedelta | None, where: str, read_only: bool = False
+        self,
+        *,
+        store: str,
+        retention: timedelta | None,
+        where: str,
+        read_only: bool = False,
+        namespace: str | None = None,
     ) -> None:
         self._retention = check_retention(retention)
         self.read_only = read_only
@@ -95,6 +103,15 @@ class SQLAdapter(ABC):
         self._store = store
         self._store_id: str | None = None
         self._where = where
+        self._namespace = namespace
+
+    def telemetry_target(self) -> Target:
+        """``db.system.name``, ``db.collection.name`` (the entries table) and
+        ``db.namespace`` of this store's spans (:mod:`sandbox_ledger.telemetry`)."""
+        return (self.telemetry_system, "ledger_events", self._namespace)
+
+    telemetry_system: ClassVar[str]
+    """The dialect's ``db.system.name``."""
 
     # -- the dialect's hooks ----------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from sandbox_ledger.sql import rows
 from sandbox_ledger.sql.adapter import SQLAdapter
 from sandbox_ledger.sql.schema import Migration, load_migrations
 from sandbox_ledger.sqlite.connection import SQLiteConnection as _Connection
-from sandbox_ledger.sqlite.connection import attach_stage
+from sandbox_ledger.sqlite.connection import attach_stage, open_connection
 from sandbox_ledger.sqlite.queries import Queries, stored_key
 
 if TYPE_CHECKING:
@@ -101,6 +101,8 @@ class SQLiteAdapter(SQLAdapter):
     """
 
     text_holds_nul = True
+    telemetry_system = "sqlite"
+
     queries: Queries
 
     def __init__(
@@ -120,7 +122,11 @@ class SQLiteAdapter(SQLAdapter):
         private = path == ":memory:"
         store = f"sqlite:{secrets.token_hex(8) if private else os.path.realpath(path)}"
         super().__init__(
-            store=store, retention=retention, where=f"sqlite {path}", read_only=read_only
+            store=store,
+            retention=retention,
+            where=f"sqlite {path}",
+            read_only=read_only,
+            namespace=str(path),
         )
         self.path = path
         self.busy_timeout = busy_timeout
@@ -163,7 +169,7 @@ class SQLiteAdapter(SQLAdapter):
         if self._db is not None:
             return self._db
         try:
-            import aiosqlite
+            import aiosqlite  # noqa: F401 - only whether it is installed: open_connection uses it
         except ImportError as exc:
             raise ConfigurationError(
                 "SQLiteAdapter needs aiosqlite: pip install 'sandbox-ledger-dynamodb[sqlite]' "
@@ -180,7 +186,7 @@ class SQLiteAdapter(SQLAdapter):
                 what = "is not a file" if Path(location).exists() else "does not exist"
                 raise StoreNotFoundError(f"sqlite: {self.path} {what} (a read never creates one)")
         try:
-            db = await aiosqlite.connect(location, timeout=self.busy_timeout, isolation_level=None)
+            db = await open_connection(location, timeout=self.busy_timeout, isolation_level=None)
         except sqlite3.Error as exc:
             raise StorageError(f"sqlite: cannot open {self.path}: {exc}") from exc
         try:

@@ -5,6 +5,8 @@ batch stages its entries in."""
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import functools
 from typing import TYPE_CHECKING, Any
 
 from sandbox_ledger.sqlite.queries import STAGE, STAGED_EVENTS, split_statements
@@ -16,7 +18,59 @@ if TYPE_CHECKING:
 
     from sandbox_ledger.sql.schema import Migration
 
-__all__ = ["SQLiteConnection", "attach_stage"]
+__all__ = ["SQLiteConnection", "attach_stage", "open_connection"]
+
+
+def open_connection(location: str, **options: Any) -> aiosqlite.Connection:
+    """``aiosqlite.connect(location, **options)``, but each call it runs in its thread runs
+    in a copy of the caller's context, and each statement through a cursor of the
+    connection: what sqlite3 does then belongs to the caller's current span (the library's
+    operation span), and the sqlite3 instrumentation of OpenTelemetry, which traces cursors
+    (not the connection's ``execute`` shortcuts aiosqlite calls), sees every statement as
+    that span's child. ``Connection.execute`` is itself a cursor and its ``execute``: the
+    statements run as they did."""
+    import sqlite3
+
+    def connector() -> sqlite3.Connection:
+        made: sqlite3.Connection = sqlite3.connect(location, **options)
+        return made
+
+    connection: aiosqlite.Connection = _carrying()(connector, 64)
+    return connection
+
+
+_SHORTCUTS = frozenset({"execute", "executemany", "executescript"})
+
+
+def _through_cursor(connection: Any, method: str, *args: Any) -> Any:
+    cursor = connection.cursor()
+    getattr(cursor, method)(*args)
+    return cursor
+
+
+@functools.cache
+def _carrying() -> type[aiosqlite.Connection]:
+    import sqlite3
+
+    import aiosqlite
+
+    class CarryingConnection(aiosqlite.Connection):
+        async def _execute(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+            name = getattr(fn, "__name__", "")
+            if name in _SHORTCUTS and isinstance(getattr(fn, "__self__", None), sqlite3.Connection):
+                fn = functools.partial(_through_cursor, self._conn, name)
+            run = contextvars.copy_context().run
+            return await super()._execute(run, fn, *args, **kwargs)  # type: ignore[no-untyped-call]
+
+        def _execute_fetchall(self, sql: str, parameters: Any) -> Any:
+            return _through_cursor(self._conn, "execute", sql, parameters).fetchall()
+
+        def _execute_insert(self, sql: str, parameters: Any) -> Any:
+            cursor = _through_cursor(self._conn, "execute", sql, parameters)
+            cursor.execute("SELECT last_insert_rowid()")
+            return cursor.fetchone()
+
+    return CarryingConnection
 
 
 async def attach_stage(db: aiosqlite.Connection) -> None:

@@ -1,0 +1,321 @@
+"""OpenTelemetry traces and metrics of every store's operations, with nothing to configure.
+
+The library writes through the OpenTelemetry API alone (``opentelemetry-api``): until the
+application installs an SDK (a tracer and a meter provider), every call here is the API's
+no-op. With one installed, each contract and extension operation of a store is one span
+(kind CLIENT) named ``{operation} {collection}`` as the database conventions name them, with:
+
+- ``db.system.name``: ``aws.dynamodb``, ``sqlite`` or ``postgresql`` (none for the memory
+  store); ``db.collection.name``: the DynamoDB table, or the SQL stores' entries table;
+  ``db.namespace``: the PostgreSQL schema or the SQLite file; ``db.operation.name``: the
+  method (``append``, ``read_all``, ``list_all_sandbox_details``, ...);
+- ``sandbox.name``, ``sandbox.id`` and ``sandbox.event`` where the operation has them (an
+  environment's operations: its name as ``sandbox.name``); ``db.operation.batch.size`` for
+  an operation over many entries or sessions;
+- an error: the span's status ERROR, its exception recorded, and ``error.type`` the
+  exception's qualified class name (the package's own: ``sandbox_ledger.errors.ThrottledError``);
+- retries as span events (:func:`retried`): ``retry`` with ``sandbox_ledger.retry.reason``
+  (``throttle``, ``conflict``, ``resend``, ``error``) and the attempt.
+
+Metrics, on the meter ``sandbox_ledger``: ``db.client.operation.duration`` (histogram,
+seconds, per operation and store, ``error.type`` on a failure) and
+``sandbox_ledger.client.retries`` (counter, by reason).
+
+The SDK's own requests (botocore, aiobotocore, sqlite3, psycopg) become child spans of an
+operation's span when their OpenTelemetry instrumentations are installed: the operation's
+span is the current one while it runs (also across :class:`~sandbox_ledger.BlockingAdapter`'s
+thread, which carries the caller's context). docs/observability.md has the attribute table.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from opentelemetry.metrics import Counter, Histogram
+    from opentelemetry.trace import Span, Tracer
+
+C = TypeVar("C", bound=type)
+
+NAME = "sandbox_ledger"
+"""The instrumentation scope of the tracer and the meter."""
+
+LEDGER_OPERATIONS = frozenset(
+    {
+        # the contract
+        "append",
+        "read_all",
+        "last_checkpoint",
+        "list_sandbox_details",
+        "list_all_sandbox_details",
+        "list_sandbox_page",
+        "list_all_sandbox_page",
+        "get_sandbox_details",
+        "delete_sandbox",
+        "list_checkpoints",
+        "get_environment",
+        "save_environment",
+        "delete_environment",
+        "list_environments",
+        # its extensions: imports, exports, retention, tables
+        "append_at",
+        "append_once",
+        "append_once_many",
+        "read_stored",
+        "read_stored_sessions",
+        "read_in_append_order",
+        "read_sessions_in_append_order",
+        "scan_sessions",
+        "purge_expired",
+        "create_table",
+    }
+)
+"""The ledger stores' methods :func:`instrumented` wraps where a class defines them."""
+
+RESOURCE_OPERATIONS = frozenset(
+    {
+        "put",
+        "put_stored",
+        "get",
+        "get_versioned",
+        "get_many",
+        "inspect",
+        "list",
+        "scan",
+        "touch",
+        "record_operation_start",
+        "record_operation_finish",
+        "delete",
+        "candidates",
+        "observe",
+        "claim",
+        "release",
+        "delete_claimed",
+        "create_table",
+    }
+)
+"""The resource record stores' methods :func:`instrumented` wraps."""
+
+Target = tuple[str | None, str | None, str | None]
+"""What a store's ``telemetry_target()`` returns: ``db.system.name``, ``db.collection.name``
+and ``db.namespace`` (None: not set)."""
+
+RETRY_REASONS = frozenset({"throttle", "conflict", "resend", "error"})
+
+_BATCHES = ("entries", "sessions", "records", "items")
+
+
+class _Instruments:
+    """The tracer and the meter's instruments, made on first use (the API's proxies: an SDK
+    installed later is used from then on)."""
+
+    def __init__(self) -> None:
+        from opentelemetry import metrics, trace
+
+        from sandbox_ledger import __version__
+
+        self.tracer: Tracer = trace.get_tracer(NAME, __version__)
+        meter = metrics.get_meter(NAME, __version__)
+        self.duration: Histogram = meter.create_histogram(
+            "db.client.operation.duration",
+            unit="s",
+            description="Duration of a ledger store's operation.",
+            explicit_bucket_boundaries_advisory=[
+                0.001,
+                0.005,
+                0.01,
+                0.05,
+                0.1,
+                0.5,
+                1.0,
+                5.0,
+                10.0,
+            ],
+        )
+        self.retries: Counter = meter.create_counter(
+            "sandbox_ledger.client.retries",
+            unit="{retry}",
+            description="Requests sent again: throttled, conflicted, partly processed, failed.",
+        )
+
+
+@functools.cache
+def _instruments() -> _Instruments:
+    return _Instruments()
+
+
+def instrumented(operations: frozenset[str] = LEDGER_OPERATIONS) -> Callable[[C], C]:
+    """A class decorator: each method of ``operations`` the class itself defines (sync or
+    async) runs in a span and is timed. The store's system, collection and namespace are
+    read from the instance's ``telemetry_target()`` (a :data:`Target`) if it has one."""
+
+    def decorate(cls: C) -> C:
+        for name in operations:
+            method = cls.__dict__.get(name)
+            if method is None or not inspect.isfunction(method):
+                continue
+            if inspect.isasyncgenfunction(method) or inspect.isgeneratorfunction(method):
+                continue
+            setattr(cls, name, _wrap(name, method))
+        return cls
+
+    return decorate
+
+
+def _wrap(operation: str, method: Any) -> Any:
+    describe = _describer(method)
+    if inspect.iscoroutinefunction(method):
+
+        @functools.wraps(method)
+        async def traced_async(self: Any, *args: Any, **kwargs: Any) -> Any:
+            with operation_span(self, operation, describe(args, kwargs)):
+                return await method(self, *args, **kwargs)
+
+        return traced_async
+
+    @functools.wraps(method)
+    def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with operation_span(self, operation, describe(args, kwargs)):
+            return method(self, *args, **kwargs)
+
+    return traced
+
+
+def _describer(method: Any) -> Callable[[tuple[Any, ...], dict[str, Any]], dict[str, Any]]:
+    """What a call's arguments say of the session it touches, by the method's parameter
+    names (worked out once per method)."""
+    names = list(inspect.signature(method).parameters)[1:]
+
+    def describe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        given = dict(zip(names, args, strict=False))
+        given.update(kwargs)
+        out: dict[str, Any] = {}
+        entry = given.get("entry")
+        if entry is not None:
+            out["sandbox.name"] = getattr(entry, "name", None)
+            out["sandbox.id"] = getattr(entry, "sandbox_id", None)
+            event = getattr(entry, "event", None)
+            out["sandbox.event"] = None if event is None else str(getattr(event, "value", event))
+        record = given.get("record")
+        if record is not None and hasattr(record, "name"):
+            out["sandbox.name"] = record.name
+        for key, attribute in (
+            ("name", "sandbox.name"),
+            ("sandbox_id", "sandbox.id"),
+            ("record_id", "resource.id"),
+        ):
+            value = given.get(key)
+            if isinstance(value, str):
+                out[attribute] = value
+        for key in _BATCHES:
+            many = given.get(key)
+            if many is not None and hasattr(many, "__len__"):
+                out["db.operation.batch.size"] = len(many)
+        return {key: value for key, value in out.items() if value is not None}
+
+    return describe
+
+
+@contextmanager
+def operation_span(store: Any, operation: str, attributes: dict[str, Any]) -> Iterator[Span]:
+    """The span of one operation of ``store`` (current while it runs), timed into the
+    duration histogram; an exception is recorded and raised."""
+    instruments = _instruments()
+    target = getattr(store, "telemetry_target", None)
+    system, collection, namespace = target() if target is not None else (None, None, None)
+    common: dict[str, Any] = {"db.operation.name": operation}
+    if system is not None:
+        common["db.system.name"] = system
+    if collection:
+        common["db.collection.name"] = collection
+    if namespace:
+        common["db.namespace"] = namespace
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+
+    began = time.perf_counter()
+    with instruments.tracer.start_as_current_span(
+        f"{operation} {collection}" if collection else operation,
+        kind=SpanKind.CLIENT,
+        attributes={**common, **attributes},
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        try:
+            yield span
+        except BaseException as exc:
+            kind = f"{type(exc).__module__}.{type(exc).__qualname__}"
+            common["error.type"] = kind
+            if isinstance(exc, Exception):
+                span.record_exception(exc)
+                span.set_attribute("error.type", kind)
+                span.set_status(Status(StatusCode.ERROR, str(exc)[:500]))
+            raise
+        finally:
+            instruments.duration.record(time.perf_counter() - began, common)
+
+
+def retried(reason: str, *, attempt: int, operation: str | None = None, **detail: Any) -> None:
+    """Note a request sent again on the current span (an event) and in the retries counter.
+
+    Raises:
+        ValueError: ``reason`` is not one of :data:`RETRY_REASONS`.
+    """
+    if reason not in RETRY_REASONS:
+        raise ValueError(f"reason: one of {sorted(RETRY_REASONS)}, not {reason!r}")
+    from opentelemetry import trace
+
+    attributes: dict[str, Any] = {"sandbox_ledger.retry.reason": reason, "attempt": attempt}
+    if operation:
+        attributes["sandbox_ledger.request"] = operation
+    attributes.update({key: value for key, value in detail.items() if value is not None})
+    trace.get_current_span().add_event("retry", attributes)
+    _instruments().retries.add(1, {"sandbox_ledger.retry.reason": reason})
+
+
+_FAILED = "sandbox_ledger_failed_attempts"
+
+
+def watch_retries(client: Any) -> None:
+    """Note the retries botocore (or aiobotocore) makes on ``client``'s requests, each as a
+    :func:`retried` event of the current span with the code its attempt failed with
+    (``throttle`` for DynamoDB's throttling codes, ``error`` for the others): every failed
+    attempt's code is kept in the request's context, and once the request ends the first
+    ``RetryAttempts`` of them are the ones that were sent again."""
+    events = client.meta.events
+    service = client.meta.service_model.service_id.hyphenize()
+    events.register_first(f"needs-retry.{service}", _failed_attempt)
+    events.register(f"after-call.{service}", _retries_made)
+
+
+def _failed_attempt(
+    response: Any = None, caught_exception: Any = None, request_dict: Any = None, **_: Any
+) -> None:
+    if request_dict is None:
+        return None
+    code = None
+    if response is not None:
+        code = (response[1] or {}).get("Error", {}).get("Code")
+    elif caught_exception is not None:
+        code = type(caught_exception).__name__
+    if code is not None:
+        request_dict.setdefault("context", {}).setdefault(_FAILED, []).append(code)
+    return None
+
+
+def _retries_made(parsed: Any = None, model: Any = None, context: Any = None, **_: Any) -> None:
+    made = int((parsed or {}).get("ResponseMetadata", {}).get("RetryAttempts", 0) or 0)
+    if not made:
+        return
+    from sandbox_ledger.errors import THROTTLE_CODES
+
+    failed = (context or {}).get(_FAILED, [])
+    for attempt in range(1, made + 1):
+        code = failed[attempt - 1] if attempt <= len(failed) else None
+        reason = "throttle" if code in THROTTLE_CODES else "error"
+        retried(reason, attempt=attempt, operation=getattr(model, "name", None), code=code)
