@@ -23,16 +23,22 @@ def zip_folder(directory: Path) -> bytes:
 
 
 def create_stack(
-    template: dict[str, Any], outdir: Path, stack_name: str, endpoint: str
+    template: dict[str, Any],
+    outdir: Path,
+    stack_name: str,
+    endpoint: str,
+    *,
+    artifact: str | None = None,
 ) -> tuple[dict[str, str], dict[str, Any]]:
     """Upload the stack's file assets to moto's S3 and create the stack; returns its outputs
-    and the descriptor's custom resource ``Create`` call.
+    and the descriptor's custom resource ``Create`` call. ``artifact``: the stack's name in
+    the cloud assembly at ``outdir`` (its assets manifest), if not ``stack_name``.
 
     moto runs a custom resource's provider in docker (absent here): the stack is created
     without the descriptor's custom resource, whose exact call the caller makes itself. It
     also creates no alarms (it skips the type), so the dashboard, whose alarm widget names
     them, is left out too (the tests check it on the template)."""
-    manifest = json.loads((outdir / f"{stack_name}.assets.json").read_text())
+    manifest = json.loads((outdir / f"{artifact or stack_name}.assets.json").read_text())
     s3 = boto3.client("s3", endpoint_url=endpoint)
     for asset in manifest["files"].values():
         for destination in asset["destinations"].values():
@@ -68,3 +74,16 @@ def create_stack(
     assert stack["StackStatus"] == "CREATE_COMPLETE", stack
     outputs = {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}
     return outputs, descriptor_call
+
+
+def resolve_descriptor_call(create: dict[str, Any], refs: dict[str, str]) -> dict[str, Any]:
+    """The descriptor's custom resource ``Create`` call (an ``Fn::Join``), parsed, with each
+    ``Ref`` replaced by the value of the first of ``refs`` whose key starts its logical id."""
+    return json.loads(  # type: ignore[no-any-return]
+        "".join(
+            part
+            if isinstance(part, str)
+            else next(v for prefix, v in refs.items() if part["Ref"].startswith(prefix))
+            for part in create["Fn::Join"][1]
+        )
+    )

@@ -9,7 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,56 +26,15 @@ from aws_cdk import assertions  # noqa: E402
 from infra.app import build  # noqa: E402
 
 from deploy import least_privilege as lp  # noqa: E402
-from deploy.moto_cloudformation import create_stack  # noqa: E402
+from deploy.moto_cloudformation import create_stack, resolve_descriptor_call  # noqa: E402
+from deploy.synthesis import CONTEXT, REAL_PIP, synth  # noqa: E402
 from sandbox_ledger import keys as k  # noqa: E402
 from sandbox_ledger_cdk import ConfigError, LedgerConfig  # noqa: E402
 from sandbox_ledger_cdk.bundling import RUNTIME_LOCK, TRACING_LOCK, PipBundling  # noqa: E402
 from sandbox_ledger_cdk.nag import ACKNOWLEDGED  # noqa: E402
 
-CONTEXT = json.loads((ROOT / "cdk.json").read_text())["context"]
-REAL_PIP = PipBundling._pip  # before pip_once_per_requirements replaces it
-
-
-@pytest.fixture(scope="session", autouse=True)
-def pip_once_per_requirements(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Each synth bundles the Lambda code, running pip (about 4 s of CPU) for the same
-    requirements every time. Here the first bundling of each (platform, Python version,
-    requirements, options) runs the real pip into a cache folder and every later one copies
-    that folder: the session's template still comes from a real pip run, and the slow
-    fresh-process synth (test_synth_prints_no_deprecation_warning) runs pip without it.
-    Session-scoped, so that the session's synth (``synthesized``) goes through it too: a
-    module-scoped one was set up after it, and the next synth ran the same pip again."""
-    real = REAL_PIP
-    cache = tmp_path_factory.mktemp("pip-cache")
-    done: dict[tuple[str, ...], Path] = {}
-
-    def cached(self: PipBundling, out: Path, requirements: tuple[str, ...], *options: str) -> None:
-        key = (self.platform, self.python_version, *requirements, "--", *options)
-        if key not in done:
-            target = cache / str(len(done))
-            target.mkdir()
-            real(self, target, requirements, *options)
-            done[key] = target
-        shutil.copytree(done[key], out, dirs_exist_ok=True)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(PipBundling, "_pip", cached)
-        yield
-
-
-def synth(tmp: Path, **context: Any) -> tuple[dict[str, Any], Path]:
-    app = aws_cdk.App(context={**CONTEXT, **context}, outdir=str(tmp))
-    stack = build(app)
-    assembly = app.synth()  # raises if cdk-nag reports an unacknowledged finding
-    artifact = assembly.get_stack_artifact(stack.artifact_id)
-    return artifact.template, tmp
-
-
-@pytest.fixture(scope="session")
-def synthesized(
-    tmp_path_factory: pytest.TempPathFactory, pip_once_per_requirements: None
-) -> tuple[dict[str, Any], Path]:
-    return synth(tmp_path_factory.mktemp("cdk"), local=True)
+# Every test here runs with pip once per set of requirements (tests/deploy/conftest.py).
+pytestmark = pytest.mark.usefixtures("pip_once_per_requirements")
 
 
 @pytest.fixture(scope="session")
@@ -655,14 +614,7 @@ def test_deployed_stack_serves_the_library(
         if b["Name"].startswith("SandboxLedger")
     ]
     refs = {"LedgerTable": table, "Bus": bus}
-    call = json.loads(
-        "".join(
-            part
-            if isinstance(part, str)
-            else next(v for prefix, v in refs.items() if part["Ref"].startswith(prefix))
-            for part in descriptor_call["Fn::Join"][1]
-        )
-    )
+    call = resolve_descriptor_call(descriptor_call, refs)
     assert (call["service"], call["action"]) == ("DynamoDB", "putItem")
     dynamodb = boto3.client("dynamodb", endpoint_url=moto_endpoint)
     dynamodb.put_item(**call["parameters"])
