@@ -24,7 +24,7 @@ CDK := PATH="$(abspath $(DEPLOY_VENV))/bin:$$PATH" CDK_DISABLE_CLI_TELEMETRY=tru
 	SANDBOX_LEDGER_WHEELHOUSE="$(abspath $(WHEELHOUSE))" npx cdk
 CDK_ARGS ?=
 
-.PHONY: demo test test-all lint typecheck check clean verify mutation test-newest-moto deploy-tools synth deploy soak soak-short test-aws test-aws-clean
+.PHONY: demo test test-all lint typecheck check clean verify mutation test-newest-moto deploy-tools synth deploy deploy-smoke soak soak-short test-aws test-aws-clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -63,6 +63,11 @@ synth: $(DEPLOY_STAMP) $(WHEELHOUSE_STAMP)
 # e.g. make deploy CDK_ARGS="-c table_name=sandbox-ledger"
 deploy: $(DEPLOY_STAMP) $(WHEELHOUSE_STAMP)
 	$(CDK) deploy --no-notices $(CDK_ARGS)
+
+# A scratch stack on the account of your credentials, exercised and destroyed (docs/deploy.md);
+# refuses to start without SANDBOX_LEDGER_AWS_TESTS=1.
+deploy-smoke: $(DEPLOY_STAMP) $(WHEELHOUSE_STAMP)
+	$(DEPLOY_VENV)/bin/python -m sandbox_ledger_cdk.smoke --cdk '$(CDK)'
 
 demo: $(DEMO_STAMP)
 	$(BIN)/sandbox-ledger demo

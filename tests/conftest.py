@@ -44,6 +44,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 ONE_WORKER = {
     "tests/deploy/test_infra.py": "cdk",
     "tests/deploy/test_changes_grant.py": "cdk",
+    "tests/deploy/test_deploy_smoke.py": "cdk",
 }
 
 

@@ -16,6 +16,7 @@ from sandbox_ledger._lazy import exports
 if TYPE_CHECKING:
     from sandbox_ledger._enums import LedgerEvent as LedgerEvent
     from sandbox_ledger._enums import SandboxStatus as SandboxStatus
+    from sandbox_ledger._json import loads_unique as loads_unique
     from sandbox_ledger.changes import Change as Change
     from sandbox_ledger.changes import ChangeKind as ChangeKind
     from sandbox_ledger.changes import ChangesTrimmedError as ChangesTrimmedError

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from aws_cdk import aws_kms as kms
 
 RUNTIME = lambda_.Runtime.PYTHON_3_14
+ARCHITECTURE = lambda_.Architecture.ARM_64
 PYTHON_VERSION = "3.14"
 ON_FAILURE_METRICS_ID = "OnFailureBatches"
 BUS_POLICY_SID = "OnlyTheStacksFunctionsPutEvents"
@@ -355,7 +356,7 @@ class SandboxLedger(Construct):
             self,
             name,
             runtime=RUNTIME,
-            architecture=lambda_.Architecture.ARM_64,
+            architecture=ARCHITECTURE,
             code=code,
             handler=handler,
             timeout=timeout,

@@ -87,3 +87,45 @@ def resolve_descriptor_call(create: dict[str, Any], refs: dict[str, str]) -> dic
             for part in create["Fn::Join"][1]
         )
     )
+
+
+def remove_what_delete_stack_leaves(stack_name: str, endpoint: str) -> None:
+    """Remove what moto's DeleteStack leaves of a stack that CloudFormation deletes: its
+    functions and their event source mappings, roles and managed policies, buses, topics
+    and rules (a test that deletes a stack leaves the server as it found it; the CDK tests
+    share one)."""
+
+    def client(service: str) -> Any:
+        return boto3.client(service, endpoint_url=endpoint)
+
+    lam, iam, events, sns = client("lambda"), client("iam"), client("events"), client("sns")
+    for mapping in lam.list_event_source_mappings()["EventSourceMappings"]:
+        if f":function:{stack_name}-" in mapping["FunctionArn"]:
+            lam.delete_event_source_mapping(UUID=mapping["UUID"])
+    for function in lam.list_functions()["Functions"]:
+        if function["FunctionName"].startswith(f"{stack_name}-"):
+            lam.delete_function(FunctionName=function["FunctionName"])
+    for bus in events.list_event_buses()["EventBuses"]:
+        for rule in events.list_rules(EventBusName=bus["Name"])["Rules"]:
+            if rule["Name"].startswith(f"{stack_name}-"):
+                targets = events.list_targets_by_rule(Rule=rule["Name"], EventBusName=bus["Name"])
+                ids = [t["Id"] for t in targets["Targets"]]
+                if ids:
+                    events.remove_targets(Rule=rule["Name"], EventBusName=bus["Name"], Ids=ids)
+                events.delete_rule(Name=rule["Name"], EventBusName=bus["Name"])
+        if bus["Name"].startswith(f"{stack_name}-"):
+            events.delete_event_bus(Name=bus["Name"])
+    for topic in sns.list_topics()["Topics"]:
+        if f":{stack_name}-" in topic["TopicArn"]:
+            sns.delete_topic(TopicArn=topic["TopicArn"])
+    for role in iam.list_roles()["Roles"]:
+        name = role["RoleName"]
+        if name.startswith(f"{stack_name}-"):
+            for policy in iam.list_attached_role_policies(RoleName=name)["AttachedPolicies"]:
+                iam.detach_role_policy(RoleName=name, PolicyArn=policy["PolicyArn"])
+            for inline in iam.list_role_policies(RoleName=name)["PolicyNames"]:
+                iam.delete_role_policy(RoleName=name, PolicyName=inline)
+            iam.delete_role(RoleName=name)
+    for policy in iam.list_policies(Scope="Local")["Policies"]:
+        if policy["PolicyName"].startswith(f"{stack_name}-"):
+            iam.delete_policy(PolicyArn=policy["Arn"])
