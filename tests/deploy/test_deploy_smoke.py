@@ -597,3 +597,37 @@ def test_main_deploys_with_the_cdk_command_after_checking_the_bootstrap(
     ]
     assert argv[-1] == stack and f"table_name={stack}" in argv
     assert "deploy-smoke: removed folder " in out and "removed stack" not in out
+
+
+def test_a_throttled_invocation_is_tried_again_and_a_function_error_is_said() -> None:
+    from botocore.exceptions import ClientError
+
+    class Lambda:
+        def __init__(self, *answers: Any) -> None:
+            self.answers, self.calls = list(answers), 0
+
+        def invoke(self, **request: Any) -> dict[str, Any]:
+            self.calls += 1
+            answer = self.answers.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+    def throttled() -> ClientError:
+        error = {"Error": {"Code": "TooManyRequestsException", "Message": "Rate exceeded"}}
+        return ClientError(error, "Invoke")  # type: ignore[arg-type]
+
+    def body(data: bytes, **more: Any) -> dict[str, Any]:
+        return {"Payload": io.BytesIO(data), **more}
+
+    slept: list[float] = []
+    client = Lambda(throttled(), throttled(), body(b'{"expired": []}'))
+    assert cli.lambda_invoker(client, slept.append)("f", {}) == {"expired": []}
+    assert (client.calls, slept) == (3, [2, 4])
+    failed = body(b'{"errorMessage": "boom"}', FunctionError="Unhandled")
+    with pytest.raises(plan.SmokeError, match=r"f failed: .*boom"):
+        cli.lambda_invoker(Lambda(failed), slept.append)("f", {})
+    with pytest.raises(plan.SmokeError, match="answered other than JSON"):
+        cli.lambda_invoker(Lambda(body(b"nope")), slept.append)("f", {})
+    with pytest.raises(ClientError):
+        cli.lambda_invoker(Lambda(*[throttled()] * 5), slept.append)("f", {})

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,8 @@ from .plan import (
 from .run import Smoke
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .run import Invoke
 
 REPOSITORY = Path(__file__).resolve().parents[3]
@@ -70,12 +73,22 @@ class CdkDeploy:
         return outdir
 
 
-def lambda_invoker(client: Any) -> Invoke:
+def lambda_invoker(client: Any, sleep: Callable[[float], None] = time.sleep) -> Invoke:
     """Invoke through Lambda, synchronously; a function error raises :class:`SmokeError`
-    with its message."""
+    with its message. A throttled invocation (the sweeper's reserved concurrency is 1, and
+    its schedule may be running it) did not run: it is tried again, up to five times."""
 
     def invoke(name: str, payload: dict[str, Any]) -> dict[str, Any]:
-        answer = client.invoke(FunctionName=name, Payload=json.dumps(payload).encode())
+        from botocore.exceptions import ClientError
+
+        for attempt in range(5):
+            try:
+                answer = client.invoke(FunctionName=name, Payload=json.dumps(payload).encode())
+                break
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] != "TooManyRequestsException" or attempt == 4:
+                    raise
+                sleep(2 * (attempt + 1))
         body = answer["Payload"].read()
         if answer.get("FunctionError"):
             raise SmokeError(f"{name} failed: {body[:2000]!r}")
