@@ -537,9 +537,13 @@ def test_make_deploy_smoke_runs_the_module_with_the_makefiles_cdk() -> None:
     makefile = (ROOT / "Makefile").read_text()
     phony = next(line for line in makefile.splitlines() if line.startswith(".PHONY:"))
     assert "deploy-smoke" in phony.split()
+    # Run as from a shell, not as a sub-make of `make test` (whose MAKEFLAGS and MAKELEVEL
+    # would add "Entering/Leaving directory" lines).
+    env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MAKELEVEL", "MFLAGS"}}
     done = subprocess.run(
         ["make", "-n", "-W", "pyproject.toml", "deploy-smoke", "DEPLOY_VENV=/nonexistent"],
         cwd=ROOT,
+        env=env,
         capture_output=True,
         text=True,
         check=False,
