@@ -213,10 +213,23 @@ def _project(table: set[_Keys], wanted: list[str], parts: list[str]) -> set[_Key
 
 def delete_table(client: Any, name: str, *, timeout: float = 600.0) -> bool:
     """Delete table ``name`` and wait until DescribeTable no longer finds it; False if it was
-    already gone."""
-    if not _found(client.delete_table, name):
-        return False
+    already gone. A table still CREATING or UPDATING (a run stopped during its creation or a
+    stream renewal) is refused by DynamoDB with ResourceInUseException: the deletion is asked
+    again until it is taken or ``timeout`` has passed."""
+    from botocore.exceptions import ClientError
+
+    from sandbox_ledger.sdk.steps import error_code
+
     deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if not _found(client.delete_table, name):
+                return False
+            break
+        except ClientError as exc:
+            if error_code(exc) != "ResourceInUseException" or time.monotonic() > deadline:
+                raise
+        time.sleep(1.0)
     while _found(client.describe_table, name):
         if time.monotonic() > deadline:
             raise TimeoutError(f"table {name} still exists {timeout} s after its deletion")

@@ -1,0 +1,71 @@
+"""Red-team checks of ``make test-aws`` (:mod:`sandbox_ledger.awstest`): what DynamoDB does that
+the embedded server does not (a table CREATING or UPDATING refuses DeleteTable; a table listed
+may be gone when it is described), and a second signal while a run stops."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from sandbox_ledger.awstest import runtable
+from sandbox_ledger.awstest.runtable import TABLE_PREFIX
+
+pytestmark = pytest.mark.skipif(
+    bool(os.environ.get("SANDBOX_LEDGER_TEST_TABLE")), reason="a run does not run itself"
+)
+
+
+def _error(code: str, operation: str) -> ClientError:
+    return ClientError({"Error": {"Code": code, "Message": code}}, operation)
+
+
+class _Busy:
+    """A DynamoDB client as DynamoDB answers for a table still CREATING (or UPDATING) for its
+    first ``busy`` calls: DeleteTable refuses it with ResourceInUseException
+    (the DeleteTable reference: "If a table is in CREATING or UPDATING states, then DynamoDB
+    returns a ResourceInUseException"), then deletes it."""
+
+    def __init__(self, busy: int, status: str) -> None:
+        self.busy = busy
+        self.status = status
+        self.deleted = False
+        self.deletes = 0
+
+    def describe_table(self, TableName: str) -> dict[str, Any]:
+        if self.deleted:
+            raise _error("ResourceNotFoundException", "DescribeTable")
+        if self.busy > 0:
+            self.busy -= 1
+            return {"Table": {"TableName": TableName, "TableStatus": self.status}}
+        return {"Table": {"TableName": TableName, "TableStatus": "ACTIVE"}}
+
+    def delete_table(self, TableName: str) -> dict[str, Any]:
+        self.deletes += 1
+        if self.busy > 0:
+            self.busy -= 1
+            raise _error("ResourceInUseException", "DeleteTable")
+        self.deleted = True
+        return {"TableDescription": {"TableName": TableName, "TableStatus": "DELETING"}}
+
+
+@pytest.mark.parametrize("status", ["CREATING", "UPDATING"])
+def test_a_table_still_creating_or_updating_is_deleted_once_it_can_be(
+    monkeypatch: pytest.MonkeyPatch, status: str
+) -> None:
+    """A signal during the creation (the table CREATING on AWS for seconds) or during a stream
+    renewal (UPDATING): the run's deletion must wait for the table, not give up and leave it."""
+    monkeypatch.setattr(runtable.time, "sleep", lambda seconds: None)
+    client = _Busy(3, status)
+    assert runtable.delete_table(client, TABLE_PREFIX + "x") is True
+    assert client.deleted
+
+
+def test_a_table_that_stays_busy_past_the_timeout_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = iter(range(0, 10_000, 10))
+    monkeypatch.setattr(runtable.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(runtable.time, "monotonic", lambda: float(next(clock)))
+    with pytest.raises(ClientError):
+        runtable.delete_table(_Busy(10_000, "CREATING"), TABLE_PREFIX + "x", timeout=100)
