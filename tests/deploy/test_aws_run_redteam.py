@@ -11,7 +11,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from sandbox_ledger.awstest import runtable
-from sandbox_ledger.awstest.runtable import TABLE_PREFIX
+from sandbox_ledger.awstest.runtable import RUN_TAG, TABLE_PREFIX
 
 pytestmark = pytest.mark.skipif(
     bool(os.environ.get("SANDBOX_LEDGER_TEST_TABLE")), reason="a run does not run itself"
@@ -69,3 +69,37 @@ def test_a_table_that_stays_busy_past_the_timeout_raises(monkeypatch: pytest.Mon
     monkeypatch.setattr(runtable.time, "monotonic", lambda: float(next(clock)))
     with pytest.raises(ClientError):
         runtable.delete_table(_Busy(10_000, "CREATING"), TABLE_PREFIX + "x", timeout=100)
+
+
+class _Vanishing:
+    """Lists three run tables; one is gone by its DescribeTable, one by its
+    ListTagsOfResource (another run's end, or a clean-up elsewhere, deleted them)."""
+
+    def get_paginator(self, name: str) -> Any:
+        assert name == "list_tables"
+        names = [
+            TABLE_PREFIX + "gone-at-describe",
+            TABLE_PREFIX + "gone-at-tags",
+            TABLE_PREFIX + "kept",
+        ]
+
+        class Pages:
+            def paginate(self) -> list[dict[str, Any]]:
+                return [{"TableNames": names}]
+
+        return Pages()
+
+    def describe_table(self, TableName: str) -> dict[str, Any]:
+        if TableName.endswith("gone-at-describe"):
+            raise _error("ResourceNotFoundException", "DescribeTable")
+        return {"Table": {"TableArn": f"arn:aws:dynamodb:us-east-1:1:table/{TableName}"}}
+
+    def list_tags_of_resource(self, ResourceArn: str) -> dict[str, Any]:
+        if ResourceArn.endswith("gone-at-tags"):
+            raise _error("ResourceNotFoundException", "ListTagsOfResource")
+        return {"Tags": [{"Key": RUN_TAG, "Value": "r"}]}
+
+
+def test_the_leftovers_pass_by_a_table_deleted_while_they_are_listed() -> None:
+    found = runtable.leftovers(_Vanishing())
+    assert [table.name for table in found] == [TABLE_PREFIX + "kept"]

@@ -263,17 +263,24 @@ class Leftover:
 
 def leftovers(client: Any) -> list[Leftover]:
     """Every table of the account and region tagged as a test run's (named with
-    :data:`TABLE_PREFIX` and carrying :data:`RUN_TAG`)."""
+    :data:`TABLE_PREFIX` and carrying :data:`RUN_TAG`); one gone since ListTables is passed by."""
+    from botocore.exceptions import ClientError
+
+    from sandbox_ledger.sdk.steps import error_code
+
     found: list[Leftover] = []
     for page in client.get_paginator("list_tables").paginate():
         for name in page.get("TableNames", []):
             if not name.startswith(TABLE_PREFIX):
                 continue
-            arn = client.describe_table(TableName=name)["Table"]["TableArn"]
-            tags = {
-                tag["Key"]: tag["Value"]
-                for tag in client.list_tags_of_resource(ResourceArn=arn).get("Tags", [])
-            }
+            try:
+                arn = client.describe_table(TableName=name)["Table"]["TableArn"]
+                listed = client.list_tags_of_resource(ResourceArn=arn).get("Tags", [])
+            except ClientError as exc:  # deleted since ListTables (a run's end, a clean-up)
+                if error_code(exc) == "ResourceNotFoundException":
+                    continue
+                raise
+            tags = {tag["Key"]: tag["Value"] for tag in listed}
             if RUN_TAG in tags:
                 found.append(Leftover(name, tags[RUN_TAG], _when(tags.get(CREATED_TAG))))
     return found
