@@ -5,6 +5,7 @@ may be gone when it is described), and a second signal while a run stops."""
 from __future__ import annotations
 
 import os
+import signal
 from typing import Any
 
 import pytest
@@ -16,6 +17,23 @@ from sandbox_ledger.awstest.runtable import RUN_TAG, TABLE_PREFIX
 pytestmark = pytest.mark.skipif(
     bool(os.environ.get("SANDBOX_LEDGER_TEST_TABLE")), reason="a run does not run itself"
 )
+
+
+@pytest.fixture
+def no_run_table(moto_endpoint: str) -> Any:
+    """No run's table before the test nor after it."""
+    import boto3
+
+    client = boto3.client("dynamodb", endpoint_url=moto_endpoint)
+
+    def tables() -> list[str]:
+        pages = client.get_paginator("list_tables").paginate()
+        return [n for p in pages for n in p["TableNames"] if n.startswith(TABLE_PREFIX)]
+
+    for name in tables():
+        runtable.delete_table(client, name)
+    yield
+    assert tables() == []
 
 
 def _error(code: str, operation: str) -> ClientError:
@@ -103,3 +121,34 @@ class _Vanishing:
 def test_the_leftovers_pass_by_a_table_deleted_while_they_are_listed() -> None:
     found = runtable.leftovers(_Vanishing())
     assert [table.name for table in found] == [TABLE_PREFIX + "kept"]
+
+
+def test_a_second_signal_while_the_run_stops_still_ends_it_as_the_first_said(
+    moto_endpoint: str, no_run_table: None
+) -> None:
+    """Ctrl-C pressed twice (or SIGTERM then Ctrl-C): the second comes while the run reports
+    the first; the table is deleted and the run ends with 128 + the first signal, not with a
+    traceback of an exception raised out of its handler."""
+    from sandbox_ledger.awstest import run as running
+    from sandbox_ledger.awstest.suites import Suite
+
+    said: list[str] = []
+
+    def say(text: str) -> None:
+        said.append(text)
+        if text == "[1/1] nothing":  # the table made, the suite about to start
+            os.kill(os.getpid(), signal.SIGTERM)
+        elif text.startswith("SIGTERM: stopping"):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    nothing = Suite("nothing", ("tests/deploy/test_aws_run.py", "-k", "no_such_test"))
+    code = running.run(
+        {**os.environ, "SANDBOX_LEDGER_AWS_TESTS": "1"},
+        (nothing,),
+        endpoint_url=moto_endpoint,
+        say=say,
+    )
+    assert code == 128 + signal.SIGTERM, said
+    assert any(line.startswith("deleted table ") for line in said), said
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before

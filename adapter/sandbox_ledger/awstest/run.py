@@ -78,7 +78,8 @@ def run(
         for process in child:
             if process.poll() is None and signum != signal.SIGINT:  # a terminal's Ctrl-C
                 process.send_signal(signum)  # reaches the whole group; SIGTERM only us
-        raise Stopped(signum)
+        if len(stopped) == 1:  # a second one (Ctrl-C twice) must not break off the stopping
+            raise Stopped(signum)
 
     before = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     failed: list[str] = []
