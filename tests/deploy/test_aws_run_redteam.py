@@ -152,3 +152,43 @@ def test_a_second_signal_while_the_run_stops_still_ends_it_as_the_first_said(
     assert code == 128 + signal.SIGTERM, said
     assert any(line.startswith("deleted table ") for line in said), said
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
+def test_a_stopped_suite_s_units_are_billed_and_its_pytest_can_write_them(
+    moto_endpoint: str, monkeypatch: pytest.MonkeyPatch, no_run_table: None
+) -> None:
+    """Ctrl-C during a suite: its pytest ends (KeyboardInterrupt) and writes its meter at its
+    session's end. The run must let it (the scratch directory still there: it was removed
+    before the pytest was waited for, which then failed with FileNotFoundError) and bill what
+    the stopped suite consumed (AWS charges it)."""
+    import threading
+
+    from sandbox_ledger.awstest import run as running
+    from sandbox_ledger.awstest.suites import SUITES
+
+    ending = running._end
+
+    def end(process: Any) -> None:  # the terminal's Ctrl-C reaching the suite's pytest
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+        ending(process)
+
+    monkeypatch.setattr(running, "_end", end)
+    said: list[str] = []
+
+    def say(text: str) -> None:
+        said.append(text)
+        if text.startswith("[1/1] ") and " in " not in text:  # the suite starts: stop it
+            threading.Timer(8.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+
+    follow = next(suite for suite in SUITES if suite.name == "follow and changes")
+    code = running.run(
+        {**os.environ, "SANDBOX_LEDGER_AWS_TESTS": "1"},
+        (follow,),
+        endpoint_url=moto_endpoint,
+        say=say,
+    )
+    assert code == 128 + signal.SIGINT, said
+    assert any(line.startswith("deleted table ") for line in said), said
+    billed = [line for line in said if line.startswith("consumed: ")]
+    assert billed and not billed[0].startswith("consumed: 0.0 read and 0.0 write"), said

@@ -85,25 +85,30 @@ def run(
     failed: list[str] = []
     totals: list[dict[str, Any]] = []
     made = False
+    scratch: tempfile.TemporaryDirectory[str] | None = None
+    metering: list[Path] = []  # the running suite's meter file: a stopped one's is billed too
     try:
         say(f"creating table {table.name} (on-demand, stream and TTL; tag {RUN_TAG}={run_id})")
         made = True  # from the request on: an answer lost to a signal still made it
         table.create(run_id)
-        with tempfile.TemporaryDirectory(prefix="sandbox-ledger-aws-") as scratch:
-            for number, suite in enumerate(suites, 1):
-                meter = Path(scratch) / f"suite-{number}.json"
-                say(f"[{number}/{len(suites)}] {suite.name}")
-                began = time.monotonic()
-                code = _pytest(suite, table.name, account, meter, pytest_args, child)
-                took = time.monotonic() - began
-                said = "passed" if code == 0 else f"FAILED (pytest exit {code})"
-                used = ""
-                if meter.exists():
-                    totals.append(loads_unique(meter.read_text()))
-                    used = f"; {_units(totals[-1])}"
-                say(f"[{number}/{len(suites)}] {suite.name}: {said} in {took:.0f} s{used}")
-                if code != 0:
-                    failed.append(suite.name)
+        # Removed only once every suite's pytest has ended (a stopped one writes its meter).
+        scratch = tempfile.TemporaryDirectory(prefix="sandbox-ledger-aws-")
+        for number, suite in enumerate(suites, 1):
+            meter = Path(scratch.name) / f"suite-{number}.json"
+            say(f"[{number}/{len(suites)}] {suite.name}")
+            began = time.monotonic()
+            metering[:] = [meter]
+            code = _pytest(suite, table.name, account, meter, pytest_args, child)
+            metering.clear()
+            took = time.monotonic() - began
+            said = "passed" if code == 0 else f"FAILED (pytest exit {code})"
+            used = ""
+            if meter.exists():
+                totals.append(loads_unique(meter.read_text()))
+                used = f"; {_units(totals[-1])}"
+            say(f"[{number}/{len(suites)}] {suite.name}: {said} in {took:.0f} s{used}")
+            if code != 0:
+                failed.append(suite.name)
     except Stopped as exc:
         say(f"{signal.Signals(exc.signum).name}: stopping the run")
     finally:
@@ -111,6 +116,14 @@ def run(
             signal.signal(sig, signal.SIG_IGN)  # the deletion goes on: a signal waits
         for process in child:
             _end(process)
+        for meter in metering:  # the stopped suite's, if its pytest wrote it
+            try:
+                totals.append(loads_unique(meter.read_text()))
+                say(f"the stopped suite consumed {_units(totals[-1])}")
+            except (OSError, ValueError):
+                say("the stopped suite's consumed units are unknown (its pytest wrote none)")
+        if scratch is not None:
+            scratch.cleanup()
         if totals:
             say(_bill(totals))
         if made:
