@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +17,8 @@ from botocore.exceptions import ClientError
 
 from sandbox_ledger.awstest import runtable
 from sandbox_ledger.awstest.runtable import RUN_TAG, TABLE_PREFIX
+
+AWSTEST = (sys.executable, "-m", "sandbox_ledger.awstest")
 
 pytestmark = pytest.mark.skipif(
     bool(os.environ.get("SANDBOX_LEDGER_TEST_TABLE")), reason="a run does not run itself"
@@ -192,3 +198,59 @@ def test_a_stopped_suite_s_units_are_billed_and_its_pytest_can_write_them(
     assert any(line.startswith("deleted table ") for line in said), said
     billed = [line for line in said if line.startswith("consumed: ")]
     assert billed and not billed[0].startswith("consumed: 0.0 read and 0.0 write"), said
+
+
+@pytest.mark.parametrize(("group", "gone"), [(True, False), (False, False), (True, True)])
+def test_a_run_whose_terminal_hangs_up_deletes_its_table(
+    moto_endpoint: str, tmp_path: Path, no_run_table: None, group: bool, gone: bool
+) -> None:
+    """SIGHUP (the terminal closed, an SSH session dropped: a run takes many minutes on AWS)
+    to the group or the run alone: the run stops, deletes its table and exits 128 + 1; it
+    died at once and left the table. With ``gone`` the terminal is gone too: what the run
+    says can no longer be written (EPIPE here, EIO on a hung-up tty), and must not stop the
+    deletion."""
+    (tmp_path / "aws-config").write_text("")
+    env = {
+        "HOME": str(tmp_path),
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+        "AWS_CONFIG_FILE": str(tmp_path / "aws-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "aws-config"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "SANDBOX_LEDGER_AWS_TESTS": "1",
+    }
+    process = subprocess.Popen(
+        [*AWSTEST, "--endpoint-url", moto_endpoint, "run", "--suite", "follow"],
+        env={name: value for name, value in env.items() if value},
+        cwd=Path(__file__).resolve().parents[2],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert process.stderr is not None
+    seen = ""
+    deadline = time.monotonic() + 120
+    while "[1/1] follow" not in seen:
+        line = process.stderr.readline()
+        assert line and time.monotonic() < deadline, seen
+        seen += line
+    time.sleep(5)  # pytest collects, then runs the suite's first tests
+    if group:
+        os.killpg(process.pid, signal.SIGHUP)
+    else:
+        process.send_signal(signal.SIGHUP)
+    if gone:
+        process.stderr.close()
+        assert process.stdout is not None
+        process.stdout.close()
+        assert process.wait(timeout=120) == 128 + signal.SIGHUP
+        return  # no_run_table: the table was deleted
+    _, rest = process.communicate(timeout=120)
+    said = seen + rest
+    assert process.returncode == 128 + signal.SIGHUP, said
+    assert "SIGHUP: stopping the run" in said, said
+    assert "deleted table " + TABLE_PREFIX in said, said

@@ -1,8 +1,9 @@
 """A ``make test-aws`` run: one table made for it, the suites through it, the bill, and the
-table deleted whatever happens (a failure, Ctrl-C, SIGTERM)."""
+table deleted whatever happens (a failure, Ctrl-C, SIGTERM, SIGHUP)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -39,7 +40,7 @@ Say = Callable[[str], None]
 
 
 class Stopped(Exception):
-    """SIGINT or SIGTERM came: the run stops, its table is deleted."""
+    """SIGINT, SIGTERM or SIGHUP came: the run stops, its table is deleted."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
@@ -47,7 +48,14 @@ class Stopped(Exception):
 
 
 def _say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
+    """Say ``text`` on stderr; once it cannot be written (the terminal hung up: EIO, or a
+    closed pipe: EPIPE) the run goes on saying nothing, its clean-up first of all."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except OSError:
+        # What is buffered, and what comes, goes nowhere (and the exit's flush succeeds).
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())
 
 
 def run(
@@ -81,7 +89,9 @@ def run(
         if len(stopped) == 1:  # a second one (Ctrl-C twice) must not break off the stopping
             raise Stopped(signum)
 
-    before = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # SIGHUP: the terminal closed or the SSH session dropped (a run takes many minutes).
+    watched = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    before = {sig: signal.signal(sig, stop) for sig in watched}
     failed: list[str] = []
     totals: list[dict[str, Any]] = []
     made = False
