@@ -254,3 +254,31 @@ def test_a_run_whose_terminal_hangs_up_deletes_its_table(
     assert process.returncode == 128 + signal.SIGHUP, said
     assert "SIGHUP: stopping the run" in said, said
     assert "deleted table " + TABLE_PREFIX in said, said
+
+
+def test_a_table_aws_refuses_to_create_fails_the_run_saying_why(
+    moto_endpoint: str, monkeypatch: pytest.MonkeyPatch, no_run_table: None
+) -> None:
+    """CreateTable refused (on an account: no dynamodb:CreateTable, or no dynamodb:TagResource
+    for its tags, or the account's table quota): the run says why and exits 1, runs no suite
+    and makes nothing - not a traceback out of the run."""
+    from sandbox_ledger.awstest import run as running
+    from sandbox_ledger.awstest.runtable import RunTable
+    from sandbox_ledger.awstest.suites import Suite
+
+    def create(self: RunTable, run_id: str) -> None:
+        raise _error("AccessDeniedException", "CreateTable")
+
+    monkeypatch.setattr(RunTable, "create", create)
+    said: list[str] = []
+    nothing = Suite("nothing", ("tests/deploy/test_aws_run.py", "-k", "no_such_test"))
+    code = running.run(
+        {**os.environ, "SANDBOX_LEDGER_AWS_TESTS": "1"},
+        (nothing,),
+        endpoint_url=moto_endpoint,
+        say=said.append,
+    )
+    assert code == 1, said
+    assert any("could not create table" in line and "AccessDenied" in line for line in said)
+    assert not any(line.startswith("[1/1]") for line in said), said
+    assert said[-1] == "make test-aws: failed: the table's creation", said

@@ -100,10 +100,12 @@ def run(
     try:
         say(f"creating table {table.name} (on-demand, stream and TTL; tag {RUN_TAG}={run_id})")
         made = True  # from the request on: an answer lost to a signal still made it
-        table.create(run_id)
+        made_it = _create(table, run_id, say)
+        if not made_it:
+            failed.append("the table's creation")
         # Removed only once every suite's pytest has ended (a stopped one writes its meter).
         scratch = tempfile.TemporaryDirectory(prefix="sandbox-ledger-aws-")
-        for number, suite in enumerate(suites, 1):
+        for number, suite in enumerate(suites if made_it else (), 1):
             meter = Path(scratch.name) / f"suite-{number}.json"
             say(f"[{number}/{len(suites)}] {suite.name}")
             began = time.monotonic()
@@ -218,6 +220,18 @@ def _end(process: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def _create(table: RunTable, run_id: str, say: Say) -> bool:
+    """Create the run's table; False, saying why, if AWS refuses it (a permission, a quota)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        table.create(run_id)
+    except (BotoCoreError, ClientError) as exc:
+        say(f"could not create table {table.name}: {exc}")
+        return False
+    return True
 
 
 def _delete(table: RunTable, say: Say) -> bool:
