@@ -282,3 +282,31 @@ def test_a_table_aws_refuses_to_create_fails_the_run_saying_why(
     assert any("could not create table" in line and "AccessDenied" in line for line in said)
     assert not any(line.startswith("[1/1]") for line in said), said
     assert said[-1] == "make test-aws: failed: the table's creation", said
+
+
+def test_the_embedded_server_answers_a_stream_switched_to_what_it_is_as_dynamodb_does(
+    moto_endpoint: str, no_run_table: None
+) -> None:
+    """UpdateTable's StreamSpecification (DynamoDB API reference): "You receive a
+    ValidationException if you try to enable a stream on a table that already has a stream,
+    or if you try to disable a stream on a table that doesn't have a stream." The server
+    took a second disable silently (a renewal that only works here) and refused a second
+    enable with ResourceInUseException."""
+    import boto3
+
+    client = boto3.client("dynamodb", endpoint_url=moto_endpoint)
+    table = runtable.RunTable(client, TABLE_PREFIX + runtable.new_run_id())
+    client.create_table(**runtable.k.table_definition(table.name))
+    try:
+        on = {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"}
+        with pytest.raises(ClientError, match=r"ValidationException.*already has an enabled"):
+            client.update_table(TableName=table.name, StreamSpecification=on)
+        client.update_table(TableName=table.name, StreamSpecification={"StreamEnabled": False})
+        with pytest.raises(ClientError, match="ValidationException"):
+            client.update_table(TableName=table.name, StreamSpecification={"StreamEnabled": False})
+        # A run's renewal of a stream found off (a test stopped between the two switches)
+        # turns it on, as it would on DynamoDB, rather than failing on the disable.
+        first = table.renew_stream()
+        assert table.renew_stream() != first
+    finally:
+        runtable.delete_table(client, table.name)

@@ -1170,10 +1170,12 @@ def test_a_stream_turned_off_can_be_turned_on_again_as_a_new_stream(
 ) -> None:
     """DynamoDB gives a table whose stream is off a new one (a new ARN, holding only what is
     written after it); stock moto refuses ("Cannot enable stream"). A table whose stream is on
-    still refuses a second."""
+    still refuses a second, with DynamoDB's ValidationException (UpdateTable's
+    StreamSpecification: "You receive a ValidationException if you try to enable a stream on
+    a table that already has a stream")."""
     needs("streams")
     on = {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"}
-    with pytest.raises(ClientError, match="ResourceInUseException"):
+    with pytest.raises(ClientError, match="ValidationException"):
         client.update_table(TableName=table, StreamSpecification=on)
     client.put_item(TableName=table, Item={**key("p", "before"), "i": {"N": "1"}})
     first = client.describe_table(TableName=table)["Table"]["LatestStreamArn"]

@@ -9,7 +9,8 @@ It fixes behaviour: after ``UpdateTable`` turns a table's stream off, stock moto
 write to the table with ``KeyError``; here the stream stops taking records. And stock moto
 refuses to turn it on again (``Cannot enable stream``: it checks that the table ever had a
 stream); here, as on DynamoDB, a table whose stream is off gets a new one (a new label and
-ARN, no record), and only a table whose stream is on refuses another.
+ARN, no record), and a table whose stream is on refuses another, one whose stream is off
+refuses turning it off (ValidationException both, as DynamoDB answers).
 """
 
 from __future__ import annotations
@@ -47,11 +48,21 @@ def _install(stock: dict[str, Any]) -> None:
     def update_table_streams(self: Any, table: Any, specification: dict[str, Any]) -> None:
         if active(NAME) is None:
             return stock_update(self, table, specification)  # type: ignore[no-any-return]
-        turning_on = specification.get("StreamEnabled") or specification.get("StreamViewType")
-        if turning_on and (table.stream_specification or {}).get("StreamEnabled"):
-            from moto.dynamodb.exceptions import StreamAlreadyEnabledException
+        from moto.dynamodb.exceptions import MockValidationException
 
-            raise StreamAlreadyEnabledException
+        turning_on = specification.get("StreamEnabled") or specification.get("StreamViewType")
+        enabled = (table.stream_specification or {}).get("StreamEnabled")
+        # UpdateTable, StreamSpecification: "You receive a ValidationException if you try to
+        # enable a stream on a table that already has a stream, or if you try to disable a
+        # stream on a table that doesn't have a stream."
+        if turning_on and enabled:
+            raise MockValidationException(
+                f"Table already has an enabled stream: TableName: {table.name}"
+            )
+        if not turning_on and not enabled:
+            raise MockValidationException(
+                f"Table has no enabled stream to disable: TableName: {table.name}"
+            )
         table.set_stream_specification(specification)
         return None
 
