@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -170,21 +171,62 @@ def instrumented(operations: frozenset[str] = LEDGER_OPERATIONS) -> Callable[[C]
 
 def _wrap(operation: str, method: Any) -> Any:
     describe = _describer(method)
+    stamps = operation == "append"
     if inspect.iscoroutinefunction(method):
 
         @functools.wraps(method)
         async def traced_async(self: Any, *args: Any, **kwargs: Any) -> Any:
-            with operation_span(self, operation, describe(args, kwargs)):
+            with operation_span(self, operation, describe(args, kwargs)) as span:
+                if stamps and records_trace_ids(self):
+                    args, kwargs = _stamped(span, args, kwargs)
                 return await method(self, *args, **kwargs)
 
         return traced_async
 
     @functools.wraps(method)
     def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with operation_span(self, operation, describe(args, kwargs)):
+        with operation_span(self, operation, describe(args, kwargs)) as span:
+            if stamps and records_trace_ids(self):
+                args, kwargs = _stamped(span, args, kwargs)
             return method(self, *args, **kwargs)
 
     return traced
+
+
+TRACE_ID_FIELD = "traceId"
+SPAN_ID_FIELD = "spanId"
+RECORD_TRACE_IDS = "SANDBOX_LEDGER_RECORD_TRACE_IDS"
+"""The environment variable that turns :func:`records_trace_ids` on for every store of the
+process (``1``); a store's own ``record_trace_ids`` attribute wins."""
+
+
+def records_trace_ids(store: Any) -> bool:
+    """Whether ``append`` on ``store`` records the trace and span ids of its span into the
+    entry (``traceId``, ``spanId``: W3C hex, kept as every other extra field is): the store's
+    ``record_trace_ids`` attribute if set, else :data:`RECORD_TRACE_IDS` in the environment.
+    Off by default."""
+    own = getattr(store, "record_trace_ids", None)
+    if own is not None:
+        return bool(own)
+    return os.environ.get(RECORD_TRACE_IDS) == "1"
+
+
+def _stamped(
+    span: Span, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The call's entry with the span's ids as extra fields; unchanged without a recording
+    span, or when the entry names a trace id already (the caller's own wins)."""
+    context = span.get_span_context()
+    entry = args[0] if args else kwargs.get("entry")
+    if entry is None or not context.is_valid or TRACE_ID_FIELD in (entry.model_extra or {}):
+        return args, kwargs
+    wire = entry.wire()
+    wire[TRACE_ID_FIELD] = format(context.trace_id, "032x")
+    wire[SPAN_ID_FIELD] = format(context.span_id, "016x")
+    stamped = type(entry).model_validate(wire)
+    if args:
+        return (stamped, *args[1:]), kwargs
+    return args, {**kwargs, "entry": stamped}
 
 
 def _describer(method: Any) -> Callable[[tuple[Any, ...], dict[str, Any]], dict[str, Any]]:

@@ -328,3 +328,37 @@ async def test_a_concurrent_operation_is_its_own_span(spans: InMemorySpanExporte
     appends = by_operation(spans, "append")
     assert sorted(s.attributes["sandbox.id"] for s in appends) == [f"sb-{i}" for i in range(5)]
     assert all(s.parent is None for s in appends)
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgresql", "dynamodb"])
+async def test_trace_ids_are_recorded_into_appended_entries_when_asked(
+    kind: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    spans: InMemorySpanExporter,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Off by default; with the store's ``record_trace_ids`` (or the environment variable)
+    each appended entry carries its append span's ids as ``traceId`` and ``spanId``, kept by
+    the store as every extra field is (exported and imported so: test_entry_extras.py); an
+    entry naming a trace id already keeps its own."""
+    async with store(kind, tmp_path, request) as adapter:
+        await adapter.append(entry("plain"))
+        [plain] = await adapter.read_all("build", "plain")
+        assert "traceId" not in (plain.model_extra or {})
+        monkeypatch.setenv("SANDBOX_LEDGER_RECORD_TRACE_IDS", "1")
+        spans.clear()
+        await adapter.append(entry("traced"))
+        own = LedgerEntry.model_validate({**entry("own").wire(), "traceId": "mine"})
+        await adapter.append(own)
+        adapter.record_trace_ids = False  # the store's own setting wins
+        await adapter.append(entry("off"))
+        [traced] = await adapter.read_all("build", "traced")
+        [kept] = await adapter.read_all("build", "own")
+        [off] = await adapter.read_all("build", "off")
+    span = by_operation(spans, "append")[0]
+    extra = traced.model_extra or {}
+    assert extra["traceId"] == format(span.context.trace_id, "032x")
+    assert extra["spanId"] == format(span.context.span_id, "016x")
+    assert (kept.model_extra or {}) == {"traceId": "mine"}
+    assert "traceId" not in (off.model_extra or {})
