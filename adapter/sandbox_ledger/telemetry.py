@@ -34,7 +34,7 @@ import inspect
 import os
 import time
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -361,3 +361,34 @@ def _retries_made(parsed: Any = None, model: Any = None, context: Any = None, **
         code = failed[attempt - 1] if attempt <= len(failed) else None
         reason = "throttle" if code in THROTTLE_CODES else "error"
         retried(reason, attempt=attempt, operation=getattr(model, "name", None), code=code)
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def traced_run(
+    name: str, describe: Callable[[R], tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]]
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """A decorator for a run of the deployment's work (a sweep, a batch of TTL removals):
+    one span ``name`` (kind INTERNAL, current while it runs: the stores' spans are its
+    children) whose attributes and events ``describe(result)`` gives (the counts; an event
+    per record expired). A run that raises records the exception and ERROR."""
+
+    def decorate(run: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(run)
+        def traced(*args: P.args, **kwargs: P.kwargs) -> R:
+            from opentelemetry.trace import SpanKind
+
+            with _instruments().tracer.start_as_current_span(name, kind=SpanKind.INTERNAL) as span:
+                result = run(*args, **kwargs)
+                if span.is_recording():
+                    attributes, events = describe(result)
+                    span.set_attributes(attributes)
+                    for event, detail in events:
+                        span.add_event(event, detail)
+                return result
+
+        return traced
+
+    return decorate

@@ -362,3 +362,59 @@ async def test_trace_ids_are_recorded_into_appended_entries_when_asked(
     assert extra["spanId"] == format(span.context.span_id, "016x")
     assert (kept.model_extra or {}) == {"traceId": "mine"}
     assert "traceId" not in (off.model_extra or {})
+
+
+def test_a_sweep_is_one_span_with_its_counts_an_event_per_expiry_and_the_stores_calls_under_it(
+    moto_endpoint: str, sync_table: str, moto_server: Any, spans: InMemorySpanExporter
+) -> None:
+    """The sweeper's run (the function its Lambda and `local --deployment` call): one span
+    `sweep` whose attributes count what it did, an `expired` event per record expired, the
+    resource store's operations its children."""
+    from datetime import UTC, datetime, timedelta
+
+    from resources.resource_fixtures import Collector, caught_up, record
+    from sandbox_ledger.resources import ExpiryPolicy, SyncResourceRecordStore, sweep
+
+    now = datetime.now(UTC)
+    store = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint, clock=lambda: now)
+    dead = store.put(record(now=now, age=timedelta(hours=2))).record
+    caught_up(moto_server, sync_table)
+    policy = ExpiryPolicy(stale_after=timedelta(minutes=15))
+    publisher = Collector()
+    spans.clear()
+    sweep(store, publisher, now=now, policy=policy)  # observes it
+    sweep(store, publisher, now=now + timedelta(minutes=16), policy=policy)  # expires it
+    first, second = [s for s in ours(spans) if s.name == "sweep"]
+    assert first.attributes["sandbox_ledger.sweep.observed"] == 1
+    assert first.attributes["sandbox_ledger.sweep.expired"] == 0 and not first.events
+    assert second.attributes["sandbox_ledger.sweep.expired"] == 1
+    assert second.attributes["sandbox_ledger.sweep.complete"] is True
+    assert [(e.name, dict(e.attributes or {})) for e in second.events] == [
+        ("expired", {"resource.id": dead.id})
+    ]
+    under = [
+        s.attributes["db.operation.name"]
+        for s in ours(spans)
+        if s.parent is not None and s.parent.span_id == second.context.span_id
+    ]
+    assert {"get_many", "claim", "delete_claimed"} <= set(under), under
+    assert [e.record.id for e in publisher.published] == [dead.id]
+
+
+def test_a_batch_of_ttl_removals_is_one_span_with_an_event_per_expiry_reported(
+    spans: InMemorySpanExporter,
+) -> None:
+    """The TTL reporter's batch (its Lambda's and `local --deployment`'s): one span with the
+    counts and an `expired` event per expiry published."""
+    from resources.resource_fixtures import Collector
+    from resources.test_ttl_stream_records import TABLE, removal
+    from sandbox_ledger.resources.unreported import report_ttl_removals
+
+    records = [removal("1"), removal("2")]
+    batch = report_ttl_removals(records, table_name=TABLE, publisher=Collector(), store=None)  # type: ignore[arg-type]
+    ids = batch.published
+    assert len(ids) == 2
+    (span,) = [s for s in ours(spans) if s.name == "report ttl removals"]
+    assert span.attributes["sandbox_ledger.ttl.reported"] == 2
+    assert span.attributes["sandbox_ledger.ttl.failed"] == 0
+    assert sorted(dict(e.attributes or {})["resource.id"] for e in span.events) == sorted(ids)

@@ -14,6 +14,7 @@ from sandbox_ledger.resources._items import Unreadable
 from sandbox_ledger.resources.events import Expiry
 from sandbox_ledger.resources.models import to_iso
 from sandbox_ledger.resources.policy import ExpiryPolicy, expiry_reason
+from sandbox_ledger.telemetry import traced_run
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -148,6 +149,22 @@ class _Run:
         return int(self.now.timestamp() * 1000 + (time.monotonic() - self.started) * 1000)
 
 
+def _described(result: SweepResult) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+    """A sweep's span: its counts, and an event per record it expired."""
+    counts = {
+        "sandbox_ledger.sweep.dry_run": result.dry_run,
+        "sandbox_ledger.sweep.complete": result.complete,
+        "sandbox_ledger.sweep.expired": len(result.expired),
+        "sandbox_ledger.sweep.skipped": len(result.skipped),
+        "sandbox_ledger.sweep.observed": len(result.observed),
+        "sandbox_ledger.sweep.failed": len(result.failed),
+        "sandbox_ledger.sweep.unreadable": len(result.unreadable),
+        "sandbox_ledger.sweep.lost": len(result.lost),
+    }
+    return counts, [("expired", {"resource.id": record_id}) for record_id in result.expired]
+
+
+@traced_run("sweep", _described)
 def sweep(
     store: SweepStore,
     publisher: Publisher | None,

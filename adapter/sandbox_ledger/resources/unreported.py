@@ -28,6 +28,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from sandbox_ledger.errors import LedgerError, translate_client_error
 from sandbox_ledger.resources.stream import created_at, member, ttl_expiry
+from sandbox_ledger.telemetry import traced_run
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -132,6 +133,18 @@ class BatchReport:
         return {"batchItemFailures": [{"itemIdentifier": s} for s in self.failures]}
 
 
+def _described(report: BatchReport) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+    """A batch's span: its counts, and an event per expiry reported."""
+    counts = {
+        "sandbox_ledger.ttl.reported": len(report.published),
+        "sandbox_ledger.ttl.kept": len(report.kept),
+        "sandbox_ledger.ttl.failed": len(report.failures),
+        "sandbox_ledger.ttl.ignored": report.ignored,
+    }
+    return counts, [("expired", {"resource.id": record_id}) for record_id in report.published]
+
+
+@traced_run("report ttl removals", _described)
 def report_ttl_removals(
     records: Sequence[dict[str, Any]],
     *,
