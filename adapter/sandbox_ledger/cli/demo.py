@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.progress import Progress
 
+from sandbox_ledger.cli.span_tree import SANDBOX_SPAN
 from sandbox_ledger.deployment import SweepSettings
 from sandbox_ledger.dynamodb import DynamoDBAdapter
 from sandbox_ledger.models import EnvironmentRecord, LedgerEntry, LedgerEvent
@@ -123,8 +124,19 @@ async def _sandbox(
     stats: _Stats,
     report: Report,
 ) -> None:
-    """One sandbox's life: its environment, its resource record, its execs, its close."""
+    """One sandbox's life: its environment, its resource record, its execs, its close (one
+    span, ``sandbox``: the stores' spans of its life are its children; ``demo --trace``)."""
+    from opentelemetry import trace
+
     run = _SandboxRun(i, base + i * 10_000, config, ledger, store, stats, report)
+    tracer = trace.get_tracer("sandbox_ledger.demo")
+    with tracer.start_as_current_span(SANDBOX_SPAN, attributes={"sandbox.path": run.path}):
+        await _life(run, i, config, ledger, stats)
+
+
+async def _life(
+    run: _SandboxRun, i: int, config: DemoConfig, ledger: DynamoDBAdapter, stats: _Stats
+) -> None:
     env_name = await run.environment()
     record_id = await run.resource_record()
     await run.append(LedgerEvent.SandboxCreated, -1, 0, {"environment": env_name})
@@ -153,6 +165,10 @@ class _SandboxRun:
     @property
     def sid(self) -> str:
         return f"sb-{self.i:05d}"
+
+    @property
+    def path(self) -> str:
+        return f"{self.name}/{self.sid}"
 
     @property
     def dead(self) -> bool:

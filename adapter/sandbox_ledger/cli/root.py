@@ -91,6 +91,7 @@ def _root(
     --store (or SANDBOX_LEDGER_TABLE, SANDBOX_LEDGER_STORE); `sandbox-ledger local` serves a
     local DynamoDB; `sandbox-ledger demo` needs nothing. Exit codes: 0 ok, 1 failed, 2 usage,
     3 not found, 4 partly failed (docs/cli.md)."""
+    _telemetry()
     target = from_environment(
         from_command_line(ctx, "table", table),
         from_command_line(ctx, "endpoint_url", endpoint_url),
@@ -102,3 +103,17 @@ def _root(
     )
     ctx.obj = target
     ctx.call_on_close(target.close)
+
+
+def _telemetry() -> None:
+    """OpenTelemetry export when the SDK's standard variables ask for it (cli/otel.py); a bad
+    exporter name is a usage error."""
+    import os
+
+    from sandbox_ledger.cli.otel import configure
+
+    try:
+        configure(os.environ)
+    except ValueError as exc:
+        typer.echo(f"sandbox-ledger: {exc}", err=True)
+        raise typer.Exit(2) from exc

@@ -41,6 +41,9 @@ def demo(
         None, "--output", help="json, text or table (default: table, piped or not)."
     ),
     query: str | None = QUERY,
+    trace: bool = typer.Option(
+        False, "--trace", help="Also print the spans of the first sandbox's life as a tree."
+    ),
 ) -> None:
     """Simulate a fleet end to end, then sweep expired resource records through the
     handler; prints a summary of operations, requests, latency and outcomes."""
@@ -59,11 +62,25 @@ def demo(
     )
     # A summary for people: tables unless asked otherwise, piped or not.
     fmt = render.choose(as_json, output) if as_json or output else Format.table
+    recorder = None
+    if trace:
+        from sandbox_ledger.cli.span_tree import Recorder
+
+        recorder = Recorder()
     report = run_demo(target, config, err() if fmt is not Format.table else out())
     if fmt is Format.table and query is None:
         render_tables(report, out())
     else:
         render.show(View(report_json(report)), fmt, query)
+    if recorder is not None:
+        from sandbox_ledger.cli.span_tree import show
+
+        # After the tables on stdout; beside JSON, on stderr (stdout stays one document).
+        show(
+            out() if fmt is Format.table and query is None else err(),
+            recorder.spans(),
+            "job-0/sb-00000",
+        )
 
 
 # The flag of each sweep setting, to name it in errors (read-only: no module state).

@@ -1,0 +1,110 @@
+"""OpenTelemetry export from every command, turned on by the SDK's standard variables.
+
+With ``OTEL_TRACES_EXPORTER`` or ``OTEL_METRICS_EXPORTER`` set to ``otlp`` or ``console``,
+or an OTLP endpoint (``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``,
+``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``: OTLP over HTTP, the exporter's own variables for
+headers, timeouts and the rest), a command installs the SDK before it runs and flushes what
+it recorded when it ends. ``console`` writes to stderr (stdout stays the command's data).
+``OTEL_SDK_DISABLED=true``, or ``none``, turns it off. The service is ``sandbox-ledger-cli``
+unless ``OTEL_SERVICE_NAME`` (or ``OTEL_RESOURCE_ATTRIBUTES``) names another. The OTLP
+exporter comes with the ``otel`` extra; without it the command says so once and runs
+without export.
+"""
+
+from __future__ import annotations
+
+import atexit
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+SERVICE = "sandbox-ledger-cli"
+_ENDPOINTS = (
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+)
+_KINDS = frozenset({"otlp", "console", "none"})
+
+
+def exporters(environ: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """The traces' and metrics' exporter the environment asks for (``otlp``, ``console``),
+    None for none.
+
+    Raises:
+        ValueError: an exporter variable names another (the variable named).
+    """
+    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None, None
+    endpoint = any(environ.get(name) for name in _ENDPOINTS)
+    chosen: list[str | None] = []
+    for signal_name in ("TRACES", "METRICS"):
+        variable = f"OTEL_{signal_name}_EXPORTER"
+        given = environ.get(variable, "").strip().lower()
+        if given and given not in _KINDS:
+            raise ValueError(f"{variable}: otlp, console or none, not {given!r}")
+        kind = given or ("otlp" if endpoint else "none")
+        chosen.append(None if kind == "none" else kind)
+    return chosen[0], chosen[1]
+
+
+def configure(environ: Mapping[str, str]) -> bool:
+    """Install the SDK with the exporters :func:`exporters` chooses, flushed at exit; False
+    if none is asked for (nothing imported) or the OTLP exporter is not installed (said on
+    stderr)."""
+    traces, metrics_kind = exporters(environ)
+    if traces is None and metrics_kind is None:
+        return False
+    try:
+        span_exporter = _span_exporter(traces) if traces else None
+        metric_exporter = _metric_exporter(metrics_kind) if metrics_kind else None
+    except ImportError as exc:
+        print(
+            f"sandbox-ledger: OpenTelemetry export needs the otel extra "
+            f"(pip install 'sandbox-ledger-dynamodb[otel]'): {exc}; running without it",
+            file=sys.stderr,
+        )
+        return False
+    from opentelemetry import metrics, trace
+    from opentelemetry.sdk.resources import Resource
+
+    resource = Resource.create({"service.name": environ.get("OTEL_SERVICE_NAME") or SERVICE})
+    if span_exporter is not None:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        tracer_provider = TracerProvider(resource=resource)
+        tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))
+        trace.set_tracer_provider(tracer_provider)
+        atexit.register(tracer_provider.shutdown)
+    if metric_exporter is not None:
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+        reader = PeriodicExportingMetricReader(metric_exporter)
+        meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
+        metrics.set_meter_provider(meter_provider)
+        atexit.register(meter_provider.shutdown)
+    return True
+
+
+def _span_exporter(kind: str) -> Any:
+    if kind == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        return ConsoleSpanExporter(out=sys.stderr)
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter()
+
+
+def _metric_exporter(kind: str) -> Any:
+    if kind == "console":
+        from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
+
+        return ConsoleMetricExporter(out=sys.stderr)
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+    return OTLPMetricExporter()
