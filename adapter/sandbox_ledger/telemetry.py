@@ -169,6 +169,32 @@ def instrumented(operations: frozenset[str] = LEDGER_OPERATIONS) -> Callable[[C]
     return decorate
 
 
+@functools.cache
+def _globals() -> tuple[Any, Any, tuple[type, ...]]:
+    """The API's two global accessors and the proxy types they return until an SDK sets its
+    providers (the meter's is private to the API: without it, the SDK counts as installed)."""
+    from opentelemetry import metrics, trace
+
+    proxies: list[type] = [trace.ProxyTracerProvider]
+    try:
+        from opentelemetry.metrics._internal import _ProxyMeterProvider
+
+        proxies.append(_ProxyMeterProvider)
+    except ImportError:  # pragma: no cover - another API version: record as with an SDK
+        return trace.get_tracer_provider, metrics.get_meter_provider, ()
+    return trace.get_tracer_provider, metrics.get_meter_provider, tuple(proxies)
+
+
+def sdk_installed() -> bool:
+    """Whether the application installed a tracer or a meter provider (an SDK): until then
+    an operation runs as if unwrapped (no span, no clock, no attribute built), the API's
+    no-op being the proxies' and nothing else."""
+    tracer_provider, meter_provider, proxies = _globals()
+    if not proxies:
+        return True
+    return not (isinstance(tracer_provider(), proxies) and isinstance(meter_provider(), proxies))
+
+
 def _wrap(operation: str, method: Any) -> Any:
     describe = _describer(method)
     stamps = operation == "append"
@@ -176,6 +202,8 @@ def _wrap(operation: str, method: Any) -> Any:
 
         @functools.wraps(method)
         async def traced_async(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if not sdk_installed():
+                return await method(self, *args, **kwargs)
             with operation_span(self, operation, describe(args, kwargs)) as span:
                 if stamps and records_trace_ids(self):
                     args, kwargs = _stamped(span, args, kwargs)
@@ -185,6 +213,8 @@ def _wrap(operation: str, method: Any) -> Any:
 
     @functools.wraps(method)
     def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not sdk_installed():
+            return method(self, *args, **kwargs)
         with operation_span(self, operation, describe(args, kwargs)) as span:
             if stamps and records_trace_ids(self):
                 args, kwargs = _stamped(span, args, kwargs)
@@ -310,6 +340,8 @@ def retried(reason: str, *, attempt: int, operation: str | None = None, **detail
     """
     if reason not in RETRY_REASONS:
         raise ValueError(f"reason: one of {sorted(RETRY_REASONS)}, not {reason!r}")
+    if not sdk_installed():
+        return
     from opentelemetry import trace
 
     attributes: dict[str, Any] = {"sandbox_ledger.retry.reason": reason, "attempt": attempt}
@@ -328,7 +360,16 @@ def watch_retries(client: Any) -> None:
     :func:`retried` event of the current span with the code its attempt failed with
     (``throttle`` for DynamoDB's throttling codes, ``error`` for the others): every failed
     attempt's code is kept in the request's context, and once the request ends the first
-    ``RetryAttempts`` of them are the ones that were sent again."""
+    ``RetryAttempts`` of them are the ones that were sent again.
+
+    Registered only when an SDK is installed as the client is made (a store makes its client
+    at its first operation): without one the client's requests pay no hook."""
+    if sdk_installed():
+        register_retry_hooks(client)
+
+
+def register_retry_hooks(client: Any) -> None:
+    """:func:`watch_retries`' hooks on ``client``, whether or not an SDK is installed."""
     events = client.meta.events
     service = client.meta.service_model.service_id.hyphenize()
     events.register_first(f"needs-retry.{service}", _failed_attempt)
@@ -352,7 +393,7 @@ def _failed_attempt(
 
 def _retries_made(parsed: Any = None, model: Any = None, context: Any = None, **_: Any) -> None:
     made = int((parsed or {}).get("ResponseMetadata", {}).get("RetryAttempts", 0) or 0)
-    if not made:
+    if not made or not sdk_installed():
         return
     from sandbox_ledger.errors import THROTTLE_CODES
 

@@ -60,6 +60,7 @@ SMOKE = {
         "2",
     ],
     "strict_ttl_import.py": ["--entries", "200", "--step", "100"],
+    "telemetry_cost.py": ["--runs", "7"],
     "worker_cold_start.py": ["--runs", "1"],
 }
 NOT_RUN = {"worker_bundle.py": "builds the Lambda bundle with pip for another platform"}
