@@ -18,7 +18,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from botocore.awsrequest import AWSResponse
 
@@ -26,6 +26,8 @@ from sandbox_ledger import EnvironmentRecord, LedgerEntry, LedgerEvent, ListSand
 from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 from sandbox_ledger.dynamodb import _items as it
 from sandbox_ledger.local import LocalDynamoDB
+
+T = TypeVar("T")
 
 
 class _Raw:
@@ -179,10 +181,9 @@ def _snake(operation: str) -> str:
     return "".join("_" + c.lower() if c.isupper() else c for c in operation).lstrip("_")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=2000)
-    args = parser.parse_args()
+def on_local_server(measure: Callable[[str, int], T], runs: int) -> T:
+    """``measure(endpoint, runs)`` against a fresh embedded server (local credentials and
+    region where the shell has none), the server stopped after."""
     for var, value in [
         ("AWS_ACCESS_KEY_ID", "local"),
         ("AWS_SECRET_ACCESS_KEY", "local"),
@@ -191,8 +192,17 @@ def main() -> None:
         os.environ.setdefault(var, value)
     server = LocalDynamoDB()
     endpoint = server.start()
-    rows = measure(endpoint, args.runs)
-    server.stop()
+    try:
+        return measure(endpoint, runs)
+    finally:
+        server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=2000)
+    args = parser.parse_args()
+    rows = on_local_server(measure, args.runs)
     print(f"Client CPU per operation, responses replayed ({args.runs} runs per side)\n")
     print("| operation | requests | adapter µs | raw SDK µs | ratio |")
     print("|---|---:|---:|---:|---:|")

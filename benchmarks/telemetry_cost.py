@@ -21,16 +21,14 @@ median of 7 rounds each):
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from replay import Tape, entry
+from replay import Tape, entry, on_local_server
 from sandbox_ledger import LedgerEvent, telemetry
 from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
-from sandbox_ledger.local import LocalDynamoDB
 
 
 def cpu_per_run(sides: Sequence[Callable[[], Any]], runs: int) -> list[float]:
@@ -113,16 +111,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3000)
     args = parser.parse_args()
-    for var, value in [
-        ("AWS_ACCESS_KEY_ID", "local"),
-        ("AWS_SECRET_ACCESS_KEY", "local"),
-        ("AWS_DEFAULT_REGION", "us-east-1"),
-    ]:
-        os.environ.setdefault(var, value)
-    server = LocalDynamoDB()
-    endpoint = server.start()
-    figures = measure(endpoint, args.runs)
-    server.stop()
+    figures = on_local_server(measure, args.runs)
     off = figures["no SDK"] / figures["bare"] - 1
     on = figures["SDK"] / figures["bare again"] - 1
     print(f"Client CPU per append (TransactWriteItems), responses replayed ({args.runs} runs)\n")
