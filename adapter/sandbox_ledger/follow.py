@@ -24,6 +24,7 @@ from sandbox_ledger._poll import PollSettings
 from sandbox_ledger.cursor import decode_cursor, encode_cursor
 from sandbox_ledger.errors import InvalidInputError
 from sandbox_ledger.models import LedgerEntry, LedgerEvent
+from sandbox_ledger.telemetry import Traced, poll_span
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -199,10 +200,15 @@ def _advance(flow: Generator[Poll | Out, R | None, None], reply: R | None) -> Po
 
 
 def drive(
-    flow: Generator[Poll | Out, R | None, None], poll: Callable[[Poll], R]
+    flow: Generator[Poll | Out, R | None, None],
+    poll: Callable[[Poll], R],
+    *,
+    traced: Traced | None = None,
 ) -> Generator[Out, None, None]:
     """Run ``flow`` (a follow or a changes loop) in this thread: each :class:`Poll` by
-    ``poll``, after its wait; everything else it yields is handed out."""
+    ``poll``, after its wait, in a span of its own when ``traced`` names the store, the
+    operation and its attributes (:func:`sandbox_ledger.telemetry.poll_span`); everything
+    else it yields is handed out."""
     with contextlib.closing(flow):
         reply: R | None = None
         while (step := _advance(flow, reply)) is not None:
@@ -211,7 +217,8 @@ def drive(
                 reply = None
                 continue
             time.sleep(step.wait)
-            reply = poll(step)
+            with poll_span(traced):
+                reply = poll(step)
 
 
 async def _sleep(step: Poll) -> None:
@@ -224,16 +231,19 @@ async def drive_async(
     flow: Generator[Poll | Out, R | None, None],
     poll: Callable[[Poll], Awaitable[R]],
     wait: Callable[[Poll], Awaitable[None]] = _sleep,
+    *,
+    traced: Traced | None = None,
 ) -> AsyncGenerator[Out, None]:
     """Run ``flow`` on the running event loop: each :class:`Poll` by awaiting ``poll``,
     after ``wait`` (default: sleep its ``wait``; a store that is told of new entries wakes
-    sooner)."""
+    sooner), in a span of its own as :func:`drive` says."""
     with contextlib.closing(flow):
         reply: R | None = None
         while (step := _advance(flow, reply)) is not None:
             if isinstance(step, Poll):
                 await wait(step)
-                reply = await poll(step)
+                with poll_span(traced):
+                    reply = await poll(step)
             else:
                 reply = None
                 yield step

@@ -343,7 +343,8 @@ class MemoryAdapter:
         async def step(request: Poll) -> Batch:
             return self._follow_poll(key, request.state)
 
-        return drive_async(flow, step)
+        traced = (self, "follow", {"sandbox.name": key[0], "sandbox.id": key[1]})
+        return drive_async(flow, step, traced=traced)
 
     def _follow_poll(self, key: tuple[str, str], state: dict[str, Any] | None) -> Batch:
         session = self._sessions.get(key)
@@ -362,7 +363,7 @@ class MemoryAdapter:
         async def step(request: Poll) -> ChangeBatch:
             return self._changes.after(request.state)
 
-        return drive_async(flow, step)
+        return drive_async(flow, step, traced=(self, "changes", {}))
 
     def _rows(self, keep: Any) -> list[tuple[SandboxDetails, int]]:
         out = []

@@ -33,7 +33,7 @@ import functools
 import inspect
 import os
 import time
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 if TYPE_CHECKING:
@@ -433,3 +433,17 @@ def traced_run(
         return traced
 
     return decorate
+
+
+Traced = tuple[Any, str, dict[str, Any]]
+"""What a follow or changes loop names its polls' spans by: the store, the operation
+(``follow``, ``changes``) and the attributes (the session followed)."""
+
+
+def poll_span(traced: Traced | None) -> AbstractContextManager[Any]:
+    """The span of one poll of a follow or changes loop (:func:`operation_span`), or nothing
+    without ``traced`` or an SDK."""
+    if traced is None or not sdk_installed():
+        return nullcontext()
+    store, operation, attributes = traced
+    return operation_span(store, operation, attributes)

@@ -418,3 +418,34 @@ def test_a_batch_of_ttl_removals_is_one_span_with_an_event_per_expiry_reported(
     assert span.attributes["sandbox_ledger.ttl.reported"] == 2
     assert span.attributes["sandbox_ledger.ttl.failed"] == 0
     assert sorted(dict(e.attributes or {})["resource.id"] for e in span.events) == sorted(ids)
+
+
+async def test_each_poll_of_follow_and_changes_is_a_span(spans: InMemorySpanExporter) -> None:
+    adapter = MemoryAdapter()
+    await adapter.append(entry("sb-5"))
+    await adapter.append(entry("sb-5", LedgerEvent.SandboxClosed, 2))
+    followed = [f async for f in adapter.follow("build", "sb-5")]
+    assert len(followed) == 2
+    polls = by_operation(spans, "follow")
+    assert polls and all(p.attributes["sandbox.id"] == "sb-5" for p in polls)
+    feed = adapter.changes()
+    first = await anext(feed)
+    await feed.aclose()
+    assert first.sandbox_id == "sb-5"
+    assert by_operation(spans, "changes")
+
+
+def test_the_sync_twins_follow_and_changes_polls_are_spans(
+    moto_endpoint: str, sync_table: str, spans: InMemorySpanExporter
+) -> None:
+    adapter = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+    adapter.append(entry("sb-6"))
+    adapter.append(entry("sb-6", LedgerEvent.SandboxClosed, 2))
+    assert len(list(adapter.follow("build", "sb-6"))) == 2
+    (poll, *_) = by_operation(spans, "follow")
+    assert poll.name == f"follow {sync_table}" and poll.attributes["sandbox.name"] == "build"
+    feed = adapter.changes()
+    assert next(feed).sandbox_id == "sb-6"
+    feed.close()
+    assert by_operation(spans, "changes")[0].attributes["db.system.name"] == "aws.dynamodb"
+    adapter.close()

@@ -360,7 +360,8 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
         async def step(request: Poll) -> Batch:
             return await self.run(poller.poll(request))
 
-        async for followed in drive_async(flow, step):
+        traced = (self, "follow", {"sandbox.name": name, "sandbox.id": sandbox_id})
+        async for followed in drive_async(flow, step, traced=traced):
             yield followed
 
     async def changes(self, *, after: str | None = None) -> AsyncGenerator[Change, None]:
@@ -373,7 +374,7 @@ class DynamoDBAdapter(_Base, AsyncClientOwner):
         async def step(request: Poll) -> ChangeBatch:
             return await self.run_streams(reader.poll(request))
 
-        async for change in drive_async(flow, step):
+        async for change in drive_async(flow, step, traced=(self, "changes", {})):
             yield change
 
     async def ledger_retention(self) -> int | None:
@@ -539,14 +540,19 @@ class SyncDynamoDBAdapter(_Base, SyncClientOwner):
 
         store = self.run(self._identity())
         flow, poller = self._follower(store, name, sandbox_id, after, until_closed)
-        return drive(flow, lambda request: self.run(poller.poll(request)))
+        traced = (self, "follow", {"sandbox.name": name, "sandbox.id": sandbox_id})
+        return drive(flow, lambda request: self.run(poller.poll(request)), traced=traced)
 
     def changes(self, *, after: str | None = None) -> Generator[Change, None, None]:
         """:meth:`DynamoDBAdapter.changes` as a plain iterator."""
         from sandbox_ledger.follow import drive
 
         flow, reader = self._changes(self.run(self._reader()), after)
-        return drive(flow, lambda request: self.run_streams(reader.poll(request)))
+        return drive(
+            flow,
+            lambda request: self.run_streams(reader.poll(request)),
+            traced=(self, "changes", {}),
+        )
 
     def ledger_retention(self) -> int | None:
         """The ledger retention this client writes with (see DynamoDBAdapter)."""

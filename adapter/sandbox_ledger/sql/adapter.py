@@ -357,7 +357,8 @@ class SQLAdapter(ABC):
                 return Batch([])
             return await self._read(lambda conn: live.poll(conn, statements, params, request.state))
 
-        async for followed in drive_async(flow, step, wait):
+        traced = (self, "follow", {"sandbox.name": name, "sandbox.id": sandbox_id})
+        async for followed in drive_async(flow, step, wait, traced=traced):
             yield followed
 
     async def changes(self, *, after: str | None = None) -> AsyncGenerator[Change, None]:
@@ -373,7 +374,7 @@ class SQLAdapter(ABC):
         async def step(request: Poll) -> ChangeBatch:
             return await self._read(lambda conn: feed.poll(conn, self.queries, ids, request.state))
 
-        async for change in drive_async(flow, step):
+        async for change in drive_async(flow, step, traced=(self, "changes", {})):
             yield change
 
     async def _follow_wake(self) -> tuple[PollSettings, Callable[[Poll], Awaitable[None]]]:
