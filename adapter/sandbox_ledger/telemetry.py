@@ -32,8 +32,10 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import threading
 import time
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 if TYPE_CHECKING:
@@ -138,6 +140,16 @@ class _Instruments:
                 5.0,
                 10.0,
             ],
+        )
+        self.read_units: Counter = meter.create_counter(
+            f"{CAPACITY}.read_units",
+            unit="{unit}",
+            description="Read request units DynamoDB reported for an operation's requests.",
+        )
+        self.write_units: Counter = meter.create_counter(
+            f"{CAPACITY}.write_units",
+            unit="{unit}",
+            description="Write request units DynamoDB reported for an operation's requests.",
         )
         self.retries: Counter = meter.create_counter(
             "sandbox_ledger.client.retries",
@@ -311,6 +323,8 @@ def operation_span(store: Any, operation: str, attributes: dict[str, Any]) -> It
     from opentelemetry.trace import SpanKind, Status, StatusCode
 
     began = time.perf_counter()
+    consumed = _Consumed(common)
+    token = _CONSUMED.set(consumed)
     with instruments.tracer.start_as_current_span(
         f"{operation} {collection}" if collection else operation,
         kind=SpanKind.CLIENT,
@@ -329,7 +343,78 @@ def operation_span(store: Any, operation: str, attributes: dict[str, Any]) -> It
                 span.set_status(Status(StatusCode.ERROR, str(exc)[:500]))
             raise
         finally:
+            _CONSUMED.reset(token)
             instruments.duration.record(time.perf_counter() - began, common)
+            if consumed.counted:
+                span.set_attribute(f"{CAPACITY}.read_units", consumed.read)
+                span.set_attribute(f"{CAPACITY}.write_units", consumed.write)
+
+
+CAPACITY = "sandbox_ledger.dynamodb.consumed"
+"""The prefix of the consumed-capacity span attributes and counters (``.read_units``,
+``.write_units``)."""
+CONSUMED_CAPACITY = "SANDBOX_LEDGER_CONSUMED_CAPACITY"
+"""The environment variable (``1``) that has every DynamoDB client the library makes ask for
+its requests' consumed capacity (``ReturnConsumedCapacity=TOTAL``), counted per operation."""
+
+_READS = frozenset({"GetItem", "Query", "Scan", "BatchGetItem", "TransactGetItems"})
+_WRITES = frozenset({"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"})
+
+
+class _Consumed:
+    """The units an operation's requests consumed so far (the current operation's, through
+    a context variable: the requests' hooks add to it)."""
+
+    def __init__(self, attributes: dict[str, Any]) -> None:
+        self.attributes = attributes
+        self.read = 0.0
+        self.write = 0.0
+        self.counted = False
+        self.lock = threading.Lock()  # a step's parallel calls add from pool threads
+
+
+_CONSUMED: ContextVar[_Consumed | None] = ContextVar("sandbox_ledger_consumed", default=None)
+
+
+def watch_capacity(client: Any) -> None:
+    """With :data:`CONSUMED_CAPACITY` set and an SDK installed, have ``client`` (DynamoDB)
+    ask for each request's consumed capacity and count it: the read and write units of each
+    operation as span attributes and as the counters ``sandbox_ledger.dynamodb.consumed.
+    read_units`` and ``.write_units`` (by ``db.operation.name``, ``db.collection.name``), so
+    that a team can price a session or a name. Off by default: the answers grow a little."""
+    if os.environ.get(CONSUMED_CAPACITY) != "1" or not sdk_installed():
+        return
+    if client.meta.service_model.service_id.hyphenize() != "dynamodb":
+        return
+    events = client.meta.events
+    events.register("provide-client-params.dynamodb", _ask_capacity)
+    events.register("after-call.dynamodb", _count_capacity)
+
+
+def _ask_capacity(params: dict[str, Any], model: Any, **_: Any) -> None:
+    if model.name in _READS or model.name in _WRITES:
+        params.setdefault("ReturnConsumedCapacity", "TOTAL")
+
+
+def _count_capacity(parsed: Any = None, model: Any = None, **_: Any) -> None:
+    consumed = _CONSUMED.get()
+    answer = (parsed or {}).get("ConsumedCapacity")
+    if consumed is None or not answer or model is None:
+        return
+    parts = answer if isinstance(answer, list) else [answer]
+    units = sum(float(part.get("CapacityUnits", 0) or 0) for part in parts)
+    kind = "read" if model.name in _READS else "write" if model.name in _WRITES else None
+    if kind is None:
+        return
+    with consumed.lock:
+        consumed.counted = True
+        if kind == "read":
+            consumed.read += units
+        else:
+            consumed.write += units
+    instruments = _instruments()
+    counter = instruments.read_units if kind == "read" else instruments.write_units
+    counter.add(units, {k: v for k, v in consumed.attributes.items() if k != "error.type"})
 
 
 def retried(reason: str, *, attempt: int, operation: str | None = None, **detail: Any) -> None:

@@ -449,3 +449,50 @@ def test_the_sync_twins_follow_and_changes_polls_are_spans(
     feed.close()
     assert by_operation(spans, "changes")[0].attributes["db.system.name"] == "aws.dynamodb"
     adapter.close()
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+async def test_consumed_units_are_counted_per_operation_when_asked(
+    moto_endpoint: str,
+    sync_table: str,
+    spans: InMemorySpanExporter,
+    monkeypatch: pytest.MonkeyPatch,
+    twin: str,
+) -> None:
+    """With SANDBOX_LEDGER_CONSUMED_CAPACITY=1, the units DynamoDB reports for an operation's
+    requests are its span's attributes and the per-operation counters; off by default (no
+    attribute). The strict server reports what DynamoDB would: an append is a transaction
+    (two units per item written, the entry and its sequence mark at least)."""
+    _, reader = _installed()
+
+    async def append_and_read(sid: str) -> None:
+        if twin == "sync":
+            adapter: Any = SyncDynamoDBAdapter(sync_table, endpoint_url=moto_endpoint)
+            await asyncio.to_thread(adapter.append, entry(sid))
+            await asyncio.to_thread(adapter.list_sandbox_details, "build")
+            adapter.close()
+        else:
+            async with DynamoDBAdapter(sync_table, endpoint_url=moto_endpoint) as aio:
+                await aio.append(entry(sid))
+                await aio.list_sandbox_details("build")
+
+    await append_and_read("sb-7")
+    assert all(
+        "sandbox_ledger.dynamodb.consumed.write_units" not in s.attributes for s in ours(spans)
+    )
+    monkeypatch.setenv("SANDBOX_LEDGER_CONSUMED_CAPACITY", "1")
+    spans.clear()
+    await append_and_read("sb-8")
+    (append,) = by_operation(spans, "append")
+    assert append.attributes["sandbox_ledger.dynamodb.consumed.write_units"] >= 4
+    # A new client's first append to a session reads its last mark first: a Query.
+    assert append.attributes["sandbox_ledger.dynamodb.consumed.read_units"] > 0
+    (listed,) = by_operation(spans, "list_sandbox_details")
+    assert listed.attributes["sandbox_ledger.dynamodb.consumed.read_units"] > 0
+    counted = [
+        p
+        for p in _points(reader, "sandbox_ledger.dynamodb.consumed.write_units")
+        if p.attributes.get("db.operation.name") == "append"
+        and p.attributes.get("db.collection.name") == sync_table
+    ]
+    assert counted and counted[0].value >= 4

@@ -15,7 +15,7 @@ from botocore.exceptions import BotoCoreError
 
 from sandbox_ledger.errors import translate_client_error
 from sandbox_ledger.sdk.steps import Op, run_async, run_sync
-from sandbox_ledger.telemetry import watch_retries
+from sandbox_ledger.telemetry import watch_capacity, watch_retries
 
 if TYPE_CHECKING:
     import asyncio
@@ -202,6 +202,7 @@ class SyncClient:
                         session = self._session or sync_session()
                         self._client = session.client(self._service, **self._kwargs)
                         watch_retries(self._client)
+                        watch_capacity(self._client)
                     except BotoCoreError as exc:
                         raise translate_client_error(exc) from exc
                 client = self._client
@@ -255,6 +256,7 @@ class AsyncClient:
                         session.client(self._service, **{**self._kwargs, "config": config})
                     )
                     watch_retries(self._client)
+                    watch_capacity(self._client)
                 except BotoCoreError as exc:
                     raise translate_client_error(exc) from exc
                 self._stack = stack

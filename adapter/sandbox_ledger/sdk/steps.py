@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Generator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from contextvars import copy_context
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -145,10 +146,12 @@ def _parallel_sync(client: Any, step: Parallel) -> list[Any]:
     with _pool_lock:
         if _pool is None:
             _pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="sandbox-ledger")
+    # Each call in a copy of the caller's context: its requests belong to the caller's
+    # operation (its span, its consumed units), as a call on the caller's thread would.
     if step.settle:
-        settling = [_pool.submit(_settled_call, client, c) for c in calls]
+        settling = [_pool.submit(copy_context().run, _settled_call, client, c) for c in calls]
         return [f.result() for f in settling]
-    futures = [_pool.submit(getattr(client, c.operation), **c.params) for c in calls]
+    futures = [_pool.submit(copy_context().run, _plain_call, client, c) for c in calls]
     # On the first error, calls not yet started are cancelled and the error is raised at
     # once, instead of after every other call has run out its own retries.
     done, pending = wait(futures, return_when=FIRST_EXCEPTION)
@@ -159,6 +162,10 @@ def _parallel_sync(client: Any, step: Parallel) -> list[Any]:
             future.cancel()
         raise error
     return [f.result() for f in futures]
+
+
+def _plain_call(client: Any, call: Call) -> Any:
+    return getattr(client, call.operation)(**call.params)
 
 
 def _sequential(client: Any, step: Parallel) -> list[Any]:
