@@ -2,7 +2,7 @@
 tape: responses recorded once from moto, then replayed through botocore's ``before-send``).
 
 Three sides of the same sync ``append`` on one tape, alternating in rounds (process CPU,
-median of 7 rounds each):
+median of 31 short rounds each):
 
 - **bare**: the adapter's own method without the telemetry wrapper (``__wrapped__``), on a
   client without the telemetry's retry hooks: the client as it was before the library had
@@ -30,13 +30,17 @@ from replay import Tape, entry, on_local_server
 from sandbox_ledger import LedgerEvent, telemetry
 from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
 
+ROUNDS = 31
+"""Rounds per side: many short ones, alternating, so that a change in the machine's load
+(another process's burst) falls on both sides alike and the median passes it by."""
+
 
 def cpu_per_run(sides: Sequence[Callable[[], Any]], runs: int) -> list[float]:
     """Process CPU per run in microseconds of each side, rounds alternating between the
-    sides, median of 7 rounds each."""
+    sides, median of :data:`ROUNDS` rounds each."""
     rounds: list[list[float]] = [[] for _ in sides]
-    per_round = max(1, runs // 7)
-    for _ in range(7):
+    per_round = max(1, runs // ROUNDS)
+    for _ in range(ROUNDS):
         for side, fn in enumerate(sides):
             start = time.process_time()
             for _ in range(per_round):
@@ -82,8 +86,8 @@ def _taped(endpoint: str, *, hooks: bool) -> tuple[SyncDynamoDBAdapter, Any]:
 def measure(endpoint: str, runs: int) -> dict[str, float]:
     setup = SyncDynamoDBAdapter("telemetry-bench", endpoint_url=endpoint)
     setup.create_table()
+    # The same client and tape for bare and wrapped: one made without an SDK (no hooks).
     before, first = _taped(endpoint, hooks=False)
-    now, second = _taped(endpoint, hooks=False)  # made without an SDK: no hooks
     later, third = _taped(endpoint, hooks=True)  # as made with an SDK installed
     bare = type(before).append.__wrapped__  # type: ignore[attr-defined]
 
@@ -91,7 +95,7 @@ def measure(endpoint: str, runs: int) -> dict[str, float]:
         bare(before, first)
 
     def wrapped() -> None:
-        now.append(second)
+        before.append(first)
 
     def recorded() -> None:
         later.append(third)
@@ -102,7 +106,7 @@ def measure(endpoint: str, runs: int) -> dict[str, float]:
     _install_sdk()
     recorded()
     plain_again, with_sdk = cpu_per_run([without, recorded], runs)
-    for adapter in (before, now, later, setup):
+    for adapter in (before, later, setup):
         adapter.close()
     return {"bare": plain, "no SDK": no_sdk, "bare again": plain_again, "SDK": with_sdk}
 
