@@ -182,29 +182,26 @@ def instrumented(operations: frozenset[str] = LEDGER_OPERATIONS) -> Callable[[C]
 
 
 @functools.cache
-def _globals() -> tuple[Any, Any, tuple[type, ...]]:
-    """The API's two global accessors and the proxy types they return until an SDK sets its
-    providers (the meter's is private to the API: without it, the SDK counts as installed)."""
+def _globals() -> tuple[Any, Any]:
+    """The API's two global accessors (their answers are the API's proxies until an SDK sets
+    its providers)."""
     from opentelemetry import metrics, trace
 
-    proxies: list[type] = [trace.ProxyTracerProvider]
-    try:
-        from opentelemetry.metrics._internal import _ProxyMeterProvider
+    return trace.get_tracer_provider, metrics.get_meter_provider
 
-        proxies.append(_ProxyMeterProvider)
-    except ImportError:  # pragma: no cover - another API version: record as with an SDK
-        return trace.get_tracer_provider, metrics.get_meter_provider, ()
-    return trace.get_tracer_provider, metrics.get_meter_provider, tuple(proxies)
+
+def _proxy(provider: object) -> bool:
+    """Whether ``provider`` is the API's stand-in (``ProxyTracerProvider``; the meter's,
+    ``_ProxyMeterProvider``, is private to the API: known by its name)."""
+    return type(provider).__name__ in {"ProxyTracerProvider", "_ProxyMeterProvider"}
 
 
 def sdk_installed() -> bool:
     """Whether the application installed a tracer or a meter provider (an SDK): until then
     an operation runs as if unwrapped (no span, no clock, no attribute built), the API's
     no-op being the proxies' and nothing else."""
-    tracer_provider, meter_provider, proxies = _globals()
-    if not proxies:
-        return True
-    return not (isinstance(tracer_provider(), proxies) and isinstance(meter_provider(), proxies))
+    tracer_provider, meter_provider = _globals()
+    return not (_proxy(tracer_provider()) and _proxy(meter_provider()))
 
 
 def _wrap(operation: str, method: Any) -> Any:

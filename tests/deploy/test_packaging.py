@@ -246,6 +246,13 @@ def test_the_wheel_is_ready_for_publishing(tmp_path: Path) -> None:
         [metadata_name] = [n for n in names if n.endswith(".dist-info/METADATA")]
         metadata = Parser().parsestr(archive.read(metadata_name).decode())
     assert {"sandbox_ledger/py.typed", "sandbox_ledger_cdk/py.typed"} <= names
+    # The console's templates and stylesheet ship in the wheel (no CDN: it works offline).
+    assert {
+        "sandbox_ledger/ui/static/ui.css",
+        "sandbox_ledger/ui/templates/base.html",
+        "sandbox_ledger/ui/templates/sessions.html",
+        "sandbox_ledger/ui/templates/session.html",
+    } <= names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert metadata["License-Expression"] == "Apache-2.0"
     assert metadata["License-File"] == "LICENSE"

@@ -17,6 +17,7 @@ from sandbox_ledger.cli import (  # noqa: F401
     resource_commands,
     resource_files,
     setup_commands,
+    ui_command,
     watch,
 )
 from sandbox_ledger.cli.interrupt import raise_on_sigterm

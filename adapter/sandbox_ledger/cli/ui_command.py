@@ -1,0 +1,101 @@
+"""``sandbox-ledger ui``: the operator's console on 127.0.0.1 over the command's store, or
+over an export file (read into memory: nothing is written anywhere), until Ctrl-C."""
+
+from __future__ import annotations
+
+import secrets
+import socket
+from pathlib import Path  # noqa: TC003 - typer reads the annotation at run time
+from typing import Any
+
+import typer
+
+from sandbox_ledger.cli import connect
+from sandbox_ledger.cli.failures import handled
+from sandbox_ledger.cli.output import CommandError, ExitCode, say
+from sandbox_ledger.cli.root import app
+
+HOST = "127.0.0.1"
+
+
+@app.command("ui")
+@handled
+def ui(
+    ctx: typer.Context,
+    file: Path | None = typer.Argument(
+        None, help="An export file (JSON lines) to show instead of a store: read-only."
+    ),
+    port: int = typer.Option(0, "--port", min=0, max=65535, help="Port; 0: any free one."),
+    open_browser: bool = typer.Option(False, "--open", help="Open the URL in a browser."),
+) -> None:
+    """Serve the operator's console on 127.0.0.1 (sessions, a session's timeline) over the
+    store (--store, --table) or an export FILE, read-only; prints its URL (with a token:
+    the console answers no one else) and serves until Ctrl-C."""
+    reader, source = _reader(ctx, file)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((HOST, port))
+    except OSError as exc:
+        raise CommandError(
+            f"--port {port}: cannot listen on {HOST}:{port} ({exc.strerror})", ExitCode.USAGE
+        ) from exc
+    listener.listen(128)
+    bound = listener.getsockname()[1]
+    token = secrets.token_urlsafe(24)
+    from sandbox_ledger.ui.app import build
+
+    application = build(reader, token=token, host=f"{HOST}:{bound}", source=source)
+    url = f"http://{HOST}:{bound}/?token={token}"
+    print(url, flush=True)
+    say(f"serving the console of {source} at {url} (read-only); Ctrl-C stops it")
+    if open_browser:
+        import webbrowser
+
+        webbrowser.open(url)
+    by = _serve(application, listener)
+    say(f"{by}: stopped" if by else "stopped")
+
+
+def _reader(ctx: typer.Context, file: Path | None) -> tuple[Any, str]:
+    """The ledger the pages read (synchronously) and what they name it by."""
+    if file is None:
+        target = connect.target(ctx)
+        return connect.ledger(target), target.store or f"table {target.table}"
+    if not file.is_file():
+        raise CommandError(f"{file}: no such file", ExitCode.NOT_FOUND)
+    from sandbox_ledger.blocking import BlockingAdapter
+    from sandbox_ledger.memory import MemoryAdapter
+    from sandbox_ledger.transfer import import_lines, read_lines
+
+    memory = BlockingAdapter(MemoryAdapter())
+    ctx.call_on_close(memory.close)
+    with file.open("rb") as lines:
+        report = import_lines(memory, read_lines(lines))
+    if report.failed:
+        raise CommandError(
+            f"{file}: {len(report.failed)} line(s) could not be read (sandbox-ledger import "
+            f"{file} names each)",
+            ExitCode.FAILED,
+        )
+    return memory, f"{file.name} (read-only)"
+
+
+def _serve(application: Any, listener: socket.socket) -> str | None:
+    """Serve until Ctrl-C or SIGTERM (uvicorn shuts down gracefully, then raises the signal
+    again: the way this command is meant to end); the signal's name, or None."""
+    import uvicorn
+
+    from sandbox_ledger.cli.interrupt import Terminated
+
+    config = uvicorn.Config(application, log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    try:
+        server.run(sockets=[listener])
+    except KeyboardInterrupt:
+        return "SIGINT"
+    except Terminated:
+        return "SIGTERM"
+    finally:
+        listener.close()
+    return None

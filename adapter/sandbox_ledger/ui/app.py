@@ -1,0 +1,184 @@
+"""The console's pages over a ledger read synchronously (a sync adapter, or any store behind
+``BlockingAdapter``): the sessions, newest first, filtered and paged with the store's own
+cursors; a session's timeline and entries. Every value from the ledger is text that the
+templates escape (Jinja2's autoescape), the timeline's SVG escapes its own."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
+
+from sandbox_ledger.errors import InvalidInputError
+from sandbox_ledger.models import ListSandboxOptions, SandboxStatus
+from sandbox_ledger.ui.guard import Guard
+from sandbox_ledger.ui.text import visible
+from sandbox_ledger.ui.timeline import draw
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+HERE = Path(__file__).parent
+PAGE = 50
+"""Sessions per page."""
+FOLD = 120
+"""A payload's summary: its first characters."""
+
+
+def _time(ms: int | None) -> str:
+    if ms is None:
+        return ""
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def session_link(name: str, sandbox_id: str) -> str:
+    """The address of a session's page (names and ids in the query: any text is safe)."""
+    return "/session?" + urlencode({"name": name, "id": sandbox_id})
+
+
+def build(reader: Any, *, token: str, host: str, source: str) -> Any:
+    """The ASGI application behind its :class:`Guard`: ``reader`` is the ledger,
+    ``host`` the ``address:port`` it is served at, ``source`` what the header names."""
+    from jinja2 import Environment, FileSystemLoader, select_autoescape
+    from markupsafe import Markup
+    from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.responses import HTMLResponse
+    from starlette.routing import Mount, Route
+    from starlette.staticfiles import StaticFiles
+
+    templates = Environment(
+        loader=FileSystemLoader(HERE / "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        finalize=visible,
+    )
+
+    def render(template: str, code: int = 200, /, **values: Any) -> HTMLResponse:
+        html = templates.get_template(template).render(source=source, **values)
+        return HTMLResponse(html, status_code=code)
+
+    async def sessions(request: Request) -> Response:
+        query = request.query_params
+        name = query.get("name") or None
+        status = query.get("status") or None
+        try:
+            opts = ListSandboxOptions(
+                limit=PAGE,
+                status=SandboxStatus(status) if status else None,
+                cursor=query.get("cursor") or None,
+            )
+            page = await run_in_threadpool(
+                reader.list_sandbox_page if name else reader.list_all_sandbox_page,
+                *([name, opts] if name else [opts]),
+            )
+        except (InvalidInputError, ValueError) as exc:
+            return render(
+                "sessions.html",
+                400,
+                title="Sessions",
+                rows=[],
+                counts=[],
+                statuses=[s.value for s in SandboxStatus],
+                name=name,
+                status=status,
+                next_link=None,
+                problem=str(exc),
+            )
+        rows = [
+            {
+                "name": d.name,
+                "sandbox_id": d.sandbox_id,
+                "link": session_link(d.name, d.sandbox_id),
+                "status": d.status.value if hasattr(d.status, "value") else d.status,
+                "started": _time(d.started_at),
+                "execs": d.exec_count,
+                "completed": _time(d.completed_at),
+            }
+            for d in page.sessions
+        ]
+        counts: dict[str, int] = {}
+        for row in rows:
+            counts[row["status"]] = counts.get(row["status"], 0) + 1
+        next_link = None
+        if page.cursor:
+            keep = {k: v for k, v in (("name", name), ("status", status)) if v}
+            next_link = "/?" + urlencode({**keep, "cursor": page.cursor})
+        return render(
+            "sessions.html",
+            title="Sessions",
+            rows=rows,
+            counts=sorted(counts.items()),
+            statuses=[s.value for s in SandboxStatus],
+            name=name,
+            status=status,
+            next_link=next_link,
+        )
+
+    async def session(request: Request) -> Response:
+        name = request.query_params.get("name", "")
+        sandbox_id = request.query_params.get("id", "")
+        try:
+            entries = await run_in_threadpool(reader.read_all, name, sandbox_id)
+            details = await run_in_threadpool(reader.get_sandbox_details, name, sandbox_id)
+        except (InvalidInputError, ValueError) as exc:
+            return render(
+                "session.html",
+                400,
+                title="Session",
+                name=name,
+                sandbox_id=sandbox_id,
+                details=None,
+                svg="",
+                entries=[],
+                problem=str(exc),
+            )
+        shown = []
+        for entry in entries:
+            payload = (
+                json.dumps(entry.payload, indent=2, ensure_ascii=False)
+                if entry.payload is not None
+                else ""
+            )
+            shown.append(
+                {
+                    "time": _time(entry.ts),
+                    "event": entry.event,
+                    "error": entry.error,
+                    "step": entry.step_index,
+                    "branch": "" if entry.branch is None else entry.branch,
+                    "payload": payload,
+                    "summary": payload.replace("\n", " ")[:FOLD],
+                }
+            )
+        about = None
+        if details is not None:
+            about = {
+                "status": details.status.value
+                if hasattr(details.status, "value")
+                else details.status,
+                "started": _time(details.started_at),
+                "execs": details.exec_count,
+                "completed": _time(details.completed_at),
+            }
+        return render(
+            "session.html",
+            200 if entries or details else 404,
+            title=f"{name}/{sandbox_id}",
+            name=name,
+            sandbox_id=sandbox_id,
+            details=about,
+            svg=Markup(draw(entries)),
+            entries=shown,
+        )
+
+    app = Starlette(
+        routes=[
+            Route("/", sessions),
+            Route("/session", session),
+            Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+        ]
+    )
+    return Guard(app, token=token, host=host)

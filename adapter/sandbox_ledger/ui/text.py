@@ -1,0 +1,32 @@
+"""What the console shows of the ledger's text: every character that reorders or hides the
+text around it as its escape."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Characters that reorder or hide the text around them (bidirectional overrides and
+# isolates, zero-width marks) or control a terminal: shown as their escapes, so that a name
+# reads as what it is ("\u202etxt.exe" is not "exe.txt").
+_HIDDEN = {
+    code: f"\\u{code:04x}"
+    for code in [
+        *range(0x09),
+        *range(0x0B, 0x20),
+        0x7F,
+        *range(0x200B, 0x2010),
+        *range(0x202A, 0x202F),
+        *range(0x2066, 0x206A),
+        0xFEFF,
+    ]
+}
+
+
+def visible(value: Any) -> Any:
+    """Every text a page shows, with :data:`_HIDDEN` characters as escapes (markup the
+    library made, the timeline's SVG, passes untouched)."""
+    from markupsafe import Markup
+
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return value.translate(_HIDDEN)
+    return value
