@@ -41,9 +41,19 @@ def ledger() -> Iterator[BlockingAdapter]:
 
 
 def client(ledger: Any) -> Any:
+    """The console over ``ledger`` (a BlockingAdapter over a MemoryAdapter), live from the
+    memory store itself (it holds nothing bound to a loop)."""
     from starlette.testclient import TestClient
 
-    return TestClient(build(ledger, token=TOKEN, host=HOST, source="test"), follow_redirects=False)
+    follower = getattr(ledger, "adapter", None)
+    application = build(
+        ledger,
+        token=TOKEN,
+        host=HOST,
+        source="test",
+        follower=None if follower is None else follower.follow,
+    )
+    return TestClient(application, follow_redirects=False)
 
 
 def signed_in(ledger: Any) -> Any:
@@ -197,17 +207,19 @@ def test_the_timeline_draws_a_lane_per_branch_bars_failures_checkpoints_and_boun
 # -- the command --------------------------------------------------------------------------------
 
 
-def test_ui_serves_an_export_file_read_only_until_ctrl_c(tmp_path: Path) -> None:
+def serving(argv: list[str], home: Path) -> tuple[subprocess.Popen[str], str]:
+    """``sandbox-ledger argv`` (a ``ui`` command) started in a plain shell, and the URL it
+    printed first."""
     process = popen(
-        ["ui", str(ROOT / "examples" / "ledger.jsonl"), "--port", "0"],
-        clean_env(tmp_path),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        argv, clean_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
+    assert process.stdout is not None
+    return process, process.stdout.readline().strip()
+
+
+def test_ui_serves_an_export_file_read_only_until_ctrl_c(tmp_path: Path) -> None:
+    process, url = serving(["ui", str(ROOT / "examples" / "ledger.jsonl"), "--port", "0"], tmp_path)
     try:
-        assert process.stdout is not None
-        url = process.stdout.readline().strip()
         assert re.fullmatch(r"http://127\.0\.0\.1:\d+/\?token=[\w-]+", url), url
         base = url.split("/?", 1)[0]
         with pytest.raises(urllib.error.HTTPError) as refused:
@@ -232,3 +244,28 @@ def test_ui_of_a_missing_file_is_not_found(tmp_path: Path) -> None:
 
     done = run(["ui", str(tmp_path / "none.jsonl")], clean_env(tmp_path))
     assert done.returncode == 3 and "no such file" in done.stderr
+
+
+def test_a_running_sessions_page_is_live_and_its_events_are_each_entry_then_the_end(
+    ledger: Any,
+) -> None:
+    """The page of a session still running loads live.js (a file: no inline script) and
+    names what it shows; the events are each entry follow() hands out, with its escaped row,
+    then `end` once the session is closed; the SVG alone for the redraw."""
+    ledger.append(entry("sb-1", LedgerEvent.SandboxCreated, 1000))
+    ledger.append(entry("sb-1", LedgerEvent.ExecStarted, 1100, 0, payload={"cmd": "<b>"}))
+    browser = signed_in(ledger)
+    page = browser.get("/session", params={"name": "build", "id": "sb-1"}).text
+    assert '<script src="/static/live.js"></script>' in page and "<script>" not in page
+    assert 'data-count="2"' in page
+    ledger.append(entry("sb-1", LedgerEvent.SandboxClosed, 1200))
+    closed = browser.get("/session", params={"name": "build", "id": "sb-1"}).text
+    assert "live.js" not in closed  # nothing more will come
+    events = browser.get("/session/events", params={"name": "build", "id": "sb-1"})
+    assert events.headers["content-type"].startswith("text/event-stream")
+    blocks = [b for b in events.text.split("\n\n") if b]
+    assert [b.split("\n")[0] for b in blocks] == ["event: entry"] * 3 + ["event: end"]
+    assert '"index": 1' in blocks[1] and "&lt;b&gt;" in blocks[1] and "<b>" not in blocks[1]
+    svg = browser.get("/session/svg", params={"name": "build", "id": "sb-1"})
+    assert svg.headers["content-type"].startswith("image/svg+xml") and "<svg" in svg.text
+    assert browser.get("/static/live.js").status_code == 200

@@ -6,7 +6,7 @@ from __future__ import annotations
 import secrets
 import socket
 from pathlib import Path  # noqa: TC003 - typer reads the annotation at run time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -14,6 +14,9 @@ from sandbox_ledger.cli import connect
 from sandbox_ledger.cli.failures import handled
 from sandbox_ledger.cli.output import CommandError, ExitCode, say
 from sandbox_ledger.cli.root import app
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 HOST = "127.0.0.1"
 
@@ -45,7 +48,15 @@ def ui(
     token = secrets.token_urlsafe(24)
     from sandbox_ledger.ui.app import build
 
-    application = build(reader, token=token, host=f"{HOST}:{bound}", source=source)
+    live = None if file is not None else _Follower(connect.target(ctx))  # a file never changes
+    application = build(
+        reader,
+        token=token,
+        host=f"{HOST}:{bound}",
+        source=source,
+        follower=None if live is None else live.follow,
+        on_stop=None if live is None else live.close,
+    )
     url = f"http://{HOST}:{bound}/?token={token}"
     print(url, flush=True)
     say(f"serving the console of {source} at {url} (read-only); Ctrl-C stops it")
@@ -81,6 +92,42 @@ def _reader(ctx: typer.Context, file: Path | None) -> tuple[Any, str]:
     return memory, f"{file.name} (read-only)"
 
 
+class _Follower:
+    """The store's async ``follow()`` for the live pages, opened on the serving loop at the
+    first live page (the pages' own reads go through the command's sync ledger)."""
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+        self.store: Any = None
+
+    async def follow(self, name: str, sandbox_id: str) -> AsyncIterator[Any]:
+        if self.store is None:
+            self.store = await self._open()
+        async for followed in self.store.follow(name, sandbox_id):
+            yield followed
+
+    async def close(self) -> None:
+        """Close what :meth:`follow` opened (on the serving loop, as the server stops)."""
+        store, self.store = self.store, None
+        if store is not None:
+            await store.close()
+
+    async def _open(self) -> Any:
+        target = self.target
+        if target.store and not target.table:
+            from sandbox_ledger.stores import open_store
+
+            store = open_store(target.store, read_only=True)
+        else:
+            from sandbox_ledger.dynamodb import DynamoDBAdapter
+
+            store = DynamoDBAdapter(
+                target.table or "", session=target.aioboto3_session(), **target.kwargs()
+            )
+        await store.connect()
+        return store
+
+
 def _serve(application: Any, listener: socket.socket) -> str | None:
     """Serve until Ctrl-C or SIGTERM (uvicorn shuts down gracefully, then raises the signal
     again: the way this command is meant to end); the signal's name, or None."""
@@ -88,7 +135,10 @@ def _serve(application: Any, listener: socket.socket) -> str | None:
 
     from sandbox_ledger.cli.interrupt import Terminated
 
-    config = uvicorn.Config(application, log_level="warning", lifespan="off")
+    # Open live pages (server-sent events) are not waited for past a second at Ctrl-C.
+    config = uvicorn.Config(
+        application, log_level="warning", lifespan="on", timeout_graceful_shutdown=1
+    )
     server = uvicorn.Server(config)
     try:
         server.run(sockets=[listener])

@@ -5,7 +5,9 @@ templates escape (Jinja2's autoescape), the timeline's SVG escapes its own."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +21,6 @@ from sandbox_ledger.ui.timeline import draw
 
 if TYPE_CHECKING:
     from starlette.requests import Request
-    from starlette.responses import Response
 
 HERE = Path(__file__).parent
 PAGE = 50
@@ -39,14 +40,46 @@ def session_link(name: str, sandbox_id: str) -> str:
     return "/session?" + urlencode({"name": name, "id": sandbox_id})
 
 
-def build(reader: Any, *, token: str, host: str, source: str) -> Any:
-    """The ASGI application behind its :class:`Guard`: ``reader`` is the ledger,
-    ``host`` the ``address:port`` it is served at, ``source`` what the header names."""
+def shown_entry(entry: Any) -> dict[str, Any]:
+    """An entry as a row of the session page shows it."""
+    payload = (
+        json.dumps(entry.payload, indent=2, ensure_ascii=False) if entry.payload is not None else ""
+    )
+    return {
+        "time": _time(entry.ts),
+        "event": entry.event,
+        "error": entry.error,
+        "step": entry.step_index,
+        "branch": "" if entry.branch is None else entry.branch,
+        "payload": payload,
+        "summary": payload.replace("\n", " ")[:FOLD],
+    }
+
+
+Follower = Callable[[str, str], AsyncIterator[Any]]
+"""``follower(name, sandbox_id)``: the store's async ``follow()`` on the serving loop."""
+
+
+def build(
+    reader: Any,
+    *,
+    token: str,
+    host: str,
+    source: str,
+    follower: Follower | None = None,
+    on_stop: Callable[[], Awaitable[None]] | None = None,
+) -> Any:
+    """The ASGI application behind its :class:`Guard`: ``reader`` is the ledger (read
+    synchronously, in the server's threads), ``host`` the ``address:port`` it is served at,
+    ``source`` what the header names; with ``follower``, a running session's page grows as
+    its entries are stored (server-sent events from ``follow()``, on the serving loop: a
+    page that goes, or the server's stop, ends its follower at once); ``on_stop`` is awaited
+    on the serving loop as the server stops (what the follower opened there closes)."""
     from jinja2 import Environment, FileSystemLoader, select_autoescape
     from markupsafe import Markup
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
-    from starlette.responses import HTMLResponse
+    from starlette.responses import HTMLResponse, Response, StreamingResponse
     from starlette.routing import Mount, Route
     from starlette.staticfiles import StaticFiles
 
@@ -135,24 +168,7 @@ def build(reader: Any, *, token: str, host: str, source: str) -> Any:
                 entries=[],
                 problem=str(exc),
             )
-        shown = []
-        for entry in entries:
-            payload = (
-                json.dumps(entry.payload, indent=2, ensure_ascii=False)
-                if entry.payload is not None
-                else ""
-            )
-            shown.append(
-                {
-                    "time": _time(entry.ts),
-                    "event": entry.event,
-                    "error": entry.error,
-                    "step": entry.step_index,
-                    "branch": "" if entry.branch is None else entry.branch,
-                    "payload": payload,
-                    "summary": payload.replace("\n", " ")[:FOLD],
-                }
-            )
+        shown = [shown_entry(entry) for entry in entries]
         about = None
         if details is not None:
             about = {
@@ -170,15 +186,57 @@ def build(reader: Any, *, token: str, host: str, source: str) -> Any:
             name=name,
             sandbox_id=sandbox_id,
             details=about,
-            svg=Markup(draw(entries)),
+            svg=Markup(draw(entries)),  # drawn by timeline.draw, which escapes every text
             entries=shown,
+            live=follower is not None and details is not None and details.completed_at is None,
         )
 
+    async def picture(request: Request) -> Response:
+        name = request.query_params.get("name", "")
+        sandbox_id = request.query_params.get("id", "")
+        entries = await run_in_threadpool(reader.read_all, name, sandbox_id)
+        return Response(draw(entries), media_type="image/svg+xml")
+
+    async def events(request: Request) -> Response:
+        """Server-sent events: ``entry`` for each entry ``follow()`` hands out (its index in
+        follow order and its row, escaped), ``end`` once the session is closed or gone."""
+        name = request.query_params.get("name", "")
+        sandbox_id = request.query_params.get("id", "")
+        row = templates.get_template("row.html")
+        if follower is None:
+            return Response("this console is not live\n", status_code=404)
+        follow = follower
+
+        async def stream() -> AsyncIterator[str]:
+            index = 0
+            async for followed in follow(name, sandbox_id):
+                data = {"index": index, "row": row.render(e=shown_entry(followed.entry))}
+                yield f"event: entry\ndata: {json.dumps(data)}\n\n"
+                index += 1
+            yield "event: end\ndata: {}\n\n"
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Any) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            if on_stop is not None:
+                await on_stop()
+
+    async def no_icon(_: Request) -> Response:
+        return Response(status_code=204)
+
     app = Starlette(
+        lifespan=lifespan,
         routes=[
+            Route("/favicon.ico", no_icon),
             Route("/", sessions),
             Route("/session", session),
+            Route("/session/svg", picture),
+            Route("/session/events", events),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
-        ]
+        ],
     )
     return Guard(app, token=token, host=host)
