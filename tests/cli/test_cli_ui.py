@@ -269,3 +269,50 @@ def test_a_running_sessions_page_is_live_and_its_events_are_each_entry_then_the_
     svg = browser.get("/session/svg", params={"name": "build", "id": "sb-1"})
     assert svg.headers["content-type"].startswith("image/svg+xml") and "<svg" in svg.text
     assert browser.get("/static/live.js").status_code == 200
+
+
+def test_the_environments_page_shows_each_record_as_text(ledger: Any) -> None:
+    from sandbox_ledger import EnvironmentRecord
+
+    ledger.save_environment(
+        EnvironmentRecord.model_validate(
+            {"name": "<script>x</script>", "builtAt": 5, "image": '"><img onerror=1>'}
+        )
+    )
+    page = signed_in(ledger).get("/environments")
+    assert page.status_code == 200
+    assert "<script>x" not in page.text and "<img" not in page.text
+    assert "&lt;script&gt;x&lt;/script&gt;" in page.text and "1970-01-01T00:00:00.005Z" in page.text
+
+
+def test_the_change_feed_page_streams_each_change_once_escaped(ledger: Any) -> None:
+    """The page loads changes.js (no inline script); its events are each change once
+    (a repeat, as changes() may hand one out again, dropped by id), rows escaped, a
+    session's linked to its page."""
+    from starlette.testclient import TestClient
+
+    from sandbox_ledger.changes import Change, ChangeKind
+
+    hostile = "<b>x</b>"
+    given = [
+        Change(ChangeKind("session.created"), "1", 1000, name=hostile, sandbox_id="sb-1"),
+        Change(ChangeKind("session.created"), "1", 1000, name=hostile, sandbox_id="sb-1"),
+        Change(ChangeKind("session.closed"), "2", 2000, name="build", sandbox_id="sb-2"),
+    ]
+
+    async def feed() -> Any:
+        for change in given:
+            yield change
+
+    application = build(ledger, token=TOKEN, host=HOST, source="test", feed=feed)
+    browser = TestClient(application, follow_redirects=False)
+    assert browser.get(f"/?token={TOKEN}").status_code == 303
+    page = browser.get("/changes").text
+    assert '<script src="/static/changes.js"></script>' in page
+    events = browser.get("/changes/events")
+    blocks = [b for b in events.text.split("\n\n") if b]
+    assert len(blocks) == 2 and all(b.startswith("event: change") for b in blocks)
+    assert "&lt;b&gt;x&lt;/b&gt;/sb-1" in blocks[0] and "<b>" not in blocks[0]
+    assert "/session?name=build&amp;id=sb-2" in blocks[1]
+    without = signed_in(ledger)  # the fixture's console has no feed: the page says so
+    assert "no change feed" in without.get("/changes").text

@@ -3,6 +3,7 @@ over an export file (read into memory: nothing is written anywhere), until Ctrl-
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import socket
 from pathlib import Path  # noqa: TC003 - typer reads the annotation at run time
@@ -55,6 +56,7 @@ def ui(
         host=f"{HOST}:{bound}",
         source=source,
         follower=None if live is None else live.follow,
+        feed=None if live is None else live.changes,
         on_stop=None if live is None else live.close,
     )
     url = f"http://{HOST}:{bound}/?token={token}"
@@ -99,12 +101,26 @@ class _Follower:
     def __init__(self, target: Any) -> None:
         self.target = target
         self.store: Any = None
+        self._opening: asyncio.Lock | None = None
 
     async def follow(self, name: str, sandbox_id: str) -> AsyncIterator[Any]:
-        if self.store is None:
-            self.store = await self._open()
-        async for followed in self.store.follow(name, sandbox_id):
+        store = await self._store()
+        async for followed in store.follow(name, sandbox_id):
             yield followed
+
+    async def changes(self) -> AsyncIterator[Any]:
+        store = await self._store()
+        async for change in store.changes():
+            yield change
+
+    async def _store(self) -> Any:
+        """The store, opened once (pages opened at once wait for the same one)."""
+        if self._opening is None:
+            self._opening = asyncio.Lock()
+        async with self._opening:
+            if self.store is None:
+                self.store = await self._open()
+        return self.store
 
     async def close(self) -> None:
         """Close what :meth:`follow` opened (on the serving loop, as the server stops)."""

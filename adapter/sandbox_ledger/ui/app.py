@@ -67,13 +67,15 @@ def build(
     host: str,
     source: str,
     follower: Follower | None = None,
+    feed: Callable[[], AsyncIterator[Any]] | None = None,
     on_stop: Callable[[], Awaitable[None]] | None = None,
 ) -> Any:
     """The ASGI application behind its :class:`Guard`: ``reader`` is the ledger (read
     synchronously, in the server's threads), ``host`` the ``address:port`` it is served at,
     ``source`` what the header names; with ``follower``, a running session's page grows as
     its entries are stored (server-sent events from ``follow()``, on the serving loop: a
-    page that goes, or the server's stop, ends its follower at once); ``on_stop`` is awaited
+    page that goes, or the server's stop, ends its follower at once); with ``feed`` (the
+    store's async ``changes()``), the change feed page is live too; ``on_stop`` is awaited
     on the serving loop as the server stops (what the follower opened there closes)."""
     from jinja2 import Environment, FileSystemLoader, select_autoescape
     from markupsafe import Markup
@@ -217,6 +219,52 @@ def build(
 
         return StreamingResponse(stream(), media_type="text/event-stream")
 
+    async def environments(request: Request) -> Response:
+        records = await run_in_threadpool(reader.list_environments)
+        shown = []
+        for record in records:
+            wire = record.wire()
+            fields = {k: v for k, v in wire.items() if k not in ("name", "builtAt")}
+            text = json.dumps(fields, indent=2, ensure_ascii=False) if fields else ""
+            shown.append(
+                {
+                    "name": record.name,
+                    "built": _time(record.built_at),
+                    "fields": text,
+                    "summary": text.replace("\n", " ")[:FOLD],
+                }
+            )
+        return render("environments.html", title="Environments", environments=shown)
+
+    async def changes(request: Request) -> Response:
+        return render("changes.html", title="Changes", live=feed is not None)
+
+    async def change_events(request: Request) -> Response:
+        """Server-sent events: ``change`` for each change ``changes()`` hands out (repeats
+        dropped by id), its row escaped; from the oldest the store keeps."""
+        if feed is None:
+            return Response("this console has no change feed\n", status_code=404)
+        row = templates.get_template("change.html")
+        changes_of = feed
+
+        async def stream() -> AsyncIterator[str]:
+            seen: set[str] = set()
+            async for change in changes_of():
+                if change.id in seen:
+                    continue
+                seen.add(change.id)
+                session = change.name is not None and change.sandbox_id is not None
+                shown = {
+                    "at": _time(change.at),
+                    "kind": change.kind.value,
+                    "what": f"{change.name}/{change.sandbox_id}" if session else change.record_id,
+                    "link": session_link(change.name, change.sandbox_id) if session else None,
+                }
+                data = {"row": row.render(c=shown)}
+                yield f"event: change\ndata: {json.dumps(data)}\n\n"
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
     @contextlib.asynccontextmanager
     async def lifespan(_: Any) -> AsyncIterator[None]:
         try:
@@ -236,6 +284,9 @@ def build(
             Route("/session", session),
             Route("/session/svg", picture),
             Route("/session/events", events),
+            Route("/environments", environments),
+            Route("/changes", changes),
+            Route("/changes/events", change_events),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ],
     )
