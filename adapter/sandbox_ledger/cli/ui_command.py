@@ -49,7 +49,11 @@ def ui(
     token = secrets.token_urlsafe(24)
     from sandbox_ledger.ui.app import build
 
-    live = None if file is not None else _Follower(connect.target(ctx))  # a file never changes
+    target = None if file is not None else connect.target(ctx)
+    # An export file never changes; a memory:// store lives in this process alone (a second
+    # one, opened to follow, would be another, empty): their pages are not live.
+    lives = target is not None and not (target.store or "").startswith("memory:")
+    live = _Follower(target) if lives else None
     application = build(
         reader,
         token=token,
