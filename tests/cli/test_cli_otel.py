@@ -138,3 +138,26 @@ def test_demo_trace_prints_the_span_tree_of_one_sandboxs_life(tmp_path: Path) ->
     assert any(line.startswith("├─ append sandbox-ledger event=sandbox.created") for line in lines)
     assert any(line.startswith("├─ get_environment sandbox-ledger") for line in lines)
     assert lines[-1].startswith("└─ ") and all(line.endswith(" ms") for line in lines)
+
+
+def test_the_service_named_in_otel_resource_attributes_is_kept(tmp_path: Path) -> None:
+    """The docstring and docs promise: the service is sandbox-ledger-cli unless
+    OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES names another (the red team saw the
+    latter overwritten by sandbox-ledger-cli)."""
+    env = clean_env(
+        tmp_path,
+        OTEL_TRACES_EXPORTER="console",
+        OTEL_RESOURCE_ATTRIBUTES="deployment.environment=ci,service.name=fleet-ops",
+    )
+    done = run(["--store", "memory://", "ls", "--json"], env)
+    assert done.returncode == 0, done.stderr
+    assert '"service.name": "fleet-ops"' in done.stderr, done.stderr
+    assert "sandbox-ledger-cli" not in done.stderr
+    named = clean_env(
+        tmp_path,
+        OTEL_TRACES_EXPORTER="console",
+        OTEL_SERVICE_NAME="ops",
+        OTEL_RESOURCE_ATTRIBUTES="service.name=fleet-ops",
+    )
+    done = run(["--store", "memory://", "ls", "--json"], named)
+    assert '"service.name": "ops"' in done.stderr, done.stderr  # the SDK's precedence

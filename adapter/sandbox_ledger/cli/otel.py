@@ -70,7 +70,7 @@ def configure(environ: Mapping[str, str]) -> bool:
     from opentelemetry import metrics, trace
     from opentelemetry.sdk.resources import Resource
 
-    resource = Resource.create({"service.name": environ.get("OTEL_SERVICE_NAME") or SERVICE})
+    resource = Resource.create(_service(environ))
     if span_exporter is not None:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -88,6 +88,20 @@ def configure(environ: Mapping[str, str]) -> bool:
         metrics.set_meter_provider(meter_provider)
         atexit.register(meter_provider.shutdown)
     return True
+
+
+def _service(environ: Mapping[str, str]) -> dict[str, str]:
+    """The resource's service name as given: ``OTEL_SERVICE_NAME``, else the one
+    ``OTEL_RESOURCE_ATTRIBUTES`` names (left to the SDK, which reads it), else
+    :data:`SERVICE`."""
+    named = environ.get("OTEL_SERVICE_NAME")
+    if named:
+        return {"service.name": named}
+    for pair in environ.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
+        key, _, value = pair.partition("=")
+        if key.strip() == "service.name" and value.strip():
+            return {}
+    return {"service.name": SERVICE}
 
 
 def _span_exporter(kind: str) -> Any:
