@@ -161,3 +161,16 @@ def test_the_service_named_in_otel_resource_attributes_is_kept(tmp_path: Path) -
     )
     done = run(["--store", "memory://", "ls", "--json"], named)
     assert '"service.name": "ops"' in done.stderr, done.stderr  # the SDK's precedence
+
+
+def test_one_signals_endpoint_turns_on_that_signal_alone() -> None:
+    """A traces endpoint alone does not send the metrics to the default localhost:4318
+    (where nothing may listen: errors on stderr and a wait at exit)."""
+    from sandbox_ledger.cli.otel import exporters
+
+    traces = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces"}
+    assert exporters(traces) == ("otlp", None)
+    only_metrics = {"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "http://collector:4318/v1/metrics"}
+    assert exporters(only_metrics) == (None, "otlp")
+    both = {**traces, "OTEL_METRICS_EXPORTER": "otlp"}
+    assert exporters(both) == ("otlp", "otlp")  # asked for by name: as the SDK does

@@ -3,9 +3,10 @@
 With ``OTEL_TRACES_EXPORTER`` or ``OTEL_METRICS_EXPORTER`` set to ``otlp`` or ``console``,
 or an OTLP endpoint (``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``,
 ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``: OTLP over HTTP, the exporter's own variables for
-headers, timeouts and the rest), a command installs the SDK before it runs and flushes what
-it recorded when it ends. ``console`` writes to stderr (stdout stays the command's data).
-``OTEL_SDK_DISABLED=true``, or ``none``, turns it off. The service is ``sandbox-ledger-cli``
+headers, timeouts and the rest; an endpoint of one signal turns on that signal alone), a
+command installs the SDK before it runs and flushes what it recorded when it ends.
+``console`` writes to stderr (stdout stays the command's data). ``OTEL_SDK_DISABLED=true``,
+or ``none``, turns it off. The service is ``sandbox-ledger-cli``
 unless ``OTEL_SERVICE_NAME`` (or ``OTEL_RESOURCE_ATTRIBUTES``) names another. The OTLP
 exporter comes with the ``otel`` extra; without it the command says so once and runs
 without export.
@@ -38,13 +39,17 @@ def exporters(environ: Mapping[str, str]) -> tuple[str | None, str | None]:
     """
     if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return None, None
-    endpoint = any(environ.get(name) for name in _ENDPOINTS)
     chosen: list[str | None] = []
     for signal_name in ("TRACES", "METRICS"):
         variable = f"OTEL_{signal_name}_EXPORTER"
         given = environ.get(variable, "").strip().lower()
         if given and given not in _KINDS:
             raise ValueError(f"{variable}: otlp, console or none, not {given!r}")
+        # the common endpoint, or this signal's own (not the other signal's: its exporter
+        # would send to the default localhost:4318, where nothing may listen)
+        endpoint = environ.get(_ENDPOINTS[0]) or environ.get(
+            f"OTEL_EXPORTER_OTLP_{signal_name}_ENDPOINT"
+        )
         kind = given or ("otlp" if endpoint else "none")
         chosen.append(None if kind == "none" else kind)
     return chosen[0], chosen[1]
