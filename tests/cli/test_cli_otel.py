@@ -174,3 +174,57 @@ def test_one_signals_endpoint_turns_on_that_signal_alone() -> None:
     assert exporters(only_metrics) == (None, "otlp")
     both = {**traces, "OTEL_METRICS_EXPORTER": "otlp"}
     assert exporters(both) == ("otlp", "otlp")  # asked for by name: as the SDK does
+
+
+@pytest.fixture
+def silent_collector() -> Iterator[str]:
+    """A collector that takes connections and never answers (a hung one, or a slow network)."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    taken: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                taken.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    for connection in taken:
+        connection.close()
+    server.close()
+
+
+@pytest.mark.parametrize("state", ["down", "silent"])
+def test_a_collector_down_or_silent_holds_a_command_a_few_seconds_at_exit(
+    tmp_path: Path, state: str, request: pytest.FixtureRequest
+) -> None:
+    """ls --json of an empty store with OTLP export to a collector that refuses connections
+    (down) or never answers: the command's output as without export, and its exit within
+    seconds (on ba1d79d: 12 s down, 15 s silent, the exporter's 10 s per signal in turn)."""
+    import time
+
+    from .processes import free_port
+
+    endpoint = (
+        f"http://127.0.0.1:{free_port()}"
+        if state == "down"
+        else request.getfixturevalue("silent_collector")
+    )
+    env = clean_env(tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=endpoint)
+    began = time.monotonic()
+    done = run(["--store", "memory://", "ls", "--json"], env, timeout=60)
+    took = time.monotonic() - began
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == '{"sessions": [], "cursor": null}\n'
+    assert took < 7, f"{took:.1f} s"

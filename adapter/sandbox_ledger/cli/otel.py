@@ -4,9 +4,12 @@ With ``OTEL_TRACES_EXPORTER`` or ``OTEL_METRICS_EXPORTER`` set to ``otlp`` or ``
 or an OTLP endpoint (``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``,
 ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``: OTLP over HTTP, the exporter's own variables for
 headers, timeouts and the rest; an endpoint of one signal turns on that signal alone), a
-command installs the SDK before it runs and flushes what it recorded when it ends.
-``console`` writes to stderr (stdout stays the command's data). ``OTEL_SDK_DISABLED=true``,
-or ``none``, turns it off. The service is ``sandbox-ledger-cli``
+command installs the SDK before it runs and flushes what it recorded when it ends: the traces
+and the metrics at once, each request given :data:`EXIT_TIMEOUT` seconds unless
+``OTEL_EXPORTER_OTLP_TIMEOUT`` (or a signal's own) says otherwise, so that a collector down
+or not answering holds a command a couple of seconds at exit, not the exporter's default ten
+per signal. ``console`` writes to stderr (stdout stays the command's data).
+``OTEL_SDK_DISABLED=true``, or ``none``, turns it off. The service is ``sandbox-ledger-cli``
 unless ``OTEL_SERVICE_NAME`` (or ``OTEL_RESOURCE_ATTRIBUTES``) names another. The OTLP
 exporter comes with the ``otel`` extra; without it the command says so once and runs
 without export.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import sys
+import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -63,8 +67,10 @@ def configure(environ: Mapping[str, str]) -> bool:
     if traces is None and metrics_kind is None:
         return False
     try:
-        span_exporter = _span_exporter(traces) if traces else None
-        metric_exporter = _metric_exporter(metrics_kind) if metrics_kind else None
+        span_exporter = _span_exporter(traces, _timeout(environ, "TRACES")) if traces else None
+        metric_exporter = (
+            _metric_exporter(metrics_kind, _timeout(environ, "METRICS")) if metrics_kind else None
+        )
     except ImportError as exc:
         print(
             f"sandbox-ledger: OpenTelemetry export needs the otel extra "
@@ -76,6 +82,7 @@ def configure(environ: Mapping[str, str]) -> bool:
     from opentelemetry.sdk.resources import Resource
 
     resource = Resource.create(_service(environ))
+    providers: list[Any] = []
     if span_exporter is not None:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -83,7 +90,7 @@ def configure(environ: Mapping[str, str]) -> bool:
         tracer_provider = TracerProvider(resource=resource)
         tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))
         trace.set_tracer_provider(tracer_provider)
-        atexit.register(tracer_provider.shutdown)
+        providers.append(tracer_provider)
     if metric_exporter is not None:
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
@@ -91,8 +98,24 @@ def configure(environ: Mapping[str, str]) -> bool:
         reader = PeriodicExportingMetricReader(metric_exporter)
         meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
         metrics.set_meter_provider(meter_provider)
-        atexit.register(meter_provider.shutdown)
+        providers.append(meter_provider)
+    atexit.register(_shut_down, providers)
     return True
+
+
+EXIT_TIMEOUT = 2.0
+"""Seconds an OTLP request of the CLI waits for the collector (retries included) when the
+environment sets no ``OTEL_EXPORTER_OTLP_TIMEOUT``: the export at exit is bounded by it."""
+
+
+def _timeout(environ: Mapping[str, str], signal_name: str) -> float | None:
+    """The OTLP exporter's timeout: None (the exporter reads the environment's) when the
+    environment sets one, else :data:`EXIT_TIMEOUT`."""
+    if environ.get(f"OTEL_EXPORTER_OTLP_{signal_name}_TIMEOUT") or environ.get(
+        "OTEL_EXPORTER_OTLP_TIMEOUT"
+    ):
+        return None
+    return EXIT_TIMEOUT
 
 
 def _service(environ: Mapping[str, str]) -> dict[str, str]:
@@ -109,21 +132,31 @@ def _service(environ: Mapping[str, str]) -> dict[str, str]:
     return {"service.name": SERVICE}
 
 
-def _span_exporter(kind: str) -> Any:
+def _shut_down(providers: list[Any]) -> None:
+    """Flush and shut down the providers at once (each waits at most its exporter's
+    timeout for a collector that is down or slow), not one after the other."""
+    threads = [threading.Thread(target=provider.shutdown, daemon=True) for provider in providers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def _span_exporter(kind: str, timeout: float | None) -> Any:
     if kind == "console":
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
         return ConsoleSpanExporter(out=sys.stderr)
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    return OTLPSpanExporter()
+    return OTLPSpanExporter(timeout=timeout)
 
 
-def _metric_exporter(kind: str) -> Any:
+def _metric_exporter(kind: str, timeout: float | None) -> Any:
     if kind == "console":
         from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
 
         return ConsoleMetricExporter(out=sys.stderr)
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 
-    return OTLPMetricExporter()
+    return OTLPMetricExporter(timeout=timeout)
