@@ -254,15 +254,26 @@ def _stamped(
     span: Span, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The call's entry with the span's ids as extra fields; unchanged without a recording
-    span, or when the entry names a trace id already (the caller's own wins)."""
+    span, when the entry names a trace id already (the caller's own wins), or when it is not
+    a LedgerEntry (the store refuses it as it would without telemetry). The entry is copied
+    with the two fields added, not validated again: one the store would refuse (built by
+    ``model_construct``) is refused by the store, with its own error."""
+    from sandbox_ledger.models import LedgerEntry
+
     context = span.get_span_context()
     entry = args[0] if args else kwargs.get("entry")
-    if entry is None or not context.is_valid or TRACE_ID_FIELD in (entry.model_extra or {}):
+    if (
+        not isinstance(entry, LedgerEntry)
+        or not context.is_valid
+        or TRACE_ID_FIELD in (entry.model_extra or {})
+    ):
         return args, kwargs
-    wire = entry.wire()
-    wire[TRACE_ID_FIELD] = format(context.trace_id, "032x")
-    wire[SPAN_ID_FIELD] = format(context.span_id, "016x")
-    stamped = type(entry).model_validate(wire)
+    stamped = entry.model_copy(
+        update={
+            TRACE_ID_FIELD: format(context.trace_id, "032x"),
+            SPAN_ID_FIELD: format(context.span_id, "016x"),
+        }
+    )
     if args:
         return (stamped, *args[1:]), kwargs
     return args, {**kwargs, "entry": stamped}
