@@ -29,6 +29,7 @@ thread, which carries the caller's context). docs/observability.md has the attri
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
@@ -39,7 +40,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import AsyncIterator, Callable, Iterator
 
     from opentelemetry.metrics import Counter, Histogram
     from opentelemetry.trace import Span, Tracer
@@ -165,7 +166,9 @@ def _instruments() -> _Instruments:
 
 def instrumented(operations: frozenset[str] = LEDGER_OPERATIONS) -> Callable[[C], C]:
     """A class decorator: each method of ``operations`` the class itself defines (sync or
-    async) runs in a span and is timed. The store's system, collection and namespace are
+    async) runs in a span and is timed; one that yields pages (a generator: a resource
+    store's ``scan``, the sync twin's ``candidates``) has a span for each page it reads,
+    closed before the page is handed out. The store's system, collection and namespace are
     read from the instance's ``telemetry_target()`` (a :data:`Target`) if it has one."""
 
     def decorate(cls: C) -> C:
@@ -174,6 +177,7 @@ def instrumented(operations: frozenset[str] = LEDGER_OPERATIONS) -> Callable[[C]
             if method is None or not inspect.isfunction(method):
                 continue
             if inspect.isasyncgenfunction(method) or inspect.isgeneratorfunction(method):
+                setattr(cls, name, _wrap_pages(name, method))
                 continue
             setattr(cls, name, _wrap(name, method))
         return cls
@@ -230,6 +234,57 @@ def _wrap(operation: str, method: Any) -> Any:
             return method(self, *args, **kwargs)
 
     return traced
+
+
+def _wrap_pages(operation: str, method: Any) -> Any:
+    """:func:`_wrap` for a generator (sync or async): the very generator the method makes
+    (made at the call, as before: a bad argument raises there), and with an SDK a generator
+    over it that reads each page in a span of its own, closed before the page is handed out
+    (closing it closes the method's)."""
+    describe = _describer(method)
+    if inspect.isasyncgenfunction(method):
+
+        async def traced_async_pages(
+            self: Any, pages: Any, attributes: dict[str, Any]
+        ) -> AsyncIterator[Any]:
+            try:
+                while True:
+                    with operation_span(self, operation, attributes):
+                        try:
+                            page = await pages.__anext__()
+                        except StopAsyncIteration:
+                            return
+                    yield page
+            finally:
+                await pages.aclose()
+
+        @functools.wraps(method)
+        def async_pages(self: Any, *args: Any, **kwargs: Any) -> Any:
+            pages = method(self, *args, **kwargs)
+            if not sdk_installed():
+                return pages
+            return traced_async_pages(self, pages, describe(args, kwargs))
+
+        return async_pages
+
+    def traced_pages(self: Any, pages: Any, attributes: dict[str, Any]) -> Iterator[Any]:
+        with contextlib.closing(pages):
+            while True:
+                with operation_span(self, operation, attributes):
+                    try:
+                        page = next(pages)
+                    except StopIteration:
+                        return
+                yield page
+
+    @functools.wraps(method)
+    def sync_pages(self: Any, *args: Any, **kwargs: Any) -> Any:
+        pages = method(self, *args, **kwargs)
+        if not sdk_installed():
+            return pages
+        return traced_pages(self, pages, describe(args, kwargs))
+
+    return sync_pages
 
 
 TRACE_ID_FIELD = "traceId"

@@ -49,3 +49,47 @@ async def test_stamping_trace_ids_leaves_the_stores_refusals_as_they_are(
     assert bool(extra.pop("traceId", None)) is record and bool(extra.pop("spanId", None)) is record
     assert extra == {"x": 1} and stored.payload == {"a": None}
     assert "traceId" not in (given.model_extra or {})  # the caller's entry is not touched
+
+
+def test_a_resource_stores_pages_are_spans_on_the_sync_twin_and_the_async_store(
+    moto_endpoint: str, sync_table: str, moto_server: Any, spans: InMemorySpanExporter
+) -> None:
+    """`scan` and the sync twin's `candidates`, generators listed in RESOURCE_OPERATIONS,
+    were skipped by `instrumented` (no span, their requests straight under the caller's:
+    the sweep's candidate queries), while the async `candidates` had its span: each page
+    read is now a span of the operation, ended before the page is handed out."""
+    import asyncio
+    from datetime import UTC, datetime, timedelta
+
+    from opentelemetry import trace
+
+    from resources.resource_fixtures import caught_up, record
+    from sandbox_ledger.resources import ResourceRecordStore, SyncResourceRecordStore
+
+    now = datetime.now(UTC)
+    store = SyncResourceRecordStore(sync_table, endpoint_url=moto_endpoint, clock=lambda: now)
+    put = store.put(record(now=now, age=timedelta(hours=2))).record
+    caught_up(moto_server, sync_table)
+    spans.clear()
+    current: list[Any] = []
+    pages = []
+    for ids in store.candidates("ready", before=now - timedelta(minutes=1)):
+        current.append(trace.get_current_span())
+        pages.append(ids)
+    assert [put.id] in pages
+    found = [f for page in store.scan() for f in page]
+    assert [getattr(getattr(f, "record", None), "id", None) for f in found] == [put.id]
+
+    async def scanned() -> int:
+        async with ResourceRecordStore(sync_table, endpoint_url=moto_endpoint) as astore:
+            return sum([len(page) async for page in astore.scan()])
+
+    assert asyncio.run(scanned()) == 1
+    names = [
+        s.name
+        for s in spans.get_finished_spans()
+        if s.instrumentation_scope.name == "sandbox_ledger"
+    ]
+    assert f"candidates {sync_table}" in names, names
+    assert names.count(f"scan {sync_table}") >= 2, names  # the sync twin's and the store's
+    assert all(not span.is_recording() for span in current)  # no span open under the consumer
