@@ -228,3 +228,31 @@ def test_a_collector_down_or_silent_holds_a_command_a_few_seconds_at_exit(
     assert done.returncode == 0, done.stderr
     assert done.stdout == '{"sessions": [], "cursor": null}\n'
     assert took < 7, f"{took:.1f} s"
+
+
+def test_an_exporter_list_as_the_sdk_reads_it_exports_to_each(
+    tmp_path: Path, collector: tuple[str, list[tuple[str, str, bytes]]]
+) -> None:
+    """OTEL_TRACES_EXPORTER is a comma-separated list in the SDK's specification
+    (``otlp,console``): each exporter gets the spans (on ba1d79d: a usage error, exit 2);
+    a bad name in the list is still one."""
+    from sandbox_ledger.cli.otel import exporters
+
+    assert exporters({"OTEL_TRACES_EXPORTER": " OTLP , console,otlp"}) == ("otlp,console", None)
+    assert exporters({"OTEL_TRACES_EXPORTER": "none,console"}) == ("console", None)
+    endpoint, received = collector
+    env = clean_env(
+        tmp_path, OTEL_TRACES_EXPORTER="otlp,console", OTEL_EXPORTER_OTLP_ENDPOINT=endpoint
+    )
+    done = run(["--store", "memory://", "ls", "--json"], env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == '{"sessions": [], "cursor": null}\n'
+    assert '"name": "list_all_sandbox_page"' in done.stderr, done.stderr  # console
+    assert b"list_all_sandbox_page" in b"".join(
+        body for path, _, body in received if path == "/v1/traces"
+    )
+    bad = run(
+        ["--store", "memory://", "ls"], clean_env(tmp_path, OTEL_TRACES_EXPORTER="otlp,zipkin")
+    )
+    assert bad.returncode == 2
+    assert "OTEL_TRACES_EXPORTER: otlp, console or none, not 'zipkin'" in bad.stderr

@@ -35,8 +35,8 @@ _KINDS = frozenset({"otlp", "console", "none"})
 
 
 def exporters(environ: Mapping[str, str]) -> tuple[str | None, str | None]:
-    """The traces' and metrics' exporter the environment asks for (``otlp``, ``console``),
-    None for none.
+    """The traces' and metrics' exporters the environment asks for (``otlp``, ``console``,
+    or both as the SDK's variables may list them: ``otlp,console``), None for none.
 
     Raises:
         ValueError: an exporter variable names another (the variable named).
@@ -46,16 +46,22 @@ def exporters(environ: Mapping[str, str]) -> tuple[str | None, str | None]:
     chosen: list[str | None] = []
     for signal_name in ("TRACES", "METRICS"):
         variable = f"OTEL_{signal_name}_EXPORTER"
-        given = environ.get(variable, "").strip().lower()
-        if given and given not in _KINDS:
-            raise ValueError(f"{variable}: otlp, console or none, not {given!r}")
+        given = [
+            kind.strip()
+            for kind in environ.get(variable, "").strip().lower().split(",")
+            if kind.strip()
+        ]
+        for kind in given:
+            if kind not in _KINDS:
+                raise ValueError(f"{variable}: otlp, console or none, not {kind!r}")
         # the common endpoint, or this signal's own (not the other signal's: its exporter
         # would send to the default localhost:4318, where nothing may listen)
         endpoint = environ.get(_ENDPOINTS[0]) or environ.get(
             f"OTEL_EXPORTER_OTLP_{signal_name}_ENDPOINT"
         )
-        kind = given or ("otlp" if endpoint else "none")
-        chosen.append(None if kind == "none" else kind)
+        asked = dict.fromkeys(given or ["otlp" if endpoint else "none"])  # in order, once
+        kinds = [kind for kind in asked if kind != "none"]
+        chosen.append(",".join(kinds) or None)
     return chosen[0], chosen[1]
 
 
@@ -67,10 +73,16 @@ def configure(environ: Mapping[str, str]) -> bool:
     if traces is None and metrics_kind is None:
         return False
     try:
-        span_exporter = _span_exporter(traces, _timeout(environ, "TRACES")) if traces else None
-        metric_exporter = (
-            _metric_exporter(metrics_kind, _timeout(environ, "METRICS")) if metrics_kind else None
-        )
+        span_exporters = [
+            _span_exporter(kind, _timeout(environ, "TRACES"))
+            for kind in (traces or "").split(",")
+            if kind
+        ]
+        metric_exporters = [
+            _metric_exporter(kind, _timeout(environ, "METRICS"))
+            for kind in (metrics_kind or "").split(",")
+            if kind
+        ]
     except ImportError as exc:
         print(
             f"sandbox-ledger: OpenTelemetry export needs the otel extra "
@@ -83,20 +95,21 @@ def configure(environ: Mapping[str, str]) -> bool:
 
     resource = Resource.create(_service(environ))
     providers: list[Any] = []
-    if span_exporter is not None:
+    if span_exporters:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
         tracer_provider = TracerProvider(resource=resource)
-        tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))
+        for span_exporter in span_exporters:
+            tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))
         trace.set_tracer_provider(tracer_provider)
         providers.append(tracer_provider)
-    if metric_exporter is not None:
+    if metric_exporters:
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
-        reader = PeriodicExportingMetricReader(metric_exporter)
-        meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
+        readers = [PeriodicExportingMetricReader(exporter) for exporter in metric_exporters]
+        meter_provider = MeterProvider(resource=resource, metric_readers=readers)
         metrics.set_meter_provider(meter_provider)
         providers.append(meter_provider)
     atexit.register(_shut_down, providers)
