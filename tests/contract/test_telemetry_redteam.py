@@ -93,3 +93,32 @@ def test_a_resource_stores_pages_are_spans_on_the_sync_twin_and_the_async_store(
     assert f"candidates {sync_table}" in names, names
     assert names.count(f"scan {sync_table}") >= 2, names  # the sync twin's and the store's
     assert all(not span.is_recording() for span in current)  # no span open under the consumer
+
+
+def test_without_an_sdk_a_page_method_is_the_generator_it_makes() -> None:
+    """No SDK (a fresh interpreter): `scan` and `candidates` give the method's own generator,
+    made at the call (a bad argument raises there), as before they were instrumented."""
+    import subprocess
+    import sys
+
+    code = (
+        "from sandbox_ledger.resources import ResourceRecordStore, SyncResourceRecordStore\n"
+        "where = {'endpoint_url': 'http://127.0.0.1:9', 'region_name': 'us-east-1'}\n"
+        "S, A = SyncResourceRecordStore, ResourceRecordStore\n"
+        "def own_code(method):\n"
+        "    return getattr(method, '__wrapped__', method).__code__\n"
+        "s, a = S('records', **where), A('records', **where)\n"
+        "own = [\n"
+        "    s.scan().gi_code is own_code(S.scan),\n"
+        "    s.candidates('ready').gi_code is own_code(S.candidates),\n"
+        "    a.scan().ag_code is own_code(A.scan),\n"
+        "]\n"
+        "try:\n"
+        "    s.scan(bogus=1)\n"
+        "except TypeError:\n"
+        "    own.append(True)\n"
+        "print(own)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[True, True, True, True]"
