@@ -63,6 +63,17 @@ class BlockingAdapter:
         """The wrapped adapter's (see the DynamoDB adapter's)."""
         return bool(getattr(self.adapter, "consistent_listings", True))
 
+    @property
+    def record_trace_ids(self) -> bool | None:
+        """The wrapped adapter's (:func:`sandbox_ledger.telemetry.records_trace_ids`): its
+        appends are the ones that record the ids, so it is set there."""
+        own = getattr(self.adapter, "record_trace_ids", None)
+        return None if own is None else bool(own)
+
+    @record_trace_ids.setter
+    def record_trace_ids(self, value: bool | None) -> None:
+        self.adapter.record_trace_ids = value  # type: ignore[attr-defined]
+
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         """The loop, started on first use and again after ``close()``; the caller holds
         ``_lock``."""

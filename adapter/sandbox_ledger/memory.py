@@ -104,6 +104,11 @@ class MemoryAdapter:
     retention); the expired ones stay in memory until ``delete_sandbox``.
     """
 
+    record_trace_ids: bool | None = None
+    """Whether ``append`` records its span's trace and span ids into the entry (True, False),
+    or as ``SANDBOX_LEDGER_RECORD_TRACE_IDS`` says (None: :func:`sandbox_ledger.telemetry.
+    records_trace_ids`)."""
+
     consistent_listings: ClassVar[bool] = True
     """A listing shows every write made before it (see the DynamoDB adapter's)."""
 

@@ -31,7 +31,7 @@ async def test_stamping_trace_ids_leaves_the_stores_refusals_as_they_are(
     ValidationError out of the re-validation of the stamped copy; a valid entry is stamped
     and otherwise unchanged."""
     adapter = MemoryAdapter()
-    adapter.record_trace_ids = record  # type: ignore[attr-defined]
+    adapter.record_trace_ids = record
     wire = entry("as-dict").wire()
     refused = await _refusal(adapter, wire)
     assert isinstance(refused, InvalidInputError), repr(refused)
@@ -122,3 +122,26 @@ def test_without_an_sdk_a_page_method_is_the_generator_it_makes() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[True, True, True, True]"
+
+
+def test_record_trace_ids_set_on_a_blocking_adapter_is_its_stores(
+    spans: InMemorySpanExporter,
+) -> None:
+    """`record_trace_ids = True` on a BlockingAdapter (a store of the sync contract, as
+    docs/observability.md counts it) turns the recording on: on ba1d79d it was an attribute
+    of the wrapper that no append read, silently nothing."""
+    from sandbox_ledger.blocking import BlockingAdapter
+
+    inner = MemoryAdapter()
+    with BlockingAdapter(inner) as blocking:
+        assert blocking.record_trace_ids is None  # as the environment says
+        blocking.record_trace_ids = True
+        assert inner.record_trace_ids is True and blocking.record_trace_ids is True
+        blocking.append(entry("blocking"))
+        [stored] = blocking.read_all("build", "blocking")
+        blocking.record_trace_ids = False
+        blocking.append(entry("off"))
+        [off] = blocking.read_all("build", "off")
+    [span] = [s for s in spans.get_finished_spans() if s.name == "append"][:1]
+    assert (stored.model_extra or {}).get("traceId") == format(span.context.trace_id, "032x")
+    assert "traceId" not in (off.model_extra or {})

@@ -65,6 +65,11 @@ def _record(record: object) -> EnvironmentRecord:
 
 
 class _Base:
+    record_trace_ids: bool | None = None
+    """Whether ``append`` records its span's trace and span ids into the entry (True, False),
+    or as ``SANDBOX_LEDGER_RECORD_TRACE_IDS`` says (None: :func:`sandbox_ledger.telemetry.
+    records_trace_ids`)."""
+
     consistent_listings: ClassVar[bool] = False
     """Listings read the session indexes, which DynamoDB keeps eventually consistent: a
     session created, closed or deleted is listed as it now is once the indexes have the write

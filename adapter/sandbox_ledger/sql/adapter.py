@@ -75,6 +75,11 @@ class SQLAdapter(ABC):
     ``StorageError``, and every write ``StorageError``.
     """
 
+    record_trace_ids: bool | None = None
+    """Whether ``append`` records its span's trace and span ids into the entry (True, False),
+    or as ``SANDBOX_LEDGER_RECORD_TRACE_IDS`` says (None: :func:`sandbox_ledger.telemetry.
+    records_trace_ids`)."""
+
     consistent_listings: ClassVar[bool] = True
     """A listing shows every write committed before it (see the DynamoDB adapter's)."""
 
