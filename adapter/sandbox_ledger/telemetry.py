@@ -208,6 +208,28 @@ def sdk_installed() -> bool:
     return not (_proxy(tracer_provider()) and _proxy(meter_provider()))
 
 
+_RUNNING: ContextVar[Any] = ContextVar("sandbox_ledger_operation", default=None)
+"""The store whose wrapped operation is running (in this context): an operation of the same
+store called inside it (a resource store's ``get`` reading through ``get_versioned``, the
+memory store's ``list_checkpoints`` through ``read_all``) is part of it, not an operation
+of its own: no second span, duration or consumed units counted under another name."""
+
+
+@contextmanager
+def _running(store: Any) -> Iterator[None]:
+    token = _RUNNING.set(store)
+    try:
+        yield
+    finally:
+        _RUNNING.reset(token)
+
+
+def _untraced(store: Any) -> bool:
+    """Whether a wrapped call on ``store`` runs as if unwrapped: no SDK, or inside an
+    operation of the same store."""
+    return not sdk_installed() or _RUNNING.get() is store
+
+
 def _wrap(operation: str, method: Any) -> Any:
     describe = _describer(method)
     stamps = operation == "append"
@@ -215,9 +237,9 @@ def _wrap(operation: str, method: Any) -> Any:
 
         @functools.wraps(method)
         async def traced_async(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if not sdk_installed():
+            if _untraced(self):
                 return await method(self, *args, **kwargs)
-            with operation_span(self, operation, describe(args, kwargs)) as span:
+            with operation_span(self, operation, describe(args, kwargs)) as span, _running(self):
                 if stamps and records_trace_ids(self):
                     args, kwargs = _stamped(span, args, kwargs)
                 return await method(self, *args, **kwargs)
@@ -226,9 +248,9 @@ def _wrap(operation: str, method: Any) -> Any:
 
     @functools.wraps(method)
     def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not sdk_installed():
+        if _untraced(self):
             return method(self, *args, **kwargs)
-        with operation_span(self, operation, describe(args, kwargs)) as span:
+        with operation_span(self, operation, describe(args, kwargs)) as span, _running(self):
             if stamps and records_trace_ids(self):
                 args, kwargs = _stamped(span, args, kwargs)
             return method(self, *args, **kwargs)
@@ -249,7 +271,7 @@ def _wrap_pages(operation: str, method: Any) -> Any:
         ) -> AsyncIterator[Any]:
             try:
                 while True:
-                    with operation_span(self, operation, attributes):
+                    with operation_span(self, operation, attributes), _running(self):
                         try:
                             page = await pages.__anext__()
                         except StopAsyncIteration:
@@ -261,7 +283,7 @@ def _wrap_pages(operation: str, method: Any) -> Any:
         @functools.wraps(method)
         def async_pages(self: Any, *args: Any, **kwargs: Any) -> Any:
             pages = method(self, *args, **kwargs)
-            if not sdk_installed():
+            if _untraced(self):
                 return pages
             return traced_async_pages(self, pages, describe(args, kwargs))
 
@@ -270,7 +292,7 @@ def _wrap_pages(operation: str, method: Any) -> Any:
     def traced_pages(self: Any, pages: Any, attributes: dict[str, Any]) -> Iterator[Any]:
         with contextlib.closing(pages):
             while True:
-                with operation_span(self, operation, attributes):
+                with operation_span(self, operation, attributes), _running(self):
                     try:
                         page = next(pages)
                     except StopIteration:
@@ -280,7 +302,7 @@ def _wrap_pages(operation: str, method: Any) -> Any:
     @functools.wraps(method)
     def sync_pages(self: Any, *args: Any, **kwargs: Any) -> Any:
         pages = method(self, *args, **kwargs)
-        if not sdk_installed():
+        if _untraced(self):
             return pages
         return traced_pages(self, pages, describe(args, kwargs))
 

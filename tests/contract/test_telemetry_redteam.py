@@ -145,3 +145,46 @@ def test_record_trace_ids_set_on_a_blocking_adapter_is_its_stores(
     [span] = [s for s in spans.get_finished_spans() if s.name == "append"][:1]
     assert (stored.model_extra or {}).get("traceId") == format(span.context.trace_id, "032x")
     assert "traceId" not in (off.model_extra or {})
+
+
+async def test_an_operation_of_a_store_inside_another_of_it_is_not_counted_again(
+    moto_endpoint: str,
+    sync_table: str,
+    moto_server: Any,
+    spans: InMemorySpanExporter,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The resource store's `get` reads through its own `get_versioned`: on ba1d79d one call
+    was two CLIENT spans and two duration points (`get` and `get_versioned`), and the units
+    its GetItem consumed were counted under `get_versioned`, the `get` span saying none.
+    Now the call is one operation: `get`, with its units."""
+    from datetime import UTC, datetime
+
+    from resources.resource_fixtures import record
+    from sandbox_ledger.resources import ResourceRecordStore
+
+    from .test_telemetry import _installed, _points
+
+    _, reader = _installed()
+    monkeypatch.setenv("SANDBOX_LEDGER_CONSUMED_CAPACITY", "1")
+    async with ResourceRecordStore(sync_table, endpoint_url=moto_endpoint) as store:
+        put = (await store.put(record(now=datetime.now(UTC)))).record
+        before = _count(_points(reader, "db.client.operation.duration"), "get_versioned")
+        spans.clear()
+        assert (await store.get(put.id)) is not None
+    names = [
+        s.attributes.get("db.operation.name")
+        for s in spans.get_finished_spans()
+        if s.instrumentation_scope.name == "sandbox_ledger"
+    ]
+    assert names == ["get"], names
+    [got] = [
+        s for s in spans.get_finished_spans() if s.attributes.get("db.operation.name") == "get"
+    ]
+    assert got.attributes["sandbox_ledger.dynamodb.consumed.read_units"] > 0
+    after = _count(_points(reader, "db.client.operation.duration"), "get_versioned")
+    assert after == before  # no duration point of an operation the caller did not call
+
+
+def _count(points: list[Any], operation: str) -> int:
+    return sum(p.count for p in points if p.attributes.get("db.operation.name") == operation)
