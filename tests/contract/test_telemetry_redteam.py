@@ -188,3 +188,37 @@ async def test_an_operation_of_a_store_inside_another_of_it_is_not_counted_again
 
 def _count(points: list[Any], operation: str) -> int:
     return sum(p.count for p in points if p.attributes.get("db.operation.name") == operation)
+
+
+@pytest.mark.parametrize(
+    ("setup", "installed"),
+    [
+        ("", "False"),
+        ("metrics.set_meter_provider(MeterProvider())", "True"),
+        ("trace.set_tracer_provider(TracerProvider())", "True"),
+        ("sdk_installed(); metrics.set_meter_provider(MeterProvider())", "False True"),
+    ],
+    ids=["none", "meter-only", "tracer-only", "meter-after-first-call"],
+)
+def test_sdk_installed_tells_the_apis_proxies_without_a_private_import(
+    setup: str, installed: str
+) -> None:
+    """sdk_installed() without importing opentelemetry.metrics._internal (the project's rule,
+    tests/project/test_structure.py, failed on ba1d79d): no provider set is no SDK; a meter
+    or a tracer provider set, before or after its first call, is one."""
+    import subprocess
+    import sys
+
+    code = (
+        "from opentelemetry import metrics, trace\n"
+        "from opentelemetry.sdk.metrics import MeterProvider\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "from sandbox_ledger.telemetry import sdk_installed\n"
+        "seen = []\n"
+        f"{setup.replace('sdk_installed();', 'seen.append(sdk_installed());')}\n"
+        "seen.append(sdk_installed())\n"
+        "print(*seen)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == installed
