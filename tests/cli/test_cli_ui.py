@@ -316,3 +316,15 @@ def test_the_change_feed_page_streams_each_change_once_escaped(ledger: Any) -> N
     assert "/session?name=build&amp;id=sb-2" in blocks[1]
     without = signed_in(ledger)  # the fixture's console has no feed: the page says so
     assert "no change feed" in without.get("/changes").text
+
+
+def test_the_sessions_page_filters_by_start_time_with_a_zone(ledger: Any) -> None:
+    for i in range(3):
+        ledger.append(entry(f"sb-{i}", LedgerEvent.SandboxCreated, 1_796_126_400_000 + i * 60_000))
+    browser = signed_in(ledger)
+    page = browser.get("/", params={"before": "2026-12-01T12:01:00Z"}).text
+    assert page.count('class="id"') == 1 and "sb-0" in page
+    assert browser.get("/", params={"before": "1796126460001"}).text.count('class="id"') == 2
+    naive = browser.get("/", params={"before": "2026-12-01T12:01:00"})
+    assert naive.status_code == 400 and "has no zone" in naive.text
+    assert browser.get("/", params={"before": "soon"}).status_code == 400

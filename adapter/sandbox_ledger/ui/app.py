@@ -35,6 +35,24 @@ def _time(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
+def started_before(text: str) -> int:
+    """The sessions filter's time: ISO 8601 with a zone (``2026-12-01T12:00:00Z``), or Unix
+    milliseconds; Unix milliseconds.
+
+    Raises:
+        ValueError: neither, or a time without a zone (naming the field).
+    """
+    if text.isdigit():
+        return int(text)
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"started before: not a time: {text!r}") from None
+    if when.tzinfo is None:
+        raise ValueError(f"started before: {text!r} has no zone (add Z or +02:00)")
+    return int(when.timestamp() * 1000)
+
+
 def session_link(name: str, sandbox_id: str) -> str:
     """The address of a session's page (names and ids in the query: any text is safe)."""
     return "/session?" + urlencode({"name": name, "id": sandbox_id})
@@ -99,10 +117,12 @@ def build(
         query = request.query_params
         name = query.get("name") or None
         status = query.get("status") or None
+        before = query.get("before") or None
         try:
             opts = ListSandboxOptions(
                 limit=PAGE,
                 status=SandboxStatus(status) if status else None,
+                before=None if before is None else started_before(before),
                 cursor=query.get("cursor") or None,
             )
             page = await run_in_threadpool(
@@ -119,6 +139,7 @@ def build(
                 statuses=[s.value for s in SandboxStatus],
                 name=name,
                 status=status,
+                before=before,
                 next_link=None,
                 problem=str(exc),
             )
@@ -139,7 +160,8 @@ def build(
             counts[row["status"]] = counts.get(row["status"], 0) + 1
         next_link = None
         if page.cursor:
-            keep = {k: v for k, v in (("name", name), ("status", status)) if v}
+            given = (("name", name), ("status", status), ("before", before))
+            keep = {k: v for k, v in given if v}
             next_link = "/?" + urlencode({**keep, "cursor": page.cursor})
         return render(
             "sessions.html",
@@ -149,6 +171,7 @@ def build(
             statuses=[s.value for s in SandboxStatus],
             name=name,
             status=status,
+            before=before,
             next_link=next_link,
         )
 
