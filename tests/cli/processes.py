@@ -207,9 +207,10 @@ class _Server:
                 self.process.kill()
                 self.process.wait()
         self.log.close()
-        for name in os.listdir(self.folder):
-            os.unlink(os.path.join(self.folder, name))
-        os.rmdir(self.folder)
+        with contextlib.suppress(FileNotFoundError):  # stopped already (idempotent)
+            for name in os.listdir(self.folder):
+                os.unlink(os.path.join(self.folder, name))
+            os.rmdir(self.folder)
 
 
 # A test process's fork servers: the first started with bare_env(), one more for each other
@@ -243,6 +244,18 @@ def _server(env: dict[str, str] | None = None) -> _Server | None:
             return None
         mine.append(server)
         return server if server.agrees(env) else None
+
+
+def stop_extra_servers() -> None:
+    """Stop this process's fork servers but the common environment's: a test that needs a
+    server of its own gets one whatever environments the worker's earlier modules ran
+    commands in (up to MAX_SERVERS are kept). Only between tests: a running command forked
+    from a stopped server would lose its status."""
+    with _lock:
+        mine = _servers.get(os.getpid(), [])
+        for server in mine[1:]:
+            server.stop()
+        del mine[1:]
 
 
 _CHILD_PARAMETERS = list(inspect.signature(subprocess.Popen._execute_child).parameters)[1:]

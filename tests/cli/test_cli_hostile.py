@@ -275,6 +275,7 @@ OTHER_TESTS = {
     "resources export": "test_resource_commands_show_hostile_records_visibly",
     "resources import": "test_resource_commands_show_hostile_records_visibly",
     "demo": "test_the_demo_report_shows_stored_text_visibly",
+    "ui": "test_the_console_shows_stored_text_visibly",
 }
 NOTHING_STORED = {
     "local": "serves a DynamoDB; prints only its own endpoint, table and file",
@@ -573,3 +574,28 @@ def test_progress_lines_show_their_labels_visibly(tmp_path: Path) -> None:
         for raw in ("\x1b]8;", "\x1b[2J", "\x07", "\x9b", "\u202e"):
             assert raw not in shown, repr(shown)
         assert "[bold]x[/bold]" in shown and "[link=http://evil]y[/link]" in shown
+
+
+def test_the_console_shows_stored_text_visibly(hostile_db: Path) -> None:
+    """`sandbox-ledger ui`'s pages over the hostile store: every stored text is text (no
+    raw control, C1 or bidirectional character: shown as its escape), markup-looking text as
+    stored, and no tag the store's text could have made."""
+    from urllib.parse import urlencode
+
+    from starlette.testclient import TestClient
+
+    from sandbox_ledger.ui.app import build
+
+    with open_blocking_store(f"sqlite:///{hostile_db}", read_only=True) as ledger:
+        browser = TestClient(build(ledger, token="t", host="testserver", source="hostile"))
+        assert browser.get("/?token=t").status_code == 200
+        pages = [browser.get("/").text, browser.get("/environments").text]
+        pages += [
+            browser.get("/session?" + urlencode({"name": name, "id": sid})).text
+            for name, sid in SESSIONS
+        ]
+    for page in pages:
+        assert not any(raw in page for raw in RAW), [raw for raw in RAW if raw in page]
+        assert '<a href="http' not in page
+    assert all(literal in pages[0] for literal in LITERAL)
+    assert "\\u202e" in pages[0] and "\\u001b" in pages[0]

@@ -225,6 +225,7 @@ def test_a_shell_where_nothing_is_set_is_forked_with_the_environment_exec_gives(
     used to be exec'd every time, its server never agreeing) with the environment, locale
     and encodings an exec'd one has."""
     env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp")}
+    processes.stop_extra_servers()  # room for this environment's, whatever ran before here
     assert processes._server(env) is not None  # so python() forks it
     forked = processes.python(ENVIRONMENT, env, cwd=tmp_path)
     executed = subprocess.run(

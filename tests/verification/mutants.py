@@ -35,6 +35,15 @@ def install(patch: Patch, monkeypatch: pytest.MonkeyPatch) -> None:
         owner = getattr(owner, part)
     original = owner.__dict__[name] if path else getattr(module, name)
     source = textwrap.dedent(inspect.getsource(original))
+    wrapped = getattr(original, "__wrapped__", None)
+    if not path and source.lstrip().startswith("@") and inspect.isfunction(wrapped):
+        # A decorated function (functools.wraps: a span around it): the mutant is its own
+        # body, its decorators left out, and takes the place of the function they wrap, so
+        # that every caller of the wrapper, one that imported it by name included, runs it.
+        lines = source.splitlines(keepends=True)
+        while lines and not lines[0].startswith(("def ", "async def ")):
+            lines.pop(0)
+        source, original = "".join(lines), wrapped
     assert source.count(patch.old) == 1, (
         f"{patch.module}.{patch.qualname} no longer holds the defect's text {patch.old!r}: "
         "rewrite the defect against today's code"

@@ -3,7 +3,6 @@ over an export file (read into memory: nothing is written anywhere), until Ctrl-
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import socket
 from pathlib import Path  # noqa: TC003 - typer reads the annotation at run time
@@ -105,7 +104,7 @@ class _Follower:
     def __init__(self, target: Any) -> None:
         self.target = target
         self.store: Any = None
-        self._opening: asyncio.Lock | None = None
+        self._opening: Any = None  # an asyncio.Lock, made on the serving loop
 
     async def follow(self, name: str, sandbox_id: str) -> AsyncIterator[Any]:
         store = await self._store()
@@ -120,6 +119,8 @@ class _Follower:
     async def _store(self) -> Any:
         """The store, opened once (pages opened at once wait for the same one)."""
         if self._opening is None:
+            import asyncio  # here: `--help` loads no asyncio
+
             self._opening = asyncio.Lock()
         async with self._opening:
             if self.store is None:

@@ -6,14 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 # Characters that reorder or hide the text around them (bidirectional overrides and
-# isolates, zero-width marks) or control a terminal: shown as their escapes, so that a name
+# isolates, zero-width marks) or control a terminal (C0 but tab and newline, DEL, C1):
+# shown as their escapes, so that a name
 # reads as what it is ("\u202etxt.exe" is not "exe.txt").
 _HIDDEN = {
     code: f"\\u{code:04x}"
     for code in [
         *range(0x09),
         *range(0x0B, 0x20),
-        0x7F,
+        *range(0x7F, 0xA0),
         *range(0x200B, 0x2010),
         *range(0x202A, 0x202F),
         *range(0x2066, 0x206A),
