@@ -79,6 +79,28 @@ def made_and_deleted(said: str) -> str:
     return made.group(1)
 
 
+def running(argv: list[str], env: dict[str, str], said: str) -> tuple[subprocess.Popen[str], str]:
+    """A run started in a session of its own (a terminal's Ctrl-C is sent to its group),
+    and what it said on stderr up to the line holding ``said`` (within 120 s)."""
+    process = subprocess.Popen(
+        argv,
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert process.stderr is not None
+    seen = ""
+    deadline = time.monotonic() + 120
+    while said not in seen:
+        line = process.stderr.readline()
+        assert line and time.monotonic() < deadline, seen
+        seen += line
+    return process, seen
+
+
 @pytest.fixture
 def no_run_table(moto_endpoint: str) -> Any:
     """No run's table before the test (an earlier test's leftover would be counted) nor
@@ -177,22 +199,11 @@ def test_a_run_stopped_while_a_suite_runs_deletes_its_table(
     """Ctrl-C (SIGINT to the whole process group, as a terminal sends it), SIGTERM to the run
     alone, or SIGINT to it alone, while a suite's pytest runs: the run stops that pytest,
     deletes the table and exits with 128 plus the signal."""
-    process = subprocess.Popen(
+    process, seen = running(
         [*AWSTEST, "--endpoint-url", moto_endpoint, "run", *ONE_TEST[:2], "--", "-k", "Sync"],
-        env=shell(tmp_path),
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+        shell(tmp_path),
+        "[1/1] conformance",
     )
-    assert process.stderr is not None
-    seen = ""
-    deadline = time.monotonic() + 120
-    while "[1/2]" not in seen and "[1/1] conformance" not in seen:
-        line = process.stderr.readline()
-        assert line and time.monotonic() < deadline, seen
-        seen += line
     time.sleep(8)  # pytest collects, then runs the suite's first tests
     if group:
         os.killpg(process.pid, signum)

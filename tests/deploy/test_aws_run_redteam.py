@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,7 @@ from botocore.exceptions import ClientError
 from sandbox_ledger.awstest import runtable
 from sandbox_ledger.awstest.runtable import RUN_TAG, TABLE_PREFIX
 
-AWSTEST = (sys.executable, "-m", "sandbox_ledger.awstest")
+from .test_aws_run import AWSTEST, running
 
 pytestmark = pytest.mark.skipif(
     bool(os.environ.get("SANDBOX_LEDGER_TEST_TABLE")), reason="a run does not run itself"
@@ -222,22 +220,11 @@ def test_a_run_whose_terminal_hangs_up_deletes_its_table(
         "AWS_DEFAULT_REGION": "us-east-1",
         "SANDBOX_LEDGER_AWS_TESTS": "1",
     }
-    process = subprocess.Popen(
+    process, seen = running(
         [*AWSTEST, "--endpoint-url", moto_endpoint, "run", "--suite", "follow"],
-        env={name: value for name, value in env.items() if value},
-        cwd=Path(__file__).resolve().parents[2],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+        {name: value for name, value in env.items() if value},
+        "[1/1] follow",
     )
-    assert process.stderr is not None
-    seen = ""
-    deadline = time.monotonic() + 120
-    while "[1/1] follow" not in seen:
-        line = process.stderr.readline()
-        assert line and time.monotonic() < deadline, seen
-        seen += line
     time.sleep(5)  # pytest collects, then runs the suite's first tests
     if group:
         os.killpg(process.pid, signal.SIGHUP)
