@@ -138,9 +138,10 @@ def test_local_killed_loses_at_most_the_last_seconds_never_the_file(tmp_path: Pa
     server.process.kill()
     server.process.wait()
     assert _file_lines(tmp_path / "dev.jsonl") == 6
-    # No temporary file left; a killed server's lock file stays, its lock free at once: the
-    # next server takes it, and removes it when it stops.
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
+    # A killed server's lock file stays, its lock free at once: the next server takes it, and
+    # removes it when it stops. The kill may cut a whole write of the stream's sidecar: its
+    # temporary file is then left, and the next server removes it too.
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != ".dev.jsonl.stream.tmp") == [
         ".dev.jsonl.lock",
         ".dev.jsonl.stream",  # its table's stream (local/streamfile.py)
         "dev.jsonl",
@@ -148,6 +149,28 @@ def test_local_killed_loses_at_most_the_last_seconds_never_the_file(tmp_path: Pa
     again = Local("--data", "dev.jsonl", cwd=tmp_path)
     assert again.stop(signal.SIGINT)[0] == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == [".dev.jsonl.stream", "dev.jsonl"]
+
+
+def test_a_start_removes_the_stream_s_temporary_files_a_killed_server_left(
+    tmp_path: Path,
+) -> None:
+    """A kill during a whole write of the sidecar left `.dev.jsonl.stream.1838.tmp` for good
+    (named by the killed process's id, never written again): the next server removes the
+    temporary files of its FILE's sidecar, and no other file."""
+    server = Local("--data", "dev.jsonl", cwd=tmp_path)
+    assert run(["import", str(ROOT / "examples" / "ledger.jsonl")], server.env()).returncode == 0
+    assert server.stop(signal.SIGTERM)[0] == 0
+    left = [".dev.jsonl.stream.tmp", ".dev.jsonl.stream.1838.tmp"]
+    others = [".dev.jsonl.stream.x.tmp", ".other.jsonl.stream.tmp", "dev.jsonl.stream.tmp"]
+    for name in left + others:
+        (tmp_path / name).write_text('{"kind": "cut"')
+    again = Local("--data", "dev.jsonl", cwd=tmp_path)
+    listed = run(["ls", "--json"], again.env())
+    assert listed.returncode == 0 and len(json.loads(listed.stdout)["sessions"]) == 2
+    assert again.stop(signal.SIGINT)[0] == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [".dev.jsonl.stream", "dev.jsonl", *others]
+    )
 
 
 def test_a_start_refused_for_a_busy_port_leaves_nothing(tmp_path: Path) -> None:

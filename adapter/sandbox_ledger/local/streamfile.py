@@ -27,7 +27,7 @@ says what was trimmed since (a shard's ``trimmed_to``, moto's first number), so 
 it trimmed are dropped at the read. Once the file holds more than twice the records the
 stream keeps (and :data:`REWRITE_LINES` more), or its appends (their state lines, one a
 save) outgrow what it held when last written whole (and :data:`GROWTH`), it is written whole
-again (a temporary file renamed over it).
+again (a temporary file renamed over it; one a kill left is removed at the next start).
 
 **Restore.** After the load (which puts FILE's items straight into moto's table, or through
 requests on the fallback path), before any client is served: the table's stream is replaced
@@ -116,6 +116,7 @@ class StreamFile:
 
         from sandbox_ledger.errors import LedgerError
 
+        self._remove_leftovers()
         found: tuple[dict[str, Any], dict[str, Any], list[list[Any]]] | None = None
         why: str | None = None
         if not self.data.exists():  # a new store: its stream too
@@ -141,6 +142,19 @@ class StreamFile:
             self.say(f"{self.path}: {why}; ignored (the table's stream starts new)")
         if found is None:
             self.header = None
+
+    def _remove_leftovers(self) -> None:
+        """Remove the temporary file of a whole write a killed server left (this server holds
+        FILE's lock: no other writes one), and those of versions that named it by their
+        process id."""
+        import glob
+
+        pattern = glob.escape(str(self.path)) + ".*tmp"
+        for leftover in glob.glob(pattern, include_hidden=True):
+            name = os.path.basename(leftover)[len(self.path.name) :]
+            if name == ".tmp" or (name[1:-4].isdigit() and name.endswith(".tmp")):
+                with contextlib.suppress(OSError):
+                    os.unlink(leftover)
 
     def _read(
         self, store: str
@@ -366,9 +380,12 @@ class StreamFile:
         self, header: dict[str, Any], state: dict[str, Any], records: list[_Row]
     ) -> int:
         """Write the file whole (a temporary file renamed over it); its size."""
-        temporary = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+        temporary = self.path.with_name(f"{self.path.name}.tmp")  # one server: the lock's
         try:
-            with open(temporary, "w", encoding="utf-8", newline="\n") as stream:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)  # a killed writer's: made again, readable by its owner only
+            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with open(descriptor, "w", encoding="utf-8", newline="\n") as stream:
                 stream.write(_line(header))
                 stream.writelines(_record(r) for r in records)
                 stream.write(_line({"state": state}))
