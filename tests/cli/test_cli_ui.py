@@ -207,11 +207,11 @@ def test_the_timeline_draws_a_lane_per_branch_bars_failures_checkpoints_and_boun
 # -- the command --------------------------------------------------------------------------------
 
 
-def serving(argv: list[str], home: Path) -> tuple[subprocess.Popen[str], str]:
-    """``sandbox-ledger argv`` (a ``ui`` command) started in a plain shell, and the URL it
-    printed first."""
+def serving(argv: list[str], home: Path, **env: str) -> tuple[subprocess.Popen[str], str]:
+    """``sandbox-ledger argv`` (a ``ui`` command) started in a plain shell (plus ``env``),
+    and the URL it printed first."""
     process = popen(
-        argv, clean_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        argv, clean_env(home, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     assert process.stdout is not None
     return process, process.stdout.readline().strip()

@@ -15,6 +15,7 @@ from resources.resource_fixtures import record
 from sandbox_ledger.errors import ConflictError
 from sandbox_ledger.resources import (
     Expiry,
+    ExpiryPolicy,
     ResourceActivityRecord,
     SweepStore,
     VersionedRecord,
@@ -293,3 +294,52 @@ def test_dry_run_claims_nothing() -> None:
     assert first.observed == [rid] and first.expired == [] and store.observations == [rid]
     result = sweep(store, None, now=LATER, dry_run=True)
     assert result.expired == [rid] and store.claims == [] and rid in store.records
+
+
+def test_a_dry_run_that_observes_nothing_writes_nothing_and_forecasts_each_candidate() -> None:
+    """The console's forecast: what a real run now would expire, and when a sweep would
+    expire the stale records none observes yet (a window after this run's clock)."""
+    store = FakeStore()
+    watched = store.add(timedelta(hours=1))
+    sweep(store, None, now=NOW, dry_run=True)  # a sweep observed it at NOW
+    stale = store.add(timedelta(hours=1))
+    fresh = store.add(timedelta(minutes=-14))  # written a minute before LATER
+    before = dict(store.records)
+    result = sweep(store, None, now=LATER, dry_run=True, observe=False)
+    assert store.records == before and store.observations == [watched] and store.claims == []
+    assert result.expired == [watched] and result.reasons[watched].startswith("stale")
+    assert result.unobserved == [stale] and result.observed == []
+    assert stale in result.skipped and fresh not in result.skipped + result.expired
+    due = datetime.fromisoformat(result.due[stale].replace("Z", "+00:00"))
+    assert LATER + timedelta(minutes=15) <= due < LATER + timedelta(minutes=16)
+    # The forecast is what a real run then does: it expires the watched record only.
+    real = sweep(store, FakePublisher(), now=LATER)
+    assert real.expired == [watched] and real.observed == [stale]
+
+
+def test_a_sweep_that_expires_records_must_observe_them() -> None:
+    with pytest.raises(ValueError, match="observe"):
+        sweep(FakeStore(), FakePublisher(), now=NOW, observe=False)
+
+
+@pytest.mark.parametrize("phase", ["ready", "cleanup-failed"])
+def test_the_earliest_expiry_is_when_sweeps_a_minute_apart_first_expire_the_record(
+    phase: str,
+) -> None:
+    policy = ExpiryPolicy(stale_after=timedelta(minutes=15), retain_failed=timedelta(hours=1))
+    store = FakeStore()
+    rid = store.add(timedelta(0), phase=phase)  # written at NOW
+    earliest = policy.earliest_expiry(store.records[rid].record)
+    assert earliest is not None
+    moment = NOW
+    while not sweep(store, FakePublisher(), now=moment, policy=policy).expired:
+        moment += timedelta(minutes=1)
+    assert earliest <= moment <= earliest + timedelta(minutes=1)  # the next sweep at most
+
+
+def test_a_phase_the_policy_keeps_forever_has_no_earliest_expiry() -> None:
+    store = FakeStore()
+    rid = store.add(timedelta(days=30), phase="cleanup-failed")
+    keep = ExpiryPolicy(retain_failed=timedelta(0))
+    assert keep.earliest_expiry(store.records[rid].record) is None
+    assert ExpiryPolicy().earliest_expiry(store.records[rid].record) is not None

@@ -17,6 +17,7 @@ from sandbox_ledger.cli.setup_commands import SWEEP_FLAGS
 
 if TYPE_CHECKING:
     from sandbox_ledger.cli.context import Target
+    from sandbox_ledger.resources import EventPublisher, SweepPlan, SyncResourceRecordStore
 
 
 class PhaseChoice(StrEnum):
@@ -129,36 +130,21 @@ def resources_sweep(
     from datetime import UTC, datetime
 
     from sandbox_ledger.cli.progress import sweeping
-    from sandbox_ledger.resources import EventPublisher, resolve_sweep, sweep
-    from sandbox_ledger.sdk.client import sync_session
+    from sandbox_ledger.resources import sweep
 
     target = connect.target(ctx, writes="resources sweep")
     store = connect.resource_store(target)
-    plan = resolve_sweep(
-        store.descriptor(),
-        store.table_name,
-        event_bus_name=event_bus,
-        stale_after_seconds=stale_after,
-        retain_failed_seconds=retain_failed,
-        require_deployment=True,
-        names=SWEEP_FLAGS,
+    plan, publisher = sweep_plan(
+        target,
+        store,
+        event_bus=event_bus,
+        stale_after=stale_after,
+        retain_failed=retain_failed,
+        check_bus=not dry_run,
     )
-    session = target.boto3_session() or sync_session()
-    events = session.client(
-        "events",
-        endpoint_url=target.endpoint_url,
-        region_name=target.region,
-        config=cli_config(),
-    )
-    if not dry_run:
-        _require_bus(events, plan.event_bus_name, target)
     with sweeping(store, err()) as counted:
         result = sweep(
-            counted,
-            EventPublisher(events, plan.event_bus_name),
-            now=datetime.now(UTC),
-            policy=plan.policy,
-            dry_run=dry_run,
+            counted, publisher, now=datetime.now(UTC), policy=plan.policy, dry_run=dry_run
         )
     verb = "would expire" if dry_run else "expired"
     notes = [f"{verb} {record_id}: {result.reasons[record_id]}" for record_id in result.expired]
@@ -181,6 +167,42 @@ def resources_sweep(
     render.show(View(doc, notes=notes), render.choose(as_json, output), query)
     if result.failed:
         raise typer.Exit(ExitCode.PARTIAL)
+
+
+def sweep_plan(
+    target: Target,
+    store: SyncResourceRecordStore,
+    *,
+    event_bus: str | None = None,
+    stale_after: int | None = None,
+    retain_failed: int | None = None,
+    check_bus: bool = True,
+) -> tuple[SweepPlan, EventPublisher]:
+    """The deployment's sweep of the target's table (its descriptor's bus and windows; a
+    flag that disagrees is refused) and its publisher; with ``check_bus``, a missing bus is
+    refused before any claim."""
+    from sandbox_ledger.resources import EventPublisher, resolve_sweep
+    from sandbox_ledger.sdk.client import sync_session
+
+    plan = resolve_sweep(
+        store.descriptor(),
+        store.table_name,
+        event_bus_name=event_bus,
+        stale_after_seconds=stale_after,
+        retain_failed_seconds=retain_failed,
+        require_deployment=True,
+        names=SWEEP_FLAGS,
+    )
+    session = target.boto3_session() or sync_session()
+    events = session.client(
+        "events",
+        endpoint_url=target.endpoint_url,
+        region_name=target.region,
+        config=cli_config(),
+    )
+    if check_bus:
+        _require_bus(events, plan.event_bus_name, target)
+    return plan, EventPublisher(events, plan.event_bus_name)
 
 
 def _require_bus(events: Any, name: str, target: Target) -> None:

@@ -30,11 +30,24 @@ def ui(
     ),
     port: int = typer.Option(0, "--port", min=0, max=65535, help="Port; 0: any free one."),
     open_browser: bool = typer.Option(False, "--open", help="Open the URL in a browser."),
+    allow_writes: bool = typer.Option(
+        False,
+        "--allow-writes",
+        help="Let the console delete a session and sweep resource records (each asked "
+        "first, by a form of its own); without it the console only reads.",
+    ),
 ) -> None:
-    """Serve the operator's console on 127.0.0.1 (sessions, a session's timeline) over the
-    store (--store, --table) or an export FILE, read-only; prints its URL (with a token:
-    the console answers no one else) and serves until Ctrl-C."""
-    reader, source = _reader(ctx, file)
+    """Serve the operator's console on 127.0.0.1 (sessions, a session's timeline, resource
+    records, environments, the change feed) over the store (--store, --table) or an export
+    FILE, read-only unless --allow-writes; prints its URL (with a token: the console answers
+    no one else) and serves until Ctrl-C."""
+    if allow_writes and file is not None:
+        raise CommandError(
+            f"--allow-writes: {file} is an export file, shown read-only (import it into a "
+            "store to change it)",
+            ExitCode.USAGE,
+        )
+    reader, source = _reader(ctx, file, writes=allow_writes)
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -49,6 +62,12 @@ def ui(
     from sandbox_ledger.ui.app import build
 
     target = None if file is not None else connect.target(ctx)
+    resources = None if target is None else _resources(target)
+    writes = None
+    if allow_writes and target is not None:
+        from sandbox_ledger.ui.writes import Writes
+
+        writes = Writes(secrets.token_urlsafe(24), None if resources is None else _sweeper(target))
     # An export file never changes; a memory:// store lives in this process alone (a second
     # one, opened to follow, would be another, empty): their pages are not live.
     lives = target is not None and not (target.store or "").startswith("memory:")
@@ -61,10 +80,13 @@ def ui(
         follower=None if live is None else live.follow,
         feed=None if live is None else live.changes,
         on_stop=None if live is None else live.close,
+        resources=resources,
+        writes=writes,
     )
     url = f"http://{HOST}:{bound}/?token={token}"
     print(url, flush=True)
-    say(f"serving the console of {source} at {url} (read-only); Ctrl-C stops it")
+    mode = "writes allowed: deletes and sweeps, each asked first" if writes else "read-only"
+    say(f"serving the console of {source} at {url} ({mode}); Ctrl-C stops it")
     if open_browser:
         import webbrowser
 
@@ -73,11 +95,12 @@ def ui(
     say(f"{by}: stopped" if by else "stopped")
 
 
-def _reader(ctx: typer.Context, file: Path | None) -> tuple[Any, str]:
-    """The ledger the pages read (synchronously) and what they name it by."""
+def _reader(ctx: typer.Context, file: Path | None, *, writes: bool) -> tuple[Any, str]:
+    """The ledger the pages read (synchronously; opened to write with ``writes``) and what
+    they name it by."""
     if file is None:
-        target = connect.target(ctx)
-        return connect.ledger(target), target.store or f"table {target.table}"
+        target = connect.target(ctx, writes="ui --allow-writes" if writes else None)
+        return connect.ledger(target, writes=writes), target.store or f"table {target.table}"
     if not file.is_file():
         raise CommandError(f"{file}: no such file", ExitCode.NOT_FOUND)
     from sandbox_ledger.blocking import BlockingAdapter
@@ -95,6 +118,44 @@ def _reader(ctx: typer.Context, file: Path | None) -> tuple[Any, str]:
             ExitCode.FAILED,
         )
     return memory, f"{file.name} (read-only)"
+
+
+def _resources(target: Any) -> Any:
+    """The resources page's view of a DynamoDB table (None for other stores: they hold no
+    resource records)."""
+    if target.store and not target.table:
+        return None
+    from sandbox_ledger.ui.resources import Resources
+
+    store = connect.resource_store(target)
+
+    def policy() -> Any:
+        from sandbox_ledger.cli.setup_commands import SWEEP_FLAGS
+        from sandbox_ledger.resources import resolve_sweep
+
+        described = store.descriptor()
+        return resolve_sweep(
+            described, store.table_name, require_deployment=True, names=SWEEP_FLAGS
+        ).policy
+
+    return Resources(store, policy)
+
+
+def _sweeper(target: Any) -> Any:
+    """A real sweep of the table now, as `resources sweep` runs it (the deployment's bus
+    and windows, a missing bus refused before any claim)."""
+
+    def run() -> Any:
+        from datetime import UTC, datetime
+
+        from sandbox_ledger.cli.resource_commands import sweep_plan
+        from sandbox_ledger.resources import sweep
+
+        store = connect.resource_store(target)
+        plan, publisher = sweep_plan(target, store)
+        return sweep(store, publisher, now=datetime.now(UTC), policy=plan.policy)
+
+    return run
 
 
 class _Follower:

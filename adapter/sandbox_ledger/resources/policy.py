@@ -72,6 +72,19 @@ class ExpiryPolicy:
         ms = record.updated_at_ms
         return ms < band[0].timestamp() * 1000 or ms > band[1].timestamp() * 1000
 
+    def earliest_expiry(self, record: ResourceActivityRecord) -> datetime | None:
+        """The soonest a sweep may expire ``record`` if its owner writes it no more (by a
+        sweeper's clock that agrees with the owner's): a sweep observes it once it is a
+        candidate (:data:`HINT_FRACTION` of a window after its last write) and expires it a
+        whole window after that. None: the policy keeps it forever."""
+        from datetime import UTC, datetime
+
+        window = self.window(record.phase)
+        if window is None:
+            return None
+        written = datetime.fromtimestamp(record.updated_at_ms / 1000, UTC)
+        return written + window * HINT_FRACTION + window
+
     def latest_expiry(self, phase: str) -> timedelta | None:
         """How long after its last write a record in ``phase`` may still be kept by the
         policy, sweep intervals aside (None: forever): ``EXPIRY_BOUND`` windows."""

@@ -87,6 +87,9 @@ class SweepResult:
     observed: list[str] = field(default_factory=list)
     """Candidates whose revision this run started watching (also in ``skipped``): they expire
     if a later run finds the same revision a whole window later by the sweeper's clock."""
+    unobserved: list[str] = field(default_factory=list)
+    """Candidates a dry run with ``observe=False`` left unwatched (also in ``skipped``): a
+    real run would observe them now; their ``due`` counts from this run's clock."""
     due: dict[str, str] = field(default_factory=dict)
     """Skipped records this run watches (observed now or by an earlier run) -> when a sweep
     expires them if they stay unchanged (ISO 8601, by the sweeper's clock: a sweep at or
@@ -111,6 +114,7 @@ class SweepResult:
             "expired": self.expired,
             "skipped": self.skipped,
             "observed": self.observed,
+            "unobserved": self.unobserved,
             "due": self.due,
             "failed": self.failed,
             "reasons": self.reasons,
@@ -140,6 +144,7 @@ class _Run:
     lease_ms: int
     result: SweepResult
     check_time: Callable[[], None]
+    observing: bool = True
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     # Looked up at each run (not bound at import), so a test can freeze the elapsed time.
     started: float = field(default_factory=lambda: time.monotonic())
@@ -157,6 +162,7 @@ def _described(result: SweepResult) -> tuple[dict[str, Any], list[tuple[str, dic
         "sandbox_ledger.sweep.expired": len(result.expired),
         "sandbox_ledger.sweep.skipped": len(result.skipped),
         "sandbox_ledger.sweep.observed": len(result.observed),
+        "sandbox_ledger.sweep.unobserved": len(result.unobserved),
         "sandbox_ledger.sweep.failed": len(result.failed),
         "sandbox_ledger.sweep.unreadable": len(result.unreadable),
         "sandbox_ledger.sweep.lost": len(result.lost),
@@ -172,6 +178,7 @@ def sweep(
     now: datetime,
     policy: ExpiryPolicy = ExpiryPolicy(),  # noqa: B008 - immutable
     dry_run: bool = False,
+    observe: bool = True,
     remaining_ms: Callable[[], int] | None = None,
     safety_ms: int = 10_000,
     page_size: int = 100,
@@ -199,9 +206,15 @@ def sweep(
     candidates are observed as in a real run (an observation bumps no revision and is
     voided by any owner write, so it changes nothing an owner or another sweeper relies on):
     dry runs a window apart report what real runs at those moments would expire.
+
+    A dry run with ``observe=False`` writes nothing at all (a reader's forecast, such as the
+    operator's console): it reports what a real run now would expire, and the candidates no
+    sweep observes yet as ``unobserved``, due a window after this run's clock.
     """
     if not dry_run and publisher is None:
         raise ValueError("publisher: required unless dry_run")
+    if not observe and not dry_run:
+        raise ValueError("observe: a sweep that expires records observes them (dry_run only)")
     result = SweepResult(dry_run=dry_run)
 
     def check_time() -> None:
@@ -217,6 +230,7 @@ def sweep(
         int(lease.total_seconds() * 1000),
         result,
         check_time,
+        observing=observe,
     )
     try:
         bands = [(p, b) for p, b in policy.hint_bands(now).items() if b is not None]
@@ -296,6 +310,10 @@ def _judge(run: _Run, stored: VersionedRecord) -> str | None:
         return reason
     now = datetime.fromtimestamp(now_ms / 1000, UTC)
     if not run.policy.is_hint(stored.record, now):  # refreshed since the index was read
+        return None
+    if not run.observing:
+        run.result.unobserved.append(record_id)
+        _note_due(run, stored, now_ms)
         return None
     if run.store.observe(stored, now_ms):
         run.result.observed.append(record_id)

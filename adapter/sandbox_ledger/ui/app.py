@@ -22,6 +22,9 @@ from sandbox_ledger.ui.timeline import draw
 if TYPE_CHECKING:
     from starlette.requests import Request
 
+    from sandbox_ledger.ui.resources import Resources
+    from sandbox_ledger.ui.writes import Writes
+
 HERE = Path(__file__).parent
 PAGE = 50
 """Sessions per page."""
@@ -87,6 +90,8 @@ def build(
     follower: Follower | None = None,
     feed: Callable[[], AsyncIterator[Any]] | None = None,
     on_stop: Callable[[], Awaitable[None]] | None = None,
+    resources: Resources | None = None,
+    writes: Writes | None = None,
 ) -> Any:
     """The ASGI application behind its :class:`Guard`: ``reader`` is the ledger (read
     synchronously, in the server's threads), ``host`` the ``address:port`` it is served at,
@@ -94,7 +99,9 @@ def build(
     its entries are stored (server-sent events from ``follow()``, on the serving loop: a
     page that goes, or the server's stop, ends its follower at once); with ``feed`` (the
     store's async ``changes()``), the change feed page is live too; ``on_stop`` is awaited
-    on the serving loop as the server stops (what the follower opened there closes)."""
+    on the serving loop as the server stops (what the follower opened there closes); with
+    ``resources`` (a DynamoDB table's), the resources page; with ``writes``
+    (``--allow-writes``), the pages that delete a session and sweep (:mod:`.writes`)."""
     from jinja2 import Environment, FileSystemLoader, select_autoescape
     from markupsafe import Markup
     from starlette.applications import Starlette
@@ -110,7 +117,12 @@ def build(
     )
 
     def render(template: str, code: int = 200, /, **values: Any) -> HTMLResponse:
-        html = templates.get_template(template).render(source=source, **values)
+        html = templates.get_template(template).render(
+            source=source,
+            has_resources=resources is not None,
+            writable=writes is not None,
+            **values,
+        )
         return HTMLResponse(html, status_code=code)
 
     async def sessions(request: Request) -> Response:
@@ -213,6 +225,7 @@ def build(
             details=about,
             svg=Markup(draw(entries)),  # drawn by timeline.draw, which escapes every text
             entries=shown,
+            delete_query=urlencode({"name": name, "id": sandbox_id}),
             live=follower is not None and details is not None and details.completed_at is None,
         )
 
@@ -241,6 +254,45 @@ def build(
             yield "event: end\ndata: {}\n\n"
 
         return StreamingResponse(stream(), media_type="text/event-stream")
+
+    async def resource_records(request: Request) -> Response:
+        from sandbox_ledger.resources.phases import FAILED_PHASES, LIVE_PHASES
+        from sandbox_ledger.ui import resources as shown
+
+        if resources is None:
+            return Response("this store has no resource records\n", status_code=404)
+        query = request.query_params
+        phase = query.get("phase") or None
+        provider = query.get("provider") or None
+        values: dict[str, Any] = {
+            "title": "Resources",
+            "phases": [*LIVE_PHASES, *FAILED_PHASES],
+            "phase": phase,
+            "provider": provider,
+        }
+        try:
+            found = await run_in_threadpool(
+                shown.page,
+                resources,
+                phase=phase,
+                provider=provider,
+                cursor=query.get("cursor") or None,
+                now=shown.now(),
+            )
+        except (InvalidInputError, ValueError) as exc:
+            return render("resources.html", 400, rows=[], shown=None, problem=str(exc), **values)
+        next_link = None
+        if found.cursor:
+            keep = {k: v for k, v in (("phase", phase), ("provider", provider)) if v}
+            next_link = "/resources?" + urlencode({**keep, "cursor": found.cursor})
+        return render(
+            "resources.html",
+            rows=found.rows,
+            shown=found,
+            next_link=next_link,
+            sweep_link="/resources/sweep" if writes is not None and writes.sweep else None,
+            **values,
+        )
 
     async def environments(request: Request) -> Response:
         records = await run_in_threadpool(reader.list_environments)
@@ -299,9 +351,18 @@ def build(
     async def no_icon(_: Request) -> Response:
         return Response(status_code=204)
 
+    from sandbox_ledger.ui import writes as write_pages
+
+    writing = (
+        []
+        if writes is None
+        else write_pages.routes(render, reader, writes, resources, origin=f"http://{host}")
+    )
     app = Starlette(
         lifespan=lifespan,
         routes=[
+            *writing,
+            Route("/resources", resource_records),
             Route("/favicon.ico", no_icon),
             Route("/", sessions),
             Route("/session", session),

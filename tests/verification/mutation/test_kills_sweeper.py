@@ -188,6 +188,7 @@ def test_the_summary_names_every_outcome(clock: Clock) -> None:
         "expired": [rid],
         "skipped": [],
         "observed": [],
+        "unobserved": [],
         "due": {},
         "failed": [],
         "reasons": {rid: result.reasons[rid]},

@@ -1,0 +1,180 @@
+"""The console's writes, only with ``ui --allow-writes``: delete a session (the ``rm``
+command's delete) and sweep the resource records now (the ``resources sweep`` command's
+sweep). Each is a page that says what will happen and asks (a GET, which changes nothing),
+then a POST from that page's form: it carries the server's CSRF token (a POST without it, or
+from another origin, is refused with 403 and changes nothing)."""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlencode
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    from sandbox_ledger.resources import SweepResult
+    from sandbox_ledger.ui.resources import Resources
+
+MAX_FORM = 64 * 1024
+"""The largest form body read (a name and an id: far less)."""
+
+
+@dataclass
+class Writes:
+    """What ``--allow-writes`` lets the console do: ``csrf`` is the server's token for its
+    forms; ``sweep`` runs a real sweep now (None where the store has no resource records;
+    LedgerError or ValueError, saying why, when it cannot run: it then claimed nothing)."""
+
+    csrf: str
+    sweep: Callable[[], SweepResult] | None = None
+
+
+class Refused(Exception):
+    """A POST that must change nothing (its text says why; 403)."""
+
+
+async def form(request: Request, writes: Writes, origin: str) -> dict[str, str]:
+    """The POST's form fields, once its origin and CSRF token are checked.
+
+    Raises:
+        Refused: from another origin, too large, not a form, or without the right token.
+    """
+    sent = request.headers.get("origin")
+    if sent is not None and sent != origin:
+        raise Refused(f"a form from {sent} is not this console's")
+    if request.headers.get("content-type", "").split(";")[0].strip() != (
+        "application/x-www-form-urlencoded"
+    ):
+        raise Refused("not a form of this console")
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM:
+            raise Refused("form too large")
+    try:
+        fields = dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True, strict_parsing=True))
+    except (UnicodeDecodeError, ValueError):
+        raise Refused("not a form of this console") from None
+    if not hmac.compare_digest(fields.get("csrf", "").encode(), writes.csrf.encode()):
+        raise Refused("no valid CSRF token: use the console's own form")
+    return fields
+
+
+def routes(
+    render: Callable[..., Response],
+    reader: Any,
+    writes: Writes,
+    resources: Resources | None,
+    *,
+    origin: str,
+) -> list[Any]:
+    """The write pages' routes (see the module)."""
+    from starlette.concurrency import run_in_threadpool
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    from sandbox_ledger.errors import InvalidInputError, LedgerError
+    from sandbox_ledger.ui.app import session_link
+    from sandbox_ledger.ui.resources import forecast
+
+    async def ask_delete(request: Request) -> Response:
+        name = request.query_params.get("name", "")
+        sandbox_id = request.query_params.get("id", "")
+        try:
+            entries = await run_in_threadpool(reader.read_all, name, sandbox_id)
+            details = await run_in_threadpool(reader.get_sandbox_details, name, sandbox_id)
+        except (InvalidInputError, ValueError) as exc:
+            return render("done.html", 400, title="Delete", lines=[str(exc)], failed=True, back="/")
+        if not entries and details is None:
+            lines = [f"no session {name}/{sandbox_id}: nothing to delete"]
+            return render("done.html", 404, title="Delete", lines=lines, failed=True, back="/")
+        return render(
+            "confirm.html",
+            title="Delete a session",
+            question=f"Delete {name}/{sandbox_id} and all its {len(entries)} entries? "
+            "This cannot be undone.",
+            items=[],
+            action="/session/delete",
+            csrf=writes.csrf,
+            # Percent-encoded: the hidden field carries any name exactly, in ASCII (a page
+            # shows hidden characters as escapes, which a form must not send back).
+            fields=[("session", urlencode({"name": name, "id": sandbox_id}))],
+            button="Delete",
+            back=session_link(name, sandbox_id),
+        )
+
+    async def delete(request: Request) -> Response:
+        try:
+            fields = await form(request, writes, origin)
+        except Refused as exc:
+            return PlainTextResponse(f"refused: {exc}\n", status_code=403)
+        session = dict(parse_qsl(fields.get("session", ""), keep_blank_values=True))
+        name, sandbox_id = session.get("name", ""), session.get("id", "")
+        try:
+            await run_in_threadpool(reader.delete_sandbox, name, sandbox_id)
+        except (InvalidInputError, ValueError) as exc:
+            return render("done.html", 400, title="Delete", lines=[str(exc)], failed=True, back="/")
+        lines = [f"deleted {name}/{sandbox_id} and all its entries"]
+        return render("done.html", title="Deleted", lines=lines, failed=False, back="/")
+
+    async def ask_sweep(request: Request) -> Response:
+        if resources is None or writes.sweep is None:
+            return PlainTextResponse("this store has no resource records\n", status_code=404)
+        from sandbox_ledger.ui.resources import now
+
+        try:
+            policy = await run_in_threadpool(resources.policy)
+        except InvalidInputError as exc:
+            lines = [f"no sweep: {exc}"]
+            return render(
+                "done.html", 400, title="Sweep", lines=lines, failed=True, back="/resources"
+            )
+        result = await run_in_threadpool(forecast, resources.store, policy, now())
+        return render(
+            "confirm.html",
+            title="Sweep now",
+            question=f"A sweep now expires {len(result.expired)} record(s): it publishes "
+            "ResourceExpired for each on the deployment's bus, then deletes them.",
+            items=[f"{i}: {result.reasons[i]}" for i in result.expired],
+            action="/resources/sweep",
+            csrf=writes.csrf,
+            fields=[],
+            button="Sweep",
+            back="/resources",
+        )
+
+    async def sweep(request: Request) -> Response:
+        if writes.sweep is None:
+            return PlainTextResponse("this store has no resource records\n", status_code=404)
+        try:
+            await form(request, writes, origin)
+        except Refused as exc:
+            return PlainTextResponse(f"refused: {exc}\n", status_code=403)
+        try:
+            result = await run_in_threadpool(writes.sweep)
+        except (LedgerError, ValueError) as exc:  # no bus, no settings: nothing claimed
+            lines = [f"the sweep did not run: {exc}"]
+            return render("done.html", 500, title="Sweep", lines=lines, failed=True, back="/")
+        lines = [f"expired {i}: {result.reasons[i]}" for i in result.expired]
+        lines.append(
+            f"{len(result.expired)} expired, {len(result.skipped)} skipped, "
+            f"{len(result.failed)} failed, {len(result.lost)} claim(s) lost"
+            + ("" if result.complete else f"; {result.remaining} left for the next sweep")
+        )
+        unpublished = "its event not published: released, a later sweep tries again"
+        lines += [f"failed {i}: {result.unreadable.get(i, unpublished)}" for i in result.failed]
+        return render(
+            "done.html", title="Swept", lines=lines, failed=bool(result.failed), back="/resources"
+        )
+
+    return [
+        Route("/session/delete", ask_delete, methods=["GET"]),
+        Route("/session/delete", delete, methods=["POST"]),
+        Route("/resources/sweep", ask_sweep, methods=["GET"]),
+        Route("/resources/sweep", sweep, methods=["POST"]),
+    ]
