@@ -467,3 +467,23 @@ def test_a_hostile_session_is_asked_about_and_deleted_as_text(text: str) -> None
     done = browser.post("/session/delete", data=form)
     assert done.status_code == 200 and ledger.read_all(text, text) == []
     assert "<script>alert" not in done.text and "<img src" not in done.text
+
+
+def test_a_forecast_past_its_time_budget_says_at_least_and_calls_the_rest_stale(
+    deployed: tuple[SyncResourceRecordStore, list[str]],
+    wait_for_indexes: Callable[[], None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A backlog of stale records larger than a page's forecast reads in its budget: the
+    counts are lower bounds, and a stale record it did not reach is not called fresh."""
+    from sandbox_ledger.ui import resources as shown
+
+    store, _ = deployed
+    stale = [store.put(record(age=timedelta(hours=1))).record.id for _ in range(3)]
+    wait_for_indexes()
+    monkeypatch.setattr(shown, "BUDGET_MS", 0)
+    page = console(BlockingAdapter(MemoryAdapter()), resources_of(store)).get("/resources")
+    text = html.unescape(re.sub(r"<[^>]+>", "", page.text))
+    assert "A sweep now expires at least 0 record(s)" in text and "a backlog" in text
+    for record_id in stale:
+        assert "stale: past what this page's forecast read" in row_of(page.text, record_id)

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 PAGE = 50
 """Records per page."""
+BUDGET_MS = 3_000
+"""How long a page's forecast may read (a backlog of stale records larger than it reads in
+that time is counted as "at least")."""
 
 
 @dataclass
@@ -46,15 +49,33 @@ class Shown:
     """Records a sweep now expires, in the whole table (not only this page)."""
     awaiting: int
     """Stale records no sweep has observed yet, in the whole table."""
+    complete: bool = True
+    """False: the forecast stopped at its time budget (the counts are lower bounds)."""
     problem: str | None = None
     """Why there is no forecast (a table that records no sweep settings)."""
 
 
-def forecast(store: Any, policy: ExpiryPolicy, now: datetime) -> SweepResult:
-    """What a sweep at ``now`` does: the sweep itself, as a dry run that observes nothing."""
+def forecast(
+    store: Any, policy: ExpiryPolicy, now: datetime, budget_ms: int | None = None
+) -> SweepResult:
+    """What a sweep at ``now`` does: the sweep itself, as a dry run that observes nothing,
+    for at most ``budget_ms`` (default :data:`BUDGET_MS`; then ``complete`` is False)."""
+    import time
+
     from sandbox_ledger.resources import sweep
 
-    return sweep(store, None, now=now, policy=policy, dry_run=True, observe=False)
+    budget = BUDGET_MS if budget_ms is None else budget_ms
+    deadline = time.monotonic() + budget / 1000
+    return sweep(
+        store,
+        None,
+        now=now,
+        policy=policy,
+        dry_run=True,
+        observe=False,
+        remaining_ms=lambda: int((deadline - time.monotonic()) * 1000),
+        safety_ms=0,
+    )
 
 
 def page(
@@ -81,7 +102,11 @@ def page(
     result = forecast(resources.store, policy, now)
     rows = [_row(v, result, policy, now) for v in found.records]
     return Shown(
-        rows + _unreadable(found), found.cursor, len(result.expired), len(result.unobserved)
+        rows + _unreadable(found),
+        found.cursor,
+        len(result.expired),
+        len(result.unobserved),
+        complete=result.complete,
     )
 
 
@@ -105,12 +130,15 @@ def _row(
         "age": age(now.timestamp() * 1000 - record.updated_at_ms),
         "operations": operations or "none running",
         "failure": None if failure is None else f"{failure.kind}: {failure.error or 'failed'}",
-        **_verdict(versioned, result, policy),
+        **_verdict(versioned, result, policy, now),
     }
 
 
 def _verdict(
-    versioned: VersionedRecord, result: SweepResult | None, policy: ExpiryPolicy | None
+    versioned: VersionedRecord,
+    result: SweepResult | None,
+    policy: ExpiryPolicy | None,
+    now: datetime,
 ) -> dict[str, str]:
     """What the sweeper does to the record: ``kind`` (a CSS class) and ``text``."""
     record_id = versioned.record.id
@@ -128,6 +156,13 @@ def _verdict(
         }
     if due is not None:
         return {"kind": "stale", "text": f"unchanged since a sweep observed it; expires from {due}"}
+    judged = record_id in result.skipped or record_id in result.failed
+    if not result.complete and not judged and policy.is_hint(versioned.record, now):
+        return {
+            "kind": "stale",
+            "text": "stale: past what this page's forecast read in its time (a backlog); "
+            "sweeps observe it, then expire it a window later if unchanged",
+        }
     earliest = policy.earliest_expiry(versioned.record)
     if earliest is None:
         return {"kind": "kept", "text": f"kept: the policy never expires {versioned.record.phase}"}
