@@ -89,7 +89,7 @@ def test_the_token_becomes_an_httponly_strict_cookie_and_leaves_the_url(ledger: 
     for header, value in [
         ("content-security-policy", CSP),
         ("x-content-type-options", "nosniff"),
-        ("referrer-policy", "no-referrer"),
+        ("referrer-policy", "same-origin"),
         ("x-frame-options", "DENY"),
     ]:
         assert page.headers[header] == value

@@ -513,3 +513,81 @@ def test_a_live_session_grows_a_bar_within_a_second_and_the_feed_shows_it(
             context.close()
         console.stop()
         writer.close()
+
+
+# -- resources and writes -------------------------------------------------------------------------
+
+
+def test_the_resources_page_and_the_writes_work_in_the_browser(
+    browser: Any, local: tuple[Local, dict[str, str]], tmp_path: Path
+) -> None:
+    """On the embedded DynamoDB, a console started with --allow-writes: the resources page
+    shows each record with the sweeper's forecast; "Sweep now…" asks, then sweeps by the
+    form's POST (the browser's own Origin and the CSRF token); "Delete this session…" asks,
+    then deletes. No console error on any page (the CSP's form-action allows the console's
+    own forms)."""
+    from datetime import timedelta
+
+    import boto3
+
+    from resources.resource_fixtures import record
+    from sandbox_ledger.dynamodb import SyncDynamoDBAdapter
+    from sandbox_ledger.resources import SyncResourceRecordStore
+
+    _, env = local
+    table = "ledger-writes"
+    made = run(["--table", table, "table", "create", "--stale-after", "60"], env)
+    assert made.returncode == 0, made.stderr
+    session = boto3.Session(
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        region_name=env["AWS_REGION"],
+    )
+    endpoint = env["AWS_ENDPOINT_URL"]
+    records = SyncResourceRecordStore(table, endpoint_url=endpoint, session=session)
+    fresh = records.put(record(age=timedelta(seconds=3))).record
+    stale = records.put(record(age=timedelta(hours=1), provider="vercel")).record
+    failed = records.put(record(age=timedelta(hours=2), phase="cleanup-failed")).record
+    with SyncDynamoDBAdapter(table, endpoint_url=endpoint, session=session) as ledger:
+        ledger.append(entry("build", "sb-1", 1_000, LedgerEvent.SandboxCreated))
+        ledger.append(entry("build", "sb-1", 1_100, LedgerEvent.ExecStarted, 0))
+    console = start(["--table", table, "ui", "--port", "0", "--allow-writes"], env)
+    context = None
+    try:
+        context, watched = signed_in(browser, console)
+        page = watched.page
+        page.click("header a[href='/resources']")
+        rows = page.locator("#resources tbody tr")
+        expect(rows).to_have_count(3)
+        expect(page.locator("p.forecast")).to_contain_text("1 stale record(s) wait")
+        verdict = {
+            r.locator("td.id").inner_text(): r.locator("td.verdict").inner_text()
+            for r in rows.all()
+        }
+        assert verdict[stale.id].startswith("stale: the next sweep observes it")
+        assert verdict[fresh.id].startswith("fresh: expires no sooner than")
+        assert verdict[failed.id].startswith("kept for attention")
+        watched.shot(tmp_path / "resources.png")
+        page.click("text=Sweep now…")
+        expect(page.locator("p.confirm")).to_contain_text("A sweep now expires 0 record(s)")
+        page.click("button.danger")
+        expect(page.locator("h1")).to_have_text("Swept")
+        expect(page.locator("main")).to_contain_text("0 expired, 1 skipped, 0 failed")
+        observed = records.get_versioned(stale.id)
+        assert observed is not None and observed.observed_at_ms is not None  # a real sweep
+        page.goto(console.base + "/")
+        page.click("td.id a")
+        page.click("text=Delete this session…")
+        expect(page.locator("p.confirm")).to_contain_text(
+            "Delete build/sb-1 and all its 2 entries?"
+        )
+        watched.shot(tmp_path / "delete.png")
+        page.click("button.danger")
+        expect(page.locator("main")).to_contain_text("deleted build/sb-1 and all its entries")
+        assert watched.problems == []
+    finally:
+        if context is not None:
+            context.close()
+        console.stop()
+    with SyncDynamoDBAdapter(table, endpoint_url=endpoint, session=session) as ledger:
+        assert ledger.read_all("build", "sb-1") == []

@@ -219,6 +219,9 @@ def test_a_delete_is_asked_first_then_needs_the_csrf_token_and_this_origin() -> 
             data={**fields, "csrf": CSRF},
             headers={"origin": "http://evil.example"},
         ),
+        browser.post(  # an opaque origin (a sandboxed frame, a data: page)
+            "/session/delete", data={**fields, "csrf": CSRF}, headers={"origin": "null"}
+        ),
         browser.post(
             "/session/delete",
             content=f'{{"csrf": "{CSRF}", "session": "name=build&id=sb-1"}}',
@@ -233,7 +236,7 @@ def test_a_delete_is_asked_first_then_needs_the_csrf_token_and_this_origin() -> 
             headers={"content-type": "application/x-www-form-urlencoded"},
         ),
     ]
-    assert [r.status_code for r in refused] == [403] * 6, [r.text for r in refused]
+    assert [r.status_code for r in refused] == [403] * 7, [r.text for r in refused]
     assert len(ledger.read_all("build", "sb-1")) == 2
     # Without the cookie, even the right token is refused by the guard.
     stranger = build(ledger, token=TOKEN, host=HOST, source="t", writes=Writes(CSRF))

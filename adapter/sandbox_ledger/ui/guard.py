@@ -6,7 +6,9 @@
   ``SameSite=Strict`` cookie holding a secret of its own (the token then leaves the address
   bar: a redirect to the same page without it); a request without the cookie is refused.
 - **Headers** on every answer: a Content-Security-Policy that allows no inline script and
-  nothing from elsewhere, no referrer (a URL with the token is never sent on), no framing,
+  nothing from elsewhere, no referrer to other sites (``same-origin``: a URL with the token
+  is never sent on; the console's own forms keep their ``Origin``, which ``no-referrer``
+  would turn into ``null``), no framing,
   no sniffing, no caching.
 """
 
@@ -34,7 +36,7 @@ CSP = (
 HEADERS = [
     (b"content-security-policy", CSP.encode()),
     (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),
+    (b"referrer-policy", b"same-origin"),
     (b"x-frame-options", b"DENY"),
     (b"cache-control", b"no-store"),
 ]
