@@ -212,3 +212,22 @@ class TestShardedOne(_IndexesLag):
         # No shard count given: the table's.
         async with DynamoDBAdapter(table_name, endpoint_url=moto_endpoint) as other:
             yield other
+
+
+class _BotocoreParsing:
+    """Reads parsed by botocore alone (``SANDBOX_LEDGER_WIRE_DECODING=0``): the contract holds
+    both ways (make test runs the default, reads decoded from the wire: sdk/wire.py)."""
+
+    @pytest.fixture(autouse=True)
+    def _botocore_parsing(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("SANDBOX_LEDGER_WIRE_DECODING", "0")
+
+
+@pytest.mark.variant
+class TestBotocoreParsing(_BotocoreParsing, TestDynamoDBAdapter):
+    pass
+
+
+@pytest.mark.variant
+class TestSyncBotocoreParsing(_BotocoreParsing, TestSyncDynamoDBAdapter):
+    pass

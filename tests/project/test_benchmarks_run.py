@@ -61,6 +61,7 @@ SMOKE = {
     ],
     "strict_ttl_import.py": ["--entries", "200", "--step", "100"],
     "telemetry_cost.py": ["--runs", "7"],
+    "wire_decoding.py": ["--runs", "3"],
     "worker_cold_start.py": ["--runs", "1"],
 }
 NOT_RUN = {"worker_bundle.py": "builds the Lambda bundle with pip for another platform"}

@@ -14,6 +14,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError
 
 from sandbox_ledger.errors import translate_client_error
+from sandbox_ledger.sdk import wire
 from sandbox_ledger.sdk.steps import Op, run_async, run_sync
 from sandbox_ledger.telemetry import watch_capacity, watch_retries
 
@@ -201,6 +202,7 @@ class SyncClient:
                     try:
                         session = self._session or sync_session()
                         self._client = session.client(self._service, **self._kwargs)
+                        wire.install(self._client)
                         watch_retries(self._client)
                         watch_capacity(self._client)
                     except BotoCoreError as exc:
@@ -255,6 +257,7 @@ class AsyncClient:
                     self._client = await stack.enter_async_context(
                         session.client(self._service, **{**self._kwargs, "config": config})
                     )
+                    wire.install(self._client, aio=True)
                     watch_retries(self._client)
                     watch_capacity(self._client)
                 except BotoCoreError as exc:

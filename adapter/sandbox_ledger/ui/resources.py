@@ -16,11 +16,11 @@ if TYPE_CHECKING:
 
     from sandbox_ledger.resources import (
         ExpiryPolicy,
+        Page,
         SweepResult,
         SyncResourceRecordStore,
         VersionedRecord,
     )
-    from sandbox_ledger.resources._ops import Page
 
 PAGE = 50
 """Records per page."""
