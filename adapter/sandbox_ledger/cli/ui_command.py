@@ -148,11 +148,17 @@ def _sweeper(target: Any) -> Any:
     def run() -> Any:
         from datetime import UTC, datetime
 
+        from botocore.exceptions import BotoCoreError, ClientError
+
         from sandbox_ledger.cli.resource_commands import sweep_plan
+        from sandbox_ledger.errors import translate_client_error
         from sandbox_ledger.resources import sweep
 
         store = connect.resource_store(target)
-        plan, publisher = sweep_plan(target, store)
+        try:
+            plan, publisher = sweep_plan(target, store)
+        except (ClientError, BotoCoreError) as exc:  # the bus's check: denied, throttled
+            raise translate_client_error(exc, operation="event bus") from exc
         return sweep(store, publisher, now=datetime.now(UTC), policy=plan.policy)
 
     return run

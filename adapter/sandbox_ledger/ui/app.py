@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-from sandbox_ledger.errors import InvalidInputError
+from sandbox_ledger.errors import InvalidInputError, LedgerError, ThrottledError
 from sandbox_ledger.models import ListSandboxOptions, SandboxStatus
 from sandbox_ledger.ui.guard import Guard
 from sandbox_ledger.ui.text import visible
@@ -54,6 +54,16 @@ def started_before(text: str) -> int:
     if when.tzinfo is None:
         raise ValueError(f"started before: {text!r} has no zone (add Z or +02:00)")
     return int(when.timestamp() * 1000)
+
+
+def status(exc: Exception) -> int:
+    """The status of a page that says why a request failed: 400 for a bad request (the
+    field named), 503 for a throttled store (try again), 500 for the store's other errors."""
+    if isinstance(exc, ThrottledError):
+        return 503
+    if isinstance(exc, InvalidInputError) or not isinstance(exc, LedgerError):
+        return 400
+    return 500
 
 
 def session_link(name: str, sandbox_id: str) -> str:
@@ -279,8 +289,10 @@ def build(
                 cursor=query.get("cursor") or None,
                 now=shown.now(),
             )
-        except (InvalidInputError, ValueError) as exc:
-            return render("resources.html", 400, rows=[], shown=None, problem=str(exc), **values)
+        except (LedgerError, ValueError) as exc:  # a bad filter or cursor; a store's error
+            return render(
+                "resources.html", status(exc), rows=[], shown=None, problem=str(exc), **values
+            )
         next_link = None
         if found.cursor:
             keep = {k: v for k, v in (("phase", phase), ("provider", provider)) if v}

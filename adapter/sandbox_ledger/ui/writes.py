@@ -7,6 +7,7 @@ from another origin, is refused with 403 and changes nothing)."""
 from __future__ import annotations
 
 import hmac
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode
@@ -42,11 +43,16 @@ async def form(request: Request, writes: Writes, origin: str) -> dict[str, str]:
     """The POST's form fields, once its origin and CSRF token are checked.
 
     Raises:
-        Refused: from another origin, too large, not a form, or without the right token.
+        Refused: from another origin (its Origin, or without one its Referer), too large,
+            not a form, a field given twice (this console's forms never repeat one), or
+            without the right token.
     """
     sent = request.headers.get("origin")
     if sent is not None and sent != origin:
         raise Refused(f"a form from {sent} is not this console's")
+    referer = request.headers.get("referer")
+    if sent is None and referer is not None and not referer.startswith(origin + "/"):
+        raise Refused("a form from another page is not this console's")
     if request.headers.get("content-type", "").split(";")[0].strip() != (
         "application/x-www-form-urlencoded"
     ):
@@ -57,9 +63,12 @@ async def form(request: Request, writes: Writes, origin: str) -> dict[str, str]:
         if len(body) > MAX_FORM:
             raise Refused("form too large")
     try:
-        fields = dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True, strict_parsing=True))
+        pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True, strict_parsing=True)
     except (UnicodeDecodeError, ValueError):
         raise Refused("not a form of this console") from None
+    fields = dict(pairs)
+    if len(fields) != len(pairs):
+        raise Refused("a field given twice: not a form of this console")
     if not hmac.compare_digest(fields.get("csrf", "").encode(), writes.csrf.encode()):
         raise Refused("no valid CSRF token: use the console's own form")
     return fields
@@ -78,8 +87,8 @@ def routes(
     from starlette.responses import PlainTextResponse
     from starlette.routing import Route
 
-    from sandbox_ledger.errors import InvalidInputError, LedgerError
-    from sandbox_ledger.ui.app import session_link
+    from sandbox_ledger.errors import LedgerError, ThrottledError
+    from sandbox_ledger.ui.app import session_link, status
     from sandbox_ledger.ui.resources import forecast
 
     async def ask_delete(request: Request) -> Response:
@@ -88,8 +97,10 @@ def routes(
         try:
             entries = await run_in_threadpool(reader.read_all, name, sandbox_id)
             details = await run_in_threadpool(reader.get_sandbox_details, name, sandbox_id)
-        except (InvalidInputError, ValueError) as exc:
-            return render("done.html", 400, title="Delete", lines=[str(exc)], failed=True, back="/")
+        except (LedgerError, ValueError) as exc:
+            return render(
+                "done.html", status(exc), title="Delete", lines=[str(exc)], failed=True, back="/"
+            )
         if not entries and details is None:
             lines = [f"no session {name}/{sandbox_id}: nothing to delete"]
             return render("done.html", 404, title="Delete", lines=lines, failed=True, back="/")
@@ -103,7 +114,11 @@ def routes(
             csrf=writes.csrf,
             # Percent-encoded: the hidden field carries any name exactly, in ASCII (a page
             # shows hidden characters as escapes, which a form must not send back).
-            fields=[("session", urlencode({"name": name, "id": sandbox_id}))],
+            # The count asked about: a session that grew since is asked about again.
+            fields=[
+                ("session", urlencode({"name": name, "id": sandbox_id})),
+                ("entries", str(len(entries))),
+            ],
             button="Delete",
             back=session_link(name, sandbox_id),
         )
@@ -115,12 +130,40 @@ def routes(
             return PlainTextResponse(f"refused: {exc}\n", status_code=403)
         session = dict(parse_qsl(fields.get("session", ""), keep_blank_values=True))
         name, sandbox_id = session.get("name", ""), session.get("id", "")
+        asked = fields.get("entries")
         try:
-            await run_in_threadpool(reader.delete_sandbox, name, sandbox_id)
-        except (InvalidInputError, ValueError) as exc:
-            return render("done.html", 400, title="Delete", lines=[str(exc)], failed=True, back="/")
+            found = await run_in_threadpool(delete_as_asked, name, sandbox_id, asked)
+        except (LedgerError, ValueError) as exc:
+            lines = [f"nothing deleted: {exc}"]
+            return render(
+                "done.html", status(exc), title="Delete", lines=lines, failed=True, back="/"
+            )
+        if found is None:
+            lines = [f"no session {name}/{sandbox_id}: nothing to delete"]
+            return render("done.html", 404, title="Delete", lines=lines, failed=True, back="/")
+        if asked is not None and str(found) != asked:
+            lines = [
+                f"nothing deleted: {name}/{sandbox_id} has {found} entries now, not the "
+                f"{asked} asked about: ask again"
+            ]
+            back = "/session/delete?" + urlencode({"name": name, "id": sandbox_id})
+            return render("done.html", 409, title="Delete", lines=lines, failed=True, back=back)
         lines = [f"deleted {name}/{sandbox_id} and all its entries"]
         return render("done.html", title="Deleted", lines=lines, failed=False, back="/")
+
+    deleting = threading.Lock()
+
+    def delete_as_asked(name: str, sandbox_id: str, asked: str | None) -> int | None:
+        """Delete the session if it is there with the ``asked`` number of entries (None:
+        any); how many entries it had (None: no such session). One delete at a time: of
+        two tabs confirming the same delete, the second finds nothing to delete."""
+        with deleting:
+            entries = reader.read_all(name, sandbox_id)
+            if not entries and reader.get_sandbox_details(name, sandbox_id) is None:
+                return None
+            if asked is None or str(len(entries)) == asked:
+                reader.delete_sandbox(name, sandbox_id)
+            return len(entries)
 
     async def ask_sweep(request: Request) -> Response:
         if resources is None or writes.sweep is None:
@@ -129,12 +172,12 @@ def routes(
 
         try:
             policy = await run_in_threadpool(resources.policy)
-        except InvalidInputError as exc:
+            result = await run_in_threadpool(forecast, resources.store, policy, now())
+        except (LedgerError, ValueError) as exc:
             lines = [f"no sweep: {exc}"]
             return render(
-                "done.html", 400, title="Sweep", lines=lines, failed=True, back="/resources"
+                "done.html", status(exc), title="Sweep", lines=lines, failed=True, back="/resources"
             )
-        result = await run_in_threadpool(forecast, resources.store, policy, now())
         return render(
             "confirm.html",
             title="Sweep now",
@@ -159,7 +202,8 @@ def routes(
             result = await run_in_threadpool(writes.sweep)
         except (LedgerError, ValueError) as exc:  # no bus, no settings: nothing claimed
             lines = [f"the sweep did not run: {exc}"]
-            return render("done.html", 500, title="Sweep", lines=lines, failed=True, back="/")
+            code = 503 if isinstance(exc, ThrottledError) else 500
+            return render("done.html", code, title="Sweep", lines=lines, failed=True, back="/")
         lines = [f"expired {i}: {result.reasons[i]}" for i in result.expired]
         lines.append(
             f"{len(result.expired)} expired, {len(result.skipped)} skipped, "
