@@ -15,7 +15,7 @@ from typing import Any
 import boto3
 import pytest
 
-from resources.resource_fixtures import Collector, record
+from resources.resource_fixtures import Collector, record, record_in_shard_of
 from sandbox_ledger import LedgerEvent, MemoryAdapter
 from sandbox_ledger import keys as k
 from sandbox_ledger.blocking import BlockingAdapter
@@ -655,3 +655,87 @@ def test_a_sweep_refused_by_aws_says_why_and_claims_nothing(
         versioned = store.get_versioned(stale.id)
         assert versioned is not None
         assert versioned.expiring is None and versioned.observed_at_ms is None
+
+
+def test_a_sweep_throttled_part_way_gives_its_claims_back_before_raising() -> None:
+    """A store throttled at the third claim of a page (retries spent): the two records the
+    run claimed before are released (their owners are not locked out for a lease), nothing
+    is published, and the error goes up."""
+    from resources.test_resources_sweeper import LATER, NOW, FakePublisher, FakeStore
+
+    class ThrottledThird(FakeStore):
+        throttled = False
+
+        def claim(self, judged: Any, reason: str, **kw: Any) -> Any:
+            if len(self.claims) == 2 and not self.throttled:
+                self.throttled = True
+                raise ThrottledError("throttled after retries")
+            return super().claim(judged, reason, **kw)
+
+    store = ThrottledThird()
+    ids = [store.add(timedelta(hours=1)) for _ in range(3)]
+    sweep(store, FakePublisher(), now=NOW)  # observes them
+    published = FakePublisher()
+    with pytest.raises(ThrottledError):
+        sweep(store, published, now=LATER + timedelta(minutes=1))
+    assert len(store.claims) == 2 and published.published == []
+    assert [store.records[i].expiring for i in ids] == [None, None, None]
+    released = sorted(store.claims)
+    again = sweep(store, FakePublisher(), now=LATER + timedelta(minutes=2))
+    # The one never claimed expires; the released ones (a new revision) are watched anew.
+    assert again.expired == sorted(set(ids) - set(released))
+    assert sorted(again.observed) == released
+
+
+def test_the_console_s_sweep_throttled_part_way_says_so_and_leaves_nothing_claimed(
+    deployed: tuple[SyncResourceRecordStore, list[str]],  # noqa: F811
+    moto_endpoint: str,
+    wait_for_indexes: Callable[[], None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sandbox_ledger.cli.context import Target
+    from sandbox_ledger.cli.ui_command import _sweeper
+
+    store, args = deployed
+    client = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
+    first = record(age=timedelta(hours=1))
+    second = record_in_shard_of("ready", first.id)  # one page of the sweep: one shard
+    second = second.model_copy(
+        update={"updated_at": first.updated_at, "created_at": first.created_at}
+    )
+    stale = [store.put(first).record.id, store.put(second).record.id]
+    wait_for_indexes()
+    sweep(store, None, now=datetime.now(UTC), dry_run=True)
+    for record_id in stale:  # observed more than a window (60 s) ago
+        observed = store.get_versioned(record_id)
+        assert observed is not None and observed.observed_at_ms is not None
+        client.update_item(
+            TableName=store.table_name,
+            Key=ri.record_key(record_id),
+            UpdateExpression="SET #oat = :at",
+            ExpressionAttributeNames={"#oat": k.OBSERVED_AT},
+            ExpressionAttributeValues={":at": {"N": str(observed.observed_at_ms - 61_000)}},
+        )
+    wait_for_indexes()
+    claim = SyncResourceRecordStore.claim
+    made: list[str] = []
+
+    def throttled_second(self: Any, judged: Any, *more: Any, **kw: Any) -> Any:
+        if made:
+            raise ThrottledError("claim: throttled after retries (ThrottlingException)")
+        made.append(judged.record.id)
+        return claim(self, judged, *more, **kw)
+
+    monkeypatch.setattr(SyncResourceRecordStore, "claim", throttled_second)
+    target = Target(table=store.table_name, endpoint_url=args[3], region="us-east-1", profile=None)
+    browser = console(
+        BlockingAdapter(MemoryAdapter()), resources_of(store), Writes(CSRF, _sweeper(target))
+    )
+    answer = browser.post("/resources/sweep", data={"csrf": CSRF}, headers={"origin": ORIGIN})
+    said = text_of(answer.text)
+    assert answer.status_code == 503, said
+    assert "the sweep stopped part way: claim: throttled" in said and "nothing is left" in said
+    assert len(made) == 1  # one claimed, then the other throttled: the first given back
+    for record_id in stale:
+        kept = store.get_versioned(record_id)
+        assert kept is not None and kept.expiring is None, record_id

@@ -151,15 +151,19 @@ def _sweeper(target: Any) -> Any:
         from botocore.exceptions import BotoCoreError, ClientError
 
         from sandbox_ledger.cli.resource_commands import sweep_plan
-        from sandbox_ledger.errors import translate_client_error
+        from sandbox_ledger.errors import LedgerError, translate_client_error
         from sandbox_ledger.resources import sweep
+        from sandbox_ledger.ui.writes import Stopped
 
         store = connect.resource_store(target)
         try:
             plan, publisher = sweep_plan(target, store)
         except (ClientError, BotoCoreError) as exc:  # the bus's check: denied, throttled
             raise translate_client_error(exc, operation="event bus") from exc
-        return sweep(store, publisher, now=datetime.now(UTC), policy=plan.policy)
+        try:
+            return sweep(store, publisher, now=datetime.now(UTC), policy=plan.policy)
+        except LedgerError as exc:  # throttled part way: it gave its open claims back
+            raise Stopped from exc
 
     return run
 

@@ -3,6 +3,7 @@ clock, and claim, report and delete those whose observed revision outlived the w
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -250,15 +251,40 @@ def sweep(
 def _expire_page(run: _Run, ids: list[str]) -> None:
     if not ids:
         return
-    result = run.result
     found = run.store.get_many(ids)
     claimed: list[tuple[VersionedRecord, str, float]] = []
+    try:
+        _claim_page(run, ids, found, claimed)
+    except _OutOfTime:
+        _publish_and_delete(run, claimed)
+        raise
+    except BaseException:  # a store's error (throttled) part way: nothing left claimed
+        _release_all(run, claimed)
+        raise
+    _publish_and_delete(run, claimed)
+
+
+def _release_all(run: _Run, claimed: list[tuple[VersionedRecord, str, float]]) -> None:
+    """Give back claims not yet published (best effort: a claim that stays is taken over
+    by a later run once its lease ends, as a dead run's)."""
+    for stored, _, _ in claimed:
+        with contextlib.suppress(Exception):
+            run.store.release(stored)
+
+
+def _claim_page(
+    run: _Run,
+    ids: list[str],
+    found: dict[str, VersionedRecord | Unreadable],
+    claimed: list[tuple[VersionedRecord, str, float]],
+) -> None:
+    """Judge the page's records and claim those that expire (into ``claimed``)."""
+    result = run.result
     for position, record_id in enumerate(ids):
         try:
             run.check_time()
         except _OutOfTime:
             result.remaining += len(ids) - position
-            _publish_and_delete(run, claimed)
             raise
         stored = found.get(record_id)
         if stored is None:  # deleted since the index was read
@@ -293,7 +319,6 @@ def _expire_page(run: _Run, ids: list[str]) -> None:
             result.skipped.append(record_id)
             continue
         claimed.append((stored, reason, time.monotonic()))
-    _publish_and_delete(run, claimed)
 
 
 def _judge(run: _Run, stored: VersionedRecord) -> str | None:

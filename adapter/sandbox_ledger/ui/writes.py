@@ -29,7 +29,8 @@ MAX_FORM = 64 * 1024
 class Writes:
     """What ``--allow-writes`` lets the console do: ``csrf`` is the server's token for its
     forms; ``sweep`` runs a real sweep now (None where the store has no resource records;
-    LedgerError or ValueError, saying why, when it cannot run: it then claimed nothing)."""
+    LedgerError or ValueError, saying why, when it cannot run: it then claimed nothing;
+    :class:`Stopped` when it failed part way)."""
 
     csrf: str
     sweep: Callable[[], SweepResult] | None = None
@@ -37,6 +38,12 @@ class Writes:
 
 class Refused(Exception):
     """A POST that must change nothing (its text says why; 403)."""
+
+
+class Stopped(Exception):
+    """A sweep that failed part way, for the error it chains (``__cause__``): what it
+    expired before is reported and deleted; it left nothing claimed (its claims not yet
+    reported given back); the next sweep does the rest."""
 
 
 async def form(request: Request, writes: Writes, origin: str) -> dict[str, str]:
@@ -204,6 +211,16 @@ def routes(
             lines = [f"the sweep did not run: {exc}"]
             code = 503 if isinstance(exc, ThrottledError) else 500
             return render("done.html", code, title="Sweep", lines=lines, failed=True, back="/")
+        except Stopped as exc:
+            cause = exc.__cause__
+            lines = [
+                f"the sweep stopped part way: {cause}; what it expired before is reported and "
+                "deleted, nothing is left claimed, the next sweep does the rest"
+            ]
+            code = 503 if isinstance(cause, ThrottledError) else 500
+            return render(
+                "done.html", code, title="Sweep", lines=lines, failed=True, back="/resources"
+            )
         lines = [f"expired {i}: {result.reasons[i]}" for i in result.expired]
         lines.append(
             f"{len(result.expired)} expired, {len(result.skipped)} skipped, "
