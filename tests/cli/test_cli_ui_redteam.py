@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import html
 import re
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,6 +27,7 @@ from sandbox_ledger.ui.resources import Resources
 from sandbox_ledger.ui.writes import Writes
 
 from .test_cli_ui import HOST, HOSTILE, entry
+from .test_cli_ui_browser import browser  # noqa: F401 - a fixture
 from .test_cli_ui_resources import (
     CSRF,
     console,
@@ -118,14 +120,12 @@ def test_a_read_only_console_over_a_table_sends_no_write_whatever_it_is_asked(
     store.put(record(age=timedelta(seconds=1)))
     wait_for_indexes()
     before = items(client, store.table_name)
-    browser = console(ledger, resources_of(store))
+    tab = console(ledger, resources_of(store))
     calls.clear()
     answers = []
     for path in CRAFTED:
         for method in ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH"):
-            answer = browser.request(
-                method, path, data={"csrf": CSRF, "session": "name=build&id=sb-1"}
-            )
+            answer = tab.request(method, path, data={"csrf": CSRF, "session": "name=build&id=sb-1"})
             answers.append((method, path, answer.status_code))
     assert [a for a in answers if a[2] >= 500] == []
     assert not WRITES & set(calls), sorted(set(calls))
@@ -196,9 +196,9 @@ def test_a_store_opened_read_only_refuses_a_delete_even_through_a_write_route(
     with BlockingAdapter(SQLiteAdapter(database)) as writer:
         writer.append(entry("sb-1", LedgerEvent.SandboxCreated, 1_000))
     with BlockingAdapter(open_store(f"sqlite:///{database}", read_only=True)) as reader:
-        browser = console(reader, writes=Writes(CSRF))
-        asked = browser.get("/session/delete", params={"name": "build", "id": "sb-1"})
-        done = browser.post("/session/delete", data=form_of(asked.text))
+        tab = console(reader, writes=Writes(CSRF))
+        asked = tab.get("/session/delete", params={"name": "build", "id": "sb-1"})
+        done = tab.post("/session/delete", data=form_of(asked.text))
         assert done.status_code == 500, done.text
         said = text_of(done.text)
         assert "nothing deleted:" in said and "read_only, a write is refused" in said, said
@@ -210,8 +210,8 @@ def test_a_store_opened_read_only_refuses_a_delete_even_through_a_write_route(
 # -- 2. nothing is deleted without the confirmation page's own form ------------------------------
 
 
-def asked_form(browser: Any, name: str = "build", sandbox_id: str = "sb-1") -> dict[str, str]:
-    page = browser.get("/session/delete", params={"name": name, "id": sandbox_id})
+def asked_form(tab: Any, name: str = "build", sandbox_id: str = "sb-1") -> dict[str, str]:
+    page = tab.get("/session/delete", params={"name": name, "id": sandbox_id})
     assert page.status_code == 200, page.text
     return form_of(page.text)
 
@@ -224,8 +224,8 @@ def body(fields: list[tuple[str, str]]) -> bytes:
 
 def test_every_forged_delete_is_refused_and_deletes_nothing() -> None:
     ledger = sessions(("build", "sb-1"))
-    browser = console(ledger, writes=Writes(CSRF))
-    form = asked_form(browser)
+    tab = console(ledger, writes=Writes(CSRF))
+    form = asked_form(tab)
     session = form["session"]
     good = [("csrf", CSRF), ("session", session)]
     attempts: dict[str, tuple[bytes | Iterator[bytes], dict[str, str]]] = {
@@ -267,19 +267,19 @@ def test_every_forged_delete_is_refused_and_deletes_nothing() -> None:
     }
     refused = {}
     for what, (content, headers) in attempts.items():
-        answer = browser.post("/session/delete", content=content, headers=headers)
+        answer = tab.post("/session/delete", content=content, headers=headers)
         refused[what] = answer.status_code
         assert len(ledger.read_all("build", "sb-1")) == 2, what
     assert refused == dict.fromkeys(attempts, 403), refused
     # A GET with the POST's fields only asks.
-    got = browser.get("/session/delete", params={"csrf": CSRF, "session": session})
+    got = tab.get("/session/delete", params={"csrf": CSRF, "session": session})
     assert got.status_code in (400, 404) and len(ledger.read_all("build", "sb-1")) == 2
-    got = browser.get(
+    got = tab.get(
         "/session/delete", params={"csrf": CSRF, "session": session, "name": "build", "id": "sb-1"}
     )
     assert got.status_code == 200 and len(ledger.read_all("build", "sb-1")) == 2
     # The page's own form, chunked, with this origin and a charset: deleted.
-    done = browser.post(
+    done = tab.post(
         "/session/delete",
         content=iter([body(good)[:5], body(good)[5:]]),
         headers={
@@ -309,10 +309,10 @@ def test_a_session_named_like_a_form_deletes_that_session_and_no_other(
 ) -> None:
     others = [("a", "b"), ("a", "c"), ("a b", "c"), ("a+b", "c"), ("a", "b&id=c"), ("a&id=b", "c")]
     ledger = sessions((name, sandbox_id), *[o for o in others if o != (name, sandbox_id)])
-    browser = console(ledger, writes=Writes(CSRF))
-    form = asked_form(browser, name, sandbox_id)
+    tab = console(ledger, writes=Writes(CSRF))
+    form = asked_form(tab, name, sandbox_id)
     assert form["session"].isascii()
-    done = browser.post("/session/delete", data=form, headers={"origin": ORIGIN})
+    done = tab.post("/session/delete", data=form, headers={"origin": ORIGIN})
     assert done.status_code == 200, done.text
     assert ledger.read_all(name, sandbox_id) == []
     for other in others:
@@ -326,8 +326,8 @@ def test_a_session_named_like_a_form_deletes_that_session_and_no_other(
 )
 def test_a_crafted_session_field_is_a_clear_refusal(session: str) -> None:
     ledger = sessions(("build", "sb-1"))
-    browser = console(ledger, writes=Writes(CSRF))
-    done = browser.post(
+    tab = console(ledger, writes=Writes(CSRF))
+    done = tab.post(
         "/session/delete", data={"csrf": CSRF, "session": session}, headers={"origin": ORIGIN}
     )
     assert 400 <= done.status_code < 500, done.text
@@ -338,11 +338,11 @@ def test_a_double_submit_says_the_second_deleted_nothing() -> None:
     """Two tabs confirm the same delete (or a button pressed twice): the second is told
     there was nothing left to delete, as `rm` says, never "deleted"."""
     ledger = sessions(("build", "sb-1"))
-    browser = console(ledger, writes=Writes(CSRF))
-    form = asked_form(browser)
-    first = browser.post("/session/delete", data=form, headers={"origin": ORIGIN})
+    tab = console(ledger, writes=Writes(CSRF))
+    form = asked_form(tab)
+    first = tab.post("/session/delete", data=form, headers={"origin": ORIGIN})
     assert first.status_code == 200 and "deleted build/sb-1" in first.text
-    second = browser.post("/session/delete", data=form, headers={"origin": ORIGIN})
+    second = tab.post("/session/delete", data=form, headers={"origin": ORIGIN})
     assert second.status_code == 404, second.text
     assert "nothing to delete" in second.text and "deleted build" not in second.text
 
@@ -351,15 +351,15 @@ def test_a_session_that_grew_since_it_was_asked_about_is_asked_again() -> None:
     """The confirmation named the entries it would delete ("all its 2 entries"); the session
     grew meanwhile (it runs): the POST deletes nothing and asks again."""
     ledger = sessions(("build", "sb-1"))
-    browser = console(ledger, writes=Writes(CSRF))
-    form = asked_form(browser)
+    tab = console(ledger, writes=Writes(CSRF))
+    form = asked_form(tab)
     ledger.append(entry("sb-1", LedgerEvent.ExecComplete, 1_200, 0))
-    done = browser.post("/session/delete", data=form, headers={"origin": ORIGIN})
+    done = tab.post("/session/delete", data=form, headers={"origin": ORIGIN})
     assert done.status_code == 409, done.text
     assert "3 entries now" in text_of(done.text)
     assert len(ledger.read_all("build", "sb-1")) == 3
-    again = asked_form(browser)
-    assert browser.post("/session/delete", data=again).status_code == 200
+    again = asked_form(tab)
+    assert tab.post("/session/delete", data=again).status_code == 200
     assert ledger.read_all("build", "sb-1") == []
 
 
@@ -399,17 +399,17 @@ def test_the_sweep_s_confirm_and_done_pages_show_hostile_records_as_text(
     def real() -> Any:
         return sweep(store, collected, now=datetime.now(UTC), policy=policy)
 
-    browser = console(BlockingAdapter(MemoryAdapter()), resources_of(store), Writes(CSRF, real))
+    tab = console(BlockingAdapter(MemoryAdapter()), resources_of(store), Writes(CSRF, real))
     for page in (
-        browser.get("/resources").text,
-        browser.get("/resources", params={"provider": text}).text,
-        browser.get("/resources", params={"provider": text, "phase": "ready"}).text,
+        tab.get("/resources").text,
+        tab.get("/resources", params={"provider": text}).text,
+        tab.get("/resources", params={"provider": text, "phase": "ready"}).text,
     ):
         clean(page)
-    asked = browser.get("/resources/sweep")
+    asked = tab.get("/resources/sweep")
     assert hostile.id in asked.text and "A sweep now expires 1 record(s)" in asked.text
     clean(asked.text)
-    done = browser.post("/resources/sweep", data=form_of(asked.text), headers={"origin": ORIGIN})
+    done = tab.post("/resources/sweep", data=form_of(asked.text), headers={"origin": ORIGIN})
     assert done.status_code == 200 and f"expired {hostile.id}" in done.text, done.text
     clean(done.text)
 
@@ -417,15 +417,15 @@ def test_the_sweep_s_confirm_and_done_pages_show_hostile_records_as_text(
 @pytest.mark.parametrize("text", [*HOSTILE, "a\u200bb\x1b[31m\x85\ufeff"])
 def test_a_hostile_session_s_confirm_and_done_pages_show_it_as_text(text: str) -> None:
     ledger = sessions((text, text))
-    browser = console(ledger, writes=Writes(CSRF))
-    asked = browser.get("/session/delete", params={"name": text, "id": text})
+    tab = console(ledger, writes=Writes(CSRF))
+    asked = tab.get("/session/delete", params={"name": text, "id": text})
     clean(asked.text)
-    done = browser.post("/session/delete", data=form_of(asked.text), headers={"origin": ORIGIN})
+    done = tab.post("/session/delete", data=form_of(asked.text), headers={"origin": ORIGIN})
     assert done.status_code == 200
     clean(done.text)
-    again = browser.post("/session/delete", data=form_of(asked.text), headers={"origin": ORIGIN})
+    again = tab.post("/session/delete", data=form_of(asked.text), headers={"origin": ORIGIN})
     clean(again.text)
-    problem = browser.post(
+    problem = tab.post(
         "/session/delete",
         data={"csrf": CSRF, "session": f"name={text}&id="},
         headers={"origin": ORIGIN},
@@ -502,8 +502,8 @@ def test_bad_queries_are_400_pages_naming_the_field(
     for _ in range(60):
         store.put(record())
     wait_for_indexes()
-    browser = console(BlockingAdapter(MemoryAdapter()), resources_of(store))
-    first = browser.get("/resources", params={"phase": "ready"})
+    tab = console(BlockingAdapter(MemoryAdapter()), resources_of(store))
+    first = tab.get("/resources", params={"phase": "ready"})
     link = re.search(r'<a href="/resources\?([^"]+)">next page</a>', first.text)
     assert link, first.text
     from urllib.parse import parse_qsl
@@ -520,7 +520,7 @@ def test_bad_queries_are_400_pages_naming_the_field(
         "cursor     ": {"cursor": "x" * 6_000},
     }
     for field, query in cases.items():
-        answer = browser.get("/resources", params=query)
+        answer = tab.get("/resources", params=query)
         assert answer.status_code == 400, (query, answer.text[:300])
         assert field.strip() in text_of(answer.text), (field, text_of(answer.text))
     # A cursor of another table.
@@ -553,17 +553,17 @@ def test_a_partial_or_unreadable_descriptor_is_a_page_saying_so(
     kept = store.put(record()).record
     wait_for_indexes()
     client = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
-    browser = console(BlockingAdapter(MemoryAdapter()), resources_of(store), Writes(CSRF, never))
+    tab = console(BlockingAdapter(MemoryAdapter()), resources_of(store), Writes(CSRF, never))
     client.update_item(
         TableName=store.table_name,
         Key=descriptor_key(),
         UpdateExpression="REMOVE #s",
         ExpressionAttributeNames={"#s": k.DESCRIPTOR_STALE_AFTER},
     )
-    page = browser.get("/resources")
+    page = tab.get("/resources")
     assert page.status_code == 200 and "no forecast" in page.text, page.text
     assert "no forecast" in row_of(page.text, kept.id)
-    asked = browser.get("/resources/sweep")
+    asked = tab.get("/resources/sweep")
     assert asked.status_code == 400 and "no sweep" in asked.text
     client.update_item(
         TableName=store.table_name,
@@ -572,10 +572,10 @@ def test_a_partial_or_unreadable_descriptor_is_a_page_saying_so(
         ExpressionAttributeNames={"#s": k.DESCRIPTOR_STALE_AFTER},
         ExpressionAttributeValues={":bad": {"S": "soon"}},
     )
-    page = browser.get("/resources")
+    page = tab.get("/resources")
     assert page.status_code == 200 and "no forecast" in row_of(page.text, kept.id)
     assert "unreadable deployment descriptor" in text_of(page.text), page.text
-    asked = browser.get("/resources/sweep")
+    asked = tab.get("/resources/sweep")
     assert asked.status_code == 400 and "unreadable deployment descriptor" in text_of(asked.text)
 
 
@@ -602,12 +602,12 @@ def test_a_throttled_table_is_a_page_saying_so_never_a_500() -> None:
     def sweeping() -> Any:
         raise ThrottledError("throttled: ProvisionedThroughputExceededException")
 
-    browser = console(BlockingAdapter(MemoryAdapter()), resources, Writes(CSRF, sweeping))
+    tab = console(BlockingAdapter(MemoryAdapter()), resources, Writes(CSRF, sweeping))
     for answer in (
-        browser.get("/resources"),
-        browser.get("/resources", params={"phase": "ready"}),
-        browser.get("/resources/sweep"),
-        browser.post("/resources/sweep", data={"csrf": CSRF}),
+        tab.get("/resources"),
+        tab.get("/resources", params={"phase": "ready"}),
+        tab.get("/resources/sweep"),
+        tab.post("/resources/sweep", data={"csrf": CSRF}),
     ):
         assert answer.status_code == 503, answer.text
         assert "throttled" in answer.text
@@ -645,10 +645,10 @@ def test_a_sweep_refused_by_aws_says_why_and_claims_nothing(
             raise error
 
         monkeypatch.setattr(resource_commands, "_require_bus", refuse)
-        browser = console(
+        tab = console(
             BlockingAdapter(MemoryAdapter()), resources_of(store), Writes(CSRF, _sweeper(target))
         )
-        answer = browser.post("/resources/sweep", data={"csrf": CSRF}, headers={"origin": ORIGIN})
+        answer = tab.post("/resources/sweep", data={"csrf": CSRF}, headers={"origin": ORIGIN})
         said = text_of(answer.text)
         assert "the sweep did not run: " in said and why in said, said
         assert answer.status_code == (503 if why == "throttled" else 500), said
@@ -728,10 +728,10 @@ def test_the_console_s_sweep_throttled_part_way_says_so_and_leaves_nothing_claim
 
     monkeypatch.setattr(SyncResourceRecordStore, "claim", throttled_second)
     target = Target(table=store.table_name, endpoint_url=args[3], region="us-east-1", profile=None)
-    browser = console(
+    tab = console(
         BlockingAdapter(MemoryAdapter()), resources_of(store), Writes(CSRF, _sweeper(target))
     )
-    answer = browser.post("/resources/sweep", data={"csrf": CSRF}, headers={"origin": ORIGIN})
+    answer = tab.post("/resources/sweep", data={"csrf": CSRF}, headers={"origin": ORIGIN})
     said = text_of(answer.text)
     assert answer.status_code == 503, said
     assert "the sweep stopped part way: claim: throttled" in said and "nothing is left" in said
@@ -739,3 +739,173 @@ def test_the_console_s_sweep_throttled_part_way_says_so_and_leaves_nothing_claim
     for record_id in stale:
         kept = store.get_versioned(record_id)
         assert kept is not None and kept.expiring is None, record_id
+
+
+# -- 6. the rest: two tabs, a live page's session, a server stopped during a POST -----------------
+
+
+def test_two_tabs_confirming_one_delete_at_once_delete_it_once() -> None:
+    """Two POSTs of the same confirmation at once (two tabs): one deletes, the other finds
+    nothing to delete; neither reports a delete it did not do."""
+    import threading
+    import time
+
+    ledger = sessions(("build", "sb-1"))
+    slow = ledger.delete_sandbox
+
+    def delete_slowly(name: str, sandbox_id: str) -> None:
+        time.sleep(0.3)
+        slow(name, sandbox_id)
+
+    ledger.delete_sandbox = delete_slowly  # type: ignore[method-assign]
+    tab = console(ledger, writes=Writes(CSRF))
+    form = asked_form(tab)
+    codes: list[int] = []
+
+    def post() -> None:
+        codes.append(tab.post("/session/delete", data=form).status_code)
+
+    threads = [threading.Thread(target=post) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert sorted(codes) == [200, 404] and ledger.read_all("build", "sb-1") == []
+
+
+def test_write_pages_answer_head_and_other_methods_without_writing() -> None:
+    ledger = sessions(("build", "sb-1"))
+    tab = console(ledger, writes=Writes(CSRF))
+    form = asked_form(tab)
+    for method in ("HEAD", "PUT", "DELETE", "PATCH", "OPTIONS"):
+        answer = tab.request(
+            method, "/session/delete", params={"name": "build", "id": "sb-1"}, data=form
+        )
+        assert answer.status_code in (200, 405), (method, answer.status_code)
+    assert tab.head("/resources/sweep").status_code == 404  # no resource records
+    assert len(ledger.read_all("build", "sb-1")) == 2
+
+
+@pytest.mark.parametrize("name", ["a\u200bb", "\u202etxt.exe", "a&id=b", "tab\there", "a+b %"])
+def test_a_live_page_follows_the_very_session_it_shows(name: str) -> None:
+    """The page shows hidden characters as escapes; the session it follows live (and the
+    delete it links to) is the one named, exactly."""
+    from urllib.parse import parse_qs
+
+    from starlette.testclient import TestClient
+
+    from sandbox_ledger.ui.app import build
+
+    from .test_cli_ui import TOKEN
+
+    ledger = BlockingAdapter(MemoryAdapter())
+    ledger.append(entry("sb\u200b1", LedgerEvent.SandboxCreated, 1_000, name=name))
+
+    async def follower(_: str, __: str) -> Any:
+        yield None
+
+    application = build(
+        ledger, token=TOKEN, host=HOST, source="t", follower=follower, writes=Writes(CSRF)
+    )
+    tab = TestClient(application, follow_redirects=False)
+    tab.get(f"/?token={TOKEN}")
+    page = tab.get("/session", params={"name": name, "id": "sb\u200b1"}).text
+    clean(page)
+    for found in (
+        re.search(r'data-query="([^"]*)"', page),
+        re.search(r'href="/session/delete\?([^"]*)"', page),
+    ):
+        assert found, page
+        query = html.unescape(found.group(1))
+        assert query.isascii()
+        assert parse_qs(query) == {"name": [name], "id": ["sb\u200b1"]}
+
+
+def test_a_server_stopped_during_a_slow_delete_post_deletes_nothing_and_stops(
+    tmp_path: Path,
+) -> None:
+    """A POST whose body is still coming (a slow client) holds no other page up, and a
+    Ctrl-C then stops the server within seconds, the session untouched."""
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    from sandbox_ledger.sqlite import SQLiteAdapter
+
+    from .test_cli_ui import serving
+    from .test_cli_ui_resources import fetch, opened
+
+    database = tmp_path / "ledger.db"
+    with BlockingAdapter(SQLiteAdapter(database)) as writer:
+        writer.append(entry("sb-1", LedgerEvent.SandboxCreated, 1_000))
+    argv = ["--store", f"sqlite:///{database}", "ui", "--port", "0", "--allow-writes"]
+    process, url = serving(argv, tmp_path)
+    try:
+        opener, base = opened(url)
+        code, asked = fetch(opener, f"{base}/session/delete?name=build&id=sb-1")
+        assert code == 200
+        data = body(list(form_of(asked).items()))
+        jar = [h for h in opener.handlers if isinstance(h, urllib.request.HTTPCookieProcessor)]
+        cookies = "; ".join(f"{c.name}={c.value}" for c in jar[0].cookiejar)
+        host = base.removeprefix("http://")
+        address, port = host.split(":")
+        slow = socket.create_connection((address, int(port)), timeout=10)
+        slow.sendall(
+            (
+                f"POST /session/delete HTTP/1.1\r\nHost: {host}\r\nCookie: {cookies}\r\n"
+                f"Origin: {base}\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+                f"Content-Length: {len(data)}\r\n\r\n"
+            ).encode()
+            + data[:-3]
+        )
+        started = time.monotonic()
+        assert fetch(opener, f"{base}/")[0] == 200  # other pages are served meanwhile
+        assert time.monotonic() - started < 5
+        process.send_signal(signal.SIGINT)
+        _, said = process.communicate(timeout=15)
+        slow.close()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=30)
+    assert process.returncode == 0, said
+    with BlockingAdapter(SQLiteAdapter(database)) as reader:
+        assert len(reader.read_all("build", "sb-1")) == 1
+
+
+def test_a_live_page_of_a_session_named_with_hidden_characters_grows_in_a_browser(
+    browser: Any,  # noqa: F811 - the fixture
+    tmp_path: Path,
+) -> None:
+    """In Chromium: the live page of a session whose name and id hold a zero-width space
+    and a bidirectional override follows that session (its new exec bar appears)."""
+    import signal
+    from urllib.parse import urlencode
+
+    from playwright.sync_api import expect
+
+    from sandbox_ledger.sqlite import SQLiteAdapter
+
+    from .test_cli_ui import serving
+
+    name, sandbox_id = "build\u200b", "sb\u202e1"
+    database = tmp_path / "ledger.db"
+    writer = BlockingAdapter(SQLiteAdapter(database))
+    writer.append(entry(sandbox_id, LedgerEvent.SandboxCreated, 1_000, name=name))
+    server, url = serving(["--store", f"sqlite:///{database}", "ui", "--port", "0"], tmp_path)
+    try:
+        base, token = url.split("/?token=", 1)
+        page = browser.new_page()
+        page.goto(f"{base}/session?" + urlencode({"name": name, "id": sandbox_id, "token": token}))
+        page.wait_for_selector("svg.timeline")
+        expect(page.locator("#live")).to_have_count(1)
+        assert page.locator("rect.exec").count() == 0
+        time.sleep(0.3)  # the page's event stream opens
+        writer.append(entry(sandbox_id, LedgerEvent.ExecStarted, 1_100, 0, name=name))
+        expect(page.locator("rect.exec")).to_have_count(1, timeout=3_000)
+    finally:
+        server.send_signal(signal.SIGINT)
+        _, said = server.communicate(timeout=30)
+        writer.close()
+    assert server.returncode == 0, said

@@ -235,7 +235,9 @@ def build(
             details=about,
             svg=Markup(draw(entries)),  # drawn by timeline.draw, which escapes every text
             entries=shown,
-            delete_query=urlencode({"name": name, "id": sandbox_id}),
+            # The session in a query, exactly (the page's text shows hidden characters as
+            # escapes, which the live page's follow and the delete link must not send back).
+            query=urlencode({"name": name, "id": sandbox_id}),
             live=follower is not None and details is not None and details.completed_at is None,
         )
 

@@ -6,7 +6,7 @@
   if (!box) {
     return;
   }
-  const query = new URLSearchParams({ name: box.dataset.name, id: box.dataset.id });
+  const query = new URLSearchParams(box.dataset.query); // the session, exactly
   let shown = Number(box.dataset.count);
   let drawing = Promise.resolve();
   const source = new EventSource("/session/events?" + query.toString());
