@@ -909,3 +909,114 @@ def test_a_live_page_of_a_session_named_with_hidden_characters_grows_in_a_browse
         _, said = server.communicate(timeout=30)
         writer.close()
     assert server.returncode == 0, said
+
+
+def test_the_forecast_of_a_mixed_table_is_what_the_next_real_sweep_does(
+    deployed: tuple[SyncResourceRecordStore, list[str]],  # noqa: F811
+    moto_endpoint: str,
+    wait_for_indexes: Callable[[], None],
+) -> None:
+    """Stale live records, one dated an hour ahead (its owner's clock), a failed record past
+    its retention and one within it, fresh ones: the page's counts and verdicts are what the
+    next real sweep then does (the stale ones observed, none expired yet), and the page wrote
+    nothing."""
+    store, _ = deployed
+    client = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
+    policy = resolve_sweep(store.descriptor(), store.table_name, require_deployment=True).policy
+    ahead = store.put(record(age=-timedelta(hours=1))).record.id
+    stale = [store.put(record(age=timedelta(minutes=m), phase="closing")).record.id for m in (5, 9)]
+    gone = store.put(record(age=timedelta(days=8), phase="cleanup-failed")).record.id
+    kept = store.put(record(age=timedelta(days=1), phase="allocation-uncertain")).record.id
+    fresh = store.put(record(age=timedelta(seconds=3))).record.id
+    wait_for_indexes()
+    before = items(client, store.table_name)
+    page = console(BlockingAdapter(MemoryAdapter()), resources_of(store)).get("/resources")
+    assert page.status_code == 200, page.text
+    assert items(client, store.table_name) == before
+    said = " ".join(text_of(page.text).split())
+    assert "A sweep now expires 0 record(s) of the table; 4 stale record(s) wait" in said, said
+    for record_id in (ahead, *stale, gone):
+        assert "stale: the next sweep observes it" in row_of(page.text, record_id), record_id
+    assert "kept for attention" in row_of(page.text, kept)
+    assert "fresh: expires no sooner than" in row_of(page.text, fresh)
+    done = sweep(store, Collector(), now=datetime.now(UTC), policy=policy)
+    assert done.expired == [] and sorted(done.observed) == sorted([ahead, *stale, gone])
+
+
+@pytest.mark.parametrize("made", ["no bus", "no settings"])
+def test_the_console_s_sweep_without_a_bus_or_settings_says_why_and_touches_nothing(
+    moto_endpoint: str,
+    table_name: str,
+    wait_for_indexes: Callable[[], None],
+    made: str,
+) -> None:
+    """The real sweep of `ui --allow-writes` over a table whose bus does not exist, or which
+    records no sweep settings: the page says why; no record is observed or claimed."""
+    from typer.testing import CliRunner
+
+    from sandbox_ledger.cli import app
+    from sandbox_ledger.cli.context import Target
+    from sandbox_ledger.cli.ui_command import _sweeper
+
+    args = ["--table", table_name, "--endpoint-url", moto_endpoint, "--region", "us-east-1"]
+    create = ["table", "create", "--stale-after", "60", "--event-bus", "no-such-bus"]
+    if made == "no settings":
+        from sandbox_ledger.dynamodb.adapter import SyncDynamoDBAdapter
+
+        with SyncDynamoDBAdapter(table_name, endpoint_url=moto_endpoint) as adapter:
+            adapter.create_table()
+    else:
+        done = CliRunner().invoke(app, [*args, *create])  # type: ignore[arg-type]
+        assert done.exit_code == 0, done.output
+    store = SyncResourceRecordStore(table_name, endpoint_url=moto_endpoint)
+    stale = store.put(record(age=timedelta(hours=1))).record
+    wait_for_indexes()
+    client = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
+    before = items(client, table_name)
+    target = Target(table=table_name, endpoint_url=moto_endpoint, region="us-east-1", profile=None)
+    tab = console(
+        BlockingAdapter(MemoryAdapter()), resources_of(store), Writes(CSRF, _sweeper(target))
+    )
+    answer = tab.post("/resources/sweep", data={"csrf": CSRF}, headers={"origin": ORIGIN})
+    said = " ".join(text_of(answer.text).split())
+    assert answer.status_code == 500 and "the sweep did not run:" in said, said
+    why = "event bus no-such-bus not found" if made == "no bus" else "does not record its"
+    assert why in said, said
+    assert items(client, table_name) == before
+    unobserved = store.get_versioned(stale.id)
+    assert unobserved is not None and unobserved.observed_at_ms is None
+
+
+@pytest.mark.parametrize("text", [*HOSTILE, "a\u200bb\x1b[31m\x85\ufeff"])
+def test_an_unreadable_item_under_a_hostile_key_is_shown_as_text_on_every_page(
+    deployed: tuple[SyncResourceRecordStore, list[str]],  # noqa: F811
+    moto_endpoint: str,
+    wait_for_indexes: Callable[[], None],
+    text: str,
+) -> None:
+    """An item this version cannot read whose key (hence the id shown) and fields hold hostile
+    text: the resources page, the sweep's confirm page and its done page show it as text."""
+    from resources.test_resources_expiry import _raw_item
+
+    store, _ = deployed
+    client = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
+    _, item = _raw_item(timedelta(hours=2), body={"phase": text, text: text})
+    item[k.PARTITION_KEY] = {"S": k.RESOURCE_PREFIX + text}
+    client.put_item(TableName=store.table_name, Item=item)
+    wait_for_indexes()
+    collected = Collector()
+    policy = resolve_sweep(store.descriptor(), store.table_name, require_deployment=True).policy
+
+    def real() -> Any:
+        return sweep(store, collected, now=datetime.now(UTC), policy=policy)
+
+    tab = console(BlockingAdapter(MemoryAdapter()), resources_of(store), Writes(CSRF, real))
+    page = tab.get("/resources")
+    assert page.status_code == 200 and "this version cannot read it" in page.text
+    clean(page.text)
+    asked = tab.get("/resources/sweep")
+    assert asked.status_code == 200
+    clean(asked.text)
+    done = tab.post("/resources/sweep", data=form_of(asked.text), headers={"origin": ORIGIN})
+    assert "0 expired, 0 skipped, 1 failed" in done.text, done.text  # the item, reported
+    clean(done.text)
