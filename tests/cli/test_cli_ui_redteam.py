@@ -102,14 +102,18 @@ CRAFTED = [
 ]
 
 
-def test_a_read_only_console_over_a_table_sends_no_write_whatever_it_is_asked(
+@pytest.mark.parametrize("writable", [False, True])
+def test_a_console_over_a_table_sends_no_write_whatever_it_is_asked_without_its_form(
     deployed: tuple[SyncResourceRecordStore, list[str]],  # noqa: F811
     moto_endpoint: str,
     wait_for_indexes: Callable[[], None],
     calls: list[str],
+    writable: bool,
 ) -> None:
     """Every route, every method, crafted queries: no write request reaches DynamoDB (a
-    stale record no sweep has observed stays unobserved) and no answer is a 500."""
+    stale record no sweep has observed stays unobserved) and no answer is a 500. So too with
+    --allow-writes (its confirm pages asked, by GET and HEAD) but for a form without the
+    token."""
     from sandbox_ledger.dynamodb.adapter import SyncDynamoDBAdapter
 
     store, _ = deployed
@@ -120,13 +124,19 @@ def test_a_read_only_console_over_a_table_sends_no_write_whatever_it_is_asked(
     store.put(record(age=timedelta(seconds=1)))
     wait_for_indexes()
     before = items(client, store.table_name)
-    tab = console(ledger, resources_of(store))
+    tab = console(ledger, resources_of(store), Writes(CSRF, never) if writable else None)
     calls.clear()
     answers = []
+    form = {"csrf": "forged" if writable else CSRF, "session": "name=build&id=sb-1"}
     for path in CRAFTED:
         for method in ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH"):
-            answer = tab.request(method, path, data={"csrf": CSRF, "session": "name=build&id=sb-1"})
+            answer = tab.request(method, path, data=form)
             answers.append((method, path, answer.status_code))
+    if writable:
+        assert ("GET", "/resources/sweep", 200) in answers
+        assert ("HEAD", "/session/delete?name=build&id=sb-1", 200) in answers
+        assert ("POST", "/session/delete?name=build&id=sb-1", 403) in answers
+        assert ("POST", "/resources/sweep", 403) in answers
     assert [a for a in answers if a[2] >= 500] == []
     assert not WRITES & set(calls), sorted(set(calls))
     assert "Query" in calls or "GetItem" in calls  # it did read
@@ -1020,3 +1030,81 @@ def test_an_unreadable_item_under_a_hostile_key_is_shown_as_text_on_every_page(
     done = tab.post("/resources/sweep", data=form_of(asked.text), headers={"origin": ORIGIN})
     assert "0 expired, 0 skipped, 1 failed" in done.text, done.text  # the item, reported
     clean(done.text)
+
+
+def test_a_delete_confirmed_in_a_browser_deletes_the_session(
+    browser: Any,  # noqa: F811 - the fixture
+    tmp_path: Path,
+) -> None:
+    """In Chromium, `ui --allow-writes`: the session's page, "Delete this session…", the
+    confirm page's button: the session is deleted (the browser's own POST passes the
+    console's origin check, whatever Origin its referrer policy makes it send)."""
+    import signal
+
+    from sandbox_ledger.sqlite import SQLiteAdapter
+
+    from .test_cli_ui import serving
+
+    database = tmp_path / "ledger.db"
+    with BlockingAdapter(SQLiteAdapter(database)) as writer:
+        writer.append(entry("sb-1", LedgerEvent.SandboxCreated, 1_000))
+        writer.append(entry("sb-2", LedgerEvent.SandboxCreated, 2_000))
+    argv = ["--store", f"sqlite:///{database}", "ui", "--port", "0", "--allow-writes"]
+    server, url = serving(argv, tmp_path)
+    try:
+        page = browser.new_page()
+        sent: list[dict[str, str]] = []
+        page.on(
+            "request",
+            lambda r: sent.append(r.headers) if r.method == "POST" else None,
+        )
+        page.goto(url)
+        page.goto(url.split("/?", 1)[0] + "/session?name=build&id=sb-1")
+        page.click("text=Delete this session…")
+        page.wait_for_selector("button.danger")
+        assert "all its 1 entries" in page.content()
+        page.click("button.danger")
+        page.wait_for_load_state()
+        said = page.content()
+    finally:
+        server.send_signal(signal.SIGINT)
+        _, stderr = server.communicate(timeout=30)
+    assert server.returncode == 0, stderr
+    assert "deleted build/sb-1" in said, (said, sent)
+    with BlockingAdapter(SQLiteAdapter(database)) as reader:
+        assert reader.read_all("build", "sb-1") == [] and len(reader.read_all("build", "sb-2")) == 1
+
+
+def test_a_sweep_confirmed_in_a_browser_runs(
+    browser: Any,  # noqa: F811 - the fixture
+    deployed: tuple[SyncResourceRecordStore, list[str]],  # noqa: F811
+    wait_for_indexes: Callable[[], None],
+    tmp_path: Path,
+) -> None:
+    """In Chromium, `ui --allow-writes` over a table: "Sweep now…", then the confirm page's
+    button: the sweep runs (it observes the stale record)."""
+    import signal
+
+    from .test_cli_ui import serving
+
+    store, args = deployed
+    stale = store.put(record(age=timedelta(hours=1))).record
+    wait_for_indexes()
+    keys = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    server, url = serving([*args, "ui", "--port", "0", "--allow-writes"], tmp_path, **keys)
+    try:
+        page = browser.new_page()
+        page.goto(url)
+        page.goto(url.split("/?", 1)[0] + "/resources")
+        page.click("text=Sweep now…")
+        page.wait_for_selector("button.danger")
+        page.click("button.danger")
+        page.wait_for_load_state()
+        said = page.content()
+    finally:
+        server.send_signal(signal.SIGINT)
+        _, stderr = server.communicate(timeout=30)
+    assert server.returncode == 0, stderr
+    assert "0 expired, 1 skipped, 0 failed" in said, said
+    observed = store.get_versioned(stale.id)
+    assert observed is not None and observed.observed_at_ms is not None
