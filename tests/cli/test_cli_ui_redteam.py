@@ -1108,3 +1108,30 @@ def test_a_sweep_confirmed_in_a_browser_runs(
     assert "0 expired, 1 skipped, 0 failed" in said, said
     observed = store.get_versioned(stale.id)
     assert observed is not None and observed.observed_at_ms is not None
+
+
+class ThrottledLedger:
+    """A ledger whose every read is throttled (retries spent)."""
+
+    def __getattr__(self, name: str) -> Any:
+        def refused(*_: Any, **__: Any) -> Any:
+            raise ThrottledError(f"{name}: throttled after retries (ThrottlingException)")
+
+        return refused
+
+
+def test_a_throttled_ledger_is_a_page_saying_so_never_a_500() -> None:
+    tab = console(ThrottledLedger(), writes=Writes(CSRF))
+    for answer in (
+        tab.get("/"),
+        tab.get("/", params={"name": "build"}),
+        tab.get("/session", params={"name": "build", "id": "sb-1"}),
+        tab.get("/session/delete", params={"name": "build", "id": "sb-1"}),
+        tab.post(
+            "/session/delete",
+            data={"csrf": CSRF, "session": "name=build&id=sb-1"},
+            headers={"origin": ORIGIN},
+        ),
+    ):
+        assert answer.status_code == 503, answer.text
+        assert "throttled after retries" in answer.text

@@ -56,7 +56,7 @@ def started_before(text: str) -> int:
     return int(when.timestamp() * 1000)
 
 
-def status(exc: Exception) -> int:
+def status_of(exc: Exception) -> int:
     """The status of a page that says why a request failed: 400 for a bad request (the
     field named), 503 for a throttled store (try again), 500 for the store's other errors."""
     if isinstance(exc, ThrottledError):
@@ -151,10 +151,10 @@ def build(
                 reader.list_sandbox_page if name else reader.list_all_sandbox_page,
                 *([name, opts] if name else [opts]),
             )
-        except (InvalidInputError, ValueError) as exc:
+        except (LedgerError, ValueError) as exc:  # a bad filter or cursor; a store's error
             return render(
                 "sessions.html",
-                400,
+                status_of(exc),
                 title="Sessions",
                 rows=[],
                 counts=[],
@@ -203,10 +203,10 @@ def build(
         try:
             entries = await run_in_threadpool(reader.read_all, name, sandbox_id)
             details = await run_in_threadpool(reader.get_sandbox_details, name, sandbox_id)
-        except (InvalidInputError, ValueError) as exc:
+        except (LedgerError, ValueError) as exc:  # a bad filter or cursor; a store's error
             return render(
                 "session.html",
-                400,
+                status_of(exc),
                 title="Session",
                 name=name,
                 sandbox_id=sandbox_id,
@@ -293,7 +293,7 @@ def build(
             )
         except (LedgerError, ValueError) as exc:  # a bad filter or cursor; a store's error
             return render(
-                "resources.html", status(exc), rows=[], shown=None, problem=str(exc), **values
+                "resources.html", status_of(exc), rows=[], shown=None, problem=str(exc), **values
             )
         next_link = None
         if found.cursor:

@@ -95,7 +95,7 @@ def routes(
     from starlette.routing import Route
 
     from sandbox_ledger.errors import LedgerError, ThrottledError
-    from sandbox_ledger.ui.app import session_link, status
+    from sandbox_ledger.ui.app import session_link, status_of
     from sandbox_ledger.ui.resources import forecast
 
     async def ask_delete(request: Request) -> Response:
@@ -106,7 +106,7 @@ def routes(
             details = await run_in_threadpool(reader.get_sandbox_details, name, sandbox_id)
         except (LedgerError, ValueError) as exc:
             return render(
-                "done.html", status(exc), title="Delete", lines=[str(exc)], failed=True, back="/"
+                "done.html", status_of(exc), title="Delete", lines=[str(exc)], failed=True, back="/"
             )
         if not entries and details is None:
             lines = [f"no session {name}/{sandbox_id}: nothing to delete"]
@@ -143,7 +143,7 @@ def routes(
         except (LedgerError, ValueError) as exc:
             lines = [f"nothing deleted: {exc}"]
             return render(
-                "done.html", status(exc), title="Delete", lines=lines, failed=True, back="/"
+                "done.html", status_of(exc), title="Delete", lines=lines, failed=True, back="/"
             )
         if found is None:
             lines = [f"no session {name}/{sandbox_id}: nothing to delete"]
@@ -183,7 +183,12 @@ def routes(
         except (LedgerError, ValueError) as exc:
             lines = [f"no sweep: {exc}"]
             return render(
-                "done.html", status(exc), title="Sweep", lines=lines, failed=True, back="/resources"
+                "done.html",
+                status_of(exc),
+                title="Sweep",
+                lines=lines,
+                failed=True,
+                back="/resources",
             )
         return render(
             "confirm.html",
