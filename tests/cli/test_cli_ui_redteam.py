@@ -1135,3 +1135,53 @@ def test_a_throttled_ledger_is_a_page_saying_so_never_a_500() -> None:
     ):
         assert answer.status_code == 503, answer.text
         assert "throttled after retries" in answer.text
+
+
+def test_two_tabs_sweeping_at_once_expire_each_record_once(
+    deployed: tuple[SyncResourceRecordStore, list[str]],  # noqa: F811
+    moto_endpoint: str,
+    wait_for_indexes: Callable[[], None],
+) -> None:
+    """Two confirmed sweeps at once (two tabs): each due record is expired and published by
+    one of them, never both."""
+    import threading
+
+    store, _ = deployed
+    client = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
+    due = [store.put(record(age=timedelta(hours=1))).record.id for _ in range(8)]
+    wait_for_indexes()
+    sweep(store, None, now=datetime.now(UTC), dry_run=True)
+    for record_id in due:  # observed more than a window (60 s) ago
+        observed = store.get_versioned(record_id)
+        assert observed is not None and observed.observed_at_ms is not None
+        client.update_item(
+            TableName=store.table_name,
+            Key=ri.record_key(record_id),
+            UpdateExpression="SET #oat = :at",
+            ExpressionAttributeNames={"#oat": k.OBSERVED_AT},
+            ExpressionAttributeValues={":at": {"N": str(observed.observed_at_ms - 61_000)}},
+        )
+    wait_for_indexes()
+    collected = Collector()
+    policy = resolve_sweep(store.descriptor(), store.table_name, require_deployment=True).policy
+
+    def real() -> Any:
+        return sweep(store, collected, now=datetime.now(UTC), policy=policy)
+
+    tab = console(BlockingAdapter(MemoryAdapter()), resources_of(store), Writes(CSRF, real))
+    pages: list[str] = []
+
+    def post() -> None:
+        pages.append(tab.post("/resources/sweep", data={"csrf": CSRF}).text)
+
+    threads = [threading.Thread(target=post) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(pages) == 2
+    expired = [re.findall(r"expired ([0-9a-f-]{36}):", html.unescape(p)) for p in pages]
+    assert sorted(expired[0] + expired[1]) == sorted(due), pages
+    published = [e.record.id for e in collected.published]
+    assert sorted(published) == sorted(due)
+    assert all(store.get(record_id) is None for record_id in due)
