@@ -201,12 +201,14 @@ def sweep(
     meanwhile the claim fails: skipped; a live claim of another run is left to it: skipped),
     publish ResourceExpired, then delete it, conditional on this run's claim still standing
     (a claim another run took over after the lease ran out is not deleted: ``lost``). A claim
-    whose event could not be published is released, so its owner is never locked out. A run
-    that dies leaves claims that a later run takes over once their lease ends: reporting is
-    at least once, never lost. In a dry run nothing is claimed, published or deleted, but
-    candidates are observed as in a real run (an observation bumps no revision and is
-    voided by any owner write, so it changes nothing an owner or another sweeper relies on):
-    dry runs a window apart report what real runs at those moments would expire.
+    whose event could not be published is released, so its owner is never locked out; so are
+    a page's claims not yet published when a store's error (throttled past its retries) ends
+    the run, before the error goes up. A run that dies leaves claims that a later run takes
+    over once their lease ends: reporting is at least once, never lost. In a dry run nothing
+    is claimed, published or deleted, but candidates are observed as in a real run (an
+    observation bumps no revision and is voided by any owner write, so it changes nothing an
+    owner or another sweeper relies on): dry runs a window apart report what real runs at
+    those moments would expire.
 
     A dry run with ``observe=False`` writes nothing at all (a reader's forecast, such as the
     operator's console): it reports what a real run now would expire, and the candidates no
