@@ -3,8 +3,9 @@
 Each operation runs once against a local moto server while botocore's hooks record every
 request it makes (operation, parameters) and every response body. Then both sides run against
 those recorded responses, replayed through botocore's ``before-send`` hook (no socket, no
-server): the adapter's operation, and the raw boto3 calls with the very same parameters (plus,
-for ``read_all``, the same decoding of the items into entries). What is left is client CPU:
+server): the adapter's operation, and the raw boto3 calls with the very same parameters on a
+plain boto3 client (botocore's own parser) (plus, for ``read_all``, the same decoding of the
+items into entries). What is left is client CPU:
 parameter validation, serialization, signing, parsing, and whatever the adapter adds.
 
     python benchmarks/replay.py            # 2,000 runs per operation and side
@@ -152,7 +153,7 @@ def measure(endpoint: str, runs: int) -> list[tuple[str, int, float, float]]:
         live()
         tape.stop_recording()
         tape.replay()
-        raw = _raw_side(adapter.client(), tape.calls, decode)
+        raw = _raw_side(_raw_client(endpoint, tape), tape.calls, decode)
         raw()  # warm both sides once on the tape
         live()
         ours, theirs = cpu_per_run(live, raw, runs)
@@ -160,6 +161,21 @@ def measure(endpoint: str, runs: int) -> list[tuple[str, int, float, float]]:
         adapter.close()
     setup.close()
     return rows
+
+
+def _raw_client(endpoint: str, tape: Tape) -> Any:
+    """A plain boto3 client (botocore's own parser: the library's clients decode reads from
+    the wire) answered from ``tape``'s recorded responses."""
+    import boto3
+
+    client = boto3.session.Session().client(
+        "dynamodb", endpoint_url=endpoint, region_name=tape.client.meta.region_name
+    )
+    replayed = Tape(client)
+    replayed.stop_recording()
+    replayed.calls = tape.calls
+    replayed.replay()
+    return client
 
 
 def _raw_side(
