@@ -34,6 +34,11 @@ DEFAULT_CONFIG = Config(
     tcp_keepalive=True,
     # Shard queries run in parallel; keep their connections pooled.
     max_pool_connections=50,
+    # The library builds every request's parameters itself, from values it has checked
+    # (its own exceptions name the field), and DynamoDB checks them again: botocore's walk of
+    # them against the input shape was a sixth of an append's client CPU. A caller's config
+    # that sets parameter_validation wins, as any setting does.
+    parameter_validation=False,
 )
 
 
