@@ -61,6 +61,7 @@ SMOKE = {
     ],
     "strict_ttl_import.py": ["--entries", "200", "--step", "100"],
     "telemetry_cost.py": ["--runs", "7"],
+    "ui_fleet.py": ["--sessions", "2000", "--entries", "500", "--runs", "3", "--idle-seconds", "2"],
     "wire_decoding.py": ["--runs", "3"],
     "worker_cold_start.py": ["--runs", "1"],
 }
