@@ -139,6 +139,17 @@ def test_whatever_the_ledger_holds_is_shown_as_text(ledger: Any, text: str) -> N
     assert session.count("<svg") == 1 and "<title>" in session
 
 
+def test_every_hidden_character_is_shown_as_its_escape_and_none_is_printable() -> None:
+    """``visible`` passes a printable text untouched without a pass over it: that is exact
+    only while every character it escapes is one ``str.isprintable`` refuses."""
+    from sandbox_ledger.ui.text import _HIDDEN, visible
+
+    assert [hex(code) for code in _HIDDEN if chr(code).isprintable()] == []
+    for code in _HIDDEN:
+        assert visible(f"a{chr(code)}b") == f"a\\u{code:04x}b"
+    assert visible("tab\tand\nnewline kept") == "tab\tand\nnewline kept"
+
+
 def test_the_sessions_page_pages_with_the_stores_cursor_and_filters(ledger: Any) -> None:
     for i in range(55):
         ledger.append(entry(f"sb-{i:02d}", LedgerEvent.SandboxCreated, 1000 + i))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from markupsafe import Markup
+
 # Characters that reorder or hide the text around them (bidirectional overrides and
 # isolates, zero-width marks) or control a terminal (C0 but tab and newline, DEL, C1):
 # shown as their escapes, so that a name
@@ -26,8 +28,9 @@ _HIDDEN = {
 def visible(value: Any) -> Any:
     """Every text a page shows, with :data:`_HIDDEN` characters as escapes (markup the
     library made, the timeline's SVG, passes untouched)."""
-    from markupsafe import Markup
-
-    if isinstance(value, str) and not isinstance(value, Markup):
+    # Every hidden character is unprintable (Cc or Cf): a printable text (most of them)
+    # holds none, and is shown as it is without a pass over it (a session page of 5,000
+    # entries shows about 38,000 texts).
+    if isinstance(value, str) and not isinstance(value, Markup) and not value.isprintable():
         return value.translate(_HIDDEN)
     return value
