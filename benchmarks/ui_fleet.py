@@ -17,10 +17,12 @@ the load), this process builds the console as ``sandbox-ledger ui`` does (``buil
    second page through the first's cursor, the big session's page (``/session``) and its
    timeline (``/session/svg``); each beside its **raw reads**, the store calls the page
    makes timed alone (``list_all_sandbox_page`` with a limit of 50; ``read_all`` then
-   ``get_sandbox_details``; ``read_all``), so page - raw is the page's own cost
-   (templating, SVG). One warm-up of each, then ``--runs`` of each, page and raw
-   alternating (which goes first alternates too); median and p95 (nearest rank), against
-   the target of 300 ms.
+   ``get_sandbox_details``; ``read_all``), with the server process's CPU for them; and its
+   **own work**: the same page (checked byte for byte) from a console over the same
+   answers replayed without a request (:class:`Replayed`): templating, the SVG. One
+   warm-up of each, then ``--runs`` of each, page and raw alternating (which goes first
+   alternates too), then ``--runs`` over the replayed answers; median and p95 (nearest
+   rank), against the target of 300 ms.
 2. **Idle**: a bare ``follow()`` of the big session, then its live page's event stream
    (``/session/events``, as an open page holds it), each on the same async store: the
    catch-up (every stored entry handed out: the stream renders each as a row), then 2 s
