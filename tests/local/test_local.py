@@ -1316,3 +1316,28 @@ def test_a_child_that_cannot_serve_says_why(moto_endpoint: str) -> None:
     port = int(moto_endpoint.rsplit(":", 1)[1])  # taken by the tests' own server
     with pytest.raises(RuntimeError, match="did not start"):
         local.LocalDynamoDBProcess(port=port).start()
+
+
+def test_an_index_query_keeps_every_item_moto_s_own_check_would() -> None:
+    """The index Query's pre-filter keeps every item whose key attribute moto's check finds
+    equal: the same string, binary, or number however written ("1" and "1.0")."""
+    from moto.dynamodb.models.dynamo_type import DynamoType, Item
+
+    def item(value: dict[str, str] | None) -> Any:
+        attrs = {"PK": {"S": "a"}, **({} if value is None else {"g": value})}
+        return Item(DynamoType({"S": "a"}), None, attrs)
+
+    for asked, stored, kept in [
+        ({"S": "x"}, {"S": "x"}, True),
+        ({"S": "x"}, {"S": "y"}, False),
+        ({"N": "1"}, {"N": "1.0"}, True),
+        ({"N": "1"}, {"N": "2"}, False),
+        ({"N": "1"}, {"S": "1"}, False),
+        ({"B": "eA=="}, {"B": "eA=="}, True),
+        ({"S": "x"}, None, False),
+    ]:
+        value = DynamoType(asked)
+        found = item(stored)
+        moto_keeps = bool(found.attrs.get("g")) and found.attrs["g"] == value
+        assert queries._may_equal(found, "g", value) is kept
+        assert not moto_keeps or kept  # never drops one moto keeps
