@@ -65,6 +65,7 @@ def test_wheel_with_runtime_dependencies_only(tmp_path: Path) -> None:
                 "sandbox_ledger.testing",
                 "sandbox_ledger.handlers",
                 "sandbox_ledger.sdk.tls",
+                "sandbox_ledger.ui",
             )
         ), module
         assert "pip install 'sandbox-ledger-dynamodb[" in message or module.startswith(
@@ -73,6 +74,7 @@ def test_wheel_with_runtime_dependencies_only(tmp_path: Path) -> None:
     assert "[testing]" in needing_extras["sandbox_ledger.testing"]
     assert "[lambda]" in needing_extras["sandbox_ledger.handlers"]
     assert "[async]" in needing_extras["sandbox_ledger.sdk.tls"]  # aiobotocore's TLS session
+    assert "[ui]" in needing_extras["sandbox_ledger.ui"]  # the console: Starlette, Jinja2
     assert not any(line.lower().startswith(("aioboto3", "aiohttp")) for line in installed.split())
 
     command = subprocess.run(

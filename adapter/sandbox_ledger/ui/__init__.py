@@ -5,3 +5,13 @@
 a Content-Security-Policy without inline script), :mod:`.timeline` draws a session as SVG.
 It needs the ``ui`` extra (the CLI's install includes it).
 """
+
+import importlib.util
+
+for _needed in ("starlette", "jinja2", "markupsafe"):
+    if importlib.util.find_spec(_needed) is None:
+        raise ModuleNotFoundError(
+            "sandbox_ledger.ui needs Starlette, uvicorn and Jinja2: "
+            f"pip install 'sandbox-ledger-dynamodb[ui]' (missing module: {_needed})",
+            name=_needed,
+        )
