@@ -44,6 +44,7 @@ SMOKE = {
         "25",
     ],
     "local_data.py": ["--entries", "600", "--save-every", "1", "--export-entries", "600"],
+    "peers.py": ["--quick"],
     "replay.py": ["--runs", "5"],
     "server_cpu.py": ["--requests", "50"],
     "server_replay.py": ["--rounds", "1"],
