@@ -109,6 +109,18 @@ def decode_or_unreadable(item: Item) -> VersionedRecord | Unreadable:
         return Unreadable(record_id, _why(exc), body if isinstance(body, str) else None, item)
 
 
+def check_page_size(page_size: object) -> int:
+    """``page_size`` if it is an integer (not a bool) of at least 1: a page's ``Limit``, which
+    the library's clients send unchecked (botocore's parameter validation is off).
+
+    Raises:
+        InvalidInputError: naming ``page_size``.
+    """
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+        raise InvalidInputError("page_size", "must be a positive integer")
+    return page_size
+
+
 def record_key(record_id: str) -> Item:
     """The key of the record ``record_id`` (a canonical UUID, else InvalidInputError)."""
     return {k.PARTITION_KEY: S(k.resource_pk(record_id)), k.SORT_KEY: S(k.RESOURCE_SK)}

@@ -599,6 +599,7 @@ def candidate_keys(
     """One page of record ids in ``partition`` (a phase shard) last updated before
     ``bound_ms`` (oldest first), or with ``after`` later than it (newest first), and where
     the next page starts."""
+    ri.check_page_size(page_size)
     params: dict[str, Any] = {
         "TableName": table,
         "IndexName": k.RESOURCES_BY_PHASE.name,

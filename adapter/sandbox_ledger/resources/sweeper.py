@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sandbox_ledger.errors import ConflictError
-from sandbox_ledger.resources._items import Unreadable
+from sandbox_ledger.resources._items import Unreadable, check_page_size
 from sandbox_ledger.resources.events import Expiry
 from sandbox_ledger.resources.models import to_iso
 from sandbox_ledger.resources.policy import ExpiryPolicy, expiry_reason
@@ -218,6 +218,7 @@ def sweep(
         raise ValueError("publisher: required unless dry_run")
     if not observe and not dry_run:
         raise ValueError("observe: a sweep that expires records observes them (dry_run only)")
+    check_page_size(page_size)  # the phase index Query's Limit, sent unchecked
     result = SweepResult(dry_run=dry_run)
 
     def check_time() -> None:

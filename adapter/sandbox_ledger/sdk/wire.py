@@ -50,19 +50,33 @@ def wire_decoding() -> bool:
     )
 
 
+_AS_IS = frozenset(("BOOL", "NULL", "SS", "NS"))
+"""The attribute types botocore's parse leaves as the JSON has them (besides S and N)."""
+
+
 def _value(value: dict[str, Any]) -> dict[str, Any]:
-    """One attribute value as botocore parses it (binary ones decoded, nested ones walked)."""
-    if "S" in value or "N" in value:
+    """One attribute value as botocore parses it (binary ones decoded, nested ones walked).
+
+    Only a value as DynamoDB sends it is taken: a JSON object of one known type whose value
+    is not null. Anything else (a type this botocore does not model, which its parse drops;
+    a null, also dropped; two types at once; not an object) raises ValueError or
+    AttributeError, and the whole body is left to botocore."""
+    ((kind, inner),) = value.items()
+    if inner is None:
+        raise ValueError(kind)
+    if kind == "S" or kind == "N":
         return value
-    if "B" in value:
-        return {"B": _b64decode(value["B"])}
-    if "M" in value:
-        return {"M": {key: _value(inner) for key, inner in value["M"].items()}}
-    if "L" in value:
-        return {"L": [_value(inner) for inner in value["L"]]}
-    if "BS" in value:
-        return {"BS": [_b64decode(inner) for inner in value["BS"]]}
-    return value
+    if kind == "B":
+        return {"B": _b64decode(inner)}
+    if kind == "M":
+        return {"M": {key: _value(nested) for key, nested in inner.items()}}
+    if kind == "L":
+        return {"L": [_value(nested) for nested in inner]}
+    if kind == "BS":
+        return {"BS": [_b64decode(blob) for blob in inner]}
+    if kind in _AS_IS:
+        return value
+    raise ValueError(kind)
 
 
 def decode_item(item: dict[str, Any]) -> dict[str, Any]:
@@ -85,7 +99,9 @@ def _split(response: dict[str, Any], shape: Any) -> tuple[dict[str, Any], dict[s
     if heavy is None or response.get("status_code") != 200:
         return None
     try:
-        document = json.loads(response["body"])
+        # Text as botocore reads it (UTF-8 only: json.loads of bytes would also take a BOM
+        # or UTF-16, which botocore refuses).
+        document = json.loads(response["body"].decode("utf-8"))
         if not isinstance(document, dict):
             return None
         taken = {name: document.pop(name) for name in heavy if document.get(name) is not None}
