@@ -80,7 +80,8 @@ def _value(value: dict[str, Any]) -> dict[str, Any]:
 
 
 def decode_item(item: dict[str, Any]) -> dict[str, Any]:
-    """An item of a response's JSON as botocore parses it."""
+    """An item of a response's JSON as botocore parses it (ValueError or AttributeError for
+    anything DynamoDB does not send: see :func:`_value`)."""
     return {name: _value(value) for name, value in item.items()}
 
 
