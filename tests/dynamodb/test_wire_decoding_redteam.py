@@ -634,3 +634,36 @@ def test_the_store_s_candidates_refuse_a_page_size_that_is_not_one(
         with pytest.raises(InvalidInputError, match="page_size"):
             next(store.candidates("running", before=datetime.now(UTC), page_size=page_size))
     store.close()
+
+
+@pytest.mark.parametrize("setting", ["true", "false"])
+async def test_a_profile_s_parameter_validation_is_kept(
+    setting: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """botocore lets any client config that turns validation off beat the profile's
+    ``parameter_validation``: the library's default would have silenced a profile that turns
+    it on (it was kept before the default). A caller's config that turns it off wins; one
+    that turns it on, only where the profile does not turn it off (botocore's own rule)."""
+    config_file = tmp_path / "config"
+    config_file.write_text(f"[profile red]\nparameter_validation = {setting}\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config_file))
+    monkeypatch.setenv("AWS_PROFILE", "red")
+    where: dict[str, Any] = {
+        "endpoint_url": "http://127.0.0.1:9",
+        "region_name": "us-east-1",
+        "session": None,
+    }
+    expected = setting == "true"
+    sync = SyncClient(**where, config=None)
+    assert _validates(sync.get()) is expected
+    sync.close()
+    aio = AsyncClient(**where, config=None)
+    assert _validates(await aio.get()) is expected
+    await aio.close()
+    for given in (True, False):
+        sync = SyncClient(**where, config=Config(parameter_validation=given))
+        assert _validates(sync.get()) is (given and expected)
+        sync.close()
+        aio = AsyncClient(**where, config=Config(parameter_validation=given))
+        assert _validates(await aio.get()) is (given and expected)
+        await aio.close()

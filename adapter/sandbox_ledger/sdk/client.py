@@ -47,6 +47,27 @@ def client_config(config: Config | None) -> Config:
     return DEFAULT_CONFIG.merge(config) if config is not None else DEFAULT_CONFIG
 
 
+def _sets_validation(config: Config | None) -> bool:
+    return config is not None and "parameter_validation" in config._user_provided_options
+
+
+def _with_profile_validation(session: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` whose config takes the profile's ``parameter_validation`` (the AWS config
+    file's), if it sets one: botocore lets any client config that turns validation off beat
+    the profile, so the library's default would otherwise silence it (a caller's own config
+    that sets it is left as it is)."""
+    botocore_session = getattr(session, "_session", None)
+    if botocore_session is None:
+        return kwargs
+    raw = botocore_session.get_scoped_config().get("parameter_validation")
+    if raw is None:
+        return kwargs
+    from botocore.utils import ensure_boolean
+
+    config = kwargs["config"].merge(Config(parameter_validation=ensure_boolean(raw)))
+    return {**kwargs, "config": config}
+
+
 def resolve_region(region_name: str | None) -> str | None:
     """The region as the AWS tools find it: the argument, then ``AWS_REGION``, then (left to
     botocore) ``AWS_DEFAULT_REGION`` and the profile's region."""
@@ -194,6 +215,7 @@ class SyncClient:
     ) -> None:
         self._service = service
         self._kwargs = _client_kwargs(endpoint_url, region_name, config)
+        self._validation_given = _sets_validation(config)
         self._session = session
         self._client: Any | None = None
         self._lock = threading.Lock()
@@ -206,7 +228,10 @@ class SyncClient:
                 if self._client is None:
                     try:
                         session = self._session or sync_session()
-                        self._client = session.client(self._service, **self._kwargs)
+                        kwargs = self._kwargs
+                        if not self._validation_given:
+                            kwargs = _with_profile_validation(session, kwargs)
+                        self._client = session.client(self._service, **kwargs)
                         wire.install(self._client)
                         watch_retries(self._client)
                         watch_capacity(self._client)
@@ -258,7 +283,10 @@ class AsyncClient:
                 stack = AsyncExitStack()
                 try:
                     session = self._session or _async_session()
-                    config = _async_config(self._kwargs["config"], self._given_config)
+                    kwargs = self._kwargs
+                    if not _sets_validation(self._given_config):
+                        kwargs = _with_profile_validation(session, kwargs)
+                    config = _async_config(kwargs["config"], self._given_config)
                     self._client = await stack.enter_async_context(
                         session.client(self._service, **{**self._kwargs, "config": config})
                     )
