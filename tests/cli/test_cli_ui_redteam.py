@@ -16,7 +16,7 @@ from typing import Any
 import boto3
 import pytest
 
-from resources.resource_fixtures import Collector, record, record_in_shard_of
+from resources.resource_fixtures import Collector, observed_earlier, record, record_in_shard_of
 from sandbox_ledger import LedgerEvent, MemoryAdapter
 from sandbox_ledger import keys as k
 from sandbox_ledger.blocking import BlockingAdapter
@@ -707,7 +707,7 @@ def test_the_console_s_sweep_throttled_part_way_says_so_and_leaves_nothing_claim
     from sandbox_ledger.cli.ui_command import _sweeper
 
     store, args = deployed
-    client = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
+    boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
     first = record(age=timedelta(hours=1))
     second = record_in_shard_of("ready", first.id)  # one page of the sweep: one shard
     second = second.model_copy(
@@ -715,17 +715,8 @@ def test_the_console_s_sweep_throttled_part_way_says_so_and_leaves_nothing_claim
     )
     stale = [store.put(first).record.id, store.put(second).record.id]
     wait_for_indexes()
-    sweep(store, None, now=datetime.now(UTC), dry_run=True)
     for record_id in stale:  # observed more than a window (60 s) ago
-        observed = store.get_versioned(record_id)
-        assert observed is not None and observed.observed_at_ms is not None
-        client.update_item(
-            TableName=store.table_name,
-            Key=ri.record_key(record_id),
-            UpdateExpression="SET #oat = :at",
-            ExpressionAttributeNames={"#oat": k.OBSERVED_AT},
-            ExpressionAttributeValues={":at": {"N": str(observed.observed_at_ms - 61_000)}},
-        )
+        observed_earlier(store, store.get_versioned(record_id), timedelta(seconds=61))
     wait_for_indexes()
     claim = SyncResourceRecordStore.claim
     made: list[str] = []
@@ -1147,20 +1138,11 @@ def test_two_tabs_sweeping_at_once_expire_each_record_once(
     import threading
 
     store, _ = deployed
-    client = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
+    boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
     due = [store.put(record(age=timedelta(hours=1))).record.id for _ in range(8)]
     wait_for_indexes()
-    sweep(store, None, now=datetime.now(UTC), dry_run=True)
     for record_id in due:  # observed more than a window (60 s) ago
-        observed = store.get_versioned(record_id)
-        assert observed is not None and observed.observed_at_ms is not None
-        client.update_item(
-            TableName=store.table_name,
-            Key=ri.record_key(record_id),
-            UpdateExpression="SET #oat = :at",
-            ExpressionAttributeNames={"#oat": k.OBSERVED_AT},
-            ExpressionAttributeValues={":at": {"N": str(observed.observed_at_ms - 61_000)}},
-        )
+        observed_earlier(store, store.get_versioned(record_id), timedelta(seconds=61))
     wait_for_indexes()
     collected = Collector()
     policy = resolve_sweep(store.descriptor(), store.table_name, require_deployment=True).policy

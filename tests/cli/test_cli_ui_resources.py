@@ -14,14 +14,12 @@ import boto3
 import pytest
 from typer.testing import CliRunner
 
-from resources.resource_fixtures import Collector, record
+from resources.resource_fixtures import Collector, observed_earlier, record
 from resources.test_resources_expiry import _raw_item
 from sandbox_ledger import LedgerEvent, MemoryAdapter
-from sandbox_ledger import keys as k
 from sandbox_ledger.blocking import BlockingAdapter
 from sandbox_ledger.cli import app
 from sandbox_ledger.resources import SyncResourceRecordStore, resolve_sweep, sweep
-from sandbox_ledger.resources import _items as ri
 from sandbox_ledger.ui.app import build
 from sandbox_ledger.ui.resources import Resources, age
 from sandbox_ledger.ui.writes import Writes
@@ -93,16 +91,8 @@ def test_the_resources_page_forecasts_each_record_from_the_sweep_and_writes_noth
     client = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
     due = store.put(record(age=timedelta(hours=1))).record
     wait_for_indexes()
-    sweep(store, None, now=datetime.now(UTC), dry_run=True)  # a sweep observes it...
-    observed = store.get_versioned(due.id)
-    assert observed is not None and observed.observed_at_ms is not None
-    client.update_item(  # ... more than a window (60 s) ago
-        TableName=store.table_name,
-        Key=ri.record_key(due.id),
-        UpdateExpression="SET #oat = :at",
-        ExpressionAttributeNames={"#oat": k.OBSERVED_AT},
-        ExpressionAttributeValues={":at": {"N": str(observed.observed_at_ms - 61_000)}},
-    )
+    # A sweep observed it more than a window (60 s) ago.
+    observed_earlier(store, store.get_versioned(due.id), timedelta(seconds=61))
     stale = store.put(record(age=timedelta(hours=1), provider="vercel")).record
     fresh = store.put(record(age=timedelta(seconds=5))).record
     failed = store.put(record(age=timedelta(minutes=2), phase="cleanup-failed")).record
