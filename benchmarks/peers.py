@@ -156,6 +156,21 @@ class Write:
         return self.created or self.closed or self.completed_exec
 
     @property
+    def head(self) -> dict[str, Any]:
+        """The head item in plain values (as the adapter writes it)."""
+        item: dict[str, Any] = {
+            k.PARTITION_KEY: self.pk,
+            k.SORT_KEY: self.head_sk,
+            A.TS: self.ts,
+            A.EVENT: self.event,
+            A.DATA: self.data,
+            A.SEQUENCE: self.number,
+        }
+        if self.created or self.closed:
+            item[A.ON_SUMMARY] = 1
+        return item
+
+    @property
     def mark_sk(self) -> str:
         return k.sequence_sk(self.number)
 
@@ -332,16 +347,7 @@ class RawBoto3:
             "ExpressionAttributeNames": {"#pk": k.PARTITION_KEY},
         }
         for w in plan(entries, number, incarnation, self.ctx.shards):
-            head: dict[str, Any] = {
-                k.PARTITION_KEY: w.pk,
-                k.SORT_KEY: w.head_sk,
-                A.TS: w.ts,
-                A.EVENT: w.event,
-                A.DATA: w.data,
-                A.SEQUENCE: w.number,
-            }
-            if w.created or w.closed:
-                head[A.ON_SUMMARY] = 1
+            head = w.head
             items: list[dict[str, Any]] = [
                 {"Put": {"TableName": TABLE, "Item": self._dy(head), **not_there}}
             ]
@@ -729,16 +735,7 @@ class Aiodynamo:
         number, incarnation = next_mark(page.items[0] if page.items else None)
         not_there = F(k.PARTITION_KEY).does_not_exist()
         for w in plan(entries, number, incarnation, self.ctx.shards):
-            head: dict[str, Any] = {
-                k.PARTITION_KEY: w.pk,
-                k.SORT_KEY: w.head_sk,
-                A.TS: w.ts,
-                A.EVENT: w.event,
-                A.DATA: w.data,
-                A.SEQUENCE: w.number,
-            }
-            if w.created or w.closed:
-                head[A.ON_SUMMARY] = 1
+            head = w.head
             operations: list[Any] = [Put(TABLE, head, not_there)]
             if w.changes_summary:
                 operations.append(
